@@ -1,0 +1,176 @@
+"""Flat Samza-style configuration: string keys to string values.
+
+Samza users know the flat keys (``task.commit.ms``, ``systems.<s>.samza.factory``), so they are the
+wire format: a YAML file may nest them and is flattened by dots, a ``.properties`` file is read as is,
+and ``--set key=value`` overrides either. Values stay strings here; typed views parse them
+(``millstream.config.views``) so that every error can name the key at fault.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from millstream.errors import ConfigError
+
+SENSITIVE_PREFIX = "sensitive."
+REDACTED = "********"
+
+
+class Config(Mapping[str, str]):
+    """An immutable flat map of configuration, with the file it came from (for relative paths)."""
+
+    __slots__ = ("_values", "source")
+
+    def __init__(self, values: Mapping[str, Any] | None = None, source: str | None = None) -> None:
+        self._values: dict[str, str] = {str(k): _to_text(str(k), v) for k, v in (values or {}).items()}
+        self.source = source
+
+    def __getitem__(self, key: str) -> str:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"Config({self.redacted()!r})"
+
+    def subset(self, prefix: str, strip_prefix: bool = True) -> dict[str, str]:
+        """Every key starting with ``prefix``, without the prefix when ``strip_prefix``."""
+        cut = len(prefix) if strip_prefix else 0
+        return {k[cut:]: v for k, v in self._values.items() if k.startswith(prefix)}
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Config:
+        merged = dict(self._values)
+        merged.update({k: _to_text(k, v) for k, v in overrides.items()})
+        return Config(merged, self.source)
+
+    def without(self, *keys: str) -> Config:
+        return Config({k: v for k, v in self._values.items() if k not in keys}, self.source)
+
+    def to_dict(self) -> dict[str, str]:
+        return dict(self._values)
+
+    def redacted(self) -> dict[str, str]:
+        """The config safe to print or log: ``sensitive.*`` values masked."""
+        return {k: (REDACTED if k.startswith(SENSITIVE_PREFIX) else v) for k, v in self._values.items()}
+
+    def get_bool(self, key: str, default: bool) -> bool:
+        raw = self._values.get(key)
+        return default if raw is None else parse_bool(key, raw)
+
+    def get_int(self, key: str, default: int) -> int:
+        raw = self._values.get(key)
+        return default if raw is None else parse_int(key, raw)
+
+    def get_list(self, key: str) -> list[str]:
+        raw = self._values.get(key, "")
+        return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+def parse_bool(key: str, raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in ("true", "yes", "1", "on"):
+        return True
+    if lowered in ("false", "no", "0", "off"):
+        return False
+    raise ConfigError(f"config key '{key}' must be true or false, got '{raw}'")
+
+
+def parse_int(key: str, raw: str) -> int:
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"config key '{key}' must be an integer, got '{raw}'") from None
+
+
+def _to_text(key: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(_to_text(key, item) for item in value)
+    if value is None:
+        return ""
+    if isinstance(value, (dict, set)):
+        raise ConfigError(f"config key '{key}' has a {type(value).__name__} value; expected a scalar or a list")
+    return str(value)
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Flatten nested mappings by joining keys with dots: ``{task: {commit: {ms: 5}}}`` → ``task.commit.ms``."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        full = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{full}."))
+        else:
+            flat[full] = value
+    return flat
+
+
+def parse_properties(text: str, source: str) -> dict[str, str]:
+    """Java-style ``.properties``: ``key=value`` or ``key: value``, ``#``/``!`` comments, ``\\`` continuation."""
+    values: dict[str, str] = {}
+    pending = ""
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = pending + raw.strip()
+        pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\"):
+            pending = line[:-1]
+            continue
+        for index, char in enumerate(line):
+            if char in "=:":
+                values[line[:index].strip()] = line[index + 1 :].strip()
+                break
+        else:
+            raise ConfigError(f"{source}:{number}: expected 'key=value', got '{raw.strip()}'")
+    return values
+
+
+def parse_override(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set expects key=value, got '{text}'")
+    return key.strip(), value.strip()
+
+
+def load_config(path: str | os.PathLike[str] | None, overrides: Mapping[str, Any] | None = None) -> Config:
+    """Read a YAML or ``.properties`` file, apply overrides, and validate it.
+
+    Relative filesystem paths in the config are resolved against the config file's directory, so a
+    job behaves the same from any working directory and on Spark executors whose cwd differs.
+    """
+    values: dict[str, Any] = {}
+    source = None
+    if path is not None:
+        file = Path(path)
+        source = str(file.resolve())
+        try:
+            text = file.read_text(encoding="utf-8")
+        except OSError as error:
+            raise ConfigError(f"cannot read config file '{path}': {error.strerror or error}") from None
+        if file.suffix in (".properties", ".props"):
+            values = dict(parse_properties(text, str(path)))
+        else:
+            try:
+                tree = yaml.safe_load(text) or {}
+            except yaml.YAMLError as error:
+                raise ConfigError(f"config file '{path}' is not valid YAML: {error}") from None
+            if not isinstance(tree, Mapping):
+                raise ConfigError(f"config file '{path}' must hold a mapping of keys, not {type(tree).__name__}")
+            values = flatten(tree)
+    config = Config(values, source).with_overrides(overrides or {})
+    from millstream.config.views import resolve_paths, validate
+
+    config = resolve_paths(config)
+    validate(config)
+    return config

@@ -1,0 +1,281 @@
+"""Typed views of the flat config, one per concern, and the startup validation built from them.
+
+Closed namespaces (``job.``, ``task.``, ``systems.``, ``serializers.``, ``metadata.``, ``stores.``)
+accept only the keys declared here or by the system factory they name; anything else in them stops
+the job before it starts. Other top-level namespaces (``spark.``, ``sensitive.``, users' own keys)
+are open.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from millstream.config.core import SENSITIVE_PREFIX, Config
+from millstream.errors import ConfigError
+from millstream.model import SystemStream, SystemStreamPartition
+
+CLOSED_NAMESPACES = ("job.", "task.", "systems.", "serializers.", "metadata.", "stores.")
+DEFAULT_SYSTEM = "log"
+
+
+def _split_list(value: Any) -> Any:
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+def _parse_bool(value: Any) -> Any:
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in ("true", "yes", "1", "on"):
+            return True
+        if lowered in ("false", "no", "0", "off"):
+            return False
+    return value
+
+
+CommaList = Annotated[list[str], BeforeValidator(_split_list)]
+Bool = Annotated[bool, BeforeValidator(_parse_bool)]
+OffsetDefault = Literal["oldest", "upcoming"]
+
+View = TypeVar("View", bound="ConfigView")
+
+
+class ConfigView(BaseModel):
+    """A closed, typed slice of the config under ``PREFIX``; field aliases are the key suffixes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    PREFIX: ClassVar[str] = ""
+
+    @classmethod
+    def parse(cls: type[View], values: Mapping[str, str], prefix: str) -> View:
+        try:
+            return cls.model_validate(dict(values))
+        except ValidationError as error:
+            raise _config_error(cls, error, prefix) from None
+
+    @classmethod
+    def of(cls: type[View], config: Config) -> View:
+        return cls.parse(config.subset(cls.PREFIX), cls.PREFIX)
+
+
+def _accepted(cls: type[BaseModel]) -> str:
+    return ", ".join(sorted((info.alias or name) for name, info in cls.model_fields.items()))
+
+
+def _config_error(cls: type[BaseModel], error: ValidationError, prefix: str) -> ConfigError:
+    problems = []
+    for detail in error.errors():
+        field = ".".join(str(part) for part in detail["loc"])
+        key = f"{prefix}{field}"
+        if detail["type"] == "extra_forbidden":
+            problems.append(f"unknown config key '{key}' (accepted under '{prefix}': {_accepted(cls)})")
+        else:
+            shown = "********" if key.startswith(SENSITIVE_PREFIX) else detail.get("input")
+            problems.append(f"config key '{key}' has invalid value {shown!r}: {detail['msg']}")
+    return ConfigError("; ".join(problems))
+
+
+class JobConfig(ConfigView):
+    PREFIX: ClassVar[str] = "job."
+
+    name: str = "millstream-job"
+    id: str = "1"
+    container_count: int = Field(1, alias="container.count", ge=1)
+    container_retry_count: int = Field(3, alias="container.retry.count", ge=0)
+    grouper_factory: str = Field("GroupByPartition", alias="systemstreampartition.grouper.factory")
+    data_dir: str = Field(".millstream", alias="data.dir")
+    stop_timeout_ms: int = Field(30_000, alias="coordinator.stop.timeout.ms", ge=0)
+    slots_headroom: int = Field(1, alias="coordinator.slots.headroom", ge=0)
+    """Spark task slots kept free beside the containers for the driver's own jobs."""
+
+    @property
+    def job_key(self) -> str:
+        return f"{self.name}-{self.id}"
+
+    @property
+    def job_dir(self) -> Path:
+        return Path(self.data_dir) / "jobs" / self.job_key
+
+
+class TaskConfig(ConfigView):
+    PREFIX: ClassVar[str] = "task."
+
+    class_name: str | None = Field(None, alias="class")
+    inputs: CommaList = Field(default_factory=list)
+    broadcast_inputs: CommaList = Field(default_factory=list, alias="broadcast.inputs")
+    window_ms: int = Field(-1, alias="window.ms")
+    commit_ms: int = Field(60_000, alias="commit.ms")
+    poll_interval_ms: int = Field(50, alias="poll.interval.ms", ge=0)
+    shutdown_ms: int = Field(30_000, alias="shutdown.ms", ge=0)
+    drop_deserialization_errors: Bool = Field(False, alias="drop.deserialization.errors")
+    drop_serialization_errors: Bool = Field(False, alias="drop.serialization.errors")
+    dead_letter_stream: str | None = Field(None, alias="dead.letter.stream")
+    checkpoint_factory: str = Field("metadata", alias="checkpoint.factory")
+    max_buffered_per_partition: int = Field(10_000, alias="consumer.buffer.size", ge=1)
+
+    def input_streams(self) -> list[SystemStream]:
+        return [parse_stream(name, "task.inputs") for name in self.inputs]
+
+    def broadcast_ssps(self) -> set[SystemStreamPartition]:
+        return parse_broadcast_inputs(self.broadcast_inputs)
+
+    def dead_letter(self) -> SystemStream | None:
+        return parse_stream(self.dead_letter_stream, "task.dead.letter.stream") if self.dead_letter_stream else None
+
+
+class SystemSamzaConfig(ConfigView):
+    """``systems.<s>.samza.*``"""
+
+    factory: str | None = None
+    key_serde: str | None = Field(None, alias="key.serde")
+    msg_serde: str | None = Field(None, alias="msg.serde")
+    offset_default: OffsetDefault = Field("upcoming", alias="offset.default")
+
+
+class StreamSamzaConfig(ConfigView):
+    """``systems.<s>.streams.<stream>.samza.*``: overrides of the system-level settings."""
+
+    key_serde: str | None = Field(None, alias="key.serde")
+    msg_serde: str | None = Field(None, alias="msg.serde")
+    offset_default: OffsetDefault | None = Field(None, alias="offset.default")
+    reset_offset: Bool = Field(False, alias="reset.offset")
+
+
+class MetadataConfig(ConfigView):
+    PREFIX: ClassVar[str] = "metadata."
+
+    store_factory: str = Field("sqlite", alias="store.factory")
+    store_path: str | None = Field(None, alias="store.path")
+
+
+def system_names(config: Config) -> list[str]:
+    """Every system the config names, plus the embedded default."""
+    names = {key.split(".", 2)[1] for key in config if key.startswith("systems.") and key.count(".") >= 2}
+    names.add(DEFAULT_SYSTEM)
+    return sorted(names)
+
+
+def system_samza(config: Config, system: str) -> SystemSamzaConfig:
+    prefix = f"systems.{system}.samza."
+    return SystemSamzaConfig.parse(config.subset(prefix), prefix)
+
+
+def stream_samza(config: Config, stream: SystemStream) -> StreamSamzaConfig:
+    prefix = f"systems.{stream.system}.streams.{stream.stream}.samza."
+    return StreamSamzaConfig.parse(config.subset(prefix), prefix)
+
+
+def offset_default(config: Config, stream: SystemStream) -> OffsetDefault:
+    """Stream-level ``offset.default``, else system-level, else ``upcoming`` (as in Samza)."""
+    return stream_samza(config, stream).offset_default or system_samza(config, stream.system).offset_default
+
+
+def parse_stream(text: str, key: str) -> SystemStream:
+    """A ``system.stream`` name from config; a bare stream name means the default ``log`` system."""
+    text = text.strip()
+    if not text:
+        raise ConfigError(f"config key '{key}' names an empty stream")
+    if "." not in text:
+        return SystemStream(DEFAULT_SYSTEM, text)
+    return SystemStream.parse(text)
+
+
+def parse_broadcast_inputs(entries: list[str]) -> set[SystemStreamPartition]:
+    """Samza's syntax: ``system.stream#0`` or ``system.stream#[0-3]``."""
+    result: set[SystemStreamPartition] = set()
+    for entry in entries:
+        name, sep, partitions = entry.partition("#")
+        if not sep:
+            raise ConfigError(
+                f"config key 'task.broadcast.inputs' entry '{entry}' needs a partition: "
+                "'system.stream#N' or 'system.stream#[N-M]'"
+            )
+        stream = parse_stream(name, "task.broadcast.inputs")
+        spec = partitions.strip()
+        try:
+            if spec.startswith("[") and spec.endswith("]"):
+                low, _, high = spec[1:-1].partition("-")
+                first, last = int(low), int(high or low)
+            else:
+                first = last = int(spec)
+        except ValueError:
+            raise ConfigError(
+                f"config key 'task.broadcast.inputs' entry '{entry}': '{spec}' is not N or [N-M]"
+            ) from None
+        if first < 0 or last < first:
+            raise ConfigError(f"config key 'task.broadcast.inputs' entry '{entry}': empty partition range")
+        result.update(stream.partition(p) for p in range(first, last + 1))
+    return result
+
+
+def resolve_paths(config: Config) -> Config:
+    """Make every path in a closed namespace absolute, relative to the config file's directory.
+
+    Path keys are those ending in ``.dir`` or ``.path``. Executors run in other working
+    directories, so only absolute paths may travel to them.
+    """
+    base = Path(config.source).parent if config.source else Path.cwd()
+    updates: dict[str, str] = {}
+    if "job.data.dir" not in config:
+        updates["job.data.dir"] = str((base / ".millstream").resolve())
+    for key, value in config.items():
+        if key.startswith(CLOSED_NAMESPACES) and key.endswith((".dir", ".path")) and value:
+            path = Path(value).expanduser()
+            updates[key] = str((path if path.is_absolute() else base / path).resolve())
+    return config.with_overrides(updates) if updates else config
+
+
+def validate(config: Config) -> None:
+    """Stop a job before it starts on any unknown key in a closed namespace or ill-typed value."""
+    from millstream.serde.registry import SerdeRegistry
+    from millstream.systems.registry import system_factory
+
+    JobConfig.of(config)
+    TaskConfig.of(config).broadcast_ssps()
+    MetadataConfig.of(config)
+    task = TaskConfig.of(config)
+    task.input_streams()
+    task.dead_letter()
+    serdes = SerdeRegistry.from_config(config)
+    for key in config:
+        if key.startswith("stores."):
+            raise ConfigError(f"unknown config key '{key}': state stores are not configurable in this version")
+    for system in system_names(config):
+        samza = system_samza(config, system)
+        factory = system_factory(config, system)
+        for serde_name in (samza.key_serde, samza.msg_serde):
+            if serde_name:
+                serdes.get(serde_name, f"systems.{system}.samza")
+        _validate_system_keys(config, system, factory)
+    for key in config:
+        if key.startswith("serializers.") and not (key.startswith("serializers.registry.") and key.count(".") >= 3):
+            raise ConfigError(f"unknown config key '{key}' (expected serializers.registry.<name>.class)")
+
+
+def _validate_system_keys(config: Config, system: str, factory: Any) -> None:
+    prefix = f"systems.{system}."
+    for rest in config.subset(prefix):
+        key = prefix + rest
+        if rest.startswith("samza."):
+            continue  # parsed as a whole by system_samza
+        if rest.startswith("streams."):
+            stream, sep, _ = rest[len("streams.") :].rpartition(".samza.")
+            if sep:
+                stream_samza(config, SystemStream(system, stream))
+                continue
+            raise ConfigError(
+                f"unknown config key '{key}' (stream settings live under "
+                f"'systems.{system}.streams.<stream>.samza.': {_accepted(StreamSamzaConfig)})"
+            )
+        if factory.config_keys is None or rest in factory.config_keys or rest.startswith(factory.open_prefixes):
+            continue
+        accepted = sorted(factory.config_keys) + [f"{p}*" for p in factory.open_prefixes]
+        raise ConfigError(
+            f"unknown config key '{key}' for system '{system}' ({type(factory).__name__} accepts: "
+            f"samza.*, streams.<stream>.samza.*{', ' if accepted else ''}{', '.join(accepted)})"
+        )

@@ -1,0 +1,27 @@
+"""The root of every error millstream raises on purpose.
+
+Each package defines its own subclasses next to the code that raises them; every one carries the
+thing at fault (key, stream, partition, offset, file) in its message so an operator can act on it.
+"""
+
+
+class MillstreamError(Exception):
+    """Base class of all millstream errors."""
+
+
+class ConfigError(MillstreamError):
+    """The job cannot start because its configuration is wrong; the CLI exits with code 2."""
+
+    exit_code = 2
+
+
+class StreamNotFoundError(MillstreamError):
+    """A stream a job needs does not exist in its system."""
+
+    exit_code = 2
+
+    def __init__(self, system: str, stream: str, detail: str = "") -> None:
+        self.system = system
+        self.stream = stream
+        suffix = f": {detail}" if detail else ""
+        super().__init__(f"stream '{system}.{stream}' does not exist{suffix}")

@@ -1,0 +1,204 @@
+"""The contract between the engine and a system (log, Kafka, Kinesis...).
+
+The engine imports only this module; a concrete system is reached through its factory name in
+config (``systems.<s>.samza.factory``). Offsets are strings whose order the system's admin defines.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Set
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from millstream.errors import MillstreamError
+from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStreamPartition
+
+if TYPE_CHECKING:
+    from millstream.config import Config
+
+
+class SystemError_(MillstreamError):  # noqa: N801 - avoid shadowing the builtin SystemError
+    """A system failed an operation; the message names the system, stream and partition."""
+
+
+class OffsetOutOfRangeError(MillstreamError):
+    """A consumer was registered at an offset the partition no longer (or not yet) holds."""
+
+
+@dataclass(frozen=True)
+class SystemStreamPartitionMetadata:
+    """Offsets of one partition. ``oldest``/``newest`` are None when the partition holds nothing."""
+
+    oldest_offset: str | None
+    newest_offset: str | None
+    upcoming_offset: str
+    sealed: bool = False
+    """True when the partition is bounded and complete: a consumer reaching its end sees end-of-stream."""
+
+
+@dataclass(frozen=True)
+class SystemStreamMetadata:
+    stream: str
+    partitions: Mapping[int, SystemStreamPartitionMetadata]
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.partitions)
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """What a stream should look like when a job (or an operator) creates it."""
+
+    system: str
+    physical_name: str
+    partition_count: int = 1
+    config: Mapping[str, str] = field(default_factory=dict)
+    """System-specific settings, e.g. ``cleanup.policy=compact`` or ``replication.factor``."""
+    stream_id: str | None = None
+
+    @property
+    def is_changelog(self) -> bool:
+        return self.config.get("cleanup.policy") == "compact"
+
+
+class SystemAdmin(ABC):
+    """Metadata and lifecycle of a system's streams; used by the coordinator and the runtime."""
+
+    partitions_are_fixed: ClassVar[bool] = True
+    """False for systems whose partitions come and go at run time (Kinesis shards)."""
+
+    def start(self) -> None:  # noqa: B027 - optional hook
+        """Open connections; called once before any other method."""
+
+    def stop(self) -> None:  # noqa: B027 - optional hook
+        """Release connections; the admin is not used afterwards."""
+
+    @abstractmethod
+    def get_system_stream_metadata(self, streams: Iterable[str]) -> dict[str, SystemStreamMetadata]:
+        """Metadata of the given streams; a stream that does not exist is absent from the result."""
+
+    def get_ssp_metadata(
+        self, ssps: Iterable[SystemStreamPartition]
+    ) -> dict[SystemStreamPartition, SystemStreamPartitionMetadata]:
+        ssps = list(ssps)
+        by_stream = self.get_system_stream_metadata({ssp.stream for ssp in ssps})
+        result = {}
+        for ssp in ssps:
+            stream = by_stream.get(ssp.stream)
+            if stream is not None and ssp.partition in stream.partitions:
+                result[ssp] = stream.partitions[ssp.partition]
+        return result
+
+    @abstractmethod
+    def offsets_after(self, offsets: Mapping[SystemStreamPartition, str]) -> dict[SystemStreamPartition, str]:
+        """The offset following each given offset: where to resume after a checkpointed one."""
+
+    @abstractmethod
+    def offset_comparator(self, offset1: str, offset2: str) -> int | None:
+        """Negative, zero or positive as offset1 is before, equal or after offset2; None if incomparable."""
+
+    @abstractmethod
+    def offset_for_timestamp(self, ssp: SystemStreamPartition, timestamp_ms: int) -> str:
+        """The first offset whose record timestamp is at or after ``timestamp_ms``; upcoming if none."""
+
+    @abstractmethod
+    def create_stream(self, spec: StreamSpec) -> bool:
+        """Create the stream; False (and no change) when it already exists."""
+
+    def validate_stream(self, spec: StreamSpec) -> None:
+        """Raise a MillstreamError naming the stream when it does not exist or does not match ``spec``."""
+        metadata = self.get_system_stream_metadata([spec.physical_name]).get(spec.physical_name)
+        if metadata is None:
+            from millstream.errors import StreamNotFoundError
+
+            raise StreamNotFoundError(spec.system, spec.physical_name)
+        if metadata.partition_count != spec.partition_count:
+            raise MillstreamError(
+                f"stream '{spec.system}.{spec.physical_name}' has {metadata.partition_count} partitions, "
+                f"expected {spec.partition_count}"
+            )
+
+    @abstractmethod
+    def clear_stream(self, spec: StreamSpec) -> bool:
+        """Remove the stream and its data; False when there was nothing to remove."""
+
+    def list_streams(self) -> list[str]:
+        """Names of the streams in this system, where the system can list them."""
+        raise SystemError_(f"{type(self).__name__} cannot list its streams")
+
+    def resolve_startpoint(self, ssp: SystemStreamPartition, startpoint: Any) -> str:
+        """The offset a startpoint designates for ``ssp`` (inclusive); see ``millstream.startpoint``."""
+        raise SystemError_(f"{type(self).__name__} cannot resolve startpoint {startpoint!r} for {ssp}")
+
+
+class SystemConsumer(ABC):
+    """Reads registered partitions from given offsets.
+
+    ``poll`` returns envelopes whose ``key`` and ``message`` are still bytes; the runtime applies
+    serdes. A partition that is bounded and complete yields one end-of-stream envelope
+    (``IncomingMessageEnvelope.end_of_stream``) after its last record, and nothing after it.
+    """
+
+    @abstractmethod
+    def register(self, ssp: SystemStreamPartition, offset: str) -> None:
+        """Read ``ssp`` starting at ``offset`` (inclusive). Called before ``start``."""
+
+    @abstractmethod
+    def start(self) -> None: ...
+
+    @abstractmethod
+    def poll(
+        self, ssps: Set[SystemStreamPartition], timeout: float
+    ) -> dict[SystemStreamPartition, list[IncomingMessageEnvelope]]:
+        """Up to a batch of envelopes for each of ``ssps``, waiting at most ``timeout`` seconds for any."""
+
+    @abstractmethod
+    def stop(self) -> None: ...
+
+
+class SystemProducer(ABC):
+    """Writes envelopes whose ``key``, ``message`` and ``partition_key`` are already bytes.
+
+    ``send`` may buffer; ``flush`` returns only when everything sent before it is durable in the
+    system, and raises if any of it failed — this is what makes checkpoints at-least-once.
+    """
+
+    def register(self, source: str) -> None:  # noqa: B027 - optional hook
+        """Declare a source (a task name) that will send; flush is per source."""
+
+    @abstractmethod
+    def start(self) -> None: ...
+
+    @abstractmethod
+    def send(self, source: str, envelope: OutgoingMessageEnvelope) -> None: ...
+
+    @abstractmethod
+    def flush(self, source: str) -> None: ...
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Flush everything and release resources."""
+
+
+class SystemFactory(ABC):
+    """Builds a system's admin, consumers and producers from config.
+
+    ``config_keys`` lists the keys (relative to ``systems.<name>.``, outside ``samza.`` and
+    ``streams.``) this system accepts; any other key there is a configuration error. None means the
+    system's namespace is open (e.g. it passes keys through to a client library).
+    """
+
+    config_keys: ClassVar[frozenset[str] | None] = frozenset()
+    open_prefixes: ClassVar[tuple[str, ...]] = ()
+    """Key prefixes under ``systems.<name>.`` handed through to a client library unchecked."""
+
+    @abstractmethod
+    def get_admin(self, system_name: str, config: Config) -> SystemAdmin: ...
+
+    @abstractmethod
+    def get_consumer(self, system_name: str, config: Config) -> SystemConsumer: ...
+
+    @abstractmethod
+    def get_producer(self, system_name: str, config: Config) -> SystemProducer: ...

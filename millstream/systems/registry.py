@@ -1,0 +1,30 @@
+"""Find a system's factory from ``systems.<s>.samza.factory``; ``log`` needs no configuration."""
+
+from __future__ import annotations
+
+from millstream.config.core import Config
+from millstream.config.views import DEFAULT_SYSTEM, system_samza
+from millstream.errors import ConfigError
+from millstream.plugins import load_object
+from millstream.systems.base import SystemFactory
+
+SYSTEM_FACTORIES = {
+    "log": "millstream.systems.log.factory:LogSystemFactory",
+    "kafka": "millstream.systems.kafka.factory:KafkaSystemFactory",
+    "org.apache.samza.system.kafka.KafkaSystemFactory": "millstream.systems.kafka.factory:KafkaSystemFactory",
+    "kinesis": "millstream.systems.kinesis.factory:KinesisSystemFactory",
+    "org.apache.samza.system.kinesis.KinesisSystemFactory": "millstream.systems.kinesis.factory:KinesisSystemFactory",
+}
+
+
+def system_factory(config: Config, system: str) -> SystemFactory:
+    name = system_samza(config, system).factory
+    key = f"systems.{system}.samza.factory"
+    if name is None:
+        if system != DEFAULT_SYSTEM:
+            raise ConfigError(f"system '{system}' has no factory: set '{key}' (e.g. log, kafka, kinesis)")
+        name = "log"
+    factory_class = load_object(name, key, SYSTEM_FACTORIES)
+    if not (isinstance(factory_class, type) and issubclass(factory_class, SystemFactory)):
+        raise ConfigError(f"config key '{key}': '{name}' is not a SystemFactory")
+    return factory_class()
