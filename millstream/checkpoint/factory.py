@@ -1,0 +1,39 @@
+"""Choose the checkpoint manager from ``task.checkpoint.factory`` (``metadata`` unless configured)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from millstream.checkpoint.base import CheckpointManager, WriterFence
+from millstream.config.core import Config
+from millstream.config.views import TaskConfig
+from millstream.errors import ConfigError
+from millstream.metadata.base import MetadataStore
+from millstream.plugins import load_object
+
+CHECKPOINT_MANAGER_FACTORIES = {
+    "metadata": "millstream.checkpoint.metadata_store:MetadataStoreCheckpointManagerFactory",
+    "kafka": "millstream.checkpoint.kafka:KafkaCheckpointManagerFactory",
+    "org.apache.samza.checkpoint.kafka.KafkaCheckpointManagerFactory": (
+        "millstream.checkpoint.kafka:KafkaCheckpointManagerFactory"
+    ),
+}
+FACTORY_KEY = "task.checkpoint.factory"
+
+
+class CheckpointManagerFactory(ABC):
+    """Builds a checkpoint manager; named in config by an alias or a ``module:Class`` path."""
+
+    @abstractmethod
+    def get_checkpoint_manager(
+        self, config: Config, store: MetadataStore, fence: WriterFence | None = None
+    ) -> CheckpointManager:
+        """A manager writing as ``fence`` (read-only when None), using ``store`` where it keeps state."""
+
+
+def checkpoint_manager(config: Config, store: MetadataStore, fence: WriterFence | None = None) -> CheckpointManager:
+    name = TaskConfig.of(config).checkpoint_factory
+    factory_class = load_object(name, FACTORY_KEY, CHECKPOINT_MANAGER_FACTORIES)
+    if not (isinstance(factory_class, type) and issubclass(factory_class, CheckpointManagerFactory)):
+        raise ConfigError(f"config key '{FACTORY_KEY}': '{name}' is not a CheckpointManagerFactory")
+    return factory_class().get_checkpoint_manager(config, store, fence)

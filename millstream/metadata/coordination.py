@@ -1,0 +1,162 @@
+"""The records the coordinator and the containers share through the metadata store.
+
+* ``job-coordinator/generation``: the job model generation the driver has published. A container
+  started for an older generation is a zombie; its fenced writes are refused.
+* ``container-epoch/<container id>``: how many attempts of the container have started. Each new
+  attempt increments it, which fences every earlier attempt of the same container.
+* ``job-coordinator/stop``: a request that containers of a generation (and older ones) stop.
+* ``container-status/<container id>``: what each container last reported about itself (JSON).
+
+Numbers are stored as their decimal text, so a fenced write compares exact bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from millstream.errors import MillstreamError
+from millstream.metadata.base import FencedError, MetadataStore
+
+logger = logging.getLogger(__name__)
+
+JOB_COORDINATOR_NAMESPACE = "job-coordinator"
+GENERATION_KEY = "generation"
+STOP_KEY = "stop"
+CONTAINER_EPOCH_NAMESPACE = "container-epoch"
+CONTAINER_STATUS_NAMESPACE = "container-status"
+
+
+class CoordinationRecordError(MillstreamError):
+    """A coordination record holds something other than what this module writes; names the record."""
+
+
+def _encode(number: int) -> bytes:
+    return str(number).encode()
+
+
+def _decode(raw: bytes | None, where: str) -> int | None:
+    if raw is None:
+        return None
+    try:
+        return int(raw.decode())
+    except (UnicodeDecodeError, ValueError):
+        raise CoordinationRecordError(f"metadata record '{where}' holds {raw!r}, not a number") from None
+
+
+def writer_expectation(generation: int, container_id: str, epoch: int) -> dict[tuple[str, str], bytes | None]:
+    """What ``compare_and_put`` must find for a write by this container attempt to be accepted:
+    the job still at ``generation`` and the container still at attempt ``epoch``."""
+    return {
+        (JOB_COORDINATOR_NAMESPACE, GENERATION_KEY): _encode(generation),
+        (CONTAINER_EPOCH_NAMESPACE, container_id): _encode(epoch),
+    }
+
+
+def publish_generation(store: MetadataStore, generation: int) -> None:
+    """Make ``generation`` the job's current generation, fencing writers of every older one.
+
+    Generations only move forward: publishing one older than the current raises ``FencedError``
+    (a stale driver must not revive its zombies). Republishing the current one is a no-op.
+    """
+    where = f"{JOB_COORDINATOR_NAMESPACE}/{GENERATION_KEY}"
+    while True:
+        raw = store.get(JOB_COORDINATOR_NAMESPACE, GENERATION_KEY)
+        current = _decode(raw, where)
+        if current is not None and current > generation:
+            raise FencedError(f"cannot publish generation {generation}: generation {current} is already published")
+        if current == generation:
+            return
+        expected = {(JOB_COORDINATOR_NAMESPACE, GENERATION_KEY): raw}
+        if store.compare_and_put(JOB_COORDINATOR_NAMESPACE, GENERATION_KEY, _encode(generation), expected):
+            return
+
+
+def current_generation(store: MetadataStore) -> int:
+    """The published generation; 0 when none has been published yet."""
+    current = _decode(
+        store.get(JOB_COORDINATOR_NAMESPACE, GENERATION_KEY), f"{JOB_COORDINATOR_NAMESPACE}/{GENERATION_KEY}"
+    )
+    return current or 0
+
+
+def start_container_attempt(store: MetadataStore, container_id: str) -> int:
+    """Start a new attempt of ``container_id`` and return its epoch (1 for the first attempt).
+
+    The increment is a compare-and-put loop, so concurrent starts get distinct epochs, and every
+    earlier attempt's fenced writes are refused from now on.
+    """
+    where = f"{CONTAINER_EPOCH_NAMESPACE}/{container_id}"
+    while True:
+        raw = store.get(CONTAINER_EPOCH_NAMESPACE, container_id)
+        epoch = (_decode(raw, where) or 0) + 1
+        if store.compare_and_put(
+            CONTAINER_EPOCH_NAMESPACE, container_id, _encode(epoch), {(CONTAINER_EPOCH_NAMESPACE, container_id): raw}
+        ):
+            return epoch
+
+
+def container_epoch(store: MetadataStore, container_id: str) -> int:
+    """The epoch of the latest attempt of ``container_id``; 0 if none has started."""
+    raw = store.get(CONTAINER_EPOCH_NAMESPACE, container_id)
+    return _decode(raw, f"{CONTAINER_EPOCH_NAMESPACE}/{container_id}") or 0
+
+
+def request_stop(store: MetadataStore, generation: int) -> None:
+    """Ask the containers of ``generation`` and of every older generation to stop.
+
+    A request never narrows an earlier one: the recorded generation only grows.
+    """
+    where = f"{JOB_COORDINATOR_NAMESPACE}/{STOP_KEY}"
+    while True:
+        raw = store.get(JOB_COORDINATOR_NAMESPACE, STOP_KEY)
+        current = _decode(raw, where)
+        if current is not None and current >= generation:
+            return
+        if store.compare_and_put(
+            JOB_COORDINATOR_NAMESPACE, STOP_KEY, _encode(generation), {(JOB_COORDINATOR_NAMESPACE, STOP_KEY): raw}
+        ):
+            return
+
+
+def stop_requested(store: MetadataStore, generation: int) -> bool:
+    """True when a stop was requested for ``generation`` or a newer one."""
+    requested = _decode(store.get(JOB_COORDINATOR_NAMESPACE, STOP_KEY), f"{JOB_COORDINATOR_NAMESPACE}/{STOP_KEY}")
+    return requested is not None and generation <= requested
+
+
+def clear_stop(store: MetadataStore) -> None:
+    store.delete(JOB_COORDINATOR_NAMESPACE, STOP_KEY)
+
+
+def report_container_status(store: MetadataStore, container_id: str, status: Mapping[str, Any]) -> None:
+    """Record what a container reports about itself (state, attempt, executor...).
+
+    Stamped with ``updated-at`` (epoch milliseconds) and, unless given, the ``pid`` and ``host``
+    of the calling process, which is the container itself. Last write wins.
+    """
+    record = {"pid": os.getpid(), "host": socket.gethostname(), **status, "updated-at": int(time.time() * 1000)}
+    store.put(CONTAINER_STATUS_NAMESPACE, container_id, orjson.dumps(record, option=orjson.OPT_NON_STR_KEYS))
+
+
+def container_statuses(store: MetadataStore) -> dict[str, dict[str, Any]]:
+    """The last status each container reported. An unreadable record is logged and left out:
+    a status is informational and must not stop the coordinator that watches it."""
+    statuses: dict[str, dict[str, Any]] = {}
+    for container_id, raw in store.all(CONTAINER_STATUS_NAMESPACE).items():
+        try:
+            status = orjson.loads(raw)
+        except orjson.JSONDecodeError as error:
+            logger.warning("container %s: unreadable status record %r: %s", container_id, raw[:200], error)
+            continue
+        if not isinstance(status, dict):
+            logger.warning("container %s: status record is not a JSON object: %r", container_id, raw[:200])
+            continue
+        statuses[container_id] = status
+    return statuses

@@ -1,0 +1,170 @@
+"""Coordination records: the published generation, container epochs, the stop signal and container
+statuses, as the coordinator and the containers share them through the metadata store."""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from millstream.metadata.base import FencedError
+from millstream.metadata.coordination import (
+    CONTAINER_EPOCH_NAMESPACE,
+    CONTAINER_STATUS_NAMESPACE,
+    CoordinationRecordError,
+    clear_stop,
+    container_epoch,
+    container_statuses,
+    current_generation,
+    publish_generation,
+    report_container_status,
+    request_stop,
+    start_container_attempt,
+    stop_requested,
+    writer_expectation,
+)
+from millstream.metadata.sqlite import SqliteMetadataStore
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SqliteMetadataStore]:
+    store = SqliteMetadataStore(tmp_path / "metadata.db")
+    yield store
+    store.close()
+
+
+def test_current_generation_is_zero_before_any_is_published(store: SqliteMetadataStore) -> None:
+    assert current_generation(store) == 0
+
+
+def test_published_generation_is_stored_as_decimal_text(store: SqliteMetadataStore) -> None:
+    publish_generation(store, 3)
+    assert current_generation(store) == 3
+    assert store.get("job-coordinator", "generation") == b"3"
+
+
+def test_publishing_a_newer_generation_replaces_the_current_one(store: SqliteMetadataStore) -> None:
+    publish_generation(store, 1)
+    publish_generation(store, 2)
+    publish_generation(store, 2)
+    assert current_generation(store) == 2
+
+
+def test_publishing_an_older_generation_is_refused(store: SqliteMetadataStore) -> None:
+    publish_generation(store, 5)
+    with pytest.raises(FencedError, match=r"generation 4.*generation 5"):
+        publish_generation(store, 4)
+    assert current_generation(store) == 5
+
+
+def test_a_corrupt_generation_record_is_reported_by_name(store: SqliteMetadataStore) -> None:
+    store.put("job-coordinator", "generation", b"not-a-number")
+    with pytest.raises(CoordinationRecordError, match="job-coordinator/generation"):
+        current_generation(store)
+
+
+def test_first_container_attempt_has_epoch_one_and_each_next_attempt_increments(store: SqliteMetadataStore) -> None:
+    assert container_epoch(store, "c0") == 0
+    assert start_container_attempt(store, "c0") == 1
+    assert start_container_attempt(store, "c0") == 2
+    assert start_container_attempt(store, "c1") == 1
+    assert container_epoch(store, "c0") == 2
+    assert store.get(CONTAINER_EPOCH_NAMESPACE, "c0") == b"2"
+
+
+def _start_attempts(store: SqliteMetadataStore, count: int, results: multiprocessing.Queue) -> None:
+    results.put([start_container_attempt(store, "c0") for _ in range(count)])
+    store.close()
+
+
+def test_concurrent_attempts_from_several_processes_get_distinct_epochs(store: SqliteMetadataStore) -> None:
+    store.init()
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    processes = [context.Process(target=_start_attempts, args=(store, 25, results)) for _ in range(3)]
+    for process in processes:
+        process.start()
+    epochs = [epoch for _ in processes for epoch in results.get(timeout=60)]
+    for process in processes:
+        process.join(timeout=60)
+    assert sorted(epochs) == list(range(1, 76))
+
+
+def test_writer_expectation_names_generation_and_container_epoch() -> None:
+    assert writer_expectation(4, "c2", 7) == {
+        ("job-coordinator", "generation"): b"4",
+        ("container-epoch", "c2"): b"7",
+    }
+
+
+def test_a_new_attempt_fences_the_previous_attempts_writes(store: SqliteMetadataStore) -> None:
+    publish_generation(store, 1)
+    first = start_container_attempt(store, "c0")
+    assert store.compare_and_put("data", "k", b"first", writer_expectation(1, "c0", first))
+    second = start_container_attempt(store, "c0")
+    assert not store.compare_and_put("data", "k", b"zombie", writer_expectation(1, "c0", first))
+    assert store.compare_and_put("data", "k", b"second", writer_expectation(1, "c0", second))
+    assert store.get("data", "k") == b"second"
+
+
+def test_no_stop_is_requested_initially(store: SqliteMetadataStore) -> None:
+    assert not stop_requested(store, 1)
+
+
+def test_stop_for_a_generation_applies_to_it_and_older_generations_only(store: SqliteMetadataStore) -> None:
+    request_stop(store, 3)
+    assert stop_requested(store, 2)
+    assert stop_requested(store, 3)
+    assert not stop_requested(store, 4)
+
+
+def test_a_stop_request_for_an_older_generation_never_narrows_a_newer_one(store: SqliteMetadataStore) -> None:
+    request_stop(store, 5)
+    request_stop(store, 2)
+    assert stop_requested(store, 5)
+    request_stop(store, 6)
+    assert stop_requested(store, 6)
+
+
+def test_clear_stop_withdraws_the_request(store: SqliteMetadataStore) -> None:
+    request_stop(store, 3)
+    clear_stop(store)
+    assert not stop_requested(store, 1)
+    clear_stop(store)
+
+
+def test_container_status_round_trips_with_pid_host_and_update_time(store: SqliteMetadataStore) -> None:
+    report_container_status(store, "c0", {"state": "running", "attempt": 2, "executor": {"id": "1"}})
+    report_container_status(store, "c1", {"state": "starting", "attempt": 1, "pid": 42, "host": "h1"})
+    statuses = container_statuses(store)
+    assert set(statuses) == {"c0", "c1"}
+    assert statuses["c0"]["state"] == "running"
+    assert statuses["c0"]["executor"] == {"id": "1"}
+    assert isinstance(statuses["c0"]["pid"], int)
+    assert isinstance(statuses["c0"]["host"], str)
+    assert statuses["c0"]["updated-at"] > 1_600_000_000_000
+    assert statuses["c1"]["pid"] == 42
+    assert statuses["c1"]["host"] == "h1"
+
+
+def test_a_later_status_report_replaces_the_earlier_one(store: SqliteMetadataStore) -> None:
+    report_container_status(store, "c0", {"state": "running"})
+    report_container_status(store, "c0", {"state": "stopped"})
+    assert container_statuses(store)["c0"]["state"] == "stopped"
+
+
+def test_status_record_is_json(store: SqliteMetadataStore) -> None:
+    report_container_status(store, "c0", {"state": "running"})
+    raw = store.get(CONTAINER_STATUS_NAMESPACE, "c0")
+    assert raw is not None
+    assert orjson.loads(raw)["state"] == "running"
+
+
+def test_an_unreadable_status_record_is_skipped_not_fatal(store: SqliteMetadataStore) -> None:
+    report_container_status(store, "c0", {"state": "running"})
+    store.put(CONTAINER_STATUS_NAMESPACE, "c1", b"{broken")
+    store.put(CONTAINER_STATUS_NAMESPACE, "c2", b"[1, 2]")
+    assert set(container_statuses(store)) == {"c0"}
