@@ -81,14 +81,19 @@ def parse_bool(key: str, raw: str) -> bool:
         return True
     if lowered in ("false", "no", "0", "off"):
         return False
-    raise ConfigError(f"config key '{key}' must be true or false, got '{raw}'")
+    raise ConfigError(f"config key '{key}' must be true or false, got '{shown_value(key, raw)}'")
 
 
 def parse_int(key: str, raw: str) -> int:
     try:
         return int(raw.strip())
     except ValueError:
-        raise ConfigError(f"config key '{key}' must be an integer, got '{raw}'") from None
+        raise ConfigError(f"config key '{key}' must be an integer, got '{shown_value(key, raw)}'") from None
+
+
+def shown_value(key: str, value: str) -> str:
+    """``value`` as an error message may show it: masked under ``sensitive.``."""
+    return REDACTED if key.startswith(SENSITIVE_PREFIX) else value
 
 
 def _to_text(key: str, value: Any) -> str:
@@ -119,28 +124,43 @@ def parse_properties(text: str, source: str) -> dict[str, str]:
     """Java-style ``.properties``: ``key=value`` or ``key: value``, ``#``/``!`` comments, ``\\`` continuation."""
     values: dict[str, str] = {}
     pending = ""
-    for number, raw in enumerate(text.splitlines(), start=1):
+    lines = text.splitlines()
+    for number, raw in enumerate(lines, start=1):
         line = pending + raw.strip()
         pending = ""
         if not line or line[0] in "#!":
             continue
-        if line.endswith("\\"):
+        if line.endswith("\\") and number < len(lines):
             pending = line[:-1]
             continue
+        if line.endswith("\\"):
+            line = line[:-1]
         for index, char in enumerate(line):
             if char in "=:":
                 values[line[:index].strip()] = line[index + 1 :].strip()
                 break
         else:
-            raise ConfigError(f"{source}:{number}: expected 'key=value', got '{raw.strip()}'")
+            shown = REDACTED if line.startswith(SENSITIVE_PREFIX) else raw.strip()
+            raise ConfigError(f"{source}:{number}: expected 'key=value', got '{shown}'")
     return values
 
 
 def parse_override(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
-        raise ConfigError(f"--set expects key=value, got '{text}'")
+        raise ConfigError(f"--set expects key=value, got '{shown_value(text.strip(), text)}'")
     return key.strip(), value.strip()
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """The YAML error without the quoted source line, which may hold a ``sensitive.`` value."""
+    problem = getattr(error, "problem", None)
+    mark = getattr(error, "problem_mark", None)
+    if problem is None:
+        return type(error).__name__
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    context = getattr(error, "context", None)
+    return f"{context + ': ' if context else ''}{problem}{where}"
 
 
 def load_config(path: str | os.PathLike[str] | None, overrides: Mapping[str, Any] | None = None) -> Config:
@@ -164,7 +184,7 @@ def load_config(path: str | os.PathLike[str] | None, overrides: Mapping[str, Any
             try:
                 tree = yaml.safe_load(text) or {}
             except yaml.YAMLError as error:
-                raise ConfigError(f"config file '{path}' is not valid YAML: {error}") from None
+                raise ConfigError(f"config file '{path}' is not valid YAML: {_yaml_problem(error)}") from None
             if not isinstance(tree, Mapping):
                 raise ConfigError(f"config file '{path}' must hold a mapping of keys, not {type(tree).__name__}")
             values = flatten(tree)

@@ -8,15 +8,19 @@ are open.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from millstream.config.core import SENSITIVE_PREFIX, Config
-from millstream.errors import ConfigError
+from millstream.errors import ConfigError, MillstreamError
 from millstream.model import SystemStream, SystemStreamPartition
+
+if TYPE_CHECKING:
+    from millstream.serde.registry import SerdeRegistry
 
 CLOSED_NAMESPACES = ("job.", "task.", "systems.", "serializers.", "metadata.", "stores.")
 DEFAULT_SYSTEM = "log"
@@ -53,6 +57,16 @@ class ConfigView(BaseModel):
 
     @classmethod
     def parse(cls: type[View], values: Mapping[str, str], prefix: str) -> View:
+        keys = {info.alias or name for name, info in cls.model_fields.items()}
+        unknown = sorted(key for key in values if key not in keys)
+        if unknown:
+            # Checked here, not by pydantic: populate_by_name would accept field names (commit_ms) as keys.
+            raise ConfigError(
+                "; ".join(
+                    f"unknown config key '{prefix}{key}' (accepted under '{prefix}': {_accepted(cls)})"
+                    for key in unknown
+                )
+            )
         try:
             return cls.model_validate(dict(values))
         except ValidationError as error:
@@ -182,7 +196,13 @@ def parse_stream(text: str, key: str) -> SystemStream:
         raise ConfigError(f"config key '{key}' names an empty stream")
     if "." not in text:
         return SystemStream(DEFAULT_SYSTEM, text)
-    return SystemStream.parse(text)
+    try:
+        return SystemStream.parse(text)
+    except MillstreamError as error:
+        raise ConfigError(f"config key '{key}': {error}") from None
+
+
+_BROADCAST_PARTITION = re.compile(r"[0-9]+|\[(?P<low>[0-9]+)-(?P<high>[0-9]+)\]")
 
 
 def parse_broadcast_inputs(entries: list[str]) -> set[SystemStreamPartition]:
@@ -197,17 +217,14 @@ def parse_broadcast_inputs(entries: list[str]) -> set[SystemStreamPartition]:
             )
         stream = parse_stream(name, "task.broadcast.inputs")
         spec = partitions.strip()
-        try:
-            if spec.startswith("[") and spec.endswith("]"):
-                low, _, high = spec[1:-1].partition("-")
-                first, last = int(low), int(high or low)
-            else:
-                first = last = int(spec)
-        except ValueError:
-            raise ConfigError(
-                f"config key 'task.broadcast.inputs' entry '{entry}': '{spec}' is not N or [N-M]"
-            ) from None
-        if first < 0 or last < first:
+        match = _BROADCAST_PARTITION.fullmatch(spec)
+        if match is None:
+            raise ConfigError(f"config key 'task.broadcast.inputs' entry '{entry}': '{spec}' is not N or [N-M]")
+        if match["low"] is None:
+            first = last = int(spec)
+        else:
+            first, last = int(match["low"]), int(match["high"])
+        if last < first:
             raise ConfigError(f"config key 'task.broadcast.inputs' entry '{entry}': empty partition range")
         result.update(stream.partition(p) for p in range(first, last + 1))
     return result
@@ -245,19 +262,22 @@ def validate(config: Config) -> None:
     for key in config:
         if key.startswith("stores."):
             raise ConfigError(f"unknown config key '{key}': state stores are not configurable in this version")
+    for key in config:
+        if key.startswith("systems.") and key.count(".") < 2:
+            raise ConfigError(f"unknown config key '{key}' (expected systems.<system>.<setting>)")
     for system in system_names(config):
         samza = system_samza(config, system)
         factory = system_factory(config, system)
-        for serde_name in (samza.key_serde, samza.msg_serde):
+        for kind, serde_name in (("key", samza.key_serde), ("msg", samza.msg_serde)):
             if serde_name:
-                serdes.get(serde_name, f"systems.{system}.samza")
-        _validate_system_keys(config, system, factory)
+                serdes.get(serde_name, f"systems.{system}.samza.{kind}.serde")
+        _validate_system_keys(config, system, factory, serdes)
     for key in config:
         if key.startswith("serializers.") and not (key.startswith("serializers.registry.") and key.count(".") >= 3):
             raise ConfigError(f"unknown config key '{key}' (expected serializers.registry.<name>.class)")
 
 
-def _validate_system_keys(config: Config, system: str, factory: Any) -> None:
+def _validate_system_keys(config: Config, system: str, factory: Any, serdes: SerdeRegistry) -> None:
     prefix = f"systems.{system}."
     for rest in config.subset(prefix):
         key = prefix + rest
@@ -266,7 +286,10 @@ def _validate_system_keys(config: Config, system: str, factory: Any) -> None:
         if rest.startswith("streams."):
             stream, sep, _ = rest[len("streams.") :].rpartition(".samza.")
             if sep:
-                stream_samza(config, SystemStream(system, stream))
+                stream_config = stream_samza(config, SystemStream(system, stream))
+                for kind, serde_name in (("key", stream_config.key_serde), ("msg", stream_config.msg_serde)):
+                    if serde_name:
+                        serdes.get(serde_name, f"systems.{system}.streams.{stream}.samza.{kind}.serde")
                 continue
             raise ConfigError(
                 f"unknown config key '{key}' (stream settings live under "

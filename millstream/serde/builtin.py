@@ -22,7 +22,10 @@ class StringSerde:
     def to_bytes(self, obj: Any) -> bytes:
         if not isinstance(obj, str):
             raise SerdeError(f"string serde expects str, got {type(obj).__name__}")
-        return obj.encode(self.encoding)
+        try:
+            return obj.encode(self.encoding)
+        except UnicodeEncodeError as error:
+            raise SerdeError(f"string serde: cannot encode as {self.encoding}: {error}") from None
 
     def from_bytes(self, data: bytes) -> Any:
         try:
@@ -81,12 +84,12 @@ class MsgpackSerde:
 
     def to_bytes(self, obj: Any) -> bytes:
         try:
-            return msgpack.packb(obj, use_bin_type=True)  # type: ignore[no-any-return]
+            return msgpack.packb(obj, use_bin_type=True)
         except (TypeError, ValueError, OverflowError) as error:
             raise SerdeError(f"msgpack serde: {error}") from None
 
     def from_bytes(self, data: bytes) -> Any:
         try:
             return msgpack.unpackb(data, raw=False, strict_map_key=False)
-        except (msgpack.UnpackException, ValueError) as error:
+        except (msgpack.UnpackException, ValueError, TypeError) as error:
             raise SerdeError(f"msgpack serde: invalid data: {error}") from None
