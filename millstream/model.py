@@ -96,7 +96,7 @@ class IncomingMessageEnvelope:
     a bytes-only pipeline allocates nothing extra.
     """
 
-    __slots__ = ("ssp", "offset", "key", "message", "timestamp", "headers", "size")
+    __slots__ = ("headers", "key", "message", "offset", "size", "ssp", "timestamp")
 
     def __init__(
         self,
@@ -141,7 +141,7 @@ class OutgoingMessageEnvelope:
     ``partition_key`` chooses the partition when given (else ``key``); ``partition`` pins it outright.
     """
 
-    __slots__ = ("system_stream", "key", "message", "partition_key", "partition", "timestamp", "headers")
+    __slots__ = ("headers", "key", "message", "partition", "partition_key", "system_stream", "timestamp")
 
     def __init__(
         self,

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from millstream.config import Config
 
 
-class SystemError_(MillstreamError):  # noqa: N801 - avoid shadowing the builtin SystemError
+class SystemOperationError(MillstreamError):
     """A system failed an operation; the message names the system, stream and partition."""
 
 
@@ -126,11 +126,11 @@ class SystemAdmin(ABC):
 
     def list_streams(self) -> list[str]:
         """Names of the streams in this system, where the system can list them."""
-        raise SystemError_(f"{type(self).__name__} cannot list its streams")
+        raise SystemOperationError(f"{type(self).__name__} cannot list its streams")
 
     def resolve_startpoint(self, ssp: SystemStreamPartition, startpoint: Any) -> str:
         """The offset a startpoint designates for ``ssp`` (inclusive); see ``millstream.startpoint``."""
-        raise SystemError_(f"{type(self).__name__} cannot resolve startpoint {startpoint!r} for {ssp}")
+        raise SystemOperationError(f"{type(self).__name__} cannot resolve startpoint {startpoint!r} for {ssp}")
 
 
 class SystemConsumer(ABC):
@@ -202,3 +202,6 @@ class SystemFactory(ABC):
 
     @abstractmethod
     def get_producer(self, system_name: str, config: Config) -> SystemProducer: ...
+
+
+SystemError_ = SystemOperationError  # TEMPORARY alias until the log package is updated

@@ -1,0 +1,36 @@
+# The commands README.md names. Everything installs into .venv from PyPI; nothing global.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+EXTRAS ?= test
+
+.PHONY: install example test lint bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[$(EXTRAS)]"
+	touch $@
+
+install: $(BIN)/.installed
+
+## Run the example job end to end on Spark local mode with the embedded defaults.
+example: install
+	cd examples/pageviews && ../../$(BIN)/python generate.py --events 20000 \
+	  && ../../$(BIN)/millstream run job.yaml \
+	  && ../../$(BIN)/python show.py
+
+## Run the whole test suite (unit, in-process, Spark local mode, Spark standalone cluster).
+test: install
+	$(BIN)/pytest -q
+
+lint: install
+	$(BIN)/ruff check millstream tests benchmarks examples
+	$(BIN)/ruff format --check millstream tests benchmarks examples
+	$(BIN)/mypy
+
+bench: install
+	$(BIN)/python benchmarks/passthrough_log.py
+
+clean:
+	rm -rf $(VENV) examples/*/.millstream .pytest_cache

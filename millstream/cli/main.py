@@ -1,0 +1,377 @@
+"""The ``millstream`` command.
+
+Exit codes: 0 success, 1 the job failed while running, 2 the job could not start (bad config,
+missing stream, unknown factory). ``sensitive.*`` values are never printed.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from millstream.config import Config, load_config, parse_override
+from millstream.config.views import parse_stream
+from millstream.errors import ConfigError, MillstreamError, StreamNotFoundError
+from millstream.model import SystemStream
+from millstream.systems.base import StreamSpec, SystemAdmin
+from millstream.systems.registry import system_factory
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="Samza-style stream jobs on Apache Spark.")
+streams_app = typer.Typer(no_args_is_help=True, help="Create, inspect, write and read streams of any system.")
+checkpoint_app = typer.Typer(no_args_is_help=True, help="Inspect checkpoints.")
+job_app = typer.Typer(no_args_is_help=True, help="Inspect a job.")
+app.add_typer(streams_app, name="streams")
+app.add_typer(checkpoint_app, name="checkpoint")
+app.add_typer(job_app, name="job")
+
+out = Console()
+err = Console(stderr=True)
+
+ConfigPath = Annotated[Path, typer.Argument(help="Job config: YAML or .properties", show_default=False)]
+Overrides = Annotated[list[str] | None, typer.Option("--set", "-s", help="Override a config key: key=value")]
+StreamArg = Annotated[str, typer.Argument(help="system.stream (a bare name means the log system)")]
+
+T = TypeVar("T")
+
+
+def main() -> None:
+    app()
+
+
+def _guarded(action: Callable[[], T]) -> T:
+    """Turn millstream errors into a one-line message and the documented exit code."""
+    try:
+        return action()
+    except (ConfigError, StreamNotFoundError) as error:
+        err.print(f"[bold red]error:[/] {error}", markup=True, highlight=False)
+        raise typer.Exit(2) from None
+    except MillstreamError as error:
+        err.print(f"[bold red]error:[/] {error}", markup=True, highlight=False)
+        raise typer.Exit(1) from None
+
+
+def _load(config: Path, overrides: list[str] | None) -> Config:
+    return _guarded(lambda: load_config(config, dict(parse_override(o) for o in overrides or [])))
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+@app.command()
+def run(
+    config: ConfigPath,
+    overrides: Overrides = None,
+    master: Annotated[str | None, typer.Option(help="Spark master URL; default local[containers + 1]")] = None,
+    in_process: Annotated[bool, typer.Option("--in-process", help="Run containers as threads, without Spark")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Run a job until its inputs end (bounded) or until Ctrl-C / SIGTERM (containers commit first)."""
+    _setup_logging(verbose)
+    cfg = _load(config, overrides)
+    if in_process:
+        from millstream.testing import InProcessRunner
+
+        runner = InProcessRunner(cfg)
+        try:
+            result = _guarded(runner.run)
+        except KeyboardInterrupt:
+            runner.request_stop()
+            raise typer.Exit(130) from None
+    else:
+        from millstream.spark.runner import SparkJobRunner
+
+        result = _guarded(lambda: SparkJobRunner(cfg, master=master).run(handle_signals=True))
+    if result.outcome == "failed":
+        err.print(f"[bold red]job failed:[/] {result.error}", highlight=False)
+        raise typer.Exit(1)
+    table = Table(title=f"job {cfg.get('job.name', 'millstream-job')} generation {result.generation}: {result.outcome}")
+    for column in ("container", "tasks", "messages", "commits", "seconds", "pid"):
+        table.add_column(column, justify="right" if column != "container" else "left")
+    for container in result.containers:
+        table.add_row(
+            container.container_id,
+            str(len(container.processed)),
+            str(container.messages),
+            str(container.commits),
+            f"{container.seconds:.2f}",
+            str(container.pid),
+        )
+    out.print(table)
+
+
+def _admin(cfg: Config, system: str) -> SystemAdmin:
+    admin = _guarded(lambda: system_factory(cfg, system).get_admin(system, cfg))
+    admin.start()
+    return admin
+
+
+def _stream(name: str) -> SystemStream:
+    return _guarded(lambda: parse_stream(name, "stream"))
+
+
+@streams_app.command("create")
+def streams_create(
+    config: ConfigPath,
+    stream: StreamArg,
+    partitions: Annotated[int, typer.Option("--partitions", "-p", min=1)] = 1,
+    option: Annotated[list[str] | None, typer.Option("--option", "-o", help="System setting key=value")] = None,
+    overrides: Overrides = None,
+) -> None:
+    """Create a stream (no change if it exists)."""
+    cfg = _load(config, overrides)
+    target = _stream(stream)
+    settings = dict(parse_override(o) for o in option or [])
+    admin = _admin(cfg, target.system)
+    try:
+        created = _guarded(lambda: admin.create_stream(StreamSpec(target.system, target.stream, partitions, settings)))
+    finally:
+        admin.stop()
+    out.print(
+        f"{'created' if created else 'exists'}: {target} ({partitions} partitions)" if created else f"exists: {target}"
+    )
+
+
+@streams_app.command("list")
+def streams_list(
+    config: ConfigPath,
+    system: Annotated[str, typer.Option(help="System to list")] = "log",
+    overrides: Overrides = None,
+) -> None:
+    """List the streams of a system."""
+    cfg = _load(config, overrides)
+    admin = _admin(cfg, system)
+    try:
+        names = _guarded(admin.list_streams)
+    finally:
+        admin.stop()
+    for name in sorted(names):
+        out.print(f"{system}.{name}", highlight=False)
+
+
+@streams_app.command("describe")
+def streams_describe(config: ConfigPath, stream: StreamArg, overrides: Overrides = None) -> None:
+    """Partitions of a stream with their oldest, newest and upcoming offsets."""
+    cfg = _load(config, overrides)
+    target = _stream(stream)
+    admin = _admin(cfg, target.system)
+    try:
+        metadata = admin.get_system_stream_metadata([target.stream]).get(target.stream)
+    finally:
+        admin.stop()
+    if metadata is None:
+        err.print(f"[bold red]error:[/] stream '{target}' does not exist", highlight=False)
+        raise typer.Exit(2)
+    table = Table(title=f"{target}: {metadata.partition_count} partition(s)")
+    for column in ("partition", "oldest", "newest", "upcoming", "sealed"):
+        table.add_column(column, justify="right")
+    for partition, info in sorted(metadata.partitions.items()):
+        table.add_row(
+            str(partition),
+            str(info.oldest_offset),
+            str(info.newest_offset),
+            info.upcoming_offset,
+            "yes" if info.sealed else "",
+        )
+    out.print(table)
+
+
+@streams_app.command("delete")
+def streams_delete(config: ConfigPath, stream: StreamArg, overrides: Overrides = None) -> None:
+    """Delete a stream and its data."""
+    cfg = _load(config, overrides)
+    target = _stream(stream)
+    admin = _admin(cfg, target.system)
+    try:
+        deleted = _guarded(lambda: admin.clear_stream(StreamSpec(target.system, target.stream)))
+    finally:
+        admin.stop()
+    out.print(f"{'deleted' if deleted else 'no such stream'}: {target}", highlight=False)
+
+
+@streams_app.command("seal")
+def streams_seal(config: ConfigPath, stream: StreamArg, overrides: Overrides = None) -> None:
+    """Mark a log stream complete: jobs reading it reach end-of-stream at its end."""
+    cfg = _load(config, overrides)
+    target = _stream(stream)
+    admin = _admin(cfg, target.system)
+    try:
+        seal = getattr(admin, "seal", None)
+        if seal is None:
+            err.print(f"[bold red]error:[/] system '{target.system}' has no bounded streams", highlight=False)
+            raise typer.Exit(2)
+        _guarded(lambda: seal(target.stream))
+    finally:
+        admin.stop()
+    out.print(f"sealed: {target}", highlight=False)
+
+
+def _records(source: Iterator[str], fmt: str, key_field: str | None) -> Iterator[tuple[Any, Any]]:
+    for number, line in enumerate(source, start=1):
+        line = line.rstrip("\n")
+        if not line.strip():
+            continue
+        if fmt == "lines":
+            yield None, line
+            continue
+        try:
+            value = orjson.loads(line)
+        except orjson.JSONDecodeError as error:
+            raise ConfigError(f"input line {number} is not valid JSON: {error}") from None
+        key = value.get(key_field) if key_field and isinstance(value, dict) else None
+        yield key, value
+
+
+@streams_app.command("produce")
+def streams_produce(
+    config: ConfigPath,
+    stream: StreamArg,
+    file: Annotated[Path | None, typer.Option("--file", "-f", help="Read from a file instead of stdin")] = None,
+    fmt: Annotated[
+        str, typer.Option("--format", help="lines (one message per line) or json (one JSON per line)")
+    ] = "lines",
+    key_field: Annotated[str | None, typer.Option("--key-field", help="json: the field holding the key")] = None,
+    partition: Annotated[int | None, typer.Option(help="Write every message to this partition")] = None,
+    overrides: Overrides = None,
+) -> None:
+    """Write messages from stdin or a file, serialized with the stream's configured serdes."""
+    from millstream.serde.registry import SerdeRegistry
+    from millstream.testing import write_stream
+
+    if fmt not in ("lines", "json"):
+        err.print(f"[bold red]error:[/] --format must be lines or json, not '{fmt}'", highlight=False)
+        raise typer.Exit(2)
+    cfg = _load(config, overrides)
+    target = _stream(stream)
+    msg_serde = _guarded(lambda: SerdeRegistry.from_config(cfg).msg_serde(target))
+    key_serde = _guarded(lambda: SerdeRegistry.from_config(cfg).key_serde(target))
+
+    def encoded(pairs: Iterator[tuple[Any, Any]]) -> Iterator[tuple[Any, Any]]:
+        for key, value in pairs:
+            if msg_serde is None:
+                value = value.encode() if isinstance(value, str) else orjson.dumps(value)
+            if key is not None and key_serde is None:
+                key = key.encode() if isinstance(key, str) else orjson.dumps(key)
+            yield key, value
+
+    handle = file.open(encoding="utf-8") if file else sys.stdin
+    try:
+        count = _guarded(
+            lambda: write_stream(cfg, target, encoded(_records(iter(handle), fmt, key_field)), partition=partition)
+        )
+    finally:
+        if file:
+            handle.close()
+    err.print(f"produced {count} message(s) to {target}", highlight=False)
+
+
+@streams_app.command("consume")
+def streams_consume(
+    config: ConfigPath,
+    stream: StreamArg,
+    limit: Annotated[int | None, typer.Option(help="Stop after this many messages")] = None,
+    overrides: Overrides = None,
+) -> None:
+    """Print every retained message as JSON lines: partition, key, value."""
+    from millstream.testing import read_stream
+
+    cfg = _load(config, overrides)
+    target = _stream(stream)
+    by_partition = _guarded(lambda: read_stream(cfg, target))
+    printed = 0
+    for partition in sorted(by_partition):
+        for key, value in by_partition[partition]:
+            if limit is not None and printed >= limit:
+                return
+            print(orjson.dumps({"partition": partition, "key": _printable(key), "value": _printable(value)}).decode())
+            printed += 1
+
+
+def _printable(value: Any) -> Any:
+    if isinstance(value, bytes):
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            return value.hex()
+    return value
+
+
+@checkpoint_app.command("show")
+def checkpoint_show(config: ConfigPath, overrides: Overrides = None) -> None:
+    """The last checkpoint of every task, per partition."""
+    from millstream.checkpoint.factory import checkpoint_manager
+    from millstream.metadata.factory import metadata_store
+
+    cfg = _load(config, overrides)
+    store = _guarded(lambda: metadata_store(cfg))
+    manager = checkpoint_manager(cfg, store, None)
+    manager.start()
+    try:
+        checkpoints = _guarded(manager.read_all)
+    finally:
+        manager.stop()
+        store.close()
+    if not checkpoints:
+        out.print("no checkpoints")
+        return
+    table = Table(title="checkpoints")
+    for column in ("task", "partition", "offset"):
+        table.add_column(column)
+    for task_name in sorted(checkpoints, key=lambda n: n.sort_key()):
+        for ssp, offset in sorted(checkpoints[task_name].offsets.items()):
+            table.add_row(str(task_name), ssp.key(), str(offset))
+    out.print(table)
+
+
+@job_app.command("status")
+def job_status(config: ConfigPath, overrides: Overrides = None) -> None:
+    """Job model, generation, container states and lag per partition (upcoming - next to process)."""
+    from millstream.coordinator.status import job_status as compute_status
+
+    cfg = _load(config, overrides)
+    status = _guarded(lambda: compute_status(cfg))
+    if status.model is None:
+        out.print("the job has never run (no job model)")
+        return
+    out.print(
+        f"generation {status.model.generation}: {len(status.model.containers)} container(s), "
+        f"{len(status.model.tasks)} task(s)",
+        highlight=False,
+    )
+    containers = Table(title="containers")
+    for column in ("container", "state", "attempt", "pid", "host"):
+        containers.add_column(column)
+    for cid in sorted(status.model.containers, key=int):
+        info = status.containers.get(cid, {})
+        containers.add_row(
+            cid,
+            str(info.get("state", "-")),
+            str(info.get("attempt", "-")),
+            str(info.get("pid", "-")),
+            str(info.get("host", "-")),
+        )
+    out.print(containers)
+    lag = Table(title="lag")
+    for column in ("task", "partition", "checkpointed", "upcoming", "lag"):
+        lag.add_column(column, justify="right" if column in ("lag",) else "left")
+    for row in status.lag:
+        lag.add_row(
+            row.task, row.ssp.key(), str(row.checkpointed), str(row.upcoming), "-" if row.lag is None else str(row.lag)
+        )
+    out.print(lag)
+
+
+if __name__ == "__main__":
+    main()

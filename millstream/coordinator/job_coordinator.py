@@ -1,0 +1,112 @@
+"""The driver side of a job: from config to a published JobModel.
+
+It reads the input streams' partitions from their systems, groups partitions into tasks and tasks
+into containers, and publishes the model under the next generation number. Publishing a new
+generation fences every container of the previous one: their checkpoint writes are refused and they
+stop at their next stop check.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from millstream.config import Config, JobConfig, TaskConfig
+from millstream.errors import ConfigError, StreamNotFoundError
+from millstream.metadata import coordination
+from millstream.metadata.base import MetadataStore
+from millstream.model import SystemStreamPartition
+from millstream.runtime.container import load_task_class
+from millstream.runtime.groupers import group_containers, group_tasks, grouper_for
+from millstream.runtime.job_model import JobModel
+from millstream.systems.base import StreamSpec
+from millstream.systems.registry import system_factory
+
+log = logging.getLogger(__name__)
+
+JOB_MODEL_NAMESPACE = "job-model"
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    model: JobModel
+    input_partitions: dict[str, int]
+
+
+class JobCoordinator:
+    def __init__(self, config: Config, store: MetadataStore) -> None:
+        self.config = config
+        self.store = store
+
+    def plan(self) -> JobPlan:
+        """Compute (but do not publish) the JobModel of the next generation; fails on bad config or streams."""
+        job = JobConfig.of(self.config)
+        task = TaskConfig.of(self.config)
+        load_task_class(self.config)
+        inputs = task.input_streams()
+        broadcast = task.broadcast_ssps()
+        if not inputs and not broadcast:
+            raise ConfigError("config key 'task.inputs' is empty: a job needs at least one input stream")
+        streams = sorted(set(inputs) | {ssp.system_stream for ssp in broadcast})
+        ssps: set[SystemStreamPartition] = set()
+        partitions: dict[str, int] = {}
+        for system in sorted({stream.system for stream in streams}):
+            admin = system_factory(self.config, system).get_admin(system, self.config)
+            admin.start()
+            try:
+                names = [stream.stream for stream in streams if stream.system == system]
+                metadata = admin.get_system_stream_metadata(names)
+                for name in names:
+                    if name not in metadata:
+                        raise StreamNotFoundError(
+                            system, name, "create it first (millstream streams create) or fix task.inputs"
+                        )
+                    partitions[f"{system}.{name}"] = metadata[name].partition_count
+                    ssps.update(SystemStreamPartition(system, name, p) for p in metadata[name].partitions)
+            finally:
+                admin.stop()
+        self._ensure_dead_letter_stream()
+        unknown_broadcast = sorted(broadcast - ssps)
+        if unknown_broadcast:
+            raise ConfigError(f"config key 'task.broadcast.inputs' names {unknown_broadcast[0]}, which does not exist")
+        regular = {ssp for ssp in ssps if ssp.system_stream in set(inputs)}
+        tasks = group_tasks(grouper_for(job.grouper_factory), regular | broadcast, broadcast)
+        containers = group_containers(tasks, job.container_count)
+        generation = coordination.current_generation(self.store) + 1
+        return JobPlan(JobModel(generation, containers), partitions)
+
+    def publish(self, model: JobModel) -> None:
+        """Store the model and make its generation current; older containers are fenced from now on."""
+        data = model.to_bytes()
+        self.store.put(JOB_MODEL_NAMESPACE, str(model.generation), data)
+        self.store.put(JOB_MODEL_NAMESPACE, "latest", data)
+        coordination.clear_stop(self.store)
+        coordination.publish_generation(self.store, model.generation)
+        log.info(
+            "published job model generation %s: %d container(s), %d task(s)",
+            model.generation,
+            len(model.containers),
+            len(model.tasks),
+        )
+
+    def start(self) -> JobModel:
+        plan = self.plan()
+        self.publish(plan.model)
+        return plan.model
+
+    def _ensure_dead_letter_stream(self) -> None:
+        dead_letter = TaskConfig.of(self.config).dead_letter()
+        if dead_letter is None:
+            return
+        admin = system_factory(self.config, dead_letter.system).get_admin(dead_letter.system, self.config)
+        admin.start()
+        try:
+            if admin.create_stream(StreamSpec(dead_letter.system, dead_letter.stream, 1)):
+                log.info("created dead-letter stream %s", dead_letter)
+        finally:
+            admin.stop()
+
+
+def latest_job_model(store: MetadataStore) -> JobModel | None:
+    data = store.get(JOB_MODEL_NAMESPACE, "latest")
+    return JobModel.from_bytes(data) if data else None

@@ -1,0 +1,131 @@
+"""Output of a container: producers per system, and the per-task collector that serializes into them."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from millstream.config import Config
+from millstream.errors import MillstreamError
+from millstream.model import OutgoingMessageEnvelope, SystemStream
+from millstream.serde.base import SerdeError
+from millstream.serde.registry import SerdeRegistry
+from millstream.systems.base import SystemProducer
+from millstream.systems.registry import system_factory
+
+log = logging.getLogger(__name__)
+
+
+class SerializationError(MillstreamError):
+    """An output message could not be serialized; names the stream and the task."""
+
+
+class ProducerPool:
+    """One started producer per system, created on first use and shared by the container's tasks."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._producers: dict[str, SystemProducer] = {}
+
+    def producer(self, system: str) -> SystemProducer:
+        producer = self._producers.get(system)
+        if producer is None:
+            producer = system_factory(self.config, system).get_producer(system, self.config)
+            producer.start()
+            self._producers[system] = producer
+        return producer
+
+    def flush(self, source: str) -> None:
+        """Block until everything ``source`` sent is durable; raises the first failure."""
+        for producer in self._producers.values():
+            producer.flush(source)
+
+    def stop(self) -> None:
+        errors = []
+        for system, producer in self._producers.items():
+            try:
+                producer.stop()
+            except Exception as error:  # every producer must get its chance to stop
+                errors.append(f"{system}: {error}")
+        self._producers.clear()
+        if errors:
+            raise MillstreamError(f"producers failed to stop cleanly: {'; '.join(errors)}")
+
+
+Encoder = Callable[[Any], bytes]
+
+
+class TaskCollector:
+    """The ``MessageCollector`` a task sends through: serializes with the output stream's serdes."""
+
+    __slots__ = ("_codecs", "_drop_errors", "_pool", "_serdes", "dropped", "sent", "source")
+
+    def __init__(self, source: str, pool: ProducerPool, serdes: SerdeRegistry, drop_errors: bool) -> None:
+        self.source = source
+        self._pool = pool
+        self._serdes = serdes
+        self._drop_errors = drop_errors
+        self._codecs: dict[SystemStream, tuple[Encoder | None, Encoder | None, SystemProducer]] = {}
+        self.sent = 0
+        self.dropped = 0
+
+    def send(self, envelope: OutgoingMessageEnvelope) -> None:
+        stream = envelope.system_stream
+        codec = self._codecs.get(stream)
+        if codec is None:
+            codec = self._codec(stream)
+        key_encode, msg_encode, producer = codec
+        try:
+            key = envelope.key
+            message = envelope.message
+            partition_key = envelope.partition_key
+            if key_encode is not None:
+                key = None if key is None else key_encode(key)
+                partition_key = None if partition_key is None else key_encode(partition_key)
+            elif partition_key is not None and not isinstance(partition_key, bytes):
+                partition_key = str(partition_key).encode()
+            if msg_encode is not None and message is not None:
+                message = msg_encode(message)
+            _require_bytes(key, message)
+        except SerdeError as error:
+            if self._drop_errors:
+                self.dropped += 1
+                log.warning("%s: dropped a message to %s that failed to serialize: %s", self.source, stream, error)
+                return
+            raise SerializationError(
+                f"task '{self.source}' cannot serialize a message for '{stream}': {error}"
+            ) from None
+        producer.send(
+            self.source,
+            OutgoingMessageEnvelope(
+                stream,
+                message,
+                key,
+                partition_key,
+                partition=envelope.partition,
+                timestamp=envelope.timestamp,
+                headers=envelope.headers,
+            ),
+        )
+        self.sent += 1
+
+    def _codec(self, stream: SystemStream) -> tuple[Encoder | None, Encoder | None, SystemProducer]:
+        key_serde = self._serdes.key_serde(stream)
+        msg_serde = self._serdes.msg_serde(stream)
+        codec = (
+            key_serde.to_bytes if key_serde else None,
+            msg_serde.to_bytes if msg_serde else None,
+            self._pool.producer(stream.system),
+        )
+        self._codecs[stream] = codec
+        return codec
+
+
+def _require_bytes(key: Any, message: Any) -> None:
+    for name, serde_key, value in (("key", "key.serde", key), ("message", "msg.serde", message)):
+        if value is not None and not isinstance(value, bytes):
+            raise SerdeError(
+                f"the {name} is a {type(value).__name__} but the stream has no {serde_key} "
+                f"(configure systems.<s>.samza.{serde_key})"
+            )

@@ -1,0 +1,265 @@
+"""A container: hosts the tasks the JobModel gives it, from startup to a committed stop.
+
+Startup fences off every earlier attempt of this container (a new epoch in the metadata store), so a
+zombie attempt left behind by a retried Spark task can never overwrite this attempt's checkpoints.
+The container runs without Spark: the Spark runner calls :func:`run_container` inside a Spark task,
+the in-process runner calls it from a thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from millstream.api.task import StreamTask
+from millstream.checkpoint.base import WriterFence
+from millstream.checkpoint.factory import checkpoint_manager as make_checkpoint_manager
+from millstream.config import Config, TaskConfig
+from millstream.errors import ConfigError, MillstreamError, StreamNotFoundError
+from millstream.metadata import coordination
+from millstream.metadata.base import FencedError, MetadataStore
+from millstream.metadata.factory import metadata_store
+from millstream.model import SystemStream, SystemStreamPartition
+from millstream.plugins import load_object
+from millstream.runtime.collector import ProducerPool, TaskCollector
+from millstream.runtime.job_model import JobModel
+from millstream.runtime.offset_manager import OffsetManager
+from millstream.runtime.run_loop import (
+    DeadLetterPolicy,
+    Decoder,
+    RunLoop,
+    RunLoopSettings,
+    SystemConsumers,
+)
+from millstream.runtime.task_instance import ContainerContext, TaskInstance
+from millstream.serde.registry import SerdeRegistry
+from millstream.systems.base import SystemAdmin
+from millstream.systems.registry import system_factory
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ContainerResult:
+    """What a container reports back to the driver: never data, only a summary."""
+
+    container_id: str
+    generation: int
+    epoch: int
+    outcome: str  # "finished" (inputs ended or shutdown requested) or "stopped" (stop signal)
+    processed: dict[str, int]
+    commits: int
+    dropped_deserialization_errors: int
+    seconds: float
+    processing_seconds: float
+    pid: int = field(default_factory=os.getpid)
+    host: str = field(default_factory=socket.gethostname)
+    executor: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def messages(self) -> int:
+        return sum(self.processed.values())
+
+
+def load_task_class(config: Config) -> type:
+    """Import ``task.class``; a module beside the config file is importable without packaging."""
+    name = TaskConfig.of(config).class_name
+    if config.source:
+        config_dir = os.path.dirname(config.source)
+        if config_dir not in sys.path:
+            sys.path.insert(0, config_dir)
+    if not name:
+        raise ConfigError("config key 'task.class' is required: the StreamTask class to run (module:Class)")
+    task_class = load_object(name, "task.class")
+    if not (isinstance(task_class, type) and issubclass(task_class, StreamTask)):
+        raise ConfigError(f"config key 'task.class': '{name}' is not a millstream.api.task.StreamTask subclass")
+    return task_class
+
+
+def run_container(
+    config: Config,
+    job_model: JobModel,
+    container_id: str,
+    *,
+    stop_event: threading.Event | None = None,
+    executor: dict[str, Any] | None = None,
+    store: MetadataStore | None = None,
+) -> ContainerResult:
+    """Run container ``container_id`` of ``job_model`` until its inputs end or it is told to stop."""
+    started = time.monotonic()
+    store = store or metadata_store(config)
+    epoch = coordination.start_container_attempt(store, container_id)
+    generation = job_model.generation
+    if coordination.current_generation(store) != generation:
+        raise FencedError(
+            f"container {container_id} belongs to generation {generation}, but the job is at generation "
+            f"{coordination.current_generation(store)}"
+        )
+    fence = WriterFence(generation, container_id, epoch)
+    status = {"pid": os.getpid(), "host": socket.gethostname(), "attempt": epoch, "generation": generation}
+    status.update(executor or {})
+    coordination.report_container_status(store, container_id, {**status, "state": "starting"})
+    log.info("container %s (generation %s, attempt %s) starting", container_id, generation, epoch)
+
+    task_config = TaskConfig.of(config)
+    serdes = SerdeRegistry.from_config(config)
+    model = job_model.containers[container_id]
+    ssps = {ssp for task in model.tasks.values() for ssp in task.ssps}
+    admins = _start_admins(config, {ssp.system for ssp in ssps})
+    producers = ProducerPool(config)
+    consumers: SystemConsumers | None = None
+    checkpoints = make_checkpoint_manager(config, store, fence)
+    checkpoints.start()
+    try:
+        metadata = _partition_metadata(admins, ssps)
+        offsets = OffsetManager(config, admins)
+        task_class = load_task_class(config)
+        tasks: list[TaskInstance] = []
+        registered: dict[SystemStreamPartition, str] = {}
+        starts: dict[Any, dict[SystemStreamPartition, str]] = {}
+        last_checkpoints = {}
+        for task_name, task_model in sorted(model.tasks.items(), key=lambda kv: kv[0].sort_key()):
+            checkpoints.register(task_name)
+            last = checkpoints.read_last_checkpoint(task_name)
+            last_checkpoints[task_name] = last
+            starts[task_name] = offsets.starting_offsets(task_name, task_model.ssps, last, metadata)
+            for ssp, offset in starts[task_name].items():
+                current = registered.get(ssp)
+                order = None if current is None else admins[ssp.system].offset_comparator(offset, current)
+                if current is None or (order is not None and order < 0):
+                    registered[ssp] = offset
+        for task_name, task_model in sorted(model.tasks.items(), key=lambda kv: kv[0].sort_key()):
+            catch_up = {
+                ssp: (offset, admins[ssp.system].offset_comparator)
+                for ssp, offset in starts[task_name].items()
+                if registered[ssp] != offset
+            }
+            context = ContainerContext(task_name, config, task_model.ssps, container_id)
+            last = last_checkpoints[task_name]
+            instance = TaskInstance(
+                task_name,
+                task_class(),
+                task_model.ssps,
+                context,
+                producers,
+                TaskCollector(task_name, producers, serdes, task_config.drop_serialization_errors),
+                checkpoints,
+                dict(last.offsets) if last else {},
+                catch_up,
+            )
+            tasks.append(instance)
+        consumers = SystemConsumers(_register_consumers(config, registered))
+        for instance in tasks:
+            instance.init()
+        consumers.start()
+        dead_letters = DeadLetterPolicy(task_config.drop_deserialization_errors, task_config.dead_letter(), producers)
+        loop = RunLoop(
+            consumers,
+            tasks,
+            _decoders(serdes, {ssp.system_stream for ssp in ssps}),
+            dead_letters,
+            RunLoopSettings(task_config.window_ms, task_config.commit_ms, task_config.poll_interval_ms),
+            _stop_probe(store, generation, stop_event),
+        )
+        coordination.report_container_status(store, container_id, {**status, "state": "running"})
+        log.info("container %s running %d task(s) over %d partition(s)", container_id, len(tasks), len(ssps))
+        loop.run()
+        for instance in tasks:
+            instance.close()
+        producers.stop()
+        outcome = "stopped" if loop.stopped_by_request else "finished"
+        coordination.report_container_status(store, container_id, {**status, "state": outcome})
+        stats = loop.stats
+        processing = (
+            (stats.last_message_at - stats.first_message_at)
+            if stats.first_message_at is not None and stats.last_message_at is not None
+            else 0.0
+        )
+        return ContainerResult(
+            container_id=container_id,
+            generation=generation,
+            epoch=epoch,
+            outcome=outcome,
+            processed={str(t.task_name): t.processed for t in tasks},
+            commits=sum(t.commits for t in tasks),
+            dropped_deserialization_errors=dead_letters.dropped,
+            seconds=time.monotonic() - started,
+            processing_seconds=processing,
+            executor=executor or {},
+        )
+    except BaseException as error:
+        coordination.report_container_status(store, container_id, {**status, "state": "failed", "error": str(error)})
+        raise
+    finally:
+        _quietly(lambda: consumers.stop() if consumers else None)
+        _quietly(producers.stop)
+        _quietly(checkpoints.stop)
+        for admin in admins.values():
+            _quietly(admin.stop)
+
+
+def _start_admins(config: Config, systems: set[str]) -> dict[str, SystemAdmin]:
+    admins = {}
+    for system in sorted(systems):
+        admin = system_factory(config, system).get_admin(system, config)
+        admin.start()
+        admins[system] = admin
+    return admins
+
+
+def _partition_metadata(admins: dict[str, SystemAdmin], ssps: set[SystemStreamPartition]) -> dict[Any, Any]:
+    metadata: dict[Any, Any] = {}
+    for system, admin in admins.items():
+        metadata.update(admin.get_ssp_metadata(ssp for ssp in ssps if ssp.system == system))
+    missing = sorted(ssps - metadata.keys())
+    if missing:
+        ssp = missing[0]
+        raise StreamNotFoundError(ssp.system, ssp.stream, f"partition {ssp.partition} is not available")
+    return metadata
+
+
+def _register_consumers(config: Config, registered: dict[SystemStreamPartition, str]) -> dict[str, Any]:
+    consumers = {}
+    for system in sorted({ssp.system for ssp in registered}):
+        consumer = system_factory(config, system).get_consumer(system, config)
+        for ssp, offset in sorted(registered.items()):
+            if ssp.system == system:
+                consumer.register(ssp, offset)
+        consumers[system] = consumer
+    return consumers
+
+
+def _decoders(
+    serdes: SerdeRegistry, streams: set[SystemStream]
+) -> dict[SystemStream, tuple[Decoder | None, Decoder | None]]:
+    decoders: dict[SystemStream, tuple[Decoder | None, Decoder | None]] = {}
+    for stream in streams:
+        key_serde, msg_serde = serdes.key_serde(stream), serdes.msg_serde(stream)
+        decoders[stream] = (
+            key_serde.from_bytes if key_serde else None,
+            msg_serde.from_bytes if msg_serde else None,
+        )
+    return decoders
+
+
+def _stop_probe(store: MetadataStore, generation: int, stop_event: threading.Event | None) -> Callable[[], bool]:
+    def stop_requested() -> bool:
+        if stop_event is not None and stop_event.is_set():
+            return True
+        return coordination.stop_requested(store, generation) or coordination.current_generation(store) > generation
+
+    return stop_requested
+
+
+def _quietly(action: Callable[[], Any]) -> None:
+    try:
+        action()
+    except (MillstreamError, OSError) as error:
+        log.warning("ignored during container cleanup: %s", error)

@@ -1,0 +1,268 @@
+"""The container's single-threaded loop: poll → deserialize → process → window → commit.
+
+Partitions are served round-robin at batch granularity: every partition with data gets its polled
+batch processed in each pass, and the pass starts one partition later each time, so a busy partition
+cannot starve the others. Timers (window, commit, stop check) run between batches.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from millstream.errors import MillstreamError
+from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
+from millstream.runtime.collector import ProducerPool
+from millstream.runtime.task_instance import TaskInstance
+from millstream.serde.base import SerdeError
+from millstream.systems.base import SystemConsumer
+
+log = logging.getLogger(__name__)
+
+Decoder = Callable[[bytes], Any]
+
+
+class DeserializationError(MillstreamError):
+    """A message could not be decoded by its stream's serde; names stream, partition and offset."""
+
+
+@dataclass
+class DeadLetterPolicy:
+    """``task.drop.deserialization.errors``: skip undecodable messages, count them, keep them aside."""
+
+    drop: bool
+    stream: SystemStream | None
+    producers: ProducerPool
+    dropped: int = 0
+
+
+@dataclass
+class RunLoopSettings:
+    window_ms: int
+    commit_ms: int
+    poll_interval_ms: int
+    stop_check_ms: int = 500
+
+
+@dataclass
+class RunLoopStats:
+    polls: int = 0
+    batches: int = 0
+    commit_seconds: float = 0.0
+    first_message_at: float | None = None
+    last_message_at: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class SystemConsumers:
+    """All consumers of a container behind one ``poll`` over the partitions still being read."""
+
+    def __init__(self, consumers: Mapping[str, SystemConsumer]) -> None:
+        self.consumers = dict(consumers)
+
+    def start(self) -> None:
+        for consumer in self.consumers.values():
+            consumer.start()
+
+    def poll(self, active: set[SystemStreamPartition], timeout: float) -> dict[SystemStreamPartition, list[Any]]:
+        wanted: dict[str, set[SystemStreamPartition]] = {}
+        for ssp in active:
+            wanted.setdefault(ssp.system, set()).add(ssp)
+        if len(wanted) == 1:
+            ((system, ssps),) = wanted.items()
+            return self.consumers[system].poll(ssps, timeout)
+        result: dict[SystemStreamPartition, list[Any]] = {}
+        for wait in (0.0, timeout / max(len(wanted), 1)):
+            for system, ssps in wanted.items():
+                result.update(self.consumers[system].poll(ssps, wait))
+            if result:
+                break
+        return result
+
+    def stop(self) -> None:
+        for consumer in self.consumers.values():
+            consumer.stop()
+
+
+class RunLoop:
+    def __init__(
+        self,
+        consumers: SystemConsumers,
+        tasks: list[TaskInstance],
+        decoders: Mapping[SystemStream, tuple[Decoder | None, Decoder | None]],
+        dead_letters: DeadLetterPolicy,
+        settings: RunLoopSettings,
+        stop_requested: Callable[[], bool],
+    ) -> None:
+        self.consumers = consumers
+        self.tasks = tasks
+        self.decoders = dict(decoders)
+        self.dead_letters = dead_letters
+        self.settings = settings
+        self.stop_requested = stop_requested
+        self.stats = RunLoopStats()
+        self.dispatch: dict[SystemStreamPartition, list[TaskInstance]] = {}
+        for task in tasks:
+            for ssp in task.ssps:
+                self.dispatch.setdefault(ssp, []).append(task)
+        self.stopped_by_request = False
+
+    def run(self) -> None:
+        """Run until every task finished (end-of-stream or shutdown request) or a stop is requested."""
+        settings = self.settings
+        now = time.monotonic()
+        next_window = now + settings.window_ms / 1000 if settings.window_ms > 0 else float("inf")
+        next_commit = now + settings.commit_ms / 1000 if settings.commit_ms > 0 else float("inf")
+        next_stop_check = now
+        active = {ssp for ssp, tasks in self.dispatch.items() if any(not t.finished for t in tasks)}
+        pending: dict[SystemStreamPartition, list[Any]] = {}
+        """Decoded envelopes a task has not reached yet because a timer fell due; served before polling again."""
+        poll_timeout = settings.poll_interval_ms / 1000
+        rotation = 0
+        while active:
+            now = time.monotonic()
+            deadline = min(next_window, next_commit, next_stop_check)
+            pollable = active - pending.keys() if pending else active
+            batches = {}
+            if pollable:
+                timeout = 0.0 if pending else max(0.0, min(poll_timeout, deadline - now))
+                batches = self.consumers.poll(pollable, timeout)
+                self.stats.polls += 1
+            work = list(pending.items())
+            pending.clear()
+            work.extend((ssp, self._decode(ssp, batch)) for ssp, batch in batches.items() if batch)
+            if work:
+                rotation = (rotation + 1) % len(work)
+                for ssp, batch in work[rotation:] + work[:rotation]:
+                    self._deliver(ssp, batch, deadline, active, pending)
+                if self._container_shutdown_requested():
+                    break
+            now = time.monotonic()
+            if now >= next_window:
+                for task in self.tasks:
+                    task.window()
+                next_window = now + settings.window_ms / 1000
+                if self._container_shutdown_requested():
+                    break
+            if now >= next_commit:
+                self.commit_all()
+                next_commit = time.monotonic() + settings.commit_ms / 1000
+            if now >= next_stop_check:
+                if self.stop_requested():
+                    self.stopped_by_request = True
+                    log.info("stop requested: committing and stopping")
+                    break
+                next_stop_check = now + settings.stop_check_ms / 1000
+            active = {ssp for ssp in active if any(not t.finished for t in self.dispatch[ssp])}
+        self.commit_all()
+
+    def commit_all(self) -> None:
+        started = time.monotonic()
+        for task in self.tasks:
+            task.commit()
+        self.stats.commit_seconds += time.monotonic() - started
+
+    def _container_shutdown_requested(self) -> bool:
+        return any(task.shutdown_requested for task in self.tasks)
+
+    def _deliver(
+        self,
+        ssp: SystemStreamPartition,
+        batch: list[Any],
+        deadline: float,
+        active: set[SystemStreamPartition],
+        pending: dict[SystemStreamPartition, list[Any]],
+    ) -> None:
+        """Hand a decoded batch (maybe ending with end-of-stream) to the tasks that own ``ssp``.
+
+        A partition owned by one task may be cut at ``deadline`` and its rest kept in ``pending``; a
+        partition shared by several tasks (broadcast) is given whole to each, so they stay in step.
+        """
+        end_of_stream = batch[-1].is_end_of_stream
+        messages = batch[:-1] if end_of_stream else batch
+        tasks = self.dispatch[ssp]
+        if messages:
+            stats = self.stats
+            if stats.first_message_at is None:
+                stats.first_message_at = time.monotonic()
+            if len(tasks) == 1:
+                task = tasks[0]
+                if not task.finished:
+                    consumed = task.process(ssp, messages, deadline)
+                    if consumed < len(messages) and not task.finished:
+                        pending[ssp] = batch[consumed:]
+                        stats.last_message_at = time.monotonic()
+                        return
+            else:
+                for task in tasks:
+                    if not task.finished:
+                        task.process(ssp, messages)
+            stats.batches += 1
+            stats.last_message_at = time.monotonic()
+        if end_of_stream:
+            active.discard(ssp)
+            for task in tasks:
+                task.mark_end_of_stream(ssp)
+
+    def _decode(self, ssp: SystemStreamPartition, batch: list[Any]) -> list[Any]:
+        """Replace bytes by objects in place; undecodable messages fail the container or are set aside."""
+        decoders = self.decoders.get(ssp.system_stream, (None, None))
+        if decoders == (None, None):
+            return batch
+        key_decode, msg_decode = decoders
+        failed: list[int] = []
+        for index, envelope in enumerate(batch):
+            if envelope.is_end_of_stream:
+                continue
+            key, message = envelope.key, envelope.message
+            try:
+                if key_decode is not None and key is not None:
+                    key = key_decode(key)
+                if msg_decode is not None and message is not None:
+                    message = msg_decode(message)
+                envelope.key, envelope.message = key, message
+            except SerdeError as error:
+                if not self.dead_letters.drop:
+                    raise DeserializationError(
+                        f"cannot deserialize message at offset {envelope.offset} of stream "
+                        f"'{ssp.system}.{ssp.stream}' partition {ssp.partition}: {error} "
+                        "(set task.drop.deserialization.errors=true to skip such messages)"
+                    ) from None
+                self._set_aside(ssp, envelope, error)
+                failed.append(index)
+        if failed:
+            skip = set(failed)
+            batch = [envelope for index, envelope in enumerate(batch) if index not in skip]
+        return batch
+
+    def _set_aside(self, ssp: SystemStreamPartition, envelope: Any, error: SerdeError) -> None:
+        policy = self.dead_letters
+        policy.dropped += 1
+        log.warning(
+            "skipped undecodable message at offset %s of %s (%s)%s",
+            envelope.offset,
+            ssp,
+            error,
+            f"; sent to {policy.stream}" if policy.stream else "",
+        )
+        if policy.stream is None:
+            return
+        headers = dict(envelope.headers or {})
+        headers.update(
+            {
+                "millstream.error.stream": f"{ssp.system}.{ssp.stream}".encode(),
+                "millstream.error.partition": str(ssp.partition).encode(),
+                "millstream.error.offset": str(envelope.offset).encode(),
+                "millstream.error.reason": str(error).encode(),
+            }
+        )
+        source = self.dispatch[ssp][0].task_name  # flushed with that task's output before its checkpoint
+        policy.producers.producer(policy.stream.system).send(
+            source,
+            OutgoingMessageEnvelope(
+                policy.stream, envelope.message, envelope.key, timestamp=envelope.timestamp, headers=headers
+            ),
+        )

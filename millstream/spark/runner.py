@@ -1,0 +1,136 @@
+"""Run a job on Spark: the driver is the job coordinator, each container one long-running Spark task.
+
+Stopping is ours, not Spark's: cancelling a Spark job SIGKILLs the Python workers, so a graceful
+stop (Ctrl-C, SIGTERM, :meth:`SparkJobRunner.request_stop`) writes a stop signal to the metadata
+store; containers see it within a second, commit and return. Cancellation remains the last resort
+after ``job.coordinator.stop.timeout.ms``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+import orjson
+from pyspark.sql import SparkSession
+
+from millstream.config import Config, JobConfig
+from millstream.coordinator.job_coordinator import JobCoordinator
+from millstream.coordinator.job_result import JobResult
+from millstream.metadata import coordination
+from millstream.metadata.factory import metadata_store
+from millstream.runtime.container import ContainerResult
+from millstream.spark.container_task import container_partition
+from millstream.spark.session import build_session, check_slots, requirement
+
+log = logging.getLogger(__name__)
+
+_PYTHON_ERROR = re.compile(r"^(?:[\w.]+\.)?(?P<name>\w*(?:Error|Exception|Exit))\b:?\s*(?P<message>.*)$")
+
+
+class SparkJobRunner:
+    def __init__(self, config: Config, *, master: str | None = None, spark: SparkSession | None = None) -> None:
+        self.config = config
+        self.master = master
+        self._spark = spark
+        self._stop = threading.Event()
+        self.store = metadata_store(config)
+        self.generation = 0
+
+    def run(self, *, handle_signals: bool = False) -> JobResult:
+        """Plan, publish and run the job; returns when every container returned, or the job failed."""
+        spark = self._spark or build_session(self.config, self.master)
+        sc = spark.sparkContext
+        check_slots(sc, requirement(self.config))
+        model = JobCoordinator(self.config, self.store).start()
+        self.generation = model.generation
+        previous = self._install_signal_handlers() if handle_signals else {}
+        outcome: dict[str, Any] = {}
+        group = f"millstream-{JobConfig.of(self.config).job_key}-g{model.generation}"
+        launch = threading.Thread(
+            target=self._launch, args=(spark, model.to_bytes(), len(model.containers), group, outcome), daemon=True
+        )
+        launch.start()
+        try:
+            deadline: float | None = None
+            while launch.is_alive():
+                launch.join(0.2)
+                if self._stop.is_set() and deadline is None:
+                    coordination.request_stop(self.store, model.generation)
+                    deadline = time.monotonic() + JobConfig.of(self.config).stop_timeout_ms / 1000
+                if deadline is not None and time.monotonic() > deadline:
+                    log.warning("containers did not stop within the stop timeout; cancelling the Spark job")
+                    sc.cancelJobGroup(group)
+                    deadline = float("inf")
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+        if "error" in outcome:
+            coordination.request_stop(self.store, model.generation)  # let any surviving container commit
+            return JobResult(model.generation, "failed", error=outcome["error"])
+        containers = [ContainerResult(**orjson.loads(row)) for row in outcome["rows"]]
+        stopped = any(c.outcome == "stopped" for c in containers)
+        return JobResult(model.generation, "stopped" if stopped else "finished", containers)
+
+    def request_stop(self) -> None:
+        """Ask every container to commit and stop; :meth:`run` then returns ``stopped``."""
+        self._stop.set()
+
+    def _launch(self, spark: SparkSession, model: bytes, count: int, group: str, outcome: dict[str, Any]) -> None:
+        sc = spark.sparkContext
+        sc.setJobGroup(group, f"millstream job {group}", interruptOnCancel=True)
+        task = functools.partial(
+            container_partition, self.config.to_dict(), self.config.source, model, _python_paths(self.config)
+        )
+        try:
+            outcome["rows"] = sc.parallelize(range(count), count).mapPartitionsWithIndex(task).collect()
+        except Exception as error:
+            outcome["error"] = spark_failure_cause(error)
+
+    def _install_signal_handlers(self) -> dict[int, Any]:
+        def on_signal(signum: int, _frame: FrameType | None) -> None:
+            if self._stop.is_set():
+                log.warning("second signal: stopping without waiting")
+                raise KeyboardInterrupt
+            print(f"\n{signal.Signals(signum).name}: stopping containers gracefully (they commit)", file=sys.stderr)
+            self._stop.set()
+
+        previous: dict[int, Any] = {}
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, on_signal)
+        return previous
+
+
+def _python_paths(config: Config) -> list[str]:
+    """Directories workers need to import user code: the config's folder, cwd and the driver's source dirs."""
+    paths = [os.path.dirname(config.source)] if config.source else []
+    paths.append(os.getcwd())
+    paths.extend(p for p in sys.path if p and os.path.isdir(p) and "site-packages" not in p and "/lib/python" not in p)
+    seen: dict[str, None] = {}
+    for path in paths:
+        seen.setdefault(os.path.abspath(path), None)
+    return list(seen)
+
+
+def spark_failure_cause(error: BaseException) -> str:
+    """The user-meaningful cause inside a Spark job failure: the last Python exception line of the
+    failing container's traceback, else the first line of Spark's message."""
+    text = str(error)
+    causes = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        match = _PYTHON_ERROR.match(stripped)
+        if match and not stripped.startswith(("py4j", "org.apache", "java.", "Caused by")):
+            causes.append(stripped)
+    if causes:
+        return causes[-1]
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(error).__name__)
+    return first[:2000]

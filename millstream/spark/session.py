@@ -1,0 +1,122 @@
+"""The SparkSession a job runs in, configured for long-running container tasks.
+
+Facts that shape it (DESIGN §9): Python workers must use the driver's interpreter; on ``local[N]``
+a task beyond N waits forever for a slot, so slots are checked before launching; retries in local
+mode come only from ``local[N,F]``; speculation would run a container twice.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass
+
+from pyspark import SparkContext
+from pyspark.sql import SparkSession
+
+from millstream.config import Config, JobConfig
+from millstream.errors import ConfigError
+
+_LOCAL = re.compile(r"^local\[(?P<threads>\d+|\*)(?:,\s*(?P<failures>\d+))?\]$")
+
+
+@dataclass(frozen=True)
+class SlotRequirement:
+    containers: int
+    headroom: int
+
+    @property
+    def slots(self) -> int:
+        return self.containers + self.headroom
+
+
+def requirement(config: Config) -> SlotRequirement:
+    job = JobConfig.of(config)
+    return SlotRequirement(job.container_count, job.slots_headroom)
+
+
+def resolve_master(config: Config, master: str | None) -> str:
+    """``--master`` > ``spark.master`` > ``local[containers + headroom, retries + 1]``.
+
+    A ``local[N]`` without a failure count gets one, so failed containers are retried as on a cluster.
+    """
+    job = JobConfig.of(config)
+    failures = job.container_retry_count + 1
+    chosen = master or config.get("spark.master")
+    if not chosen:
+        return f"local[{requirement(config).slots},{failures}]"
+    match = _LOCAL.match(chosen.strip())
+    if match and match.group("failures") is None:
+        return f"local[{match.group('threads')},{failures}]"
+    return chosen.strip()
+
+
+def local_slots(master: str) -> int | None:
+    match = _LOCAL.match(master)
+    if not match:
+        return 1 if master == "local" else None
+    threads = match.group("threads")
+    return os.cpu_count() or 1 if threads == "*" else int(threads)
+
+
+def build_session(config: Config, master: str | None = None) -> SparkSession:
+    """Create (or join) the SparkSession for ``config``; ``spark.*`` keys pass through to Spark."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    job = JobConfig.of(config)
+    builder = SparkSession.builder.master(resolve_master(config, master)).appName(f"millstream-{job.job_key}")
+    settings = {
+        "spark.speculation": "false",
+        "spark.task.maxFailures": str(job.container_retry_count + 1),
+        "spark.pyspark.python": sys.executable,
+        "spark.ui.showConsoleProgress": "false",
+        "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+    }
+    settings.update({k: v for k, v in config.items() if k.startswith("spark.") and k != "spark.master"})
+    if settings.get("spark.speculation", "false").lower() != "false":
+        raise ConfigError(
+            "config key 'spark.speculation' must be false: a speculative copy would run a container twice"
+        )
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel(config.get("spark.log.level", "WARN"))
+    return session
+
+
+def check_slots(sc: SparkContext, need: SlotRequirement, wait_seconds: float = 30.0) -> int:
+    """Fail fast, never hang: the cluster must offer a task slot per container plus headroom."""
+    master = str(sc.master)
+    fixed = local_slots(master)
+    if fixed is not None:
+        if fixed < need.slots:
+            raise ConfigError(
+                f"Spark master '{master}' offers {fixed} task slot(s), but the job needs {need.slots} "
+                f"({need.containers} container(s) + {need.headroom} headroom): use local[{need.slots}] or more, "
+                "or lower job.container.count / job.coordinator.slots.headroom"
+            )
+        return fixed
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        slots = _cluster_slots(sc)
+        if slots >= need.slots:
+            return slots
+        if time.monotonic() >= deadline:
+            raise ConfigError(
+                f"Spark master '{master}' offers {slots} task slot(s) after waiting {wait_seconds:.0f}s, but the job "
+                f"needs {need.slots} ({need.containers} container(s) + {need.headroom} headroom)"
+            )
+        time.sleep(0.5)
+
+
+def _cluster_slots(sc: SparkContext) -> int:
+    """Task slots of the registered executors: their total cores divided by ``spark.task.cpus``."""
+    cpus_per_task = int(sc.getConf().get("spark.task.cpus", "1"))
+    backend = sc._jsc.sc().schedulerBackend()
+    try:
+        cores = int(backend.totalCoreCount().get())
+    except Exception:  # not a coarse-grained backend: trust Spark's own estimate
+        cores = sc.defaultParallelism
+    return cores // cpus_per_task

@@ -1,0 +1,261 @@
+"""Run jobs without Spark: for millstream's own fast tests and for users' unit tests of their tasks.
+
+``InProcessRunner`` runs every container of a job in a thread of this process, with the same
+coordinator, containers, checkpoints and systems as the Spark runner. ``TestRunner`` wraps it for
+the common case: give a task some input, run it to the end, look at its output::
+
+    result = (
+        TestRunner(PageViewCounter)
+        .add_input("page-views", [("u1", {"page": "/home"}), ("u2", {"page": "/cart"})])
+        .add_output("page-view-counts")
+        .run()
+    )
+    assert result.output("page-view-counts") == [...]
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from millstream.config import Config
+from millstream.config.views import parse_stream, resolve_paths, validate
+from millstream.coordinator.job_coordinator import JobCoordinator
+from millstream.coordinator.job_result import JobResult
+from millstream.errors import MillstreamError
+from millstream.metadata.factory import metadata_store
+from millstream.model import OutgoingMessageEnvelope, SystemStream
+from millstream.runtime.container import ContainerResult, run_container
+from millstream.serde.registry import SerdeRegistry
+from millstream.systems.base import StreamSpec
+from millstream.systems.registry import system_factory
+
+__all__ = ["InProcessRunner", "TestResult", "TestRunner", "read_stream", "write_stream"]
+
+
+class InProcessRunner:
+    """Runs a job's containers as threads; ``run`` returns when all of them returned."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._stop = threading.Event()
+
+    def run(self, timeout: float | None = None) -> JobResult:
+        """Run to completion; past ``timeout`` seconds the containers are stopped (they commit)."""
+        store = metadata_store(self.config)
+        model = JobCoordinator(self.config, store).start()
+        results: dict[str, ContainerResult] = {}
+        errors: dict[str, BaseException] = {}
+
+        def container(container_id: str) -> None:
+            try:
+                results[container_id] = run_container(self.config, model, container_id, stop_event=self._stop)
+            except BaseException as error:  # reported as the job's failure below
+                errors[container_id] = error
+                self._stop.set()
+
+        threads = [
+            threading.Thread(target=container, args=(cid,), name=f"container-{cid}", daemon=True)
+            for cid in model.containers
+        ]
+        for thread in threads:
+            thread.start()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.05)
+                if deadline is not None and time.monotonic() > deadline:
+                    self._stop.set()
+        ordered = [results[cid] for cid in sorted(results, key=int)]
+        if errors:
+            cid, error = sorted(errors.items())[0]
+            return JobResult(model.generation, "failed", ordered, f"container {cid}: {type(error).__name__}: {error}")
+        stopped = any(result.outcome == "stopped" for result in ordered)
+        return JobResult(model.generation, "stopped" if stopped else "finished", ordered)
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+
+def write_stream(
+    config: Config,
+    stream: SystemStream,
+    messages: Iterable[tuple[Any, Any]],
+    *,
+    partition: int | None = None,
+) -> int:
+    """Serialize and append ``(key, value)`` pairs to a stream with its configured serdes; returns the count."""
+    serdes = SerdeRegistry.from_config(config)
+    key_serde, msg_serde = serdes.key_serde(stream), serdes.msg_serde(stream)
+    producer = system_factory(config, stream.system).get_producer(stream.system, config)
+    producer.start()
+    count = 0
+    try:
+        for key, value in messages:
+            producer.send(
+                "testing",
+                OutgoingMessageEnvelope(
+                    stream,
+                    msg_serde.to_bytes(value) if msg_serde and value is not None else value,
+                    key_serde.to_bytes(key) if key_serde and key is not None else key,
+                    partition=partition,
+                ),
+            )
+            count += 1
+        producer.flush("testing")
+    finally:
+        producer.stop()
+    return count
+
+
+def read_stream(config: Config, stream: SystemStream) -> dict[int, list[tuple[Any, Any]]]:
+    """Every retained ``(key, value)`` of every partition, decoded with the stream's serdes."""
+    factory = system_factory(config, stream.system)
+    admin = factory.get_admin(stream.system, config)
+    admin.start()
+    try:
+        metadata = admin.get_system_stream_metadata([stream.stream]).get(stream.stream)
+    finally:
+        admin.stop()
+    if metadata is None:
+        raise MillstreamError(f"stream '{stream}' does not exist")
+    serdes = SerdeRegistry.from_config(config)
+    key_serde, msg_serde = serdes.key_serde(stream), serdes.msg_serde(stream)
+    consumer = factory.get_consumer(stream.system, config)
+    remaining = {}
+    for partition, info in metadata.partitions.items():
+        if info.oldest_offset is not None:
+            ssp = stream.partition(partition)
+            consumer.register(ssp, info.oldest_offset)
+            remaining[ssp] = int(info.upcoming_offset) - int(info.oldest_offset)
+    out: dict[int, list[tuple[Any, Any]]] = {p: [] for p in metadata.partitions}
+    consumer.start()
+    try:
+        while any(count > 0 for count in remaining.values()):
+            wanted = {ssp for ssp, count in remaining.items() if count > 0}
+            for ssp, batch in consumer.poll(wanted, 1.0).items():
+                for envelope in batch:
+                    if envelope.is_end_of_stream:
+                        remaining[ssp] = 0
+                        break
+                    key = key_serde.from_bytes(envelope.key) if key_serde and envelope.key is not None else envelope.key
+                    value = (
+                        msg_serde.from_bytes(envelope.message)
+                        if msg_serde and envelope.message is not None
+                        else envelope.message
+                    )
+                    out[ssp.partition].append((key, value))
+                    remaining[ssp] -= 1
+    finally:
+        consumer.stop()
+    return out
+
+
+class TestResult:
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, config: Config, job: JobResult, directory: Any = None) -> None:
+        self.config = config
+        self.job = job
+        self._directory = directory  # the temporary data dir lives as long as the result
+
+    def output(self, stream: str) -> list[tuple[Any, Any]]:
+        """All ``(key, value)`` pairs of an output stream, partition after partition."""
+        by_partition = self.output_by_partition(stream)
+        return [pair for partition in sorted(by_partition) for pair in by_partition[partition]]
+
+    def output_by_partition(self, stream: str) -> dict[int, list[tuple[Any, Any]]]:
+        return read_stream(self.config, parse_stream(stream, "output"))
+
+
+class TestRunner:
+    """Runs a task over bounded inputs on the embedded log system, in a temporary directory.
+
+    Unless configured otherwise, keys and values are JSON, input starts at the oldest offset, and
+    streams a task writes to are created on first use.
+    """
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, task_class: type | str, config: Mapping[str, Any] | None = None) -> None:
+        name = task_class if isinstance(task_class, str) else f"{task_class.__module__}:{task_class.__qualname__}"
+        self._values: dict[str, Any] = {"job.name": "test-job", "task.class": name, **(config or {})}
+        self._inputs: list[tuple[SystemStream, int, Any]] = []
+        self._outputs: list[tuple[SystemStream, int]] = []
+        self._directory: tempfile.TemporaryDirectory[str] | None = None
+
+    def add_input(
+        self,
+        stream: str,
+        messages: Iterable[tuple[Any, Any]] | Mapping[int, Iterable[tuple[Any, Any]]],
+        *,
+        partitions: int | None = None,
+    ) -> TestRunner:
+        """``(key, value)`` pairs partitioned by key, or a mapping of partition number to pairs."""
+        parsed = parse_stream(stream, "input")
+        if isinstance(messages, Mapping):
+            count = partitions or (max(messages) + 1 if messages else 1)
+            self._inputs.append((parsed, count, {p: list(m) for p, m in messages.items()}))
+        else:
+            self._inputs.append((parsed, partitions or 1, list(messages)))
+        return self
+
+    def add_output(self, stream: str, *, partitions: int = 1) -> TestRunner:
+        self._outputs.append((parse_stream(stream, "output"), partitions))
+        return self
+
+    def run(self, timeout: float = 60.0, *, data_dir: str | Path | None = None) -> TestResult:
+        if data_dir is None:
+            self._directory = tempfile.TemporaryDirectory(prefix="millstream-test-")
+            data_dir = self._directory.name
+        values = dict(self._values)
+        values.setdefault("job.data.dir", str(data_dir))
+        systems = {stream.system for stream, _, _ in self._inputs} | {stream.system for stream, _ in self._outputs}
+        for system in systems | {"log"}:
+            values.setdefault(f"systems.{system}.samza.key.serde", "json")
+            values.setdefault(f"systems.{system}.samza.msg.serde", "json")
+        values.setdefault("systems.log.auto.create.streams", "true")
+        inputs = [str(stream) for stream, _, _ in self._inputs]
+        values.setdefault("task.inputs", ",".join(inputs))
+        values.setdefault("systems.log.samza.offset.default", "oldest")
+        config = resolve_paths(Config(values))
+        validate(config)
+        for stream, partitions, messages in self._inputs:
+            self._create(config, stream, partitions)
+            if isinstance(messages, dict):
+                for partition, pairs in messages.items():
+                    write_stream(config, stream, pairs, partition=partition)
+            else:
+                write_stream(config, stream, messages)
+            self._seal(config, stream)
+        for stream, partitions in self._outputs:
+            self._create(config, stream, partitions)
+        job = InProcessRunner(config).run(timeout)
+        if job.outcome == "failed":
+            raise MillstreamError(f"test job failed: {job.error}")
+        return TestResult(config, job, self._directory)
+
+    @staticmethod
+    def _create(config: Config, stream: SystemStream, partitions: int) -> None:
+        admin = system_factory(config, stream.system).get_admin(stream.system, config)
+        admin.start()
+        try:
+            admin.create_stream(StreamSpec(stream.system, stream.stream, partitions))
+        finally:
+            admin.stop()
+
+    @staticmethod
+    def _seal(config: Config, stream: SystemStream) -> None:
+        admin = system_factory(config, stream.system).get_admin(stream.system, config)
+        admin.start()
+        try:
+            seal = getattr(admin, "seal", None)
+            if seal is None:
+                raise MillstreamError(f"system '{stream.system}' cannot mark '{stream}' bounded")
+            seal(stream.stream)
+        finally:
+            admin.stop()

@@ -1,0 +1,62 @@
+"""Building blocks shared by the runtime, Spark and CLI tests: jobs on the log system in a temp dir."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from millstream.config import Config
+from millstream.config.views import resolve_paths
+from millstream.model import SystemStream
+from millstream.systems.base import StreamSpec
+from millstream.systems.registry import system_factory
+from millstream.testing import read_stream, write_stream
+
+
+def job_config(data_dir: Path, task: str = "tests.jobs:PassThrough", **extra: Any) -> Config:
+    values = {
+        "job.name": "test",
+        "job.data.dir": str(data_dir),
+        "task.class": task,
+        "task.inputs": "log.in",
+        "task.commit.ms": "200",
+        "systems.log.samza.offset.default": "oldest",
+        "systems.log.samza.key.serde": "string",
+        "systems.log.samza.msg.serde": "json",
+    }
+    values.update({key.replace("__", "."): str(value) for key, value in extra.items()})
+    return resolve_paths(Config(values))
+
+
+def create_stream(config: Config, stream: str, partitions: int) -> None:
+    admin = system_factory(config, "log").get_admin("log", config)
+    admin.start()
+    try:
+        admin.create_stream(StreamSpec("log", stream, partitions))
+    finally:
+        admin.stop()
+
+
+def seal(config: Config, stream: str) -> None:
+    admin = system_factory(config, "log").get_admin("log", config)
+    admin.start()
+    try:
+        admin.seal(stream)  # type: ignore[attr-defined]
+    finally:
+        admin.stop()
+
+
+def fill(config: Config, stream: str, partitions: int, per_partition: int, start: int = 0) -> set[tuple[int, int]]:
+    """Write ``per_partition`` messages to every partition; returns the (partition, value) pairs written."""
+    written = set()
+    for partition in range(partitions):
+        values = [(f"k{partition}", start + i) for i in range(per_partition)]
+        write_stream(config, SystemStream("log", stream), values, partition=partition)
+        written.update((partition, value) for _, value in values)
+    return written
+
+
+def output_origins(config: Config, stream: str = "out") -> list[tuple[int, int]]:
+    """(input partition, input value) of every output message, duplicates included."""
+    by_partition = read_stream(config, SystemStream("log", stream))
+    return [(value["p"], value["v"]) for pairs in by_partition.values() for _, value in pairs]

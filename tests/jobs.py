@@ -1,0 +1,88 @@
+"""Tasks the tests run, importable by Spark workers as ``tests.jobs:<Name>``."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from millstream import (
+    EndOfStreamListenerTask,
+    IncomingMessageEnvelope,
+    InitableTask,
+    MessageCollector,
+    OutgoingMessageEnvelope,
+    StreamTask,
+    SystemStream,
+    TaskContext,
+    TaskCoordinator,
+    WindowableTask,
+)
+
+OUTPUT = SystemStream("log", "out")
+
+
+def _origin(envelope: IncomingMessageEnvelope) -> dict[str, Any]:
+    return {"p": envelope.ssp.partition, "o": envelope.offset, "v": envelope.message}
+
+
+class PassThrough(StreamTask):
+    """Copies every message to ``log.out`` with where it came from."""
+
+    def process(self, envelope: IncomingMessageEnvelope, collector: MessageCollector, coordinator: TaskCoordinator):
+        collector.send(OutgoingMessageEnvelope(OUTPUT, _origin(envelope), key=envelope.key))
+
+
+class SlowPassThrough(PassThrough, InitableTask):
+    """Pass-through at a bounded rate (``test.delay.seconds``), so a test can act in the middle of a run."""
+
+    def init(self, context: TaskContext) -> None:
+        self.delay = float(context.config.get("test.delay.seconds", "0.002"))
+
+    def process(self, envelope, collector, coordinator):
+        time.sleep(self.delay)
+        super().process(envelope, collector, coordinator)
+
+
+class CountingTask(StreamTask, InitableTask, WindowableTask, EndOfStreamListenerTask):
+    """Counts messages per task; reports windows and end-of-stream to ``log.out``."""
+
+    def init(self, context: TaskContext) -> None:
+        self.task_name = str(context.task_name)
+        self.count = 0
+        self.windows = 0
+        self.delay = float(context.config.get("test.delay.seconds", "0"))
+
+    def process(self, envelope, collector, coordinator):
+        if self.delay:
+            time.sleep(self.delay)
+        self.count += 1
+
+    def window(self, collector, coordinator):
+        self.windows += 1
+
+    def on_end_of_stream(self, collector, coordinator):
+        collector.send(
+            OutgoingMessageEnvelope(OUTPUT, {"task": self.task_name, "count": self.count, "windows": self.windows})
+        )
+
+
+class ShutdownAfterThree(StreamTask):
+    """Asks for a shutdown at its third message."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def process(self, envelope, collector, coordinator):
+        self.seen += 1
+        collector.send(OutgoingMessageEnvelope(OUTPUT, _origin(envelope), key=envelope.key))
+        if self.seen == 3:
+            coordinator.shutdown()
+
+
+class FailsOnPoison(PassThrough):
+    """Raises on the message ``"poison"``: the container fails."""
+
+    def process(self, envelope, collector, coordinator):
+        if envelope.message == "poison":
+            raise ValueError(f"poison message at offset {envelope.offset}")
+        super().process(envelope, collector, coordinator)

@@ -1,0 +1,143 @@
+"""The container end to end on the embedded log system, in-process (the Spark runner has its own tests)."""
+
+import pytest
+
+from millstream.checkpoint.factory import checkpoint_manager
+from millstream.config import Config
+from millstream.config.views import resolve_paths
+from millstream.errors import MillstreamError
+from millstream.metadata.factory import metadata_store
+from millstream.model import SystemStream
+from millstream.testing import InProcessRunner, TestRunner, read_stream, write_stream
+from tests.jobs import CountingTask, FailsOnPoison, PassThrough, ShutdownAfterThree
+
+
+def keyed(n: int) -> list[tuple[str, str]]:
+    return [(f"k{i}", f"v{i}") for i in range(n)]
+
+
+def test_every_message_of_a_bounded_input_is_processed_once_and_the_job_ends():
+    result = TestRunner(PassThrough, {"job.container.count": 2}).add_input("in", keyed(200), partitions=4).run()
+    out = result.output("out")
+    assert result.job.outcome == "finished"
+    assert sorted(value["v"] for _, value in out) == sorted(v for _, v in keyed(200))
+    assert result.job.messages == 200
+
+
+def test_output_keeps_each_input_key():
+    result = TestRunner(PassThrough).add_input("in", keyed(10), partitions=2).run()
+    assert {key: value["v"] for key, value in result.output("out")} == dict(keyed(10))
+
+
+def test_end_of_stream_listener_runs_once_per_task_after_its_last_message():
+    result = TestRunner(CountingTask).add_input("in", keyed(100), partitions=4).run()
+    counts = [value for _, value in result.output("out")]
+    assert sorted(c["task"] for c in counts) == [f"Partition {p}" for p in range(4)]
+    assert sum(c["count"] for c in counts) == 100
+
+
+def test_window_is_called_every_window_ms_between_messages():
+    config = {"task.window.ms": 10, "test.delay.seconds": 0.002}
+    result = TestRunner(CountingTask, config).add_input("in", keyed(100)).run()
+    (_, report), = result.output("out")
+    assert report["count"] == 100
+    assert 5 <= report["windows"] <= 25  # ~200 ms of processing, a window every 10 ms
+
+
+def test_shutdown_request_commits_and_stops_the_container():
+    runner = TestRunner(ShutdownAfterThree).add_input("in", keyed(50))
+    result = runner.run()
+    assert len(result.output("out")) == 3
+    store = metadata_store(result.config)
+    checkpoints = checkpoint_manager(result.config, store).read_all()
+    assert [str(ssp_offset) for ssp_offset in checkpoints["Partition 0"].offsets.values()] == ["2"]
+
+
+def test_a_failing_task_fails_the_job_with_its_error():
+    with pytest.raises(MillstreamError, match="poison message at offset 2"):
+        TestRunner(FailsOnPoison, {"systems.log.streams.in.samza.msg.serde": "string"}).add_input(
+            "in", [(None, "a"), (None, "b"), (None, "poison")]
+        ).run()
+
+
+def test_malformed_message_fails_naming_stream_partition_and_offset(tmp_path):
+    config = _bytes_job(tmp_path)
+    _create(config, "in", [b'{"ok": 1}', b"{not json"], seal=True)
+    result = InProcessRunner(config).run(timeout=30)
+    assert result.outcome == "failed"
+    assert "offset 1 of stream 'log.in' partition 0" in result.error
+
+
+def test_dropped_deserialization_errors_are_counted_and_dead_lettered(tmp_path):
+    config = _bytes_job(tmp_path, {"task.drop.deserialization.errors": "true", "task.dead.letter.stream": "log.dead"})
+    _create(config, "in", [b'{"ok": 1}', b"{not json", b'{"ok": 2}'], seal=True)
+    result = InProcessRunner(config).run(timeout=30)
+    assert result.outcome == "finished"
+    assert result.containers[0].dropped_deserialization_errors == 1
+    assert [v["v"] for _, v in read_stream(config, SystemStream("log", "out"))[0]] == [{"ok": 1}, {"ok": 2}]
+    (dead,) = read_stream(config, SystemStream("log", "dead"))[0]
+    assert dead[1] == b"{not json"
+
+
+def test_restart_resumes_after_the_checkpoint_without_reprocessing(tmp_path):
+    config = _bytes_job(tmp_path)
+    _create(config, "in", [b"1", b"2", b"3"], seal=False)
+    runner = InProcessRunner(config)
+    import threading
+
+    timer = threading.Timer(1.5, runner.request_stop)
+    timer.start()
+    first = runner.run(timeout=30)
+    assert first.outcome == "stopped"
+    write_stream(config, SystemStream("log", "in"), [(None, 4), (None, 5)])
+    _seal(config, "in")
+    second = InProcessRunner(config).run(timeout=30)
+    assert second.outcome == "finished"
+    assert second.generation == first.generation + 1
+    values = [v["v"] for _, v in read_stream(config, SystemStream("log", "out"))[0]]
+    assert values == [1, 2, 3, 4, 5]
+
+
+def _bytes_job(tmp_path, extra=None) -> Config:
+    values = {
+        "job.name": "t",
+        "job.data.dir": str(tmp_path),
+        "task.class": "tests.jobs:PassThrough",
+        "task.inputs": "log.in",
+        "task.commit.ms": "100",
+        "systems.log.samza.offset.default": "oldest",
+        "systems.log.streams.in.samza.msg.serde": "json",
+        "systems.log.streams.out.samza.msg.serde": "json",
+        **(extra or {}),
+    }
+    return resolve_paths(Config(values))
+
+
+def _create(config: Config, stream: str, values: list[bytes], seal: bool) -> None:
+    from millstream.systems.base import StreamSpec
+    from millstream.systems.registry import system_factory
+
+    admin = system_factory(config, "log").get_admin("log", config)
+    admin.start()
+    admin.create_stream(StreamSpec("log", stream, 1))
+    admin.create_stream(StreamSpec("log", "out", 1))
+    producer = system_factory(config, "log").get_producer("log", config)
+    producer.start()
+    from millstream.model import OutgoingMessageEnvelope
+
+    for value in values:
+        producer.send("t", OutgoingMessageEnvelope(SystemStream("log", stream), value))
+    producer.flush("t")
+    producer.stop()
+    if seal:
+        admin.seal(stream)
+    admin.stop()
+
+
+def _seal(config: Config, stream: str) -> None:
+    from millstream.systems.registry import system_factory
+
+    admin = system_factory(config, "log").get_admin("log", config)
+    admin.start()
+    admin.seal(stream)
+    admin.stop()
