@@ -1,0 +1,12 @@
+"""The embedded ``log`` system: a durable, partitioned, append-only log on local disk, no server.
+
+``<root>/<stream>/stream.json`` describes a stream and ``<root>/<stream>/p<N>.db`` holds partition N
+(a SQLite file, see ``storage``). The root is ``systems.<s>.path``, default ``<job.data.dir>/log``.
+"""
+
+from millstream.systems.log.admin import LogSystemAdmin
+from millstream.systems.log.consumer import LogSystemConsumer
+from millstream.systems.log.factory import LogSystemFactory
+from millstream.systems.log.producer import LogSystemProducer
+
+__all__ = ["LogSystemAdmin", "LogSystemConsumer", "LogSystemFactory", "LogSystemProducer"]

@@ -1,0 +1,145 @@
+"""Metadata and lifecycle of log streams: offsets, creation, deletion, retention and sealing.
+
+Partition files are opened per call and closed again, so an admin never holds a handle to a stream
+another process has meanwhile deleted and re-created.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+
+from millstream.model import SystemStreamPartition
+from millstream.systems.base import StreamSpec, SystemAdmin, SystemStreamMetadata, SystemStreamPartitionMetadata
+from millstream.systems.log.consumer import parse_offset
+from millstream.systems.log.errors import LogSystemError
+from millstream.systems.log.layout import LogLayout
+from millstream.systems.log.storage import LogPartition, PartitionState
+
+RETENTION_KEY = "retention.ms"
+"""A stream's own retention in its spec config; overrides ``systems.<s>.retention.ms``."""
+
+
+def partition_metadata(state: PartitionState) -> SystemStreamPartitionMetadata:
+    if state.oldest >= state.upcoming:
+        return SystemStreamPartitionMetadata(None, None, str(state.upcoming), state.sealed)
+    return SystemStreamPartitionMetadata(str(state.oldest), str(state.upcoming - 1), str(state.upcoming), state.sealed)
+
+
+class LogSystemAdmin(SystemAdmin):
+    """``SystemAdmin`` of the embedded log. Offsets are decimal integers, compared as integers."""
+
+    def __init__(self, system: str, layout: LogLayout, *, fsync: bool = False, retention_ms: int = -1) -> None:
+        self.system = system
+        self.layout = layout
+        self._fsync = fsync
+        self._retention_ms = retention_ms
+
+    @contextmanager
+    def _partition(self, stream: str, partition: int) -> Iterator[LogPartition]:
+        info = self.layout.require_info(stream)
+        if not 0 <= partition < info.partition_count:
+            raise LogSystemError(
+                f"log stream '{stream}' has partitions 0..{info.partition_count - 1}, not partition {partition}"
+            )
+        log = LogPartition(self.layout.partition_path(stream, partition), stream, partition, fsync=self._fsync)
+        try:
+            yield log
+        finally:
+            log.close()
+
+    def get_system_stream_metadata(self, streams: Iterable[str]) -> dict[str, SystemStreamMetadata]:
+        result = {}
+        for stream in streams:
+            info = self.layout.read_info(stream)
+            if info is None:
+                continue
+            partitions = {}
+            for partition in range(info.partition_count):
+                with self._partition(stream, partition) as log:
+                    partitions[partition] = partition_metadata(log.state())
+            result[stream] = SystemStreamMetadata(stream, partitions)
+        return result
+
+    def offsets_after(self, offsets: Mapping[SystemStreamPartition, str]) -> dict[SystemStreamPartition, str]:
+        return {ssp: str(parse_offset(ssp, offset) + 1) for ssp, offset in offsets.items()}
+
+    def offset_comparator(self, offset1: str, offset2: str) -> int | None:
+        try:
+            first, second = int(offset1), int(offset2)
+        except (TypeError, ValueError):
+            return None
+        return (first > second) - (first < second)
+
+    def offset_for_timestamp(self, ssp: SystemStreamPartition, timestamp_ms: int) -> str:
+        with self._partition(ssp.stream, ssp.partition) as log:
+            return str(log.offset_for_timestamp(timestamp_ms))
+
+    def create_stream(self, spec: StreamSpec) -> bool:
+        return self.layout.create(spec.physical_name, spec.partition_count, spec.config, fsync=self._fsync)
+
+    def clear_stream(self, spec: StreamSpec) -> bool:
+        return self.layout.delete(spec.physical_name)
+
+    def list_streams(self) -> list[str]:
+        return self.layout.list_streams()
+
+    def trim(self, ssp: SystemStreamPartition, before_offset: str) -> str:
+        """Delete the records of ``ssp`` below ``before_offset``; return the oldest offset afterwards.
+
+        Retention only moves forward, never past the end of the log, and offsets are never reused:
+        trimming beyond the end empties the partition and the next record still gets the next offset.
+        """
+        before = parse_offset(ssp, before_offset)
+        with self._partition(ssp.stream, ssp.partition) as log:
+            return str(log.trim(before))
+
+    def seal(self, stream: str) -> None:
+        """Mark every partition of ``stream`` bounded and complete.
+
+        Appends already committed stay readable; later appends fail; a consumer that reads a
+        partition to its end receives end-of-stream.
+        """
+        info = self.layout.require_info(stream)
+        for partition in range(info.partition_count):
+            with self._partition(stream, partition) as log:
+                log.seal()
+
+    def trim_expired(self, now_ms: int | None = None) -> dict[SystemStreamPartition, str]:
+        """Apply time retention to every stream; return the new oldest offset of each trimmed partition.
+
+        A stream's retention is ``retention.ms`` from its spec config, else the system's
+        ``retention.ms``; -1 keeps everything, and changelog streams (``cleanup.policy=compact``)
+        are kept unless their own config sets a retention. Records are removed from the front of
+        the log up to the first one whose timestamp is within retention, so offsets stay dense.
+        """
+        now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+        trimmed = {}
+        for stream in self.layout.list_streams():
+            info = self.layout.read_info(stream)
+            if info is None:
+                continue
+            retention = self._retention_of(stream, info.config)
+            if retention < 0:
+                continue
+            for partition in range(info.partition_count):
+                with self._partition(stream, partition) as log:
+                    before = log.state().oldest
+                    oldest = log.trim(log.offset_for_timestamp(now - retention))
+                if oldest > before:
+                    trimmed[SystemStreamPartition(self.system, stream, partition)] = str(oldest)
+        return trimmed
+
+    def _retention_of(self, stream: str, config: Mapping[str, str]) -> int:
+        own = config.get(RETENTION_KEY)
+        if own is not None:
+            try:
+                return int(own)
+            except ValueError:
+                raise LogSystemError(
+                    f"log stream '{stream}': '{RETENTION_KEY}' in its stream config must be an integer, got '{own}'"
+                ) from None
+        if config.get("cleanup.policy") == "compact":
+            return -1
+        return self._retention_ms

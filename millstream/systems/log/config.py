@@ -1,0 +1,42 @@
+"""``systems.<s>.*`` settings of a log system: one typed view, the defaults in one place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+
+from millstream.config.core import Config
+from millstream.config.views import Bool, ConfigView
+
+
+class LogSystemConfig(ConfigView):
+    """The keys a log system accepts under ``systems.<s>.`` (besides ``samza.*`` and ``streams.*``)."""
+
+    path: str | None = None
+    """Root directory of the log; default ``<job.data.dir>/log``."""
+    fsync: Bool = False
+    """``synchronous=FULL``: a flushed write survives power loss, not only a process crash."""
+    poll_batch_size: int = Field(5000, alias="poll.batch.size", ge=1)
+    producer_batch_size: int = Field(1000, alias="producer.batch.size", ge=1)
+    auto_create_streams: Bool = Field(False, alias="auto.create.streams")
+    default_partitions: int = Field(1, alias="default.partitions", ge=1)
+    retention_ms: int = Field(-1, alias="retention.ms", ge=-1)
+    """Age after which ``trim_expired`` removes records; -1 keeps them forever."""
+
+    @classmethod
+    def for_system(cls, config: Config, system: str) -> LogSystemConfig:
+        prefix = f"systems.{system}."
+        keys = config_keys()
+        return cls.parse({k: v for k, v in config.subset(prefix).items() if k in keys}, prefix)
+
+    def root(self, config: Config) -> Path:
+        """The log's root directory, always absolute (executors run in other working directories)."""
+        if self.path:
+            return Path(self.path).expanduser().resolve()
+        data_dir = config.get("job.data.dir") or ".millstream"
+        return (Path(data_dir).expanduser() / "log").resolve()
+
+
+def config_keys() -> frozenset[str]:
+    return frozenset(info.alias or name for name, info in LogSystemConfig.model_fields.items())

@@ -1,0 +1,48 @@
+"""Builds the embedded log's admin, consumers and producers from ``systems.<s>.*``."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from millstream.config.core import Config
+from millstream.systems.base import SystemFactory
+from millstream.systems.log.admin import LogSystemAdmin
+from millstream.systems.log.config import LogSystemConfig, config_keys
+from millstream.systems.log.consumer import LogSystemConsumer
+from millstream.systems.log.layout import LogLayout
+from millstream.systems.log.producer import LogSystemProducer
+
+
+class LogSystemFactory(SystemFactory):
+    """``millstream.systems.log.factory:LogSystemFactory``, the factory of the default ``log`` system."""
+
+    config_keys: ClassVar[frozenset[str] | None] = config_keys()
+
+    def get_admin(self, system_name: str, config: Config) -> LogSystemAdmin:
+        settings = LogSystemConfig.for_system(config, system_name)
+        return LogSystemAdmin(
+            system_name,
+            LogLayout(settings.root(config), system_name),
+            fsync=settings.fsync,
+            retention_ms=settings.retention_ms,
+        )
+
+    def get_consumer(self, system_name: str, config: Config) -> LogSystemConsumer:
+        settings = LogSystemConfig.for_system(config, system_name)
+        return LogSystemConsumer(
+            system_name,
+            LogLayout(settings.root(config), system_name),
+            batch_size=settings.poll_batch_size,
+            fsync=settings.fsync,
+        )
+
+    def get_producer(self, system_name: str, config: Config) -> LogSystemProducer:
+        settings = LogSystemConfig.for_system(config, system_name)
+        return LogSystemProducer(
+            system_name,
+            LogLayout(settings.root(config), system_name),
+            batch_size=settings.producer_batch_size,
+            fsync=settings.fsync,
+            auto_create_streams=settings.auto_create_streams,
+            default_partitions=settings.default_partitions,
+        )

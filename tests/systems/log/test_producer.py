@@ -1,0 +1,228 @@
+"""The log's SystemProducer: partition choice, batching, durability at flush, missing and sealed streams."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from millstream.errors import StreamNotFoundError
+from millstream.model import IncomingMessageEnvelope
+from millstream.systems.base import StreamSpec
+from millstream.systems.log.admin import LogSystemAdmin
+from millstream.systems.log.consumer import LogSystemConsumer
+from millstream.systems.log.errors import LogStorageError, LogSystemError, PartitionSealedError
+from millstream.systems.log.factory import LogSystemFactory
+from millstream.systems.log.producer import LogSystemProducer
+
+from .conftest import SYSTEM, create, envelope, log_config, read_all, ssp
+
+
+def read_stream(root: Path, stream: str, partitions: int = 1) -> dict[int, list[IncomingMessageEnvelope]]:
+    consumer = LogSystemFactory().get_consumer(SYSTEM, log_config(root))
+    for partition in range(partitions):
+        consumer.register(ssp(stream, partition), "0")
+    consumer.start()
+    envelopes = read_all(consumer, {ssp(stream, partition) for partition in range(partitions)})
+    consumer.stop()
+    return {p: [e for e in envelopes if e.ssp.partition == p] for p in range(partitions)}
+
+
+def upcoming(admin: LogSystemAdmin, stream: str, partition: int = 0) -> int:
+    return int(admin.get_ssp_metadata([ssp(stream, partition)])[ssp(stream, partition)].upcoming_offset)
+
+
+def test_flush_makes_every_sent_record_readable_in_send_order(
+    admin: LogSystemAdmin, producer: LogSystemProducer, root: Path
+) -> None:
+    create(admin, "events")
+    for index in range(10):
+        producer.send("task", envelope("events", b"%d" % index))
+    producer.flush("task")
+    assert [e.message for e in read_stream(root, "events")[0]] == [b"%d" % index for index in range(10)]
+
+
+def test_records_below_the_batch_size_stay_buffered_until_flush(
+    admin: LogSystemAdmin, producer: LogSystemProducer
+) -> None:
+    create(admin, "events")
+    producer.send("task", envelope("events", b"a"))
+    assert upcoming(admin, "events") == 0
+    producer.flush("task")
+    assert upcoming(admin, "events") == 1
+
+
+def test_a_partition_buffer_is_appended_when_it_reaches_the_batch_size(admin: LogSystemAdmin, root: Path) -> None:
+    producer = LogSystemFactory().get_producer(SYSTEM, log_config(root, producer__batch__size=3))
+    create(admin, "events")
+    for index in range(7):
+        producer.send("task", envelope("events", b"%d" % index))
+    assert upcoming(admin, "events") == 6
+    producer.stop()
+    assert upcoming(admin, "events") == 7
+
+
+def test_stop_flushes_what_is_buffered(admin: LogSystemAdmin, config: object) -> None:
+    create(admin, "events")
+    producer = LogSystemFactory().get_producer(SYSTEM, config)  # type: ignore[arg-type]
+    producer.send("task", envelope("events", b"a"))
+    producer.stop()
+    assert upcoming(admin, "events") == 1
+
+
+def test_the_same_key_goes_to_the_same_partition_from_any_producer(admin: LogSystemAdmin, root: Path) -> None:
+    create(admin, "events", 4)
+    for _ in range(2):
+        producer = LogSystemFactory().get_producer(SYSTEM, log_config(root))
+        for key in (b"alice", b"bob", b"carol", b"dave", b"erin"):
+            producer.send("task", envelope("events", key, key))
+        producer.stop()
+    for records in read_stream(root, "events", 4).values():
+        keys = [e.key for e in records]
+        assert len(keys) == 2 * len(set(keys))
+
+
+def test_the_partition_key_chooses_the_partition_over_the_key(
+    admin: LogSystemAdmin, producer: LogSystemProducer, root: Path
+) -> None:
+    create(admin, "events", 8)
+    for index in range(20):
+        producer.send("task", envelope("events", b"v", b"key-%d" % index, partition_key=b"same"))
+    producer.flush("task")
+    assert sorted(len(records) for records in read_stream(root, "events", 8).values()) == [0] * 7 + [20]
+
+
+def test_a_pinned_partition_wins_over_any_key(admin: LogSystemAdmin, producer: LogSystemProducer, root: Path) -> None:
+    create(admin, "events", 3)
+    for index in range(5):
+        producer.send("task", envelope("events", b"v", b"key-%d" % index, partition=2))
+    producer.flush("task")
+    assert len(read_stream(root, "events", 3)[2]) == 5
+
+
+def test_keyless_records_are_spread_round_robin(admin: LogSystemAdmin, producer: LogSystemProducer, root: Path) -> None:
+    create(admin, "events", 3)
+    for _ in range(9):
+        producer.send("task", envelope("events", b"v"))
+    producer.flush("task")
+    assert [len(records) for records in read_stream(root, "events", 3).values()] == [3, 3, 3]
+
+
+def test_the_timestamp_defaults_to_now_and_an_explicit_one_is_kept(
+    admin: LogSystemAdmin, producer: LogSystemProducer, root: Path
+) -> None:
+    create(admin, "events")
+    before = time.time_ns() // 1_000_000
+    producer.send("task", envelope("events", b"now"))
+    producer.send("task", envelope("events", b"epoch", timestamp=0))
+    producer.flush("task")
+    after = time.time_ns() // 1_000_000
+    now, epoch = read_stream(root, "events")[0]
+    assert before <= now.timestamp <= after
+    assert epoch.timestamp == 0
+
+
+def test_sending_to_a_missing_stream_raises_stream_not_found_naming_the_setting(
+    producer: LogSystemProducer,
+) -> None:
+    with pytest.raises(StreamNotFoundError, match=r"'log.missing'.*auto.create.streams"):
+        producer.send("task", envelope("missing", b"v"))
+
+
+def test_auto_create_streams_creates_a_missing_stream_with_the_default_partitions(root: Path) -> None:
+    config = log_config(root, auto__create__streams="true", default__partitions=3)
+    producer = LogSystemFactory().get_producer(SYSTEM, config)
+    producer.send("task", envelope("created", b"v"))
+    producer.stop()
+    admin = LogSystemFactory().get_admin(SYSTEM, config)
+    assert admin.get_system_stream_metadata(["created"])["created"].partition_count == 3
+
+
+def test_auto_create_streams_uses_an_existing_stream_as_it_is(admin: LogSystemAdmin, root: Path) -> None:
+    create(admin, "events", 2)
+    producer = LogSystemFactory().get_producer(SYSTEM, log_config(root, auto__create__streams="true"))
+    producer.send("task", envelope("events", b"v", partition=1))
+    producer.stop()
+    assert upcoming(admin, "events", 1) == 1
+
+
+def test_flush_to_a_sealed_partition_raises_naming_stream_and_partition(admin: LogSystemAdmin, root: Path) -> None:
+    create(admin, "events", 2)
+    admin.seal("events")
+    producer = LogSystemFactory().get_producer(SYSTEM, log_config(root))
+    producer.send("task", envelope("events", b"v", partition=1))
+    with pytest.raises(PartitionSealedError, match=r"'events' partition 1"):
+        producer.flush("task")
+    with pytest.raises(PartitionSealedError):
+        producer.stop()
+
+
+def test_a_failed_append_keeps_its_records_so_every_later_flush_fails_too(admin: LogSystemAdmin, root: Path) -> None:
+    create(admin, "events")
+    admin.seal("events")
+    producer = LogSystemFactory().get_producer(SYSTEM, log_config(root))
+    producer.send("task", envelope("events", b"v"))
+    for _ in range(2):
+        with pytest.raises(PartitionSealedError):
+            producer.flush("task")
+    with pytest.raises(PartitionSealedError):
+        producer.stop()
+    assert upcoming(admin, "events") == 0
+
+
+def test_a_pinned_partition_the_stream_lacks_is_refused(admin: LogSystemAdmin, producer: LogSystemProducer) -> None:
+    create(admin, "events", 2)
+    with pytest.raises(LogSystemError, match=r"'events' has partitions 0..1; an envelope asked for partition 2"):
+        producer.send("task", envelope("events", b"v", partition=2))
+
+
+def test_unserialized_keys_or_messages_are_refused_naming_the_stream(
+    admin: LogSystemAdmin, producer: LogSystemProducer
+) -> None:
+    create(admin, "events")
+    with pytest.raises(LogSystemError, match=r"'events': key and message must be bytes"):
+        producer.send("task", envelope("events", {"not": "bytes"}))  # type: ignore[arg-type]
+
+
+def test_headers_that_cannot_be_encoded_are_refused_naming_the_stream(
+    admin: LogSystemAdmin, producer: LogSystemProducer
+) -> None:
+    create(admin, "events")
+    with pytest.raises(LogSystemError, match=r"'events': headers must map str to bytes"):
+        producer.send("task", envelope("events", b"v", headers={"h": object()}))
+
+
+def test_sending_to_another_system_is_refused(producer: LogSystemProducer) -> None:
+    wrong = envelope("events", b"v")
+    wrong.system_stream = wrong.system_stream._replace(system="kafka")
+    with pytest.raises(LogSystemError, match=r"producer of system 'log' cannot send to 'kafka.events'"):
+        producer.send("task", wrong)
+
+
+def test_flush_of_one_source_also_commits_what_other_sources_sent(
+    admin: LogSystemAdmin, producer: LogSystemProducer, consumer: LogSystemConsumer
+) -> None:
+    create(admin, "events")
+    producer.register("a")
+    producer.register("b")
+    producer.send("a", envelope("events", b"from-a"))
+    producer.send("b", envelope("events", b"from-b"))
+    producer.flush("a")
+    assert upcoming(admin, "events") == 2
+
+
+def test_flush_after_the_stream_was_re_created_fails_instead_of_writing_to_the_old_files(
+    admin: LogSystemAdmin, root: Path
+) -> None:
+    create(admin, "events")
+    producer = LogSystemFactory().get_producer(SYSTEM, log_config(root))
+    producer.send("task", envelope("events", b"first"))
+    producer.flush("task")
+    admin.clear_stream(StreamSpec(SYSTEM, "events"))
+    create(admin, "events")
+    producer.send("task", envelope("events", b"second"))
+    with pytest.raises(LogStorageError, match=r"'events' partition 0.*deleted or replaced"):
+        producer.flush("task")
+    with pytest.raises(LogStorageError):
+        producer.stop()
