@@ -30,7 +30,7 @@ lint: install
 	$(BIN)/mypy
 
 bench: install
-	$(BIN)/python benchmarks/passthrough_log.py
+	$(BIN)/python -m benchmarks.passthrough_log
 
 clean:
 	rm -rf $(VENV) examples/*/.millstream .pytest_cache

@@ -10,7 +10,9 @@ import argparse
 import random
 from pathlib import Path
 
+from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import load_config
+from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStream
 from millstream.systems.base import StreamSpec
 from millstream.systems.registry import system_factory
@@ -45,6 +47,9 @@ def main() -> None:
     count = write_stream(config, SystemStream("log", "page-views"), events)
     admin.seal("page-views")  # type: ignore[attr-defined]
     admin.stop()
+    store = metadata_store(config)
+    checkpoint_manager(config, store).clear_checkpoints()  # a fresh input: start the job from scratch
+    store.close()
     print(f"wrote {count} page views over {args.partitions} partitions")
 
 

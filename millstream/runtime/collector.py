@@ -76,6 +76,10 @@ class TaskCollector:
         if codec is None:
             codec = self._codec(stream)
         key_encode, msg_encode, producer = codec
+        if key_encode is None and msg_encode is None and _all_bytes(envelope):
+            producer.send(self.source, envelope)  # producers never modify what they are given
+            self.sent += 1
+            return
         try:
             key = envelope.key
             message = envelope.message
@@ -93,9 +97,7 @@ class TaskCollector:
                 self.dropped += 1
                 log.warning("%s: dropped a message to %s that failed to serialize: %s", self.source, stream, error)
                 return
-            raise SerializationError(
-                f"task '{self.source}' cannot serialize a message for '{stream}': {error}"
-            ) from None
+            raise SerializationError(f"task '{self.source}' cannot serialize a message for '{stream}': {error}") from None
         producer.send(
             self.source,
             OutgoingMessageEnvelope(
@@ -120,6 +122,15 @@ class TaskCollector:
         )
         self._codecs[stream] = codec
         return codec
+
+
+def _all_bytes(envelope: OutgoingMessageEnvelope) -> bool:
+    message, key, partition_key = envelope.message, envelope.key, envelope.partition_key
+    return (
+        (type(message) is bytes or message is None)
+        and (key is None or type(key) is bytes)
+        and (partition_key is None or type(partition_key) is bytes)
+    )
 
 
 def _require_bytes(key: Any, message: Any) -> None:

@@ -202,6 +202,3 @@ class SystemFactory(ABC):
 
     @abstractmethod
     def get_producer(self, system_name: str, config: Config) -> SystemProducer: ...
-
-
-SystemError_ = SystemOperationError  # TEMPORARY alias until the log package is updated

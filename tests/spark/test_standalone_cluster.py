@@ -18,7 +18,8 @@ def cluster(tmp_path_factory):
     active = SparkSession.getActiveSession()
     if active is not None:
         active.stop()  # one SparkContext per process: the local-mode session goes first
-    cluster = StandaloneCluster(tmp_path_factory.mktemp("spark-standalone")).start()
+    # One core per worker: each executor can hold one container, so two containers must use two executors.
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("spark-standalone"), workers=2, cores=1).start()
     yield cluster
     cluster.stop()
 
@@ -27,6 +28,7 @@ def test_job_runs_on_a_standalone_cluster_with_containers_in_different_executors
     config = job_config(
         tmp_path,
         job__container__count=2,
+        job__coordinator__slots__headroom=0,
         spark__driver__host="127.0.0.1",
         spark__driver__bindAddress="127.0.0.1",
         spark__executor__memory="512m",
