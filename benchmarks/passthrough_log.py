@@ -73,7 +73,9 @@ def main() -> None:
         write = write_messages(root / "log", "bench", args.partitions, args.messages, args.size)
         admin = LogSystemFactory().get_admin("log", Config({"systems.log.path": str(root / "log")}))
         admin.seal("bench")
-        print(f"{args.messages:,} messages of {args.size} B over {args.partitions} partitions (written at {write:,.0f}/s)")
+        print(
+            f"{args.messages:,} messages of {args.size} B over {args.partitions} partitions (written at {write:,.0f}/s)"
+        )
         raw = max(raw_read_rate(root / "log", "bench", args.partitions) for _ in range(2))
         print(f"{'raw read (log consumer)':<28}{raw:>12,.0f} msgs/s  {1:>6.0%}")
         runs = [

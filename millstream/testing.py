@@ -27,9 +27,12 @@ from millstream.config.views import parse_stream, resolve_paths, validate
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.job_result import JobResult
 from millstream.errors import MillstreamError
+from millstream.metadata import coordination
+from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import metadata_store
 from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.runtime.container import ContainerResult, run_container
+from millstream.runtime.job_model import JobModel
 from millstream.serde.registry import SerdeRegistry
 from millstream.systems.base import StreamSpec
 from millstream.systems.registry import system_factory
@@ -45,9 +48,25 @@ class InProcessRunner:
         self._stop = threading.Event()
 
     def run(self, timeout: float | None = None) -> JobResult:
-        """Run to completion; past ``timeout`` seconds the containers are stopped (they commit)."""
+        """Run to completion; past ``timeout`` seconds the containers are stopped (they commit).
+
+        Like the Spark runner, a restart request (``set_startpoints(..., apply=True)``) stops the
+        containers gracefully and starts a new generation.
+        """
         store = metadata_store(self.config)
-        model = JobCoordinator(self.config, store).start()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        containers: list[ContainerResult] = []
+        while True:
+            model = JobCoordinator(self.config, store).start()
+            result, restart = self._run_generation(store, model, deadline)
+            containers.extend(result.containers)
+            if restart is None or result.outcome == "failed" or self._stop.is_set():
+                result.containers = containers
+                return result
+
+    def _run_generation(
+        self, store: MetadataStore, model: JobModel, deadline: float | None
+    ) -> tuple[JobResult, str | None]:
         results: dict[str, ContainerResult] = {}
         errors: dict[str, BaseException] = {}
 
@@ -56,7 +75,7 @@ class InProcessRunner:
                 results[container_id] = run_container(self.config, model, container_id, stop_event=self._stop)
             except BaseException as error:  # reported as the job's failure below
                 errors[container_id] = error
-                self._stop.set()
+                coordination.request_stop(store, model.generation)
 
         threads = [
             threading.Thread(target=container, args=(cid,), name=f"container-{cid}", daemon=True)
@@ -64,18 +83,22 @@ class InProcessRunner:
         ]
         for thread in threads:
             thread.start()
-        deadline = None if timeout is None else time.monotonic() + timeout
+        restart: str | None = None
         for thread in threads:
             while thread.is_alive():
                 thread.join(0.05)
                 if deadline is not None and time.monotonic() > deadline:
                     self._stop.set()
+                if restart is None and (restart := coordination.restart_requested(store)) is not None:
+                    coordination.clear_restart(store)
+                    coordination.request_stop(store, model.generation)
         ordered = [results[cid] for cid in sorted(results, key=int)]
         if errors:
             cid, error = sorted(errors.items())[0]
-            return JobResult(model.generation, "failed", ordered, f"container {cid}: {type(error).__name__}: {error}")
+            failure = f"container {cid}: {type(error).__name__}: {error}"
+            return JobResult(model.generation, "failed", ordered, failure), None
         stopped = any(result.outcome == "stopped" for result in ordered)
-        return JobResult(model.generation, "stopped" if stopped else "finished", ordered)
+        return JobResult(model.generation, "stopped" if stopped else "finished", ordered), restart
 
     def request_stop(self) -> None:
         self._stop.set()

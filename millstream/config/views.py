@@ -22,7 +22,7 @@ from millstream.model import SystemStream, SystemStreamPartition
 if TYPE_CHECKING:
     from millstream.serde.registry import SerdeRegistry
 
-CLOSED_NAMESPACES = ("job.", "task.", "systems.", "serializers.", "metadata.", "stores.")
+CLOSED_NAMESPACES = ("job.", "task.", "systems.", "serializers.", "metadata.", "stores.", "startpoint.")
 DEFAULT_SYSTEM = "log"
 
 
@@ -106,6 +106,8 @@ class JobConfig(ConfigView):
     stop_timeout_ms: int = Field(30_000, alias="coordinator.stop.timeout.ms", ge=0)
     slots_headroom: int = Field(1, alias="coordinator.slots.headroom", ge=0)
     """Spark task slots kept free beside the containers for the driver's own jobs."""
+    startpoint_enabled: Bool = Field(True, alias="startpoint.enabled")
+    """Fan out and apply startpoints (``millstream startpoint set``) when a job model is published."""
 
     @property
     def job_key(self) -> str:
@@ -158,6 +160,13 @@ class StreamSamzaConfig(ConfigView):
     msg_serde: str | None = Field(None, alias="msg.serde")
     offset_default: OffsetDefault | None = Field(None, alias="offset.default")
     reset_offset: Bool = Field(False, alias="reset.offset")
+
+
+class StartpointConfig(ConfigView):
+    PREFIX: ClassVar[str] = "startpoint."
+
+    max_age_ms: int = Field(12 * 60 * 60 * 1000, alias="max.age.ms", ge=1)
+    """A startpoint older than this is ignored (and listed as stale), not deleted."""
 
 
 class MetadataConfig(ConfigView):
@@ -255,6 +264,7 @@ def validate(config: Config) -> None:
     JobConfig.of(config)
     TaskConfig.of(config).broadcast_ssps()
     MetadataConfig.of(config)
+    StartpointConfig.of(config)
     task = TaskConfig.of(config)
     task.input_streams()
     task.dead_letter()

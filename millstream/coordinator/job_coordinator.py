@@ -12,19 +12,19 @@ import logging
 from dataclasses import dataclass
 
 from millstream.config import Config, JobConfig, TaskConfig
+from millstream.config.views import StartpointConfig
 from millstream.errors import ConfigError, StreamNotFoundError
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
 from millstream.model import SystemStreamPartition
 from millstream.runtime.container import load_task_class
 from millstream.runtime.groupers import group_containers, group_tasks, grouper_for
-from millstream.runtime.job_model import JobModel
+from millstream.runtime.job_model import JOB_MODEL_NAMESPACE, JobModel
+from millstream.startpoint.manager import StartpointManager
 from millstream.systems.base import StreamSpec
 from millstream.systems.registry import system_factory
 
 log = logging.getLogger(__name__)
-
-JOB_MODEL_NAMESPACE = "job-model"
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,7 @@ class JobCoordinator:
         self.store.put(JOB_MODEL_NAMESPACE, str(model.generation), data)
         self.store.put(JOB_MODEL_NAMESPACE, "latest", data)
         coordination.clear_stop(self.store)
+        coordination.clear_restart(self.store)  # a new generation applies every pending startpoint anyway
         coordination.publish_generation(self.store, model.generation)
         log.info(
             "published job model generation %s: %d container(s), %d task(s)",
@@ -90,8 +91,12 @@ class JobCoordinator:
         )
 
     def start(self) -> JobModel:
+        """Plan, publish, and fan startpoints out to the new model's tasks (``job.startpoint.enabled``)."""
         plan = self.plan()
         self.publish(plan.model)
+        if JobConfig.of(self.config).startpoint_enabled:
+            manager = StartpointManager(self.store, StartpointConfig.of(self.config).max_age_ms)
+            manager.fan_out(plan.model.task_to_ssps())
         return plan.model
 
     def _ensure_dead_letter_stream(self) -> None:
@@ -105,8 +110,3 @@ class JobCoordinator:
                 log.info("created dead-letter stream %s", dead_letter)
         finally:
             admin.stop()
-
-
-def latest_job_model(store: MetadataStore) -> JobModel | None:
-    data = store.get(JOB_MODEL_NAMESPACE, "latest")
-    return JobModel.from_bytes(data) if data else None

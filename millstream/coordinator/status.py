@@ -7,11 +7,10 @@ from typing import Any
 
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
-from millstream.coordinator.job_coordinator import latest_job_model
 from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStreamPartition
-from millstream.runtime.job_model import JobModel
+from millstream.runtime.job_model import JobModel, latest_job_model
 from millstream.systems.registry import system_factory
 
 

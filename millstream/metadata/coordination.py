@@ -135,6 +135,24 @@ def clear_stop(store: MetadataStore) -> None:
     store.delete(JOB_COORDINATOR_NAMESPACE, STOP_KEY)
 
 
+RESTART_KEY = "restart"
+
+
+def request_restart(store: MetadataStore, reason: str) -> None:
+    """Ask a running job's driver to stop its containers gracefully, re-plan and start them again
+    (a new generation), e.g. to apply new startpoints. Idempotent until the driver acts on it."""
+    store.put(JOB_COORDINATOR_NAMESPACE, RESTART_KEY, reason.encode())
+
+
+def restart_requested(store: MetadataStore) -> str | None:
+    raw = store.get(JOB_COORDINATOR_NAMESPACE, RESTART_KEY)
+    return raw.decode(errors="replace") if raw is not None else None
+
+
+def clear_restart(store: MetadataStore) -> None:
+    store.delete(JOB_COORDINATOR_NAMESPACE, RESTART_KEY)
+
+
 def report_container_status(store: MetadataStore, container_id: str, status: Mapping[str, Any]) -> None:
     """Record what a container reports about itself (state, attempt, executor...).
 

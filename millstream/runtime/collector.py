@@ -97,7 +97,9 @@ class TaskCollector:
                 self.dropped += 1
                 log.warning("%s: dropped a message to %s that failed to serialize: %s", self.source, stream, error)
                 return
-            raise SerializationError(f"task '{self.source}' cannot serialize a message for '{stream}': {error}") from None
+            raise SerializationError(
+                f"task '{self.source}' cannot serialize a message for '{stream}': {error}"
+            ) from None
         producer.send(
             self.source,
             OutgoingMessageEnvelope(

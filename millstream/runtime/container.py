@@ -18,10 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from millstream.api.task import StreamTask
 from millstream.checkpoint.base import WriterFence
 from millstream.checkpoint.factory import checkpoint_manager as make_checkpoint_manager
-from millstream.config import Config, TaskConfig
+from millstream.config import Config, JobConfig, TaskConfig
+from millstream.config.views import StartpointConfig
 from millstream.errors import ConfigError, MillstreamError, StreamNotFoundError
 from millstream.metadata import coordination
 from millstream.metadata.base import FencedError, MetadataStore
@@ -38,8 +41,9 @@ from millstream.runtime.run_loop import (
     RunLoopSettings,
     SystemConsumers,
 )
-from millstream.runtime.task_instance import ContainerContext, TaskInstance
+from millstream.runtime.task_instance import AppliedStartpoints, ContainerContext, TaskInstance
 from millstream.serde.registry import SerdeRegistry
+from millstream.startpoint.manager import STARTPOINT_STATUS_NAMESPACE, StartpointManager
 from millstream.systems.base import SystemAdmin
 from millstream.systems.registry import system_factory
 
@@ -125,11 +129,21 @@ def run_container(
         registered: dict[SystemStreamPartition, str] = {}
         starts: dict[Any, dict[SystemStreamPartition, str]] = {}
         last_checkpoints = {}
+        startpoints = _startpoint_manager(config, store)
+        applied: dict[Any, AppliedStartpoints] = {}
         for task_name, task_model in sorted(model.tasks.items(), key=lambda kv: kv[0].sort_key()):
             checkpoints.register(task_name)
             last = checkpoints.read_last_checkpoint(task_name)
             last_checkpoints[task_name] = last
             starts[task_name] = offsets.starting_offsets(task_name, task_model.ssps, last, metadata)
+            if startpoints is not None:
+                fan_out = startpoints.get_fan_out_for_task(task_name)
+                resolution = offsets.apply_startpoints(task_name, starts[task_name], fan_out)
+                starts[task_name] = resolution.offsets
+                record_startpoint_failures(store, task_name, resolution.failures)
+                in_use = {ssp for ssp in fan_out if ssp in task_model.ssps}
+                if in_use:
+                    applied[task_name] = AppliedStartpoints(startpoints, task_name, in_use)
             for ssp, offset in starts[task_name].items():
                 current = registered.get(ssp)
                 order = None if current is None else admins[ssp.system].offset_comparator(offset, current)
@@ -153,6 +167,7 @@ def run_container(
                 checkpoints,
                 dict(last.offsets) if last else {},
                 catch_up,
+                applied.get(task_name),
             )
             tasks.append(instance)
         consumers = SystemConsumers(_register_consumers(config, registered))
@@ -203,6 +218,21 @@ def run_container(
         _quietly(checkpoints.stop)
         for admin in admins.values():
             _quietly(admin.stop)
+
+
+def _startpoint_manager(config: Config, store: MetadataStore) -> StartpointManager | None:
+    if not JobConfig.of(config).startpoint_enabled:
+        return None
+    return StartpointManager(store, StartpointConfig.of(config).max_age_ms)
+
+
+def record_startpoint_failures(store: MetadataStore, task_name: str, failures: dict[Any, str]) -> None:
+    """Keep the last start's unresolvable startpoints of a task where ``millstream job status`` shows them."""
+    if failures:
+        document = {ssp.key(): reason for ssp, reason in sorted(failures.items())}
+        store.put(STARTPOINT_STATUS_NAMESPACE, str(task_name), orjson.dumps(document))
+    elif store.get(STARTPOINT_STATUS_NAMESPACE, str(task_name)) is not None:
+        store.delete(STARTPOINT_STATUS_NAMESPACE, str(task_name))
 
 
 def _start_admins(config: Config, systems: set[str]) -> dict[str, SystemAdmin]:

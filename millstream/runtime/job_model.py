@@ -11,7 +11,11 @@ from dataclasses import dataclass
 
 import orjson
 
+from millstream.metadata.base import MetadataStore
 from millstream.model import SystemStreamPartition, TaskName
+
+JOB_MODEL_NAMESPACE = "job-model"
+"""Where published models live in the metadata store: by generation, and the latest under ``latest``."""
 
 
 @dataclass(frozen=True)
@@ -71,3 +75,8 @@ class JobModel:
                 tasks[task_name] = TaskModel(task_name, ssps)
             containers[cid] = ContainerModel(cid, tasks)
         return cls(int(document["generation"]), containers)
+
+
+def latest_job_model(store: MetadataStore) -> JobModel | None:
+    data = store.get(JOB_MODEL_NAMESPACE, "latest")
+    return JobModel.from_bytes(data) if data else None

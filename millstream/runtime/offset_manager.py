@@ -1,23 +1,35 @@
 """Where each task starts reading each of its partitions.
 
-Precedence, as in Samza's OffsetManager: a checkpointed offset resumes *after* itself, unless the
-stream is configured with ``reset.offset``; without one, ``offset.default`` (stream-level, else
-system-level, else ``upcoming``) applies. A resume point that retention has already trimmed away
-falls back to the oldest retained offset, loudly, since the gap is data the job can never see.
+Precedence, as in Samza's OffsetManager: a startpoint (resolved by the system's admin and used as is,
+inclusive) > ``reset.offset`` > the checkpointed offset (resumed *after* itself) > ``offset.default``
+(stream-level, else system-level, else ``upcoming``). A startpoint the admin cannot resolve is
+reported and the job starts from the checkpoint or default instead. A resume point that retention
+has already trimmed away falls back to the oldest retained offset, loudly: that gap is data the job
+can never see.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Set
+from dataclasses import dataclass
 
 from millstream.checkpoint.checkpoint import Checkpoint
 from millstream.config import Config
 from millstream.config.views import offset_default, stream_samza
 from millstream.model import SystemStreamPartition, TaskName
+from millstream.startpoint.types import Startpoint
 from millstream.systems.base import SystemAdmin, SystemStreamPartitionMetadata
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StartpointResolution:
+    offsets: dict[SystemStreamPartition, str]
+    """Starting offsets with the applied startpoints."""
+    applied: dict[SystemStreamPartition, str]
+    failures: dict[SystemStreamPartition, str]
 
 
 class OffsetManager:
@@ -52,6 +64,35 @@ class OffsetManager:
             else:
                 starting[ssp] = partition.upcoming_offset
         return starting
+
+    def apply_startpoints(
+        self,
+        task_name: TaskName,
+        offsets: Mapping[SystemStreamPartition, str],
+        startpoints: Mapping[SystemStreamPartition, Startpoint],
+    ) -> StartpointResolution:
+        """Override ``offsets`` with every startpoint of this task that resolves; collect the failures."""
+        resolved = dict(offsets)
+        applied: dict[SystemStreamPartition, str] = {}
+        failures: dict[SystemStreamPartition, str] = {}
+        for ssp, startpoint in startpoints.items():
+            if ssp not in offsets:
+                continue
+            try:
+                offset = self.admins[ssp.system].resolve_startpoint(ssp, startpoint)
+            except Exception as error:  # any system failure falls back to the checkpoint, loudly
+                failures[ssp] = f"{type(error).__name__}: {error}"
+                log.error(
+                    "%s: cannot apply startpoint %s to %s, starting from %s instead: %s",
+                    task_name, startpoint.describe(), ssp, offsets[ssp], error,
+                )  # fmt: skip
+                continue
+            if not offset:
+                failures[ssp] = "the system resolved it to no offset"
+                continue
+            log.info("%s: startpoint %s of %s resolved to offset %s", task_name, startpoint.describe(), ssp, offset)
+            resolved[ssp] = applied[ssp] = offset
+        return StartpointResolution(resolved, applied, failures)
 
     def _within_retention(
         self, task_name: TaskName, ssp: SystemStreamPartition, offset: str, partition: SystemStreamPartitionMetadata

@@ -20,6 +20,7 @@ from millstream.config import Config
 from millstream.errors import MillstreamError
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition, TaskName
 from millstream.runtime.collector import ProducerPool, TaskCollector
+from millstream.startpoint.manager import StartpointManager
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,26 @@ class ContainerContext:
             raise MillstreamError(f"task '{self.task_name}' has no store '{name}'") from None
 
 
+class AppliedStartpoints:
+    """The startpoints a task started from, deleted once a commit follows a processed message.
+
+    Deleting only then (SAMZA-2749) means a crash before that commit applies them again, and a
+    partition that stays idle keeps its startpoint across commits and restarts.
+    """
+
+    def __init__(self, manager: StartpointManager, task_name: TaskName, ssps: set[SystemStreamPartition]) -> None:
+        self.manager = manager
+        self.task_name = task_name
+        self.pending = set(ssps)
+
+    def committed(self, updated: set[SystemStreamPartition]) -> None:
+        done = self.pending & updated
+        if done:
+            self.manager.remove_fan_out_for_task_ssps(self.task_name, done)
+            self.pending -= done
+            log.info("%s: startpoints of %s applied and removed", self.task_name, sorted(s.key() for s in done))
+
+
 class TaskInstance:
     def __init__(
         self,
@@ -74,6 +95,7 @@ class TaskInstance:
         checkpoint_manager: CheckpointManager,
         checkpointed: Mapping[SystemStreamPartition, str | None],
         catch_up_from: Mapping[SystemStreamPartition, tuple[str, Callable[[str, str], int | None]]],
+        startpoints: AppliedStartpoints | None = None,
     ) -> None:
         self.task_name = task_name
         self.task = task
@@ -96,6 +118,9 @@ class TaskInstance:
         self.processed = 0
         self.commits = 0
         self._windowable = isinstance(task, WindowableTask)
+        self.startpoints = startpoints
+        self._updated: set[SystemStreamPartition] = set()
+        """Partitions that processed a message (or reached end-of-stream) since start."""
 
     def init(self) -> None:
         if isinstance(self.task, InitableTask):
@@ -126,6 +151,8 @@ class TaskInstance:
                 break
             if monotonic() >= deadline:
                 break
+        if count:
+            self._updated.add(ssp)
         self.processed += count
         return skipped + count
 
@@ -138,6 +165,7 @@ class TaskInstance:
     def mark_end_of_stream(self, ssp: SystemStreamPartition) -> None:
         """Record that ``ssp`` is exhausted; once all are, notify the task, commit and finish."""
         self.end_of_stream.add(ssp)
+        self._updated.add(ssp)
         if self.finished or not self.end_of_stream >= self.ssps:
             return
         if isinstance(self.task, EndOfStreamListenerTask):
@@ -146,13 +174,16 @@ class TaskInstance:
         self.finished = True
 
     def commit(self) -> None:
-        """Flush this task's output, then checkpoint the offsets it processed (only if they moved)."""
+        """Flush this task's output, then checkpoint the offsets it processed (only if they moved);
+        then drop the startpoints this commit made obsolete."""
         self.producers.flush(self.task_name)
         if self.last_processed != self._last_written:
             offsets = dict(self.last_processed)
             self.checkpoint_manager.write_checkpoint(self.task_name, CheckpointV1(offsets))
             self._last_written = offsets
             self.commits += 1
+        if self.startpoints is not None and self.startpoints.pending:
+            self.startpoints.committed(self._updated)
 
     def close(self) -> None:
         if isinstance(self.task, ClosableTask):

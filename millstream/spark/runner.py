@@ -28,6 +28,7 @@ from millstream.coordinator.job_result import JobResult
 from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
 from millstream.runtime.container import ContainerResult
+from millstream.runtime.job_model import JobModel
 from millstream.spark.container_task import container_partition
 from millstream.spark.session import build_session, check_slots, requirement
 
@@ -46,39 +47,61 @@ class SparkJobRunner:
         self.generation = 0
 
     def run(self, *, handle_signals: bool = False) -> JobResult:
-        """Plan, publish and run the job; returns when every container returned, or the job failed."""
+        """Plan, publish and run the job; returns when every container returned, or the job failed.
+
+        A restart request (``millstream startpoint set --apply``) stops the containers gracefully,
+        publishes a new generation (fanning out the new startpoints) and launches them again.
+        """
         spark = self._spark or build_session(self.config, self.master)
-        sc = spark.sparkContext
-        check_slots(sc, requirement(self.config))
-        model = JobCoordinator(self.config, self.store).start()
-        self.generation = model.generation
+        check_slots(spark.sparkContext, requirement(self.config))
         previous = self._install_signal_handlers() if handle_signals else {}
+        containers: list[ContainerResult] = []
+        try:
+            while True:
+                model = JobCoordinator(self.config, self.store).start()
+                self.generation = model.generation
+                result, restart = self._run_generation(spark, model)
+                containers.extend(result.containers)
+                if not restart or result.outcome == "failed" or self._stop.is_set():
+                    result.containers = containers
+                    return result
+                log.info("restarting the job's containers with a new generation (%s)", restart)
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    def _run_generation(self, spark: SparkSession, model: JobModel) -> tuple[JobResult, str | None]:
+        sc = spark.sparkContext
         outcome: dict[str, Any] = {}
         group = f"millstream-{JobConfig.of(self.config).job_key}-g{model.generation}"
         launch = threading.Thread(
             target=self._launch, args=(spark, model.to_bytes(), len(model.containers), group, outcome), daemon=True
         )
         launch.start()
-        try:
-            deadline: float | None = None
-            while launch.is_alive():
-                launch.join(0.2)
-                if self._stop.is_set() and deadline is None:
-                    coordination.request_stop(self.store, model.generation)
-                    deadline = time.monotonic() + JobConfig.of(self.config).stop_timeout_ms / 1000
-                if deadline is not None and time.monotonic() > deadline:
-                    log.warning("containers did not stop within the stop timeout; cancelling the Spark job")
-                    sc.cancelJobGroup(group)
-                    deadline = float("inf")
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+        deadline: float | None = None
+        restart: str | None = None
+        next_check = 0.0
+        while launch.is_alive():
+            launch.join(0.2)
+            now = time.monotonic()
+            if deadline is None and now >= next_check:
+                next_check = now + 0.5
+                restart = coordination.restart_requested(self.store)
+                if restart is not None:
+                    coordination.clear_restart(self.store)
+            if (self._stop.is_set() or restart is not None) and deadline is None:
+                coordination.request_stop(self.store, model.generation)
+                deadline = now + JobConfig.of(self.config).stop_timeout_ms / 1000
+            if deadline is not None and now > deadline:
+                log.warning("containers did not stop within the stop timeout; cancelling the Spark job")
+                sc.cancelJobGroup(group)
+                deadline = float("inf")
         if "error" in outcome:
             coordination.request_stop(self.store, model.generation)  # let any surviving container commit
-            return JobResult(model.generation, "failed", error=outcome["error"])
-        containers = [ContainerResult(**orjson.loads(row)) for row in outcome["rows"]]
-        stopped = any(c.outcome == "stopped" for c in containers)
-        return JobResult(model.generation, "stopped" if stopped else "finished", containers)
+            return JobResult(model.generation, "failed", error=outcome["error"]), None
+        results = [ContainerResult(**orjson.loads(row)) for row in outcome["rows"]]
+        stopped = any(c.outcome == "stopped" for c in results)
+        return JobResult(model.generation, "stopped" if stopped else "finished", results), restart
 
     def request_stop(self) -> None:
         """Ask every container to commit and stop; :meth:`run` then returns ``stopped``."""

@@ -9,13 +9,21 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from millstream.errors import MillstreamError
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStreamPartition
 
 if TYPE_CHECKING:
     from millstream.config import Config
+    from millstream.startpoint.types import (
+        Startpoint,
+        StartpointCustom,
+        StartpointOldest,
+        StartpointSpecific,
+        StartpointTimestamp,
+        StartpointUpcoming,
+    )
 
 
 class SystemOperationError(MillstreamError):
@@ -128,9 +136,48 @@ class SystemAdmin(ABC):
         """Names of the streams in this system, where the system can list them."""
         raise SystemOperationError(f"{type(self).__name__} cannot list its streams")
 
-    def resolve_startpoint(self, ssp: SystemStreamPartition, startpoint: Any) -> str:
-        """The offset a startpoint designates for ``ssp`` (inclusive); see ``millstream.startpoint``."""
-        raise SystemOperationError(f"{type(self).__name__} cannot resolve startpoint {startpoint!r} for {ssp}")
+    def resolve_startpoint(self, ssp: SystemStreamPartition, startpoint: Startpoint) -> str:
+        """The offset a startpoint designates for ``ssp``, used as is (inclusive).
+
+        The default resolves the four generic types through this admin's own metadata and timestamp
+        lookup; a system with its own startpoint types overrides it (or ``visit_custom``).
+        """
+        return str(startpoint.apply(ssp, _GenericStartpointResolver(self)))
+
+    def seal_stream(self, stream: str) -> None:
+        """Mark ``stream`` bounded and complete, for systems that have bounded streams."""
+        raise SystemOperationError(f"{type(self).__name__} has no bounded streams: cannot seal '{stream}'")
+
+
+class _GenericStartpointResolver:
+    """Resolves the generic startpoint types with nothing but the SystemAdmin contract."""
+
+    def __init__(self, admin: SystemAdmin) -> None:
+        self.admin = admin
+
+    def _metadata(self, ssp: SystemStreamPartition) -> SystemStreamPartitionMetadata:
+        metadata = self.admin.get_ssp_metadata([ssp]).get(ssp)
+        if metadata is None:
+            raise SystemOperationError(f"cannot resolve a startpoint for {ssp}: the partition does not exist")
+        return metadata
+
+    def visit_specific(self, ssp: SystemStreamPartition, startpoint: StartpointSpecific) -> str:
+        return startpoint.specific_offset
+
+    def visit_timestamp(self, ssp: SystemStreamPartition, startpoint: StartpointTimestamp) -> str:
+        return self.admin.offset_for_timestamp(ssp, startpoint.timestamp_offset)
+
+    def visit_oldest(self, ssp: SystemStreamPartition, startpoint: StartpointOldest) -> str:
+        metadata = self._metadata(ssp)
+        return metadata.oldest_offset or metadata.upcoming_offset
+
+    def visit_upcoming(self, ssp: SystemStreamPartition, startpoint: StartpointUpcoming) -> str:
+        return self._metadata(ssp).upcoming_offset
+
+    def visit_custom(self, ssp: SystemStreamPartition, startpoint: StartpointCustom) -> str:
+        raise SystemOperationError(
+            f"{type(self.admin).__name__} does not support {type(startpoint).__name__} (for {ssp})"
+        )
 
 
 class SystemConsumer(ABC):

@@ -39,7 +39,7 @@ def test_end_of_stream_listener_runs_once_per_task_after_its_last_message():
 def test_window_is_called_every_window_ms_between_messages():
     config = {"task.window.ms": 10, "test.delay.seconds": 0.002}
     result = TestRunner(CountingTask, config).add_input("in", keyed(100)).run()
-    (_, report), = result.output("out")
+    ((_, report),) = result.output("out")
     assert report["count"] == 100
     assert 5 <= report["windows"] <= 25  # ~200 ms of processing, a window every 10 ms
 

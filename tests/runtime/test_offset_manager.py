@@ -66,3 +66,44 @@ def test_empty_partition_with_oldest_default_starts_at_upcoming():
     meta = {A0: Meta(None, None, "7")}
     values = {"systems.log.samza.offset.default": "oldest"}
     assert manager(values).starting_offsets(TASK, {A0}, None, meta) == {A0: "7"}
+
+
+class ResolvingAdmin(IntAdmin):
+    def resolve_startpoint(self, ssp, startpoint):
+        from millstream.startpoint.types import StartpointSpecific
+
+        if isinstance(startpoint, StartpointSpecific):
+            if startpoint.specific_offset == "boom":
+                raise RuntimeError("cannot resolve")
+            return startpoint.specific_offset
+        return ""
+
+
+def test_startpoint_beats_reset_and_checkpoint_and_is_used_inclusive():
+    from millstream.startpoint.types import StartpointSpecific
+
+    values = {"systems.log.streams.a.samza.reset.offset": "true"}  # upcoming is the default
+    om = OffsetManager(Config(values), {"log": ResolvingAdmin()})
+    offsets = om.starting_offsets(TASK, {A0, A1}, CheckpointV1({A0: "15", A1: "2"}), META)
+    resolution = om.apply_startpoints(TASK, offsets, {A0: StartpointSpecific("12")})
+    assert resolution.offsets == {A0: "12", A1: "5"}  # A1: reset.offset ignores its checkpoint → upcoming
+    assert resolution.applied == {A0: "12"}
+
+
+def test_unresolvable_startpoint_falls_back_to_the_checkpoint_and_is_reported():
+    from millstream.startpoint.types import StartpointOldest, StartpointSpecific
+
+    om = OffsetManager(Config({}), {"log": ResolvingAdmin()})
+    offsets = om.starting_offsets(TASK, {A0, A1}, CheckpointV1({A0: "15", A1: "2"}), META)
+    resolution = om.apply_startpoints(TASK, offsets, {A0: StartpointSpecific("boom"), A1: StartpointOldest()})
+    assert resolution.offsets == {A0: "16", A1: "3"}
+    assert set(resolution.failures) == {A0, A1}
+    assert "cannot resolve" in resolution.failures[A0]
+
+
+def test_startpoints_of_partitions_the_task_does_not_read_are_ignored():
+    from millstream.startpoint.types import StartpointSpecific
+
+    om = OffsetManager(Config({}), {"log": ResolvingAdmin()})
+    resolution = om.apply_startpoints(TASK, {A0: "20"}, {A1: StartpointSpecific("1")})
+    assert resolution.offsets == {A0: "20"} and not resolution.applied and not resolution.failures

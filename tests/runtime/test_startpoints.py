@@ -1,0 +1,90 @@
+"""Startpoints applied by containers, in-process: precedence, deletion after commit, crash before commit."""
+
+import threading
+import time
+
+from millstream.config import Config
+from millstream.metadata.factory import metadata_store
+from millstream.startpoint.manager import StartpointManager
+from millstream.startpoint.tools import set_startpoints
+from millstream.startpoint.types import StartpointSpecific, StartpointUpcoming
+from millstream.testing import InProcessRunner
+from tests.helpers import create_stream, fill, job_config, output_origins, seal
+
+
+def fan_outs(config: Config) -> dict:
+    return StartpointManager(metadata_store(config)).all_fan_outs()
+
+
+def run_until_read(config: Config, total: int) -> None:
+    """Run an unbounded job until its checkpoints cover ``total`` messages, then stop it gracefully."""
+    from millstream.checkpoint.factory import checkpoint_manager
+
+    runner = InProcessRunner(config)
+    store = metadata_store(config)
+
+    def stop_when_done() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            checkpoints = checkpoint_manager(config, store).read_all()
+            if sum(int(o) + 1 for c in checkpoints.values() for o in c.offsets.values()) >= total:
+                break
+            time.sleep(0.05)
+        runner.request_stop()
+
+    threading.Thread(target=stop_when_done, daemon=True).start()
+    assert runner.run(timeout=60).outcome == "stopped"
+
+
+def test_processed_partitions_drop_their_startpoint_after_commit_idle_ones_keep_it(tmp_path):
+    config = job_config(tmp_path, job__container__count=1)
+    create_stream(config, "in", 2)
+    create_stream(config, "out", 2)
+    fill(config, "in", 2, 5)
+    run_until_read(config, 10)
+
+    set_startpoints(config, "log.in", StartpointSpecific("1"), partitions=[0])
+    set_startpoints(config, "log.in", StartpointUpcoming(), partitions=[1])
+    seal(config, "in")
+    result = InProcessRunner(config).run(timeout=60)
+    assert result.outcome == "finished"
+
+    origins = output_origins(config)
+    assert sorted(v for p, v in origins if p == 0) == [0, 1, 1, 2, 2, 3, 3, 4, 4]
+    assert sorted(v for p, v in origins if p == 1) == [0, 1, 2, 3, 4]
+    remaining = fan_outs(config)
+    # partition 1 reached end-of-stream, which counts as an update (as in Samza): nothing stays
+    assert remaining == {}
+
+
+def test_an_idle_partition_keeps_its_startpoint_across_commits_and_restarts(tmp_path):
+    config = job_config(tmp_path, job__container__count=1)
+    create_stream(config, "in", 2)
+    create_stream(config, "out", 2)
+    fill(config, "in", 2, 3)
+    run_until_read(config, 6)
+    set_startpoints(config, "log.in", StartpointUpcoming(), partitions=[1])
+    fill(config, "in", 1, 2, start=3)  # partition 0 gets data; partition 1 stays idle
+    run_until_read(config, 8)
+    assert [str(ssp) for f in fan_outs(config).values() for ssp in f] == ["SystemStreamPartition [log, in, 1]"]
+    run_until_read(config, 8)
+    assert len(fan_outs(config)) == 1
+
+
+def test_a_crash_before_the_first_commit_applies_the_startpoint_again(tmp_path):
+    config = job_config(tmp_path, task="tests.jobs:FailsOnPoison", task__commit__ms=3_600_000)
+    create_stream(config, "in", 1)
+    create_stream(config, "out", 1)
+    from millstream.model import SystemStream
+    from millstream.testing import write_stream
+
+    write_stream(config, SystemStream("log", "in"), [("k", 0), ("k", 1), ("k", 2)])
+    run_until_read(config, 3)
+    set_startpoints(config, "log.in", StartpointSpecific("0"))
+    write_stream(config, SystemStream("log", "in"), [("k", "poison")])
+    failed = InProcessRunner(config).run(timeout=30)
+    assert failed.outcome == "failed"
+    assert len(fan_outs(config)) == 1, "the startpoint must survive a crash before any commit"
+    before = len(output_origins(config))
+    assert InProcessRunner(config).run(timeout=30).outcome == "failed"
+    assert len(output_origins(config)) == before + 3  # replayed 0, 1, 2 from the startpoint again
