@@ -32,8 +32,10 @@ app.add_typer(streams_app, name="streams")
 app.add_typer(checkpoint_app, name="checkpoint")
 app.add_typer(job_app, name="job")
 
-out = Console()
-err = Console(stderr=True)
+# soft_wrap: messages and names are printed whole, never folded at the terminal width (80 in a pipe),
+# so a long path, key or stream name stays on one line for grep and scripts.
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 ConfigPath = Annotated[Path, typer.Argument(help="Job config: YAML or .properties", show_default=False)]
 Overrides = Annotated[list[str] | None, typer.Option("--set", "-s", help="Override a config key: key=value")]
@@ -93,6 +95,7 @@ def run(
     else:
         from millstream.spark.runner import SparkJobRunner
 
+        _guarded(lambda: _preflight(cfg))  # a missing stream or task class fails before the JVM starts
         result = _guarded(lambda: SparkJobRunner(cfg, master=master).run(handle_signals=True))
     if result.outcome == "failed":
         err.print(f"[bold red]job failed:[/] {result.error}", highlight=False)
@@ -110,6 +113,19 @@ def run(
             str(container.pid),
         )
     out.print(table)
+
+
+def _preflight(cfg: Config) -> None:
+    """Plan the job without publishing it: input streams, task class and systems are checked in
+    well under a second, where the Spark runner would only find out after starting Spark's JVM."""
+    from millstream.coordinator.job_coordinator import JobCoordinator
+    from millstream.metadata.factory import metadata_store
+
+    store = metadata_store(cfg)
+    try:
+        JobCoordinator(cfg, store).plan()
+    finally:
+        store.close()
 
 
 def _admin(cfg: Config, system: str) -> SystemAdmin:
@@ -289,6 +305,14 @@ def streams_consume(
 
     cfg = _load(config, overrides)
     target = _stream(stream)
+    admin = _admin(cfg, target.system)
+    try:
+        exists = target.stream in admin.get_system_stream_metadata([target.stream])
+    finally:
+        admin.stop()
+    if not exists:  # exit 2 like describe and produce (read_stream's error would be a generic exit 1)
+        err.print(f"[bold red]error:[/] {StreamNotFoundError(target.system, target.stream)}", highlight=False)
+        raise typer.Exit(2)
     by_partition = _guarded(lambda: read_stream(cfg, target))
     printed = 0
     for partition in sorted(by_partition):
