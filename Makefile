@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 EXTRAS ?= test
 
-.PHONY: install example test lint bench clean
+.PHONY: install example test kafka-jars lint bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,9 +20,13 @@ example: install
 	  && ../../$(BIN)/millstream run job.yaml \
 	  && ../../$(BIN)/python show.py
 
-## Run the whole test suite (unit, in-process, Spark local mode, Spark standalone cluster).
+## Run the whole test suite (unit, in-process, Spark local mode, Spark standalone cluster, real Kafka broker).
 test: install
 	$(BIN)/pytest -q
+
+## Download the Kafka broker JARs the integration tests start (Maven Central via ~/.m2, cached; see tools/kafka).
+kafka-jars: install
+	$(BIN)/python -m tests.integration.kafka_broker fetch
 
 lint: install
 	$(BIN)/ruff check millstream tests benchmarks examples

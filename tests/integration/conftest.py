@@ -1,0 +1,55 @@
+"""Real servers for the integration tests, one per test session, started only when a test asks.
+
+``kafka_broker``: a KRaft Apache Kafka broker from Maven Central's JARs (see ``kafka_broker.py``).
+Set ``MILLSTREAM_TEST_KAFKA=host:port`` to run the tests against a broker of your own instead; the
+tests that restart the broker are skipped then.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests.integration.kafka_broker import KafkaBroker
+
+
+class ExternalBroker:
+    """A broker the test session did not start: usable, but not restartable."""
+
+    def __init__(self, bootstrap_servers: str) -> None:
+        self.bootstrap_servers = bootstrap_servers
+
+    def restart(self, down_seconds: float = 0.0, timeout: float = 120.0) -> None:
+        pytest.skip("MILLSTREAM_TEST_KAFKA names an external broker, which the tests cannot restart")
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker | ExternalBroker]:
+    external = os.environ.get("MILLSTREAM_TEST_KAFKA")
+    if external:
+        yield ExternalBroker(external)
+        return
+    broker = KafkaBroker(tmp_path_factory.mktemp("kafka-broker")).start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def bootstrap(kafka_broker: KafkaBroker | ExternalBroker) -> str:
+    return kafka_broker.bootstrap_servers
+
+
+@pytest.fixture
+def topic_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """Unique topic names for this test: ``topic_name("in")`` → ``t-<test>-in-<random>``."""
+    test = "".join(c if c.isalnum() else "-" for c in request.node.name)[:60]
+
+    def make(suffix: str = "t") -> str:
+        return f"t-{test}-{suffix}-{uuid.uuid4().hex[:8]}"
+
+    return make
