@@ -1,0 +1,196 @@
+"""Metadata and lifecycle of Kafka topics: partitions, offsets, creation, validation, deletion.
+
+Offsets are Kafka's: decimal integers, dense except where compaction removed records or
+transactions left control records. ``oldest`` is the log start offset, ``upcoming`` the end offset
+the system's consumers read up to (the last stable offset under librdkafka's default
+``isolation.level=read_committed``, the high watermark under ``read_uncommitted``), ``newest`` the
+one before it; an empty partition has neither oldest nor newest. Kafka partitions never end: no
+partition is ever sealed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec
+
+from millstream.errors import StreamNotFoundError
+from millstream.model import SystemStreamPartition
+from millstream.systems.base import StreamSpec, SystemAdmin, SystemStreamMetadata, SystemStreamPartitionMetadata
+from millstream.systems.kafka.client import (
+    check_brokers,
+    create_client,
+    create_topic,
+    kafka_error,
+    parse_offset,
+    retry,
+    topic_partitions,
+    wait_for_topic,
+)
+from millstream.systems.kafka.config import KafkaClientSettings
+from millstream.systems.kafka.errors import KafkaSystemError
+
+log = logging.getLogger(__name__)
+
+REPLICATION_FACTOR_KEY = "replication.factor"
+"""In a ``StreamSpec.config``: the topic's replication factor; every other entry is a topic config."""
+
+
+class KafkaSystemAdmin(SystemAdmin):
+    """``SystemAdmin`` of a Kafka cluster. Thread-safe as librdkafka's admin client is."""
+
+    def __init__(self, system: str, kafka: KafkaClientSettings) -> None:
+        self.system = system
+        self.kafka = kafka
+        self._admin: AdminClient | None = None
+        self._timeout = kafka.settings.operation_timeout_ms / 1000
+        self._isolation = (
+            IsolationLevel.READ_UNCOMMITTED
+            if kafka.isolation_level() == "read_uncommitted"
+            else IsolationLevel.READ_COMMITTED
+        )
+
+    def start(self) -> None:
+        """Connect and check that a broker answers within ``systems.<s>.startup.timeout.ms``."""
+        self._client()
+
+    def stop(self) -> None:
+        self._admin = None
+
+    def _client(self) -> AdminClient:
+        if self._admin is None:
+            admin = create_client(AdminClient, self.kafka.admin(), "admin", self.kafka)
+            check_brokers(admin, self.kafka)
+            self._admin = admin
+        return self._admin
+
+    def partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
+        """Partition count of each existing topic among ``topics``."""
+        admin = self._client()
+        counts = {}
+        for topic in topics:
+            metadata = retry(
+                lambda topic=topic: admin.list_topics(topic=topic, timeout=self._timeout),  # type: ignore[misc]
+                f"Kafka system '{self.system}': reading metadata of topic '{topic}'",
+                self._timeout,
+            )
+            count = topic_partitions(metadata, topic)
+            if count is not None:
+                counts[topic] = count
+        return counts
+
+    def _list_offsets(self, specs: Mapping[TopicPartition, Any], what: str) -> dict[tuple[str, int], int]:
+        admin = self._client()
+
+        def attempt() -> dict[tuple[str, int], int]:
+            futures = admin.list_offsets(dict(specs), isolation_level=self._isolation, request_timeout=self._timeout)
+            return {(tp.topic, tp.partition): future.result().offset for tp, future in futures.items()}
+
+        if not specs:
+            return {}
+        return retry(attempt, f"Kafka system '{self.system}': {what}", self._timeout)
+
+    def get_system_stream_metadata(self, streams: Iterable[str]) -> dict[str, SystemStreamMetadata]:
+        counts = self.partition_counts(streams)
+        partitions = [TopicPartition(topic, p) for topic, count in counts.items() for p in range(count)]
+        oldest = self._list_offsets({tp: OffsetSpec.earliest() for tp in partitions}, "reading oldest offsets")
+        upcoming = self._list_offsets({tp: OffsetSpec.latest() for tp in partitions}, "reading end offsets")
+        result = {}
+        for topic, count in counts.items():
+            by_partition = {}
+            for partition in range(count):
+                start, end = oldest[(topic, partition)], upcoming[(topic, partition)]
+                if start >= end:
+                    by_partition[partition] = SystemStreamPartitionMetadata(None, None, str(end))
+                else:
+                    by_partition[partition] = SystemStreamPartitionMetadata(str(start), str(end - 1), str(end))
+            result[topic] = SystemStreamMetadata(topic, by_partition)
+        return result
+
+    def offsets_after(self, offsets: Mapping[SystemStreamPartition, str]) -> dict[SystemStreamPartition, str]:
+        return {ssp: str(parse_offset(ssp.stream, ssp.partition, offset) + 1) for ssp, offset in offsets.items()}
+
+    def offset_comparator(self, offset1: str, offset2: str) -> int | None:
+        try:
+            first, second = int(offset1), int(offset2)
+        except (TypeError, ValueError):
+            return None
+        return (first > second) - (first < second)
+
+    def offset_for_timestamp(self, ssp: SystemStreamPartition, timestamp_ms: int) -> str:
+        """Kafka's ListOffsets by time: the first offset whose timestamp is at or after ``timestamp_ms``;
+        the upcoming offset when every record is older."""
+        if ssp.stream not in self.partition_counts([ssp.stream]):
+            raise StreamNotFoundError(self.system, ssp.stream)
+        tp = TopicPartition(ssp.stream, ssp.partition)
+        found = self._list_offsets({tp: OffsetSpec.for_timestamp(timestamp_ms)}, f"finding offsets by time in {ssp}")
+        offset = found[(ssp.stream, ssp.partition)]
+        if offset < 0:
+            offset = self._list_offsets({tp: OffsetSpec.latest()}, f"reading the end offset of {ssp}")[
+                (ssp.stream, ssp.partition)
+            ]
+        return str(offset)
+
+    def create_stream(self, spec: StreamSpec) -> bool:
+        """Create the topic with ``spec.partition_count`` partitions; ``spec.config`` holds topic configs
+        (``cleanup.policy=compact`` for changelogs) and optionally ``replication.factor``."""
+        config = dict(spec.config)
+        replication = int(config.pop(REPLICATION_FACTOR_KEY, self.kafka.settings.default_replication_factor))
+        admin = self._client()
+        created = create_topic(admin, self.kafka, spec.physical_name, spec.partition_count, replication, config)
+        if created:
+            log.info("created Kafka topic %s (%d partitions, %s)", spec.physical_name, spec.partition_count, config)
+        return created
+
+    def validate_stream(self, spec: StreamSpec) -> None:
+        """Exists, has the expected partition count, and is compacted when the spec asks for it."""
+        super().validate_stream(spec)
+        if spec.is_changelog:
+            policy = self.topic_config(spec.physical_name).get("cleanup.policy", "")
+            if "compact" not in policy.split(","):
+                raise KafkaSystemError(
+                    f"Kafka topic '{spec.physical_name}' has cleanup.policy={policy!r}; a changelog needs 'compact'"
+                )
+
+    def topic_config(self, topic: str) -> dict[str, str]:
+        """The effective configuration of ``topic`` (defaults included)."""
+        admin = self._client()
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+
+        def attempt() -> dict[str, str]:
+            try:
+                entries = admin.describe_configs([resource], request_timeout=self._timeout)[resource].result()
+            except KafkaException as error:
+                inner = kafka_error(error)
+                if inner is not None and inner.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise StreamNotFoundError(self.system, topic) from None
+                raise
+            return {name: entry.value for name, entry in entries.items() if entry.value is not None}
+
+        return retry(attempt, f"Kafka system '{self.system}': describing topic '{topic}'", self._timeout)
+
+    def clear_stream(self, spec: StreamSpec) -> bool:
+        """Delete the topic and wait until the cluster no longer serves it; False if there was none."""
+        admin = self._client()
+        topic = spec.physical_name
+        try:
+            admin.delete_topics([topic], request_timeout=self._timeout)[topic].result(timeout=self._timeout)
+        except KafkaException as error:
+            inner = kafka_error(error)
+            if inner is not None and inner.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                return False
+            raise KafkaSystemError(
+                f"Kafka system '{self.system}': cannot delete topic '{topic}': {inner.str() if inner else error}"
+            ) from None
+        wait_for_topic(admin, self.kafka, topic, present=False)
+        return True
+
+    def list_streams(self) -> list[str]:
+        """Every topic but Kafka's and millstream's internal ones (names starting with ``__``)."""
+        admin = self._client()
+        what = f"Kafka system '{self.system}': listing topics"
+        metadata = retry(lambda: admin.list_topics(timeout=self._timeout), what, self._timeout)
+        return sorted(topic for topic in metadata.topics if not topic.startswith("__"))

@@ -1,0 +1,190 @@
+"""Creating librdkafka clients and talking to the brokers with bounded waits.
+
+Every client a Kafka system, the Kafka checkpoint manager or the Kafka metadata store creates goes
+through :func:`create_client` (a refused setting becomes a ``ConfigError`` naming the config key,
+without secret values) and checks the brokers with :func:`check_brokers`, so an unreachable cluster
+fails within ``systems.<s>.startup.timeout.ms`` with the bootstrap servers in the message instead of
+hanging in librdkafka's reconnect loop.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
+
+from millstream.systems.kafka.config import KafkaClientSettings
+from millstream.systems.kafka.errors import (
+    KafkaBrokersUnreachableError,
+    KafkaClientConfigError,
+    KafkaOffsetError,
+    KafkaSystemError,
+)
+
+Client = TypeVar("Client")
+_PROPERTY = re.compile(r'property:? "(?P<key>[^"]+)"')
+
+RETRIABLE_CODES = frozenset(
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._TIMED_OUT,
+        KafkaError._WAIT_COORD,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.NETWORK_EXCEPTION,
+        KafkaError.BROKER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.OFFSET_NOT_AVAILABLE,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        KafkaError.CONCURRENT_TRANSACTIONS,
+        KafkaError.KAFKA_STORAGE_ERROR,
+    }
+)
+
+
+def kafka_error(error: BaseException) -> KafkaError | None:
+    """The ``KafkaError`` inside a ``KafkaException`` (or None for anything else)."""
+    if isinstance(error, KafkaException) and error.args and isinstance(error.args[0], KafkaError):
+        return error.args[0]
+    return None
+
+
+def is_retriable(error: BaseException) -> bool:
+    """A transient condition (broker down or moving, request timed out) worth retrying."""
+    inner = kafka_error(error)
+    if inner is None:
+        return False
+    return bool(inner.retriable()) or inner.code() in RETRIABLE_CODES
+
+
+def create_client(
+    factory: Callable[[dict[str, Any]], Client], settings: dict[str, Any], client: str, kafka: KafkaClientSettings
+) -> Client:
+    """Construct a librdkafka client; a setting it refuses is a ``ConfigError`` naming the config key."""
+    try:
+        return factory(settings)
+    except (KafkaException, ValueError, TypeError) as error:
+        inner = kafka_error(error)
+        text = kafka.redact(inner.str() if inner is not None else str(error))
+        match = _PROPERTY.search(text)
+        where = (
+            f"config key '{kafka.key_of(client, match['key'])}'"
+            if match
+            else f"the settings under 'systems.{kafka.system}.{client}.*'"
+        )
+        raise KafkaClientConfigError(f"Kafka system '{kafka.system}': {where} refused by librdkafka: {text}") from None
+
+
+def check_brokers(handle: Any, kafka: KafkaClientSettings, timeout_s: float | None = None) -> ClusterMetadata:
+    """Cluster metadata from ``handle``; fails within the startup timeout when no broker answers."""
+    timeout = timeout_s if timeout_s is not None else kafka.settings.startup_timeout_ms / 1000
+    try:
+        return handle.list_topics(timeout=timeout)
+    except KafkaException as error:
+        inner = kafka_error(error)
+        detail = kafka.redact(inner.str() if inner is not None else str(error))
+        raise KafkaBrokersUnreachableError(kafka.system, kafka.bootstrap_servers, timeout, detail) from None
+
+
+def retry(
+    action: Callable[[], Client],
+    what: str,
+    timeout_s: float,
+    *,
+    on_retry: Callable[[BaseException], None] | None = None,
+) -> Client:
+    """Run ``action`` until it succeeds, retrying transient Kafka errors with backoff for ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    backoff = 0.05
+    while True:
+        try:
+            return action()
+        except KafkaException as error:
+            if not is_retriable(error) or time.monotonic() + backoff > deadline:
+                inner = kafka_error(error)
+                raise KafkaSystemError(f"{what} failed: {inner.str() if inner is not None else error}") from None
+            if on_retry is not None:
+                on_retry(error)
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
+
+
+def future_result(future: Any, timeout_s: float) -> Any:
+    """``future.result`` with librdkafka's error unwrapped for :func:`retry`."""
+    return future.result(timeout=timeout_s)
+
+
+def parse_offset(topic: str, partition: int, offset: str) -> int:
+    try:
+        value = int(offset)
+    except (TypeError, ValueError):
+        raise KafkaOffsetError(topic, partition, offset) from None
+    if value < 0:
+        raise KafkaOffsetError(topic, partition, offset)
+    return value
+
+
+def topic_partitions(metadata: ClusterMetadata, topic: str) -> int | None:
+    """The partition count of ``topic``, or None when the cluster has no such topic."""
+    info = metadata.topics.get(topic)
+    if info is None or (info.error is not None and info.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+        return None
+    return len(info.partitions)
+
+
+def create_topic(
+    admin: AdminClient,
+    kafka: KafkaClientSettings,
+    topic: str,
+    partitions: int,
+    replication_factor: int,
+    config: Mapping[str, str],
+) -> bool:
+    """Create ``topic`` and wait until the cluster serves it; False when it already existed."""
+    timeout = kafka.settings.operation_timeout_ms / 1000
+    new = NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor, config=dict(config))
+    try:
+        future_result(admin.create_topics([new], request_timeout=timeout)[topic], timeout)
+    except KafkaException as error:
+        inner = kafka_error(error)
+        if inner is not None and inner.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+            return False
+        detail = inner.str() if inner is not None else str(error)
+        raise KafkaSystemError(
+            f"Kafka system '{kafka.system}': cannot create topic '{topic}' ({partitions} partitions, "
+            f"replication factor {replication_factor}, config {dict(config)}): {detail}"
+        ) from None
+    wait_for_topic(admin, kafka, topic, present=True)
+    return True
+
+
+def wait_for_topic(admin: AdminClient, kafka: KafkaClientSettings, topic: str, *, present: bool) -> None:
+    """Wait until metadata shows ``topic`` with a leader for every partition (or shows it gone)."""
+    deadline = time.monotonic() + kafka.settings.operation_timeout_ms / 1000
+    while True:
+        metadata = admin.list_topics(topic=topic, timeout=max(0.5, deadline - time.monotonic()))
+        info = metadata.topics.get(topic)
+        exists = topic_partitions(metadata, topic) is not None
+        if present and exists and info is not None and all(p.leader >= 0 for p in info.partitions.values()):
+            return
+        if not present and not exists:
+            return
+        if time.monotonic() >= deadline:
+            state = "appear" if present else "disappear"
+            raise KafkaSystemError(f"Kafka system '{kafka.system}': topic '{topic}' did not {state} in time")
+        time.sleep(0.05)
+
+
+def tp(topic: str, partition: int, offset: int | None = None) -> TopicPartition:
+    return TopicPartition(topic, partition) if offset is None else TopicPartition(topic, partition, offset)

@@ -1,0 +1,175 @@
+"""``systems.<s>.*`` settings of a Kafka system, and the librdkafka configuration of its clients.
+
+millstream's own keys are declared in :class:`KafkaSystemConfig`. Everything under
+``systems.<s>.consumer.``, ``.producer.`` and ``.admin.`` is handed to librdkafka as is (Samza's
+layout: ``systems.kafka.consumer.fetch.max.bytes``), and a value under
+``sensitive.systems.<s>.<same key>`` (a SASL password, say) overrides the plain one and is never
+printed. The admin client also receives the consumer's connection settings (``security.protocol``,
+``sasl.*``, ``ssl.*``), as Samza builds its admin from the consumer's config, so they need not be
+written three times.
+
+``bootstrap.servers`` is ``systems.<s>.bootstrap.servers``, else Samza's
+``systems.<s>.consumer.bootstrap.servers`` / ``producer.bootstrap.servers``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pydantic import Field
+
+from millstream.config.core import REDACTED, SENSITIVE_PREFIX, Config
+from millstream.config.views import Bool, ConfigView, system_names
+from millstream.errors import ConfigError
+
+CLIENT_PREFIXES = ("consumer.", "producer.", "admin.")
+SHARED_CONNECTION_PREFIXES = ("security.protocol", "sasl.", "ssl.", "client.dns.lookup", "socket.", "broker.address.")
+"""Consumer settings the admin client inherits: how to reach and authenticate with the brokers."""
+
+LIBRDKAFKA_LOGGER = logging.getLogger("millstream.kafka.librdkafka")
+
+KAFKA_FACTORY_NAMES = frozenset(
+    {
+        "kafka",
+        "org.apache.samza.system.kafka.KafkaSystemFactory",
+        "millstream.systems.kafka.factory:KafkaSystemFactory",
+        "millstream.systems.kafka.factory.KafkaSystemFactory",
+        "millstream.systems.kafka:KafkaSystemFactory",
+    }
+)
+
+
+class KafkaSystemConfig(ConfigView):
+    """The keys a Kafka system accepts under ``systems.<s>.`` besides ``samza.*``, ``streams.*`` and
+    the client prefixes."""
+
+    bootstrap_servers: str | None = Field(None, alias="bootstrap.servers")
+    auto_create_streams: Bool = Field(False, alias="auto.create.streams")
+    """Create a missing output topic on first send (``default.partitions``, ``default.replication.factor``)
+    instead of failing with ``StreamNotFoundError``."""
+    default_partitions: int = Field(1, alias="default.partitions", ge=1)
+    default_replication_factor: int = Field(-1, alias="default.replication.factor", ge=-1)
+    """-1: the broker's ``default.replication.factor``."""
+    poll_batch_size: int = Field(10_000, alias="poll.batch.size", ge=1)
+    """Most messages one ``poll`` takes from librdkafka's queue (across the container's partitions)."""
+    startup_timeout_ms: int = Field(10_000, alias="startup.timeout.ms", ge=1)
+    """How long a client waits for the brokers when it starts before failing with a clear error."""
+    operation_timeout_ms: int = Field(60_000, alias="operation.timeout.ms", ge=1)
+    """How long an admin operation (metadata, offsets, topic creation) retries before failing."""
+
+    @classmethod
+    def for_system(cls, config: Config, system: str) -> KafkaSystemConfig:
+        prefix = f"systems.{system}."
+        keys = config_keys()
+        return cls.parse({k: v for k, v in config.subset(prefix).items() if k in keys}, prefix)
+
+
+def config_keys() -> frozenset[str]:
+    return frozenset(info.alias or name for name, info in KafkaSystemConfig.model_fields.items())
+
+
+def kafka_system_names(config: Config) -> list[str]:
+    """Systems whose ``samza.factory`` is the Kafka factory, by any of its names."""
+    return [s for s in system_names(config) if config.get(f"systems.{s}.samza.factory") in KAFKA_FACTORY_NAMES]
+
+
+def resolve_kafka_system(config: Config, configured: str | None, key: str, purpose: str) -> str:
+    """The Kafka system that hosts ``purpose``: ``configured`` (from ``key``), else the only Kafka system."""
+    if configured:
+        if configured not in kafka_system_names(config):
+            raise ConfigError(
+                f"config key '{key}' names system '{configured}', which is not a Kafka system "
+                f"(set systems.{configured}.samza.factory=kafka)"
+            )
+        return configured
+    candidates = kafka_system_names(config)
+    if len(candidates) == 1:
+        return candidates[0]
+    found = f"Kafka systems: {', '.join(candidates)}" if candidates else "no Kafka system is configured"
+    raise ConfigError(f"{purpose} needs a Kafka system: set '{key}' ({found})")
+
+
+class KafkaClientSettings:
+    """The librdkafka settings of one system's consumer, producer and admin clients.
+
+    Built from config once per client; keeps which values are secret so error messages can hide them.
+    """
+
+    def __init__(self, config: Config, system: str) -> None:
+        self.system = system
+        self.settings = KafkaSystemConfig.for_system(config, system)
+        prefix = f"systems.{system}."
+        plain = config.subset(prefix)
+        secret = config.subset(SENSITIVE_PREFIX + prefix)
+        self._secrets = {value for value in secret.values() if value}
+        merged = {**plain, **secret}
+        self._clients: dict[str, dict[str, str]] = {}
+        for client in CLIENT_PREFIXES:
+            self._clients[client[:-1]] = {k[len(client) :]: v for k, v in merged.items() if k.startswith(client)}
+        bootstrap = (
+            merged.get("bootstrap.servers")
+            or self._clients["consumer"].get("bootstrap.servers")
+            or self._clients["producer"].get("bootstrap.servers")
+        )
+        if not bootstrap:
+            raise ConfigError(
+                f"Kafka system '{system}' has no brokers: set 'systems.{system}.bootstrap.servers' (host:port,...)"
+            )
+        self.bootstrap_servers = bootstrap
+
+    def _base(self, client: str) -> dict[str, Any]:
+        return {
+            "bootstrap.servers": self.bootstrap_servers,
+            "client.id": f"millstream-{self.system}-{client}",
+            "logger": LIBRDKAFKA_LOGGER,
+        }
+
+    def consumer(self, **overrides: Any) -> dict[str, Any]:
+        """Assign-only consumer: no group membership, no offset commits (checkpoints are millstream's)."""
+        settings = self._base("consumer")
+        settings.update(
+            {
+                "group.id": f"millstream-{self.system}",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "auto.offset.reset": "error",
+                "enable.partition.eof": False,
+            }
+        )
+        settings.update(self._clients["consumer"])
+        settings.update(overrides)
+        return settings
+
+    def producer(self, **overrides: Any) -> dict[str, Any]:
+        """Idempotent (no duplicates or reordering from retries), acks=all, Java-compatible key hashing."""
+        settings = self._base("producer")
+        settings.update({"enable.idempotence": True, "acks": "all", "partitioner": "murmur2_random"})
+        settings.update(self._clients["producer"])
+        settings.update(overrides)
+        return settings
+
+    def admin(self, **overrides: Any) -> dict[str, Any]:
+        settings = self._base("admin")
+        settings.update(
+            {k: v for k, v in self._clients["consumer"].items() if k.startswith(SHARED_CONNECTION_PREFIXES)}
+        )
+        settings.update(self._clients["admin"])
+        settings.update(overrides)
+        return settings
+
+    def isolation_level(self) -> str:
+        """What the system's consumers read: librdkafka's default is ``read_committed``."""
+        return str(self._clients["consumer"].get("isolation.level", "read_committed"))
+
+    def redact(self, text: str) -> str:
+        """``text`` with every secret value masked: librdkafka quotes invalid values in its errors."""
+        for secret in self._secrets:
+            text = text.replace(secret, REDACTED)
+        return text
+
+    def key_of(self, client: str, librdkafka_key: str) -> str:
+        """The config key a librdkafka property of ``client`` came from, for error messages."""
+        if librdkafka_key == "bootstrap.servers":
+            return f"systems.{self.system}.bootstrap.servers"
+        return f"systems.{self.system}.{client}.{librdkafka_key}"

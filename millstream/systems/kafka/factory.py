@@ -1,0 +1,46 @@
+"""Builds a Kafka system's admin, consumers and producers from ``systems.<s>.*``."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from millstream.config.core import Config
+from millstream.config.views import TaskConfig
+from millstream.systems.base import SystemFactory
+from millstream.systems.kafka.admin import KafkaSystemAdmin
+from millstream.systems.kafka.config import CLIENT_PREFIXES, KafkaClientSettings, config_keys
+from millstream.systems.kafka.consumer import KafkaSystemConsumer
+from millstream.systems.kafka.producer import KafkaSystemProducer
+
+
+class KafkaSystemFactory(SystemFactory):
+    """``systems.<s>.samza.factory=kafka`` (or Samza's ``org.apache.samza.system.kafka.KafkaSystemFactory``).
+
+    Accepts millstream's keys (``bootstrap.servers``, ``auto.create.streams``...) and hands every key
+    under ``consumer.``, ``producer.`` and ``admin.`` to librdkafka unchecked.
+    """
+
+    config_keys: ClassVar[frozenset[str] | None] = config_keys()
+    open_prefixes: ClassVar[tuple[str, ...]] = CLIENT_PREFIXES
+
+    def get_admin(self, system_name: str, config: Config) -> KafkaSystemAdmin:
+        return KafkaSystemAdmin(system_name, KafkaClientSettings(config, system_name))
+
+    def get_consumer(self, system_name: str, config: Config) -> KafkaSystemConsumer:
+        kafka = KafkaClientSettings(config, system_name)
+        return KafkaSystemConsumer(
+            system_name,
+            kafka,
+            batch_size=kafka.settings.poll_batch_size,
+            buffer_size=TaskConfig.of(config).max_buffered_per_partition,
+        )
+
+    def get_producer(self, system_name: str, config: Config) -> KafkaSystemProducer:
+        kafka = KafkaClientSettings(config, system_name)
+        return KafkaSystemProducer(
+            system_name,
+            kafka,
+            auto_create_streams=kafka.settings.auto_create_streams,
+            default_partitions=kafka.settings.default_partitions,
+            default_replication_factor=kafka.settings.default_replication_factor,
+        )

@@ -1,0 +1,202 @@
+"""Writes envelopes to Kafka topics with an idempotent librdkafka producer.
+
+* **Partitioning.** A pinned ``partition`` wins; a ``partition_key`` other than the key is hashed here
+  with Kafka's murmur2 (see ``partitioner``); otherwise librdkafka partitions by key with the same
+  murmur2 (``partitioner=murmur2_random``), so a key lands where a Java producer would put it, and
+  keyless messages are spread at random.
+* **Durability.** ``flush`` returns once every message sent before it is acknowledged by all in-sync
+  replicas (``acks=all``), and raises if any failed: this is what the runtime's commit waits for
+  before it checkpoints, so output is at-least-once. The producer is idempotent: librdkafka's
+  retries (a broker restarting, a leader moving) never duplicate or reorder a partition's messages.
+* **Errors are never lost.** librdkafka reports failures asynchronously; the delivery callback only
+  fires for failures (``delivery.report.only.error``) and records them, and the next ``flush``
+  raises the first one, naming topic and partition. A record too large for the producer is refused
+  at ``send``, one too large for the topic at the next ``flush``, both naming the topic.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, cast
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka.admin import AdminClient
+
+from millstream.errors import StreamNotFoundError
+from millstream.model import OutgoingMessageEnvelope
+from millstream.systems.base import SystemProducer
+from millstream.systems.kafka.client import check_brokers, create_client, create_topic, kafka_error, topic_partitions
+from millstream.systems.kafka.config import KafkaClientSettings
+from millstream.systems.kafka.errors import KafkaProduceError, KafkaRecordTooLargeError, KafkaSystemError
+from millstream.systems.kafka.partitioner import partition_for_key
+
+log = logging.getLogger(__name__)
+
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+_TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
+SERVE_EVERY = 1000
+"""Sends between two ``poll(0)`` calls, which serve librdkafka's callbacks (failures, logs)."""
+
+
+class KafkaSystemProducer(SystemProducer):
+    """``SystemProducer`` of a Kafka system; thread-safe (librdkafka's producer is)."""
+
+    def __init__(
+        self,
+        system: str,
+        kafka: KafkaClientSettings,
+        *,
+        auto_create_streams: bool = False,
+        default_partitions: int = 1,
+        default_replication_factor: int = -1,
+    ) -> None:
+        self.system = system
+        self.kafka = kafka
+        self._auto_create = auto_create_streams
+        self._default_partitions = default_partitions
+        self._default_replication = default_replication_factor
+        self._producer: Producer | None = None
+        self._partition_counts: dict[str, int] = {}
+        self._failures: list[KafkaProduceError] = []
+        self._failed = 0
+        self._lock = threading.Lock()
+        self._unserved = 0
+
+    def start(self) -> None:
+        """Connect, failing within ``startup.timeout.ms`` (naming the brokers) when none answers."""
+        if self._producer is not None:
+            return
+        settings = self.kafka.producer(**{"delivery.report.only.error": True, "on_delivery": self._on_delivery})
+        producer = create_client(Producer, settings, "producer", self.kafka)
+        check_brokers(producer, self.kafka)
+        self._producer = producer
+
+    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
+        if error is None:
+            return
+        topic = message.topic() or "?"
+        partition = message.partition()
+        offset = message.offset()
+        kind = KafkaRecordTooLargeError if error.code() in _TOO_LARGE else KafkaProduceError
+        size = len(message.value() or b"")
+        failure = kind(self.system, topic, partition, offset, f"{error.str()} (record of {size} bytes)")
+        with self._lock:
+            self._failed += 1
+            if len(self._failures) < 10:
+                self._failures.append(failure)
+
+    def send(self, source: str, envelope: OutgoingMessageEnvelope) -> None:
+        producer = self._producer
+        if producer is None:
+            raise KafkaSystemError(f"the producer of Kafka system '{self.system}' is not started")
+        stream = envelope.system_stream
+        if stream.system != self.system:
+            raise KafkaSystemError(f"producer of Kafka system '{self.system}' cannot send to '{stream}'")
+        topic = stream.stream
+        key: Any = envelope.key
+        value: Any = envelope.message
+        if not (key is None or isinstance(key, _BYTES_LIKE)) or not (value is None or isinstance(value, _BYTES_LIKE)):
+            raise KafkaSystemError(
+                f"Kafka topic '{topic}': key and message must be bytes (serialized), got "
+                f"{type(key).__name__} and {type(value).__name__}"
+            )
+        count = self._partition_counts.get(topic)
+        if count is None:
+            count = self._topic_partitions(topic)
+        partition = envelope.partition
+        if partition is not None:
+            if not 0 <= partition < count:
+                raise KafkaSystemError(
+                    f"Kafka topic '{topic}' has partitions 0..{count - 1}; an envelope asked for partition {partition}"
+                )
+        elif envelope.partition_key is not None and envelope.partition_key is not key:
+            partition_key = envelope.partition_key
+            if not isinstance(partition_key, _BYTES_LIKE):
+                raise KafkaSystemError(
+                    f"Kafka topic '{topic}': the partition key must be bytes, got {type(partition_key).__name__}"
+                )
+            partition = partition_for_key(bytes(partition_key), count)
+        else:
+            partition = -1
+        headers: Any = envelope.headers
+        timestamp = envelope.timestamp or 0
+        while True:
+            try:
+                producer.produce(
+                    topic, cast(Any, value), cast(Any, key), partition, timestamp=timestamp, headers=headers or None
+                )
+                break
+            except BufferError:
+                producer.poll(0.05)  # the local queue is full: let librdkafka deliver some first
+            except KafkaException as error:
+                inner = kafka_error(error)
+                detail = inner.str() if inner is not None else str(error)
+                size = len(value) if value is not None else 0
+                if inner is not None and inner.code() in _TOO_LARGE:
+                    raise KafkaRecordTooLargeError(
+                        self.system, topic, partition, None, f"{detail}: a record of {size} bytes"
+                    ) from None
+                raise KafkaProduceError(self.system, topic, partition, None, detail) from None
+        self._unserved += 1
+        if self._unserved >= SERVE_EVERY:
+            self._unserved = 0
+            producer.poll(0)
+
+    def _topic_partitions(self, topic: str) -> int:
+        assert self._producer is not None
+        metadata = self._producer.list_topics(topic=topic, timeout=self.kafka.settings.operation_timeout_ms / 1000)
+        count = topic_partitions(metadata, topic)
+        if count is None:
+            if not self._auto_create:
+                raise StreamNotFoundError(
+                    self.system,
+                    topic,
+                    "the Kafka topic does not exist: create it first or set "
+                    f"'systems.{self.system}.auto.create.streams=true'",
+                )
+            admin = create_client(AdminClient, self.kafka.admin(), "admin", self.kafka)
+            if create_topic(admin, self.kafka, topic, self._default_partitions, self._default_replication, {}):
+                log.info("created Kafka topic %s with %d partition(s)", topic, self._default_partitions)
+            return self._topic_partitions(topic)
+        self._partition_counts[topic] = count
+        return count
+
+    def flush(self, source: str) -> None:
+        """Wait until everything sent (by every source) is acknowledged; raise the first failure.
+
+        librdkafka fails a message only after ``message.timeout.ms`` (default 5 minutes) of retries, so
+        a broker that restarts meanwhile delays the flush but loses nothing.
+        """
+        producer = self._producer
+        if producer is None:
+            return
+        self._unserved = 0
+        waited = time.monotonic()
+        while producer.flush(1.0) > 0:
+            if time.monotonic() - waited > 30:
+                log.warning("Kafka system '%s': %d message(s) not acknowledged yet", self.system, len(producer))
+                waited = time.monotonic()
+        self._raise_failures()
+
+    def _raise_failures(self) -> None:
+        with self._lock:
+            failures, self._failures = self._failures, []
+            failed, self._failed = self._failed, 0
+        if failures:
+            first = failures[0]
+            if failed > 1:
+                first.args = (f"{first.args[0]} (and {failed - 1} more failed message(s))",)
+            raise first
+
+    def stop(self) -> None:
+        """Flush everything, then release the producer (even when the flush fails)."""
+        try:
+            self.flush("")
+        finally:
+            self._producer = None
+
+    def partition_count(self, topic: str) -> int:
+        """The partition count this producer uses for ``topic`` (fetched once per topic)."""
+        return self._partition_counts.get(topic) or self._topic_partitions(topic)
