@@ -48,7 +48,7 @@ def seal(config: Config, stream: str) -> None:
 
 def fill(config: Config, stream: str, partitions: int, per_partition: int, start: int = 0) -> set[tuple[int, int]]:
     """Write ``per_partition`` messages to every partition; returns the (partition, value) pairs written."""
-    written = set()
+    written: set[tuple[int, int]] = set()
     for partition in range(partitions):
         values = [(f"k{partition}", start + i) for i in range(per_partition)]
         write_stream(config, SystemStream("log", stream), values, partition=partition)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, TypeVar
@@ -12,8 +13,10 @@ from rich.console import Console
 from millstream.config import Config, load_config, parse_override
 from millstream.errors import ConfigError, MillstreamError, StreamNotFoundError
 
-out = Console()
-err = Console(stderr=True)
+# Never break names, paths or table cells across lines in a pipe, where rich would assume 80 columns.
+_PIPE_WIDTH = None if sys.stdout.isatty() else 200
+out = Console(soft_wrap=True, width=_PIPE_WIDTH)
+err = Console(stderr=True, soft_wrap=True, width=_PIPE_WIDTH)
 
 ConfigPath = Annotated[Path, typer.Argument(help="Job config: YAML or .properties", show_default=False)]
 Overrides = Annotated[list[str] | None, typer.Option("--set", "-s", help="Override a config key: key=value")]

@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import orjson
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from millstream.config import Config, load_config, parse_override
+from millstream.cli.common import ConfigPath, Overrides, err, guarded, load, out
+from millstream.cli.startpoint import startpoint_app
+from millstream.config import Config, parse_override
 from millstream.config.views import parse_stream
-from millstream.errors import ConfigError, MillstreamError, StreamNotFoundError
+from millstream.errors import ConfigError, StreamNotFoundError
 from millstream.model import SystemStream
 from millstream.systems.base import StreamSpec, SystemAdmin
 from millstream.systems.registry import system_factory
@@ -31,37 +32,13 @@ job_app = typer.Typer(no_args_is_help=True, help="Inspect a job.")
 app.add_typer(streams_app, name="streams")
 app.add_typer(checkpoint_app, name="checkpoint")
 app.add_typer(job_app, name="job")
+app.add_typer(startpoint_app, name="startpoint")
 
-# soft_wrap: messages and names are printed whole, never folded at the terminal width (80 in a pipe),
-# so a long path, key or stream name stays on one line for grep and scripts.
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
-
-ConfigPath = Annotated[Path, typer.Argument(help="Job config: YAML or .properties", show_default=False)]
-Overrides = Annotated[list[str] | None, typer.Option("--set", "-s", help="Override a config key: key=value")]
 StreamArg = Annotated[str, typer.Argument(help="system.stream (a bare name means the log system)")]
-
-T = TypeVar("T")
 
 
 def main() -> None:
     app()
-
-
-def _guarded(action: Callable[[], T]) -> T:
-    """Turn millstream errors into a one-line message and the documented exit code."""
-    try:
-        return action()
-    except (ConfigError, StreamNotFoundError) as error:
-        err.print(f"[bold red]error:[/] {error}", markup=True, highlight=False)
-        raise typer.Exit(2) from None
-    except MillstreamError as error:
-        err.print(f"[bold red]error:[/] {error}", markup=True, highlight=False)
-        raise typer.Exit(1) from None
-
-
-def _load(config: Path, overrides: list[str] | None) -> Config:
-    return _guarded(lambda: load_config(config, dict(parse_override(o) for o in overrides or [])))
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -82,21 +59,21 @@ def run(
 ) -> None:
     """Run a job until its inputs end (bounded) or until Ctrl-C / SIGTERM (containers commit first)."""
     _setup_logging(verbose)
-    cfg = _load(config, overrides)
+    cfg = load(config, overrides)
     if in_process:
         from millstream.testing import InProcessRunner
 
         runner = InProcessRunner(cfg)
         try:
-            result = _guarded(runner.run)
+            result = guarded(runner.run)
         except KeyboardInterrupt:
             runner.request_stop()
             raise typer.Exit(130) from None
     else:
         from millstream.spark.runner import SparkJobRunner
 
-        _guarded(lambda: _preflight(cfg))  # a missing stream or task class fails before the JVM starts
-        result = _guarded(lambda: SparkJobRunner(cfg, master=master).run(handle_signals=True))
+        guarded(lambda: _preflight(cfg))  # a missing stream or task class fails before the JVM starts
+        result = guarded(lambda: SparkJobRunner(cfg, master=master).run(handle_signals=True))
     if result.outcome == "failed":
         err.print(f"[bold red]job failed:[/] {result.error}", highlight=False)
         raise typer.Exit(1)
@@ -129,13 +106,13 @@ def _preflight(cfg: Config) -> None:
 
 
 def _admin(cfg: Config, system: str) -> SystemAdmin:
-    admin = _guarded(lambda: system_factory(cfg, system).get_admin(system, cfg))
+    admin = guarded(lambda: system_factory(cfg, system).get_admin(system, cfg))
     admin.start()
     return admin
 
 
 def _stream(name: str) -> SystemStream:
-    return _guarded(lambda: parse_stream(name, "stream"))
+    return guarded(lambda: parse_stream(name, "stream"))
 
 
 @streams_app.command("create")
@@ -147,17 +124,16 @@ def streams_create(
     overrides: Overrides = None,
 ) -> None:
     """Create a stream (no change if it exists)."""
-    cfg = _load(config, overrides)
+    cfg = load(config, overrides)
     target = _stream(stream)
     settings = dict(parse_override(o) for o in option or [])
     admin = _admin(cfg, target.system)
     try:
-        created = _guarded(lambda: admin.create_stream(StreamSpec(target.system, target.stream, partitions, settings)))
+        created = guarded(lambda: admin.create_stream(StreamSpec(target.system, target.stream, partitions, settings)))
     finally:
         admin.stop()
-    out.print(
-        f"{'created' if created else 'exists'}: {target} ({partitions} partitions)" if created else f"exists: {target}"
-    )
+    plural = "" if partitions == 1 else "s"
+    out.print(f"created: {target} ({partitions} partition{plural})" if created else f"exists: {target}")
 
 
 @streams_app.command("list")
@@ -167,10 +143,10 @@ def streams_list(
     overrides: Overrides = None,
 ) -> None:
     """List the streams of a system."""
-    cfg = _load(config, overrides)
+    cfg = load(config, overrides)
     admin = _admin(cfg, system)
     try:
-        names = _guarded(admin.list_streams)
+        names = guarded(admin.list_streams)
     finally:
         admin.stop()
     for name in sorted(names):
@@ -180,7 +156,7 @@ def streams_list(
 @streams_app.command("describe")
 def streams_describe(config: ConfigPath, stream: StreamArg, overrides: Overrides = None) -> None:
     """Partitions of a stream with their oldest, newest and upcoming offsets."""
-    cfg = _load(config, overrides)
+    cfg = load(config, overrides)
     target = _stream(stream)
     admin = _admin(cfg, target.system)
     try:
@@ -207,11 +183,11 @@ def streams_describe(config: ConfigPath, stream: StreamArg, overrides: Overrides
 @streams_app.command("delete")
 def streams_delete(config: ConfigPath, stream: StreamArg, overrides: Overrides = None) -> None:
     """Delete a stream and its data."""
-    cfg = _load(config, overrides)
+    cfg = load(config, overrides)
     target = _stream(stream)
     admin = _admin(cfg, target.system)
     try:
-        deleted = _guarded(lambda: admin.clear_stream(StreamSpec(target.system, target.stream)))
+        deleted = guarded(lambda: admin.clear_stream(StreamSpec(target.system, target.stream)))
     finally:
         admin.stop()
     out.print(f"{'deleted' if deleted else 'no such stream'}: {target}", highlight=False)
@@ -220,7 +196,7 @@ def streams_delete(config: ConfigPath, stream: StreamArg, overrides: Overrides =
 @streams_app.command("seal")
 def streams_seal(config: ConfigPath, stream: StreamArg, overrides: Overrides = None) -> None:
     """Mark a log stream complete: jobs reading it reach end-of-stream at its end."""
-    cfg = _load(config, overrides)
+    cfg = load(config, overrides)
     target = _stream(stream)
     admin = _admin(cfg, target.system)
     try:
@@ -228,7 +204,7 @@ def streams_seal(config: ConfigPath, stream: StreamArg, overrides: Overrides = N
         if seal is None:
             err.print(f"[bold red]error:[/] system '{target.system}' has no bounded streams", highlight=False)
             raise typer.Exit(2)
-        _guarded(lambda: seal(target.stream))
+        guarded(lambda: seal(target.stream))
     finally:
         admin.stop()
     out.print(f"sealed: {target}", highlight=False)
@@ -269,10 +245,10 @@ def streams_produce(
     if fmt not in ("lines", "json"):
         err.print(f"[bold red]error:[/] --format must be lines or json, not '{fmt}'", highlight=False)
         raise typer.Exit(2)
-    cfg = _load(config, overrides)
+    cfg = load(config, overrides)
     target = _stream(stream)
-    msg_serde = _guarded(lambda: SerdeRegistry.from_config(cfg).msg_serde(target))
-    key_serde = _guarded(lambda: SerdeRegistry.from_config(cfg).key_serde(target))
+    msg_serde = guarded(lambda: SerdeRegistry.from_config(cfg).msg_serde(target))
+    key_serde = guarded(lambda: SerdeRegistry.from_config(cfg).key_serde(target))
 
     def encoded(pairs: Iterator[tuple[Any, Any]]) -> Iterator[tuple[Any, Any]]:
         for key, value in pairs:
@@ -284,7 +260,7 @@ def streams_produce(
 
     handle = file.open(encoding="utf-8") if file else sys.stdin
     try:
-        count = _guarded(
+        count = guarded(
             lambda: write_stream(cfg, target, encoded(_records(iter(handle), fmt, key_field)), partition=partition)
         )
     finally:
@@ -303,7 +279,7 @@ def streams_consume(
     """Print every retained message as JSON lines: partition, key, value."""
     from millstream.testing import read_stream
 
-    cfg = _load(config, overrides)
+    cfg = load(config, overrides)
     target = _stream(stream)
     admin = _admin(cfg, target.system)
     try:
@@ -313,7 +289,7 @@ def streams_consume(
     if not exists:  # exit 2 like describe and produce (read_stream's error would be a generic exit 1)
         err.print(f"[bold red]error:[/] {StreamNotFoundError(target.system, target.stream)}", highlight=False)
         raise typer.Exit(2)
-    by_partition = _guarded(lambda: read_stream(cfg, target))
+    by_partition = guarded(lambda: read_stream(cfg, target))
     printed = 0
     for partition in sorted(by_partition):
         for key, value in by_partition[partition]:
@@ -338,12 +314,12 @@ def checkpoint_show(config: ConfigPath, overrides: Overrides = None) -> None:
     from millstream.checkpoint.factory import checkpoint_manager
     from millstream.metadata.factory import metadata_store
 
-    cfg = _load(config, overrides)
-    store = _guarded(lambda: metadata_store(cfg))
+    cfg = load(config, overrides)
+    store = guarded(lambda: metadata_store(cfg))
     manager = checkpoint_manager(cfg, store, None)
     manager.start()
     try:
-        checkpoints = _guarded(manager.read_all)
+        checkpoints = guarded(manager.read_all)
     finally:
         manager.stop()
         store.close()
@@ -364,8 +340,8 @@ def job_status(config: ConfigPath, overrides: Overrides = None) -> None:
     """Job model, generation, container states and lag per partition (upcoming - next to process)."""
     from millstream.coordinator.status import job_status as compute_status
 
-    cfg = _load(config, overrides)
-    status = _guarded(lambda: compute_status(cfg))
+    cfg = load(config, overrides)
+    status = guarded(lambda: compute_status(cfg))
     if status.model is None:
         out.print("the job has never run (no job model)")
         return
@@ -395,6 +371,9 @@ def job_status(config: ConfigPath, overrides: Overrides = None) -> None:
             row.task, row.ssp.key(), str(row.checkpointed), str(row.upcoming), "-" if row.lag is None else str(row.lag)
         )
     out.print(lag)
+    for task, failures in status.startpoint_failures.items():
+        for ssp_key, reason in failures.items():
+            err.print(f"[yellow]startpoint of {task} {ssp_key} could not be applied: {reason}[/]", highlight=False)
 
 
 if __name__ == "__main__":

@@ -94,9 +94,9 @@ def startpoint_list(config: ConfigPath, overrides: Overrides = None) -> None:
         out.print("no startpoints")
         return
     out.print(table)
-    for task_name, failures in listing.failures.items():
+    for failed_task, failures in listing.failures.items():
         for ssp_key, reason in failures.items():
-            out.print(f"[yellow]{task_name} {ssp_key}: could not be applied: {reason}[/]", highlight=False)
+            out.print(f"[yellow]{failed_task} {ssp_key}: could not be applied: {reason}[/]", highlight=False)
 
 
 @startpoint_app.command("delete")

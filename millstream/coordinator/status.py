@@ -5,12 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
 from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStreamPartition
 from millstream.runtime.job_model import JobModel, latest_job_model
+from millstream.startpoint.manager import STARTPOINT_STATUS_NAMESPACE
 from millstream.systems.registry import system_factory
 
 
@@ -30,6 +33,8 @@ class JobStatus:
     generation: int
     containers: dict[str, dict[str, Any]] = field(default_factory=dict)
     lag: list[PartitionLag] = field(default_factory=list)
+    startpoint_failures: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Per task, startpoints its last start could not resolve (it started from its checkpoint instead)."""
 
 
 def job_status(config: Config) -> JobStatus:
@@ -37,6 +42,9 @@ def job_status(config: Config) -> JobStatus:
     try:
         model = latest_job_model(store)
         status = JobStatus(model, coordination.current_generation(store), coordination.container_statuses(store))
+        status.startpoint_failures = {
+            task: orjson.loads(data) for task, data in sorted(store.all(STARTPOINT_STATUS_NAMESPACE).items())
+        }
         if model is None:
             return status
         manager = checkpoint_manager(config, store, None)

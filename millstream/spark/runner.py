@@ -30,7 +30,7 @@ from millstream.metadata.factory import metadata_store
 from millstream.runtime.container import ContainerResult
 from millstream.runtime.job_model import JobModel
 from millstream.spark.container_task import container_partition
-from millstream.spark.session import build_session, check_slots, requirement
+from millstream.spark.session import build_session, check_local_slots, check_slots, requirement, resolve_master
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,8 @@ class SparkJobRunner:
         A restart request (``millstream startpoint set --apply``) stops the containers gracefully,
         publishes a new generation (fanning out the new startpoints) and launches them again.
         """
+        if self._spark is None:
+            check_local_slots(resolve_master(self.config, self.master), requirement(self.config))
         spark = self._spark or build_session(self.config, self.master)
         check_slots(spark.sparkContext, requirement(self.config))
         previous = self._install_signal_handlers() if handle_signals else {}

@@ -86,17 +86,23 @@ def build_session(config: Config, master: str | None = None) -> SparkSession:
     return session
 
 
+def check_local_slots(master: str, need: SlotRequirement) -> None:
+    """Refuse a ``local[N]`` master with too few slots before a JVM is even started."""
+    fixed = local_slots(master)
+    if fixed is not None and fixed < need.slots:
+        raise ConfigError(
+            f"Spark master '{master}' offers {fixed} task slot(s), but the job needs {need.slots} "
+            f"({need.containers} container(s) + {need.headroom} headroom): use local[{need.slots}] or more, "
+            "or lower job.container.count / job.coordinator.slots.headroom"
+        )
+
+
 def check_slots(sc: SparkContext, need: SlotRequirement, wait_seconds: float = 30.0) -> int:
     """Fail fast, never hang: the cluster must offer a task slot per container plus headroom."""
     master = str(sc.master)
     fixed = local_slots(master)
     if fixed is not None:
-        if fixed < need.slots:
-            raise ConfigError(
-                f"Spark master '{master}' offers {fixed} task slot(s), but the job needs {need.slots} "
-                f"({need.containers} container(s) + {need.headroom} headroom): use local[{need.slots}] or more, "
-                "or lower job.container.count / job.coordinator.slots.headroom"
-            )
+        check_local_slots(master, need)
         return fixed
     deadline = time.monotonic() + wait_seconds
     while True:
