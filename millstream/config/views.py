@@ -108,6 +108,13 @@ class JobConfig(ConfigView):
     """Spark task slots kept free beside the containers for the driver's own jobs."""
     startpoint_enabled: Bool = Field(True, alias="startpoint.enabled")
     """Fan out and apply startpoints (``millstream startpoint set``) when a job model is published."""
+    coordinator_system: str | None = Field(None, alias="coordinator.system")
+    """The Kafka system holding the coordinator stream (``metadata.store.factory=kafka``); default: the
+    only Kafka system configured."""
+    coordinator_topic: str | None = Field(None, alias="coordinator.topic")
+    """Default ``__millstream-coordinator-<job.name>-<job.id>``."""
+    coordinator_replication_factor: int = Field(-1, alias="coordinator.replication.factor", ge=-1)
+    """-1: the broker's ``default.replication.factor``."""
 
     @property
     def job_key(self) -> str:
@@ -132,6 +139,15 @@ class TaskConfig(ConfigView):
     drop_serialization_errors: Bool = Field(False, alias="drop.serialization.errors")
     dead_letter_stream: str | None = Field(None, alias="dead.letter.stream")
     checkpoint_factory: str = Field("metadata", alias="checkpoint.factory")
+    checkpoint_system: str | None = Field(None, alias="checkpoint.system")
+    """The Kafka system of the checkpoint topic (``task.checkpoint.factory=kafka``); default:
+    ``job.coordinator.system``, else the only Kafka system configured."""
+    checkpoint_topic: str | None = Field(None, alias="checkpoint.topic")
+    """Default ``__millstream-checkpoint-<job.name>-<job.id>``."""
+    checkpoint_replication_factor: int = Field(-1, alias="checkpoint.replication.factor", ge=-1)
+    """-1: the broker's ``default.replication.factor``."""
+    checkpoint_validation_enabled: Bool = Field(True, alias="checkpoint.validation.enabled")
+    """A checkpoint record that cannot be read fails the job (true) or is skipped with a warning (false)."""
     max_buffered_per_partition: int = Field(10_000, alias="consumer.buffer.size", ge=1)
 
     def input_streams(self) -> list[SystemStream]:

@@ -1,0 +1,332 @@
+"""Checkpoints in a Kafka topic, as Samza's ``KafkaCheckpointManager`` keeps them.
+
+**Topic.** One single-partition compacted topic per job (``task.checkpoint.topic``, default
+``__millstream-checkpoint-<job.name>-<job.id>``) on ``task.checkpoint.system``. A record's key is
+Samza's JSON ``{"systemstreampartition-grouper-factory": <grouper FQCN>, "taskName": <task>,
+"type": "checkpoint"}`` (compaction keeps each task's latest checkpoint); the value is the task's
+``CheckpointV1`` in Samza's JSON. Type ``checkpoint-v2`` is reserved for CheckpointV2 (state
+backends); this manager reads V1 only and skips other types.
+
+**Reading** scans the topic from the beginning once, then only what was appended since, always up
+to the high watermark as of the call: the last record per task wins. A record that cannot be read
+(bad key, bad JSON, a grouper other than the job's) fails the read when
+``task.checkpoint.validation.enabled`` (the default) and is skipped with a warning otherwise.
+
+**Writing is fenced, with Kafka transactions plus the metadata store.** Each container writes
+through a transactional producer whose ``transactional.id`` is the container's
+(``millstream-checkpoint-<job>-<container id>``). A write is:
+
+1. begin a transaction and append the checkpoint (it is in the log, invisible to readers);
+2. check in the metadata store that the job is still at the writer's generation and the container
+   still at the writer's attempt (``WriterFence``); if not, abort and raise ``FencedError``;
+3. commit.
+
+Why this is as strong as the SQLite manager's compare-and-put: a newer writer (a new attempt or a
+new generation) fences the old one *before* it reads the checkpoints it resumes from, and that
+read goes up to the high watermark, waiting for open transactions. So if the old writer's check
+(step 2) passed, its record was already in the log when the fence was raised, and the new writer's
+read waits for and includes it; every later write of the old writer fails the check. A new attempt
+of the same container additionally aborts the old attempt's open transaction at once (starting a
+producer with the same ``transactional.id`` fences the old one), so the new attempt's read never
+waits. Aborted records are never visible and are removed by the log cleaner, so compaction keeps
+exactly the accepted checkpoints. A plain idempotent producer could not do this: a write cannot be
+taken back once the check after it fails, and a check before it races with the fence.
+
+Transient failures (brokers restarting, a coordinator moving) are retried with exponential
+backoff (0.2 s up to 10 s) for :data:`WRITE_TIMEOUT_S`; a producer made unusable is replaced, after
+checking the fence again, so a replacement never fences a newer attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import orjson
+
+from millstream.checkpoint.base import CheckpointManager, WriterFence
+from millstream.checkpoint.checkpoint import Checkpoint, CheckpointFormatError, CheckpointV1
+from millstream.checkpoint.factory import CheckpointManagerFactory
+from millstream.checkpoint.metadata_store import ReadOnlyCheckpointManagerError
+from millstream.config.core import Config
+from millstream.config.views import JobConfig, TaskConfig
+from millstream.errors import MillstreamError
+from millstream.metadata.base import FencedError, MetadataStore
+from millstream.metadata.coordination import writer_expectation
+from millstream.model import TaskName
+from millstream.systems.base import StreamSpec
+from millstream.systems.kafka.admin import KafkaSystemAdmin
+from millstream.systems.kafka.config import KafkaClientSettings, resolve_kafka_system
+from millstream.systems.kafka.replicated_log import (
+    LogReader,
+    TransactionalWriter,
+    classify,
+    ensure_log_topic,
+    log_topic_name,
+)
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_TYPE = "checkpoint"
+CHECKPOINT_V2_TYPE = "checkpoint-v2"
+RECORD_TYPES = {1: CHECKPOINT_TYPE, 2: CHECKPOINT_V2_TYPE}
+"""The key ``type`` of each checkpoint version, as Samza names them."""
+GROUPER_FIELD = "systemstreampartition-grouper-factory"
+TASK_FIELD = "taskName"
+TYPE_FIELD = "type"
+SAMZA_GROUPERS = {
+    "GroupByPartition": "org.apache.samza.container.grouper.stream.GroupByPartitionFactory",
+    "GroupBySystemStreamPartition": "org.apache.samza.container.grouper.stream.GroupBySystemStreamPartitionFactory",
+}
+TRANSACTION_TIMEOUT_MS = 30_000
+WRITE_TIMEOUT_S = 300.0
+READ_TIMEOUT_S = 120.0
+BACKOFF_S = (0.2, 10.0)
+
+
+class CheckpointWriteError(MillstreamError):
+    """A checkpoint could not be written within the retry window; names the topic and task."""
+
+
+def checkpoint_key(grouper_factory: str, task_name: str, kind: str = CHECKPOINT_TYPE) -> bytes:
+    """Samza's ``KafkaCheckpointLogKey`` JSON, byte for byte the same for the same task (compaction
+    keeps one record per distinct key)."""
+    return orjson.dumps({GROUPER_FIELD: grouper_factory, TASK_FIELD: task_name, TYPE_FIELD: kind})
+
+
+def grouper_factory_name(config: Config) -> str:
+    """The grouper as Samza names it in checkpoint keys: its factory's fully qualified class name."""
+    configured = JobConfig.of(config).grouper_factory
+    return SAMZA_GROUPERS.get(configured, configured)
+
+
+class KafkaCheckpointManager(CheckpointManager):
+    """Checkpoints of one job in its Kafka checkpoint topic; read-only without a ``WriterFence``."""
+
+    def __init__(self, config: Config, store: MetadataStore, fence: WriterFence | None = None) -> None:
+        job = JobConfig.of(config)
+        task = TaskConfig.of(config)
+        self.system = resolve_kafka_system(
+            config,
+            task.checkpoint_system or job.coordinator_system,
+            "task.checkpoint.system",
+            "task.checkpoint.factory=kafka",
+        )
+        self.kafka = KafkaClientSettings(config, self.system)
+        self.topic = task.checkpoint_topic or log_topic_name("checkpoint", job.name, job.id)
+        self.replication_factor = task.checkpoint_replication_factor
+        self.validation = task.checkpoint_validation_enabled
+        self.grouper_factory = grouper_factory_name(config)
+        self.store = store
+        self.fence = fence
+        self._job_key = job.job_key
+        self._tasks: set[TaskName] = set()
+        self._checkpoints: dict[TaskName, Checkpoint] = {}
+        self._reader: LogReader | None = None
+        self._writer: TransactionalWriter | None = None
+        self.skipped = 0
+        """Records skipped because they could not be read (validation off)."""
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Create the topic if missing; as a writer, take over the container's transactional id,
+        which aborts and fences any earlier attempt of this container."""
+        ensure_log_topic(self.kafka, self.topic, self.replication_factor, "the checkpoint")
+        self._open_reader()
+        if self.fence is not None:
+            self._open_writer(time.monotonic() + WRITE_TIMEOUT_S)
+
+    def register(self, task_name: TaskName) -> None:
+        self._tasks.add(task_name)
+
+    def stop(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def _open_reader(self) -> LogReader:
+        if self._reader is None:
+            self._reader = LogReader(self.kafka, self.topic, self._apply, client="checkpoint-reader")
+            self._checkpoints = {}
+        return self._reader
+
+    def _open_writer(self, deadline: float) -> TransactionalWriter:
+        fence = self._require_fence("write checkpoints")
+        if self._writer is None:
+            self._writer = TransactionalWriter(
+                self.kafka,
+                self.topic,
+                f"millstream-checkpoint-{self._job_key}-{fence.container_id}",
+                transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
+                client="checkpoint-writer",
+            )
+        if not self._writer.is_open:
+            # Starting the producer fences every other producer of this container: only do it while
+            # this attempt is still the container's current one.
+            self._check_fence(fence, "start writing checkpoints")
+            self._writer.open(deadline)
+        return self._writer
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    def _catch_up(self) -> None:
+        self._open_reader().catch_up(time.monotonic() + READ_TIMEOUT_S)
+
+    def read_last_checkpoint(self, task_name: TaskName) -> Checkpoint | None:
+        self._catch_up()
+        return self._checkpoints.get(task_name)
+
+    def read_all(self) -> dict[TaskName, Checkpoint]:
+        self._catch_up()
+        return dict(self._checkpoints)
+
+    def _apply(self, message: Any) -> None:
+        where = f"checkpoint topic '{self.topic}' partition 0 offset {message.offset()}"
+        raw_key = message.key()
+        try:
+            key = orjson.loads(raw_key)
+            kind = key[TYPE_FIELD]
+            task_name = TaskName(key[TASK_FIELD])
+            grouper = key[GROUPER_FIELD]
+            if not isinstance(kind, str) or not isinstance(grouper, str):
+                raise TypeError("type and grouper factory must be strings")
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+            self._invalid(f"{where}: the key {raw_key!r} is not a checkpoint key ({error})")
+            return
+        if kind != CHECKPOINT_TYPE:
+            level = logging.DEBUG if kind == CHECKPOINT_V2_TYPE else logging.WARNING
+            log.log(level, "%s: skipped a record of type %r for task '%s' (reading V1 only)", where, kind, task_name)
+            return
+        if grouper != self.grouper_factory:
+            message_text = (
+                f"{where}: the checkpoint of task '{task_name}' was written with grouper '{grouper}', "
+                f"but the job uses '{self.grouper_factory}'"
+            )
+            if self.validation:
+                raise CheckpointFormatError(
+                    f"{message_text} (set task.checkpoint.validation.enabled=false to read it anyway)"
+                )
+            log.warning("%s; reading it anyway (task.checkpoint.validation.enabled=false)", message_text)
+        value = message.value()
+        if value is None:
+            self._checkpoints.pop(task_name, None)
+            return
+        try:
+            self._checkpoints[task_name] = CheckpointV1.from_bytes(value, where=f"{where} (task '{task_name}')")
+        except CheckpointFormatError as error:
+            self._invalid(str(error))
+
+    def _invalid(self, problem: str) -> None:
+        if self.validation:
+            raise CheckpointFormatError(
+                f"{problem} (set task.checkpoint.validation.enabled=false to skip unreadable checkpoints)"
+            )
+        self.skipped += 1
+        log.warning("%s: skipped (task.checkpoint.validation.enabled=false)", problem)
+
+    # --- writing ---------------------------------------------------------------------------------
+
+    def write_checkpoint(self, task_name: TaskName, checkpoint: Checkpoint) -> None:
+        fence = self._require_fence(f"write the checkpoint of task '{task_name}'")
+        kind = RECORD_TYPES.get(checkpoint.version)
+        if kind is None:
+            raise CheckpointFormatError(f"task '{task_name}': cannot write a version {checkpoint.version} checkpoint")
+        record = (checkpoint_key(self.grouper_factory, task_name, kind), checkpoint.to_bytes())
+        deadline = time.monotonic() + WRITE_TIMEOUT_S
+        backoff = BACKOFF_S[0]
+        while True:
+            writer: TransactionalWriter | None = None
+            try:
+                writer = self._open_writer(deadline)
+                writer.begin()
+                writer.append([record], deadline)
+                if not self._fence_current(fence):
+                    writer.abort(deadline)
+                    raise self._fenced(fence, f"checkpoint of task '{task_name}' refused")
+                writer.commit(deadline)
+                return
+            except FencedError:
+                raise
+            except Exception as error:  # classified below; anything unknown is re-raised
+                kind = classify(error)
+                if kind == "fenced":
+                    if writer is not None:
+                        writer.discard()
+                    raise self._fenced(fence, f"checkpoint of task '{task_name}' refused") from None
+                if kind == "other" and not isinstance(error, MillstreamError):
+                    raise
+                if time.monotonic() + backoff > deadline:
+                    raise CheckpointWriteError(
+                        f"checkpoint of task '{task_name}' to topic '{self.topic}' at "
+                        f"{self.kafka.bootstrap_servers} failed for {WRITE_TIMEOUT_S:.0f}s: {error}"
+                    ) from error
+                log.warning(
+                    "checkpoint of task '%s' to topic '%s' failed (%s); retrying in %.1fs",
+                    task_name,
+                    self.topic,
+                    error,
+                    backoff,
+                )
+                self._reset_writer(writer, kind, deadline)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, BACKOFF_S[1])
+
+    def _reset_writer(self, writer: TransactionalWriter | None, kind: str, deadline: float) -> None:
+        if writer is None or not writer.is_open:
+            return
+        if kind in ("abort", "retry"):
+            try:
+                writer.abort(min(deadline, time.monotonic() + 10))
+                return
+            except Exception as error:  # the producer is unusable; the next attempt starts another
+                log.debug("abort failed: %s", error)
+        writer.discard()
+
+    def clear_checkpoints(self) -> None:
+        """Delete the checkpoint topic and create it empty. An operator's action on a stopped job; a
+        fenced manager refuses it once superseded."""
+        if self.fence is not None:
+            self._check_fence(self.fence, "clear checkpoints")
+        self.stop()
+        admin = KafkaSystemAdmin(self.system, self.kafka)
+        admin.clear_stream(StreamSpec(self.system, self.topic))
+        ensure_log_topic(self.kafka, self.topic, self.replication_factor, "the checkpoint")
+        self._checkpoints = {}
+
+    # --- fencing ---------------------------------------------------------------------------------
+
+    def _require_fence(self, action: str) -> WriterFence:
+        if self.fence is None:
+            raise ReadOnlyCheckpointManagerError(
+                f"cannot {action}: this checkpoint manager was created without a writer fence (read-only)"
+            )
+        return self.fence
+
+    def _fence_current(self, fence: WriterFence) -> bool:
+        expected = writer_expectation(fence.generation, fence.container_id, fence.epoch)
+        return all(self.store.get(namespace, key) == value for (namespace, key), value in expected.items())
+
+    def _check_fence(self, fence: WriterFence, action: str) -> None:
+        if not self._fence_current(fence):
+            raise self._fenced(fence, f"cannot {action}")
+
+    @staticmethod
+    def _fenced(fence: WriterFence, what: str) -> FencedError:
+        return FencedError(
+            f"{what}: container '{fence.container_id}' (generation {fence.generation}, attempt {fence.epoch}) "
+            "has been superseded by a newer generation or a newer attempt of the container"
+        )
+
+
+class KafkaCheckpointManagerFactory(CheckpointManagerFactory):
+    """``task.checkpoint.factory=kafka`` (Samza's ``KafkaCheckpointManagerFactory`` class name is an alias)."""
+
+    def get_checkpoint_manager(
+        self, config: Config, store: MetadataStore, fence: WriterFence | None = None
+    ) -> CheckpointManager:
+        return KafkaCheckpointManager(config, store, fence)
