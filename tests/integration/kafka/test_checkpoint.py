@@ -81,7 +81,7 @@ def test_checkpoints_are_written_as_samza_keys_and_v1_values_in_a_compacted_topi
     topic = f"__millstream-checkpoint-{config['job.name']}-1"
     assert ckpt.topic == topic
     records = read_all(bootstrap, topic, 1)
-    assert [orjson.loads(m.key()) for m in records][0] == {
+    assert orjson.loads(records[0].key()) == {
         "systemstreampartition-grouper-factory": GROUPER,
         "taskName": "Partition 0",
         "type": "checkpoint",
@@ -158,7 +158,7 @@ def test_a_checkpoint_of_another_grouper_fails_the_read_unless_validation_is_off
     other = "org.apache.samza.container.grouper.stream.GroupBySystemStreamPartitionFactory"
     producer.produce(ckpt.topic, offsets("5").to_bytes(), checkpoint_key(other, "Partition 0"))
     producer.flush(30)
-    with pytest.raises(CheckpointFormatError, match="written with grouper '.*GroupBySystemStreamPartitionFactory'"):
+    with pytest.raises(CheckpointFormatError, match=r"written with grouper '.*GroupBySystemStreamPartitionFactory'"):
         manager(config, store).read_last_checkpoint(TASK)
     lenient = config.with_overrides({"task.checkpoint.validation.enabled": "false"})
     assert manager(lenient, store).read_last_checkpoint(TASK) == offsets("5")
@@ -181,7 +181,7 @@ def test_a_tombstone_removes_the_checkpoint_and_clear_empties_the_topic(config, 
 
 
 def test_a_manager_without_a_fence_only_reads(config, store):
-    with pytest.raises(ReadOnlyCheckpointManagerError, match="Partition 0"):
+    with pytest.raises(ReadOnlyCheckpointManagerError, match=r"Partition 0"):
         manager(config, store).write_checkpoint(TASK, offsets("1"))
 
 
@@ -203,7 +203,7 @@ def test_a_new_generation_fences_every_container_of_the_previous_one(config, sto
     old = writer(config, store, "1", generation=1)
     old.write_checkpoint(TASK, offsets("1"))
     coordination.publish_generation(store, 2)
-    with pytest.raises(FencedError, match="generation 1"):
+    with pytest.raises(FencedError, match=r"generation 1"):
         old.write_checkpoint(TASK, offsets("2"))
     assert manager(config, store).read_last_checkpoint(TASK) == offsets("1")
 
@@ -216,7 +216,7 @@ def test_a_new_attempt_aborts_the_open_transaction_of_a_zombie_at_once(config, s
     transaction.append([(checkpoint_key(GROUPER, "Partition 0"), offsets("666").to_bytes())], time.monotonic() + 30)
     successor = writer(config, store, "0")  # same container id: its producer aborts the zombie's transaction
     assert successor.read_last_checkpoint(TASK) == offsets("1")
-    with pytest.raises(Exception, match="fenced|Fenced"):
+    with pytest.raises(Exception, match=r"fenced|Fenced"):
         transaction.commit(time.monotonic() + 30)
     assert manager(config, store).read_last_checkpoint(TASK) == offsets("1")
     successor.stop()

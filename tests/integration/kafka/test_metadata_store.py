@@ -168,9 +168,7 @@ def test_concurrent_container_attempts_get_distinct_epochs(config, store):
 
 def _record_count(bootstrap: str, topic: str) -> tuple[int, int]:
     """(records physically in the log, its end offset)."""
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "count", "isolation.level": "read_uncommitted"}
-    )
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "count", "isolation.level": "read_uncommitted"})
     try:
         _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)
         consumer.assign([TopicPartition(topic, 0, 0)])
@@ -237,11 +235,11 @@ def test_state_survives_compaction_of_the_coordinator_stream(bootstrap, config):
 def test_a_coordinator_topic_with_several_partitions_or_without_compaction_is_refused(bootstrap):
     config = store_config(bootstrap)
     create_topic(bootstrap, f"__millstream-coordinator-{config['job.name']}-1", 3, **{"cleanup.policy": "compact"})
-    with pytest.raises(ReplicatedLogTopicError, match="has 3 partitions; it must have exactly 1"):
+    with pytest.raises(ReplicatedLogTopicError, match=r"has 3 partitions; it must have exactly 1"):
         KafkaMetadataStore(config).get("ns", "k")
     config = store_config(bootstrap)
     create_topic(bootstrap, f"__millstream-coordinator-{config['job.name']}-1", 1)
-    with pytest.raises(ReplicatedLogTopicError, match="cleanup.policy='delete'; it must be 'compact'"):
+    with pytest.raises(ReplicatedLogTopicError, match=r"cleanup.policy='delete'; it must be 'compact'"):
         KafkaMetadataStore(config).get("ns", "k")
 
 
