@@ -7,9 +7,11 @@ from millstream.spark.session import build_session
 pytestmark = pytest.mark.spark
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def spark_local() -> SparkSession:
-    """One local-mode session for the Spark tests: 4 slots, failed tasks retried (local[4,4])."""
-    session = build_session(Config({"job.container.retry.count": "3"}), master="local[4]")
-    yield session
-    session.stop()
+    """The shared local-mode session: 4 slots, failed tasks retried (local[4,4]).
+
+    Got (or created again) per test: a module that needs another master (the standalone cluster)
+    stops the active session, and the next test must not receive a stopped one.
+    """
+    return build_session(Config({"job.container.retry.count": "3"}), master="local[4]")
