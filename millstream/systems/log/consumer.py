@@ -1,15 +1,17 @@
 """Reads registered log partitions from given offsets.
 
-Each partition keeps one read connection. A poll issues one SELECT per partition (a batch of up to
-``systems.<s>.poll.batch.size`` records) and builds the envelopes column-wise with ``map`` so that
-the per-record work stays in C; the partition's meta row is read only when that SELECT returns
-nothing, to tell the end of the data from a trim and to see whether the partition is sealed.
+Each partition keeps one read connection. A poll issues one SELECT per partition, which returns the
+stored batches covering the next ``systems.<s>.poll.batch.size`` records (see ``storage``); their
+columns are unpacked by msgpack and the envelopes built column-wise with ``map``, so the per-record
+work stays in C apart from the envelope's own ``__init__``. The partition's meta row is read only
+when that SELECT returns nothing, to tell the end of the data from a trim and to see whether the
+partition is sealed.
 
-The cyclic garbage collector is paused while a poll builds its batches. A batch allocates two
-container objects per record (the row and the envelope) that all outlive the poll; left running,
-the collector would walk the young generation dozens of times per batch and promote the batch
-through every generation, which measured as a third of the read time. Paused, it finds the whole
-batch in one young-generation pass after the poll. Envelopes hold no cycles, so nothing is leaked.
+The cyclic garbage collector is paused while a poll builds its batches. A batch allocates a
+container object per record (the envelope) that all outlive the poll; left running, the collector
+would walk the young generation several times per batch and promote the batch through every
+generation. Paused, it finds the whole batch in one young-generation pass after the poll.
+Envelopes hold no cycles, so nothing is leaked.
 """
 
 from __future__ import annotations
@@ -19,13 +21,11 @@ import time
 from collections.abc import Iterable, Set
 from itertools import repeat
 
-import msgpack
-
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition
 from millstream.systems.base import SystemConsumer
 from millstream.systems.log.errors import InvalidOffsetError, LogOffsetOutOfRangeError, LogSystemError
 from millstream.systems.log.layout import LogLayout
-from millstream.systems.log.storage import LogPartition
+from millstream.systems.log.storage import LogPartition, Records
 
 MAX_IDLE_SLEEP = 0.01
 """Longest sleep between two checks for new data while a poll waits."""
@@ -158,28 +158,15 @@ class LogSystemConsumer(SystemConsumer):
         partition per check, and a seal or a trim that happens meanwhile is seen by the next poll.
         """
         position = cursor.position
-        rows = cursor.partition.read(position, self.batch_size)
-        if rows:
-            count = len(rows)
-            keys, values, timestamps, headers = zip(*rows, strict=True)
-            if headers.count(None) != count:
-                headers = tuple(None if packed is None else msgpack.unpackb(packed) for packed in headers)
-            sizes: Iterable[int] = (
-                map(len, values) if None not in values else [0 if value is None else len(value) for value in values]
-            )
-            cursor.position = position + count
-            return list(
-                map(
-                    IncomingMessageEnvelope,
-                    repeat(ssp, count),
-                    map(str, range(position, position + count)),
-                    keys,
-                    values,
-                    timestamps,
-                    headers,
-                    sizes,
-                )
-            )
+        records = cursor.partition.read(position, self.batch_size)
+        if records is not None:
+            values = records.values
+            try:
+                envelopes = _envelopes(ssp, records, map(len, values))
+            except TypeError:  # a value is None (a tombstone), which len refuses: build the batch again
+                envelopes = _envelopes(ssp, records, [0 if value is None else len(value) for value in values])
+            cursor.position = position + len(values)
+            return envelopes
         if not inspect:
             return []
         state = cursor.partition.state()
@@ -189,3 +176,23 @@ class LogSystemConsumer(SystemConsumer):
             cursor.ended = True
             return [IncomingMessageEnvelope.end_of_stream(ssp)]
         return []
+
+
+def _envelopes(ssp: SystemStreamPartition, records: Records, sizes: Iterable[int]) -> list[IncomingMessageEnvelope]:
+    """One envelope per record, built column by column so that the loop runs in C."""
+    count = len(records.values)
+    start = records.start
+    keys = records.keys
+    headers = records.headers
+    return list(
+        map(
+            IncomingMessageEnvelope,
+            repeat(ssp, count),
+            map(repr, range(start, start + count)),  # an int's repr is its str, and a cheaper call
+            repeat(None, count) if keys is None else keys,
+            records.values,
+            records.timestamps,
+            repeat(None, count) if headers is None else headers,
+            sizes,
+        )
+    )

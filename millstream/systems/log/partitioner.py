@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import random
 import zlib
+from collections.abc import Iterator
+from itertools import cycle, islice
 
 from millstream.model import OutgoingMessageEnvelope
 from millstream.systems.log.errors import LogSystemError
@@ -25,7 +27,7 @@ class Partitioner:
     __slots__ = ("_next",)
 
     def __init__(self) -> None:
-        self._next: dict[str, int] = {}
+        self._next: dict[str, Iterator[int]] = {}
 
     def partition(self, envelope: OutgoingMessageEnvelope, partition_count: int) -> int:
         stream = envelope.system_stream.stream
@@ -45,9 +47,16 @@ class Partitioner:
                 raise LogSystemError(
                     f"log stream '{stream}': the partition key must be bytes (serialized), got {type(key).__name__}"
                 ) from None
-        position = self._next.get(stream)
-        if position is None:
-            # A random start keeps many short-lived producers from all favouring partition 0.
-            position = random.randrange(partition_count)
-        self._next[stream] = position + 1
-        return position % partition_count
+        positions = self._next.get(stream)
+        if positions is None:
+            positions = self._next[stream] = round_robin(partition_count)
+        return next(positions) % partition_count
+
+
+def round_robin(partition_count: int) -> Iterator[int]:
+    """``0, 1, ..., partition_count - 1`` over and over, from a random partition on.
+
+    A random start keeps many short-lived producers from all favouring partition 0.
+    """
+    start = random.randrange(partition_count)
+    return islice(cycle(range(partition_count)), start, None)

@@ -1,34 +1,45 @@
 """Writes envelopes to log streams, buffered per partition and appended in batches.
 
-A partition's buffer is appended (one transaction) when it reaches
+A partition's buffer is appended (one transaction, one stored batch) when it reaches
 ``systems.<s>.producer.batch.size`` records and on ``flush``. A failed append leaves its records in
 the buffer, so the error surfaces again at the next ``flush`` instead of the records vanishing.
+
+A buffer is one flat list, ``timestamp, key, value, headers`` after one another for each record:
+extending it costs a send less than appending a tuple, and its columns come out for the append as
+four strided slices instead of a ``zip`` over every record.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import zlib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-
-import msgpack
+from typing import Any
 
 from millstream.errors import StreamNotFoundError
 from millstream.model import OutgoingMessageEnvelope
 from millstream.systems.base import SystemProducer
 from millstream.systems.log.errors import LogSystemError
 from millstream.systems.log.layout import LogLayout
-from millstream.systems.log.partitioner import Partitioner
-from millstream.systems.log.storage import LogPartition, Record
+from millstream.systems.log.partitioner import Partitioner, round_robin
+from millstream.systems.log.storage import LogPartition
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
+_FIELDS = 4
+"""Entries per record in a buffer: timestamp, key, value, headers."""
+_time_ns = time.time_ns
+_crc32 = zlib.crc32
 
 
 @dataclass
 class _StreamWriter:
     stream: str
     partition_count: int
-    buffers: list[list[Record]]
+    buffers: list[list[Any]]
+    round_robin: Iterator[int]
+    """Partitions for keyless envelopes, from a random one on (see ``partitioner``)."""
     partitions: dict[int, LogPartition] = field(default_factory=dict)
 
 
@@ -62,6 +73,15 @@ class LogSystemProducer(SystemProducer):
         self._partitioner = Partitioner()
         self._lock = threading.Lock()
 
+    @property
+    def batch_size(self) -> int:
+        """Records a partition's buffer holds before it is appended."""
+        return self._fill // _FIELDS
+
+    @batch_size.setter
+    def batch_size(self, value: int) -> None:
+        self._fill = value * _FIELDS
+
     def start(self) -> None:
         pass
 
@@ -77,28 +97,60 @@ class LogSystemProducer(SystemProducer):
                     writer.partitions.clear()
 
     def send(self, source: str, envelope: OutgoingMessageEnvelope) -> None:
-        system_stream = envelope.system_stream
-        if system_stream.system != self.system:
-            raise LogSystemError(f"producer of system '{self.system}' cannot send to '{system_stream}'")
+        system, stream = envelope.system_stream
         key = envelope.key
         message = envelope.message
+        timestamp = envelope.timestamp
+        headers = envelope.headers
+        # The common case (bytes or None, no timestamp or an int one, no headers) costs a few
+        # identity tests; anything else is checked and converted out of line.
+        if (
+            (key is not None and key.__class__ is not bytes)
+            or (message.__class__ is not bytes and message is not None)
+            or system != self.system
+        ):
+            self._check(system, stream, key, message)
+        if timestamp is None:
+            timestamp = _time_ns() // 1_000_000
+        elif timestamp.__class__ is not int:
+            timestamp = int(timestamp)
+        if headers is not None:
+            headers = _check_headers(stream, headers) if headers else None
+        lock = self._lock
+        lock.acquire()  # twice as fast as ``with lock`` in CPython 3.11
+        try:
+            writer = self._writers.get(stream) or self._open_stream(stream)
+            count = writer.partition_count
+            partition = envelope.partition
+            if partition is None:
+                by = envelope.partition_key
+                if by is None:
+                    by = key
+                if by is None:
+                    partition = next(writer.round_robin)
+                elif by.__class__ is bytes:
+                    partition = _crc32(by) % count
+                else:
+                    partition = self._partitioner.partition(envelope, count)
+            elif partition.__class__ is not int or not 0 <= partition < count:
+                partition = self._partitioner.partition(envelope, count)
+            buffer = writer.buffers[partition]
+            buffer += (timestamp, key, message, headers)
+            if len(buffer) >= self._fill:
+                self._append(writer, partition)
+        finally:
+            lock.release()
+
+    def _check(self, system: str, stream: str, key: Any, message: Any) -> None:
+        if system != self.system:
+            raise LogSystemError(f"producer of system '{self.system}' cannot send to '{system}.{stream}'")
         if not (key is None or isinstance(key, _BYTES_LIKE)) or not (
             message is None or isinstance(message, _BYTES_LIKE)
         ):
             raise LogSystemError(
-                f"log stream '{system_stream.stream}': key and message must be bytes (serialized), got "
+                f"log stream '{stream}': key and message must be bytes (serialized), got "
                 f"{type(key).__name__} and {type(message).__name__}"
             )
-        timestamp = envelope.timestamp
-        timestamp = time.time_ns() // 1_000_000 if timestamp is None else int(timestamp)
-        headers = _pack_headers(system_stream.stream, envelope.headers) if envelope.headers else None
-        with self._lock:
-            writer = self._writers.get(system_stream.stream) or self._open_stream(system_stream.stream)
-            partition = self._partitioner.partition(envelope, writer.partition_count)
-            buffer = writer.buffers[partition]
-            buffer.append((timestamp, key, message, headers))
-            if len(buffer) >= self.batch_size:
-                self._append(writer, partition)
 
     def flush(self, source: str) -> None:
         """Commit every buffered record, of every source: flushing more than asked is still correct."""
@@ -116,7 +168,8 @@ class LogSystemProducer(SystemProducer):
         if log is None:
             path = self.layout.partition_path(writer.stream, partition)
             log = writer.partitions[partition] = LogPartition(path, writer.stream, partition, fsync=self._fsync)
-        log.append(writer.buffers[partition])
+        buffer = writer.buffers[partition]
+        log.append_columns(buffer[0::_FIELDS], buffer[1::_FIELDS], buffer[2::_FIELDS], buffer[3::_FIELDS])
         writer.buffers[partition] = []
 
     def _open_stream(self, stream: str) -> _StreamWriter:
@@ -128,13 +181,21 @@ class LogSystemProducer(SystemProducer):
                 )
             self.layout.create(stream, self._default_partitions, {}, fsync=self._fsync)
             info = self.layout.require_info(stream)
-        writer = _StreamWriter(stream, info.partition_count, [[] for _ in range(info.partition_count)])
+        count = info.partition_count
+        writer = _StreamWriter(stream, count, [[] for _ in range(count)], round_robin(count))
         self._writers[stream] = writer
         return writer
 
 
-def _pack_headers(stream: str, headers: dict[str, bytes]) -> bytes:
-    try:
-        return msgpack.packb(headers)
-    except (TypeError, ValueError) as error:
-        raise LogSystemError(f"log stream '{stream}': headers must map str to bytes ({error})") from None
+def _check_headers(stream: str, headers: Mapping[Any, Any]) -> dict[str, Any]:
+    """A copy of ``headers`` (later changes by the sender do not reach the log) once they map str to bytes."""
+    if not isinstance(headers, Mapping):
+        raise LogSystemError(f"log stream '{stream}': headers must map str to bytes, got {type(headers).__name__}")
+    copy = dict(headers)
+    for name, value in copy.items():
+        if not isinstance(name, str) or not isinstance(value, _BYTES_LIKE):
+            raise LogSystemError(
+                f"log stream '{stream}': headers must map str to bytes, got {type(name).__name__} "
+                f"{name!r} to {type(value).__name__}"
+            )
+    return copy

@@ -1,10 +1,20 @@
-"""One partition of a log stream on disk: a SQLite file in WAL mode.
+"""One partition of a log stream on disk: a SQLite file in WAL mode holding record batches.
+
+Each append stores its records as one row of ``batches`` (Kafka's record batch; several rows only
+when they pack to more than ``MAX_BATCH_BYTES``): the records are msgpack-packed column by column
+into ``payload``, and the row is keyed by the batch's exclusive ``end_offset``, so the batch holding
+offset ``o`` is the first row with ``end_offset > o`` — one seek of the table's b-tree. One row per
+batch instead of one per record is what makes the log fast in Python: a row costs about a
+microsecond to hand over from SQLite (and several to insert) whatever its size, while msgpack packs
+or unpacks a record's columns in well under a tenth of that.
 
 Offsets are 0-based and dense. The writer assigns them inside a ``BEGIN IMMEDIATE`` transaction
-from the ``next_offset`` of the meta row, and commits the records and the new ``next_offset``
+from the ``next_offset`` of the meta row, and commits the batch and the new ``next_offset``
 together, so any number of processes may append to the same file without lost writes or duplicate
-offsets, and a reader never sees a gap: every offset in ``[oldest, upcoming)`` is present. Trimming
-only moves ``oldest`` forward; ``next_offset`` never goes back, so offsets are never reused.
+offsets, and batches tile ``[0, next_offset)`` without gaps or overlaps. Trimming moves
+``oldest_offset`` forward and deletes the batches that lie wholly below it; a batch it cuts through
+stays on disk, its records below ``oldest`` hidden from every read. ``next_offset`` never goes back,
+so offsets are never reused. Every offset in ``[oldest, upcoming)`` is readable.
 
 WAL lets readers proceed while a writer holds the lock; a writer waits for the lock up to
 ``busy_timeout`` (30 s). With ``synchronous=NORMAL`` (the default) a committed append survives a
@@ -13,6 +23,21 @@ power loss.
 
 A ``LogPartition`` holds one connection and is meant for one thread at a time; open one per
 process (connections must not cross ``fork``).
+
+The file format (``PRAGMA user_version`` = ``FORMAT_VERSION``)::
+
+    batches(end_offset INTEGER PRIMARY KEY,  -- exclusive: base_offset + count
+            base_offset, count, min_ts, max_ts,
+            payload BLOB)                    -- msgpack [timestamps, keys, values, headers]
+    meta(id = 0, next_offset, oldest_offset, sealed)
+
+``payload`` is a msgpack array of four columns, one entry per record in offset order:
+``timestamps`` (ints, ms), ``keys`` (bin or nil; the whole column nil when no record has a key),
+``values`` (bin or nil) and ``headers`` (maps of str to bin, or nil; the whole column nil when no
+record has headers). Columns rather than one array per record: they unpack in about half the time
+(no per-record arrays to build and take apart) and feed the consumer's column-wise envelope
+construction as they are. A read returns whole batches from SQLite and slices off what lies before
+its start (or before ``oldest``) and beyond its limit.
 """
 
 from __future__ import annotations
@@ -23,23 +48,35 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import msgpack
+
 from millstream.systems.log.errors import LogStorageError, PartitionSealedError
 
 BUSY_TIMEOUT_MS = 30_000
 TRIM_CHUNK = 100_000
-"""Most records one trim transaction deletes."""
+"""Most records one trim transaction removes (deleting the batches they fill)."""
 PAGE_SIZE = 4096
-"""SQLite's default. 16 KiB pages read about 10% faster but halve the rate of small commits."""
+"""SQLite's default. A batch's payload spills into a chain of overflow pages; 16 KiB pages use
+somewhat less CPU per appended record for batches of 1000 100-byte records (fewer WAL frames), but
+cut the rate of small commits by about a third, and made no difference measurable end to end here."""
 MMAP_SIZE = 1 << 28
 """Bytes of the file mapped into memory for reads: page reads without a copy through the page cache."""
+MAX_BATCH_BYTES = 1 << 22
+"""Largest payload of one stored batch: a bigger append is stored as several batches (in the same
+transaction), so that SQLite's 1 GB limit on a value is never reached and a read that starts or
+ends inside a batch unpacks at most a few MiB it does not return."""
+FORMAT_VERSION = 2
+"""``PRAGMA user_version`` of a partition file in this format (1 was one row per record)."""
 
-_SCHEMA = """
-CREATE TABLE records (
-    "offset" INTEGER PRIMARY KEY,
-    timestamp INTEGER NOT NULL,
-    key BLOB,
-    value BLOB,
-    headers BLOB
+_SCHEMA = f"""
+PRAGMA user_version = {FORMAT_VERSION};
+CREATE TABLE batches (
+    end_offset INTEGER PRIMARY KEY,
+    base_offset INTEGER NOT NULL,
+    count INTEGER NOT NULL,
+    min_ts INTEGER NOT NULL,
+    max_ts INTEGER NOT NULL,
+    payload BLOB NOT NULL
 );
 CREATE TABLE meta (
     id INTEGER PRIMARY KEY CHECK (id = 0),
@@ -50,23 +87,30 @@ CREATE TABLE meta (
 INSERT INTO meta (id, next_offset, oldest_offset, sealed) VALUES (0, 0, 0, 0);
 """
 
-# Columns in the order of IncomingMessageEnvelope's parameters after ``ssp`` and ``offset``. The
-# offset itself is not selected: offsets are dense, so the rows are ``start, start + 1, ...`` as long
-# as ``start`` is retained, which the guard on ``oldest_offset`` checks in the same snapshot. Each
-# selected column costs about as much as building the envelope, so sizes are left to ``len``.
+# The batches overlapping [?1, ?1 + ?2): from the one holding ?1 up to and including the first one
+# that reaches ?1 + ?2 (all of them when none does yet). Both ends are seeks on the rowid, so the
+# cost does not grow with the log. The guard on oldest_offset runs in the same snapshot: a start
+# below it (trimmed, possibly by another process meanwhile) reads nothing rather than later records.
 _READ = (
-    "SELECT key, value, timestamp, headers FROM records "
-    'WHERE "offset" >= ?1 AND ?1 >= (SELECT oldest_offset FROM meta WHERE id = 0) '
-    'ORDER BY "offset" LIMIT ?2'
+    "SELECT base_offset, payload FROM batches "
+    "WHERE end_offset > ?1 AND end_offset <= coalesce("
+    "(SELECT end_offset FROM batches WHERE end_offset >= ?1 + ?2 ORDER BY end_offset LIMIT 1), ?1 + ?2) "
+    "AND ?1 >= (SELECT oldest_offset FROM meta WHERE id = 0) "
+    "ORDER BY end_offset"
 )
-_INSERT = 'INSERT INTO records ("offset", timestamp, key, value, headers) VALUES (?, ?, ?, ?, ?)'
+_INSERT = "INSERT INTO batches (end_offset, base_offset, count, min_ts, max_ts, payload) VALUES (?, ?, ?, ?, ?, ?)"
 _META = "SELECT oldest_offset, next_offset, sealed FROM meta WHERE id = 0"
+# Candidates for offset_for_timestamp, in offset order: only batches holding a recent enough record.
+_BY_TIMESTAMP = (
+    "SELECT base_offset, min_ts, payload FROM batches WHERE end_offset > ?1 AND max_ts >= ?2 ORDER BY end_offset"
+)
 
 Record = tuple[int, Any, Any, Any]
-"""``(timestamp_ms, key, value, headers)`` as stored: bytes or None, headers already msgpack-encoded."""
+"""``(timestamp_ms, key, value, headers)`` to append: key and value bytes or None, headers a dict
+of str to bytes or None (the producer checks them)."""
 
 Row = tuple[Any, Any, int, Any]
-"""``(key, value, timestamp, headers_msgpack)`` as read."""
+"""``(key, value, timestamp, headers)``: one record as ``Records.rows`` gives it."""
 
 
 class PartitionState(NamedTuple):
@@ -75,6 +119,27 @@ class PartitionState(NamedTuple):
     oldest: int
     upcoming: int
     sealed: bool
+
+
+class Records(NamedTuple):
+    """Consecutive records from offset ``start``, column by column (``len(values)`` of them).
+
+    ``keys`` may be None instead of a column of Nones when no record has a key, and ``headers``
+    when none has headers (a batch that has none stores no such column).
+    """
+
+    start: int
+    timestamps: list[int]
+    keys: list[Any] | None
+    values: list[Any]
+    headers: list[Any] | None
+
+    def rows(self) -> list[Row]:
+        """One ``(key, value, timestamp, headers)`` tuple per record (for tests and tools)."""
+        count = len(self.values)
+        keys = self.keys if self.keys is not None else [None] * count
+        headers = self.headers if self.headers is not None else [None] * count
+        return list(zip(keys, self.values, self.timestamps, headers, strict=True))
 
 
 class LogPartition:
@@ -110,6 +175,11 @@ class LogPartition:
                 connection.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} COMMIT;")
             connection.execute(f"PRAGMA synchronous = {'FULL' if fsync else 'NORMAL'}")
             connection.execute(f"PRAGMA mmap_size = {MMAP_SIZE}")
+            version = connection.execute("PRAGMA user_version").fetchone()[0]
+            if version != FORMAT_VERSION:
+                raise self._error(
+                    f"not a usable log partition file: format version {version}, this version reads {FORMAT_VERSION}"
+                )
             self._state()
         except sqlite3.Error as error:
             connection.close()
@@ -158,14 +228,40 @@ class LogPartition:
             raise self._error(f"cannot read the partition's metadata: {error}") from None
 
     def append(self, records: Sequence[Record]) -> int:
-        """Append ``records`` in one transaction; return the offset of the first (the others follow).
+        """Append ``records`` as one batch (see ``append_columns``); return the offset of the first.
 
         All or nothing: on any error nothing is appended. Raises ``PartitionSealedError`` when the
         partition is sealed.
         """
         if not records:
             return self.state().upcoming
+        try:
+            timestamps, keys, values, headers = zip(*records, strict=True)
+        except (TypeError, ValueError) as error:
+            raise self._error(f"cannot append {len(records)} records: {error}") from None
+        return self.append_columns(timestamps, keys, values, headers)
+
+    def append_columns(
+        self,
+        timestamps: Sequence[int],
+        keys: Sequence[Any] | None,
+        values: Sequence[Any],
+        headers: Sequence[Any] | None,
+    ) -> int:
+        """``append`` of records given column by column, as the producer buffers them.
+
+        One entry per record in each column; ``keys`` or ``headers`` may be None when every record
+        has none. The records become one stored batch, or several (committed together) when they
+        pack to more than ``MAX_BATCH_BYTES``.
+        """
+        count = len(values)
+        if not count:
+            return self.state().upcoming
         self._check_file()
+        try:
+            batches = _pack(count, timestamps, keys, values, headers)
+        except (TypeError, ValueError, OverflowError) as error:
+            raise self._error(f"cannot append {count} records: {error}") from None
         connection = self._connection
         try:
             connection.execute("BEGIN IMMEDIATE")
@@ -173,34 +269,47 @@ class LogPartition:
                 _, first, sealed = connection.execute(_META).fetchone()
                 if sealed:
                     raise PartitionSealedError(self.stream, self.partition, self.path)
-                connection.executemany(_INSERT, [(first + index, *record) for index, record in enumerate(records)])
-                connection.execute("UPDATE meta SET next_offset = ? WHERE id = 0", (first + len(records),))
+                end = first
+                for size, lowest, highest, payload in batches:
+                    connection.execute(_INSERT, (end + size, end, size, lowest, highest, payload))
+                    end += size
+                connection.execute("UPDATE meta SET next_offset = ? WHERE id = 0", (end,))
                 connection.execute("COMMIT")
             except BaseException:
                 if connection.in_transaction:
                     connection.execute("ROLLBACK")
                 raise
         except sqlite3.Error as error:
-            raise self._error(f"cannot append {len(records)} records: {error}") from None
+            raise self._error(f"cannot append {count} records: {error}") from None
         return int(first)
 
-    def read(self, start: int, limit: int) -> list[Row]:
-        """Up to ``limit`` records at offsets ``start, start + 1, ...`` in one statement.
+    def read(self, start: int, limit: int) -> Records | None:
+        """Up to ``limit`` records at offsets ``start, start + 1, ...``, read in one statement.
 
-        Empty when ``start`` is not retained: at or past the end, or below ``oldest`` (trimmed);
-        ``state`` tells which.
+        None when ``start`` is not retained: at or past the end, or below ``oldest`` (trimmed);
+        ``state`` tells which. Also None when ``limit`` is below 1.
         """
+        if limit < 1:
+            return None
         try:
-            return self._connection.execute(_READ, (start, limit)).fetchall()
+            rows = self._connection.execute(_READ, (start, limit)).fetchall()
         except sqlite3.Error as error:
             raise self._error(f"cannot read from offset {start}: {error}") from None
+        if not rows:
+            return None
+        try:
+            return _unpack(rows, start, limit)
+        except (ValueError, TypeError, msgpack.UnpackException) as error:
+            raise self._error(f"cannot read from offset {start}: a batch is corrupt ({error!r})") from None
 
     def trim(self, before: int) -> int:
-        """Delete the records below offset ``before``; return the oldest offset afterwards.
+        """Remove the records below offset ``before``; return the oldest offset afterwards.
 
         ``oldest`` only moves forward and never past ``upcoming``: trimming beyond the end empties
-        the partition, and the next append still gets the next unused offset. Large trims run in
-        several transactions of ``TRIM_CHUNK`` records so appenders wait for the lock only briefly.
+        the partition, and the next append still gets the next unused offset. Batches wholly below
+        the new ``oldest`` are deleted; one it falls inside stays, its records below ``oldest``
+        unreadable. Large trims run in several transactions of at most ``TRIM_CHUNK`` records so
+        appenders wait for the lock only briefly.
         """
         self._check_file()
         connection = self._connection
@@ -211,7 +320,7 @@ class LogPartition:
                     oldest, upcoming, _ = connection.execute(_META).fetchone()
                     target = min(max(before, oldest), upcoming, oldest + TRIM_CHUNK)
                     if target > oldest:
-                        connection.execute('DELETE FROM records WHERE "offset" < ?', (target,))
+                        connection.execute("DELETE FROM batches WHERE end_offset <= ?", (target,))
                         connection.execute("UPDATE meta SET oldest_offset = ? WHERE id = 0", (target,))
                     connection.execute("COMMIT")
                 except BaseException:
@@ -233,22 +342,144 @@ class LogPartition:
     def offset_for_timestamp(self, timestamp_ms: int) -> int:
         """The first retained offset whose timestamp is at or after ``timestamp_ms``; upcoming if none.
 
-        A full scan in offset order (timestamps need not be monotonic, and an index would slow
-        every append); it stops at the first match.
+        Exact: timestamps need not be monotonic, so this is the first such record in offset order.
+        A scan of the batches' ``max_ts`` (no index, which would slow every append) finds the first
+        batch holding such a record; only its timestamps column is unpacked. Only the batch a trim
+        cut through can hold such a record solely below ``oldest``; the next candidate follows it.
         """
         connection = self._connection
         try:
             connection.execute("BEGIN")
             try:
-                row = connection.execute(
-                    'SELECT "offset" FROM records WHERE timestamp >= ? ORDER BY "offset" LIMIT 1', (timestamp_ms,)
-                ).fetchone()
-                upcoming = self._state().upcoming
+                oldest, upcoming, _ = connection.execute(_META).fetchone()
+                cursor = connection.execute(_BY_TIMESTAMP, (oldest, timestamp_ms))
+                try:
+                    for base, min_ts, payload in cursor:
+                        if min_ts >= timestamp_ms and base >= oldest:
+                            return int(base)
+                        timestamps = _timestamps(payload)
+                        for index in range(max(oldest - base, 0), len(timestamps)):
+                            if timestamps[index] >= timestamp_ms:
+                                return int(base + index)
+                finally:
+                    cursor.close()
             finally:
                 connection.execute("COMMIT")
         except sqlite3.Error as error:
             raise self._error(f"cannot search for timestamp {timestamp_ms}: {error}") from None
-        return int(row[0]) if row is not None else upcoming
+        except (ValueError, TypeError, msgpack.UnpackException) as error:
+            raise self._error(f"cannot search for timestamp {timestamp_ms}: a batch is corrupt ({error!r})") from None
+        return int(upcoming)
+
+
+def _pack(
+    count: int,
+    timestamps: Sequence[int],
+    keys: Sequence[Any] | None,
+    values: Sequence[Any],
+    headers: Sequence[Any] | None,
+) -> list[tuple[int, int, int, bytes]]:
+    """``(count, min_ts, max_ts, payload)`` of each batch ``count`` records given column by column
+    are stored as: one batch, or several when its payload would exceed ``MAX_BATCH_BYTES``."""
+    if keys is not None and (keys[0] is None and keys.count(None) == count):
+        keys = None
+    if headers is not None and (headers[0] is None and headers.count(None) == count):
+        headers = None
+    if (
+        not len(timestamps)
+        == count
+        == (count if keys is None else len(keys))
+        == (count if headers is None else len(headers))
+    ):
+        raise ValueError("the columns of the batch differ in length")
+    payload = msgpack.packb((timestamps, keys, values, headers))
+    if len(payload) > MAX_BATCH_BYTES and count > 1:
+        half = count // 2
+        front = slice(None, half)
+        back = slice(half, None)
+        return _pack(
+            half,
+            timestamps[front],
+            None if keys is None else keys[front],
+            values[front],
+            None if headers is None else headers[front],
+        ) + _pack(
+            count - half,
+            timestamps[back],
+            None if keys is None else keys[back],
+            values[back],
+            None if headers is None else headers[back],
+        )
+    # Sorting finds both bounds in one pass when the timestamps are already in order, as they are
+    # when the producer stamps them: several times cheaper than min() and max().
+    ordered = sorted(timestamps)
+    lowest, highest = ordered[0], ordered[-1]
+    if type(lowest) is not int or type(highest) is not int:
+        raise TypeError(f"timestamps must be integers, got {type(lowest).__name__} and {type(highest).__name__}")
+    return [(count, lowest, highest, payload)]
+
+
+def _unpack(rows: list[tuple[int, bytes]], start: int, limit: int) -> Records:
+    """The records ``start, start + 1, ...`` (at most ``limit``) of consecutive batches ``rows``."""
+    unpack = msgpack.unpackb
+    if len(rows) == 1:
+        base, payload = rows[0]
+        timestamps, keys, values, headers = unpack(payload)
+        skip = start - base
+        if skip or len(values) > limit:
+            end = skip + limit
+            timestamps = timestamps[skip:end]
+            values = values[skip:end]
+            if keys is not None:
+                keys = keys[skip:end]
+            if headers is not None:
+                headers = headers[skip:end]
+        return Records(start, timestamps, keys, values, headers)
+    columns = []
+    remaining = limit
+    for base, payload in rows:
+        batch = unpack(payload)
+        count = len(batch[2])
+        skip = max(start - base, 0)
+        end = min(skip + remaining, count)
+        if skip or end < count:
+            batch = [None if column is None else column[skip:end] for column in batch]
+        columns.append(batch)
+        remaining -= end - skip
+        if remaining <= 0:
+            break
+    timestamps, keys, values, headers = zip(*columns, strict=True)
+    counts = [len(part) for part in values]
+    return Records(
+        start, _concat(timestamps), _concat_sparse(keys, counts), _concat(values), _concat_sparse(headers, counts)
+    )
+
+
+def _concat(parts: tuple[list[Any], ...]) -> list[Any]:
+    """Join columns of consecutive batches (extending the first, which is ours to change)."""
+    out = parts[0]
+    for part in parts[1:]:
+        out += part
+    return out
+
+
+def _concat_sparse(parts: tuple[list[Any] | None, ...], counts: list[int]) -> list[Any] | None:
+    """Join a column that a batch leaves out (None) when it is all None; None when every batch does."""
+    if parts.count(None) == len(parts):
+        return None
+    out: list[Any] = []
+    for part, count in zip(parts, counts, strict=True):
+        out += part if part is not None else [None] * count
+    return out
+
+
+def _timestamps(payload: bytes) -> list[int]:
+    """The timestamps column of a batch, without building its keys and values."""
+    unpacker = msgpack.Unpacker(max_buffer_size=max(len(payload), 1))  # the default 100 MiB may not do
+    unpacker.feed(payload)
+    unpacker.read_array_header()
+    timestamps: list[int] = unpacker.unpack()
+    return timestamps
 
 
 def _identity(path: Path) -> tuple[int, int]:

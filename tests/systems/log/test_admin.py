@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from millstream.errors import MillstreamError, StreamNotFoundError
+from millstream.startpoint import StartpointOldest, StartpointSpecific, StartpointTimestamp, StartpointUpcoming
 from millstream.systems.base import StreamSpec, SystemStreamPartitionMetadata
 from millstream.systems.log.admin import LogSystemAdmin
 from millstream.systems.log.errors import InvalidOffsetError, InvalidStreamNameError, LogSystemError
 from millstream.systems.log.factory import LogSystemFactory
 from millstream.systems.log.producer import LogSystemProducer
 
-from .conftest import SYSTEM, create, log_config, ssp, write
+from .conftest import SYSTEM, create, envelope, log_config, ssp, write
 
 
 def test_metadata_of_an_empty_partition_has_no_oldest_or_newest(admin: LogSystemAdmin) -> None:
@@ -214,6 +218,52 @@ def test_trim_expired_spares_changelog_streams(root: Path) -> None:
     producer.stop()
 
 
-def test_resolve_startpoint_is_not_supported_yet(admin: LogSystemAdmin) -> None:
-    with pytest.raises(MillstreamError, match=r"cannot resolve startpoint"):
-        admin.resolve_startpoint(ssp("events"), object())
+def test_generic_startpoints_resolve_to_offsets_even_inside_a_batch(admin: LogSystemAdmin, root: Path) -> None:
+    producer = LogSystemFactory().get_producer(SYSTEM, log_config(root, producer__batch__size=3))
+    create(admin, "events")
+    for timestamp in (100, 200, 300, 400, 500, 600):  # two batches of three
+        producer.send("t", envelope("events", b"x", timestamp=timestamp))
+    producer.stop()
+    admin.trim(ssp("events"), "1")
+    assert admin.resolve_startpoint(ssp("events"), StartpointOldest()) == "1"
+    assert admin.resolve_startpoint(ssp("events"), StartpointUpcoming()) == "6"
+    assert admin.resolve_startpoint(ssp("events"), StartpointTimestamp(250)) == "2"
+    assert admin.resolve_startpoint(ssp("events"), StartpointTimestamp(450)) == "4"
+    assert admin.resolve_startpoint(ssp("events"), StartpointTimestamp(50)) == "1"
+    assert admin.resolve_startpoint(ssp("events"), StartpointSpecific("3")) == "3"
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(min_value=1, max_value=4), st.lists(st.integers(0, 50), min_size=1, max_size=8)),
+        min_size=1,
+        max_size=5,
+    ),
+    st.integers(min_value=0, max_value=12),
+    st.integers(min_value=0, max_value=60),
+    st.integers(min_value=0, max_value=60),
+)
+def test_trim_expired_stops_at_the_first_record_within_retention_wherever_batches_begin(
+    appends: list[tuple[int, list[int]]], trim_first: int, retention: int, now: int
+) -> None:
+    """Timestamps out of order, batches of mixed sizes, an earlier trim inside a batch."""
+    with tempfile.TemporaryDirectory() as directory:
+        root = Path(directory)
+        admin = LogSystemFactory().get_admin(SYSTEM, log_config(root, retention__ms=retention))
+        create(admin, "events")
+        timestamps: list[int] = []
+        for batch_size, batch in appends:
+            producer = LogSystemFactory().get_producer(SYSTEM, log_config(root, producer__batch__size=batch_size))
+            for timestamp in batch:
+                producer.send("t", envelope("events", b"x", timestamp=timestamp))
+            producer.stop()
+            timestamps.extend(batch)
+        oldest = int(admin.trim(ssp("events"), str(trim_first)))
+        retained = [offset for offset in range(oldest, len(timestamps)) if timestamps[offset] >= now - retention]
+        expected = retained[0] if retained else len(timestamps)
+        assert admin.offset_for_timestamp(ssp("events"), now - retention) == str(expected)
+        assert admin.trim_expired(now_ms=now) == ({ssp("events"): str(expected)} if expected > oldest else {})
+        metadata = admin.get_ssp_metadata([ssp("events")])[ssp("events")]
+        assert int(metadata.upcoming_offset) == len(timestamps)
+        assert metadata.oldest_offset == (str(expected) if expected < len(timestamps) else None)

@@ -10,6 +10,8 @@ import sqlite3
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
+import msgpack
+
 from millstream.systems.base import StreamSpec
 from millstream.systems.log.factory import LogSystemFactory
 
@@ -17,10 +19,11 @@ from .conftest import SYSTEM, create, envelope, log_config, ssp
 
 WRITERS = 4
 PER_WRITER = 1500
+PRODUCER_BATCH = 37
 
 
 def _write(root: str, writer: int, barrier: Barrier) -> None:
-    producer = LogSystemFactory().get_producer(SYSTEM, log_config(Path(root), producer__batch__size=37))
+    producer = LogSystemFactory().get_producer(SYSTEM, log_config(Path(root), producer__batch__size=PRODUCER_BATCH))
     barrier.wait()
     for sequence in range(PER_WRITER):
         producer.send("task", envelope("shared", f"{writer}:{sequence}".encode(), partition=0))
@@ -66,10 +69,18 @@ def test_four_writer_processes_and_a_reader_share_a_partition_without_loss_or_du
     assert next_sequence == [PER_WRITER] * WRITERS
     assert offsets == list(range(total))
     with sqlite3.connect(root / "shared" / "p0.db") as connection:
-        stored = [row[0] for row in connection.execute('SELECT "offset" FROM records ORDER BY "offset"')]
-        assert stored == list(range(total))
+        stored = connection.execute(
+            "SELECT base_offset, end_offset, count, payload FROM batches ORDER BY end_offset"
+        ).fetchall()
+        assert [(base, end) for base, end, _, _ in stored] == list(
+            zip([0] + [end for _, end, _, _ in stored[:-1]], [end for _, end, _, _ in stored], strict=True)
+        ), "the batches do not tile the offsets without gaps or overlaps"
+        assert all(end - base == count == len(msgpack.unpackb(payload)[2]) for base, end, count, payload in stored)
+        assert stored[-1][1] == total
+        assert max(count for _, _, count, _ in stored) <= PRODUCER_BATCH, "appends were merged into one batch"
         assert connection.execute("SELECT next_offset FROM meta").fetchone() == (total,)
         assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    connection.close()
 
 
 def test_processes_racing_to_create_a_stream_end_with_one_stream_and_one_winner(root: Path) -> None:

@@ -327,3 +327,54 @@ def test_a_read_from_any_retained_offset_returns_exactly_the_records_appended_fr
             consumer.stop()
             assert [e.offset for e in received] == [str(offset) for offset in range(start, len(appended))]
             assert messages(received) == appended[start:]
+
+
+record = st.tuples(
+    st.none() | st.binary(min_size=1, max_size=3),
+    st.none() | st.binary(max_size=4),
+    st.integers(min_value=0, max_value=1_000),
+    st.none() | st.dictionaries(st.sampled_from(["a", "b"]), st.binary(max_size=2), min_size=1, max_size=2),
+)
+mixed_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(min_value=1, max_value=5), st.lists(record, min_size=1, max_size=9)),
+        st.tuples(st.just("trim"), st.integers(min_value=0, max_value=40), st.just([])),
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(mixed_steps, st.integers(min_value=1, max_value=6))
+def test_envelopes_match_what_was_sent_from_any_start_across_mixed_batches_and_trims_inside_them(
+    steps: list[tuple[str, int, list[tuple[bytes | None, bytes | None, int, dict[str, bytes] | None]]]],
+    poll_size: int,
+) -> None:
+    """Producer batch sizes vary per step, so reads start, end and get trimmed inside batches."""
+    with tempfile.TemporaryDirectory() as directory:
+        root = Path(directory)
+        factory = LogSystemFactory()
+        admin = factory.get_admin(SYSTEM, log_config(root))
+        create(admin, "events")
+        sent: list[tuple[bytes | None, bytes | None, int, dict[str, bytes] | None]] = []
+        oldest = 0
+        for kind, number, records in steps:
+            if kind == "append":
+                producer = factory.get_producer(SYSTEM, log_config(root, producer__batch__size=number))
+                for key, value, timestamp, headers in records:
+                    producer.send("t", envelope("events", value, key, timestamp=timestamp, headers=headers))
+                producer.stop()
+                sent.extend(records)
+            else:
+                oldest = int(admin.trim(ssp("events"), str(number)))
+        config = log_config(root, poll__batch__size=poll_size)
+        for start in range(oldest, len(sent) + 1):
+            consumer = factory.get_consumer(SYSTEM, config)
+            consumer.register(ssp("events"), str(start))
+            consumer.start()
+            received = read_all(consumer, {ssp("events")})
+            consumer.stop()
+            assert [e.offset for e in received] == [str(offset) for offset in range(start, len(sent))]
+            assert [(e.key, e.message, e.timestamp, e.headers, e.size) for e in received] == [
+                (key, value, timestamp, headers, len(value or b"")) for key, value, timestamp, headers in sent[start:]
+            ]

@@ -193,6 +193,28 @@ def test_headers_that_cannot_be_encoded_are_refused_naming_the_stream(
         producer.send("task", envelope("events", b"v", headers={"h": object()}))
 
 
+@pytest.mark.parametrize("headers", [{"h": 1}, {"h": "text"}, {1: b"v"}, [("h", b"v")]])
+def test_headers_other_than_str_to_bytes_are_refused_at_send_not_at_flush(
+    admin: LogSystemAdmin, producer: LogSystemProducer, headers: object
+) -> None:
+    create(admin, "events")
+    with pytest.raises(LogSystemError, match=r"'events': headers must map str to bytes"):
+        producer.send("task", envelope("events", b"v", headers=headers))
+    producer.flush("task")
+    assert upcoming(admin, "events") == 0
+
+
+def test_headers_are_copied_at_send_so_later_changes_do_not_reach_the_log(
+    admin: LogSystemAdmin, producer: LogSystemProducer, root: Path
+) -> None:
+    create(admin, "events")
+    headers = {"trace": b"1"}
+    producer.send("task", envelope("events", b"v", headers=headers))
+    headers["trace"] = b"2"
+    producer.flush("task")
+    assert [e.headers for e in read_stream(root, "events")[0]] == [{"trace": b"1"}]
+
+
 def test_sending_to_another_system_is_refused(producer: LogSystemProducer) -> None:
     wrong = envelope("events", b"v")
     wrong.system_stream = wrong.system_stream._replace(system="kafka")

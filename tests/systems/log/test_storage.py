@@ -1,4 +1,8 @@
-"""One partition file: dense offsets, atomic batched appends, retention, sealing and SQLite settings."""
+"""One partition file: dense offsets, atomic batched appends, retention, sealing and SQLite settings.
+
+The file holds one row per appended batch; trims and reads may fall inside a batch. The property
+tests at the end check reads, trims and timestamp lookups against a plain list of the appended records.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +11,14 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from millstream.systems.log import storage
 from millstream.systems.log.errors import LogStorageError, PartitionSealedError
-from millstream.systems.log.storage import BUSY_TIMEOUT_MS, LogPartition, PartitionState
+from millstream.systems.log.storage import BUSY_TIMEOUT_MS, FORMAT_VERSION, LogPartition, PartitionState, Records
 
 
 @pytest.fixture
@@ -27,13 +32,20 @@ def records(*values: bytes, timestamp: int = 1_000) -> list[tuple[int, bytes | N
     return [(timestamp, None, value, None) for value in values]
 
 
-def values_of(rows: list[tuple]) -> list[bytes]:
-    return [row[1] for row in rows]
+def values_of(read: Records | None) -> list[bytes]:
+    return [] if read is None else read.values
+
+
+def batches(log: LogPartition) -> list[tuple[int, int, int, int, int]]:
+    """``(base_offset, end_offset, count, min_ts, max_ts)`` of every stored batch, in offset order."""
+    return log._connection.execute(
+        "SELECT base_offset, end_offset, count, min_ts, max_ts FROM batches ORDER BY end_offset"
+    ).fetchall()
 
 
 def test_a_new_partition_is_empty_and_unsealed(partition: LogPartition) -> None:
     assert partition.state() == PartitionState(oldest=0, upcoming=0, sealed=False)
-    assert partition.read(0, 10) == []
+    assert partition.read(0, 10) is None
 
 
 def test_append_assigns_dense_offsets_from_zero_across_batches(partition: LogPartition) -> None:
@@ -51,14 +63,16 @@ def test_append_of_nothing_changes_nothing(partition: LogPartition) -> None:
 
 
 def test_read_returns_key_value_timestamp_and_headers(partition: LogPartition) -> None:
-    partition.append([(42, b"k", b"value", b"\x80"), (43, None, None, None)])
-    assert partition.read(0, 10) == [(b"k", b"value", 42, b"\x80"), (None, None, 43, None)]
+    partition.append([(42, b"k", b"value", {"h": b"\x01"}), (43, None, None, None)])
+    read = partition.read(0, 10)
+    assert read is not None
+    assert read.rows() == [(b"k", b"value", 42, {"h": b"\x01"}), (None, None, 43, None)]
 
 
 def test_read_starts_at_the_given_offset_and_stops_at_the_limit(partition: LogPartition) -> None:
     partition.append(records(*(bytes([i]) for i in range(10))))
     assert values_of(partition.read(3, 4)) == [bytes([3]), bytes([4]), bytes([5]), bytes([6])]
-    assert partition.read(10, 4) == []
+    assert partition.read(10, 4) is None
 
 
 def test_trim_deletes_records_below_the_offset_and_moves_oldest(partition: LogPartition) -> None:
@@ -71,8 +85,8 @@ def test_trim_deletes_records_below_the_offset_and_moves_oldest(partition: LogPa
 def test_read_below_oldest_returns_nothing_rather_than_later_records(partition: LogPartition) -> None:
     partition.append(records(b"a", b"b", b"c"))
     partition.trim(2)
-    assert partition.read(0, 10) == []
-    assert partition.read(1, 10) == []
+    assert partition.read(0, 10) is None
+    assert partition.read(1, 10) is None
 
 
 def test_trim_never_moves_oldest_backwards(partition: LogPartition) -> None:
@@ -176,10 +190,97 @@ def test_fsync_makes_commits_synchronous_full(tmp_path: Path) -> None:
     log.close()
 
 
-def test_headers_column_is_null_when_a_record_has_none(partition: LogPartition) -> None:
+def test_one_append_is_one_batch_row_keyed_by_its_exclusive_end_offset(partition: LogPartition) -> None:
+    partition.append([(300, None, b"a", None), (100, None, b"b", None), (200, None, b"c", None)])
+    partition.append(records(b"d", timestamp=50))
+    assert batches(partition) == [(0, 3, 3, 100, 300), (3, 4, 1, 50, 50)]
+    assert partition._connection.execute("PRAGMA user_version").fetchone() == (FORMAT_VERSION,)
+
+
+def test_a_batch_payload_is_msgpack_columns_leaving_out_keys_and_headers_when_all_none(
+    partition: LogPartition,
+) -> None:
+    partition.append(records(b"a", b"b"))
+    partition.append([(7, b"k", b"v", None), (8, None, None, {"h": b"\x01"})])
+    payloads = [row[0] for row in partition._connection.execute("SELECT payload FROM batches ORDER BY end_offset")]
+    assert [msgpack.unpackb(payload) for payload in payloads] == [
+        [[1_000, 1_000], None, [b"a", b"b"], None],
+        [[7, 8], [b"k", None], [b"v", None], [None, {"h": b"\x01"}]],
+    ]
+
+
+def test_a_read_spanning_batches_joins_columns_that_some_batches_leave_out(partition: LogPartition) -> None:
+    partition.append([(1, None, b"a", None)])
+    partition.append([(2, b"k", b"b", {"h": b"x"})])
+    partition.append([(3, None, b"c", None), (4, None, None, None)])
+    read = partition.read(0, 10)
+    assert read is not None
+    assert read.rows() == [
+        (None, b"a", 1, None),
+        (b"k", b"b", 2, {"h": b"x"}),
+        (None, b"c", 3, None),
+        (None, None, 4, None),
+    ]
+    assert partition.read(2, 10) == Records(2, [3, 4], None, [b"c", None], None)
+
+
+def test_a_trim_inside_a_batch_keeps_the_batch_and_hides_the_records_below_oldest(partition: LogPartition) -> None:
+    partition.append(records(b"a", b"b"))
+    partition.append(records(b"c", b"d", b"e"))
+    assert partition.trim(3) == 3
+    assert batches(partition) == [(2, 5, 3, 1_000, 1_000)]
+    assert partition.read(2, 10) is None
+    assert values_of(partition.read(3, 10)) == [b"d", b"e"]
+    assert partition.trim(5) == 5
+    assert batches(partition) == []
+
+
+def test_a_read_that_reaches_into_a_batch_stops_at_the_limit(partition: LogPartition) -> None:
+    for start in range(0, 12, 4):
+        partition.append(records(*(bytes([i]) for i in range(start, start + 4))))
+    assert values_of(partition.read(1, 6)) == [bytes([i]) for i in range(1, 7)]
+    assert values_of(partition.read(5, 1)) == [bytes([5])]
+    assert values_of(partition.read(6, 100)) == [bytes([i]) for i in range(6, 12)]
+
+
+def test_an_append_too_big_for_one_batch_is_stored_as_several_committed_together(
+    partition: LogPartition, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(storage, "MAX_BATCH_BYTES", 100)
+    values = [bytes([i]) * 30 for i in range(7)]
+    assert partition.append([(i, None, value, None) for i, value in enumerate(values)]) == 0
+    stored = batches(partition)
+    assert len(stored) > 1
+    assert [(base, end) for base, end, *_ in stored] == [(0, 1), (1, 3), (3, 5), (5, 7)]
+    assert [(low, high) for *_, low, high in stored] == [(0, 0), (1, 2), (3, 4), (5, 6)]
+    assert partition.state().upcoming == 7
+    assert values_of(partition.read(2, 4)) == values[2:6]
+    assert partition.append(records(b"next")) == 7
+
+
+def test_a_read_of_no_records_is_none(partition: LogPartition) -> None:
     partition.append(records(b"a"))
-    row = partition._connection.execute("SELECT headers FROM records").fetchone()
-    assert row == (None,)
+    assert partition.read(0, 0) is None
+
+
+def test_offset_for_timestamp_looks_inside_a_batch_a_trim_cut_through(partition: LogPartition) -> None:
+    partition.append([(900, None, b"a", None), (100, None, b"b", None), (200, None, b"c", None)])
+    partition.append([(300, None, b"d", None)])
+    assert partition.offset_for_timestamp(250) == 0
+    partition.trim(1)
+    assert partition.offset_for_timestamp(250) == 3
+    assert partition.offset_for_timestamp(150) == 2
+    assert partition.offset_for_timestamp(100) == 1
+
+
+def test_a_file_of_another_format_version_is_refused_naming_both_versions(tmp_path: Path) -> None:
+    path = tmp_path / "p0.db"
+    LogPartition(path, "events", 0, create=True).close()
+    with sqlite3.connect(path) as connection:
+        connection.execute("PRAGMA user_version = 1")
+    connection.close()
+    with pytest.raises(LogStorageError, match=r"p0\.db.*not a usable log partition file: format version 1.*reads 2"):
+        LogPartition(path, "events", 0)
 
 
 def test_opening_a_missing_partition_file_names_the_file(tmp_path: Path) -> None:
@@ -233,6 +334,67 @@ def test_offsets_stay_dense_monotonic_and_unique_under_any_appends_and_trims(
             for start in range(oldest, len(appended) + 1):
                 assert values_of(log.read(start, 1000)) == appended[start:]
             for start in range(oldest):
-                assert log.read(start, 1000) == []
+                assert log.read(start, 1000) is None
+        finally:
+            log.close()
+
+
+record_strategy = st.tuples(
+    st.integers(min_value=0, max_value=20),
+    st.none() | st.binary(max_size=3),
+    st.none() | st.binary(max_size=5),
+    st.none() | st.dictionaries(st.text(max_size=2), st.binary(max_size=2), max_size=2),
+)
+batch_op = st.tuples(st.just("append"), st.lists(record_strategy, min_size=1, max_size=9))
+cut_op = st.tuples(st.just("trim"), st.integers(min_value=0, max_value=60))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.one_of(batch_op, batch_op, cut_op), max_size=12),
+    st.lists(st.integers(min_value=1, max_value=12), min_size=1, max_size=4),
+    st.lists(st.integers(min_value=-1, max_value=22), min_size=1, max_size=6),
+)
+def test_reads_trims_and_timestamp_lookups_inside_batches_of_mixed_sizes_match_the_appended_records(
+    operations: list[tuple[str, object]], limits: list[int], lookups: list[int]
+) -> None:
+    """Any start, any limit, any trim point and any timestamp, wherever batch boundaries fall."""
+    with tempfile.TemporaryDirectory() as directory:
+        log = LogPartition(Path(directory) / "p0.db", "events", 0, create=True)
+        appended: list[tuple[int, bytes | None, bytes | None, dict[str, bytes] | None]] = []
+        oldest = 0
+        try:
+            for kind, argument in operations:
+                if kind == "append":
+                    assert isinstance(argument, list)
+                    assert log.append(argument) == len(appended)
+                    appended.extend(argument)
+                else:
+                    assert isinstance(argument, int)
+                    oldest = log.trim(argument)
+                    assert oldest == min(max(argument, oldest), len(appended))
+                assert log.state() == PartitionState(oldest, len(appended), False)
+            expected = [(key, value, timestamp, headers) for timestamp, key, value, headers in appended]
+            stored = batches(log)
+            assert all(end > oldest and end == base + count for base, end, count, _, _ in stored)
+            ends = [end for _, end, _, _, _ in stored]
+            assert [base for base, _, _, _, _ in stored][1:] == ends[:-1], "batches leave gaps or overlap"
+            assert ends[-1:] == ([len(appended)] if len(appended) > oldest else [])
+            for start in range(oldest, len(appended) + 1):
+                for limit in limits:
+                    read = log.read(start, limit)
+                    want = expected[start : start + limit]
+                    if not want:
+                        assert read is None
+                        continue
+                    assert read is not None and read.start == start
+                    assert read.rows() == want
+                    assert read.keys is not None or all(row[0] is None for row in want)
+                    assert read.headers is not None or all(row[3] is None for row in want)
+            for start in range(oldest):
+                assert log.read(start, limits[0]) is None
+            for timestamp in lookups:
+                matches = [o for o in range(oldest, len(appended)) if appended[o][0] >= timestamp]
+                assert log.offset_for_timestamp(timestamp) == (matches[0] if matches else len(appended))
         finally:
             log.close()
