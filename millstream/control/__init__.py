@@ -1,0 +1,35 @@
+"""In-band control messages: watermarks and end-of-stream carried through intermediate streams.
+
+A job cut into stages at ``partition_by`` writes user messages *and* control messages into the same
+intermediate partitions, so a control message is ordered after every user message its producer sent
+to that partition before it. Consumers reconcile the control messages of all producing tasks
+(``reconciliation``) into one end-of-stream and one watermark per partition. The package is pure
+bookkeeping: it knows nothing of operators, collectors or systems, so every rule can be tested alone.
+"""
+
+from millstream.control.errors import ControlStateError, FramingError
+from millstream.control.framing import MessageType, frame_control_message, frame_user_message, unframe
+from millstream.control.messages import (
+    MAX_WATERMARK,
+    MIN_WATERMARK,
+    ControlMessage,
+    EndOfStreamMessage,
+    WatermarkMessage,
+)
+from millstream.control.reconciliation import ControlReconciler, Reconciled
+
+__all__ = [
+    "MAX_WATERMARK",
+    "MIN_WATERMARK",
+    "ControlMessage",
+    "ControlReconciler",
+    "ControlStateError",
+    "EndOfStreamMessage",
+    "FramingError",
+    "MessageType",
+    "Reconciled",
+    "WatermarkMessage",
+    "frame_control_message",
+    "frame_user_message",
+    "unframe",
+]
