@@ -31,6 +31,12 @@ class TaskCoordinator(Protocol):
 
     def shutdown(self) -> None: ...
 
+    def end_of_stream(self, ssp: SystemStreamPartition) -> None:
+        """Declare ``ssp`` finished although its system never ends it — an intermediate partition whose
+        producers all sent end-of-stream. Once the current call returns it is treated as a partition that
+        reached end-of-stream: no longer polled, and the task ends when all its partitions did."""
+        ...
+
 
 class TaskContext(Protocol):
     """What a task sees of its runtime at ``init``."""
@@ -80,3 +86,20 @@ class EndOfStreamListenerTask(ABC):
     @abstractmethod
     def on_end_of_stream(self, collector: MessageCollector, coordinator: TaskCoordinator) -> None:
         """Called once when every input partition of this task has reached end-of-stream."""
+
+
+class PartitionEndOfStreamListenerTask(ABC):
+    @abstractmethod
+    def on_partition_end_of_stream(
+        self, ssp: SystemStreamPartition, collector: MessageCollector, coordinator: TaskCoordinator
+    ) -> None:
+        """Called once per input partition as it reaches end-of-stream, before ``on_end_of_stream`` —
+        so a task can pass the end of one input on (to an intermediate stream) while others go on."""
+
+
+class CheckpointListener(ABC):
+    @abstractmethod
+    def before_checkpoint(self) -> None:
+        """Called at every commit after the task's output was flushed and before its checkpoint is written,
+        on the task's thread: the place to persist state the checkpoint must not get ahead of. Output sent
+        from here is flushed by the next commit."""

@@ -156,7 +156,10 @@ class RunLoop:
                     log.info("stop requested: committing and stopping")
                     break
                 next_stop_check = now + settings.stop_check_ms / 1000
-            active = {ssp for ssp in active if any(not t.finished for t in self.dispatch[ssp])}
+            # a task may have declared a partition ended (coordinator.end_of_stream): stop polling it
+            active = {
+                ssp for ssp in active if any(not t.finished and ssp not in t.end_of_stream for t in self.dispatch[ssp])
+            }
         self.commit_all()
 
     def commit_all(self) -> None:

@@ -13,7 +13,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from millstream.api.task import ClosableTask, EndOfStreamListenerTask, InitableTask, WindowableTask
+from millstream.api.task import (
+    CheckpointListener,
+    ClosableTask,
+    EndOfStreamListenerTask,
+    InitableTask,
+    PartitionEndOfStreamListenerTask,
+    WindowableTask,
+)
 from millstream.checkpoint.base import CheckpointManager
 from millstream.checkpoint.checkpoint import CheckpointV1
 from millstream.config import Config
@@ -28,12 +35,13 @@ log = logging.getLogger(__name__)
 class ReadableCoordinator:
     """The ``TaskCoordinator`` handed to a task; the run loop reads the requests after each call."""
 
-    __slots__ = ("commit_requested", "requested", "shutdown_requested")
+    __slots__ = ("commit_requested", "ended", "requested", "shutdown_requested")
 
     def __init__(self) -> None:
         self.requested = False
         self.commit_requested = False
         self.shutdown_requested = False
+        self.ended: list[SystemStreamPartition] = []
 
     def commit(self) -> None:
         self.commit_requested = self.requested = True
@@ -42,8 +50,14 @@ class ReadableCoordinator:
         """Commit and stop every task of this container (Samza's ALL_TASKS_IN_CONTAINER scope)."""
         self.shutdown_requested = self.requested = True
 
+    def end_of_stream(self, ssp: SystemStreamPartition) -> None:
+        """The task declares ``ssp`` finished (an intermediate partition whose producers all ended)."""
+        self.ended.append(ssp)
+        self.requested = True
+
     def clear(self) -> None:
         self.requested = self.commit_requested = False
+        self.ended = []
 
 
 @dataclass
@@ -164,8 +178,13 @@ class TaskInstance:
 
     def mark_end_of_stream(self, ssp: SystemStreamPartition) -> None:
         """Record that ``ssp`` is exhausted; once all are, notify the task, commit and finish."""
+        first = ssp not in self.end_of_stream
         self.end_of_stream.add(ssp)
         self._updated.add(ssp)
+        if first and not self.finished and isinstance(self.task, PartitionEndOfStreamListenerTask):
+            self.task.on_partition_end_of_stream(ssp, self.collector, self.coordinator)
+            if self.coordinator.requested:
+                self._handle_requests()
         if self.finished or not self.end_of_stream >= self.ssps:
             return
         if isinstance(self.task, EndOfStreamListenerTask):
@@ -177,6 +196,8 @@ class TaskInstance:
         """Flush this task's output, then checkpoint the offsets it processed (only if they moved);
         then drop the startpoints this commit made obsolete."""
         self.producers.flush(self.task_name)
+        if isinstance(self.task, CheckpointListener):
+            self.task.before_checkpoint()
         if self.last_processed != self._last_written:
             offsets = dict(self.last_processed)
             self.checkpoint_manager.write_checkpoint(self.task_name, CheckpointV1(offsets))
@@ -195,10 +216,13 @@ class TaskInstance:
         stop = coordinator.shutdown_requested
         if coordinator.commit_requested or stop:
             self.commit()
+        ended = coordinator.ended
         coordinator.clear()
+        for ssp in ended:
+            self.mark_end_of_stream(ssp)
         if stop:
             self.finished = self.shutdown_requested = True
-        return stop
+        return stop or self.finished
 
     def _skip_before_start(self, ssp: SystemStreamPartition, batch: list[IncomingMessageEnvelope]) -> int:
         """How many leading envelopes precede this task's own start offset (a shared, earlier-registered SSP)."""
