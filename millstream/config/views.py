@@ -22,7 +22,7 @@ from millstream.model import SystemStream, SystemStreamPartition
 if TYPE_CHECKING:
     from millstream.serde.registry import SerdeRegistry
 
-CLOSED_NAMESPACES = ("job.", "task.", "systems.", "serializers.", "metadata.", "stores.", "startpoint.")
+CLOSED_NAMESPACES = ("job.", "task.", "systems.", "serializers.", "metadata.", "stores.", "startpoint.", "app.")
 DEFAULT_SYSTEM = "log"
 
 
@@ -149,6 +149,11 @@ class TaskConfig(ConfigView):
     checkpoint_validation_enabled: Bool = Field(True, alias="checkpoint.validation.enabled")
     """A checkpoint record that cannot be read fails the job (true) or is skipped with a warning (false)."""
     max_buffered_per_partition: int = Field(10_000, alias="consumer.buffer.size", ge=1)
+    watermark_idle_timeout_ms: int = Field(-1, alias="watermark.idle.timeout.ms", ge=-1)
+    """An intermediate partition whose producers are not all heard from within this time takes its
+    watermark from a quorum of them (Samza's key); -1 waits for every producer."""
+    watermark_quorum_percentage: float = Field(0.5, alias="watermark.quorum.size.percentage", gt=0, le=1)
+    """The quorum of producers an idle timeout needs (Samza spells it ``quorum.size,percentage``)."""
 
     def input_streams(self) -> list[SystemStream]:
         return [parse_stream(name, "task.inputs") for name in self.inputs]
@@ -176,6 +181,32 @@ class StreamSamzaConfig(ConfigView):
     msg_serde: str | None = Field(None, alias="msg.serde")
     offset_default: OffsetDefault | None = Field(None, alias="offset.default")
     reset_offset: Bool = Field(False, alias="reset.offset")
+
+
+class AppConfig(ConfigView):
+    """``app.*``: a high-level application (``millstream.api.application``) and how it is planned."""
+
+    PREFIX: ClassVar[str] = "app."
+
+    class_name: str | None = Field(None, alias="class")
+    """``module:Class`` of the ``StreamApplication``; replaces ``task.class`` and ``task.inputs``."""
+    name: str | None = None
+    """Names the intermediate streams (``<app.name>-<app.id>-<partition_by name>``); default ``job.name``.
+    Stays the same when the application runs as one job per stage."""
+    id: str | None = None
+    """Default ``job.id``."""
+    stage: int | None = Field(None, ge=0)
+    """Run only this stage (``millstream run --stage N``) as a job of its own, ``<app.name>-stage-<N>``."""
+    intermediate_partitions: int = Field(-1, alias="intermediate.partitions", ge=-1)
+    """Partitions of the intermediate streams it creates; -1: as many as the largest input."""
+    intermediate_system: str = Field(DEFAULT_SYSTEM, alias="intermediate.system")
+    control_aggregation: Bool = Field(False, alias="control.aggregation")
+    """Send control messages through one partition per intermediate stream (Samza's two-phase
+    aggregation) instead of to every partition."""
+    watermark_interval_ms: int = Field(200, alias="watermark.interval.ms", ge=1)
+    """How often sources emit watermarks and timers run (the default ``task.window.ms``)."""
+    watermark_max_out_of_orderness_ms: int = Field(0, alias="watermark.max.out.of.orderness.ms", ge=0)
+    """Default bounded out-of-orderness of the inputs' event times."""
 
 
 class StartpointConfig(ConfigView):
@@ -269,7 +300,14 @@ def resolve_paths(config: Config) -> Config:
         if key.startswith(CLOSED_NAMESPACES) and key.endswith((".dir", ".path")) and value:
             path = Path(value).expanduser()
             updates[key] = str((path if path.is_absolute() else base / path).resolve())
-    return config.with_overrides(updates) if updates else config
+    resolved = config.with_overrides(updates) if updates else config
+    if "app.class" in resolved or "task.class" in resolved:
+        # Every config a runner gets passes here (load_config, TestRunner): the one place to turn a
+        # high-level application into the task config containers run with.
+        from millstream.coordinator.planner import expand_application
+
+        resolved = expand_application(resolved)
+    return resolved
 
 
 def validate(config: Config) -> None:
@@ -281,6 +319,7 @@ def validate(config: Config) -> None:
     TaskConfig.of(config).broadcast_ssps()
     MetadataConfig.of(config)
     StartpointConfig.of(config)
+    AppConfig.of(config)
     task = TaskConfig.of(config)
     task.input_streams()
     task.dead_letter()

@@ -42,6 +42,10 @@ class JobCoordinator:
         """Compute (but do not publish) the JobModel of the next generation; fails on bad config or streams."""
         job = JobConfig.of(self.config)
         task = TaskConfig.of(self.config)
+        if self.config.get("app.class"):  # a high-level application reads intermediate streams it creates
+            from millstream.coordinator.planner import prepare_application
+
+            prepare_application(self.config)
         load_task_class(self.config)
         inputs = task.input_streams()
         broadcast = task.broadcast_ssps()

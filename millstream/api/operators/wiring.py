@@ -1,0 +1,100 @@
+"""Wiring an ``OperatorGraphTask`` to its job: the application, the metadata store, systems and serdes.
+
+Kept apart from ``graph_task`` so the graph can be built and driven in tests without any of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from millstream.api.operators.graph_task import GraphSettings, IntermediateStreamInfo, TaskGraph
+from millstream.api.task import TaskContext
+from millstream.config.views import AppConfig, TaskConfig
+from millstream.control.state import ControlStateStore
+from millstream.coordinator.planner import IntermediateStream, feeding_streams, load_application
+from millstream.errors import MillstreamError, StreamNotFoundError
+from millstream.metadata import coordination
+from millstream.metadata.factory import metadata_store
+from millstream.runtime.job_model import latest_job_model
+from millstream.serde.registry import SerdeRegistry
+from millstream.systems.base import SystemAdmin
+from millstream.systems.registry import system_factory
+
+
+def build_task_graph(context: TaskContext) -> tuple[TaskGraph, ControlStateStore, list[Callable[[], Any]]]:
+    """The task's graph, the store of its control state, and what to close when the task stops."""
+    config = context.config
+    application = load_application(config)
+    app = AppConfig.of(config)
+    task = TaskConfig.of(config)
+    run = application.run_set(None if app.stage is None else [app.stage])
+    closers: list[Callable[[], Any]] = []
+    store = metadata_store(config)
+    store.init()
+    closers.append(store.close)
+    try:
+        container_id = context.container_id
+        fence = coordination.writer_expectation(
+            coordination.current_generation(store),
+            container_id,
+            coordination.container_epoch(store, container_id),
+        )
+        model = latest_job_model(store)
+        if model is None:
+            raise MillstreamError(f"task '{context.task_name}': no job model is published")
+        serdes = SerdeRegistry.from_config(config)
+        systems = {ssp.system for ssp in context.system_stream_partitions}
+        systems.update(stream.system_stream.system for stream in run.intermediate_streams)
+        admins: dict[str, SystemAdmin] = {}
+        for system in sorted(systems):
+            admin = system_factory(config, system).get_admin(system, config)
+            admin.start()
+            closers.insert(0, admin.stop)
+            admins[system] = admin
+        infos = {
+            stream.system_stream: _stream_info(stream, admins[stream.system_stream.system], serdes)
+            for stream in run.intermediate_streams
+        }
+        producer_counts = {}
+        for stream in run.intermediate_outputs:
+            feeding = feeding_streams(application, stream.partition_by)
+            producer_counts[stream.partition_by.op_id] = sum(
+                1 for member in model.tasks.values() if any(ssp.system_stream in feeding for ssp in member.ssps)
+            )
+        graph = TaskGraph(
+            task_name=str(context.task_name),
+            operators=list(run.operators),
+            source_inputs=list(run.source_inputs),
+            intermediate_inputs=[infos[stream.system_stream] for stream in run.intermediate_inputs],
+            intermediate_outputs=[infos[stream.system_stream] for stream in run.intermediate_outputs],
+            producer_counts=producer_counts,
+            ssps=context.system_stream_partitions,
+            settings=GraphSettings(
+                aggregate=app.control_aggregation,
+                idle_timeout_ms=task.watermark_idle_timeout_ms,
+                quorum_percentage=task.watermark_quorum_percentage,
+                max_out_of_orderness_ms=app.watermark_max_out_of_orderness_ms,
+            ),
+            comparators={system: admin.offset_comparator for system, admin in admins.items()},
+        )
+        return graph, ControlStateStore(store, str(context.task_name), fence), closers
+    except BaseException:
+        for close in closers:
+            close()
+        raise
+
+
+def _stream_info(stream: IntermediateStream, admin: SystemAdmin, serdes: SerdeRegistry) -> IntermediateStreamInfo:
+    target = stream.system_stream
+    metadata = admin.get_system_stream_metadata([target.stream]).get(target.stream)
+    if metadata is None:
+        raise StreamNotFoundError(target.system, target.stream, "the intermediate stream of a partition_by")
+    spec = stream.partition_by
+    return IntermediateStreamInfo(
+        spec,
+        target,
+        metadata.partition_count,
+        serdes.get(spec.key_serde, f"key_serde of partition_by '{spec.name}'"),
+        serdes.get(spec.msg_serde, f"msg_serde of partition_by '{spec.name}'"),
+    )

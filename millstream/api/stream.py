@@ -1,0 +1,146 @@
+"""``MessageStream``: the operators of the high-level API, each returning the stream it produces.
+
+Every message flows with its event time (the input's timestamp, kept through stateless operators), so
+windows downstream of any chain of operators and repartitionings work in event time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from millstream.api.errors import ApplicationError
+from millstream.api.specs import (
+    FilterSpec,
+    FlatMapSpec,
+    JoinSpec,
+    MapSpec,
+    MergeSpec,
+    OperatorSpec,
+    PartitionBySpec,
+    SendToSpec,
+    SinkSpec,
+    WindowSpec,
+)
+
+if TYPE_CHECKING:
+    from millstream.api.application import OutputDescriptor, StreamApplicationDescriptor
+    from millstream.api.table import TableDescriptor
+    from millstream.api.windows import Aggregator, WindowDefinition
+
+
+class MessageStream:
+    """A stream of messages inside an application; build the graph by chaining operators."""
+
+    def __init__(self, app: StreamApplicationDescriptor, spec: OperatorSpec) -> None:
+        self.app = app
+        self.spec = spec
+
+    def map(self, fn: Callable[[Any], Any], *, name: str | None = None) -> MessageStream:
+        """One output per message: ``fn(message)``."""
+        return self._then(MapSpec, "map", name, fn=fn)
+
+    def filter(self, fn: Callable[[Any], bool], *, name: str | None = None) -> MessageStream:
+        """The messages for which ``fn(message)`` is true."""
+        return self._then(FilterSpec, "filter", name, fn=fn)
+
+    def flat_map(self, fn: Callable[[Any], Iterable[Any]], *, name: str | None = None) -> MessageStream:
+        """Zero or more outputs per message: each item of ``fn(message)``."""
+        return self._then(FlatMapSpec, "flat_map", name, fn=fn)
+
+    def merge(self, *others: MessageStream, name: str | None = None) -> MessageStream:
+        """The messages of this stream and of ``others``; its watermark is their minimum."""
+        return MessageStream.merge_all([self, *others], name=name)
+
+    @staticmethod
+    def merge_all(streams: Sequence[MessageStream], *, name: str | None = None) -> MessageStream:
+        if not streams:
+            raise ApplicationError("merge needs at least one stream")
+        app = streams[0].app
+        for stream in streams:
+            stream._same_app(app)
+        spec = app.add(MergeSpec, "merge", name, inputs=tuple(stream.spec for stream in streams))
+        return MessageStream(app, spec)
+
+    def partition_by(
+        self,
+        key: Callable[[Any], Any],
+        *,
+        name: str,
+        value: Callable[[Any], Any] | None = None,
+        key_serde: str = "json",
+        msg_serde: str = "json",
+    ) -> MessageStream:
+        """Repartition by ``key(message)`` through an intermediate stream ``<app.name>-<app.id>-<name>``.
+
+        Downstream sees ``KV(key, value(message) or message)``, all messages of a key in one task. The
+        serdes (registered serde names) encode key and value in the intermediate stream.
+        """
+        return self._then(
+            PartitionBySpec,
+            "partition_by",
+            name,
+            name=name,
+            key_fn=key,
+            value_fn=value,
+            key_serde=key_serde,
+            msg_serde=msg_serde,
+        )
+
+    def window(
+        self,
+        window: WindowDefinition,
+        *,
+        aggregate: Aggregator,
+        key: Callable[[Any], Any] | None = None,
+        allowed_lateness_ms: int = 0,
+        name: str | None = None,
+    ) -> MessageStream:
+        """Event-time windows per ``key(message)``; emits a ``WindowPane`` per key and window once the
+        watermark reaches the window's end (see ``millstream.api.windows``)."""
+        if allowed_lateness_ms < 0:
+            raise ApplicationError(f"window '{name or 'window'}': allowed_lateness_ms must be >= 0")
+        return self._then(
+            WindowSpec,
+            "window",
+            name,
+            window=window,
+            key_fn=key,
+            aggregator=aggregate,
+            allowed_lateness_ms=allowed_lateness_ms,
+        )
+
+    def join(
+        self,
+        table: TableDescriptor,
+        *,
+        key: Callable[[Any], Any],
+        joiner: Callable[[Any, Any], Any],
+        how: str = "inner",
+        name: str | None = None,
+    ) -> MessageStream:
+        """Stream-table join: ``joiner(message, table.get(key(message)))``. ``how="inner"`` drops messages
+        without a record; ``"left"`` passes them with ``None``."""
+        if how not in ("inner", "left"):
+            raise ApplicationError(f"join with table '{table.name}': how must be 'inner' or 'left', not '{how}'")
+        return self._then(JoinSpec, "join", name, table=table, key_fn=key, joiner=joiner, how=how)
+
+    def send_to(self, output: OutputDescriptor | str, *, key: Callable[[Any], Any] | None = None) -> None:
+        """Write every message to ``output``. A ``KV`` is written as its key and value; otherwise the key
+        is ``key(message)``, or none."""
+        from millstream.api.application import OutputDescriptor
+
+        descriptor = OutputDescriptor(output) if isinstance(output, str) else output
+        self._then(SendToSpec, "send_to", None, output=descriptor, key_fn=key)
+
+    def sink(self, fn: Callable[[Any, Any, Any], None], *, name: str | None = None) -> None:
+        """Call ``fn(message, collector, coordinator)`` for every message (Samza's SinkFunction)."""
+        self._then(SinkSpec, "sink", name, fn=fn)
+
+    def _then(self, spec_class: type[OperatorSpec], kind: str, op_name: str | None, **fields: Any) -> MessageStream:
+        spec = self.app.add(spec_class, kind, op_name, inputs=(self.spec,), **fields)
+        return MessageStream(self.app, spec)
+
+    def _same_app(self, app: StreamApplicationDescriptor) -> None:
+        if self.app is not app:
+            raise ApplicationError(f"stream {self.spec.op_id} belongs to another application")

@@ -1,0 +1,201 @@
+"""High-level jobs end to end on the in-process runner: stages, in-band control, shutdown, restarts."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from millstream.config import Config
+from millstream.control.state import CONTROL_STATE_NAMESPACE
+from millstream.coordinator.job_result import JobResult
+from millstream.metadata.factory import metadata_store
+from millstream.model import SystemStream
+from millstream.testing import InProcessRunner, TestRunner, read_stream, write_stream
+from tests.api.apps import (
+    RepartitionPassThrough,
+    app_config,
+    messages,
+    reference_counts,
+)
+from tests.helpers import create_stream, seal
+
+IN = SystemStream("log", "in")
+
+
+def setup(config: Config, by_partition: dict[int, list], *, sealed: bool = True) -> None:
+    create_stream(config, "in", len(by_partition))
+    create_stream(config, "out", 1)
+    for partition, pairs in by_partition.items():
+        write_stream(config, IN, pairs, partition=partition)
+    if sealed:
+        seal(config, "in")
+
+
+def output(config: Config) -> list[dict[str, Any]]:
+    return [value for pairs in read_stream(config, SystemStream("log", "out")).values() for _, value in pairs]
+
+
+def assert_panes_fired_exactly_when_the_watermark_reached_their_end(records: list[dict[str, Any]]) -> None:
+    """In each task's output order, every pane follows a watermark below its end and precedes one at or
+    past it (or the end of the input)."""
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        by_task.setdefault(record["task"], []).append(record)
+    for task, sequence in by_task.items():
+        for index, record in enumerate(sequence):
+            if "watermark" in record:
+                continue
+            before = [r["watermark"] for r in sequence[:index] if "watermark" in r]
+            after = [r["watermark"] for r in sequence[index + 1 :] if "watermark" in r]
+            assert not before or before[-1] < record["end"], (task, record, before[-1])
+            assert not after or after[0] >= record["end"], (task, record, after[0])
+
+
+def test_a_bounded_two_stage_job_ends_by_itself_with_every_message_delivered():
+    """Samza's EndOfStreamIntegrationTest: 40 events on 4 partitions through a partition_by."""
+    data = {p: messages(p, 10) for p in range(4)}
+    result = TestRunner(RepartitionPassThrough, {"job.container.count": 2, "task.commit.ms": 1000})
+    result = result.add_input("in", data).add_output("out").run(timeout=60)
+    assert result.job.outcome == "finished"
+    delivered = sorted(value["n"] for _, value in result.output("out"))
+    assert delivered == sorted(message["n"] for pairs in data.values() for _, message in pairs)
+
+
+def test_two_repartitionings_in_a_row_deliver_every_message_and_end(tmp_path):
+    config = app_config(tmp_path, "tests.api.apps:TwoHops", job__container__count=2, app__intermediate__partitions=3)
+    data = {p: messages(p, 30) for p in range(2)}
+    setup(config, data)
+    result = InProcessRunner(config).run(timeout=60)
+    assert result.outcome == "finished", result.error
+    assert sorted(m["n"] for m in output(config)) == sorted(m["n"] for pairs in data.values() for _, m in pairs)
+    assert len(result.containers) == 2 and result.messages > 60  # source + two intermediate streams + control
+
+
+def test_windowed_counts_across_a_repartitioning_fire_exactly_when_the_minimum_watermark_passes(tmp_path):
+    config = app_config(tmp_path, "tests.api.apps:WindowedCount", job__container__count=2, test__delay__seconds=0.01)
+    data = {0: messages(0, 120), 1: messages(1, 40, start=3)}  # partition 1 holds the watermark back
+    setup(config, data)
+    result = InProcessRunner(config).run(timeout=60)
+    assert result.outcome == "finished", result.error
+    records = output(config)
+    panes = [r for r in records if "count" in r]
+    assert {(p["user"], p["start"]): p["count"] for p in panes} == reference_counts(data)
+    assert len(panes) == len(reference_counts(data)), "every pane exactly once"
+    assert_panes_fired_exactly_when_the_watermark_reached_their_end(records)
+    assert any("watermark" in r for r in records)
+
+
+def test_aggregated_control_messages_give_the_same_output(tmp_path):
+    config = app_config(
+        tmp_path, "tests.api.apps:WindowedCount", job__container__count=2, app__control__aggregation="true"
+    )
+    data = {p: messages(p, 60) for p in range(3)}
+    setup(config, data)
+    result = InProcessRunner(config).run(timeout=60)
+    assert result.outcome == "finished", result.error
+    records = output(config)
+    assert {(p["user"], p["start"]): p["count"] for p in records if "count" in p} == reference_counts(data)
+    assert_panes_fired_exactly_when_the_watermark_reached_their_end(records)
+
+
+def run_in_background(config: Config) -> tuple[InProcessRunner, threading.Thread, dict[str, JobResult]]:
+    runner = InProcessRunner(config)
+    results: dict[str, JobResult] = {}
+    thread = threading.Thread(target=lambda: results.setdefault("result", runner.run(timeout=90)))
+    thread.start()
+    return runner, thread, results
+
+
+def test_the_application_split_into_two_jobs_gives_the_single_job_output(tmp_path):
+    data = {p: messages(p, 50) for p in range(3)}
+    single = app_config(tmp_path / "single", "tests.api.apps:WindowedCount", job__container__count=2)
+    setup(single, data)
+    assert InProcessRunner(single).run(timeout=60).outcome == "finished"
+
+    split = tmp_path / "split"
+    stages = [app_config(split, "tests.api.apps:WindowedCount", app__stage=stage) for stage in (1, 0)]
+    assert [Config.get(c, "job.name") for c in stages] == ["test-stage-1", "test-stage-0"]
+    setup(stages[0], data)
+    jobs = [run_in_background(config) for config in stages]  # the downstream job starts first
+    for _, thread, _ in jobs:
+        thread.join()
+    assert [results["result"].outcome for _, _, results in jobs] == ["finished", "finished"]
+
+    def counts(config: Config) -> Counter:
+        return Counter((r["user"], r["start"], r["count"]) for r in output(config) if "count" in r)
+
+    assert counts(stages[0]) == counts(single)
+    assert sum(counts(single).values()) == len(reference_counts(data))
+
+
+def downstream_restart_scenario(tmp_path: Path) -> tuple[Config, Config, dict[int, list]]:
+    """A split job whose task 0 upstream ends early and task 1 late; the downstream job is stopped once
+    it committed past task 0's end-of-stream, so task 0 will never send it again."""
+    data = {0: messages(0, 5), 1: messages(1, 60)}
+    upstream = app_config(
+        tmp_path,
+        "tests.api.apps:WindowedCount",
+        app__stage=0,
+        test__delay__seconds=0.03,
+        test__slow__task="Partition 1",
+    )
+    downstream = app_config(tmp_path, "tests.api.apps:WindowedCount", app__stage=1, task__commit__ms=100)
+    setup(upstream, data)
+    return upstream, downstream, data
+
+
+def wait_until_every_task_recorded_the_end_of(config: Config, producer: str, tasks: int, timeout: float = 30) -> None:
+    """Until each downstream task's persisted control state holds ``producer``'s end-of-stream."""
+    store = metadata_store(config)
+    store.init()
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            states = [msgpack.unpackb(raw, strict_map_key=False) for raw in store.all(CONTROL_STATE_NAMESPACE).values()]
+            ended = [
+                producer in partition["ended_tasks"] for state in states for partition in state["reconciler"].values()
+            ]
+            if len(ended) >= tasks and all(ended):
+                return
+            time.sleep(0.02)
+        raise AssertionError(f"the downstream tasks never recorded the end-of-stream of {producer}")
+    finally:
+        store.close()
+
+
+def test_a_restarted_downstream_job_continues_where_its_control_state_was(tmp_path):
+    upstream, downstream, data = downstream_restart_scenario(tmp_path)
+    _, producer, produced = run_in_background(upstream)
+    first, consumer, consumed = run_in_background(downstream)
+    wait_until_every_task_recorded_the_end_of(downstream, "Partition 0", tasks=2)
+    first.request_stop()
+    consumer.join()
+    assert consumed["result"].outcome == "stopped"
+
+    restarted = InProcessRunner(downstream).run(timeout=60)
+    producer.join()
+    assert produced["result"].outcome == "finished"
+    assert restarted.outcome == "finished", "task 0's end-of-stream was remembered"
+    counts = {(r["user"], r["start"]): r["count"] for r in output(downstream) if "count" in r}
+    assert counts == reference_counts(data)
+
+
+def test_without_its_control_state_a_restarted_downstream_waits_for_ever_as_samza_did(tmp_path):
+    """The failure the persisted state prevents: same scenario, the state deleted before the restart."""
+    upstream, downstream, _ = downstream_restart_scenario(tmp_path)
+    _, producer, _ = run_in_background(upstream)
+    first, consumer, _ = run_in_background(downstream)
+    wait_until_every_task_recorded_the_end_of(downstream, "Partition 0", tasks=2)
+    first.request_stop()
+    consumer.join()
+    producer.join()
+    store = metadata_store(downstream)
+    store.init()
+    store.delete_all(CONTROL_STATE_NAMESPACE, list(store.all(CONTROL_STATE_NAMESPACE)))
+    store.close()
+    assert InProcessRunner(downstream).run(timeout=4).outcome == "stopped"

@@ -1,0 +1,212 @@
+"""Planning a high-level application: stages, intermediate streams, the expanded job config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from millstream.api.application import StreamApplicationDescriptor
+from millstream.api.errors import ApplicationError
+from millstream.config import Config
+from millstream.config.views import resolve_paths, validate
+from millstream.coordinator.planner import (
+    GRAPH_TASK_CLASS,
+    ensure_intermediate_streams,
+    expand_application,
+    feeding_streams,
+    plan_stages,
+    require_expanded,
+)
+from millstream.errors import ConfigError, StreamNotFoundError
+from millstream.model import SystemStream
+from tests.helpers import create_stream
+
+
+def planned(describe, **names):
+    descriptor = StreamApplicationDescriptor()
+    describe(descriptor)
+    return plan_stages(descriptor, **names)
+
+
+def ids(run) -> list[str]:
+    return [spec.op_id for spec in run.operators]
+
+
+def test_the_graph_is_cut_into_stages_at_each_partition_by():
+    def describe(app):
+        app.input("log.in").map(str).partition_by(len, name="by-len").map(str).partition_by(len, name="again").send_to(
+            "log.out"
+        )
+
+    graph = planned(describe, app_name="wc", app_id="2")
+    assert graph.stage_count == 3
+    stage0, stage1, stage2 = graph.stages()
+    assert ids(stage0) == ["map-0", "by-len"]
+    assert ids(stage1) == ["map-1", "again"]
+    assert ids(stage2) == ["send_to-0"]
+    assert [str(s) for s in stage0.input_streams] == ["log.in"]
+    assert [str(s) for s in stage1.input_streams] == ["log.wc-2-by-len"]
+    assert [str(s.system_stream) for s in stage1.intermediate_outputs] == ["log.wc-2-again"]
+    assert [str(o.system_stream) for o in stage2.outputs] == ["log.out"]
+    whole = graph.run_set()
+    assert ids(whole) == ["map-0", "by-len", "map-1", "again", "send_to-0"]
+    assert {str(s) for s in whole.input_streams} == {"log.in", "log.wc-2-by-len", "log.wc-2-again"}
+
+
+def test_operators_upstream_of_a_later_stage_run_in_that_stage_too():
+    def describe(app):
+        side = app.input("log.side").map(str, name="side-map")
+        side.send_to("log.side-copy")
+        app.input("log.in").partition_by(len, name="by-len").merge(side).send_to("log.out")
+
+    graph = planned(describe)
+    stage0, stage1 = graph.stages()
+    assert ids(stage0) == ["side-map", "send_to-0", "by-len"]
+    assert ids(stage1) == ["side-map", "merge-0", "send_to-1"]
+    assert [str(s) for s in stage1.input_streams] == ["log.side", "log.millstream-job-1-by-len"]
+
+
+def test_intermediate_streams_live_on_the_configured_system():
+    graph = planned(lambda app: app.input("kafka.in").partition_by(len, name="p"), intermediate_system="kafka")
+    (stream,) = graph.intermediates.values()
+    assert stream.system_stream == SystemStream("kafka", "millstream-job-1-p")
+    assert (stream.producer_stage, stream.consumer_stages) == (0, ())
+
+
+def test_a_partition_by_may_not_write_one_of_the_applications_inputs():
+    with pytest.raises(ApplicationError, match="which is an input"):
+        planned(lambda app: app.input("log.a-1-x").partition_by(len, name="x"), app_name="a", app_id="1")
+
+
+def test_producers_of_a_partition_by_are_the_tasks_reading_the_streams_feeding_it():
+    def describe(app):
+        merged = app.input("log.a").merge(app.input("log.b").map(str))
+        merged.partition_by(len, name="first").map(str).partition_by(len, name="second")
+
+    graph = planned(describe, app_name="x", app_id="1")
+    first, second = graph.descriptor.graph.partition_bys
+    assert feeding_streams(graph, first) == {SystemStream("log", "a"), SystemStream("log", "b")}
+    assert feeding_streams(graph, second) == {SystemStream("log", "x-1-first")}
+
+
+def test_a_stage_outside_the_application_is_a_config_error():
+    graph = planned(lambda app: app.input("log.in").partition_by(len, name="p").send_to("log.out"), app_class="m:App")
+    with pytest.raises(ConfigError, match=r"'app\.stage' is 2, but application m:App has stages 0\.\.1"):
+        graph.run_set([2])
+
+
+# --- the expanded config ---------------------------------------------------------------------------
+
+
+def app_config(tmp_path: Path, **extra: str) -> Config:
+    values = {
+        "job.name": "views",
+        "job.data.dir": str(tmp_path),
+        "app.class": "tests.api.apps:WindowedCount",
+        "systems.log.samza.msg.serde": "json",
+        **{key.replace("__", "."): value for key, value in extra.items()},
+    }
+    return resolve_paths(Config(values))
+
+
+def test_an_application_runs_as_the_operator_graph_task_over_its_stages_inputs(tmp_path):
+    config = app_config(tmp_path)
+    assert config["task.class"] == GRAPH_TASK_CLASS
+    assert config["task.inputs"] == "log.in,log.views-1-by-user"
+    assert config["task.window.ms"] == "200"
+    assert (config["app.name"], config["app.id"]) == ("views", "1")
+    validate(config)
+
+
+def test_intermediate_streams_are_read_raw_from_their_start_and_inputs_with_their_descriptors_serdes(tmp_path):
+    config = app_config(tmp_path)
+    prefix = "systems.log.streams.views-1-by-user.samza."
+    assert [config[prefix + key] for key in ("key.serde", "msg.serde", "offset.default")] == [
+        "bytes",
+        "bytes",
+        "oldest",
+    ]
+    assert config["systems.log.streams.in.samza.key.serde"] == "string"
+    assert config["systems.log.streams.out.samza.msg.serde"] == "json"
+
+
+def test_expanding_an_expanded_config_changes_nothing(tmp_path):
+    config = app_config(tmp_path, app__stage="1")
+    assert expand_application(config).to_dict() == config.to_dict()
+    assert resolve_paths(config).to_dict() == config.to_dict()
+
+
+def test_a_stage_runs_as_its_own_job_with_the_applications_stream_names(tmp_path):
+    config = app_config(tmp_path, app__stage="1")
+    assert config["job.name"] == "views-stage-1"
+    assert config["app.name"] == "views"
+    assert config["task.inputs"] == "log.views-1-by-user"
+
+
+def test_a_low_level_job_config_is_left_alone(tmp_path):
+    values = {"job.data.dir": str(tmp_path), "task.class": "tests.jobs:PassThrough", "task.inputs": "log.in"}
+    config = resolve_paths(Config(values))
+    assert expand_application(config) is config
+
+
+def test_task_class_may_name_an_imported_application_as_test_runner_does(tmp_path):
+    from tests.api.apps import WindowedCount  # noqa: F401 - imported, as TestRunner's caller has
+
+    config = resolve_paths(Config({"job.data.dir": str(tmp_path), "task.class": "tests.api.apps:WindowedCount"}))
+    assert (config["app.class"], config["task.class"]) == ("tests.api.apps:WindowedCount", GRAPH_TASK_CLASS)
+
+
+@pytest.mark.parametrize(
+    ("extra", "problem"),
+    [
+        ({"task.class": "tests.jobs:PassThrough"}, "'app.class' and 'task.class' are both set"),
+        ({"task.window.ms": "-1"}, "'task.window.ms' must be positive"),
+        ({"systems.log.streams.out.samza.msg.serde": "string"}, "is 'string', but its descriptor needs"),
+        ({"systems.log.streams.millstream-job-1-by-user.samza.msg.serde": "json"}, "an intermediate stream needs"),
+        ({"systems.log.streams.millstream-job-1-by-user.samza.offset.default": "upcoming"}, "must be 'oldest'"),
+        ({"app.class": "tests.jobs:PassThrough"}, "not a millstream StreamApplication"),
+        ({"app.class": "tests.nowhere:App"}, "cannot import 'tests.nowhere'"),
+        ({"app.intermediate.partitons": "3"}, "unknown config key 'app.intermediate.partitons'"),
+    ],
+)
+def test_a_config_the_application_cannot_run_with_is_refused_naming_the_key(tmp_path, extra, problem):
+    values = {"job.data.dir": str(tmp_path), "app.class": "tests.api.apps:WindowedCount", **extra}
+    with pytest.raises(ConfigError, match=problem):
+        resolve_paths(Config(values))
+
+
+def test_a_config_that_bypassed_expansion_is_refused_before_planning(tmp_path):
+    with pytest.raises(ConfigError, match="was not expanded"):
+        require_expanded(Config({"app.class": "tests.api.apps:WindowedCount"}))
+
+
+# --- intermediate streams --------------------------------------------------------------------------
+
+
+def partitions(config: Config, stream: str) -> int:
+    from millstream.systems.registry import system_factory
+
+    admin = system_factory(config, "log").get_admin("log", config)
+    return admin.get_system_stream_metadata([stream])[stream].partition_count
+
+
+def test_intermediate_streams_are_created_with_as_many_partitions_as_the_largest_input(tmp_path):
+    config = app_config(tmp_path)
+    create_stream(config, "in", 3)
+    assert ensure_intermediate_streams(config) == {SystemStream("log", "views-1-by-user"): 3}
+    assert partitions(config, "views-1-by-user") == 3
+
+
+def test_intermediate_partitions_can_be_configured_and_an_existing_stream_is_kept(tmp_path):
+    config = app_config(tmp_path, app__intermediate__partitions="5")
+    create_stream(config, "in", 3)
+    ensure_intermediate_streams(config)
+    assert partitions(config, "views-1-by-user") == 5
+    again = app_config(tmp_path, app__intermediate__partitions="2")
+    assert ensure_intermediate_streams(again) == {SystemStream("log", "views-1-by-user"): 5}
+
+
+def test_a_missing_input_stops_the_job_naming_the_stream(tmp_path):
+    with pytest.raises(StreamNotFoundError, match=r"'log\.in'"):
+        ensure_intermediate_streams(app_config(tmp_path))
