@@ -17,6 +17,7 @@ import typer
 from rich.table import Table
 
 from millstream.cli.common import ConfigPath, Overrides, err, guarded, load, out
+from millstream.cli.plan import plan
 from millstream.cli.startpoint import startpoint_app
 from millstream.config import Config, parse_override
 from millstream.config.views import parse_stream
@@ -33,6 +34,7 @@ app.add_typer(streams_app, name="streams")
 app.add_typer(checkpoint_app, name="checkpoint")
 app.add_typer(job_app, name="job")
 app.add_typer(startpoint_app, name="startpoint")
+app.command("plan")(plan)
 
 StreamArg = Annotated[str, typer.Argument(help="system.stream (a bare name means the log system)")]
 
@@ -56,10 +58,11 @@ def run(
     master: Annotated[str | None, typer.Option(help="Spark master URL; default local[containers + 1]")] = None,
     in_process: Annotated[bool, typer.Option("--in-process", help="Run containers as threads, without Spark")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    stage: Annotated[int | None, typer.Option(help="Run only this stage of the application (app.stage)")] = None,
 ) -> None:
     """Run a job until its inputs end (bounded) or until Ctrl-C / SIGTERM (containers commit first)."""
     _setup_logging(verbose)
-    cfg = load(config, overrides)
+    cfg = load(config, [*(overrides or []), *([f"app.stage={stage}"] if stage is not None else [])])
     if in_process:
         from millstream.testing import InProcessRunner
 
