@@ -1,0 +1,143 @@
+"""High-level applications through the Spark runner: stages in one job or split into jobs, in-band
+watermarks and end-of-stream between them, and a downstream-only container killed mid-run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import msgpack
+import pytest
+
+from millstream.checkpoint.factory import checkpoint_manager
+from millstream.config import Config
+from millstream.control.state import CONTROL_STATE_NAMESPACE
+from millstream.coordinator.job_result import JobResult
+from millstream.metadata import coordination
+from millstream.metadata.factory import metadata_store
+from millstream.model import SystemStream
+from millstream.spark.runner import SparkJobRunner
+from millstream.testing import read_stream, write_stream
+from tests.api.apps import app_config, messages, reference_counts
+from tests.api.test_in_process import assert_panes_fired_exactly_when_the_watermark_reached_their_end
+from tests.helpers import create_stream, seal
+
+pytestmark = pytest.mark.spark
+
+IN = SystemStream("log", "in")
+
+
+def setup(config: Config, data: dict[int, list]) -> None:
+    create_stream(config, "in", len(data))
+    create_stream(config, "out", 1)
+    for partition, pairs in data.items():
+        write_stream(config, IN, pairs, partition=partition)
+    seal(config, "in")
+
+
+def output(config: Config) -> list[dict[str, Any]]:
+    return [value for pairs in read_stream(config, SystemStream("log", "out")).values() for _, value in pairs]
+
+
+def pane_counts(config: Config) -> Counter:
+    return Counter((r["user"], r["start"], r["count"]) for r in output(config) if "count" in r)
+
+
+def test_a_bounded_two_stage_job_ends_by_itself_with_every_message_delivered(spark_local, tmp_path):
+    config = app_config(tmp_path, "tests.api.apps:RepartitionPassThrough", job__container__count=2)
+    data = {p: messages(p, 10) for p in range(4)}
+    setup(config, data)
+    result = SparkJobRunner(config, spark=spark_local).run()
+    assert result.outcome == "finished", result.error
+    assert sorted(m["n"] for m in output(config)) == sorted(m["n"] for pairs in data.values() for _, m in pairs)
+
+
+def test_windowed_counts_fire_when_the_minimum_watermark_passes_and_split_jobs_give_the_same_output(
+    spark_local, tmp_path
+):
+    data = {0: messages(0, 80), 1: messages(1, 30, start=5)}
+    single = app_config(
+        tmp_path / "single", "tests.api.apps:WindowedCount", job__container__count=2, test__delay__seconds=0.01
+    )
+    setup(single, data)
+    result = SparkJobRunner(single, spark=spark_local).run()
+    assert result.outcome == "finished", result.error
+    records = output(single)
+    assert {(r["user"], r["start"]): r["count"] for r in records if "count" in r} == reference_counts(data)
+    assert_panes_fired_exactly_when_the_watermark_reached_their_end(records)
+
+    stages = [app_config(tmp_path / "split", "tests.api.apps:WindowedCount", app__stage=s) for s in (0, 1)]
+    setup(stages[0], data)
+    outcomes: dict[int, JobResult] = {}
+    jobs = [
+        threading.Thread(target=lambda s=s: outcomes.setdefault(s, SparkJobRunner(stages[s], spark=spark_local).run()))
+        for s in (1, 0)
+    ]
+    for job in jobs:
+        job.start()
+        time.sleep(0.5)
+    for job in jobs:
+        job.join()
+    assert [outcomes[s].outcome for s in (0, 1)] == ["finished", "finished"], [outcomes[s].error for s in (0, 1)]
+    assert pane_counts(stages[1]) == pane_counts(single)
+
+
+def test_a_sigkilled_downstream_only_container_resumes_where_its_control_state_was(spark_local, tmp_path):
+    """Tasks 0 and 1 read the source and the intermediate partitions 0 and 1; task 2, alone in container 2,
+    reads only intermediate partition 2. Task 0's input ends early, task 1's late: container 2 is killed
+    after it committed past task 0's end-of-stream — which nobody will send again."""
+    config = app_config(
+        tmp_path,
+        "tests.api.apps:WindowedCount",
+        job__container__count=3,
+        app__intermediate__partitions=3,
+        task__commit__ms=100,
+        test__delay__seconds=0.03,
+        test__slow__task="Partition 1",
+    )
+    data = {0: messages(0, 5), 1: messages(1, 100)}
+    setup(config, data)
+    store = metadata_store(config)
+    outcome: dict[str, JobResult] = {}
+    job = threading.Thread(target=lambda: outcome.setdefault("result", SparkJobRunner(config, spark=spark_local).run()))
+    job.start()
+    victim = wait_for(lambda: _committed_past_end_of_stream(config, store, "Partition 2", "Partition 0"), 90)
+    os.kill(victim, signal.SIGKILL)
+    job.join()
+
+    result = outcome["result"]
+    assert result.outcome == "finished", result.error
+    assert {c.container_id: c.epoch for c in result.containers}["2"] >= 2, "container 2 was restarted"
+    counts = {(r["user"], r["start"]): r["count"] for r in output(config) if "count" in r}
+    assert counts == reference_counts(data)
+
+
+def _committed_past_end_of_stream(config: Config, store: Any, task: str, producer: str) -> int | None:
+    """The pid of the running container of ``task`` once its state holds ``producer``'s end-of-stream
+    and its checkpoint covers the offsets that state reflects; else None."""
+    raw = store.get(CONTROL_STATE_NAMESPACE, task)
+    if raw is None:
+        return None
+    state = msgpack.unpackb(raw, strict_map_key=False)
+    if not all(producer in p["ended_tasks"] for p in state["reconciler"].values()):
+        return None
+    checkpoint = checkpoint_manager(config, store).read_all().get(task)
+    offsets = {ssp.key(): int(offset) for ssp, offset in (checkpoint.offsets.items() if checkpoint else ())}
+    if any(offsets.get(key, -1) < int(offset) for key, offset in state["offsets"].items()):
+        return None
+    status = coordination.container_statuses(store).get("2", {})
+    return int(status["pid"]) if status.get("state") == "running" else None
+
+
+def wait_for(probe, timeout: float):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"condition not met within {timeout}s")
