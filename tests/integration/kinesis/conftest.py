@@ -1,0 +1,35 @@
+"""kinesalite for the Kinesis tests: one emulator per test session, started only when a test asks.
+
+Set ``MILLSTREAM_TEST_KINESIS=http://host:port`` to run the tests against an emulator of your own.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests.integration.kinesis.emulator import Kinesalite
+
+
+@pytest.fixture(scope="session")
+def kinesis_endpoint() -> Iterator[str]:
+    external = os.environ.get("MILLSTREAM_TEST_KINESIS")
+    if external:
+        yield external
+        return
+    with Kinesalite() as emulator:
+        yield emulator.endpoint
+
+
+@pytest.fixture
+def stream_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """Unique stream names for this test: ``stream_name("in")`` → ``s-<test>-in-<random>``."""
+    test = "".join(c if c.isalnum() else "-" for c in request.node.name)[:60]
+
+    def make(suffix: str = "s") -> str:
+        return f"s-{test}-{suffix}-{uuid.uuid4().hex[:8]}"
+
+    return make
