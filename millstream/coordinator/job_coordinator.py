@@ -55,6 +55,7 @@ class JobCoordinator:
         ssps: set[SystemStreamPartition] = set()
         partitions: dict[str, int] = {}
         for system in sorted({stream.system for stream in streams}):
+            system_factory(self.config, system).validate_job(system, self.config)
             admin = system_factory(self.config, system).get_admin(system, self.config)
             admin.start()
             try:

@@ -249,3 +249,7 @@ class SystemFactory(ABC):
 
     @abstractmethod
     def get_producer(self, system_name: str, config: Config) -> SystemProducer: ...
+
+    def validate_job(self, system_name: str, config: Config) -> None:  # noqa: B027 - optional hook
+        """Refuse, with a ``ConfigError`` naming the key, a job this input system cannot run (e.g.
+        Kinesis with stateful stores); the coordinator calls it for each input system when planning."""
