@@ -3,6 +3,14 @@
 What a user imports to write a job; everything else is reached by its package path.
 """
 
+from millstream.api.application import (
+    KV,
+    InputDescriptor,
+    OutputDescriptor,
+    StreamApplication,
+    StreamApplicationDescriptor,
+)
+from millstream.api.stream import MessageStream
 from millstream.api.task import (
     ClosableTask,
     EndOfStreamListenerTask,
@@ -13,6 +21,7 @@ from millstream.api.task import (
     TaskCoordinator,
     WindowableTask,
 )
+from millstream.api.windows import SlidingWindow, TumblingWindow, WindowPane
 from millstream.errors import ConfigError, MillstreamError
 from millstream.model import (
     IncomingMessageEnvelope,
@@ -26,20 +35,29 @@ from millstream.model import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "KV",
     "ClosableTask",
     "ConfigError",
     "EndOfStreamListenerTask",
     "IncomingMessageEnvelope",
     "InitableTask",
+    "InputDescriptor",
     "MessageCollector",
+    "MessageStream",
     "MillstreamError",
     "OutgoingMessageEnvelope",
+    "OutputDescriptor",
     "Partition",
+    "SlidingWindow",
+    "StreamApplication",
+    "StreamApplicationDescriptor",
     "StreamTask",
     "SystemStream",
     "SystemStreamPartition",
     "TaskContext",
     "TaskCoordinator",
     "TaskName",
+    "TumblingWindow",
+    "WindowPane",
     "WindowableTask",
 ]

@@ -1,4 +1,4 @@
-"""``millstream plan``: the stages and streams of an application, printed without creating anything."""
+"""``millstream plan`` and ``millstream run --stage``: an application's stages, shown and run one by one."""
 
 from __future__ import annotations
 
@@ -41,3 +41,29 @@ def test_millstream_plan_prints_each_stage_with_its_streams(tmp_path):
     assert one.stdout.splitlines()[1:] == result.stdout.splitlines()[5:9]
     wrong = subprocess.run([*command, "--stage", "7"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert wrong.returncode == 2 and "'app.stage' is 7" in wrong.stderr
+
+
+def test_millstream_run_stage_runs_each_stage_as_its_own_job(tmp_path):
+    from millstream.model import SystemStream
+    from millstream.testing import read_stream, write_stream
+    from tests.api.apps import messages
+    from tests.helpers import seal
+
+    config_file = tmp_path / "job.yaml"
+    config_file.write_text(
+        f"job.name: hops\njob.data.dir: {tmp_path}\napp.class: tests.api.apps:TwoHops\n"
+        "systems.log.samza.key.serde: string\nsystems.log.samza.msg.serde: json\n"
+        "systems.log.samza.offset.default: oldest\nsystems.log.auto.create.streams: true\n"
+    )
+    config = app_config(tmp_path)
+    create_stream(config, "in", 2)
+    for partition in range(2):
+        write_stream(config, SystemStream("log", "in"), messages(partition, 5), partition=partition)
+    seal(config, "in")
+    for stage in ("0", "1", "2"):
+        run = [sys.executable, "-m", "millstream.cli.main", "run", str(config_file), "--stage", stage, "--in-process"]
+        result = subprocess.run(run, cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert f"job hops-stage-{stage} generation 1: finished" in result.stdout
+    delivered = [value["n"] for pairs in read_stream(config, SystemStream("log", "out")).values() for _, value in pairs]
+    assert sorted(delivered) == [0, 1, 2, 3, 4, 1000, 1001, 1002, 1003, 1004]
