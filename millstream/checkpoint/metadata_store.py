@@ -1,23 +1,43 @@
-"""The default checkpoint manager: each task's V1 checkpoint as one record of the metadata store.
+"""The default checkpoint manager: each task's checkpoints as records of the metadata store.
 
-Records live in namespace ``checkpoint-v1`` under the task name, in Samza's V1 JSON. Every write is
-fenced: it is a ``compare_and_put`` that also requires the job to be at the writer's generation and
-the writer's container to be at the writer's attempt, so a zombie container (an older generation,
-or an earlier attempt of the same container) can never overwrite a newer checkpoint.
+Each version has its own namespace (``checkpoint-v1`` holds Samza's V1 JSON under the task name,
+``checkpoint-v2`` Samza's V2 JSON), so a job can write both while it migrates and read whichever its
+``task.checkpoint.read.versions`` prefers. When a record is written its time goes to
+``checkpoint-written-at``, which is what ``task.live.checkpoint.max.age.ms`` compares (the append time
+of Samza's checkpoint topic).
+
+Every write is fenced: it is a ``compare_and_put`` that also requires the job to be at the writer's
+generation and the writer's container to be at the writer's attempt, so a zombie container (an older
+generation, or an earlier attempt of the same container) can never overwrite a newer checkpoint.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Sequence
+
 from millstream.checkpoint.base import CheckpointManager, WriterFence
-from millstream.checkpoint.checkpoint import Checkpoint, CheckpointV1
+from millstream.checkpoint.checkpoint import (
+    Checkpoint,
+    CheckpointFormatError,
+    CheckpointV2,
+    deserialize_checkpoint,
+    select_checkpoint,
+    serialize_checkpoint,
+)
 from millstream.checkpoint.factory import CheckpointManagerFactory
 from millstream.config.core import Config
+from millstream.config.views import TaskConfig
 from millstream.errors import MillstreamError
 from millstream.metadata.base import FencedError, MetadataStore
 from millstream.metadata.coordination import writer_expectation
 from millstream.model import TaskName
 
 CHECKPOINT_V1_NAMESPACE = "checkpoint-v1"
+CHECKPOINT_V2_NAMESPACE = "checkpoint-v2"
+CHECKPOINT_NAMESPACES = {1: CHECKPOINT_V1_NAMESPACE, 2: CHECKPOINT_V2_NAMESPACE}
+WRITTEN_AT_NAMESPACE = "checkpoint-written-at"
+"""``v<version>:<task>`` → epoch milliseconds of the last write of that record."""
 
 
 class ReadOnlyCheckpointManagerError(MillstreamError):
@@ -28,28 +48,51 @@ class MetadataStoreCheckpointManager(CheckpointManager):
     """Checkpoints in the job's metadata store; thread- and process-safe as the store is.
 
     Without a ``fence`` the manager only reads (tools, tests); with one, it writes as that
-    container attempt.
+    container attempt. ``read_versions`` (priority order) and ``max_age_ms`` choose among the
+    versions a task has, as :func:`select_checkpoint` describes.
     """
 
-    def __init__(self, store: MetadataStore, fence: WriterFence | None = None) -> None:
+    def __init__(
+        self,
+        store: MetadataStore,
+        fence: WriterFence | None = None,
+        *,
+        read_versions: Sequence[int] = (1,),
+        max_age_ms: int = 600_000,
+        clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    ) -> None:
+        if not read_versions:
+            raise ValueError("read_versions must name at least one checkpoint version")
         self.store = store
         self.fence = fence
+        self.read_versions = tuple(read_versions)
+        self.max_age_ms = max_age_ms
+        self._clock_ms = clock_ms
 
     def start(self) -> None:
         self.store.init()
 
     def read_last_checkpoint(self, task_name: TaskName) -> Checkpoint | None:
-        data = self.store.get(CHECKPOINT_V1_NAMESPACE, task_name)
-        return None if data is None else _decode(task_name, data)
+        candidates = []
+        for version in self.read_versions:
+            data = self.store.get(CHECKPOINT_NAMESPACES[version], task_name)
+            if data is not None:
+                checkpoint = _decode(task_name, version, data)
+                candidates.append((checkpoint, self._written_at(task_name, checkpoint)))
+        candidates.sort(key=lambda candidate: candidate[1])
+        return select_checkpoint(candidates, self.read_versions, self.max_age_ms)
 
     def write_checkpoint(self, task_name: TaskName, checkpoint: Checkpoint) -> None:
         fence = self._require_fence(f"write the checkpoint of task '{task_name}'")
+        expectation = writer_expectation(fence.generation, fence.container_id, fence.epoch)
         accepted = self.store.compare_and_put(
-            CHECKPOINT_V1_NAMESPACE,
-            task_name,
-            checkpoint.to_bytes(),
-            writer_expectation(fence.generation, fence.container_id, fence.epoch),
+            CHECKPOINT_NAMESPACES[checkpoint.version], task_name, serialize_checkpoint(checkpoint), expectation
         )
+        if accepted:
+            now = str(self._clock_ms()).encode()
+            accepted = self.store.compare_and_put(
+                WRITTEN_AT_NAMESPACE, _written_key(task_name, checkpoint.version), now, expectation
+            )
         if not accepted:
             raise FencedError(
                 f"checkpoint of task '{task_name}' refused: container '{fence.container_id}' "
@@ -58,20 +101,34 @@ class MetadataStoreCheckpointManager(CheckpointManager):
             )
 
     def read_all(self) -> dict[TaskName, Checkpoint]:
-        return {
-            TaskName(task): _decode(TaskName(task), data)
-            for task, data in self.store.all(CHECKPOINT_V1_NAMESPACE).items()
-        }
+        tasks: set[str] = set()
+        for version in self.read_versions:
+            tasks.update(self.store.all(CHECKPOINT_NAMESPACES[version]))
+        result = {}
+        for task in tasks:
+            checkpoint = self.read_last_checkpoint(TaskName(task))
+            if checkpoint is not None:
+                result[TaskName(task)] = checkpoint
+        return result
 
     def clear_checkpoints(self) -> None:
-        """Delete every task's checkpoint. An operator's action on a stopped job, so it is not fenced
-        (the metadata store has no fenced delete); a fenced manager still refuses it once superseded."""
+        """Delete every task's checkpoints of every version. An operator's action on a stopped job, so
+        it is not fenced (the metadata store has no fenced delete); a fenced manager still refuses it
+        once superseded."""
         if self.fence is not None and not self._fence_current(self.fence):
             raise FencedError(
                 f"clearing checkpoints refused: container '{self.fence.container_id}' "
                 f"(generation {self.fence.generation}, attempt {self.fence.epoch}) has been superseded"
             )
-        self.store.delete_all(CHECKPOINT_V1_NAMESPACE, list(self.store.all(CHECKPOINT_V1_NAMESPACE)))
+        for namespace in (*CHECKPOINT_NAMESPACES.values(), WRITTEN_AT_NAMESPACE):
+            self.store.delete_all(namespace, list(self.store.all(namespace)))
+
+    def _written_at(self, task_name: TaskName, checkpoint: Checkpoint) -> int:
+        raw = self.store.get(WRITTEN_AT_NAMESPACE, _written_key(task_name, checkpoint.version))
+        if raw is not None and raw.isdigit():
+            return int(raw)
+        # Written before this record existed (or its write was cut short): a V2 knows its commit time.
+        return checkpoint.checkpoint_id.millis if isinstance(checkpoint, CheckpointV2) else 0
 
     def _require_fence(self, action: str) -> WriterFence:
         if self.fence is None:
@@ -85,8 +142,18 @@ class MetadataStoreCheckpointManager(CheckpointManager):
         return all(self.store.get(namespace, key) == value for (namespace, key), value in expected.items())
 
 
-def _decode(task_name: TaskName, data: bytes) -> Checkpoint:
-    return CheckpointV1.from_bytes(data, where=f"checkpoint of task '{task_name}' in the metadata store")
+def _written_key(task_name: str, version: int) -> str:
+    return f"v{version}:{task_name}"
+
+
+def _decode(task_name: TaskName, version: int, data: bytes) -> Checkpoint:
+    where = f"checkpoint (version {version}) of task '{task_name}' in the metadata store"
+    try:
+        return deserialize_checkpoint(version, data, where)
+    except CheckpointFormatError:
+        raise
+    except MillstreamError as error:
+        raise CheckpointFormatError(f"{where}: {error}") from None
 
 
 class MetadataStoreCheckpointManagerFactory(CheckpointManagerFactory):
@@ -95,4 +162,7 @@ class MetadataStoreCheckpointManagerFactory(CheckpointManagerFactory):
     def get_checkpoint_manager(
         self, config: Config, store: MetadataStore, fence: WriterFence | None = None
     ) -> CheckpointManager:
-        return MetadataStoreCheckpointManager(store, fence)
+        task = TaskConfig.of(config)
+        return MetadataStoreCheckpointManager(
+            store, fence, read_versions=task.checkpoint_read_versions, max_age_ms=task.live_checkpoint_max_age_ms
+        )

@@ -42,7 +42,16 @@ def _parse_bool(value: Any) -> Any:
     return value
 
 
+def _split_int_list(value: Any) -> Any:
+    parts = _split_list(value)
+    if isinstance(parts, list):
+        return [int(part) if isinstance(part, str) and part.isdigit() else part for part in parts]
+    return parts
+
+
 CommaList = Annotated[list[str], BeforeValidator(_split_list)]
+CheckpointVersions = Annotated[list[Literal[1, 2]], BeforeValidator(_split_int_list)]
+"""Checkpoint versions, e.g. ``2,1``."""
 Bool = Annotated[bool, BeforeValidator(_parse_bool)]
 OffsetDefault = Literal["oldest", "upcoming"]
 
@@ -149,6 +158,16 @@ class TaskConfig(ConfigView):
     checkpoint_validation_enabled: Bool = Field(True, alias="checkpoint.validation.enabled")
     """A checkpoint record that cannot be read fails the job (true) or is skipped with a warning (false)."""
     max_buffered_per_partition: int = Field(10_000, alias="consumer.buffer.size", ge=1)
+    checkpoint_write_versions: CheckpointVersions = Field(
+        "1,2", alias="checkpoint.write.versions", validate_default=True, min_length=1
+    )
+    checkpoint_read_versions: CheckpointVersions = Field(
+        "1", alias="checkpoint.read.versions", validate_default=True, min_length=1
+    )
+    """Checkpoint versions read at start, in priority order."""
+    live_checkpoint_max_age_ms: int = Field(600_000, alias="live.checkpoint.max.age.ms", ge=0)
+    """A preferred-version checkpoint older than a later one of another read version by more than this
+    loses to it (a stale V2 left behind by a rollback to V1 must not win)."""
     watermark_idle_timeout_ms: int = Field(-1, alias="watermark.idle.timeout.ms", ge=-1)
     """An intermediate partition whose producers are not all heard from within this time takes its
     watermark from a quorum of them (Samza's key); -1 waits for every producer."""

@@ -186,3 +186,93 @@ def test_factory_rejects_an_unknown_name_naming_the_key(store: SqliteMetadataSto
 def test_factory_rejects_a_class_that_is_not_a_checkpoint_manager_factory(store: SqliteMetadataStore) -> None:
     with pytest.raises(ConfigError, match="not a CheckpointManagerFactory"):
         checkpoint_manager(Config({"task.checkpoint.factory": "millstream.config.core:Config"}), store, None)
+
+
+# --- V2 records, read versions, live max age, rollback ---
+
+from millstream.checkpoint.checkpoint import CheckpointId, CheckpointV2  # noqa: E402
+from millstream.checkpoint.metadata_store import CHECKPOINT_V2_NAMESPACE, WRITTEN_AT_NAMESPACE  # noqa: E402
+
+
+def v2(offset: str, millis: int = 1) -> CheckpointV2:
+    return CheckpointV2(CheckpointId(millis, 0), {SSP: offset}, {"backend": {"store": f"marker-{offset}"}})
+
+
+class ManualClock:
+    def __init__(self) -> None:
+        self.ms = 1_000_000
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+def test_v2_is_stored_as_samza_v2_in_its_own_namespace(store: SqliteMetadataStore, fence: WriterFence) -> None:
+    MetadataStoreCheckpointManager(store, fence).write_checkpoint(TASK, v2("7"))
+    assert store.get(CHECKPOINT_V2_NAMESPACE, "Partition 0") == v2("7").to_bytes()
+    assert store.get(CHECKPOINT_V1_NAMESPACE, "Partition 0") is None
+    assert store.get(WRITTEN_AT_NAMESPACE, "v2:Partition 0") is not None
+
+
+def test_read_versions_choose_which_record_is_resumed_from(store: SqliteMetadataStore, fence: WriterFence) -> None:
+    writer = MetadataStoreCheckpointManager(store, fence)
+    writer.write_checkpoint(TASK, checkpoint("10"))
+    writer.write_checkpoint(TASK, v2("5"))
+    assert MetadataStoreCheckpointManager(store).read_last_checkpoint(TASK) == checkpoint("10")
+    assert MetadataStoreCheckpointManager(store, read_versions=(2,)).read_last_checkpoint(TASK) == v2("5")
+    assert MetadataStoreCheckpointManager(store, read_versions=(2, 1)).read_last_checkpoint(TASK) == v2("5")
+    assert MetadataStoreCheckpointManager(store, read_versions=(1, 2)).read_last_checkpoint(TASK) == checkpoint("10")
+
+
+def test_rollback_to_v1_only_ignores_v2_records(store: SqliteMetadataStore, fence: WriterFence) -> None:
+    MetadataStoreCheckpointManager(store, fence).write_checkpoint(TASK, v2("5"))
+    assert MetadataStoreCheckpointManager(store, read_versions=(1,)).read_last_checkpoint(TASK) is None
+    assert MetadataStoreCheckpointManager(store, read_versions=(1,)).read_all() == {}
+
+
+def test_a_stale_v2_loses_to_a_newer_v1_beyond_the_live_max_age(store: SqliteMetadataStore, fence: WriterFence) -> None:
+    clock = ManualClock()
+    writer = MetadataStoreCheckpointManager(store, fence, clock_ms=clock)
+    writer.write_checkpoint(TASK, v2("5"))
+    clock.ms += 600_001
+    writer.write_checkpoint(TASK, checkpoint("10"))
+    assert MetadataStoreCheckpointManager(store, read_versions=(2, 1)).read_last_checkpoint(TASK) == checkpoint("10")
+    lenient = MetadataStoreCheckpointManager(store, read_versions=(2, 1), max_age_ms=10_000_000)
+    assert lenient.read_last_checkpoint(TASK) == v2("5")
+
+
+def test_read_all_applies_the_version_rules_per_task(store: SqliteMetadataStore, fence: WriterFence) -> None:
+    writer = MetadataStoreCheckpointManager(store, fence)
+    writer.write_checkpoint(TaskName("Partition 0"), checkpoint("1"))
+    writer.write_checkpoint(TaskName("Partition 0"), v2("2"))
+    writer.write_checkpoint(TaskName("Partition 1"), checkpoint("3"))
+    everything = MetadataStoreCheckpointManager(store, read_versions=(2, 1)).read_all()
+    assert everything == {TaskName("Partition 0"): v2("2"), TaskName("Partition 1"): checkpoint("3")}
+
+
+def test_v2_writes_are_fenced_like_v1(store: SqliteMetadataStore, fence: WriterFence) -> None:
+    zombie = MetadataStoreCheckpointManager(store, fence)
+    start_container_attempt(store, "c0")
+    with pytest.raises(FencedError, match="Partition 0"):
+        zombie.write_checkpoint(TASK, v2("1"))
+    assert store.get(CHECKPOINT_V2_NAMESPACE, TASK) is None
+
+
+def test_corrupt_v2_record_raises_format_error_naming_the_task_and_version(store: SqliteMetadataStore) -> None:
+    store.put(CHECKPOINT_V2_NAMESPACE, "Partition 4", b'{"checkpoint-id": "x"}')
+    with pytest.raises(CheckpointFormatError, match=r"version 2.*Partition 4"):
+        MetadataStoreCheckpointManager(store, read_versions=(2,)).read_last_checkpoint(TaskName("Partition 4"))
+
+
+def test_clear_checkpoints_removes_every_version(store: SqliteMetadataStore, fence: WriterFence) -> None:
+    writer = MetadataStoreCheckpointManager(store, fence)
+    writer.write_checkpoint(TASK, checkpoint("1"))
+    writer.write_checkpoint(TASK, v2("1"))
+    MetadataStoreCheckpointManager(store).clear_checkpoints()
+    assert store.all(CHECKPOINT_V2_NAMESPACE) == {} and store.all(WRITTEN_AT_NAMESPACE) == {}
+
+
+def test_factory_passes_the_read_versions_and_max_age_from_config(store: SqliteMetadataStore) -> None:
+    config = Config({"task.checkpoint.read.versions": "2,1", "task.live.checkpoint.max.age.ms": "5"})
+    manager = checkpoint_manager(config, store, None)
+    assert isinstance(manager, MetadataStoreCheckpointManager)
+    assert manager.read_versions == (2, 1) and manager.max_age_ms == 5

@@ -117,15 +117,25 @@ def test_a_container_killed_before_its_first_commit_applies_the_startpoint_again
     outcome = {}
     job = threading.Thread(target=lambda: outcome.setdefault("result", runner.run()))
     job.start()
-    # the second run replays from offset 0; kill it once it has written some output, long before a commit
-    wait_for(lambda: counts(config)[0][3] >= 2, 60)
-    os.kill(int(coordination.container_statuses(store)["0"]["pid"]), signal.SIGKILL)
+    # the second run replays 40 messages from offset 0 in ~0.8 s and commits only at the end: kill it early
+    status = wait_for(lambda: _running(store, generation=first.generation + 1), 60)
+    time.sleep(0.3)
+    assert checkpointed(config) == 40, "no commit may happen before the kill"
+    os.kill(int(status["pid"]), signal.SIGKILL)
     job.join()
 
-    assert outcome["result"].outcome == "finished", outcome["result"].error
+    result = outcome["result"]
+    assert result.outcome == "finished", result.error
+    assert result.containers[0].epoch >= 2  # the killed attempt was retried
     seen = counts(config)[0]
-    assert seen[0] >= 3 and seen[39] >= 2  # first run + killed attempt + the retry that replayed again
+    # without the startpoint applied again, the retry would resume after offset 39 and output nothing
+    assert all(seen[v] >= 2 for v in range(40)), seen
     assert StartpointManager(store).all_fan_outs() == {}
+
+
+def _running(store, generation: int) -> dict | None:
+    status = coordination.container_statuses(store).get("0", {})
+    return status if status.get("state") == "running" and status.get("generation") == generation else None
 
 
 def test_apply_restarts_a_running_job_with_the_new_startpoint(spark_local, tmp_path):
