@@ -1,0 +1,17 @@
+"""AWS Kinesis (``millstream[kinesis]``): a consumer that survives resharding, a producer, startpoints.
+
+Modules, one role each: ``config`` (keys and boto3 clients), ``admin`` (streams, shards, slots),
+``consumer`` (leases, readers, slots), ``producer`` (PutRecords with per-record retries),
+``allocation`` (shard ↔ SSP slots), ``leases`` (lease table and balancing in the metadata store),
+``offsets`` (positions, composite offsets, startpoint markers), ``shards`` (lineage),
+``throttling`` (read limits, backoff, counters), ``errors`` and ``factory``.
+
+The engine never imports this package: it is reached as ``systems.<s>.samza.factory: kinesis``.
+"""
+
+from millstream.systems.kinesis.admin import KinesisSystemAdmin
+from millstream.systems.kinesis.consumer import KinesisSystemConsumer
+from millstream.systems.kinesis.factory import KinesisSystemFactory
+from millstream.systems.kinesis.producer import KinesisSystemProducer
+
+__all__ = ["KinesisSystemAdmin", "KinesisSystemConsumer", "KinesisSystemFactory", "KinesisSystemProducer"]
