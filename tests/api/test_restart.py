@@ -182,3 +182,26 @@ def test_restored_offsets_use_the_systems_offset_order():
     driver = Driver(graph)
     driver.graph.process(IncomingMessageEnvelope(I0, "9", None, b"\x00{}", 0), driver.collector, driver.coordinator)
     assert driver.graph.offsets[I0] == "10"
+
+
+def test_a_watermark_the_timer_advanced_is_persisted_with_the_windows_it_fired():
+    app = application(
+        lambda app: (
+            app.input(InputDescriptor("log.in", timestamp=lambda m: m["ts"]))
+            .window(TumblingWindow(10), aggregate=Count())
+            .send_to("log.out")
+        )
+    )
+    source = SystemStream("log", "in").partition(0)
+    driver = Driver(task_graph(app, [source]))
+    driver.source(source, {"ts": 3}, 0)
+    driver.source(source, {"ts": 12}, 0)
+    assert driver.checkpoint() is not None
+    driver.tick()  # fires [0, 10): the state to persist changed without a message
+    assert panes(driver) == [WindowPane(None, 0, 10, 1)]
+    snapshot = driver.checkpoint()
+    assert snapshot is not None
+    restored = Driver(task_graph(app, [source]))
+    restored.graph.restore(snapshot)
+    restored.end(source)
+    assert panes(restored) == [WindowPane(None, 10, 20, 1)], "the fired window is not fired again"

@@ -256,8 +256,13 @@ class TaskGraph:
             source = self._sources.get(ssp.system_stream)
             if source is not None:
                 self._process_source(source, envelope)
+            elif (route := self._intermediates.get(ssp.system_stream)) is not None:
+                self._process_intermediate(route, envelope)
             else:
-                self._process_intermediate(self._intermediates[ssp.system_stream], envelope)
+                raise MillstreamError(
+                    f"task '{self.task_name}' got offset {envelope.offset} of '{ssp.system}.{ssp.stream}' "
+                    f"partition {ssp.partition}, which is neither an input nor an intermediate stream of its stage"
+                )
         except OperatorError as error:
             raise OperatorError(
                 f"{error} (at offset {envelope.offset} of stream '{ssp.system}.{ssp.stream}' partition {ssp.partition})"
@@ -267,9 +272,12 @@ class TaskGraph:
         """The timer: source watermarks, idle producers, and (aggregate mode) a commit to flush control."""
         self._bind(collector, coordinator)
         for source in self._sources.values():
-            if not source.impl.ended:
-                source.impl.advance(source.watermarks.stream_watermark())
+            watermark = source.watermarks.stream_watermark()
+            if not source.impl.ended and watermark > source.impl.input_watermark:
+                self.dirty = True  # windows may fire: the state to persist changes with the watermark
+                source.impl.advance(watermark)
         for ssp in self.reconciler.check_idle():
+            self.dirty = True
             self._advance_intermediate(self._intermediates[ssp.system_stream])
         if self._deferred or self._in_flight:
             coordinator.commit()
