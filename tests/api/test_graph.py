@@ -431,3 +431,20 @@ def test_only_watermarks_of_ssps_of_this_task_count():
     driver.control(I0, WatermarkMessage(5, "Partition 0", 1))
     assert driver.graph.task_watermark == 5
     assert SystemStreamPartition("log", "app-1-by-user", 1) not in driver.graph.ssps
+
+
+def test_a_value_the_partition_by_serde_cannot_encode_fails_naming_the_operator_and_stream():
+    from millstream.api.operators.graph_task import IntermediateSerdeError
+
+    app = application(
+        lambda app: (
+            app.input("log.in")
+            .window(TumblingWindow(10), aggregate=Count())
+            .partition_by(lambda pane: pane.start, name="by-user")
+            .send_to("log.out")
+        )
+    )
+    driver = Driver(task_graph(app, [A0], stages=[0]))
+    driver.source(A0, "x", 1)
+    with pytest.raises(IntermediateSerdeError, match=r"partition_by 'by-user' cannot serialize .*'log\.app-1-by-user'"):
+        driver.end(A0)

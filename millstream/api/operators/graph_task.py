@@ -143,7 +143,9 @@ class _Output:
             payload = frame_user_message(self.encode_value(value))
         except SerdeError as error:
             raise IntermediateSerdeError(
-                f"partition_by '{info.spec.name}' cannot serialize a message for '{info.stream}': {error}"
+                f"partition_by '{info.spec.name}' cannot serialize a message for '{info.stream}': {error} "
+                "(map it to plain values first — a WindowPane or KV is a tuple — or name another serde with "
+                "key_serde= / msg_serde=)"
             ) from None
         graph = self.graph
         graph.context.send(OutgoingMessageEnvelope(info.stream, payload, key_bytes, timestamp=timestamp))
