@@ -448,3 +448,17 @@ def test_a_value_the_partition_by_serde_cannot_encode_fails_naming_the_operator_
     driver.source(A0, "x", 1)
     with pytest.raises(IntermediateSerdeError, match=r"partition_by 'by-user' cannot serialize .*'log\.app-1-by-user'"):
         driver.end(A0)
+
+
+def test_an_idle_producer_stops_holding_the_window_back_once_its_timeout_passed():
+    clock = [100.0]
+    settings = GraphSettings(idle_timeout_ms=1000, quorum_percentage=0.5)
+    graph = task_graph(repartitioned(window_downstream), [I0], stages=[1], settings=settings, clock=lambda: clock[0])
+    driver = Driver(graph)
+    driver.user(I0, "u", {"n": 1}, 3)
+    driver.control(I0, WatermarkMessage(15, "Partition 0", 2))
+    driver.tick()
+    assert values(driver) == [], "Partition 1 has not been silent long enough"
+    clock[0] += 1.5
+    driver.tick()
+    assert values(driver) == [WindowPane("u", 0, 10, [1])]
