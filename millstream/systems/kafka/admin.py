@@ -83,15 +83,21 @@ class KafkaSystemAdmin(SystemAdmin):
         return counts
 
     def _list_offsets(self, specs: Mapping[TopicPartition, Any], what: str) -> dict[tuple[str, int], int]:
-        admin = self._client()
+        """ListOffsets, retried. A failed attempt replaces the admin client: librdkafka's keeps sending a
+        partition's old leader epoch after a broker restart (FENCED_LEADER_EPOCH) until recreated."""
 
         def attempt() -> dict[tuple[str, int], int]:
-            futures = admin.list_offsets(dict(specs), isolation_level=self._isolation, request_timeout=self._timeout)
+            futures = self._client().list_offsets(
+                dict(specs), isolation_level=self._isolation, request_timeout=self._timeout
+            )
             return {(tp.topic, tp.partition): future.result().offset for tp, future in futures.items()}
+
+        def renew(_: BaseException) -> None:
+            self._admin = None
 
         if not specs:
             return {}
-        return retry(attempt, f"Kafka system '{self.system}': {what}", self._timeout)
+        return retry(attempt, f"Kafka system '{self.system}': {what}", self._timeout, on_retry=renew)
 
     def get_system_stream_metadata(self, streams: Iterable[str]) -> dict[str, SystemStreamMetadata]:
         counts = self.partition_counts(streams)

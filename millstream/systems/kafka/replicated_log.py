@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, IsolationLevel, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
@@ -125,6 +125,9 @@ class LogReader:
         self._consumer = create_client(Consumer, settings, "consumer", kafka)
         self._admin = create_client(AdminClient, kafka.admin(), "admin", kafka)
         check_brokers(self._admin, kafka)
+        # Knowing the topic's leader before the first assign saves a metadata round trip that
+        # librdkafka otherwise often schedules most of a second later.
+        self._consumer.list_topics(topic=topic, timeout=kafka.settings.startup_timeout_ms / 1000)
         self._partition = KafkaTopicPartition(topic, 0)
         self._last_warning = 0.0
 
@@ -136,7 +139,12 @@ class LogReader:
         self.position = 0
 
     def high_watermark(self, deadline: float) -> int:
-        """The end of the log, open transactions included."""
+        """The end of the log, open transactions included.
+
+        After a failure the admin client is replaced: librdkafka's admin client keeps sending a
+        partition's old leader epoch after a broker restart and fails with FENCED_LEADER_EPOCH
+        until it is recreated.
+        """
         while True:
             remaining = deadline - time.monotonic()
             try:
@@ -159,6 +167,7 @@ class LogReader:
                         f"{_describe(error)}"
                     ) from None
                 time.sleep(0.2)
+                self._admin = create_client(AdminClient, self.kafka.admin(), "admin", self.kafka)
 
     def catch_up(self, deadline: float) -> None:
         """Apply every record committed before this call started."""
@@ -170,8 +179,10 @@ class LogReader:
         if self.position >= target:
             return False
         # Assigned only while reading: an assigned partition is fetched continuously (every
-        # FETCH_WAIT_MAX_MS when idle), and pause/resume costs most of a second in librdkafka.
-        self._consumer.assign([KafkaTopicPartition(self.topic, 0, self.position or OFFSET_BEGINNING)])
+        # FETCH_WAIT_MAX_MS when idle), and pause/resume costs most of a second in librdkafka. An
+        # explicit offset, even 0, also starts faster than OFFSET_BEGINNING (no offset lookup); a
+        # log whose start was compacted or deleted away resets to its start (auto.offset.reset).
+        self._consumer.assign([KafkaTopicPartition(self.topic, 0, self.position)])
         try:
             return self._read_until(target, deadline, watch)
         finally:

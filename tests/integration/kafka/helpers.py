@@ -107,3 +107,53 @@ def read_all(bootstrap: str, topic: str, partitions: int, *, isolation: str = "r
         return sorted(messages, key=lambda m: (m.partition(), m.offset()))
     finally:
         consumer.close()
+
+
+def produce_numbers(
+    bootstrap: str, topic: str, partitions: int, per_partition: int, start: int = 0
+) -> set[tuple[int, int]]:
+    """Write ``per_partition`` JSON numbers with key ``k<partition>`` to every partition; returns the
+    (partition, value) pairs written."""
+    written = set()
+    for partition in range(partitions):
+        values = range(start, start + per_partition)
+        produce(bootstrap, topic, [(b"k%d" % partition, b"%d" % v) for v in values], partition=partition)
+        written.update((partition, v) for v in values)
+    return written
+
+
+class TopicTail:
+    """Reads a topic's partitions from the beginning as they grow, decoding the pass-through output."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        self.consumer = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": "tail", "enable.auto.commit": False, "log_level": 0}
+        )
+        self.consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        self.values: list[dict[str, Any]] = []
+
+    def poll(self, seconds: float = 0.2) -> list[dict[str, Any]]:
+        import orjson
+
+        for message in self.consumer.consume(10_000, seconds):
+            if message.error() is None:
+                self.values.append(orjson.loads(message.value()))
+        return self.values
+
+    def origins(self) -> list[tuple[int, int]]:
+        return [(value["p"], value["v"]) for value in self.values]
+
+    def wait_for(self, expected: set[tuple[int, int]], timeout: float) -> set[tuple[int, int]]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.poll()
+            seen = set(self.origins())
+            if expected <= seen:
+                return seen
+        missing = expected - set(self.origins())
+        raise AssertionError(
+            f"{len(missing)} of {len(expected)} messages never reached the output, e.g. {sorted(missing)[:5]}"
+        )
+
+    def close(self) -> None:
+        self.consumer.close()

@@ -1,0 +1,33 @@
+"""Tasks the Kafka tests run through Spark, importable by workers as ``tests.integration.kafka.jobs:<Name>``."""
+
+from __future__ import annotations
+
+import time
+
+from millstream import (
+    IncomingMessageEnvelope,
+    InitableTask,
+    MessageCollector,
+    OutgoingMessageEnvelope,
+    StreamTask,
+    SystemStream,
+    TaskContext,
+    TaskCoordinator,
+)
+
+
+class KafkaPassThrough(StreamTask, InitableTask):
+    """Copies every message to ``kafka.<test.output>`` with where it came from, at most one message per
+    ``test.delay.seconds`` (so a test can act in the middle of a run)."""
+
+    def init(self, context: TaskContext) -> None:
+        self.output = SystemStream("kafka", context.config["test.output"])
+        self.delay = float(context.config.get("test.delay.seconds", "0"))
+
+    def process(
+        self, envelope: IncomingMessageEnvelope, collector: MessageCollector, coordinator: TaskCoordinator
+    ) -> None:
+        if self.delay:
+            time.sleep(self.delay)
+        origin = {"p": envelope.ssp.partition, "o": envelope.offset, "v": envelope.message}
+        collector.send(OutgoingMessageEnvelope(self.output, origin, key=envelope.key))
