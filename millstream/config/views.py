@@ -22,7 +22,17 @@ from millstream.model import SystemStream, SystemStreamPartition
 if TYPE_CHECKING:
     from millstream.serde.registry import SerdeRegistry
 
-CLOSED_NAMESPACES = ("job.", "task.", "systems.", "serializers.", "metadata.", "stores.", "startpoint.", "app.")
+CLOSED_NAMESPACES = (
+    "job.",
+    "task.",
+    "systems.",
+    "serializers.",
+    "metadata.",
+    "stores.",
+    "startpoint.",
+    "blob.",
+    "app.",
+)
 DEFAULT_SYSTEM = "log"
 
 
@@ -117,6 +127,16 @@ class JobConfig(ConfigView):
     """Spark task slots kept free beside the containers for the driver's own jobs."""
     startpoint_enabled: Bool = Field(True, alias="startpoint.enabled")
     """Fan out and apply startpoints (``millstream startpoint set``) when a job model is published."""
+    logged_store_base_dir: str | None = Field(None, alias="logged.store.base.dir")
+    """Where stores with a backup (changelog, blob store) live; default ``<job dir>/stores/logged``."""
+    non_logged_store_base_dir: str | None = Field(None, alias="non-logged.store.base.dir")
+    """Where stores without a backup live; default ``<job dir>/stores/non-logged``."""
+    commit_thread_pool_size: int = Field(2, alias="container.commit.thread.pool.size", ge=1)
+    commit_thread_pool_max_size: int = Field(64, alias="container.commit.thread.pool.max.size", ge=1)
+    """Commit threads (async uploads) = min(max(2 x tasks, size), max size), as in Samza."""
+    restore_thread_pool_size: int = Field(2, alias="container.restore.thread.pool.size", ge=1)
+    restore_thread_pool_max_size: int = Field(64, alias="container.restore.thread.pool.max.size", ge=1)
+    """Threads restoring stores at container start = min(max(stores to restore, size), max size)."""
     coordinator_system: str | None = Field(None, alias="coordinator.system")
     """The Kafka system holding the coordinator stream (``metadata.store.factory=kafka``); default: the
     only Kafka system configured."""
@@ -158,6 +178,11 @@ class TaskConfig(ConfigView):
     checkpoint_validation_enabled: Bool = Field(True, alias="checkpoint.validation.enabled")
     """A checkpoint record that cannot be read fails the job (true) or is skipped with a warning (false)."""
     max_buffered_per_partition: int = Field(10_000, alias="consumer.buffer.size", ge=1)
+    commit_max_delay_ms: int = Field(60_000, alias="commit.max.delay.ms", ge=0)
+    """A commit due while the previous one still uploads is skipped while the previous one started less
+    than this long ago; past it, processing blocks until the upload ends."""
+    commit_timeout_ms: int = Field(1_800_000, alias="commit.timeout.ms", ge=1)
+    """How long a blocked commit waits for the previous upload before the container fails."""
     checkpoint_write_versions: CheckpointVersions = Field(
         "1,2", alias="checkpoint.write.versions", validate_default=True, min_length=1
     )
@@ -168,6 +193,16 @@ class TaskConfig(ConfigView):
     live_checkpoint_max_age_ms: int = Field(600_000, alias="live.checkpoint.max.age.ms", ge=0)
     """A preferred-version checkpoint older than a later one of another read version by more than this
     loses to it (a stale V2 left behind by a rollback to V1 must not win)."""
+    transactional_state_restore_enabled: Bool = Field(True, alias="transactional.state.restore.enabled")
+    """Restore changelog stores to exactly the checkpoint, reverting the changelog records after it."""
+    transactional_state_retain_existing_state: Bool = Field(True, alias="transactional.state.retain.existing.state")
+    """With no checkpointed changelog offset: keep the changelog's state (true) or revert all of it."""
+    commit_testing_pause_at: str | None = Field(None, alias="commit.testing.pause.at")
+    """Testing only: a commit point (``after-snapshot``, ``mid-upload``, ``after-upload``,
+    ``after-checkpoint``) where the first commit of a job pauses, so a test can kill the container there."""
+    commit_testing_pause_ms: int = Field(0, alias="commit.testing.pause.ms", ge=0)
+    commit_testing_marker_dir: str | None = Field(None, alias="commit.testing.marker.dir")
+    """Testing only: the pause writes ``<point>`` with the process id here, and pauses once per job."""
     watermark_idle_timeout_ms: int = Field(-1, alias="watermark.idle.timeout.ms", ge=-1)
     """An intermediate partition whose producers are not all heard from within this time takes its
     watermark from a quorum of them (Samza's key); -1 waits for every producer."""
@@ -240,6 +275,86 @@ class MetadataConfig(ConfigView):
 
     store_factory: str = Field("sqlite", alias="store.factory")
     store_path: str | None = Field(None, alias="store.path")
+
+
+JOB_LEVEL_STORE_KEYS = ("backup.factories", "restore.factories")
+"""Keys directly under ``stores.`` that are job-level defaults, not settings of a store."""
+
+
+class StoresConfig(ConfigView):
+    """``stores.backup.factories`` / ``stores.restore.factories``: defaults for every store."""
+
+    backup_factories: CommaList | None = Field(None, alias="backup.factories")
+    restore_factories: CommaList | None = Field(None, alias="restore.factories")
+
+    @classmethod
+    def of(cls, config: Config) -> StoresConfig:
+        values = {key: config[f"stores.{key}"] for key in JOB_LEVEL_STORE_KEYS if f"stores.{key}" in config}
+        return cls.parse(values, "stores.")
+
+
+class StoreConfig(ConfigView):
+    """``stores.<s>.*``: one key-value store of every task."""
+
+    factory: str = "rocksdb"
+    """``rocksdb``, ``inmemory`` (or Samza's factory class names), or ``module:Class``."""
+    key_serde: str | None = Field(None, alias="key.serde")
+    msg_serde: str | None = Field(None, alias="msg.serde")
+    changelog: str | None = None
+    """``system.stream`` the changelog backend writes every change to (a bare name: the log system)."""
+    backup_factories: CommaList | None = Field(None, alias="backup.factories")
+    restore_factories: CommaList | None = Field(None, alias="restore.factories")
+    clean_on_container_start: Bool = Field(False, alias="clean.on.container.start")
+    """Ignore local state at start: restore from the backup only."""
+    changelog_min_compaction_lag_ms: int = Field(4 * 60 * 60 * 1000, alias="changelog.min.compaction.lag.ms", ge=0)
+    """A checkpoint older than 0.9 x this is restored to the changelog's end, not reverted: compaction may
+    already have removed the committed values of later-overwritten keys."""
+
+
+def store_names(config: Config) -> list[str]:
+    """Every store named by a ``stores.<s>.<key>`` key."""
+    names = set()
+    for key in config.subset("stores."):
+        if key in JOB_LEVEL_STORE_KEYS:
+            continue
+        name, sep, _ = key.partition(".")
+        if not sep or not name:
+            raise ConfigError(f"unknown config key 'stores.{key}' (expected stores.<store>.<setting>)")
+        names.add(name)
+    return sorted(names)
+
+
+def store_config(config: Config, store: str) -> StoreConfig:
+    prefix = f"stores.{store}."
+    return StoreConfig.parse(config.subset(prefix), prefix)
+
+
+class BlobStoreConfig(ConfigView):
+    """``blob.store.*``: where the blob-store state backend keeps snapshots."""
+
+    PREFIX: ClassVar[str] = "blob.store."
+
+    manager_factory: str = Field("local", alias="manager.factory")
+    """``local``, ``s3``, ``azure``, or ``module:Class`` of a ``BlobStoreFactory``."""
+    prefix: str = ""
+    """Prefix of every blob name (a folder in the bucket or container)."""
+    local_dir: str | None = Field(None, alias="local.dir")
+    """The ``local`` blob store's directory; default ``<job.data.dir>/blobs``."""
+    s3_bucket: str | None = Field(None, alias="s3.bucket")
+    s3_endpoint_url: str | None = Field(None, alias="s3.endpoint.url")
+    s3_region: str | None = Field(None, alias="s3.region")
+    azure_container: str | None = Field(None, alias="azure.container")
+    azure_account_url: str | None = Field(None, alias="azure.account.url")
+    transfer_threads: int = Field(8, alias="transfer.threads", ge=1)
+    """Files uploaded or downloaded at once per container."""
+    retry_max_retries: int = Field(-1, alias="retry.policy.max.retries", ge=-1)
+    retry_max_duration_ms: int = Field(900_000, alias="retry.policy.max.retry.duration.millis", ge=0)
+    retry_backoff_delay_ms: int = Field(100, alias="retry.policy.backoff.delay.millis", ge=0)
+    retry_backoff_max_delay_ms: int = Field(312_500, alias="retry.policy.backoff.max.delay.millis", ge=0)
+    retry_backoff_factor: float = Field(5.0, alias="retry.policy.backoff.delay.factor", ge=1)
+    retry_jitter_factor: float = Field(0.1, alias="retry.policy.jitter.factor", ge=0, le=1)
+    compare_file_owners_on_restore: Bool = Field(True, alias="compare.file.owners.on.restore")
+    """A restored file must have the owner and group it had when uploaded (as Samza checks)."""
 
 
 def system_names(config: Config) -> list[str]:
@@ -343,9 +458,9 @@ def validate(config: Config) -> None:
     task.input_streams()
     task.dead_letter()
     serdes = SerdeRegistry.from_config(config)
-    for key in config:
-        if key.startswith("stores."):
-            raise ConfigError(f"unknown config key '{key}': state stores are not configurable in this version")
+    from millstream.storage.validation import validate_state_config
+
+    validate_state_config(config, serdes)
     for key in config:
         if key.startswith("systems.") and key.count(".") < 2:
             raise ConfigError(f"unknown config key '{key}' (expected systems.<system>.<setting>)")

@@ -21,6 +21,7 @@ from millstream.runtime.container import load_task_class
 from millstream.runtime.groupers import group_containers, group_tasks, grouper_for
 from millstream.runtime.job_model import JOB_MODEL_NAMESPACE, JobModel
 from millstream.startpoint.manager import StartpointManager
+from millstream.storage.resources import prepare_state_resources
 from millstream.systems.base import StreamSpec
 from millstream.systems.registry import system_factory
 
@@ -96,8 +97,10 @@ class JobCoordinator:
         )
 
     def start(self) -> JobModel:
-        """Plan, publish, and fan startpoints out to the new model's tasks (``job.startpoint.enabled``)."""
+        """Plan, prepare state resources (changelog partitions and streams, buckets), publish, and fan
+        startpoints out to the new model's tasks (``job.startpoint.enabled``)."""
         plan = self.plan()
+        prepare_state_resources(self.config, self.store, plan.model)
         self.publish(plan.model)
         if JobConfig.of(self.config).startpoint_enabled:
             manager = StartpointManager(self.store, StartpointConfig.of(self.config).max_age_ms)

@@ -22,6 +22,7 @@ import orjson
 
 from millstream.api.task import StreamTask
 from millstream.checkpoint.base import WriterFence
+from millstream.checkpoint.checkpoint import Checkpoint, CheckpointV1, CheckpointV2
 from millstream.checkpoint.factory import checkpoint_manager as make_checkpoint_manager
 from millstream.config import Config, JobConfig, TaskConfig
 from millstream.config.views import StartpointConfig
@@ -29,7 +30,7 @@ from millstream.errors import ConfigError, MillstreamError, StreamNotFoundError
 from millstream.metadata import coordination
 from millstream.metadata.base import FencedError, MetadataStore
 from millstream.metadata.factory import metadata_store
-from millstream.model import SystemStream, SystemStreamPartition
+from millstream.model import SystemStream, SystemStreamPartition, TaskName
 from millstream.plugins import load_object
 from millstream.runtime.collector import ProducerPool, TaskCollector
 from millstream.runtime.job_model import JobModel
@@ -41,9 +42,10 @@ from millstream.runtime.run_loop import (
     RunLoopSettings,
     SystemConsumers,
 )
-from millstream.runtime.task_instance import AppliedStartpoints, ContainerContext, TaskInstance
+from millstream.runtime.task_instance import AppliedStartpoints, CommitSettings, ContainerContext, TaskInstance
 from millstream.serde.registry import SerdeRegistry
 from millstream.startpoint.manager import STARTPOINT_STATUS_NAMESPACE, StartpointManager
+from millstream.storage.manager import ContainerStorageManager, TaskStorageManager
 from millstream.systems.base import SystemAdmin
 from millstream.systems.registry import system_factory
 
@@ -121,6 +123,8 @@ def run_container(
     consumers: SystemConsumers | None = None
     checkpoints = make_checkpoint_manager(config, store, fence)
     checkpoints.start()
+    storage = ContainerStorageManager(config, job_model, container_id, store, producers, serdes)
+    task_storage: dict[Any, TaskStorageManager] = {}
     try:
         metadata = _partition_metadata(admins, ssps)
         offsets = OffsetManager(config, admins)
@@ -134,6 +138,10 @@ def run_container(
         for task_name, task_model in sorted(model.tasks.items(), key=lambda kv: kv[0].sort_key()):
             checkpoints.register(task_name)
             last = checkpoints.read_last_checkpoint(task_name)
+            if (task_store := storage.task_storage(task_name, task_model)) is not None:
+                task_storage[task_name] = task_store
+                if isinstance(last, CheckpointV1) and not task_store.restorable_from_v1:
+                    last = _last_v2_checkpoint(config, store, task_name)
             last_checkpoints[task_name] = last
             starts[task_name] = offsets.starting_offsets(task_name, task_model.ssps, last, metadata)
             if startpoints is not None:
@@ -149,13 +157,20 @@ def run_container(
                 order = None if current is None else admins[ssp.system].offset_comparator(offset, current)
                 if current is None or (order is not None and order < 0):
                     registered[ssp] = offset
+        if task_storage:
+            coordination.report_container_status(store, container_id, {**status, "state": "restoring"})
+            storage.restore({name: (task_store, last_checkpoints[name]) for name, task_store in task_storage.items()})
+        commit_settings = CommitSettings.of(config, storage.pause)
         for task_name, task_model in sorted(model.tasks.items(), key=lambda kv: kv[0].sort_key()):
             catch_up = {
                 ssp: (offset, admins[ssp.system].offset_comparator)
                 for ssp, offset in starts[task_name].items()
                 if registered[ssp] != offset
             }
-            context = ContainerContext(task_name, config, task_model.ssps, container_id)
+            task_store = task_storage.get(task_name)
+            context = ContainerContext(
+                task_name, config, task_model.ssps, container_id, task_store.stores if task_store else {}
+            )
             last = last_checkpoints[task_name]
             instance = TaskInstance(
                 task_name,
@@ -168,6 +183,9 @@ def run_container(
                 dict(last.offsets) if last else {},
                 catch_up,
                 applied.get(task_name),
+                storage=task_store,
+                commit_settings=commit_settings,
+                commit_executor=storage.commit_executor if task_store is not None else None,
             )
             tasks.append(instance)
         consumers = SystemConsumers(_register_consumers(config, registered))
@@ -186,6 +204,8 @@ def run_container(
         coordination.report_container_status(store, container_id, {**status, "state": "running"})
         log.info("container %s running %d task(s) over %d partition(s)", container_id, len(tasks), len(ssps))
         loop.run()
+        for instance in tasks:
+            instance.finish_commits()
         for instance in tasks:
             instance.close()
         producers.stop()
@@ -214,10 +234,28 @@ def run_container(
         raise
     finally:
         _quietly(lambda: consumers.stop() if consumers else None)
+        for task_store in task_storage.values():
+            _quietly(task_store.close)
+        _quietly(storage.close)
         _quietly(producers.stop)
         _quietly(checkpoints.stop)
         for admin in admins.values():
             _quietly(admin.stop)
+
+
+def _last_v2_checkpoint(config: Config, store: MetadataStore, task_name: TaskName) -> Checkpoint | None:
+    """A task whose stores only V2 checkpoints describe (blob store) must not resume from a V1 one: its
+    input offsets would move past state the V1 cannot restore. That happens when a crash falls between
+    a commit's V1 and V2 writes; the task then resumes from its last V2 (or from the start)."""
+    reader = make_checkpoint_manager(config.with_overrides({"task.checkpoint.read.versions": "2"}), store, None)
+    reader.start()
+    try:
+        checkpoint = reader.read_last_checkpoint(task_name)
+    finally:
+        reader.stop()
+    resumed = f"V2 checkpoint {checkpoint.checkpoint_id}" if isinstance(checkpoint, CheckpointV2) else "no checkpoint"
+    log.warning("%s: the last checkpoint is V1, which cannot restore its stores; resuming from %s", task_name, resumed)
+    return checkpoint
 
 
 def _startpoint_manager(config: Config, store: MetadataStore) -> StartpointManager | None:

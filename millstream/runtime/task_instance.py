@@ -1,8 +1,17 @@
-"""One task of a container: the user's task object, its partitions, offsets and commits.
+"""One task of a container: the user's task object, its partitions, offsets, stores and commits.
 
-Commit order is what makes output at-least-once: producers are flushed first, and only then are the
-offsets of the processed messages checkpointed. A crash between the two re-processes messages whose
-output may already exist; it never checkpoints input whose output was lost.
+Commit order is what makes output at-least-once and state transactional: producers are flushed
+(output and changelogs), the stores are snapshotted (synchronously, exclusive with processing: the
+checkpoint directories and the backends' markers), their snapshots uploaded (asynchronously, on a
+commit thread, while the task keeps processing), and only then are the checkpoints written — input
+offsets with the markers of exactly the state those offsets produced — and what they no longer need
+cleaned up. A crash anywhere re-processes from the last durable checkpoint, with the stores restored
+to the state it names.
+
+One commit is in flight per task. A commit due while the previous one still uploads is skipped while
+that one started less than ``task.commit.max.delay.ms`` ago; past that, processing blocks until it
+ends, and fails after ``task.commit.timeout.ms``. A failed asynchronous stage fails the next commit
+(and so the container) with its cause. A task without stores commits synchronously, as before.
 """
 
 from __future__ import annotations
@@ -10,8 +19,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Executor, Future
+from concurrent.futures import wait as wait_for
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from millstream.api.task import (
     CheckpointListener,
@@ -22,12 +33,17 @@ from millstream.api.task import (
     WindowableTask,
 )
 from millstream.checkpoint.base import CheckpointManager
-from millstream.checkpoint.checkpoint import CheckpointV1
+from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
 from millstream.config import Config
+from millstream.config.views import TaskConfig
 from millstream.errors import MillstreamError
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition, TaskName
 from millstream.runtime.collector import ProducerPool, TaskCollector
 from millstream.startpoint.manager import StartpointManager
+from millstream.storage.errors import CommitFailedError, CommitTimeoutError
+
+if TYPE_CHECKING:
+    from millstream.storage.manager import TaskStorageManager
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +113,27 @@ class AppliedStartpoints:
             log.info("%s: startpoints of %s applied and removed", self.task_name, sorted(s.key() for s in done))
 
 
+@dataclass(frozen=True)
+class CommitSettings:
+    """The commit rules of ``task.*`` (see the module docstring)."""
+
+    max_delay_ms: int = 60_000
+    timeout_ms: int = 1_800_000
+    write_versions: tuple[int, ...] = (1, 2)
+    pause: Callable[[str], None] = field(default=lambda point: None, compare=False)
+    """Testing hook at the commit points (``storage.faults``)."""
+
+    @classmethod
+    def of(cls, config: Config, pause: Callable[[str], None] | None = None) -> CommitSettings:
+        task = TaskConfig.of(config)
+        return cls(
+            task.commit_max_delay_ms,
+            task.commit_timeout_ms,
+            tuple(task.checkpoint_write_versions),
+            pause or (lambda point: None),
+        )
+
+
 class TaskInstance:
     def __init__(
         self,
@@ -110,6 +147,11 @@ class TaskInstance:
         checkpointed: Mapping[SystemStreamPartition, str | None],
         catch_up_from: Mapping[SystemStreamPartition, tuple[str, Callable[[str, str], int | None]]],
         startpoints: AppliedStartpoints | None = None,
+        *,
+        storage: TaskStorageManager | None = None,
+        commit_settings: CommitSettings | None = None,
+        commit_executor: Executor | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.task_name = task_name
         self.task = task
@@ -135,6 +177,19 @@ class TaskInstance:
         self.startpoints = startpoints
         self._updated: set[SystemStreamPartition] = set()
         """Partitions that processed a message (or reached end-of-stream) since start."""
+        self.storage = storage
+        self.commit_settings = commit_settings or CommitSettings()
+        self.commit_executor = commit_executor
+        self._clock = clock
+        self._snapshotted = dict(self.last_processed)
+        """The offsets of the last commit's snapshot (its checkpoint may still be on its way)."""
+        self._in_flight: Future[None] | None = None
+        self._in_flight_id: CheckpointId | None = None
+        self._commit_started = 0.0
+        self._commit_failure: tuple[CheckpointId, BaseException] | None = None
+        self.commits_skipped = 0
+        self.commits_blocked = 0
+        self.last_checkpoint: Checkpoint | None = None
 
     def init(self) -> None:
         if isinstance(self.task, InitableTask):
@@ -193,18 +248,126 @@ class TaskInstance:
         self.finished = True
 
     def commit(self) -> None:
-        """Flush this task's output, then checkpoint the offsets it processed (only if they moved);
-        then drop the startpoints this commit made obsolete."""
+        """Flush this task's output, snapshot its stores, then (asynchronously when it has backups)
+        upload them, checkpoint the offsets it processed and clean up; only when the offsets moved
+        or a store changed. Then drop the startpoints this commit made obsolete."""
+        self._raise_commit_failure()
+        in_flight = self._in_flight
+        if in_flight is not None and not in_flight.done():
+            delay_ms = (self._clock() - self._commit_started) * 1000
+            if delay_ms < self.commit_settings.max_delay_ms:
+                self.commits_skipped += 1
+                log.debug("%s: commit skipped, commit %s still uploading", self.task_name, self._in_flight_id)
+                return
+            self.commits_blocked += 1
+            log.warning(
+                "%s: commit %s still uploading after %.0f ms (task.commit.max.delay.ms=%d): processing waits for it",
+                self.task_name, self._in_flight_id, delay_ms, self.commit_settings.max_delay_ms,
+            )  # fmt: skip
+            self._wait_for_commit()
+            self._raise_commit_failure()
+        storage = self.storage
+        if self.last_processed == self._snapshotted and not (storage is not None and storage.dirty):
+            self.producers.flush(self.task_name)
+            if isinstance(self.task, CheckpointListener):
+                self.task.before_checkpoint()
+            if self.startpoints is not None and self.startpoints.pending:
+                self.startpoints.committed(self._updated)
+            return
+        started = self._clock()
+        checkpoint_id = CheckpointId.create()
+        offsets = dict(self.last_processed)
+        updated = set(self._updated)
         self.producers.flush(self.task_name)
         if isinstance(self.task, CheckpointListener):
             self.task.before_checkpoint()
-        if self.last_processed != self._last_written:
-            offsets = dict(self.last_processed)
-            self.checkpoint_manager.write_checkpoint(self.task_name, CheckpointV1(offsets))
-            self._last_written = offsets
-            self.commits += 1
+        markers = storage.snapshot(checkpoint_id) if storage is not None else {}
+        self._snapshotted = offsets
+        self._commit_started = started
+        self.commit_settings.pause("after-snapshot")
+        if storage is not None and storage.has_backups and self.commit_executor is not None:
+            self._in_flight_id = checkpoint_id
+            self._in_flight = self.commit_executor.submit(
+                self._complete_commit_recording_failure, checkpoint_id, offsets, markers, updated
+            )
+        else:
+            self._complete_commit(checkpoint_id, offsets, markers, updated)
+
+    def _complete_commit_recording_failure(
+        self,
+        checkpoint_id: CheckpointId,
+        offsets: dict[SystemStreamPartition, str],
+        markers: dict[str, dict[str, str]],
+        updated: set[SystemStreamPartition],
+    ) -> None:
+        try:
+            self._complete_commit(checkpoint_id, offsets, markers, updated)
+        except BaseException as error:  # raised by the next commit, on the task's thread
+            log.error("%s: commit %s failed: %s: %s", self.task_name, checkpoint_id, type(error).__name__, error)
+            self._commit_failure = (checkpoint_id, error)
+
+    def _complete_commit(
+        self,
+        checkpoint_id: CheckpointId,
+        offsets: dict[SystemStreamPartition, str],
+        markers: dict[str, dict[str, str]],
+        updated: set[SystemStreamPartition],
+    ) -> None:
+        """Upload → write checkpoints → startpoints → cleanup: the asynchronous stage of a commit."""
+        storage = self.storage
+        uploaded = storage.upload(checkpoint_id, markers) if storage is not None else {}
+        self.commit_settings.pause("after-upload")
+        checkpoints: list[Checkpoint] = []
+        for version in self.commit_settings.write_versions:
+            if version == 1:
+                v1_offsets: dict[SystemStreamPartition, str | None] = dict(offsets)
+                if storage is not None:
+                    v1_offsets.update(storage.changelog_offsets(checkpoint_id, uploaded))
+                checkpoints.append(CheckpointV1(v1_offsets))
+            else:
+                checkpoints.append(CheckpointV2(checkpoint_id, offsets, uploaded))
+        if storage is not None:
+            storage.write_local_checkpoint(checkpoint_id, checkpoints)
+        for checkpoint in checkpoints:
+            self.checkpoint_manager.write_checkpoint(self.task_name, checkpoint)
+        self._last_written = offsets
+        self.last_checkpoint = checkpoints[-1] if checkpoints else None
+        self.commits += 1
         if self.startpoints is not None and self.startpoints.pending:
-            self.startpoints.committed(self._updated)
+            self.startpoints.committed(updated)
+        self.commit_settings.pause("after-checkpoint")
+        if storage is not None:
+            storage.cleanup(checkpoint_id, uploaded)
+
+    def _wait_for_commit(self) -> None:
+        in_flight = self._in_flight
+        if in_flight is None:
+            return
+        timeout = self.commit_settings.timeout_ms / 1000
+        done, _ = wait_for([in_flight], timeout)
+        if not done:
+            raise CommitTimeoutError(
+                f"task '{self.task_name}': commit {self._in_flight_id} did not finish uploading within "
+                f"task.commit.timeout.ms={self.commit_settings.timeout_ms}"
+            )
+        self._in_flight = None
+
+    def _raise_commit_failure(self) -> None:
+        failure = self._commit_failure
+        if failure is not None:
+            checkpoint_id, error = failure
+            raise CommitFailedError(
+                f"task '{self.task_name}': commit {checkpoint_id} failed: {type(error).__name__}: {error}"
+            ) from error
+
+    def finish_commits(self) -> None:
+        """Before the container returns: wait for the commit in flight, and commit what a skipped
+        commit left uncommitted. Raises the failure of any of them."""
+        self._wait_for_commit()
+        self._raise_commit_failure()
+        self.commit()
+        self._wait_for_commit()
+        self._raise_commit_failure()
 
     def close(self) -> None:
         if isinstance(self.task, ClosableTask):

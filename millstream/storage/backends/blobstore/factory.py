@@ -1,0 +1,90 @@
+"""``blobstore`` (or Samza's ``org.apache.samza.storage.blobstore.BlobStoreStateBackendFactory``).
+
+One blob store client and one pool of ``blob.store.transfer.threads`` per container, shared by its
+tasks' managers. Only persistent stores can use it (it backs up files), and only with version 2 in
+``task.checkpoint.read.versions`` ahead of 1: V1 checkpoints carry no snapshot, so a job reading them
+could never restore its stores.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import ClassVar
+
+from millstream.config.core import Config
+from millstream.config.views import BlobStoreConfig, StoreConfig, TaskConfig
+from millstream.errors import ConfigError
+from millstream.metadata.base import MetadataStore
+from millstream.runtime.job_model import JobModel
+from millstream.storage.backends.base import (
+    StateBackendAdmin,
+    StateBackendFactory,
+    TaskBackendContext,
+    TaskBackupManager,
+    TaskRestoreManager,
+)
+from millstream.storage.backends.blobstore.admin import BlobStoreStateBackendAdmin
+from millstream.storage.backends.blobstore.backup import BlobStoreTaskBackupManager
+from millstream.storage.backends.blobstore.restore import BlobStoreTaskRestoreManager
+from millstream.storage.backends.blobstore.transfer import BlobTransfer
+from millstream.storage.blobstore.base import RetryPolicy, blob_store
+
+
+class BlobStoreStateBackendFactory(StateBackendFactory):
+    checkpoint_name: ClassVar[str] = "org.apache.samza.storage.blobstore.BlobStoreStateBackendFactory"
+    requires_checkpoint_v2: ClassVar[bool] = True
+
+    def __init__(self) -> None:
+        self._transfer: BlobTransfer | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def validate_store(self, config: Config, store: str, store_config: StoreConfig, persistent: bool) -> None:
+        if not persistent:
+            raise ConfigError(
+                f"store '{store}' uses the blob store backend, which backs up store files, but its factory "
+                f"'{store_config.factory}' keeps no files (use rocksdb, or the changelog backend)"
+            )
+        read = TaskConfig.of(config).checkpoint_read_versions
+        if 2 not in read or (1 in read and read.index(1) < read.index(2)):
+            raise ConfigError(
+                f"store '{store}' uses the blob store backend, which only V2 checkpoints describe, but "
+                f"task.checkpoint.read.versions is '{','.join(map(str, read))}': put 2 first (e.g. '2' or '2,1')"
+            )
+        write = TaskConfig.of(config).checkpoint_write_versions
+        if 2 not in write:
+            raise ConfigError(
+                f"store '{store}' uses the blob store backend, but task.checkpoint.write.versions "
+                f"'{','.join(map(str, write))}' does not write V2 checkpoints"
+            )
+        BlobStoreConfig.of(config)
+
+    def transfer(self, config: Config) -> BlobTransfer:
+        with self._lock:
+            if self._transfer is None:
+                threads = BlobStoreConfig.of(config).transfer_threads
+                self._executor = ThreadPoolExecutor(threads, thread_name_prefix="blob-transfer")
+                self._transfer = BlobTransfer(blob_store(config), RetryPolicy.of(config), self._executor)
+            return self._transfer
+
+    def get_backup_manager(self, context: TaskBackendContext) -> TaskBackupManager:
+        return BlobStoreTaskBackupManager(context, self.transfer(context.config), self.marker_key())
+
+    def get_restore_manager(self, context: TaskBackendContext) -> TaskRestoreManager:
+        return BlobStoreTaskRestoreManager(context, self.transfer(context.config), self.marker_key())
+
+    def get_admin(
+        self, config: Config, job_model: JobModel, metadata_store: MetadataStore, stores: Mapping[str, StoreConfig]
+    ) -> StateBackendAdmin:
+        return BlobStoreStateBackendAdmin(config)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._executor is not None:
+                self._executor.shutdown(wait=True, cancel_futures=True)
+            if self._transfer is not None:
+                self._transfer.blob_store.close()
+            self._executor = None
+            self._transfer = None

@@ -1,0 +1,75 @@
+"""Changelog streams: one per store, a partition per task (at least), compacted; created by the job
+coordinator before any container starts, with every task's partition assigned (and kept) in the
+metadata store."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from millstream.config.core import Config
+from millstream.config.views import StoreConfig, parse_stream
+from millstream.errors import MillstreamError
+from millstream.metadata.base import MetadataStore
+from millstream.model import SystemStream
+from millstream.runtime.job_model import JobModel
+from millstream.storage.backends.base import StateBackendAdmin
+from millstream.storage.changelog_partitions import assign_changelog_partitions
+from millstream.systems.base import StreamSpec
+from millstream.systems.registry import system_factory
+
+log = logging.getLogger(__name__)
+
+CHANGELOG_STREAM_CONFIG = {"cleanup.policy": "compact"}
+
+
+class ChangelogStateBackendAdmin(StateBackendAdmin):
+    def __init__(
+        self, config: Config, job_model: JobModel, metadata_store: MetadataStore, stores: Mapping[str, StoreConfig]
+    ) -> None:
+        self.config = config
+        self.job_model = job_model
+        self.metadata_store = metadata_store
+        self.changelogs: dict[str, SystemStream] = {
+            store: parse_stream(store_config.changelog, f"stores.{store}.changelog")
+            for store, store_config in stores.items()
+            if store_config.changelog
+        }
+
+    def _partitions_needed(self) -> int:
+        mapping = assign_changelog_partitions(self.metadata_store, self.job_model.tasks)
+        return max([len(self.job_model.tasks), *(partition + 1 for partition in mapping.values())])
+
+    def create_resources(self) -> None:
+        needed = self._partitions_needed()
+        for store, stream in sorted(self.changelogs.items()):
+            admin = system_factory(self.config, stream.system).get_admin(stream.system, self.config)
+            admin.start()
+            try:
+                spec = StreamSpec(stream.system, stream.stream, needed, CHANGELOG_STREAM_CONFIG)
+                if admin.create_stream(spec):
+                    log.info("created changelog %s of store '%s' with %d partition(s)", stream, store, needed)
+                self._check(admin, store, stream, needed)
+            finally:
+                admin.stop()
+
+    def validate_resources(self) -> None:
+        needed = self._partitions_needed()
+        for store, stream in sorted(self.changelogs.items()):
+            admin = system_factory(self.config, stream.system).get_admin(stream.system, self.config)
+            admin.start()
+            try:
+                self._check(admin, store, stream, needed)
+            finally:
+                admin.stop()
+
+    @staticmethod
+    def _check(admin: object, store: str, stream: SystemStream, needed: int) -> None:
+        metadata = admin.get_system_stream_metadata([stream.stream]).get(stream.stream)  # type: ignore[attr-defined]
+        if metadata is None:
+            raise MillstreamError(f"changelog '{stream}' of store '{store}' does not exist")
+        if metadata.partition_count < needed:
+            raise MillstreamError(
+                f"changelog '{stream}' of store '{store}' has {metadata.partition_count} partition(s); the job "
+                f"needs {needed} (one per task)"
+            )

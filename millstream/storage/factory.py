@@ -1,0 +1,44 @@
+"""Choose a store's engine from ``stores.<s>.factory``: ``rocksdb`` (default), ``inmemory``, Samza's
+factory class names, or ``module:Class`` of any class with ``persistent`` and ``get_storage_engine``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from millstream.config.core import Config
+from millstream.config.views import store_config
+from millstream.errors import ConfigError
+from millstream.plugins import load_object
+from millstream.storage.kv import KeyValueStorageEngine
+
+STORE_FACTORIES = {
+    "rocksdb": "millstream.storage.rocksdb:RocksDbStorageEngineFactory",
+    "inmemory": "millstream.storage.inmemory:InMemoryStorageEngineFactory",
+    "org.apache.samza.storage.kv.RocksDbKeyValueStorageEngineFactory": (
+        "millstream.storage.rocksdb:RocksDbStorageEngineFactory"
+    ),
+    "org.apache.samza.storage.kv.inmemory.InMemoryKeyValueStorageEngineFactory": (
+        "millstream.storage.inmemory:InMemoryStorageEngineFactory"
+    ),
+}
+
+
+class StorageEngineFactory(Protocol):
+    persistent: bool
+    """True when the engine keeps its data in ``store_dir`` (and can be checkpointed there)."""
+
+    def get_storage_engine(self, store_name: str, store_dir: Path) -> KeyValueStorageEngine: ...
+
+
+def storage_engine_factory(config: Config, store: str) -> StorageEngineFactory:
+    key = f"stores.{store}.factory"
+    name = store_config(config, store).factory
+    factory_class = load_object(name, key, STORE_FACTORIES)
+    try:
+        factory = factory_class()
+    except Exception as error:
+        raise ConfigError(f"config key '{key}': cannot create '{name}': {error}") from None
+    if not (hasattr(factory, "get_storage_engine") and isinstance(getattr(factory, "persistent", None), bool)):
+        raise ConfigError(f"config key '{key}': '{name}' is not a storage engine factory")
+    return factory

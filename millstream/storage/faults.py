@@ -1,0 +1,66 @@
+"""Testing only: pause a commit at a named point so a test can SIGKILL the container exactly there.
+
+``task.commit.testing.pause.at`` names the point (``after-snapshot``, ``mid-upload``, ``after-upload``,
+``after-checkpoint``), ``task.commit.testing.pause.ms`` how long to pause, and
+``task.commit.testing.marker.dir`` where the pause announces itself: it writes ``<point>`` holding
+the pausing process id, then sleeps. The marker also makes the pause happen once per job: a restarted
+container that finds it does not pause again. Off (and free) unless configured.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+
+from millstream.config.core import Config
+from millstream.config.views import TaskConfig
+
+log = logging.getLogger(__name__)
+
+PAUSE_POINTS = ("after-snapshot", "mid-upload", "after-upload", "after-checkpoint")
+
+
+class CommitPauses:
+    def __init__(self, point: str | None, pause_ms: int, marker_dir: str | None) -> None:
+        if point is not None and point not in PAUSE_POINTS:
+            from millstream.errors import ConfigError
+
+            raise ConfigError(
+                f"config key 'task.commit.testing.pause.at': '{point}' is not one of {', '.join(PAUSE_POINTS)}"
+            )
+        self.point = point
+        self.pause_ms = pause_ms
+        self.marker_dir = Path(marker_dir) if marker_dir else None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, config: Config) -> CommitPauses:
+        task = TaskConfig.of(config)
+        return cls(task.commit_testing_pause_at, task.commit_testing_pause_ms, task.commit_testing_marker_dir)
+
+    def __call__(self, point: str) -> None:
+        if point != self.point:
+            return
+        with self._lock:
+            if self.marker_dir is not None and not self._claim(self.marker_dir / point):
+                return
+            log.warning("testing: commit paused at %s for %d ms (pid %d)", point, self.pause_ms, os.getpid())
+            time.sleep(self.pause_ms / 1000)
+
+    @staticmethod
+    def _claim(marker: Path) -> bool:
+        """Create ``marker`` holding this process id, atomically; False when another process (or an
+        earlier attempt) already did, so exactly one pause happens per job."""
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        temporary = marker.with_name(f".{marker.name}.{os.getpid()}.{threading.get_ident()}")
+        temporary.write_text(str(os.getpid()))
+        try:
+            os.link(temporary, marker)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            temporary.unlink(missing_ok=True)

@@ -1,0 +1,155 @@
+"""Where stores live on local disk, as in Samza.
+
+``<base>/<store>/<task>`` is a task's current store; ``<base>/<store>/<task>-<CheckpointId>`` are its
+checkpoints (RocksDB checkpoints: hard links to the SST files). ``<base>`` is
+``job.logged.store.base.dir`` for stores with a backup and ``job.non-logged.store.base.dir`` for the
+others. A checkpoint directory may also hold ``OFFSET-v2`` (the changelog offsets at that commit) and
+``CHECKPOINT-V2`` (the commit's V2 checkpoint), which tell a restart what the directory contains;
+they are written atomically (temporary file, fsync, rename) and never uploaded.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from millstream.checkpoint.checkpoint import CheckpointFormatError, CheckpointId, CheckpointV2
+from millstream.config.core import Config
+from millstream.config.views import JobConfig
+from millstream.errors import MillstreamError
+from millstream.model import SystemStreamPartition
+
+OFFSET_FILE = "OFFSET"
+OFFSET_V2_FILE = "OFFSET-v2"
+SIDE_INPUT_OFFSETS_FILE = "SIDE-INPUT-OFFSETS"
+CHECKPOINT_V2_FILE = "CHECKPOINT-V2"
+LOCAL_CHECKPOINT_FILES = frozenset({OFFSET_FILE, OFFSET_V2_FILE, SIDE_INPUT_OFFSETS_FILE, CHECKPOINT_V2_FILE})
+"""Files describing a checkpoint directory; never part of what a backend backs up or compares."""
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def task_dir_name(task_name: str) -> str:
+    """A task name as a directory name: Samza replaces spaces; we also replace anything unsafe."""
+    return _UNSAFE.sub("_", task_name)
+
+
+@dataclass(frozen=True)
+class StoreLayout:
+    logged_base: Path
+    non_logged_base: Path
+
+    @classmethod
+    def of(cls, config: Config) -> StoreLayout:
+        job = JobConfig.of(config)
+        stores = Path(job.job_dir) / "stores"
+        logged = Path(job.logged_store_base_dir) if job.logged_store_base_dir else stores / "logged"
+        non_logged = Path(job.non_logged_store_base_dir) if job.non_logged_store_base_dir else stores / "non-logged"
+        return cls(logged.expanduser().resolve(), non_logged.expanduser().resolve())
+
+    def store_dir(self, store: str, task_name: str, logged: bool) -> Path:
+        return (self.logged_base if logged else self.non_logged_base) / store / task_dir_name(task_name)
+
+
+def checkpoint_dir(store_dir: Path, checkpoint_id: CheckpointId) -> Path:
+    return store_dir.with_name(f"{store_dir.name}-{checkpoint_id}")
+
+
+def checkpoint_dirs(store_dir: Path) -> dict[CheckpointId, Path]:
+    """The store's checkpoint directories by CheckpointId (leftovers that are not one are left out)."""
+    found = {}
+    pattern = re.compile(re.escape(store_dir.name) + r"-(\d+-\d+)")
+    if store_dir.parent.is_dir():
+        for entry in store_dir.parent.iterdir():
+            match = pattern.fullmatch(entry.name)
+            if match and entry.is_dir():
+                found[CheckpointId.parse(match.group(1))] = entry
+    return dict(sorted(found.items()))
+
+
+def delete_checkpoint_dirs(store_dir: Path, keep: CheckpointId | None = None) -> None:
+    """Delete every ``<store dir>-*`` sibling but ``keep``'s, including half-made ones (``.tmp``)."""
+    keep_name = None if keep is None else checkpoint_dir(store_dir, keep).name
+    prefix = store_dir.name + "-"
+    if not store_dir.parent.is_dir():
+        return
+    for entry in store_dir.parent.iterdir():
+        if entry.name.startswith(prefix) and entry.name != keep_name:
+            delete_path(entry)
+
+
+def delete_path(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+        if path.exists():
+            shutil.rmtree(path)  # raises, naming what could not be removed
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def write_file_atomically(path: Path, data: bytes) -> None:
+    """Write, fsync and rename into place: a reader sees the old file or the new one, whole."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    with open(temporary, "wb") as file:
+        file.write(data)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, path)
+    sync_dir(path.parent)
+
+
+def sync_dir(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def copy_dir(source: Path, target: Path, link: Callable[[Path], bool] = lambda p: p.suffix == ".sst") -> None:
+    """Copy a store directory: files ``link`` accepts (immutable SSTs) are hard-linked, the rest copied
+    (RocksDB appends to its MANIFEST, which must not change the checkpoint it came from)."""
+    target.mkdir(parents=True, exist_ok=True)
+    for entry in source.iterdir():
+        destination = target / entry.name
+        if entry.is_dir():
+            copy_dir(entry, destination, link)
+        elif link(entry):
+            try:
+                os.link(entry, destination)
+            except OSError:
+                shutil.copy2(entry, destination)
+        else:
+            shutil.copy2(entry, destination)
+
+
+def write_offset_file(directory: Path, offsets: Mapping[SystemStreamPartition, str | None]) -> None:
+    document = {ssp.key(): offset for ssp, offset in sorted(offsets.items())}
+    write_file_atomically(directory / OFFSET_V2_FILE, orjson.dumps(document))
+
+
+def read_offset_file(directory: Path) -> dict[SystemStreamPartition, str | None] | None:
+    """The changelog offsets an ``OFFSET-v2`` file records; None when absent or unreadable."""
+    try:
+        document = orjson.loads((directory / OFFSET_V2_FILE).read_bytes())
+        return {SystemStreamPartition.parse_key(key): offset for key, offset in document.items()}
+    except (OSError, orjson.JSONDecodeError, AttributeError, MillstreamError):
+        return None
+
+
+def write_checkpoint_file(directory: Path, checkpoint: CheckpointV2) -> None:
+    write_file_atomically(directory / CHECKPOINT_V2_FILE, checkpoint.to_bytes())
+
+
+def read_checkpoint_file(directory: Path) -> CheckpointV2 | None:
+    """The V2 checkpoint a ``CHECKPOINT-V2`` file records; None when absent or unreadable."""
+    try:
+        return CheckpointV2.from_bytes((directory / CHECKPOINT_V2_FILE).read_bytes())
+    except (OSError, CheckpointFormatError):
+        return None

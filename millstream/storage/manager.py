@@ -1,0 +1,346 @@
+"""The stores of a container's tasks, from restore at start to the last commit.
+
+``ContainerStorageManager`` owns what the tasks share: one instance of each state backend factory
+(its clients and transfer threads), the systems changelogs use, and the restore and commit thread
+pools. ``TaskStorageManager`` owns one task's engines, stores and backup managers and carries out the
+storage steps of a commit for ``TaskInstance``: ``snapshot`` (synchronous: flush the stores, make the
+checkpoint directories, let backends snapshot), ``upload``, ``write_local_checkpoint`` and ``cleanup``
+(on a commit thread).
+
+Restore order per task, as in Samza: persistent stores without a backup lose their directory (they
+are always empty at start); every other store is restored by the backend the checkpoint selects
+(``registry.restore_factory_for``); the remaining engines open on their directories; backup managers
+start from the same checkpoint; then the last checkpoint's cleanup runs again (a crash may have cut it
+short).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
+from millstream.config.core import Config
+from millstream.config.views import JobConfig, parse_stream, store_config, store_names
+from millstream.metadata.base import MetadataStore
+from millstream.model import SystemStreamPartition, TaskName
+from millstream.runtime.collector import ProducerPool
+from millstream.runtime.job_model import JobModel, TaskModel
+from millstream.serde.registry import SerdeRegistry
+from millstream.storage.backends.base import (
+    StateBackendFactory,
+    StoreSpec,
+    TaskBackendContext,
+    TaskBackupManager,
+)
+from millstream.storage.backends.registry import backup_factories, restore_factories, restore_factory_for
+from millstream.storage.changelog_partitions import changelog_partition
+from millstream.storage.factory import StorageEngineFactory, storage_engine_factory
+from millstream.storage.faults import CommitPauses
+from millstream.storage.kv import ChangelogWriter, KeyValueStorageEngine, TaskKeyValueStore
+from millstream.storage.layout import (
+    StoreLayout,
+    checkpoint_dir,
+    delete_checkpoint_dirs,
+    delete_path,
+    write_checkpoint_file,
+    write_offset_file,
+)
+from millstream.storage.systems import ContainerSystems
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Store:
+    spec: StoreSpec
+    engine_factory: StorageEngineFactory
+    backups: tuple[type[StateBackendFactory], ...]
+    logged: bool
+    """Has a backup or restore backend: its current directory is never trusted at start."""
+
+
+class TaskStorageManager:
+    def __init__(self, container: ContainerStorageManager, task_name: TaskName, task_model: TaskModel) -> None:
+        self.container = container
+        self.task_name = task_name
+        self.task_model = task_model
+        config = container.config
+        self._stores: dict[str, _Store] = {}
+        partition: int | None = None
+        for name in container.store_names:
+            own = store_config(config, name)
+            engine_factory = storage_engine_factory(config, name)
+            backups = tuple(backup_factories(config, name))
+            logged = bool(backups or restore_factories(config, name))
+            changelog: SystemStreamPartition | None = None
+            if own.changelog:
+                if partition is None:
+                    partition = changelog_partition(container.metadata_store, task_name)
+                changelog = parse_stream(own.changelog, f"stores.{name}.changelog").partition(partition)
+            store_dir = container.layout.store_dir(name, task_name, logged)
+            spec = StoreSpec(name, own, store_dir, engine_factory.persistent, changelog)
+            self._stores[name] = _Store(spec, engine_factory, backups, logged)
+        self.engines: dict[str, KeyValueStorageEngine] = {}
+        self.stores: dict[str, TaskKeyValueStore] = {}
+        self.backup_managers: dict[str, TaskBackupManager] = {}
+        self._engine_lock = threading.Lock()
+        self.restored_by: dict[str, str] = {}
+        """Store → the backend that restored it (for logs and tests)."""
+
+    def __repr__(self) -> str:
+        return f"TaskStorageManager({self.task_name!r}, stores={sorted(self._stores)})"
+
+    @property
+    def has_backups(self) -> bool:
+        return bool(self.backup_managers)
+
+    @property
+    def restorable_from_v1(self) -> bool:
+        """Whether a V1 checkpoint can restore every backed-up store (it carries changelog offsets only)."""
+        v1 = CheckpointV1({})
+        return all(
+            restore_factory_for(self.container.config, name, v1, entry.spec.changelog is not None) is not None
+            for name, entry in self._stores.items()
+            if entry.backups
+        )
+
+    @property
+    def dirty(self) -> bool:
+        return any(store.dirty for store in self.stores.values())
+
+    def backend_context(self, names: list[str]) -> TaskBackendContext:
+        container = self.container
+        return TaskBackendContext(
+            container.config,
+            container.job_model,
+            self.task_name,
+            self.task_model,
+            {name: self._stores[name].spec for name in names},
+            container.metadata_store,
+            container.systems,
+            self.open_engine,
+            container.pause,
+        )
+
+    def open_engine(self, store: str) -> KeyValueStorageEngine:
+        """The store's engine, opened on its directory on first use."""
+        with self._engine_lock:
+            engine = self.engines.get(store)
+            if engine is None:
+                entry = self._stores[store]
+                engine = entry.engine_factory.get_storage_engine(store, entry.spec.store_dir)
+                self.engines[store] = engine
+            return engine
+
+    def restore(self, checkpoint: Checkpoint | None) -> None:
+        """Bring every store to the state ``checkpoint`` names (runs on a restore thread)."""
+        started = time.monotonic()
+        groups: dict[str, tuple[type[StateBackendFactory], list[str]]] = {}
+        for name, entry in self._stores.items():
+            if entry.spec.persistent and not entry.logged:
+                delete_path(entry.spec.store_dir)
+                delete_checkpoint_dirs(entry.spec.store_dir)
+                continue
+            if entry.spec.persistent and entry.spec.config.clean_on_container_start:
+                delete_path(entry.spec.store_dir)
+                delete_checkpoint_dirs(entry.spec.store_dir)
+            factory_class = restore_factory_for(
+                self.container.config, name, checkpoint, entry.spec.changelog is not None
+            )
+            if factory_class is None:
+                if entry.spec.persistent:
+                    delete_path(entry.spec.store_dir)
+                    delete_checkpoint_dirs(entry.spec.store_dir)
+                continue
+            groups.setdefault(factory_class.marker_key(), (factory_class, []))[1].append(name)
+        for key, (factory_class, names) in groups.items():
+            manager = self.container.factory(factory_class).get_restore_manager(self.backend_context(names))
+            try:
+                manager.init(checkpoint)
+                manager.restore()
+            finally:
+                manager.close()
+            for name in names:
+                self.restored_by[name] = key
+        for name in self._stores:
+            self.open_engine(name)
+        log.info("task '%s': %d store(s) ready in %.2fs", self.task_name, len(self._stores), time.monotonic() - started)
+
+    def start(self, checkpoint: Checkpoint | None) -> None:
+        """Create the backup managers from ``checkpoint`` and the task's stores; finish the last
+        checkpoint's cleanup, which a crash may have cut short."""
+        config = self.container.config
+        serdes = self.container.serdes
+        by_backend: dict[str, tuple[type[StateBackendFactory], list[str]]] = {}
+        for name, entry in self._stores.items():
+            for factory_class in entry.backups:
+                by_backend.setdefault(factory_class.marker_key(), (factory_class, []))[1].append(name)
+        for key, (factory_class, names) in by_backend.items():
+            manager = self.container.factory(factory_class).get_backup_manager(self.backend_context(names))
+            manager.init(checkpoint)
+            self.backup_managers[key] = manager
+        for name in self._stores:
+            own = store_config(config, name)
+            writers = [w for m in self.backup_managers.values() if (w := m.store_writer(name)) is not None]
+            self.stores[name] = TaskKeyValueStore(
+                self.task_name,
+                name,
+                self.engines[name],
+                serdes.get(own.key_serde, f"stores.{name}.key.serde") if own.key_serde else None,
+                serdes.get(own.msg_serde, f"stores.{name}.msg.serde") if own.msg_serde else None,
+                _combined(writers),
+            )
+        if isinstance(checkpoint, CheckpointV2):
+            self.cleanup(checkpoint.checkpoint_id, checkpoint.state_checkpoint_markers)
+
+    def snapshot(self, checkpoint_id: CheckpointId) -> dict[str, dict[str, str]]:
+        """Synchronous part of a commit: the stores' state as of now; backend → store → marker."""
+        for store in self.stores.values():
+            store.flush()
+            store.dirty = False
+        for name, entry in self._stores.items():
+            if entry.spec.persistent and entry.backups:
+                self.engines[name].checkpoint(checkpoint_dir(entry.spec.store_dir, checkpoint_id))
+        return {key: manager.snapshot(checkpoint_id) for key, manager in self.backup_managers.items()}
+
+    def upload(
+        self, checkpoint_id: CheckpointId, markers: Mapping[str, Mapping[str, str]]
+    ) -> dict[str, dict[str, str]]:
+        return {
+            key: manager.upload(checkpoint_id, markers.get(key, {})) for key, manager in self.backup_managers.items()
+        }
+
+    def changelog_offsets(
+        self, checkpoint_id: CheckpointId, markers: Mapping[str, Mapping[str, str]]
+    ) -> dict[SystemStreamPartition, str]:
+        offsets: dict[SystemStreamPartition, str] = {}
+        for key, manager in self.backup_managers.items():
+            offsets.update(manager.changelog_offsets(checkpoint_id, markers.get(key, {})))
+        return offsets
+
+    def write_local_checkpoint(self, checkpoint_id: CheckpointId, checkpoints: list[Checkpoint]) -> None:
+        """Record in each checkpoint directory what it holds (``OFFSET-v2``, ``CHECKPOINT-V2``)."""
+        for entry in self._stores.values():
+            directory = checkpoint_dir(entry.spec.store_dir, checkpoint_id)
+            if not directory.is_dir():
+                continue
+            for checkpoint in checkpoints:
+                if isinstance(checkpoint, CheckpointV2):
+                    write_checkpoint_file(directory, checkpoint)
+                elif isinstance(checkpoint, CheckpointV1) and entry.spec.changelog is not None:
+                    ssp = entry.spec.changelog
+                    if ssp in checkpoint.offsets:
+                        write_offset_file(directory, {ssp: checkpoint.offsets[ssp]})
+
+    def cleanup(self, checkpoint_id: CheckpointId, markers: Mapping[str, Mapping[str, str]]) -> None:
+        """After ``checkpoint_id`` is durable: backends delete what it no longer needs, then the older
+        checkpoint directories go."""
+        for key, manager in self.backup_managers.items():
+            manager.cleanup(checkpoint_id, markers.get(key, {}))
+        for entry in self._stores.values():
+            if entry.spec.persistent and entry.logged:
+                delete_checkpoint_dirs(entry.spec.store_dir, keep=checkpoint_id)
+
+    def close(self) -> None:
+        for manager in self.backup_managers.values():
+            manager.close()
+        for engine in self.engines.values():
+            engine.close()
+        self.backup_managers.clear()
+        self.engines.clear()
+
+
+def _combined(writers: list[ChangelogWriter]) -> ChangelogWriter | None:
+    if not writers:
+        return None
+    if len(writers) == 1:
+        return writers[0]
+
+    def write(key: bytes, value: bytes | None) -> None:
+        for writer in writers:
+            writer(key, value)
+
+    return write
+
+
+class ContainerStorageManager:
+    def __init__(
+        self,
+        config: Config,
+        job_model: JobModel,
+        container_id: str,
+        metadata_store: MetadataStore,
+        producers: ProducerPool,
+        serdes: SerdeRegistry | None = None,
+    ) -> None:
+        self.config = config
+        self.job_model = job_model
+        self.container_id = container_id
+        self.metadata_store = metadata_store
+        self.serdes = serdes or SerdeRegistry.from_config(config)
+        self.systems = ContainerSystems(config, producers)
+        self.layout = StoreLayout.of(config)
+        self.store_names = store_names(config)
+        self.pause = CommitPauses.of(config)
+        self._factories: dict[str, StateBackendFactory] = {}
+        self._lock = threading.Lock()
+        tasks = len(job_model.containers[container_id].tasks) if container_id in job_model.containers else 1
+        job = JobConfig.of(config)
+        self.commit_threads = min(max(2 * tasks, job.commit_thread_pool_size), job.commit_thread_pool_max_size)
+        self.restore_threads = min(max(tasks, job.restore_thread_pool_size), job.restore_thread_pool_max_size)
+        self._commit_executor: ThreadPoolExecutor | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.store_names)
+
+    def factory(self, factory_class: type[StateBackendFactory]) -> StateBackendFactory:
+        with self._lock:
+            key = factory_class.marker_key()
+            factory = self._factories.get(key)
+            if factory is None:
+                factory = self._factories[key] = factory_class()
+            return factory
+
+    @property
+    def commit_executor(self) -> ThreadPoolExecutor:
+        if self._commit_executor is None:
+            self._commit_executor = ThreadPoolExecutor(self.commit_threads, thread_name_prefix="commit")
+        return self._commit_executor
+
+    def task_storage(self, task_name: TaskName, task_model: TaskModel) -> TaskStorageManager | None:
+        return TaskStorageManager(self, task_name, task_model) if self.store_names else None
+
+    def restore(self, tasks: Mapping[TaskName, tuple[TaskStorageManager, Checkpoint | None]]) -> None:
+        """Restore every task's stores in parallel, then start their backups (on this thread)."""
+        if not tasks:
+            return
+        started = time.monotonic()
+        with ThreadPoolExecutor(self.restore_threads, thread_name_prefix="restore") as pool:
+            futures = [pool.submit(storage.restore, checkpoint) for storage, checkpoint in tasks.values()]
+            failure: BaseException | None = None
+            for future in futures:
+                try:
+                    future.result()
+                except BaseException as error:  # every restore ends before the first failure is raised
+                    failure = failure or error
+            if failure is not None:
+                raise failure
+        for storage, checkpoint in tasks.values():
+            storage.start(checkpoint)
+        log.info(
+            "container %s: stores of %d task(s) restored in %.2fs", self.container_id, len(tasks),
+            time.monotonic() - started,
+        )  # fmt: skip
+
+    def close(self) -> None:
+        if self._commit_executor is not None:
+            self._commit_executor.shutdown(wait=False, cancel_futures=True)
+        for factory in self._factories.values():
+            factory.close()
+        self.systems.stop()

@@ -1,0 +1,44 @@
+"""Startup checks of everything about state: ``stores.*``, ``blob.*`` and the checkpoint versions, so
+a misconfigured store stops the job before it starts, with the key at fault."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from millstream.config.core import Config
+from millstream.config.views import BlobStoreConfig, StoresConfig, TaskConfig, parse_stream, store_config, store_names
+from millstream.errors import ConfigError
+from millstream.storage.backends.registry import backup_factories, restore_factories, state_backend_factory_class
+from millstream.storage.factory import storage_engine_factory
+
+if TYPE_CHECKING:
+    from millstream.serde.registry import SerdeRegistry
+
+
+def validate_state_config(config: Config, serdes: SerdeRegistry) -> None:
+    for key in config:
+        if key.startswith("blob.") and not key.startswith(BlobStoreConfig.PREFIX):
+            raise ConfigError(f"unknown config key '{key}' (expected blob.store.<setting>)")
+    BlobStoreConfig.of(config)
+    job_level = StoresConfig.of(config)
+    for key, names in (
+        ("stores.backup.factories", job_level.backup_factories),
+        ("stores.restore.factories", job_level.restore_factories),
+    ):
+        for name in names or ():
+            state_backend_factory_class(name, key)
+    task = TaskConfig.of(config)
+    for versions, key in ((task.checkpoint_write_versions, "write"), (task.checkpoint_read_versions, "read")):
+        if len(set(versions)) != len(versions):
+            raise ConfigError(f"config key 'task.checkpoint.{key}.versions' repeats a version: {versions}")
+    for store in store_names(config):
+        own = store_config(config, store)
+        for kind, serde_name in (("key", own.key_serde), ("msg", own.msg_serde)):
+            if serde_name:
+                serdes.get(serde_name, f"stores.{store}.{kind}.serde")
+        if own.changelog:
+            parse_stream(own.changelog, f"stores.{store}.changelog")
+        persistent = storage_engine_factory(config, store).persistent
+        factories = {f.marker_key(): f for f in (*backup_factories(config, store), *restore_factories(config, store))}
+        for factory_class in factories.values():
+            factory_class().validate_store(config, store, own, persistent)

@@ -1,0 +1,166 @@
+"""Stateful jobs through the Spark runner, with a container SIGKILLed at each point of the commit flow:
+during processing, during an upload, between the upload and the checkpoint write, and between the
+checkpoint write and the cleanup. After Spark's retry restores the stores, the job must end with
+every store equal to a reference computed without faults (nothing applied twice, nothing lost), the
+stores restorable on a new host from the last checkpoint, no orphaned blob left, and every input
+message's output present at least once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from millstream.checkpoint.checkpoint import CheckpointV2
+from millstream.checkpoint.factory import checkpoint_manager
+from millstream.config import Config
+from millstream.coordinator.job_result import JobResult
+from millstream.metadata import coordination
+from millstream.metadata.factory import metadata_store
+from millstream.model import SystemStream, TaskName
+from millstream.spark.runner import SparkJobRunner
+from millstream.storage.backends.blobstore.index import SnapshotIndex
+from millstream.storage.backends.registry import state_backend_factory_class
+from millstream.testing import read_stream, write_stream
+from tests.helpers import create_stream, seal
+from tests.spark.test_runner import wait_for
+from tests.storage.harness import restored_contents, state_config
+
+pytestmark = pytest.mark.spark
+
+PARTITIONS = 4
+PER_PARTITION = 400
+KEYS = 7
+BLOB_MARKER_KEY = state_backend_factory_class("blobstore", "test").marker_key()
+
+
+def job(tmp_path: Path, backend: str, **extra: Any) -> Config:
+    config = state_config(
+        tmp_path,
+        backend,
+        task="tests.storage.jobs:CountPerKeyReportingAtEnd",
+        job__container__count=2,
+        task__commit__ms=250,
+        test__delay__seconds=0.003,
+        **extra,
+    )
+    create_stream(config, "in", PARTITIONS)
+    create_stream(config, "out", 1)
+    for partition in range(PARTITIONS):
+        messages = [(f"key{i % KEYS}", partition * 100_000 + i) for i in range(PER_PARTITION)]
+        write_stream(config, SystemStream("log", "in"), messages, partition=partition)
+    seal(config, "in")
+    return config
+
+
+def reference() -> dict[str, dict[str, int]]:
+    """Per task, the count of every key: what the stores hold after a run without faults."""
+    return {f"Partition {p}": dict(Counter(f"key{i % KEYS}" for i in range(PER_PARTITION))) for p in range(PARTITIONS)}
+
+
+def run_and_kill(config: Config, spark: Any, victim: Any) -> JobResult:
+    """Run the job on Spark; ``victim()`` returns a pid to SIGKILL (once) as soon as it knows one."""
+    runner = SparkJobRunner(config, spark=spark)
+    outcome: dict[str, JobResult] = {}
+    thread = threading.Thread(target=lambda: outcome.setdefault("result", runner.run()))
+    thread.start()
+    pid = wait_for(victim, timeout=120)
+    os.kill(pid, signal.SIGKILL)
+    thread.join(300)
+    assert not thread.is_alive(), "the job did not end after the kill"
+    return outcome["result"]
+
+
+def final_store_dumps(config: Config) -> dict[str, dict[str, int]]:
+    """The last ``{"store": ...}`` each task sent at end-of-stream (an earlier attempt may have sent one)."""
+    dumps: dict[str, dict[str, int]] = {}
+    for _, value in read_stream(config, SystemStream("log", "out"))[0]:
+        if "store" in value:
+            dumps[value["task"]] = value["store"]
+    return dumps
+
+
+def check_outcome(config: Config, result: JobResult, tmp_path: Path, backend: str) -> None:
+    assert result.outcome == "finished", result.error
+    assert max(c.epoch for c in result.containers) >= 2, "no container was retried"
+    assert final_store_dumps(config) == reference()
+    outputs = [v for _, v in read_stream(config, SystemStream("log", "out"))[0] if "store" not in v]
+    assert {(v["p"], v["v"]) for v in outputs} == {
+        (p, p * 100_000 + i) for p in range(PARTITIONS) for i in range(PER_PARTITION)
+    }  # at least once: every input's output is there (some twice, from before the kill)
+    for task, counts in reference().items():
+        assert restored_contents(config, TaskName(task), tmp_path / f"new-host-{task}") == counts
+    if backend in ("blobstore", "both"):
+        assert_no_orphaned_blobs(config)
+
+
+def assert_no_orphaned_blobs(config: Config) -> None:
+    root = Path(config["job.data.dir"]) / "blobs"
+    present = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+    referenced: set[str] = set()
+    for checkpoint in checkpoint_manager(config, metadata_store(config)).read_all().values():
+        assert isinstance(checkpoint, CheckpointV2)
+        index_blob = checkpoint.state_checkpoint_markers[BLOB_MARKER_KEY]["counts"]
+        index = SnapshotIndex.from_bytes((root / index_blob).read_bytes(), index_blob)
+        referenced |= {index_blob, *index.dir_index.blobs_present()}
+    assert present == referenced
+
+
+def running_container_with_a_checkpoint(config: Config) -> Any:
+    store = metadata_store(config)
+
+    def probe() -> int | None:
+        checkpoints = checkpoint_manager(config, store).read_all()
+        status = coordination.container_statuses(store).get("0", {})
+        task = TaskName("Partition 0")
+        if status.get("state") == "running" and task in checkpoints and checkpoints[task].offsets:
+            return int(status["pid"])
+        return None
+
+    return probe
+
+
+def paused_at(marker_dir: Path, point: str) -> Any:
+    def probe() -> int | None:
+        marker = marker_dir / point
+        if marker.is_file() and (text := marker.read_text().strip()):
+            time.sleep(0.2)  # well inside the pause
+            return int(text)
+        return None
+
+    return probe
+
+
+@pytest.mark.parametrize("backend", ["changelog", "blobstore"])
+def test_sigkill_during_processing(spark_local, tmp_path: Path, backend: str) -> None:
+    config = job(tmp_path, backend)
+    result = run_and_kill(config, spark_local, running_container_with_a_checkpoint(config))
+    check_outcome(config, result, tmp_path, backend)
+
+
+@pytest.mark.parametrize(
+    ("point", "backend"),
+    [
+        ("mid-upload", "blobstore"),
+        ("after-upload", "blobstore"),
+        ("after-upload", "changelog"),
+        ("after-checkpoint", "blobstore"),
+    ],
+)
+def test_sigkill_at_a_commit_point(spark_local, tmp_path: Path, point: str, backend: str) -> None:
+    markers = tmp_path / "markers"
+    config = job(
+        tmp_path,
+        backend,
+        task__commit__testing__pause__at=point,
+        task__commit__testing__pause__ms=60_000,
+        task__commit__testing__marker__dir=str(markers),
+    )
+    result = run_and_kill(config, spark_local, paused_at(markers, point))
+    check_outcome(config, result, tmp_path, backend)

@@ -1,0 +1,225 @@
+"""Changelog restore on the embedded log: replay to the checkpoint, revert what came after it
+(transactional state), reuse of local checkpoint directories, and the rules for the cases where the
+checkpoint says little or nothing."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from millstream.checkpoint.checkpoint import CheckpointId, CheckpointV1, CheckpointV2
+from millstream.model import SystemStream, SystemStreamPartition
+from millstream.storage.backends.changelog.marker import ChangelogStateCheckpointMarker, parse_v1_entry, v1_entry
+from millstream.storage.backends.changelog.restore import ChangelogTaskRestoreManager
+from millstream.storage.backends.registry import state_backend_factory_class
+from millstream.storage.layout import checkpoint_dirs
+from millstream.testing import read_stream
+from tests.storage.harness import INPUT, Opened, StateHarness, state_config
+
+CHANGELOG = SystemStreamPartition("log", "counts-changelog", 0)
+MARKER_KEY = state_backend_factory_class("changelog", "test").marker_key()
+
+
+def harness(tmp_path: Path, **extra: str) -> StateHarness:
+    return StateHarness(state_config(tmp_path, "changelog", **extra))
+
+
+def contents(opened: Opened) -> dict[str, int]:
+    return dict(opened.store.all())
+
+
+def changelog_records(h: StateHarness) -> list[tuple[str, int | None]]:
+    """Decoded with the log system's serdes of these tests (string keys, JSON values), as the store's."""
+    return read_stream(h.config, SystemStream("log", "counts-changelog"))[0]
+
+
+def plans(opened: Opened, checkpoint: object) -> list:
+    manager = ChangelogTaskRestoreManager(opened.storage.backend_context(["counts"]), MARKER_KEY)
+    manager.init(checkpoint)  # type: ignore[arg-type]
+    return manager.plans
+
+
+def crash(opened: Opened) -> None:
+    """Writes reached the changelog (the producer flushed), then the process died."""
+    opened.producers.flush("Partition 0")
+    opened.storage.close()
+    opened.container.close()
+
+
+def test_every_write_goes_to_the_task_changelog_partition(tmp_path: Path) -> None:
+    h = harness(tmp_path)
+    opened = h.open()
+    opened.store.put("a", 1)
+    opened.store.put("b", 2)
+    opened.store.delete("a")
+    opened.close()
+    assert changelog_records(h) == [("a", 1), ("b", 2), ("a", None)]
+
+
+def test_restore_replays_to_the_checkpoint_and_reverts_later_records(tmp_path: Path) -> None:
+    h = harness(tmp_path)
+    opened = h.open()
+    opened.store.put_all({"a": 1, "b": 1})
+    h.commit(opened)
+    opened.store.put("a", 2)
+    opened.store.put("c", 1)
+    opened.store.delete("b")
+    crash(opened)
+
+    restored = h.open()
+    assert contents(restored) == {"a": 1, "b": 1}
+    tail = changelog_records(h)[5:]
+    assert sorted(tail, key=str) == sorted([("a", 1), ("b", 1), ("c", None)], key=str)
+    restored.close()
+
+    again = h.open()  # reverting is idempotent: a second restore sees the same state
+    assert contents(again) == {"a": 1, "b": 1}
+    again.close()
+
+
+def test_a_restart_with_the_local_checkpoint_dir_replays_nothing_before_it(tmp_path: Path) -> None:
+    h = harness(tmp_path)
+    opened = h.open()
+    opened.store.put_all({f"k{i}": i for i in range(100)})
+    checkpoint = h.commit(opened)
+    opened.store.put("late", 1)
+    crash(opened)
+    assert checkpoint is not None
+    probe = h.open()
+    (plan,) = plans(probe, checkpoint)
+    assert plan.retained_dir is not None and plan.retained_dir.name.endswith(str(checkpoint.checkpoint_id))
+    assert plan.start is None  # the directory is exactly the checkpoint: nothing to replay
+    assert plan.revert_from is not None
+    assert contents(probe) == {f"k{i}": i for i in range(100)}
+    probe.close()
+
+
+def test_clean_on_container_start_ignores_local_checkpoint_dirs(tmp_path: Path) -> None:
+    h = harness(tmp_path, stores__counts__clean__on__container__start="true")
+    opened = h.open()
+    opened.store.put("a", 1)
+    checkpoint = h.commit(opened)
+    crash(opened)
+    restored = h.open()
+    (plan,) = plans(restored, checkpoint)
+    assert plan.retained_dir is None and plan.start == "0"
+    assert contents(restored) == {"a": 1}
+    restored.close()
+
+
+def test_without_any_checkpoint_the_whole_changelog_is_reverted(tmp_path: Path) -> None:
+    h = harness(tmp_path)
+    opened = h.open()
+    opened.store.put_all({"a": 1, "b": 2})
+    crash(opened)
+    restored = h.open(None)
+    assert contents(restored) == {}
+    assert sorted(changelog_records(h)[2:]) == [("a", None), ("b", None)]
+    restored.close()
+
+
+def test_a_checkpoint_recording_an_empty_changelog_reverts_everything(tmp_path: Path) -> None:
+    h = harness(tmp_path)
+    opened = h.open()
+    h.commit(opened)  # before any write: the marker records no offset
+    assert isinstance(h.checkpoint, CheckpointV2)
+    (text,) = h.checkpoint.state_checkpoint_markers[MARKER_KEY].values()
+    assert ChangelogStateCheckpointMarker.parse(text).changelog_offset is None
+    opened.store.put("a", 1)
+    crash(opened)
+    restored = h.open()
+    assert contents(restored) == {}
+    restored.close()
+
+
+@pytest.mark.parametrize(("retain", "expected"), [("true", {"a": 1}), ("false", {})])
+def test_a_checkpoint_that_does_not_know_the_store_retains_or_reverts_per_config(
+    tmp_path: Path, retain: str, expected: dict[str, int]
+) -> None:
+    h = harness(tmp_path, task__transactional__state__retain__existing__state=retain)
+    opened = h.open()
+    opened.store.put("a", 1)
+    crash(opened)
+    stateless_checkpoint = CheckpointV2(CheckpointId.create(), {INPUT: "5"}, {})
+    restored = h.open(stateless_checkpoint)
+    assert contents(restored) == expected
+    restored.close()
+
+
+def test_a_v1_checkpoint_restores_the_same_state_as_v2(tmp_path: Path) -> None:
+    h = harness(tmp_path)
+    opened = h.open()
+    opened.store.put_all({"a": 1, "b": 2})
+    h.commit(opened)
+    opened.store.put("a", 99)
+    crash(opened)
+    v1 = h.v1
+    checkpoint_id, offset = parse_v1_entry(v1.offsets[CHANGELOG])
+    assert checkpoint_id == h.checkpoint.checkpoint_id and offset == "1"  # type: ignore[union-attr]
+    restored = h.open(v1)
+    assert contents(restored) == {"a": 1, "b": 2}
+    restored.close()
+
+
+def test_a_checkpointed_offset_beyond_the_changelog_restores_all_of_it(tmp_path: Path, caplog) -> None:
+    h = harness(tmp_path)
+    opened = h.open()
+    opened.store.put_all({"a": 1})
+    crash(opened)
+    beyond = CheckpointV1({INPUT: "1", CHANGELOG: v1_entry(CheckpointId.create(), "500")})
+    with caplog.at_level(logging.WARNING):
+        restored = h.open(beyond)
+    assert contents(restored) == {"a": 1}
+    assert "outside" in caplog.text
+    restored.close()
+
+
+def test_a_checkpoint_older_than_the_compaction_lag_restores_to_the_newest_record(tmp_path: Path) -> None:
+    h = harness(tmp_path, stores__counts__changelog__min__compaction__lag__ms="1000")
+    opened = h.open()
+    opened.store.put("a", 1)
+    opened.producers.flush("Partition 0")
+    old = CheckpointV1({INPUT: "1", CHANGELOG: v1_entry(CheckpointId(1_000, 0), "0")})
+    opened.store.put("a", 2)
+    crash(opened)
+    restored = h.open(old)
+    assert contents(restored) == {"a": 2}
+    restored.close()
+
+
+def test_non_transactional_restore_replays_everything(tmp_path: Path) -> None:
+    h = harness(tmp_path, task__transactional__state__restore__enabled="false")
+    opened = h.open()
+    opened.store.put("a", 1)
+    h.commit(opened)
+    opened.store.put("a", 2)
+    crash(opened)
+    restored = h.open()
+    assert contents(restored) == {"a": 2}
+    restored.close()
+
+
+def test_an_in_memory_store_is_rebuilt_from_its_changelog(tmp_path: Path) -> None:
+    h = harness(tmp_path, stores__counts__factory="inmemory")
+    opened = h.open()
+    opened.store.put_all({"a": 1, "b": 2})
+    h.commit(opened)
+    opened.store.put("b", 3)
+    crash(opened)
+    restored = h.open()
+    assert contents(restored) == {"a": 1, "b": 2}
+    restored.close()
+
+
+def test_older_checkpoint_dirs_are_deleted_after_a_commit(tmp_path: Path) -> None:
+    h = harness(tmp_path)
+    opened = h.open()
+    store_dir = opened.storage.backend_context(["counts"]).stores["counts"].store_dir
+    for value in range(3):
+        opened.store.put("a", value)
+        checkpoint = h.commit(opened)
+    assert checkpoint is not None
+    assert list(checkpoint_dirs(store_dir)) == [checkpoint.checkpoint_id]
+    opened.close()

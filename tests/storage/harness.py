@@ -1,0 +1,124 @@
+"""A task's storage without a running container: open (restore) it, write to its stores, commit it
+step by step, and "crash" it (drop it without closing) anywhere between two steps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
+from millstream.config import Config
+from millstream.coordinator.job_coordinator import JobCoordinator
+from millstream.metadata.factory import metadata_store
+from millstream.model import SystemStreamPartition, TaskName
+from millstream.runtime.collector import ProducerPool
+from millstream.runtime.job_model import JobModel
+from millstream.storage.manager import ContainerStorageManager, TaskStorageManager
+from millstream.storage.resources import prepare_state_resources
+from tests.helpers import create_stream, job_config
+
+TASK = TaskName("Partition 0")
+INPUT = SystemStreamPartition("log", "in", 0)
+
+
+def state_config(tmp_path: Path, backend: str, task: str = "tests.storage.jobs:CountPerKey", **extra: Any) -> Config:
+    values: dict[str, Any] = {
+        "stores__counts__factory": "rocksdb",
+        "stores__counts__key__serde": "string",
+        "stores__counts__msg__serde": "json",
+    }
+    if backend in ("changelog", "both"):
+        values["stores__counts__changelog"] = "log.counts-changelog"
+    if backend in ("blobstore", "both"):
+        values["stores__counts__backup__factories"] = "blobstore" if backend == "blobstore" else "changelog,blobstore"
+        values["task__checkpoint__read__versions"] = "2,1"
+    values.update(extra)
+    return job_config(tmp_path, task=task, **values)
+
+
+@dataclass
+class Opened:
+    container: ContainerStorageManager
+    storage: TaskStorageManager
+    producers: ProducerPool
+
+    @property
+    def store(self) -> Any:
+        return self.storage.stores["counts"]
+
+    def close(self) -> None:
+        self.producers.flush(TASK)
+        self.storage.close()
+        self.container.close()
+        self.producers.stop()
+
+
+class StateHarness:
+    def __init__(self, config: Config, partitions: int = 1) -> None:
+        self.config = config
+        create_stream(config, "in", partitions)
+        self.metadata = metadata_store(config)
+        self.metadata.init()
+        self.model: JobModel = JobCoordinator(config, self.metadata).plan().model
+        prepare_state_resources(config, self.metadata, self.model)
+        self.checkpoint: Checkpoint | None = None
+        self.offset = 0
+
+    def open(self, checkpoint: Checkpoint | None = None, task: TaskName = TASK) -> Opened:
+        producers = ProducerPool(self.config)
+        container = ContainerStorageManager(self.config, self.model, "0", self.metadata, producers)
+        storage = container.task_storage(task, self.model.tasks[task])
+        assert storage is not None
+        container.restore({task: (storage, checkpoint if checkpoint is not None else self.checkpoint)})
+        return Opened(container, storage, producers)
+
+    def commit(self, opened: Opened, *, stop_after: str | None = None) -> CheckpointV2 | None:
+        """Snapshot → upload → checkpoint (kept as ``self.checkpoint``) → cleanup; ``stop_after`` ends
+        the commit after ``snapshot``, ``upload`` or ``checkpoint`` as a crash there would."""
+        self.offset += 1
+        checkpoint_id = CheckpointId.create()
+        opened.producers.flush(TASK)
+        markers = opened.storage.snapshot(checkpoint_id)
+        if stop_after == "snapshot":
+            return None
+        uploaded = opened.storage.upload(checkpoint_id, markers)
+        if stop_after == "upload":
+            return None
+        offsets: dict[SystemStreamPartition, str | None] = {INPUT: str(self.offset)}
+        v2 = CheckpointV2(checkpoint_id, offsets, uploaded)
+        v1 = CheckpointV1({**offsets, **opened.storage.changelog_offsets(checkpoint_id, uploaded)})
+        opened.storage.write_local_checkpoint(checkpoint_id, [v1, v2])
+        self.checkpoint = v2
+        self.v1 = v1
+        if stop_after == "checkpoint":
+            return v2
+        opened.storage.cleanup(checkpoint_id, uploaded)
+        return v2
+
+
+def restored_contents(config: Config, task: TaskName, fresh_dir: Path, store: str = "counts") -> dict[Any, Any]:
+    """Restore ``task``'s store from the job's last checkpoint into ``fresh_dir`` (as a new host would)
+    and return what it holds."""
+    from millstream.checkpoint.factory import checkpoint_manager
+    from millstream.runtime.job_model import latest_job_model
+
+    config = config.with_overrides(
+        {"job.logged.store.base.dir": str(fresh_dir / "logged"), "job.non-logged.store.base.dir": str(fresh_dir / "n")}
+    )
+    metadata = metadata_store(config)
+    metadata.init()
+    model = latest_job_model(metadata)
+    assert model is not None
+    checkpoint = checkpoint_manager(config, metadata).read_last_checkpoint(task)
+    producers = ProducerPool(config)
+    container = ContainerStorageManager(config, model, model.container_of(task), metadata, producers)
+    storage = container.task_storage(task, model.tasks[task])
+    assert storage is not None
+    try:
+        container.restore({task: (storage, checkpoint)})
+        return dict(storage.stores[store].all())
+    finally:
+        storage.close()
+        container.close()
+        producers.stop()

@@ -1,0 +1,144 @@
+"""Key-value stores as a task sees them, on both engines: the API, key order, snapshots, serdes, and
+errors that name the task and store."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from millstream.serde.builtin import JsonSerde, StringSerde
+from millstream.storage.errors import StoreError
+from millstream.storage.inmemory import InMemoryKeyValueStorageEngine
+from millstream.storage.kv import KeyValueStorageEngine, TaskKeyValueStore
+from millstream.storage.rocksdb import RocksDbKeyValueStorageEngine
+
+
+@pytest.fixture(params=["rocksdb", "inmemory"])
+def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KeyValueStorageEngine]:
+    engine: KeyValueStorageEngine = (
+        RocksDbKeyValueStorageEngine(tmp_path / "store")
+        if request.param == "rocksdb"
+        else InMemoryKeyValueStorageEngine()
+    )
+    yield engine
+    engine.close()
+
+
+@pytest.fixture
+def store(engine: KeyValueStorageEngine) -> TaskKeyValueStore:
+    return TaskKeyValueStore("Partition 0", "counts", engine, StringSerde(), JsonSerde())
+
+
+def test_put_get_delete(store: TaskKeyValueStore) -> None:
+    assert store.get("a") is None
+    store.put("a", {"n": 1})
+    assert store.get("a") == {"n": 1}
+    store.delete("a")
+    assert store.get("a") is None
+
+
+def test_putting_none_deletes(store: TaskKeyValueStore) -> None:
+    store.put("a", 1)
+    store.put("a", None)
+    assert store.get("a") is None
+
+
+def test_put_all_and_get_all_leave_out_absent_keys(store: TaskKeyValueStore) -> None:
+    store.put_all({"a": 1, "b": 2})
+    store.put_all([("c", 3), ("a", None)])
+    assert store.get_all(["a", "b", "c", "zz"]) == {"b": 2, "c": 3}
+
+
+def test_delete_all(store: TaskKeyValueStore) -> None:
+    store.put_all({"a": 1, "b": 2, "c": 3})
+    store.delete_all(["a", "c"])
+    assert list(store.all()) == [("b", 2)]
+
+
+def test_range_is_from_inclusive_to_exclusive_in_key_byte_order(store: TaskKeyValueStore) -> None:
+    for key in ["d", "a", "c", "b", "e"]:
+        store.put(key, key.upper())
+    assert list(store.range("b", "e")) == [("b", "B"), ("c", "C"), ("d", "D")]
+    assert list(store.range("x", "z")) == []
+    assert [key for key, _ in store.all()] == ["a", "b", "c", "d", "e"]
+
+
+def test_order_follows_serialized_bytes_not_python_order(engine: KeyValueStorageEngine) -> None:
+    store = TaskKeyValueStore("t", "s", engine)
+    for key in [b"\x01", b"\xff", b"\x00\x05", b"\x00"]:
+        store.put(key, b"v")
+    assert [key for key, _ in store.all()] == [b"\x00", b"\x00\x05", b"\x01", b"\xff"]
+
+
+def test_snapshot_is_consistent_and_re_iterable(store: TaskKeyValueStore) -> None:
+    store.put_all({"a": 1, "b": 2, "c": 3})
+    with store.snapshot("a", "c") as snapshot:
+        store.put("a", 100)
+        store.put("b2", 5)
+        store.delete("b")
+        assert list(snapshot) == [("a", 1), ("b", 2)]
+        assert list(snapshot) == [("a", 1), ("b", 2)]
+    with store.snapshot() as everything:
+        assert list(everything) == [("a", 100), ("b2", 5), ("c", 3)]
+
+
+def test_range_iterator_sees_the_store_as_it_was_when_created(store: TaskKeyValueStore) -> None:
+    store.put_all({"a": 1, "b": 2})
+    iterator = store.range("a", "z")
+    store.put("c", 3)
+    assert list(iterator) == [("a", 1), ("b", 2)]
+
+
+def test_every_change_reaches_the_changelog_writer_as_bytes(engine: KeyValueStorageEngine) -> None:
+    changes: list[tuple[bytes, bytes | None]] = []
+    store = TaskKeyValueStore("t", "s", engine, StringSerde(), JsonSerde(), lambda k, v: changes.append((k, v)))
+    store.put("a", 1)
+    store.put_all({"b": 2, "a": None})
+    store.delete("b")
+    assert changes == [(b"a", b"1"), (b"b", b"2"), (b"a", None), (b"b", None)]
+
+
+def test_writes_mark_the_store_dirty(store: TaskKeyValueStore) -> None:
+    assert not store.dirty
+    store.get("a")
+    assert not store.dirty
+    store.put("a", 1)
+    assert store.dirty
+
+
+def test_without_serdes_keys_and_values_must_be_bytes(engine: KeyValueStorageEngine) -> None:
+    store = TaskKeyValueStore("Partition 3", "raw", engine)
+    store.put(b"k", b"v")
+    assert store.get(b"k") == b"v"
+    with pytest.raises(StoreError, match=r"task 'Partition 3' store 'raw': cannot serialize the value"):
+        store.put(b"k", "text")
+
+
+def test_none_keys_are_refused_naming_task_and_store(store: TaskKeyValueStore) -> None:
+    with pytest.raises(StoreError, match=r"task 'Partition 0' store 'counts': keys cannot be None"):
+        store.put(None, 1)
+
+
+def test_unserializable_values_name_task_and_store(store: TaskKeyValueStore) -> None:
+    with pytest.raises(StoreError, match=r"task 'Partition 0' store 'counts': cannot serialize the key"):
+        store.put(5, 1)
+
+
+def test_rocksdb_checkpoint_is_a_consistent_copy_by_hard_links(tmp_path: Path) -> None:
+    engine = RocksDbKeyValueStorageEngine(tmp_path / "store")
+    engine.put_all([(b"k%d" % i, b"v") for i in range(1000)])
+    engine.checkpoint(tmp_path / "store-1-1")
+    engine.put(b"after", b"x")
+    sst = [p for p in (tmp_path / "store-1-1").iterdir() if p.suffix == ".sst"]
+    assert sst and all(p.stat().st_nlink >= 2 for p in sst)
+    engine.close()
+    copy = RocksDbKeyValueStorageEngine(tmp_path / "store-1-1")
+    assert copy.get(b"k999") == b"v" and copy.get(b"after") is None
+    copy.close()
+
+
+def test_inmemory_engine_cannot_checkpoint(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="not persistent"):
+        InMemoryKeyValueStorageEngine().checkpoint(tmp_path / "x")
