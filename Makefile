@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 EXTRAS ?= test
 
-.PHONY: install example test kafka-jars lint bench clean
+.PHONY: install example test kafka-jars blob-emulators lint bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ test: install
 kafka-jars: install
 	$(BIN)/python -m tests.integration.kafka_broker fetch
 
+## Install the blob store emulators the state integration tests start (Azurite with npm into a cache; moto comes with the test extra).
+blob-emulators: install
+	$(BIN)/python -m tests.integration.blob_emulators fetch
+
 lint: install
 	$(BIN)/ruff check millstream tests benchmarks examples
 	$(BIN)/ruff format --check millstream tests benchmarks examples
@@ -35,6 +39,9 @@ lint: install
 
 bench: install
 	$(BIN)/python -m benchmarks.passthrough_log
+	$(BIN)/python -m benchmarks.state_restore
+	$(BIN)/python -m benchmarks.commit_pause
+	$(BIN)/python -m benchmarks.stateful_throughput
 
 clean:
 	rm -rf $(VENV) examples/*/.millstream .pytest_cache
