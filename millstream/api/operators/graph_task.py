@@ -93,7 +93,7 @@ class IntermediateStreamInfo:
 
 @dataclass
 class ControlStats:
-    """Control messages this task sent and received (for ``benchmarks/control_overhead.py``)."""
+    """What this task wrote to and read from intermediate streams; logged when the task closes."""
 
     sent: int = 0
     sent_bytes: int = 0
@@ -231,7 +231,6 @@ class TaskGraph:
         """Aggregate mode: control messages waiting for a flush of this task's earlier output."""
         self._in_flight: list[tuple[SystemStream, int, bytes]] = []
         """Aggregate mode: control messages sent after the last flush (resent after a restart)."""
-        self._restored = False
         self._restore_pending = False
         self.dirty = False
 
@@ -535,6 +534,13 @@ class OperatorGraphTask(
     def close(self) -> None:
         if self.graph is not None:
             self.graph.close()
+            stats = self.graph.stats
+            log.info(
+                "%s: intermediate streams: %d user message(s) written; control messages %d sent (%d B), "
+                "%d received (%d B)",
+                self.graph.task_name, stats.user_sent, stats.sent, stats.sent_bytes, stats.received,
+                stats.received_bytes,
+            )  # fmt: skip
         for close in self._closers:
             try:
                 close()
