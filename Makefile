@@ -39,6 +39,7 @@ lint: install
 
 bench: install
 	$(BIN)/python -m benchmarks.passthrough_log
+	$(BIN)/python -m benchmarks.kafka_passthrough
 	$(BIN)/python -m benchmarks.state_restore
 	$(BIN)/python -m benchmarks.commit_pause
 	$(BIN)/python -m benchmarks.stateful_throughput

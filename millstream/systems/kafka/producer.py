@@ -19,13 +19,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, cast
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
 
 from millstream.errors import StreamNotFoundError
-from millstream.model import OutgoingMessageEnvelope
+from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.systems.base import SystemProducer
 from millstream.systems.kafka.client import check_brokers, create_client, create_topic, kafka_error, topic_partitions
 from millstream.systems.kafka.config import KafkaClientSettings
@@ -59,6 +59,9 @@ class KafkaSystemProducer(SystemProducer):
         self._default_replication = default_replication_factor
         self._producer: Producer | None = None
         self._partition_counts: dict[str, int] = {}
+        self._targets: dict[SystemStream, tuple[str, int]] = {}
+        self._last_stream: SystemStream | None = None
+        self._last_target: tuple[str, int] = ("", 0)
         self._failures: list[KafkaProduceError] = []
         self._failed = 0
         self._lock = threading.Lock()
@@ -88,61 +91,81 @@ class KafkaSystemProducer(SystemProducer):
                 self._failures.append(failure)
 
     def send(self, source: str, envelope: OutgoingMessageEnvelope) -> None:
+        """Hand one message to librdkafka (it batches, sends and retries in the background).
+
+        The hot path makes one positional ``produce`` call: librdkafka's keyword path (timestamp,
+        headers) costs several times more, so it is taken only for envelopes that carry either.
+        """
         producer = self._producer
         if producer is None:
             raise KafkaSystemError(f"the producer of Kafka system '{self.system}' is not started")
         stream = envelope.system_stream
-        if stream.system != self.system:
-            raise KafkaSystemError(f"producer of Kafka system '{self.system}' cannot send to '{stream}'")
-        topic = stream.stream
+        if stream is self._last_stream:  # a task usually sends to one stream object: skip hashing it
+            topic, count = self._last_target
+        else:
+            target = self._targets.get(stream)
+            if target is None:
+                target = self._target(stream)
+            self._last_stream, self._last_target = stream, target
+            topic, count = target
         key: Any = envelope.key
         value: Any = envelope.message
-        if not (key is None or isinstance(key, _BYTES_LIKE)) or not (value is None or isinstance(value, _BYTES_LIKE)):
-            raise KafkaSystemError(
-                f"Kafka topic '{topic}': key and message must be bytes (serialized), got "
-                f"{type(key).__name__} and {type(value).__name__}"
-            )
-        count = self._partition_counts.get(topic)
-        if count is None:
-            count = self._topic_partitions(topic)
         partition = envelope.partition
-        if partition is not None:
-            if not 0 <= partition < count:
-                raise KafkaSystemError(
-                    f"Kafka topic '{topic}' has partitions 0..{count - 1}; an envelope asked for partition {partition}"
-                )
-        elif envelope.partition_key is not None and envelope.partition_key is not key:
+        if partition is None:
             partition_key = envelope.partition_key
-            if not isinstance(partition_key, _BYTES_LIKE):
-                raise KafkaSystemError(
-                    f"Kafka topic '{topic}': the partition key must be bytes, got {type(partition_key).__name__}"
-                )
-            partition = partition_for_key(bytes(partition_key), count)
-        else:
-            partition = -1
+            if partition_key is None or partition_key == key:
+                partition = -1
+            else:
+                partition = self._partition(topic, partition_key, count)
+        elif not 0 <= partition < count:
+            raise KafkaSystemError(
+                f"Kafka topic '{topic}' has partitions 0..{count - 1}; an envelope asked for partition {partition}"
+            )
+        timestamp = envelope.timestamp
         headers: Any = envelope.headers
-        timestamp = envelope.timestamp or 0
         while True:
             try:
-                producer.produce(
-                    topic, cast(Any, value), cast(Any, key), partition, timestamp=timestamp, headers=headers or None
-                )
+                if timestamp is None and not headers:
+                    producer.produce(topic, value, key, partition)
+                else:
+                    producer.produce(topic, value, key, partition, timestamp=timestamp or 0, headers=headers or None)
                 break
             except BufferError:
-                producer.poll(0.05)  # the local queue is full: let librdkafka deliver some first
+                producer.flush(0.01)  # the local queue is full: let librdkafka deliver some first
             except KafkaException as error:
-                inner = kafka_error(error)
-                detail = inner.str() if inner is not None else str(error)
-                size = len(value) if value is not None else 0
-                if inner is not None and inner.code() in _TOO_LARGE:
-                    raise KafkaRecordTooLargeError(
-                        self.system, topic, partition, None, f"{detail}: a record of {size} bytes"
-                    ) from None
-                raise KafkaProduceError(self.system, topic, partition, None, detail) from None
+                raise self._produce_error(error, topic, partition, value) from None
+            except TypeError:
+                raise KafkaSystemError(
+                    f"Kafka topic '{topic}': key and message must be bytes (serialized), got "
+                    f"{type(key).__name__} and {type(value).__name__}"
+                ) from None
         self._unserved += 1
         if self._unserved >= SERVE_EVERY:
             self._unserved = 0
             producer.poll(0)
+
+    def _target(self, stream: SystemStream) -> tuple[str, int]:
+        if stream.system != self.system:
+            raise KafkaSystemError(f"producer of Kafka system '{self.system}' cannot send to '{stream}'")
+        target = (stream.stream, self._topic_partitions(stream.stream))
+        self._targets[stream] = target
+        return target
+
+    @staticmethod
+    def _partition(topic: str, partition_key: Any, count: int) -> int:
+        if not isinstance(partition_key, _BYTES_LIKE):
+            raise KafkaSystemError(
+                f"Kafka topic '{topic}': the partition key must be bytes, got {type(partition_key).__name__}"
+            )
+        return partition_for_key(bytes(partition_key), count)
+
+    def _produce_error(self, error: KafkaException, topic: str, partition: int, value: Any) -> KafkaProduceError:
+        inner = kafka_error(error)
+        detail = inner.str() if inner is not None else str(error)
+        if inner is not None and inner.code() in _TOO_LARGE:
+            size = len(value) if value is not None else 0
+            return KafkaRecordTooLargeError(self.system, topic, partition, None, f"{detail}: a record of {size} bytes")
+        return KafkaProduceError(self.system, topic, partition, None, detail)
 
     def _topic_partitions(self, topic: str) -> int:
         assert self._producer is not None
