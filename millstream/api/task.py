@@ -53,6 +53,12 @@ class TaskContext(Protocol):
     @property
     def container_id(self) -> str: ...
 
+    @property
+    def repositioned(self) -> frozenset[SystemStreamPartition]:
+        """Partitions starting elsewhere than after their checkpoint (startpoint, ``reset.offset``):
+        a task that tracks its own position must not treat what they deliver as a replay."""
+        ...
+
     def get_store(self, name: str) -> Any: ...
 
 

@@ -25,7 +25,7 @@ from millstream.checkpoint.base import WriterFence
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointV1, CheckpointV2
 from millstream.checkpoint.factory import checkpoint_manager as make_checkpoint_manager
 from millstream.config import Config, JobConfig, TaskConfig
-from millstream.config.views import StartpointConfig
+from millstream.config.views import StartpointConfig, stream_samza
 from millstream.errors import ConfigError, MillstreamError, StreamNotFoundError
 from millstream.metadata import coordination
 from millstream.metadata.base import FencedError, MetadataStore
@@ -135,6 +135,7 @@ def run_container(
         last_checkpoints = {}
         startpoints = _startpoint_manager(config, store)
         applied: dict[Any, AppliedStartpoints] = {}
+        repositioned: dict[Any, set[SystemStreamPartition]] = {}
         for task_name, task_model in sorted(model.tasks.items(), key=lambda kv: kv[0].sort_key()):
             checkpoints.register(task_name)
             last = checkpoints.read_last_checkpoint(task_name)
@@ -144,10 +145,14 @@ def run_container(
                     last = _last_v2_checkpoint(config, store, task_name)
             last_checkpoints[task_name] = last
             starts[task_name] = offsets.starting_offsets(task_name, task_model.ssps, last, metadata)
+            repositioned[task_name] = {
+                ssp for ssp in task_model.ssps if stream_samza(config, ssp.system_stream).reset_offset
+            }
             if startpoints is not None:
                 fan_out = startpoints.get_fan_out_for_task(task_name)
                 resolution = offsets.apply_startpoints(task_name, starts[task_name], fan_out)
                 starts[task_name] = resolution.offsets
+                repositioned[task_name].update(resolution.applied)
                 record_startpoint_failures(store, task_name, resolution.failures)
                 in_use = {ssp for ssp in fan_out if ssp in task_model.ssps}
                 if in_use:
@@ -169,7 +174,12 @@ def run_container(
             }
             task_store = task_storage.get(task_name)
             context = ContainerContext(
-                task_name, config, task_model.ssps, container_id, task_store.stores if task_store else {}
+                task_name,
+                config,
+                task_model.ssps,
+                container_id,
+                task_store.stores if task_store else {},
+                frozenset(repositioned[task_name]),
             )
             last = last_checkpoints[task_name]
             instance = TaskInstance(

@@ -85,6 +85,8 @@ class ContainerContext:
     system_stream_partitions: frozenset[SystemStreamPartition]
     container_id: str
     stores: Mapping[str, Any] = field(default_factory=dict)
+    repositioned: frozenset[SystemStreamPartition] = frozenset()
+    """Partitions that start elsewhere than after their checkpoint (a startpoint, ``reset.offset``)."""
 
     def get_store(self, name: str) -> Any:
         try:

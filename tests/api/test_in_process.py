@@ -199,3 +199,32 @@ def test_without_its_control_state_a_restarted_downstream_waits_for_ever_as_samz
     store.delete_all(CONTROL_STATE_NAMESPACE, list(store.all(CONTROL_STATE_NAMESPACE)))
     store.close()
     assert InProcessRunner(downstream).run(timeout=4).outcome == "stopped"
+
+
+def test_a_startpoint_rewinds_a_high_level_job_instead_of_being_skipped_as_a_replay(tmp_path):
+    """The control state remembers how far each partition was processed; a partition a startpoint moves
+    back must be processed again, not skipped as if a restart replayed it."""
+    from millstream.startpoint.tools import set_startpoints
+    from millstream.startpoint.types import StartpointOldest
+
+    config = app_config(tmp_path, "tests.api.apps:RepartitionPassThrough", task__commit__ms=100)
+    data = {p: messages(p, 10) for p in range(2)}
+    setup(config, data, sealed=False)
+
+    def run_until_output(count: int) -> None:
+        runner = InProcessRunner(config)
+        job = threading.Thread(target=runner.run, kwargs={"timeout": 60})
+        job.start()
+        deadline = time.monotonic() + 60
+        while len(output(config)) < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)  # let a commit record the control state
+        runner.request_stop()
+        job.join()
+
+    run_until_output(20)
+    set_startpoints(config, "log.in", StartpointOldest(), partitions=[0])
+    run_until_output(30)
+    seen = Counter(value["n"] for value in output(config))
+    assert {n: seen[n] for n in range(10)} == dict.fromkeys(range(10), 2)  # partition 0 processed again
+    assert {n: seen[n] for n in range(1000, 1010)} == dict.fromkeys(range(1000, 1010), 1)

@@ -332,16 +332,24 @@ class TaskGraph:
             "in_flight": [[str(stream), partition, frame] for stream, partition, frame in self._in_flight],
         }
 
-    def restore(self, snapshot: Mapping[str, Any]) -> None:
-        """Load a snapshot taken at a commit (before ``init`` of the functions and the first message)."""
+    def restore(
+        self, snapshot: Mapping[str, Any], repositioned: frozenset[SystemStreamPartition] = frozenset()
+    ) -> None:
+        """Load a snapshot taken at a commit (before ``init`` of the functions and the first message).
+
+        ``repositioned`` partitions were moved by a startpoint or ``reset.offset``: what they deliver
+        is new input even below the snapshot's offsets, so they are neither skipped nor ended.
+        """
         self.offsets = {
             SystemStreamPartition.parse_key(key): str(offset)
             for key, offset in snapshot.get("offsets", {}).items()
-            if SystemStreamPartition.parse_key(key) in self.ssps
+            if SystemStreamPartition.parse_key(key) in self.ssps - repositioned
         }
         self._replay_until = dict(self.offsets)
         self.ended = {
-            ssp for ssp in map(SystemStreamPartition.parse_key, snapshot.get("ended", ())) if ssp in self.ssps
+            ssp
+            for ssp in map(SystemStreamPartition.parse_key, snapshot.get("ended", ()))
+            if ssp in self.ssps - repositioned
         }
         self.reconciler.restore(
             {key: value for key, value in snapshot.get("reconciler", {}).items() if key in {s.key() for s in self.ssps}}
@@ -502,7 +510,7 @@ class OperatorGraphTask(
         self.graph, self.state_store, self._closers = build_task_graph(context)
         snapshot = self.state_store.load()
         if snapshot is not None:
-            self.graph.restore(snapshot)
+            self.graph.restore(snapshot, repositioned=getattr(context, "repositioned", frozenset()))
             log.info("%s: restored control state (%d partition(s) ended)", context.task_name, len(self.graph.ended))
         self.graph.init(context)
 
