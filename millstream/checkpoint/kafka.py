@@ -125,15 +125,24 @@ class KafkaCheckpointManager(CheckpointManager):
         self._checkpoints: dict[TaskName, Checkpoint] = {}
         self._reader: LogReader | None = None
         self._writer: TransactionalWriter | None = None
+        self._absent = False
+        """A read-only manager found no checkpoint topic: there is nothing to read."""
         self.skipped = 0
         """Records skipped because they could not be read (validation off)."""
 
     # --- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Create the topic if missing; as a writer, take over the container's transactional id,
-        which aborts and fences any earlier attempt of this container."""
-        ensure_log_topic(self.kafka, self.topic, self.replication_factor, "the checkpoint")
+        """As a writer: create the topic if missing and take over the container's transactional id,
+        which aborts and fences any earlier attempt of this container. A reader (no fence) creates
+        nothing: a job that never checkpointed has no checkpoints to show."""
+        if self.fence is None:
+            if self.topic not in KafkaSystemAdmin(self.system, self.kafka).partition_counts([self.topic]):
+                self._absent = True
+                return
+        else:
+            ensure_log_topic(self.kafka, self.topic, self.replication_factor, "the checkpoint")
+        self._absent = False
         self._open_reader()
         if self.fence is not None:
             self._open_writer(time.monotonic() + WRITE_TIMEOUT_S)
@@ -175,6 +184,8 @@ class KafkaCheckpointManager(CheckpointManager):
     # --- reading ---------------------------------------------------------------------------------
 
     def _catch_up(self) -> None:
+        if self._absent:
+            return
         self._open_reader().catch_up(time.monotonic() + READ_TIMEOUT_S)
 
     def read_last_checkpoint(self, task_name: TaskName) -> Checkpoint | None:
@@ -297,6 +308,7 @@ class KafkaCheckpointManager(CheckpointManager):
         admin.clear_stream(StreamSpec(self.system, self.topic))
         ensure_log_topic(self.kafka, self.topic, self.replication_factor, "the checkpoint")
         self._checkpoints = {}
+        self._absent = False
 
     # --- fencing ---------------------------------------------------------------------------------
 

@@ -60,8 +60,8 @@ class KafkaSystemProducer(SystemProducer):
         self._producer: Producer | None = None
         self._partition_counts: dict[str, int] = {}
         self._targets: dict[SystemStream, tuple[str, int]] = {}
-        self._last_stream: SystemStream | None = None
-        self._last_target: tuple[str, int] = ("", 0)
+        self._last: tuple[SystemStream | None, tuple[str, int]] = (None, ("", 0))
+        """The stream sent to last and its (topic, partition count): one reference, so threads see a pair."""
         self._failures: list[KafkaProduceError] = []
         self._failed = 0
         self._lock = threading.Lock()
@@ -100,13 +100,14 @@ class KafkaSystemProducer(SystemProducer):
         if producer is None:
             raise KafkaSystemError(f"the producer of Kafka system '{self.system}' is not started")
         stream = envelope.system_stream
-        if stream is self._last_stream:  # a task usually sends to one stream object: skip hashing it
-            topic, count = self._last_target
+        last = self._last
+        if last[0] is stream:  # a task usually sends to one stream object: skip hashing it
+            topic, count = last[1]
         else:
             target = self._targets.get(stream)
             if target is None:
                 target = self._target(stream)
-            self._last_stream, self._last_target = stream, target
+            self._last = (stream, target)
             topic, count = target
         key: Any = envelope.key
         value: Any = envelope.message

@@ -240,3 +240,13 @@ def test_a_reader_waits_for_an_open_checkpoint_transaction_and_never_sees_it_whe
     thread.join(30)
     assert result["read"] == offsets("1")
     old.stop()
+
+
+def test_a_reader_of_a_job_that_never_checkpointed_reads_nothing_and_creates_nothing(config, store):
+    from millstream.systems.kafka.factory import KafkaSystemFactory
+
+    reader = manager(config, store)
+    assert reader.read_all() == {}
+    assert reader.read_last_checkpoint(TASK) is None
+    admin = KafkaSystemFactory().get_admin("kafka", config)
+    assert admin.get_system_stream_metadata([reader.topic]) == {}
