@@ -306,6 +306,12 @@ class StoreConfig(ConfigView):
     restore_factories: CommaList | None = Field(None, alias="restore.factories")
     clean_on_container_start: Bool = Field(False, alias="clean.on.container.start")
     """Ignore local state at start: restore from the backup only."""
+    container_write_buffer_size_bytes: int = Field(
+        32 * 1024 * 1024, alias="container.write.buffer.size.bytes", ge=64 * 1024
+    )
+    """RocksDB memtable memory per container, split between its tasks (Samza's key). A commit's snapshot
+    flushes what the memtable holds, so this also bounds the synchronous part of a commit."""
+    rocksdb_num_write_buffers: int = Field(3, alias="rocksdb.num.write.buffers", ge=1)
     changelog_min_compaction_lag_ms: int = Field(4 * 60 * 60 * 1000, alias="changelog.min.compaction.lag.ms", ge=0)
     """A checkpoint older than 0.9 x this is restored to the changelog's end, not reverted: compaction may
     already have removed the committed values of later-overwritten keys."""

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Protocol
 
 from millstream.config.core import Config
-from millstream.config.views import store_config
+from millstream.config.views import StoreConfig, store_config
 from millstream.errors import ConfigError
 from millstream.plugins import load_object
 from millstream.storage.kv import KeyValueStorageEngine
@@ -28,7 +28,9 @@ class StorageEngineFactory(Protocol):
     persistent: bool
     """True when the engine keeps its data in ``store_dir`` (and can be checkpointed there)."""
 
-    def get_storage_engine(self, store_name: str, store_dir: Path) -> KeyValueStorageEngine: ...
+    def get_storage_engine(
+        self, store_name: str, store_dir: Path, config: StoreConfig, tasks_in_container: int = 1
+    ) -> KeyValueStorageEngine: ...
 
 
 def storage_engine_factory(config: Config, store: str) -> StorageEngineFactory:

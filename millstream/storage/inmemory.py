@@ -11,6 +11,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
+from millstream.config.views import StoreConfig
 from millstream.storage.kv import Entry, KeyValueStorageEngine
 
 
@@ -69,5 +70,7 @@ class InMemoryStorageEngineFactory:
 
     persistent = False
 
-    def get_storage_engine(self, store_name: str, store_dir: Path) -> KeyValueStorageEngine:
+    def get_storage_engine(
+        self, store_name: str, store_dir: Path, config: StoreConfig, tasks_in_container: int = 1
+    ) -> KeyValueStorageEngine:
         return InMemoryKeyValueStorageEngine()

@@ -133,7 +133,9 @@ class TaskStorageManager:
             engine = self.engines.get(store)
             if engine is None:
                 entry = self._stores[store]
-                engine = entry.engine_factory.get_storage_engine(store, entry.spec.store_dir)
+                engine = entry.engine_factory.get_storage_engine(
+                    store, entry.spec.store_dir, entry.spec.config, self.container.tasks_in_container
+                )
                 self.engines[store] = engine
             return engine
 
@@ -290,6 +292,7 @@ class ContainerStorageManager:
         self._factories: dict[str, StateBackendFactory] = {}
         self._lock = threading.Lock()
         tasks = len(job_model.containers[container_id].tasks) if container_id in job_model.containers else 1
+        self.tasks_in_container = tasks
         job = JobConfig.of(config)
         self.commit_threads = min(max(2 * tasks, job.commit_thread_pool_size), job.commit_thread_pool_max_size)
         self.restore_threads = min(max(tasks, job.restore_thread_pool_size), job.restore_thread_pool_max_size)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import rocksdict
 
+from millstream.config.views import StoreConfig
 from millstream.storage.errors import StoreError
 from millstream.storage.kv import Entry, KeyValueStorageEngine
 
@@ -21,11 +22,16 @@ from millstream.storage.kv import Entry, KeyValueStorageEngine
 class RocksDbKeyValueStorageEngine(KeyValueStorageEngine):
     persistent = True
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, write_buffer_size: int | None = None, write_buffers: int = 3) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         options = rocksdict.Options(raw_mode=True)
         options.create_if_missing(True)
+        if write_buffer_size is not None:
+            # Full memtables are flushed in the background while the task runs; a commit's snapshot
+            # only has to flush the one being filled.
+            options.set_write_buffer_size(write_buffer_size)
+            options.set_max_write_buffer_number(write_buffers)
         try:
             self._db = rocksdict.Rdict(str(self.path), options)
         except Exception as error:  # rocksdict raises plain exceptions with RocksDB's status text
@@ -130,9 +136,12 @@ class _Snapshot:
 
 
 class RocksDbStorageEngineFactory:
-    """``stores.<s>.factory=rocksdb``."""
+    """``stores.<s>.factory=rocksdb``: memtables of ``container.write.buffer.size.bytes`` / tasks."""
 
     persistent = True
 
-    def get_storage_engine(self, store_name: str, store_dir: Path) -> KeyValueStorageEngine:
-        return RocksDbKeyValueStorageEngine(store_dir)
+    def get_storage_engine(
+        self, store_name: str, store_dir: Path, config: StoreConfig, tasks_in_container: int = 1
+    ) -> KeyValueStorageEngine:
+        per_task = max(config.container_write_buffer_size_bytes // max(tasks_in_container, 1), 64 * 1024)
+        return RocksDbKeyValueStorageEngine(store_dir, per_task, config.rocksdb_num_write_buffers)

@@ -142,3 +142,28 @@ def test_rocksdb_checkpoint_is_a_consistent_copy_by_hard_links(tmp_path: Path) -
 def test_inmemory_engine_cannot_checkpoint(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="not persistent"):
         InMemoryKeyValueStorageEngine().checkpoint(tmp_path / "x")
+
+
+def test_rocksdb_memtables_split_the_container_write_buffer_between_tasks(tmp_path: Path, monkeypatch) -> None:
+    from millstream.config.views import StoreConfig
+    from millstream.storage import rocksdb
+
+    captured: dict[str, int] = {}
+
+    def engine(path: Path, size: int, buffers: int) -> None:
+        captured.update(size=size, buffers=buffers)
+
+    monkeypatch.setattr(rocksdb, "RocksDbKeyValueStorageEngine", engine)
+    config = StoreConfig.parse({"container.write.buffer.size.bytes": str(8 << 20)}, "stores.s.")
+    rocksdb.RocksDbStorageEngineFactory().get_storage_engine("s", tmp_path, config, tasks_in_container=4)
+    assert captured == {"size": 2 << 20, "buffers": 3}
+
+
+def test_a_small_write_buffer_still_keeps_every_write(tmp_path: Path) -> None:
+    engine = RocksDbKeyValueStorageEngine(tmp_path / "store", write_buffer_size=64 * 1024, write_buffers=2)
+    engine.put_all([(b"k%06d" % i, b"v" * 100) for i in range(20_000)])
+    engine.checkpoint(tmp_path / "store-1-1")
+    engine.close()
+    copy = RocksDbKeyValueStorageEngine(tmp_path / "store-1-1")
+    assert sum(1 for _ in copy.all()) == 20_000
+    copy.close()
