@@ -241,12 +241,21 @@ class KafkaMetadataStore(MetadataStore):
         with self._lock:
             reader = self._open()
             deadline = self._deadline()
+            # The offset of an earlier attempt's record whose transaction may have committed before an error.
+            undecided: int | None = None
             while True:
                 writer = self._open_writer(deadline)
-                offset: int | None = None
                 try:
+                    if undecided is not None:
+                        # Its fate is settled by now (aborted by the writer's recovery, or committed
+                        # before the error): a committed record is the write, done.
+                        committed = reader.read_until(undecided + 1, deadline, watch=undecided)
+                        undecided = None
+                        if committed:
+                            return True
                     writer.begin()
                     offset = writer.append(records, deadline)
+                    undecided = offset
                     reader.read_until(offset, deadline)
                     accepted = all(self._state.get(item) == v for item, v in wanted.items())
                     if accepted:
@@ -256,12 +265,8 @@ class KafkaMetadataStore(MetadataStore):
                     return accepted
                 except Exception as error:  # classified below; anything unknown is re-raised
                     self._recover(writer, error, deadline, "a conditional write")
-                    if offset is not None and reader.position <= offset:
-                        # The transaction may have been committed before the error: its fate is
-                        # decided now (aborted by the new producer's start, or committed); read it.
-                        writer.open(deadline)
-                        if reader.read_until(offset + 1, deadline, watch=offset):
-                            return True
+                    if undecided is not None and reader.position > undecided:
+                        undecided = None
 
     def _recover(self, writer: TransactionalWriter, error: Exception, deadline: float, what: str) -> None:
         """Get ``writer`` ready for another attempt after ``error``, or raise it."""

@@ -35,6 +35,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from millstream.systems.kafka.admin import KafkaSystemAdmin
 from millstream.systems.kafka.client import (
+    RETRIABLE_CODES,
     check_brokers,
     create_client,
     create_topic,
@@ -65,6 +66,11 @@ class ReplicatedLogTopicError(KafkaSystemError):
 
 class ReplicatedLogTimeoutError(KafkaSystemError):
     """The brokers did not let an operation on a replicated log finish in time; names the topic."""
+
+
+class TransactionAbortedError(KafkaSystemError):
+    """A record of the open transaction was not delivered (the brokers were away too long): the
+    transaction must be aborted and the write done again."""
 
 
 class FencedWriterError(KafkaSystemError):
@@ -315,7 +321,10 @@ class TransactionalWriter:
                     f"topic '{self.topic}' at {self.kafka.bootstrap_servers}: a write was not acknowledged in time"
                 )
         if failures:
-            raise KafkaException(failures[0])
+            error = failures[0]
+            if error.retriable() or error.code() in (KafkaError._MSG_TIMED_OUT, *RETRIABLE_CODES):
+                raise TransactionAbortedError(f"topic '{self.topic}': a write was not delivered: {error.str()}")
+            raise KafkaException(error)
         return max(offsets)
 
     def commit(self, deadline: float) -> None:
@@ -364,6 +373,8 @@ def classify(error: BaseException) -> str:
     or ``retry`` (transient; redo the whole write)."""
     if isinstance(error, FencedWriterError):
         return "fenced"
+    if isinstance(error, TransactionAbortedError):
+        return "abort"
     inner = kafka_error(error)
     if inner is None:
         return "retry" if isinstance(error, ReplicatedLogTimeoutError) else "other"
