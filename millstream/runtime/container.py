@@ -263,6 +263,12 @@ def _last_v2_checkpoint(config: Config, store: MetadataStore, task_name: TaskNam
         checkpoint = reader.read_last_checkpoint(task_name)
     finally:
         reader.stop()
+    if checkpoint is not None and not isinstance(checkpoint, CheckpointV2):
+        raise ConfigError(
+            f"task '{task_name}': the checkpoint manager '{TaskConfig.of(config).checkpoint_factory}' returned a "
+            f"version {checkpoint.version} checkpoint when asked for V2 only; it cannot restore stores that only "
+            "V2 checkpoints describe (blob store)"
+        )
     resumed = f"V2 checkpoint {checkpoint.checkpoint_id}" if isinstance(checkpoint, CheckpointV2) else "no checkpoint"
     log.warning("%s: the last checkpoint is V1, which cannot restore its stores; resuming from %s", task_name, resumed)
     return checkpoint

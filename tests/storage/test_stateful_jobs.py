@@ -174,3 +174,25 @@ def test_a_blob_store_task_never_resumes_from_a_v1_written_without_its_v2(tmp_pa
     MetadataStoreCheckpointManager(store, fence).write_checkpoint(TaskName("Partition 0"), orphan_v1)
     run_to_end(config)
     assert final_stores(config) == reference(written)
+
+
+class V1OnlyCheckpointManagerFactory:
+    """A checkpoint manager that reads only V1, whatever the config says (as one that predates V2)."""
+
+    def get_checkpoint_manager(self, config: Config, store: Any, fence: Any = None) -> Any:
+        from millstream.checkpoint.metadata_store import MetadataStoreCheckpointManager
+
+        return MetadataStoreCheckpointManager(store, fence, read_versions=(1,))
+
+
+def test_a_checkpoint_manager_that_cannot_read_v2_fails_a_blob_store_job_clearly(tmp_path: Path) -> None:
+    from millstream.checkpoint.factory import CheckpointManagerFactory
+
+    CheckpointManagerFactory.register(V1OnlyCheckpointManagerFactory)
+    config = config_for(tmp_path, "blobstore", task__checkpoint__factory=f"{__name__}:V1OnlyCheckpointManagerFactory")
+    prepare(config)
+    first = InProcessRunner(config).run(timeout=5)
+    assert first.outcome in ("stopped", "finished"), first.error
+    second = InProcessRunner(config).run(timeout=30)
+    assert second.outcome == "failed"
+    assert second.error is not None and "cannot restore stores that only V2 checkpoints describe" in second.error
