@@ -1,0 +1,99 @@
+"""Shared set-up of the state benchmarks: a one-task job with a RocksDB store, opened and committed
+without a running container, so that each benchmark times exactly the step it is about."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV2
+from millstream.config import Config
+from millstream.config.views import resolve_paths
+from millstream.metadata.base import MetadataStore
+from millstream.metadata.factory import metadata_store
+from millstream.model import SystemStreamPartition, TaskName
+from millstream.runtime.collector import ProducerPool
+from millstream.runtime.job_model import ContainerModel, JobModel, TaskModel
+from millstream.storage.manager import ContainerStorageManager, TaskStorageManager
+from millstream.storage.resources import prepare_state_resources
+from millstream.systems.base import StreamSpec
+from millstream.systems.log.factory import LogSystemFactory
+
+TASK = TaskName("Partition 0")
+INPUT = SystemStreamPartition("log", "bench", 0)
+
+
+def bench_config(root: Path, **extra: Any) -> Config:
+    values = {
+        "job.name": "bench-state",
+        "job.data.dir": str(root / "data"),
+        "systems.log.path": str(root / "log"),
+        "systems.log.samza.offset.default": "oldest",
+        "systems.log.producer.batch.size": 5000,
+        "task.class": "benchmarks.tasks:NoOp",
+        "task.inputs": "log.bench",
+        "stores.counts.factory": "rocksdb",
+        "stores.counts.changelog": "log.counts-changelog",
+        "stores.counts.backup.factories": "changelog,blobstore",
+        "task.checkpoint.read.versions": "2,1",
+        **extra,
+    }
+    return resolve_paths(Config(values))
+
+
+@dataclass
+class TaskState:
+    container: ContainerStorageManager
+    storage: TaskStorageManager
+    producers: ProducerPool
+
+    def close(self) -> None:
+        self.storage.close()
+        self.container.close()
+        self.producers.stop()
+
+
+class StateJob:
+    """One task (``Partition 0``) of a job whose input is ``log.bench``, without Spark or containers."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        admin = LogSystemFactory().get_admin("log", config)
+        admin.create_stream(StreamSpec("log", "bench", 1))
+        self.metadata: MetadataStore = metadata_store(config)
+        self.metadata.init()
+        self.model = JobModel(1, {"0": ContainerModel("0", {TASK: TaskModel(TASK, frozenset({INPUT}))})})
+        prepare_state_resources(config, self.metadata, self.model)
+
+    def open(self, checkpoint: Checkpoint | None, config: Config | None = None) -> tuple[TaskState, float]:
+        """Restore the task's stores from ``checkpoint``; returns them and the seconds it took."""
+        config = config or self.config
+        producers = ProducerPool(config)
+        container = ContainerStorageManager(config, self.model, "0", self.metadata, producers)
+        storage = container.task_storage(TASK, self.model.tasks[TASK])
+        assert storage is not None
+        started = time.perf_counter()
+        container.restore({TASK: (storage, checkpoint)})
+        return TaskState(container, storage, producers), time.perf_counter() - started
+
+    @staticmethod
+    def commit(state: TaskState, offset: int) -> CheckpointV2:
+        checkpoint_id = CheckpointId.create()
+        state.producers.flush(TASK)
+        markers = state.storage.snapshot(checkpoint_id)
+        uploaded: Mapping[str, Mapping[str, str]] = state.storage.upload(checkpoint_id, markers)
+        checkpoint = CheckpointV2(checkpoint_id, {INPUT: str(offset)}, uploaded)
+        state.storage.write_local_checkpoint(checkpoint_id, [checkpoint])
+        state.storage.cleanup(checkpoint_id, uploaded)
+        return checkpoint
+
+
+def fill_store(state: TaskState, keys: int, value_size: int = 16, batch: int = 20_000) -> None:
+    """Write ``keys`` distinct keys through the task's store (and so its changelog)."""
+    store = state.storage.stores["counts"]
+    value = b"v" * value_size
+    for start in range(0, keys, batch):
+        store.put_all([(b"key%010d" % i, value) for i in range(start, min(start + batch, keys))])
