@@ -15,6 +15,7 @@ streams feeding a ``partition_by`` is not one of its producers and sends it no c
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
@@ -74,7 +75,7 @@ class IntermediateOutput(Protocol):
     def end_of_stream(self) -> None: ...
 
 
-class OperatorImpl:
+class OperatorImpl(ABC):
     """An operator of one task. Subclasses implement ``process`` and, where they have state, the hooks."""
 
     def __init__(self, spec: OperatorSpec, context: GraphContext) -> None:
@@ -105,8 +106,9 @@ class OperatorImpl:
         if callable(close):
             close()
 
+    @abstractmethod
     def process(self, message: Any, timestamp: int) -> None:
-        raise NotImplementedError
+        """Handle one message arriving from upstream; emit downstream as the operator's semantics say."""
 
     def emit(self, message: Any, timestamp: int) -> None:
         for downstream in self.downstream:
