@@ -382,38 +382,47 @@ class KinesisSystemConsumer(SystemConsumer):
             return not shard.stop.is_set() and shard.active
 
     def _enqueue(self, shard: _OwnedShard, records: list[dict[str, Any]]) -> bool:
-        """Append a GetRecords batch to the shard's slot; False when the shard was let go meanwhile."""
+        """Append a GetRecords batch to the shard's slot; False when the shard was let go meanwhile.
+
+        The envelopes are built outside the lock from a snapshot of the other shards' entries: an
+        entry in the snapshot was enqueued before it, so it precedes this batch in the FIFO whatever
+        another reader appends meanwhile — every entry of an offset still names a record delivered
+        no later than the envelope.
+        """
         with self._lock:
             if not shard.active:
                 return False
             slot = self._slots[shard.slot]
-            ssp = slot.ssp
             shard_id = shard.shard_id
-            token = shard.token
-            others = sorted(s for s in slot.entries if s != shard_id)
-            before = ",".join(str(slot.entries[s]) for s in others if s < shard_id)
-            after = ",".join(str(slot.entries[s]) for s in others if s > shard_id)
-            prefix = f"{before}," if before else ""
-            suffix = f",{after}" if after else ""
-            shard_header = shard_id.encode()
-            envelopes = []
-            sequence = ""
-            for record in records:
-                sequence = record["SequenceNumber"]
-                data = record["Data"]
-                key = record.get("PartitionKey")
-                arrival = record.get("ApproximateArrivalTimestamp")
-                envelopes.append(
-                    IncomingMessageEnvelope(
-                        ssp,
-                        f"{prefix}{shard_id}:{sequence}@{token}{suffix}",
-                        None if key is None else key.encode("utf-8"),
-                        data,
-                        _millis(arrival),
-                        {SHARD_ID_HEADER: shard_header, SEQUENCE_NUMBER_HEADER: sequence.encode()},
-                        len(data),
-                    )
+            others = sorted((s, str(entry)) for s, entry in slot.entries.items() if s != shard_id)
+        ssp = slot.ssp
+        token = shard.token
+        before = ",".join(text for s, text in others if s < shard_id)
+        after = ",".join(text for s, text in others if s > shard_id)
+        prefix = f"{before},{shard_id}:" if before else f"{shard_id}:"
+        suffix = f"@{token},{after}" if after else f"@{token}"
+        shard_header = shard_id.encode()
+        envelopes: list[IncomingMessageEnvelope] = []
+        append = envelopes.append
+        sequence = ""
+        for record in records:
+            sequence = record["SequenceNumber"]
+            data = record["Data"]
+            key = record.get("PartitionKey")
+            append(
+                IncomingMessageEnvelope(
+                    ssp,
+                    prefix + sequence + suffix,
+                    None if key is None else key.encode(),
+                    data,
+                    _millis(record.get("ApproximateArrivalTimestamp")),
+                    {SHARD_ID_HEADER: shard_header, SEQUENCE_NUMBER_HEADER: sequence.encode()},
+                    len(data),
                 )
+            )
+        with self._lock:
+            if not shard.active:
+                return False
             slot.entries[shard_id] = ShardOffset(shard_id, sequence, token)
             slot.batches.append((shard_id, envelopes))
             slot.count += len(envelopes)
@@ -712,21 +721,26 @@ class KinesisSystemConsumer(SystemConsumer):
                     len(readable), len(live),
                 )  # fmt: skip
         for shard_id in decision.take:
-            self._acquire(state, lineage.shards[shard_id], current.get(shard_id), now)
+            self._acquire(state, lineage.shards[shard_id], stored.get(shard_id), now)
 
     def _acquire(self, state: _StreamState, shard: Shard, current: StoredLease | None, now: float) -> None:
-        if current is None:
+        """Take the lease of ``shard``. A shard without a lease is a child born after the job's first
+        start (or the shard of a re-created stream whose old lease has another starting sequence
+        number): it is read from TRIM_HORIZON."""
+        stale = current is not None and current.lease.shard_start not in (None, shard.starting_sequence_number)
+        if current is None or stale:
             lease = Lease(
-                shard.shard_id, self.worker_id, 0, 1, ShardPosition.trim_horizon(), shard.parents,
+                shard.shard_id, self.worker_id, 0 if current is None else current.lease.counter + 1,
+                1 if current is None else current.lease.token + 1, ShardPosition.trim_horizon(), shard.parents,
                 shard.starting_sequence_number,
             )  # fmt: skip
-            written = state.table.write(lease, None)
         else:
+            assert current is not None
             lease = current.lease.next(owner=self.worker_id, token=current.lease.token + 1)
-            written = state.table.write(lease, current.data)
+        written = state.table.write(lease, None if current is None else current.data)
         if written is None:
             return  # another worker was faster
-        stolen = current is not None and current.lease.owner is not None
+        stolen = current is not None and not stale and current.lease.owner is not None
         with self._lock:
             slot = state.allocator.allocate(shard.shard_id)
             owned = _OwnedShard(state.stream, shard.shard_id, slot, written, written.lease.position, now)

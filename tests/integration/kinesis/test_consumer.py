@@ -14,6 +14,7 @@ from botocore.exceptions import ClientError
 
 from millstream.model import SystemStreamPartition
 from millstream.startpoint.types import StartpointOldest, StartpointSpecific, StartpointTimestamp, StartpointUpcoming
+from millstream.systems.base import StreamSpec
 from millstream.systems.kinesis.errors import KinesisOffsetError, KinesisReadError, KinesisSystemError
 from millstream.systems.kinesis.offsets import parse_offset
 from tests.integration.kinesis.helpers import (
@@ -395,3 +396,31 @@ def test_misuse_is_refused_with_the_slot_or_offset_named(config, kinesis_endpoin
             consumer.poll({SystemStreamPartition(SYSTEM, stream, 5)}, 0)
     finally:
         consumer.stop()
+
+
+def test_a_deleted_and_recreated_stream_is_read_from_its_start_despite_the_old_leases(
+    config, kinesis_endpoint, stream_name
+):
+    stream = stream_name()
+    create_stream(kinesis_endpoint, stream, 1)
+    put(kinesis_endpoint, stream, records(5, "old"))
+    first = CheckpointingDriver()
+    consumer = start(config, stream, [0], first)
+    try:
+        first.run_until(consumer, slots(stream, [0]), lambda: len(first.envelopes) >= 5)
+        first.commit()
+        time.sleep(0.3)
+    finally:
+        consumer.stop()
+    admin = started_admin(config)
+    admin.clear_stream(StreamSpec(SYSTEM, stream))
+    time.sleep(1.1)  # kinesalite derives sequence numbers from the creation second: a new second, new numbers
+    create_stream(kinesis_endpoint, stream, 1)
+    put(kinesis_endpoint, stream, records(3, "new"))
+    second = CheckpointingDriver()
+    consumer = start(config, stream, [0], second)
+    try:
+        second.run_until(consumer, slots(stream, [0]), lambda: len(second.envelopes) >= 3)
+    finally:
+        consumer.stop()
+    assert second.payloads() == [b"new0", b"new1", b"new2"]
