@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 EXTRAS ?= test
 
-.PHONY: install example test kafka-jars blob-emulators lint bench clean
+.PHONY: install example test kafka-jars blob-emulators kinesalite lint bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ kafka-jars: install
 blob-emulators: install
 	$(BIN)/python -m tests.integration.blob_emulators fetch
 
+## Install kinesalite, the Kinesis API emulator the Kinesis tests and benchmark start (npm ci into a cache; see tools/kinesis).
+kinesalite: install
+	$(BIN)/python -m tests.integration.kinesis.emulator fetch
+
 lint: install
 	$(BIN)/ruff check millstream tests benchmarks examples
 	$(BIN)/ruff format --check millstream tests benchmarks examples
@@ -43,6 +47,7 @@ bench: install
 	$(BIN)/python -m benchmarks.state_restore
 	$(BIN)/python -m benchmarks.commit_pause
 	$(BIN)/python -m benchmarks.stateful_throughput
+	$(BIN)/python -m benchmarks.kinesis_passthrough
 
 clean:
 	rm -rf $(VENV) examples/*/.millstream .pytest_cache
