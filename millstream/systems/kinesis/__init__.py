@@ -3,6 +3,7 @@
 Modules, one role each: ``config`` (keys and boto3 clients), ``admin`` (streams, shards, slots),
 ``consumer`` (leases, readers, slots), ``producer`` (PutRecords with per-record retries),
 ``allocation`` (shard ↔ SSP slots), ``leases`` (lease table and balancing in the metadata store),
+``dynamodb`` (the lease table in DynamoDB instead),
 ``offsets`` (positions, composite offsets, startpoint markers), ``shards`` (lineage),
 ``throttling`` (read limits, backoff, counters), ``errors`` and ``factory``.
 

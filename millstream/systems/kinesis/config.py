@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import threading
 import time
 from datetime import UTC, datetime
@@ -84,6 +85,14 @@ class KinesisSystemConfig(ConfigView):
     backoff_max_ms: int = Field(10_000, alias="consumer.backoff.max.ms", ge=1)
     stop_timeout_ms: int = Field(5_000, alias="consumer.stop.timeout.ms", ge=0)
     """How long ``stop`` waits for the readers before releasing the leases."""
+    lease_store: Literal["metadata", "dynamodb"] = Field("metadata", alias="consumer.lease.store")
+    """Where shard leases and per-shard checkpoints live: the job's metadata store, or a DynamoDB table."""
+    dynamodb_table: str | None = Field(None, alias="consumer.dynamodb.table", pattern=r"^[A-Za-z0-9_.-]{3,255}$")
+    """The lease table with ``consumer.lease.store=dynamodb``; default ``millstream-<application>``."""
+    dynamodb_create_table: Bool = Field(True, alias="consumer.dynamodb.create.table")
+    """Create the table (on-demand capacity) when it does not exist."""
+    dynamodb_endpoint: str | None = Field(None, alias="aws.dynamodb.endpoint")
+    """A DynamoDB-compatible endpoint URL (an emulator, a VPC endpoint); default: AWS's for the region."""
 
     producer_batch_records: int = Field(500, alias="producer.batch.records", ge=1, le=500)
     producer_batch_bytes: int = Field(5 * 1024 * 1024, alias="producer.batch.bytes", ge=1, le=5 * 1024 * 1024)
@@ -116,6 +125,14 @@ class KinesisSystemConfig(ConfigView):
 
     def application(self, config: Config) -> str:
         return self.application_name or JobConfig.of(config).job_key
+
+    def lease_table_name(self, config: Config) -> str:
+        """The DynamoDB lease table: configured, else ``millstream-<application>`` (KCL names its table
+        after the application too), with characters DynamoDB refuses replaced by ``-``."""
+        if self.dynamodb_table:
+            return self.dynamodb_table
+        name = re.sub(r"[^A-Za-z0-9_.-]", "-", f"millstream-{self.application(config)}")
+        return name[:255]
 
     def initial_shard_position(self, config: Config, system: str, stream: str) -> ShardPosition:
         """Where a shard of ``stream`` without a checkpoint starts (at the job's first start)."""
@@ -193,7 +210,7 @@ class KinesisClients:
             profile_name=self.settings.profile,
         )
 
-    def _client(self, retries: dict[str, Any], pool: int) -> Any:
+    def _client(self, service: str, endpoint: str | None, retries: dict[str, Any], pool: int) -> Any:
         from botocore.config import Config as BotoConfig
         from botocore.exceptions import BotoCoreError
 
@@ -205,38 +222,48 @@ class KinesisClients:
             max_pool_connections=pool,
         )
         try:
-            return self._session().client("kinesis", endpoint_url=settings.endpoint, config=boto_config)
+            return self._session().client(service, endpoint_url=endpoint, config=boto_config)
         except BotoCoreError as error:
             raise KinesisConfigError(
-                f"cannot create a Kinesis client for system '{self.system}': {error} "
+                f"cannot create a {service} client for system '{self.system}': {error} "
                 f"(set systems.{self.system}.aws.region, or configure the AWS default chain)"
             ) from None
 
+    def _shared(self, service: str, endpoint: str | None) -> Any:
+        """A client shared by every ``KinesisClients`` of this process with the same settings: creating
+        a boto3 client costs about half a second, and a container builds an admin, a consumer and a
+        producer. No botocore retries: callers count throttles and back off themselves."""
+        settings = self.settings
+        key = (
+            os.getpid(),
+            service,
+            endpoint,
+            settings.region,
+            settings.access_key,
+            hashlib.sha256(f"{self._secret_key}/{self._session_token}".encode()).hexdigest(),
+            settings.profile,
+            settings.connect_timeout_ms,
+            settings.read_timeout_ms,
+        )
+        with _CLIENTS_LOCK:
+            client = _CLIENTS.get(key)
+            if client is None:
+                client = _CLIENTS[key] = self._client(
+                    service, endpoint, {"total_max_attempts": 1, "mode": "standard"}, 64
+                )
+        return client
+
     @property
     def client(self) -> Any:
-        """The boto3 Kinesis client, without botocore retries: callers count throttles and back off.
-
-        Shared by every ``KinesisClients`` of this process with the same settings: creating a boto3
-        client costs about half a second, and a container builds an admin, a consumer and a producer.
-        """
+        """The boto3 Kinesis client (see ``_shared``)."""
         if self._client_instance is None:
-            settings = self.settings
-            key = (
-                os.getpid(),
-                settings.region,
-                settings.endpoint,
-                settings.access_key,
-                hashlib.sha256(f"{self._secret_key}/{self._session_token}".encode()).hexdigest(),
-                settings.profile,
-                settings.connect_timeout_ms,
-                settings.read_timeout_ms,
-            )
-            with _CLIENTS_LOCK:
-                client = _CLIENTS.get(key)
-                if client is None:
-                    client = _CLIENTS[key] = self._client({"total_max_attempts": 1, "mode": "standard"}, pool=64)
-            self._client_instance = client
+            self._client_instance = self._shared("kinesis", self.settings.endpoint)
         return self._client_instance
+
+    @property
+    def dynamodb(self) -> Any:
+        """The boto3 DynamoDB client of the lease table (``consumer.lease.store=dynamodb``)."""
+        return self._shared("dynamodb", self.settings.dynamodb_endpoint)
 
     def call(
         self,

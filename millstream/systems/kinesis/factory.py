@@ -2,7 +2,7 @@
 
 ``systems.<s>.samza.factory=kinesis`` (or Samza's ``org.apache.samza.system.kinesis.KinesisSystemFactory``).
 Unlike Samza's, this factory has a producer, and the consumer needs no KCL: leases and per-shard
-checkpoints live in the job's metadata store.
+checkpoints live in the job's metadata store, or in a DynamoDB table (``consumer.lease.store``).
 """
 
 from __future__ import annotations
@@ -12,11 +12,13 @@ from typing import ClassVar
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config.core import Config
 from millstream.config.views import JobConfig, TaskConfig, system_names
+from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import metadata_store
 from millstream.systems.base import SystemFactory
 from millstream.systems.kinesis.admin import KinesisSystemAdmin
 from millstream.systems.kinesis.config import KINESIS_FACTORY_NAMES, KinesisClients, KinesisSystemConfig, config_keys
 from millstream.systems.kinesis.consumer import KinesisSystemConsumer, committed_offsets_from
+from millstream.systems.kinesis.dynamodb import DynamoDBLeaseStore
 from millstream.systems.kinesis.errors import KinesisConfigError
 from millstream.systems.kinesis.producer import KinesisSystemProducer
 
@@ -35,12 +37,21 @@ class KinesisSystemFactory(SystemFactory):
         clients = KinesisClients(config, system_name, settings)
         admin = KinesisSystemAdmin(system_name, clients, container_count=JobConfig.of(config).container_count)
         store = metadata_store(config)
+        leases: MetadataStore = store
+        if settings.lease_store == "dynamodb":
+            leases = DynamoDBLeaseStore(
+                system_name,
+                lambda: clients.dynamodb,
+                settings.lease_table_name(config),
+                create_table=settings.dynamodb_create_table,
+                metrics=admin.metrics,
+            )
         return KinesisSystemConsumer(
             system_name,
             settings,
             clients,
             admin,
-            store,
+            leases,
             committed_offsets_from(checkpoint_manager(config, store)),
             application=settings.application(config),
             initial_positions=lambda stream: settings.initial_shard_position(config, system_name, stream),

@@ -33,3 +33,19 @@ def stream_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
         return f"s-{test}-{suffix}-{uuid.uuid4().hex[:8]}"
 
     return make
+
+
+@pytest.fixture(scope="session")
+def dynamodb_endpoint() -> Iterator[str]:
+    """moto's server (DynamoDB API, in memory) on 127.0.0.1, for the DynamoDB lease table tests."""
+    from moto.server import ThreadedMotoServer
+
+    from tests.integration.kafka_broker import free_port
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
