@@ -64,7 +64,7 @@ def create_source(cfg: Config, partitions: int) -> None:
 
 def seal(cfg: Config) -> None:
     admin = system_factory(cfg, "log").get_admin("log", cfg)
-    admin.seal(SOURCE.stream)  # type: ignore[attr-defined]
+    admin.seal_stream(SOURCE.stream)
 
 
 def write(cfg: Config, partitions: int, start: int, count: int) -> None:

@@ -72,7 +72,7 @@ def main() -> None:
     try:
         write = write_messages(root / "log", "bench", args.partitions, args.messages, args.size)
         admin = LogSystemFactory().get_admin("log", Config({"systems.log.path": str(root / "log")}))
-        admin.seal("bench")
+        admin.seal_stream("bench")
         print(
             f"{args.messages:,} messages of {args.size} B over {args.partitions} partitions (written at {write:,.0f}/s)"
         )

@@ -42,7 +42,7 @@ def write_keyed(root: Path, partitions: int, messages: int, keys: int, size: int
         producer.send("bench", OutgoingMessageEnvelope(stream, value, b"key%08d" % (index % keys)))
     producer.flush("bench")
     producer.stop()
-    factory.get_admin("log", config).seal("bench")
+    factory.get_admin("log", config).seal_stream("bench")
 
 
 def job_config(root: Path, run: str, task: str, extra: dict[str, Any]) -> Config:

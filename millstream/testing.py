@@ -276,9 +276,6 @@ class TestRunner:
         admin = system_factory(config, stream.system).get_admin(stream.system, config)
         admin.start()
         try:
-            seal = getattr(admin, "seal", None)
-            if seal is None:
-                raise MillstreamError(f"system '{stream.system}' cannot mark '{stream}' bounded")
-            seal(stream.stream)
+            admin.seal_stream(stream.stream)
         finally:
             admin.stop()

@@ -41,7 +41,7 @@ def seal(config: Config, stream: str) -> None:
     admin = system_factory(config, "log").get_admin("log", config)
     admin.start()
     try:
-        admin.seal(stream)  # type: ignore[attr-defined]
+        admin.seal_stream(stream)
     finally:
         admin.stop()
 

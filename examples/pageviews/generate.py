@@ -45,7 +45,7 @@ def main() -> None:
         for i, page in enumerate(pages)
     )
     count = write_stream(config, SystemStream("log", "page-views"), events)
-    admin.seal("page-views")  # type: ignore[attr-defined]
+    admin.seal_stream("page-views")
     admin.stop()
     store = metadata_store(config)
     checkpoint_manager(config, store).clear_checkpoints()  # a fresh input: start the job from scratch

@@ -203,11 +203,7 @@ def streams_seal(config: ConfigPath, stream: StreamArg, overrides: Overrides = N
     target = _stream(stream)
     admin = _admin(cfg, target.system)
     try:
-        seal = getattr(admin, "seal", None)
-        if seal is None:
-            err.print(f"[bold red]error:[/] system '{target.system}' has no bounded streams", highlight=False)
-            raise typer.Exit(2)
-        guarded(lambda: seal(target.stream))
+        guarded(lambda: admin.seal_stream(target.stream), usage=True)
     finally:
         admin.stop()
     out.print(f"sealed: {target}", highlight=False)

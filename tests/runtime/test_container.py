@@ -130,7 +130,7 @@ def _create(config: Config, stream: str, values: list[bytes], seal: bool) -> Non
     producer.flush("t")
     producer.stop()
     if seal:
-        admin.seal(stream)
+        admin.seal_stream(stream)
     admin.stop()
 
 
@@ -139,7 +139,7 @@ def _seal(config: Config, stream: str) -> None:
 
     admin = system_factory(config, "log").get_admin("log", config)
     admin.start()
-    admin.seal(stream)
+    admin.seal_stream(stream)
     admin.stop()
 
 

@@ -95,7 +95,7 @@ class LogSystemAdmin(SystemAdmin):
         with self._partition(ssp.stream, ssp.partition) as log:
             return str(log.trim(before))
 
-    def seal(self, stream: str) -> None:
+    def seal_stream(self, stream: str) -> None:
         """Mark every partition of ``stream`` bounded and complete.
 
         Appends already committed stay readable; later appends fail; a consumer that reads a

@@ -168,14 +168,14 @@ def test_trim_of_a_partition_the_stream_lacks_names_the_partition(admin: LogSyst
 
 def test_seal_marks_every_partition_sealed(admin: LogSystemAdmin) -> None:
     create(admin, "events", 3)
-    admin.seal("events")
+    admin.seal_stream("events")
     partitions = admin.get_system_stream_metadata(["events"])["events"].partitions
     assert all(metadata.sealed for metadata in partitions.values())
 
 
 def test_seal_of_a_missing_stream_raises_stream_not_found(admin: LogSystemAdmin) -> None:
     with pytest.raises(StreamNotFoundError):
-        admin.seal("events")
+        admin.seal_stream("events")
 
 
 def test_trim_expired_removes_records_older_than_the_system_retention(root: Path) -> None:

@@ -154,7 +154,7 @@ def test_poll_returns_as_soon_as_data_arrives_while_waiting(
 def test_a_sealed_partition_yields_end_of_stream_once_after_its_last_record(
     events: list[bytes], admin: LogSystemAdmin, consumer: LogSystemConsumer
 ) -> None:
-    admin.seal("events")
+    admin.seal_stream("events")
     consumer.register(ssp("events"), "3")
     consumer.start()
     received = read_all(consumer, {ssp("events")})
@@ -175,7 +175,7 @@ def test_an_empty_sealed_partition_yields_only_end_of_stream(
     admin: LogSystemAdmin, consumer: LogSystemConsumer
 ) -> None:
     create(admin, "events")
-    admin.seal("events")
+    admin.seal_stream("events")
     consumer.register(ssp("events"), "0")
     consumer.start()
     assert [e.is_end_of_stream for e in read_all(consumer, {ssp("events")})] == [True]

@@ -149,7 +149,7 @@ def test_auto_create_streams_uses_an_existing_stream_as_it_is(admin: LogSystemAd
 
 def test_flush_to_a_sealed_partition_raises_naming_stream_and_partition(admin: LogSystemAdmin, root: Path) -> None:
     create(admin, "events", 2)
-    admin.seal("events")
+    admin.seal_stream("events")
     producer = LogSystemFactory().get_producer(SYSTEM, log_config(root))
     producer.send("task", envelope("events", b"v", partition=1))
     with pytest.raises(PartitionSealedError, match=r"'events' partition 1"):
@@ -160,7 +160,7 @@ def test_flush_to_a_sealed_partition_raises_naming_stream_and_partition(admin: L
 
 def test_a_failed_append_keeps_its_records_so_every_later_flush_fails_too(admin: LogSystemAdmin, root: Path) -> None:
     create(admin, "events")
-    admin.seal("events")
+    admin.seal_stream("events")
     producer = LogSystemFactory().get_producer(SYSTEM, log_config(root))
     producer.send("task", envelope("events", b"v"))
     for _ in range(2):
