@@ -20,8 +20,9 @@ example: install
 	  && ../../$(BIN)/millstream run job.yaml \
 	  && ../../$(BIN)/python show.py
 
-## Run the whole test suite (unit, in-process, Spark local mode, Spark standalone cluster, real Kafka broker).
-test: install
+## Run the whole test suite (unit, in-process, Spark local mode and standalone cluster, a real Kafka broker,
+## kinesalite, S3 and Azure blob emulators). Installs what the servers need first (cached after the first run).
+test: install kafka-jars blob-emulators kinesalite
 	$(BIN)/pytest -q
 
 ## Download the Kafka broker JARs the integration tests start (Maven Central via ~/.m2, cached; see tools/kafka).
