@@ -6,6 +6,7 @@
 Without ``--bootstrap`` a KRaft broker is started from the test harness's JARs (make kafka-jars).
 Every figure comes from the same topic in the same run, so the ratios hold whatever the machine:
   raw consumer   confluent-kafka ``Consumer.consume`` over every partition, nothing done per message
+  raw copy       confluent-kafka alone consuming and producing every message (a reference for pass-through)
   no-op job      millstream reading every message into a task that does nothing (1 container)
   count per key  millstream counting messages per key in a dict (1 container)
   pass-through   millstream copying every message to another topic (1 container, in-process)
@@ -21,6 +22,7 @@ import argparse
 import shutil
 import tempfile
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -45,6 +47,8 @@ from millstream.testing import InProcessRunner
 
 SOURCE = "bench-in"
 SINK = "bench-out"
+RUN_ID = uuid.uuid4().hex[:8]
+"""Job names are unique per invocation: a job must not resume from a previous invocation's checkpoints."""
 _unfinished_tasks: set[str] = set()
 """Tasks of this process's container(s) that have not read all their messages yet."""
 
@@ -94,7 +98,7 @@ def job_config(root: Path, bootstrap: str, task: str, containers: int, run: str,
     return resolve_paths(
         Config(
             {
-                "job.name": f"bench-{run}",
+                "job.name": f"bench-{run}-{RUN_ID}",
                 "job.data.dir": str(root / "data"),
                 "job.container.count": containers,
                 "metadata.store.factory": "kafka",
@@ -151,8 +155,17 @@ def write_messages(bootstrap: str, partitions: int, messages: int, size: int, ke
 
 
 def raw_consumer_rate(bootstrap: str, partitions: int, messages: int) -> float:
-    """confluent-kafka alone: consume every message of the topic from offset 0; messages/s."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-raw", "enable.auto.commit": False})
+    """confluent-kafka alone: consume every message of the topic from offset 0; messages/s. Tuned as
+    millstream's consumer is (``fetch.queue.backoff.ms=10``; librdkafka's 1 s default would make the
+    broker-side prefetch, not the consumer, the limit)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-raw",
+            "enable.auto.commit": False,
+            "fetch.queue.backoff.ms": 10,
+        }
+    )
     consumer.assign([TopicPartition(SOURCE, p, 0) for p in range(partitions)])
     count = 0
     started: float | None = None
@@ -161,6 +174,49 @@ def raw_consumer_rate(bootstrap: str, partitions: int, messages: int) -> float:
         if batch and started is None:
             started = time.perf_counter()
         count += sum(1 for message in batch if message.error() is None)
+    elapsed = time.perf_counter() - (started or time.perf_counter())
+    consumer.close()
+    return count / max(elapsed, 1e-9)
+
+
+def raw_passthrough_rate(bootstrap: str, partitions: int, messages: int) -> float:
+    """confluent-kafka alone, consume → produce every message to the sink topic with the producer settings
+    millstream uses (idempotent, acks=all, flushed at the end): a reference for what copying costs."""
+    recreate_topic(bootstrap, SINK, partitions)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-raw",
+            "enable.auto.commit": False,
+            "fetch.queue.backoff.ms": 10,
+        }
+    )
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "partitioner": "murmur2_random",
+            "delivery.report.only.error": True,
+        }
+    )
+    consumer.assign([TopicPartition(SOURCE, p, 0) for p in range(partitions)])
+    count = 0
+    started: float | None = None
+    while count < messages:
+        batch = consumer.consume(10_000, 0.5)
+        if batch and started is None:
+            started = time.perf_counter()
+        for message in batch:
+            if message.error() is None:
+                while True:
+                    try:
+                        producer.produce(SINK, message.value(), message.key(), -1)
+                        break
+                    except BufferError:
+                        producer.flush(0.01)
+                count += 1
+    producer.flush(120)
     elapsed = time.perf_counter() - (started or time.perf_counter())
     consumer.close()
     return count / max(elapsed, 1e-9)
@@ -189,6 +245,8 @@ def run_benchmarks(bootstrap: str, args: Any, root: Path) -> None:
     )
     raw = max(raw_consumer_rate(bootstrap, args.partitions, messages) for _ in range(2))
     print(f"{'raw consumer (confluent-kafka)':<30}{raw:>12,.0f} msgs/s  {1:>6.0%}", flush=True)
+    copy = raw_passthrough_rate(bootstrap, args.partitions, messages)
+    print(f"{'raw consume → produce':<30}{copy:>12,.0f} msgs/s  {copy / raw:>6.0%} of raw consumer", flush=True)
     runs = [
         ("no-op job, 1 container", "NoOp", 1),
         ("count per key, 1 container", "CountPerKey", 1),
@@ -209,6 +267,16 @@ def run_benchmarks(bootstrap: str, args: Any, root: Path) -> None:
         started = time.perf_counter()
         result = SparkJobRunner(config).run()
         report("pass-through, Spark, 2 ctrs", result, time.perf_counter() - started, raw)
+    delete_job_topics(bootstrap)
+
+
+def delete_job_topics(bootstrap: str) -> None:
+    """Remove this invocation's checkpoint and coordinator topics from the cluster."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topics = [t for t in admin.list_topics(timeout=30).topics if t.startswith("__millstream-") and RUN_ID in t]
+    if topics:
+        for future in admin.delete_topics(topics).values():
+            future.result(60)
 
 
 def main() -> None:

@@ -126,7 +126,12 @@ class KafkaClientSettings:
         }
 
     def consumer(self, **overrides: Any) -> dict[str, Any]:
-        """Assign-only consumer: no group membership, no offset commits (checkpoints are millstream's)."""
+        """Assign-only consumer: no group membership, no offset commits (checkpoints are millstream's).
+
+        ``fetch.queue.backoff.ms`` is 10 instead of librdkafka's 1000: with the default, a consumer
+        whose prefetch queue fills up stops fetching for a second, which caps a fast reader at a
+        fraction of what the broker serves (measured: 190k against 1M messages/s of 100 B).
+        """
         settings = self._base("consumer")
         settings.update(
             {
@@ -135,6 +140,7 @@ class KafkaClientSettings:
                 "enable.auto.offset.store": False,
                 "auto.offset.reset": "error",
                 "enable.partition.eof": False,
+                "fetch.queue.backoff.ms": 10,
             }
         )
         settings.update(self._clients["consumer"])
