@@ -3,14 +3,17 @@
 **Topic.** One single-partition compacted topic per job (``task.checkpoint.topic``, default
 ``__millstream-checkpoint-<job.name>-<job.id>``) on ``task.checkpoint.system``. A record's key is
 Samza's JSON ``{"systemstreampartition-grouper-factory": <grouper FQCN>, "taskName": <task>,
-"type": "checkpoint"}`` (compaction keeps each task's latest checkpoint); the value is the task's
-``CheckpointV1`` in Samza's JSON. Type ``checkpoint-v2`` is reserved for CheckpointV2 (state
-backends); this manager reads V1 only and skips other types.
+"type": "checkpoint"}`` for a ``CheckpointV1`` (Samza's V1 JSON) and ``"type": "checkpoint-v2"`` for
+a ``CheckpointV2`` (Samza's V2 JSON); compaction keeps each task's latest record of each type.
 
 **Reading** scans the topic from the beginning once, then only what was appended since, always up
-to the high watermark as of the call: the last record per task wins. A record that cannot be read
-(bad key, bad JSON, a grouper other than the job's) fails the read when
-``task.checkpoint.validation.enabled`` (the default) and is skipped with a warning otherwise.
+to the high watermark as of the call. Records of a version not in ``task.checkpoint.read.versions``
+are skipped unread (so a job reading V1 ignores V2 records, and vice versa); of a type this
+millstream does not know, skipped with a warning. Among a task's latest record of each version
+read, :func:`select_checkpoint` chooses by priority and ``task.live.checkpoint.max.age.ms``, the
+records' timestamps being their write times — the same choice a scan of the compacted topic gives.
+A record that cannot be read (bad key, bad JSON, a grouper other than the job's) fails the read
+when ``task.checkpoint.validation.enabled`` (the default) and is skipped with a warning otherwise.
 
 **Writing is fenced, with Kafka transactions plus the metadata store.** Each container writes
 through a transactional producer whose ``transactional.id`` is the container's
@@ -46,7 +49,15 @@ from typing import Any
 import orjson
 
 from millstream.checkpoint.base import CheckpointManager, WriterFence
-from millstream.checkpoint.checkpoint import Checkpoint, CheckpointFormatError, CheckpointV1
+from millstream.checkpoint.checkpoint import (
+    CHECKPOINT_TYPES,
+    Checkpoint,
+    CheckpointFormatError,
+    deserialize_checkpoint,
+    select_checkpoint,
+    serialize_checkpoint,
+    version_of_type,
+)
 from millstream.checkpoint.factory import CheckpointManagerFactory
 from millstream.checkpoint.metadata_store import ReadOnlyCheckpointManagerError
 from millstream.config.core import Config
@@ -68,10 +79,8 @@ from millstream.systems.kafka.replicated_log import (
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_TYPE = "checkpoint"
-CHECKPOINT_V2_TYPE = "checkpoint-v2"
-RECORD_TYPES = {1: CHECKPOINT_TYPE, 2: CHECKPOINT_V2_TYPE}
-"""The key ``type`` of each checkpoint version, as Samza names them."""
+CHECKPOINT_TYPE = CHECKPOINT_TYPES[1]
+CHECKPOINT_V2_TYPE = CHECKPOINT_TYPES[2]
 GROUPER_FIELD = "systemstreampartition-grouper-factory"
 TASK_FIELD = "taskName"
 TYPE_FIELD = "type"
@@ -117,12 +126,15 @@ class KafkaCheckpointManager(CheckpointManager):
         self.topic = task.checkpoint_topic or log_topic_name("checkpoint", job.name, job.id)
         self.replication_factor = task.checkpoint_replication_factor
         self.validation = task.checkpoint_validation_enabled
+        self.read_versions = tuple(task.checkpoint_read_versions)
+        self.max_age_ms = task.live_checkpoint_max_age_ms
         self.grouper_factory = grouper_factory_name(config)
         self.store = store
         self.fence = fence
         self._job_key = job.job_key
         self._tasks: set[TaskName] = set()
-        self._checkpoints: dict[TaskName, Checkpoint] = {}
+        self._latest: dict[TaskName, dict[int, tuple[int, int, Checkpoint]]] = {}
+        """task → version → (offset, written at ms, checkpoint) of the task's latest record of that version."""
         self._reader: LogReader | None = None
         self._writer: TransactionalWriter | None = None
         self._absent = False
@@ -161,7 +173,7 @@ class KafkaCheckpointManager(CheckpointManager):
     def _open_reader(self) -> LogReader:
         if self._reader is None:
             self._reader = LogReader(self.kafka, self.topic, self._apply, client="checkpoint-reader")
-            self._checkpoints = {}
+            self._latest = {}
         return self._reader
 
     def _open_writer(self, deadline: float) -> TransactionalWriter:
@@ -190,11 +202,18 @@ class KafkaCheckpointManager(CheckpointManager):
 
     def read_last_checkpoint(self, task_name: TaskName) -> Checkpoint | None:
         self._catch_up()
-        return self._checkpoints.get(task_name)
+        return self._select(task_name)
 
     def read_all(self) -> dict[TaskName, Checkpoint]:
         self._catch_up()
-        return dict(self._checkpoints)
+        chosen = {task: self._select(task) for task in self._latest}
+        return {task: checkpoint for task, checkpoint in chosen.items() if checkpoint is not None}
+
+    def _select(self, task_name: TaskName) -> Checkpoint | None:
+        records = sorted(self._latest.get(task_name, {}).values(), key=lambda record: record[0])
+        return select_checkpoint(
+            [(checkpoint, written) for _, written, checkpoint in records], self.read_versions, self.max_age_ms
+        )
 
     def _apply(self, message: Any) -> None:
         where = f"checkpoint topic '{self.topic}' partition 0 offset {message.offset()}"
@@ -209,28 +228,35 @@ class KafkaCheckpointManager(CheckpointManager):
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as error:
             self._invalid(f"{where}: the key {raw_key!r} is not a checkpoint key ({error})")
             return
-        if kind != CHECKPOINT_TYPE:
-            level = logging.DEBUG if kind == CHECKPOINT_V2_TYPE else logging.WARNING
-            log.log(level, "%s: skipped a record of type %r for task '%s' (reading V1 only)", where, kind, task_name)
+        version = version_of_type(kind)
+        if version is None:
+            log.warning("%s: skipped a record of unknown type %r (task '%s')", where, kind, task_name)
             return
+        if version not in self.read_versions:
+            return  # task.checkpoint.read.versions does not include it: not even parsed
         if grouper != self.grouper_factory:
-            message_text = (
+            problem = (
                 f"{where}: the checkpoint of task '{task_name}' was written with grouper '{grouper}', "
                 f"but the job uses '{self.grouper_factory}'"
             )
             if self.validation:
                 raise CheckpointFormatError(
-                    f"{message_text} (set task.checkpoint.validation.enabled=false to read it anyway)"
+                    f"{problem} (set task.checkpoint.validation.enabled=false to read it anyway)"
                 )
-            log.warning("%s; reading it anyway (task.checkpoint.validation.enabled=false)", message_text)
+            log.warning("%s; reading it anyway (task.checkpoint.validation.enabled=false)", problem)
         value = message.value()
+        versions = self._latest.setdefault(task_name, {})
         if value is None:
-            self._checkpoints.pop(task_name, None)
+            versions.pop(version, None)
+            if not versions:
+                del self._latest[task_name]
             return
         try:
-            self._checkpoints[task_name] = CheckpointV1.from_bytes(value, where=f"{where} (task '{task_name}')")
+            checkpoint = deserialize_checkpoint(version, value, where=f"{where} (task '{task_name}')")
         except CheckpointFormatError as error:
             self._invalid(str(error))
+            return
+        versions[version] = (int(message.offset()), int(message.timestamp()[1]), checkpoint)
 
     def _invalid(self, problem: str) -> None:
         if self.validation:
@@ -244,10 +270,10 @@ class KafkaCheckpointManager(CheckpointManager):
 
     def write_checkpoint(self, task_name: TaskName, checkpoint: Checkpoint) -> None:
         fence = self._require_fence(f"write the checkpoint of task '{task_name}'")
-        kind = RECORD_TYPES.get(checkpoint.version)
+        kind = CHECKPOINT_TYPES.get(checkpoint.version)
         if kind is None:
             raise CheckpointFormatError(f"task '{task_name}': cannot write a version {checkpoint.version} checkpoint")
-        record = (checkpoint_key(self.grouper_factory, task_name, kind), checkpoint.to_bytes())
+        record = (checkpoint_key(self.grouper_factory, task_name, kind), serialize_checkpoint(checkpoint))
         deadline = time.monotonic() + WRITE_TIMEOUT_S
         backoff = BACKOFF_S[0]
         while True:
@@ -307,7 +333,7 @@ class KafkaCheckpointManager(CheckpointManager):
         admin = KafkaSystemAdmin(self.system, self.kafka)
         admin.clear_stream(StreamSpec(self.system, self.topic))
         ensure_log_topic(self.kafka, self.topic, self.replication_factor, "the checkpoint")
-        self._checkpoints = {}
+        self._latest = {}
         self._absent = False
 
     # --- fencing ---------------------------------------------------------------------------------

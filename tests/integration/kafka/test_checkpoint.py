@@ -250,3 +250,38 @@ def test_a_reader_of_a_job_that_never_checkpointed_reads_nothing_and_creates_not
     assert reader.read_last_checkpoint(TASK) is None
     admin = KafkaSystemFactory().get_admin("kafka", config)
     assert admin.get_system_stream_metadata([reader.topic]) == {}
+
+
+def test_v2_checkpoints_are_written_as_checkpoint_v2_records_and_read_per_read_versions(config, store, bootstrap):
+    from millstream.checkpoint.checkpoint import CheckpointId, CheckpointV2
+
+    ckpt = writer(config, store)
+    v1 = offsets("10")
+    v2 = CheckpointV2(CheckpointId(1_700_000_000_000, 1), {SystemStreamPartition("kafka", "in", 0): "12"}, {})
+    ckpt.write_checkpoint(TASK, v1)
+    ckpt.write_checkpoint(TASK, v2)
+    records = read_all(bootstrap, ckpt.topic, 1)
+    assert [orjson.loads(m.key())["type"] for m in records] == ["checkpoint", "checkpoint-v2"]
+    assert orjson.loads(records[1].value())["input-offsets"] == {"kafka.in.0": "12"}
+
+    assert manager(config, store).read_last_checkpoint(TASK) == v1, "read.versions defaults to 1"
+    v2_first = config.with_overrides({"task.checkpoint.read.versions": "2,1"})
+    assert manager(v2_first, store).read_last_checkpoint(TASK) == v2
+    assert manager(v2_first, store).read_all() == {TASK: v2}
+    # A V1 written long after the V2 wins over the stale V2 (a rollback to V1 then forward again).
+    stale = v2_first.with_overrides({"task.live.checkpoint.max.age.ms": "0"})
+    time.sleep(0.01)
+    ckpt.write_checkpoint(TASK, offsets("20"))
+    assert manager(stale, store).read_last_checkpoint(TASK) == offsets("20")
+    assert manager(v2_first, store).read_last_checkpoint(TASK) == v2
+
+
+def test_a_corrupt_record_of_a_version_not_read_is_not_even_parsed(config, store, bootstrap):
+    ckpt = writer(config, store)
+    ckpt.write_checkpoint(TASK, offsets("10"))
+    producer = raw_producer(bootstrap)
+    producer.produce(ckpt.topic, b"{not json", checkpoint_key(GROUPER, "Partition 0", "checkpoint-v2"))
+    producer.flush(30)
+    assert manager(config, store).read_last_checkpoint(TASK) == offsets("10")
+    with pytest.raises(CheckpointFormatError, match="not a valid V2 checkpoint"):
+        manager(config.with_overrides({"task.checkpoint.read.versions": "2,1"}), store).read_last_checkpoint(TASK)
