@@ -30,7 +30,7 @@ from millstream.errors import MillstreamError
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import metadata_store
-from millstream.model import OutgoingMessageEnvelope, SystemStream
+from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.runtime.container import ContainerResult, run_container
 from millstream.runtime.job_model import JobModel
 from millstream.serde.registry import SerdeRegistry
@@ -135,13 +135,22 @@ def write_stream(
     return count
 
 
-def read_stream(config: Config, stream: SystemStream) -> dict[int, list[tuple[Any, Any]]]:
-    """Every retained ``(key, value)`` of every partition, decoded with the stream's serdes."""
+def read_stream(
+    config: Config, stream: SystemStream, *, idle_timeout: float = 2.0
+) -> dict[int, list[tuple[Any, Any]]]:
+    """Every retained ``(key, value)`` of every partition, decoded with the stream's serdes.
+
+    A partition is done at end-of-stream or once a record at or past the newest offset seen at the
+    start arrived. Offsets may have gaps (Kafka's compaction and transaction markers), so the newest
+    offset itself may never arrive: a partition that delivers nothing for ``idle_timeout`` seconds
+    is done too.
+    """
     factory = system_factory(config, stream.system)
     admin = factory.get_admin(stream.system, config)
     admin.start()
     try:
         metadata = admin.get_system_stream_metadata([stream.stream]).get(stream.stream)
+        compare = admin.offset_comparator
     finally:
         admin.stop()
     if metadata is None:
@@ -149,21 +158,25 @@ def read_stream(config: Config, stream: SystemStream) -> dict[int, list[tuple[An
     serdes = SerdeRegistry.from_config(config)
     key_serde, msg_serde = serdes.key_serde(stream), serdes.msg_serde(stream)
     consumer = factory.get_consumer(stream.system, config)
-    remaining = {}
+    newest: dict[SystemStreamPartition, str] = {}
     for partition, info in metadata.partitions.items():
-        if info.oldest_offset is not None:
+        if info.oldest_offset is not None and info.newest_offset is not None:
             ssp = stream.partition(partition)
             consumer.register(ssp, info.oldest_offset)
-            remaining[ssp] = int(info.upcoming_offset) - int(info.oldest_offset)
+            newest[ssp] = info.newest_offset
     out: dict[int, list[tuple[Any, Any]]] = {p: [] for p in metadata.partitions}
     consumer.start()
     try:
-        while any(count > 0 for count in remaining.values()):
-            wanted = {ssp for ssp, count in remaining.items() if count > 0}
-            for ssp, batch in consumer.poll(wanted, 1.0).items():
+        pending = set(newest)
+        last_data = time.monotonic()
+        while pending and time.monotonic() - last_data < idle_timeout:
+            batches = consumer.poll(set(pending), 0.2)
+            for ssp, batch in batches.items():
+                if batch:
+                    last_data = time.monotonic()
                 for envelope in batch:
                     if envelope.is_end_of_stream:
-                        remaining[ssp] = 0
+                        pending.discard(ssp)
                         break
                     key = key_serde.from_bytes(envelope.key) if key_serde and envelope.key is not None else envelope.key
                     value = (
@@ -172,7 +185,10 @@ def read_stream(config: Config, stream: SystemStream) -> dict[int, list[tuple[An
                         else envelope.message
                     )
                     out[ssp.partition].append((key, value))
-                    remaining[ssp] -= 1
+                    order = compare(envelope.offset, newest[ssp])
+                    if order is not None and order >= 0:
+                        pending.discard(ssp)
+                        break
     finally:
         consumer.stop()
     return out

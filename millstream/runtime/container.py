@@ -100,6 +100,7 @@ def run_container(
 ) -> ContainerResult:
     """Run container ``container_id`` of ``job_model`` until its inputs end or it is told to stop."""
     started = time.monotonic()
+    owns_store = store is None
     store = store or metadata_store(config)
     epoch = coordination.start_container_attempt(store, container_id)
     generation = job_model.generation
@@ -251,6 +252,8 @@ def run_container(
         _quietly(checkpoints.stop)
         for admin in admins.values():
             _quietly(admin.stop)
+        if owns_store:
+            _quietly(store.close)
 
 
 def _last_v2_checkpoint(config: Config, store: MetadataStore, task_name: TaskName) -> Checkpoint | None:
