@@ -135,9 +135,7 @@ def write_stream(
     return count
 
 
-def read_stream(
-    config: Config, stream: SystemStream, *, idle_timeout: float = 2.0
-) -> dict[int, list[tuple[Any, Any]]]:
+def read_stream(config: Config, stream: SystemStream, *, idle_timeout: float = 2.0) -> dict[int, list[tuple[Any, Any]]]:
     """Every retained ``(key, value)`` of every partition, decoded with the stream's serdes.
 
     A partition is done at end-of-stream or once a record at or past the newest offset seen at the
