@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import orjson
 
 from millstream.config import Config
 from millstream.config.views import StartpointConfig, parse_stream
 from millstream.errors import StreamNotFoundError
+from millstream.instants import parse_epoch_ms
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import metadata_store
@@ -30,18 +30,12 @@ from millstream.systems.registry import system_factory
 def parse_timestamp(text: str) -> int:
     """Epoch milliseconds from ``1700000000000`` or an ISO 8601 instant (``2024-05-01T12:00:00Z``;
     without an offset it is taken as UTC)."""
-    raw = text.strip()
-    if raw.lstrip("-").isdigit():
-        return int(raw)
     try:
-        instant = datetime.fromisoformat(raw.replace("Z", "+00:00").replace("z", "+00:00"))
+        return parse_epoch_ms(text)
     except ValueError:
         raise StartpointError(
             f"'{text}' is not a timestamp: give epoch milliseconds or ISO 8601 such as 2024-05-01T12:00:00Z"
         ) from None
-    if instant.tzinfo is None:
-        instant = instant.replace(tzinfo=UTC)
-    return int(instant.timestamp() * 1000)
 
 
 def target_partitions(config: Config, stream: str, partitions: Iterable[int] | None) -> list[SystemStreamPartition]:

@@ -18,13 +18,13 @@ import os
 import re
 import threading
 import time
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import Field
 
 from millstream.config.core import SENSITIVE_PREFIX, Config
 from millstream.config.views import Bool, ConfigView, JobConfig, TaskConfig, offset_default
+from millstream.instants import parse_epoch_ms
 from millstream.model import SystemStream
 from millstream.systems.kinesis.errors import KinesisConfigError, KinesisSystemError
 from millstream.systems.kinesis.offsets import ShardPosition
@@ -157,18 +157,12 @@ def config_keys() -> frozenset[str]:
 
 def parse_timestamp(text: str, key: str) -> int:
     """Epoch milliseconds from digits or an ISO 8601 instant (UTC when it has no offset)."""
-    raw = text.strip()
-    if raw.lstrip("-").isdigit():
-        return int(raw)
     try:
-        instant = datetime.fromisoformat(raw.replace("Z", "+00:00").replace("z", "+00:00"))
+        return parse_epoch_ms(text)
     except ValueError:
         raise KinesisConfigError(
             f"config key '{key}' has invalid value {text!r}: give epoch milliseconds or ISO 8601"
         ) from None
-    if instant.tzinfo is None:
-        instant = instant.replace(tzinfo=UTC)
-    return int(instant.timestamp() * 1000)
 
 
 class KinesisClients:
