@@ -3,8 +3,6 @@ brokers are unreachable or an input topic is missing (a clear error, in bounded 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -13,12 +11,10 @@ import orjson
 import pytest
 import yaml
 
+from tests.cli.test_main import SECRET, millstream
 from tests.integration.kafka_broker import free_port
 
 pytestmark = pytest.mark.integration
-
-REPO = Path(__file__).resolve().parents[3]
-SECRET = "hunter2"
 
 
 def write_config(tmp_path: Path, bootstrap: str, **values: Any) -> Path:
@@ -40,19 +36,6 @@ def write_config(tmp_path: Path, bootstrap: str, **values: Any) -> Path:
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     return path
-
-
-def millstream(*args: Any, stdin: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "millstream.cli.main", *map(str, args)],
-        cwd=REPO,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert SECRET not in result.stdout and SECRET not in result.stderr, "a sensitive value was printed"
-    return result
 
 
 def test_streams_create_describe_produce_consume_list_and_delete_a_topic(tmp_path, bootstrap, topic_name):
