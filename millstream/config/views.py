@@ -235,6 +235,9 @@ class StreamSamzaConfig(ConfigView):
     msg_serde: str | None = Field(None, alias="msg.serde")
     offset_default: OffsetDefault | None = Field(None, alias="offset.default")
     reset_offset: Bool = Field(False, alias="reset.offset")
+    bootstrap: Bool = False
+    """An adjunct store fed by this stream is caught up with the stream's newest offset at startup before
+    any main-input message is processed."""
 
 
 class AppConfig(ConfigView):
@@ -277,7 +280,7 @@ class MetadataConfig(ConfigView):
     store_path: str | None = Field(None, alias="store.path")
 
 
-JOB_LEVEL_STORE_KEYS = ("backup.factories", "restore.factories")
+JOB_LEVEL_STORE_KEYS = ("backup.factories", "restore.factories", "adstore.manager.factory")
 """Keys directly under ``stores.`` that are job-level defaults, not settings of a store."""
 
 
@@ -286,6 +289,8 @@ class StoresConfig(ConfigView):
 
     backup_factories: CommaList | None = Field(None, alias="backup.factories")
     restore_factories: CommaList | None = Field(None, alias="restore.factories")
+    adstore_manager_factory: str | None = Field(None, alias="adstore.manager.factory")
+    """``module:Class`` of an ``AdjunctDataStoreManagerFactory``; default: the built-in manager."""
 
     @classmethod
     def of(cls, config: Config) -> StoresConfig:
@@ -315,6 +320,29 @@ class StoreConfig(ConfigView):
     changelog_min_compaction_lag_ms: int = Field(4 * 60 * 60 * 1000, alias="changelog.min.compaction.lag.ms", ge=0)
     """A checkpoint older than 0.9 x this is restored to the changelog's end, not reverted: compaction may
     already have removed the committed values of later-overwritten keys."""
+    adstore_input: str | None = Field(None, alias="adstore.input")
+    """``system.stream`` that feeds this adjunct data store (at most one): its messages are stored, never
+    given to ``process``."""
+    adstore_extractor_factory: str | None = Field(None, alias="adstore.key.value.extractor.factory")
+    """``module:Class`` of a ``KeyValueExtractorFactory``; default: the envelope's key and value."""
+    adstore_versioned: Bool = Field(False, alias="adstore.versioned")
+    """The input carries a bounded dataset in versions: each version ends with an end-of-version marker,
+    readers see the last sealed version only (and bulk-built versions, ``millstream adstore build``)."""
+    adstore_max_age_ms: int = Field(24 * 60 * 60 * 1000, alias="adstore.max.age.ms", ge=0)
+    """A persisted adjunct store last committed longer ago than this is invalid at start and rebuilt."""
+    adstore_version_poll_ms: int = Field(5_000, alias="adstore.version.poll.ms", ge=100)
+    """How often a running job looks for a newly published bulk-built version of a versioned store."""
+    adstore_version_retire_ms: int = Field(5_000, alias="adstore.version.retire.ms", ge=0)
+    """How long a replaced version stays open for reads already under way before it is closed and deleted."""
+
+    @property
+    def is_adjunct(self) -> bool:
+        return self.adstore_input is not None
+
+    def adjunct_input(self, store: str) -> SystemStream:
+        if self.adstore_input is None:
+            raise ConfigError(f"store '{store}' is not an adjunct data store (no 'stores.{store}.adstore.input')")
+        return parse_stream(self.adstore_input, f"stores.{store}.adstore.input")
 
 
 def store_names(config: Config) -> list[str]:
@@ -333,6 +361,18 @@ def store_names(config: Config) -> list[str]:
 def store_config(config: Config, store: str) -> StoreConfig:
     prefix = f"stores.{store}."
     return StoreConfig.parse(config.subset(prefix), prefix)
+
+
+def adjunct_store_names(config: Config) -> list[str]:
+    """Stores fed by a stream (``stores.<s>.adstore.input``): built by the adjunct data store manager,
+    not restored by state backends."""
+    return [name for name in store_names(config) if f"stores.{name}.adstore.input" in config]
+
+
+def task_store_names(config: Config) -> list[str]:
+    """Stores a task writes itself, restored and backed up by the state backends."""
+    adjunct = set(adjunct_store_names(config))
+    return [name for name in store_names(config) if name not in adjunct]
 
 
 class BlobStoreConfig(ConfigView):

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
 from millstream.config.core import Config
-from millstream.config.views import JobConfig, parse_stream, store_config, store_names
+from millstream.config.views import JobConfig, parse_stream, store_config, task_store_names
 from millstream.metadata.base import MetadataStore
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.runtime.collector import ProducerPool
@@ -287,7 +287,7 @@ class ContainerStorageManager:
         self.serdes = serdes or SerdeRegistry.from_config(config)
         self.systems = ContainerSystems(config, producers)
         self.layout = StoreLayout.of(config)
-        self.store_names = store_names(config)
+        self.store_names = task_store_names(config)
         self.pause = CommitPauses.of(config)
         self._factories: dict[str, StateBackendFactory] = {}
         self._lock = threading.Lock()

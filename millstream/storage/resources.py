@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from millstream.config.core import Config
-from millstream.config.views import StoreConfig, store_config, store_names
+from millstream.config.views import StoreConfig, store_config, task_store_names
 from millstream.metadata.base import MetadataStore
 from millstream.runtime.job_model import JobModel
 from millstream.storage.backends.base import StateBackendFactory
@@ -15,7 +15,7 @@ from millstream.storage.changelog_partitions import assign_changelog_partitions
 
 
 def prepare_state_resources(config: Config, metadata_store: MetadataStore, job_model: JobModel) -> None:
-    stores = store_names(config)
+    stores = task_store_names(config)
     if not stores:
         return
     assign_changelog_partitions(metadata_store, job_model.tasks)
