@@ -328,8 +328,9 @@ class StoreConfig(ConfigView):
     adstore_versioned: Bool = Field(False, alias="adstore.versioned")
     """The input carries a bounded dataset in versions: each version ends with an end-of-version marker,
     readers see the last sealed version only (and bulk-built versions, ``millstream adstore build``)."""
-    adstore_max_age_ms: int = Field(24 * 60 * 60 * 1000, alias="adstore.max.age.ms", ge=0)
-    """A persisted adjunct store last committed longer ago than this is invalid at start and rebuilt."""
+    adstore_max_age_ms: int = Field(24 * 60 * 60 * 1000, alias="adstore.max.age.ms", ge=-1)
+    """A persisted adjunct store last committed longer ago than this is invalid at start and rebuilt
+    (Samza's side inputs: one day); -1: no age limit."""
     adstore_version_poll_ms: int = Field(5_000, alias="adstore.version.poll.ms", ge=100)
     """How often a running job looks for a newly published bulk-built version of a versioned store."""
     adstore_version_retire_ms: int = Field(5_000, alias="adstore.version.retire.ms", ge=0)
@@ -367,6 +368,11 @@ def adjunct_store_names(config: Config) -> list[str]:
     """Stores fed by a stream (``stores.<s>.adstore.input``): built by the adjunct data store manager,
     not restored by state backends."""
     return [name for name in store_names(config) if f"stores.{name}.adstore.input" in config]
+
+
+def adjunct_streams(config: Config) -> list[SystemStream]:
+    """The streams adjunct stores read: stored, never given to ``process``."""
+    return sorted({store_config(config, name).adjunct_input(name) for name in adjunct_store_names(config)})
 
 
 def task_store_names(config: Config) -> list[str]:

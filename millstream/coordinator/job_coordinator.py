@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 
 from millstream.config import Config, JobConfig, TaskConfig
-from millstream.config.views import StartpointConfig
+from millstream.config.views import StartpointConfig, adjunct_streams
 from millstream.errors import ConfigError, StreamNotFoundError
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
@@ -50,8 +50,12 @@ class JobCoordinator:
         load_task_class(self.config)
         inputs = task.input_streams()
         broadcast = task.broadcast_ssps()
-        if not inputs and not broadcast:
+        adjunct = adjunct_streams(self.config)
+        if not set(inputs) - set(adjunct) and not {ssp.system_stream for ssp in broadcast} - set(adjunct):
             raise ConfigError("config key 'task.inputs' is empty: a job needs at least one input stream")
+        broadcast_streams = {ssp.system_stream for ssp in broadcast}
+        # a partitioned adjunct stream is grouped like any input, so each task gets its partitions' store
+        inputs = inputs + [s for s in adjunct if s not in inputs and s not in broadcast_streams]
         streams = sorted(set(inputs) | {ssp.system_stream for ssp in broadcast})
         ssps: set[SystemStreamPartition] = set()
         partitions: dict[str, int] = {}

@@ -20,12 +20,14 @@ from typing import Any
 
 import orjson
 
+from millstream.adjunct.loop import AdjunctLoop
+from millstream.adjunct.manager import AdjunctContext, AdjunctDataStoreManager, adjunct_data_store_manager
 from millstream.api.task import StreamTask
 from millstream.checkpoint.base import WriterFence
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointV1, CheckpointV2
 from millstream.checkpoint.factory import checkpoint_manager as make_checkpoint_manager
 from millstream.config import Config, JobConfig, TaskConfig
-from millstream.config.views import StartpointConfig, stream_samza
+from millstream.config.views import StartpointConfig, adjunct_store_names, stream_samza
 from millstream.errors import ConfigError, MillstreamError, StreamNotFoundError
 from millstream.metadata import coordination
 from millstream.metadata.base import FencedError, MetadataStore
@@ -68,6 +70,9 @@ class ContainerResult:
     pid: int = field(default_factory=os.getpid)
     host: str = field(default_factory=socket.gethostname)
     executor: dict[str, Any] = field(default_factory=dict)
+    adjunct_stored: int = 0
+    """Messages the container's adjunct data stores stored (never given to ``process``)."""
+    bootstrap_seconds: float = 0.0
 
     @property
     def messages(self) -> int:
@@ -126,7 +131,18 @@ def run_container(
     checkpoints.start()
     storage = ContainerStorageManager(config, job_model, container_id, store, producers, serdes)
     task_storage: dict[Any, TaskStorageManager] = {}
+    adjunct: AdjunctDataStoreManager | None = None
+    adjunct_store: MetadataStore | None = None
+    adjunct_loop: AdjunctLoop | None = None
+    adjunct_consumers: SystemConsumers | None = None
     try:
+        if adjunct_store_names(config):
+            adjunct_store = metadata_store(config)  # the adjunct loop's own connection: it runs on its own thread
+            adjunct = adjunct_data_store_manager(
+                AdjunctContext(config, job_model, container_id, adjunct_store, serdes, admins)
+            )
+        adjunct_ssps = adjunct.ssps if adjunct is not None else frozenset()
+        main_ssps = {name: task_model.ssps - adjunct_ssps for name, task_model in model.tasks.items()}
         metadata = _partition_metadata(admins, ssps)
         offsets = OffsetManager(config, admins)
         task_class = load_task_class(config)
@@ -145,9 +161,9 @@ def run_container(
                 if isinstance(last, CheckpointV1) and not task_store.restorable_from_v1:
                     last = _last_v2_checkpoint(config, store, task_name)
             last_checkpoints[task_name] = last
-            starts[task_name] = offsets.starting_offsets(task_name, task_model.ssps, last, metadata)
+            starts[task_name] = offsets.starting_offsets(task_name, main_ssps[task_name], last, metadata)
             repositioned[task_name] = {
-                ssp for ssp in task_model.ssps if stream_samza(config, ssp.system_stream).reset_offset
+                ssp for ssp in main_ssps[task_name] if stream_samza(config, ssp.system_stream).reset_offset
             }
             if startpoints is not None:
                 fan_out = startpoints.get_fan_out_for_task(task_name)
@@ -155,7 +171,7 @@ def run_container(
                 starts[task_name] = resolution.offsets
                 repositioned[task_name].update(resolution.applied)
                 record_startpoint_failures(store, task_name, resolution.failures)
-                in_use = {ssp for ssp in fan_out if ssp in task_model.ssps}
+                in_use = {ssp for ssp in fan_out if ssp in main_ssps[task_name]}
                 if in_use:
                     applied[task_name] = AppliedStartpoints(startpoints, task_name, in_use)
             for ssp, offset in starts[task_name].items():
@@ -166,27 +182,48 @@ def run_container(
         if task_storage:
             coordination.report_container_status(store, container_id, {**status, "state": "restoring"})
             storage.restore({name: (task_store, last_checkpoints[name]) for name, task_store in task_storage.items()})
+        stop_probe = _stop_probe(store, generation, stop_event)
+        if adjunct is not None:
+            coordination.report_container_status(store, container_id, {**status, "state": "bootstrapping"})
+            adjunct_starts = adjunct.start(metadata)
+            adjunct_consumers = SystemConsumers(_register_consumers(config, adjunct_starts))
+            adjunct_consumers.start()
+            adjunct_loop = AdjunctLoop(
+                adjunct,
+                adjunct_consumers,
+                adjunct_starts,
+                metadata,
+                admins,
+                commit_ms=task_config.commit_ms,
+                poll_interval_ms=task_config.poll_interval_ms,
+            )
+            adjunct_loop.bootstrap(stop_probe)
+            adjunct_loop.start()
+            stop_probe = _adjunct_checked(stop_probe, adjunct_loop)
         commit_settings = CommitSettings.of(config, storage.pause)
-        for task_name, task_model in sorted(model.tasks.items(), key=lambda kv: kv[0].sort_key()):
+        for task_name in sorted(model.tasks, key=lambda name: name.sort_key()):
             catch_up = {
                 ssp: (offset, admins[ssp.system].offset_comparator)
                 for ssp, offset in starts[task_name].items()
                 if registered[ssp] != offset
             }
             task_store = task_storage.get(task_name)
+            stores: dict[str, Any] = dict(task_store.stores) if task_store else {}
+            if adjunct is not None:
+                stores.update(adjunct.stores_for(task_name))
             context = ContainerContext(
                 task_name,
                 config,
-                task_model.ssps,
+                main_ssps[task_name],
                 container_id,
-                task_store.stores if task_store else {},
+                stores,
                 frozenset(repositioned[task_name]),
             )
             last = last_checkpoints[task_name]
             instance = TaskInstance(
                 task_name,
                 task_class(),
-                task_model.ssps,
+                main_ssps[task_name],
                 context,
                 producers,
                 TaskCollector(task_name, producers, serdes, task_config.drop_serialization_errors),
@@ -210,7 +247,7 @@ def run_container(
             _decoders(serdes, {ssp.system_stream for ssp in ssps}),
             dead_letters,
             RunLoopSettings(task_config.window_ms, task_config.commit_ms, task_config.poll_interval_ms),
-            _stop_probe(store, generation, stop_event),
+            stop_probe,
         )
         coordination.report_container_status(store, container_id, {**status, "state": "running"})
         log.info("container %s running %d task(s) over %d partition(s)", container_id, len(tasks), len(ssps))
@@ -219,6 +256,9 @@ def run_container(
             instance.finish_commits()
         for instance in tasks:
             instance.close()
+        if adjunct_loop is not None:
+            adjunct_loop.stop()
+            adjunct_loop.raise_if_failed()
         producers.stop()
         outcome = "stopped" if loop.stopped_by_request else "finished"
         coordination.report_container_status(store, container_id, {**status, "state": outcome})
@@ -239,12 +279,19 @@ def run_container(
             seconds=time.monotonic() - started,
             processing_seconds=processing,
             executor=executor or {},
+            adjunct_stored=adjunct_loop.stored if adjunct_loop is not None else 0,
+            bootstrap_seconds=adjunct_loop.bootstrap_seconds if adjunct_loop is not None else 0.0,
         )
     except BaseException as error:
         coordination.report_container_status(store, container_id, {**status, "state": "failed", "error": str(error)})
         raise
     finally:
         _quietly(lambda: consumers.stop() if consumers else None)
+        if adjunct_loop is not None:
+            _quietly(adjunct_loop.stop)
+        _quietly(lambda: adjunct_consumers.stop() if adjunct_consumers else None)
+        _quietly(lambda: adjunct.close() if adjunct else None)
+        _quietly(lambda: adjunct_store.close() if adjunct_store else None)
         for task_store in task_storage.values():
             _quietly(task_store.close)
         _quietly(storage.close)
@@ -334,6 +381,16 @@ def _decoders(
             msg_serde.from_bytes if msg_serde else None,
         )
     return decoders
+
+
+def _adjunct_checked(probe: Callable[[], bool], loop: AdjunctLoop) -> Callable[[], bool]:
+    """The stop check also raises, on the container's thread, what failed the adjunct loop."""
+
+    def stop_requested() -> bool:
+        loop.raise_if_failed()
+        return probe()
+
+    return stop_requested
 
 
 def _stop_probe(store: MetadataStore, generation: int, stop_event: threading.Event | None) -> Callable[[], bool]:

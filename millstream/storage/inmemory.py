@@ -52,7 +52,8 @@ class InMemoryKeyValueStorageEngine(KeyValueStorageEngine):
         first = 0 if start is None else bisect_left(keys, start)
         last = len(keys) if end is None else bisect_left(keys, end)
         data = self._data
-        return [(key, data[key]) for key in keys[first:last]]
+        # .get: an adjunct store is written by one thread while tasks read it from others
+        return [(key, value) for key in keys[first:last] if (value := data.get(key)) is not None]
 
     def range(self, start: bytes | None, end: bytes | None) -> Iterator[Entry]:
         return iter(self._entries(start, end))

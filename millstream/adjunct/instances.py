@@ -1,0 +1,269 @@
+"""One adjunct store instance — a task's (partitioned input) or a container's (broadcast input) — and
+how the adjunct loop writes it.
+
+A plain store keeps the latest value of every key, written as the stream delivers them. A versioned
+store (``stores.<s>.adstore.versioned``) writes into a building version and switches its readers when
+every partition it reads has delivered the version's end-of-version marker; a partition that delivered
+its marker waits (is *held*) until the others have, so no message of the next version is mixed in.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from millstream.adjunct.recovery import Position, RecordedOffsets, read_recorded_offsets, write_recorded_offsets
+from millstream.adjunct.versions import VersionedStore
+from millstream.adjunct.view import ReadOnlyKeyValueStore
+from millstream.model import SystemStream, SystemStreamPartition
+from millstream.serde.base import Serde
+from millstream.storage.kv import KeyValueStorageEngine, KeyValueStore, TaskKeyValueStore
+from millstream.storage.layout import delete_path
+
+log = logging.getLogger(__name__)
+
+OpenEngine = Callable[[Path | None], KeyValueStorageEngine]
+
+
+class AdjunctStore:
+    """Common to both kinds: identity, positions per partition, what is recorded at commit."""
+
+    def __init__(
+        self,
+        name: str,
+        owner: str,
+        stream: SystemStream,
+        ssps: frozenset[SystemStreamPartition],
+        directory: Path | None,
+    ) -> None:
+        self.name = name
+        self.owner = owner
+        self.stream = stream
+        self.ssps = ssps
+        self.directory = directory
+        self.found_on_disk = directory is not None and directory.is_dir() and any(directory.iterdir())
+        """Whether a previous incarnation left anything in ``directory`` (checked before opening it)."""
+        self.positions: dict[SystemStreamPartition, Position] = {}
+        """Where reading of each partition stands (set at start, advanced by every stored message)."""
+        self.started: dict[SystemStreamPartition, Position] = {}
+        """Where this incarnation started reading."""
+        self.changed = False
+
+    @property
+    def key(self) -> str:
+        """Its name in the metadata store's ``adstore-offsets`` namespace."""
+        return f"{self.name}/{self.owner}"
+
+    @property
+    def persistent(self) -> bool:
+        return self.directory is not None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, owner={self.owner!r})"
+
+    def recorded(self) -> RecordedOffsets | None:
+        """What the store recorded beside its data at its last commit (persistent stores only)."""
+        return read_recorded_offsets(self.directory) if self.directory is not None else None
+
+    def resume_positions(self) -> dict[SystemStreamPartition, Position]:
+        """Where a restart of this store, as it is on disk now, must resume."""
+        return dict(self.positions)
+
+    def recreate(self) -> None:
+        """Start over empty: delete what the store holds on disk."""
+        raise NotImplementedError
+
+    # --- written by the adjunct loop ---
+    def write(self, entries: Sequence[tuple[Any, Any]]) -> None:
+        raise NotImplementedError
+
+    def write_raw(self, entries: Sequence[tuple[bytes, bytes | None]]) -> None:
+        raise NotImplementedError
+
+    def end_of_version(self, ssp: SystemStreamPartition, label: str, offset: str) -> bool:
+        """A marker arrived; True when ``ssp`` must wait for the other partitions' markers."""
+        return False
+
+    def held(self) -> frozenset[SystemStreamPartition]:
+        return frozenset()
+
+    def commit(self) -> RecordedOffsets | None:
+        """Make what was written durable and record where to resume; the positions it recorded."""
+        raise NotImplementedError
+
+    def view(self) -> KeyValueStore:
+        raise NotImplementedError
+
+    def maintain(self) -> None:
+        """Periodic housekeeping on the adjunct loop's thread."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class PlainAdjunctStore(AdjunctStore):
+    """The latest value of every key of its input."""
+
+    def __init__(
+        self,
+        name: str,
+        owner: str,
+        stream: SystemStream,
+        ssps: frozenset[SystemStreamPartition],
+        directory: Path | None,
+        open_engine: OpenEngine,
+        key_serde: Serde | None,
+        msg_serde: Serde | None,
+    ) -> None:
+        super().__init__(name, owner, stream, ssps, directory)
+        self._open_engine = open_engine
+        self._key_serde = key_serde
+        self._msg_serde = msg_serde
+        self.store = self._open()
+        self._view = ReadOnlyKeyValueStore(lambda: self.store, name, f"stream {stream}")
+
+    def _open(self) -> TaskKeyValueStore:
+        engine = self._open_engine(None if self.directory is None else self.directory / "db")
+        return TaskKeyValueStore(self.owner, self.name, engine, self._key_serde, self._msg_serde)
+
+    def recreate(self) -> None:
+        self.store.engine.close()
+        if self.directory is not None:
+            delete_path(self.directory)
+        self.store = self._open()
+
+    def write(self, entries: Sequence[tuple[Any, Any]]) -> None:
+        self.store.put_all(entries)
+        self.changed = True
+
+    def write_raw(self, entries: Sequence[tuple[bytes, bytes | None]]) -> None:
+        self.store.engine.put_all(entries)
+        self.changed = True
+
+    def commit(self) -> RecordedOffsets | None:
+        self.store.flush()
+        if self.directory is not None:
+            write_recorded_offsets(self.directory, self.positions)
+        self.changed = False
+        return RecordedOffsets(dict(self.positions), 0)
+
+    def view(self) -> KeyValueStore:
+        return self._view
+
+    def close(self) -> None:
+        self.store.engine.close()
+
+
+class VersionedAdjunctStore(AdjunctStore):
+    """Sealed versions of a bounded dataset; readers see the last sealed (or bulk-installed) one."""
+
+    def __init__(
+        self,
+        name: str,
+        owner: str,
+        stream: SystemStream,
+        ssps: frozenset[SystemStreamPartition],
+        directory: Path | None,
+        open_engine: OpenEngine,
+        key_serde: Serde | None,
+        msg_serde: Serde | None,
+        retire_after_s: float,
+    ) -> None:
+        super().__init__(name, owner, stream, ssps, directory)
+        self._args = (open_engine, key_serde, msg_serde, retire_after_s)
+        self.versions = self._open()
+        self._view = ReadOnlyKeyValueStore(lambda: self.versions.view(), name, f"stream {stream}")
+        self._markers: dict[SystemStreamPartition, tuple[str, str]] = {}
+        """Partitions whose end-of-version marker arrived: label and offset."""
+
+    def _open(self) -> VersionedStore:
+        open_engine, key_serde, msg_serde, retire_after_s = self._args
+        return VersionedStore(
+            self.directory,
+            self.name,
+            self.owner,
+            open_engine,
+            key_serde,
+            msg_serde,
+            source=f"stream {self.stream}",
+            retire_after_s=retire_after_s,
+        )
+
+    def recreate(self) -> None:
+        self.versions.close()
+        if self.directory is not None:
+            delete_path(self.directory)
+        self.versions = self._open()
+
+    def recorded(self) -> RecordedOffsets | None:
+        """A versioned store resumes after its last sealed version's markers (a partial version is
+        discarded at open); it is as old as its last commit or seal, whichever is later."""
+        sealed = self.versions.sealed_offsets
+        if self.directory is None or self.versions.serving_label is None:
+            return None
+        file = read_recorded_offsets(self.directory)
+        committed = max(file.committed_ms if file else 0, self.versions.sealed_at_ms or 0)
+        return RecordedOffsets({ssp: ("last", offset) for ssp, offset in sealed.items()}, committed)
+
+    def resume_positions(self) -> dict[SystemStreamPartition, Position]:
+        sealed = self.versions.sealed_offsets
+        return {ssp: ("last", sealed[ssp]) if ssp in sealed else self.started[ssp] for ssp in self.ssps}
+
+    def write(self, entries: Sequence[tuple[Any, Any]]) -> None:
+        self.versions.writer.put_all(entries)
+        self.changed = True
+
+    def write_raw(self, entries: Sequence[tuple[bytes, bytes | None]]) -> None:
+        self.versions.writer.engine.put_all(entries)
+        self.changed = True
+
+    def end_of_version(self, ssp: SystemStreamPartition, label: str, offset: str) -> bool:
+        self._markers[ssp] = (label, offset)
+        if set(self._markers) < self.ssps:
+            return True
+        labels = sorted({label for label, _ in self._markers.values()})
+        if len(labels) > 1:
+            log.warning(
+                "%s: partitions ended the version with different labels %s; sealing it as %s", self, labels, label
+            )
+        offsets = {marker_ssp: marker_offset for marker_ssp, (_, marker_offset) in self._markers.items()}
+        self.versions.seal(label, offsets)
+        self._markers.clear()
+        self.changed = True
+        log.info("%s: version %s sealed and serving", self, label)
+        return False
+
+    def held(self) -> frozenset[SystemStreamPartition]:
+        return frozenset(self._markers)
+
+    def install(self, label: str, files: Sequence[Path]) -> None:
+        self.versions.install(label, files)
+        log.info("%s: bulk-built version %s installed and serving", self, label)
+
+    def commit(self) -> RecordedOffsets | None:
+        if self.versions.building:
+            self.versions.writer.flush()
+        positions = self.resume_positions()
+        if self.directory is not None:
+            write_recorded_offsets(self.directory, positions)
+        self.changed = False
+        return RecordedOffsets(positions, 0)
+
+    def view(self) -> KeyValueStore:
+        return self._view
+
+    def maintain(self) -> None:
+        self.versions.maintain()
+
+    def close(self) -> None:
+        self.versions.close()
+
+
+def open_engine_for(factory: Any, store: str, own: Any, tasks_in_container: int) -> OpenEngine:
+    def open_engine(path: Path | None) -> KeyValueStorageEngine:
+        engine: KeyValueStorageEngine = factory.get_storage_engine(store, path, own, tasks_in_container)
+        return engine
+
+    return open_engine
