@@ -121,6 +121,11 @@ class KeyValueStorageEngine(ABC):
         """Write a consistent copy of the engine's files to ``path`` (hard links where possible)."""
         raise StoreError(f"{type(self).__name__} is not persistent: it has no files to checkpoint")
 
+    def ingest(self, files: Sequence[Path]) -> None:
+        """Adopt whole table files (bulk-built, see ``millstream.adjunct.sst``); their entries override
+        the engine's. The files are left in place for the caller."""
+        raise StoreError(f"{type(self).__name__} cannot ingest table files: bulk-built data needs RocksDB")
+
     @abstractmethod
     def close(self) -> None: ...
 

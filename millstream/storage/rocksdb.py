@@ -81,6 +81,18 @@ class RocksDbKeyValueStorageEngine(KeyValueStorageEngine):
         self._db.flush()
         rocksdict.Checkpoint(self._db).create_checkpoint(str(path))
 
+    def ingest(self, files: Sequence[Path]) -> None:
+        """Copies the files in (RocksDB's ``move_files`` would delete them from where they are)."""
+        if not files:
+            return  # RocksDB rejects an empty list
+        try:
+            self._db.ingest_external_file([str(file) for file in files])
+        except Exception as error:  # rocksdict raises plain exceptions with RocksDB's status text
+            names = ", ".join(f"'{file}'" for file in files)
+            raise StoreError(
+                f"cannot ingest table files {names} into RocksDB store at '{self.path}': {error}"
+            ) from None
+
     def close(self) -> None:
         db: rocksdict.Rdict | None = getattr(self, "_db", None)
         if db is not None:
