@@ -101,9 +101,11 @@ class VersionedStore:
 
     def view(self) -> ReadOnlyKeyValueStore:
         """The task-facing store: reads the serving version of the moment (empty while there is none)."""
-        return ReadOnlyKeyValueStore(self._serving_store, self.store_name, self.source)
+        return ReadOnlyKeyValueStore(self.serving_store, self.store_name, self.source)
 
-    def _serving_store(self) -> KeyValueStore:
+    def serving_store(self) -> KeyValueStore:
+        """The serving version's store as of this call, for a ``ReadOnlyKeyValueStore`` target (a view
+        that must outlive this instance can use ``lambda: versioned.serving_store()``). Read it only."""
         return self._serving.store
 
     @property

@@ -198,7 +198,7 @@ def test_a_retired_version_serves_reads_under_way_for_its_grace_then_is_closed_a
     store = make(persistent, retire_after_s=5.0)
     store.writer.put("a", 1)
     store.seal("v1", {SSP0: "1"})
-    under_way = store._serving_store()  # what a read that started before the switch holds
+    under_way = store.serving_store()  # what a read that started before the switch holds
     store.writer.put("a", 2)
     store.seal("v2", {SSP0: "2"})
     clock.now += 4.9
