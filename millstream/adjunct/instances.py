@@ -174,7 +174,7 @@ class VersionedAdjunctStore(AdjunctStore):
         super().__init__(name, owner, stream, ssps, directory)
         self._args = (open_engine, key_serde, msg_serde, retire_after_s)
         self.versions = self._open()
-        self._view = ReadOnlyKeyValueStore(lambda: self.versions.view(), name, f"stream {stream}")
+        self._view = ReadOnlyKeyValueStore(lambda: self.versions.serving_store(), name, f"stream {stream}")
         self._markers: dict[SystemStreamPartition, tuple[str, str]] = {}
         """Partitions whose end-of-version marker arrived: label and offset."""
 

@@ -338,7 +338,9 @@ class StreamAdjunctDataStoreManager(AdjunctDataStoreManager):
                     return consumed
                 continue
             if route.raw:
-                if envelope.key is not None:
+                # stored as they came, but decoded once: a malformed message fails here, naming its offset,
+                # not later in a task's lookup
+                if envelope.key is not None and self._decode(route, envelope) is not None:
                     raw.append((envelope.key, envelope.message))
             else:
                 entry = self._entry(route, envelope)
@@ -357,7 +359,9 @@ class StreamAdjunctDataStoreManager(AdjunctDataStoreManager):
         if decoded:
             store.write(decoded)
 
-    def _entry(self, route: _Route, envelope: IncomingMessageEnvelope) -> tuple[Any, Any] | None:
+    def _decode(self, route: _Route, envelope: IncomingMessageEnvelope) -> tuple[Any, Any] | None:
+        """Key and message as the stream's serdes decode them; None when set aside as undecodable
+        (``task.drop.deserialization.errors``), else the error names the offset."""
         ssp = envelope.ssp
         key_serde, msg_serde = self._decoders[ssp.system_stream]
         key, message = envelope.key, envelope.message
@@ -377,9 +381,15 @@ class StreamAdjunctDataStoreManager(AdjunctDataStoreManager):
             log.warning("adjunct store %s: skipped undecodable message at offset %s of %s (%s)",
                         route.store, envelope.offset, ssp, error)  # fmt: skip
             return None
-        envelope.key, envelope.message = key, message
+        return key, message
+
+    def _entry(self, route: _Route, envelope: IncomingMessageEnvelope) -> tuple[Any, Any] | None:
+        decoded = self._decode(route, envelope)
+        if decoded is None:
+            return None
         if route.extractor is None:
-            return None if key is None else (key, message)
+            return None if decoded[0] is None else decoded
+        envelope.key, envelope.message = decoded
         key = route.extractor.get_key(envelope)
         return None if key is None else (key, route.extractor.get_value(envelope))
 
@@ -453,4 +463,3 @@ def adjunct_data_store_manager(context: AdjunctContext) -> AdjunctDataStoreManag
             "millstream.adjunct.manager.AdjunctDataStoreManagerFactory"
         )
     return factory_class().get_adjunct_data_store_manager(context)
-

@@ -32,10 +32,12 @@ class RocksDbKeyValueStorageEngine(KeyValueStorageEngine):
             # only has to flush the one being filled.
             options.set_write_buffer_size(write_buffer_size)
             options.set_max_write_buffer_number(write_buffers)
+        self._closed = True
         try:
             self._db = rocksdict.Rdict(str(self.path), options)
         except Exception as error:  # rocksdict raises plain exceptions with RocksDB's status text
             raise StoreError(f"cannot open RocksDB store at '{self.path}': {error}") from None
+        self._closed = False
         write_options = rocksdict.WriteOptions()
         write_options.disable_wal = True  # type: ignore[method-assign,assignment] # a property, stubbed as a method
         self._db.set_write_options(write_options)
@@ -94,10 +96,11 @@ class RocksDbKeyValueStorageEngine(KeyValueStorageEngine):
             ) from None
 
     def close(self) -> None:
-        db: rocksdict.Rdict | None = getattr(self, "_db", None)
-        if db is not None:
-            db.close()
-            del self._db
+        # the closed Rdict stays: a read racing with close (another thread reading an adjunct store)
+        # gets rocksdict's DbClosedError, which readers of replaced versions retry
+        if not getattr(self, "_closed", True):
+            self._closed = True
+            self._db.close()
 
 
 def _scan(iterator: rocksdict.RdictIter, start: bytes | None, end: bytes | None) -> Iterator[Entry]:
