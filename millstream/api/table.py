@@ -79,3 +79,25 @@ class InMemoryTableDescriptor(TableDescriptor):
     def build(self, context: TaskContext) -> InMemoryTable:
         data = self.data(context) if callable(self.data) else self.data
         return InMemoryTable(data)
+
+
+class StoreTable(ReadableTable):
+    """A key-value store seen as a table (the store decides what ``get`` costs and returns)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def get(self, key: Any) -> Any | None:
+        return self.store.get(key)
+
+    def get_all(self, keys: Iterable[Any]) -> dict[Any, Any]:
+        result: dict[Any, Any] = self.store.get_all(keys)
+        return result
+
+
+class AdjunctTableDescriptor(TableDescriptor):
+    """The adjunct data store ``name`` (``stores.<name>.adstore.input``) as a table: kept current from
+    its stream by the framework, partitioned like the job's tasks or shared per container (broadcast)."""
+
+    def build(self, context: TaskContext) -> StoreTable:
+        return StoreTable(context.get_store(self.name))

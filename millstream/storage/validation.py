@@ -6,7 +6,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from millstream.config.core import Config
-from millstream.config.views import BlobStoreConfig, StoresConfig, TaskConfig, parse_stream, store_config, store_names
+from millstream.config.views import (
+    BlobStoreConfig,
+    StoresConfig,
+    TaskConfig,
+    adjunct_store_names,
+    parse_stream,
+    store_config,
+    store_names,
+)
 from millstream.errors import ConfigError
 from millstream.storage.backends.registry import backup_factories, restore_factories, state_backend_factory_class
 from millstream.storage.factory import storage_engine_factory
@@ -31,6 +39,10 @@ def validate_state_config(config: Config, serdes: SerdeRegistry) -> None:
     for versions, key in ((task.checkpoint_write_versions, "write"), (task.checkpoint_read_versions, "read")):
         if len(set(versions)) != len(versions):
             raise ConfigError(f"config key 'task.checkpoint.{key}.versions' repeats a version: {versions}")
+    from millstream.adjunct.validation import validate_adjunct_config
+
+    validate_adjunct_config(config)
+    adjunct = set(adjunct_store_names(config))
     for store in store_names(config):
         own = store_config(config, store)
         for kind, serde_name in (("key", own.key_serde), ("msg", own.msg_serde)):
@@ -39,6 +51,8 @@ def validate_state_config(config: Config, serdes: SerdeRegistry) -> None:
         if own.changelog:
             parse_stream(own.changelog, f"stores.{store}.changelog")
         persistent = storage_engine_factory(config, store).persistent
+        if store in adjunct:
+            continue
         factories = {f.marker_key(): f for f in (*backup_factories(config, store), *restore_factories(config, store))}
         for factory_class in factories.values():
             factory_class().validate_store(config, store, own, persistent)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from millstream.adjunct.extractor import KeyValueExtractor, KeyValueExtractorFactory
+from millstream.api.application import InputDescriptor, OutputDescriptor, StreamApplication, StreamApplicationDescriptor
+from millstream.api.table import AdjunctTableDescriptor
 from millstream.api.task import InitableTask, StreamTask, TaskContext
 from millstream.config import Config
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream
@@ -52,3 +54,19 @@ class CurrencyOnly(KeyValueExtractor):
 class CurrencyOnlyFactory(KeyValueExtractorFactory):
     def get_key_value_extractor(self, config: Config) -> KeyValueExtractor:
         return CurrencyOnly()
+
+
+class EnrichApp(StreamApplication):
+    """High-level: ``in`` joined with the adjunct store ``rates`` on the message's currency → ``out``."""
+
+    def describe(self, app: StreamApplicationDescriptor) -> None:
+        (
+            app.input(InputDescriptor("log.in", key_serde="string", msg_serde="json"))
+            .join(
+                AdjunctTableDescriptor("rates"),
+                key=lambda message: message["currency"],
+                joiner=lambda message, rate: [message["currency"], message["n"], rate],
+                how="left",
+            )
+            .send_to(OutputDescriptor("log.out", msg_serde="json"))
+        )

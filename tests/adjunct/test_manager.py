@@ -268,3 +268,24 @@ def test_a_versioned_store_serves_the_last_sealed_version_never_a_partial_one(tm
     write_end_of_version(config, RATES, "v2")
     run_again(config, [("eur", 1), ("gbp", 2), ("jpy", 3)])
     assert enriched(config) == {"eur": "v2", "gbp": None, "jpy": "v2"}
+
+
+def test_a_high_level_application_joins_a_stream_with_an_adjunct_store(tmp_path):
+    from tests.api.apps import app_config
+
+    config = app_config(
+        tmp_path,
+        "tests.adjunct.jobs:EnrichApp",
+        stores__rates__adstore__input="log.rates",
+        stores__rates__key__serde="string",
+        stores__rates__msg__serde="json",
+        systems__log__streams__rates__samza__bootstrap="true",
+    )
+    streams(config)
+    write_stream(config, RATES, [("eur", 1.1), ("gbp", 1.3)])
+    write_stream(config, IN, [("eur", {"currency": "eur", "n": 1}), ("usd", {"currency": "usd", "n": 2})])
+    seal(config, "in")
+    result = InProcessRunner(config).run(timeout=60)
+    assert result.outcome == "finished", result.error
+    out = sorted(value for pairs in read_stream(config, SystemStream("log", "out")).values() for _, value in pairs)
+    assert out == [["eur", 1, 1.1], ["usd", 2, None]]
