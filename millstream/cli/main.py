@@ -16,6 +16,7 @@ import orjson
 import typer
 from rich.table import Table
 
+from millstream.cli.adstore import adstore_app
 from millstream.cli.common import ConfigPath, Overrides, err, guarded, load, out
 from millstream.cli.plan import plan
 from millstream.cli.startpoint import startpoint_app
@@ -34,6 +35,7 @@ app.add_typer(streams_app, name="streams")
 app.add_typer(checkpoint_app, name="checkpoint")
 app.add_typer(job_app, name="job")
 app.add_typer(startpoint_app, name="startpoint")
+app.add_typer(adstore_app, name="adstore")
 app.command("plan")(plan)
 
 StreamArg = Annotated[str, typer.Argument(help="system.stream (a bare name means the log system)")]

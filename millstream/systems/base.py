@@ -7,7 +7,7 @@ config (``systems.<s>.samza.factory``). Offsets are strings whose order the syst
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
@@ -249,6 +249,15 @@ class SystemFactory(ABC):
 
     @abstractmethod
     def get_producer(self, system_name: str, config: Config) -> SystemProducer: ...
+
+    def key_partitioner(self) -> Callable[[bytes, int], int] | None:
+        """The partition this system's producers send a key (serialized bytes) to, given the partition
+        count; None when it cannot be computed outside a producer (the key alone does not decide it).
+
+        Bulk builds of adjunct stores use it to put each record where the task reading the key's
+        partition looks for it, so it must be a picklable module-level function: it runs in Spark
+        executors."""
+        return None
 
     def validate_job(self, system_name: str, config: Config) -> None:  # noqa: B027 - optional hook
         """Refuse, with a ``ConfigError`` naming the key, a job this input system cannot run (e.g.

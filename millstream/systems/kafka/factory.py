@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 from millstream.config.core import Config
@@ -10,6 +11,7 @@ from millstream.systems.base import SystemFactory
 from millstream.systems.kafka.admin import KafkaSystemAdmin
 from millstream.systems.kafka.config import CLIENT_PREFIXES, KafkaClientSettings, config_keys
 from millstream.systems.kafka.consumer import KafkaSystemConsumer
+from millstream.systems.kafka.partitioner import partition_for_key
 from millstream.systems.kafka.producer import KafkaSystemProducer
 
 
@@ -22,6 +24,10 @@ class KafkaSystemFactory(SystemFactory):
 
     config_keys: ClassVar[frozenset[str] | None] = config_keys()
     open_prefixes: ClassVar[tuple[str, ...]] = CLIENT_PREFIXES
+
+    def key_partitioner(self) -> Callable[[bytes, int], int]:
+        """murmur2 as librdkafka's ``murmur2_random`` and the Java client apply it to a keyed record."""
+        return partition_for_key
 
     def get_admin(self, system_name: str, config: Config) -> KafkaSystemAdmin:
         return KafkaSystemAdmin(system_name, KafkaClientSettings(config, system_name))

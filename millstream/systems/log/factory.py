@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 from millstream.config.core import Config
@@ -10,6 +11,7 @@ from millstream.systems.log.admin import LogSystemAdmin
 from millstream.systems.log.config import LogSystemConfig, config_keys
 from millstream.systems.log.consumer import LogSystemConsumer
 from millstream.systems.log.layout import LogLayout
+from millstream.systems.log.partitioner import partition_for_key
 from millstream.systems.log.producer import LogSystemProducer
 
 
@@ -17,6 +19,9 @@ class LogSystemFactory(SystemFactory):
     """``millstream.systems.log.factory:LogSystemFactory``, the factory of the default ``log`` system."""
 
     config_keys: ClassVar[frozenset[str] | None] = config_keys()
+
+    def key_partitioner(self) -> Callable[[bytes, int], int]:
+        return partition_for_key
 
     def get_admin(self, system_name: str, config: Config) -> LogSystemAdmin:
         settings = LogSystemConfig.for_system(config, system_name)

@@ -1,0 +1,138 @@
+"""``millstream adstore``: bulk-build versions of adjunct data stores, list them, and mark the end of a
+version in a store's input stream.
+
+Exit codes as everywhere: 2 for a request that cannot start (bad config, unknown store, missing column
+or dataset), 1 for a build that failed (bad records, Spark or blob store failures).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from millstream.adjunct.published import PublishedVersion
+from millstream.cli.common import ConfigPath, Overrides, err, guarded, load, out
+from millstream.config.core import Config
+from millstream.config.views import store_config, store_names
+from millstream.errors import ConfigError
+
+adstore_app = typer.Typer(no_args_is_help=True, help="Bulk-build and inspect versions of adjunct data stores.")
+
+StoreOption = Annotated[str, typer.Option("--store", help="The adjunct store (stores.<name>.adstore.input)")]
+
+
+def _adjunct_store(config: Config, store: str) -> None:
+    if store not in store_names(config):
+        raise ConfigError(f"store '{store}' is not configured (no 'stores.{store}.*' keys)")
+    store_config(config, store).adjunct_input(store)
+
+
+@adstore_app.command("build")
+def adstore_build(
+    config: ConfigPath,
+    store: StoreOption,
+    source: Annotated[str, typer.Option("--from", help="Dataset path or URL Spark can read")],
+    fmt: Annotated[str, typer.Option("--format", help="parquet, json (lines) or csv (with a header)")],
+    key: Annotated[str, typer.Option("--key", help="The key column")] = "key",
+    value: Annotated[
+        str | None, typer.Option("--value", help="The value column; default 'value', else the row minus the key")
+    ] = None,
+    master: Annotated[str | None, typer.Option(help="Spark master URL; default spark.master, else local[*]")] = None,
+    overrides: Overrides = None,
+) -> None:
+    """Build a version from a dataset with Spark and publish it: the running job switches to it."""
+    from millstream.adjunct.bulk import FORMATS, DatasetSchemaError, build_version, resolve_target
+
+    if fmt not in FORMATS:
+        err.print(f"[bold red]error:[/] --format must be one of {', '.join(FORMATS)}, not '{fmt}'", highlight=False)
+        raise typer.Exit(2)
+    cfg = load(config, overrides)
+    guarded(lambda: resolve_target(cfg, store))  # a bad store fails before Spark's JVM starts
+    from millstream.spark.session import build_session
+
+    session = guarded(lambda: build_session(cfg, master or cfg.get("spark.master") or "local[*]"))
+
+    def build() -> PublishedVersion:
+        try:
+            return build_version(session, cfg, store, source, fmt, key_column=key, value_column=value)
+        except DatasetSchemaError as error:  # the request names a dataset or column that is not there: usage
+            err.print(f"[bold red]error:[/] {error}", highlight=False)
+            raise typer.Exit(2) from None
+
+    try:
+        record = guarded(build)
+    finally:
+        session.stop()
+    out.print(f"published version {record.version} of store '{store}'", highlight=False)
+    out.print(f"layout: {record.layout}", highlight=False)
+    out.print(f"records: {record.records} (skipped {record.skipped} with a null value)", highlight=False)
+    files = record.blobs_for(None)
+    out.print(f"files: {len(files)}", highlight=False)
+    for name in sorted(record.files, key=lambda n: (0, int(n)) if n.isdigit() else (1, n)):
+        for blob_id in record.files[name]:
+            label = f"partition {name}" if record.layout == "partitioned" else "all containers"
+            out.print(f"  {label}: {blob_id}", highlight=False)
+
+
+@adstore_app.command("versions")
+def adstore_versions(config: ConfigPath, store: StoreOption, overrides: Overrides = None) -> None:
+    """The published versions still kept (the newest two), newest last; the latest is what jobs serve."""
+    from millstream.adjunct.published import latest_version, list_versions
+    from millstream.metadata.factory import metadata_store
+
+    cfg = load(config, overrides)
+    guarded(lambda: _adjunct_store(cfg, store))
+    metadata = guarded(lambda: metadata_store(cfg))
+    try:
+        guarded(metadata.init)
+        versions = guarded(lambda: list_versions(metadata, store))
+        latest = guarded(lambda: latest_version(metadata, store))
+    finally:
+        metadata.close()
+    if not versions:
+        out.print(f"no published versions of store '{store}'", highlight=False)
+        return
+    table = Table(title=f"versions of adjunct store '{store}'")
+    for column in ("version", "latest", "layout", "files", "records", "created", "source"):
+        table.add_column(column, justify="right" if column in ("files", "records") else "left")
+    for record in versions:
+        table.add_row(
+            record.version,
+            "yes" if latest is not None and latest.version == record.version else "",
+            record.layout,
+            str(len(record.blobs_for(None))),
+            str(record.records),
+            time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.created_ms / 1000)),
+            record.source,
+        )
+    out.print(table)
+
+
+@adstore_app.command("end-version")
+def adstore_end_version(
+    config: ConfigPath,
+    store: StoreOption,
+    label: Annotated[str, typer.Option("--label", help="The version the marker ends")],
+    overrides: Overrides = None,
+) -> None:
+    """Write an end-of-version marker to every partition of the store's input stream: the version written
+    to the stream so far is sealed and readers switch to it."""
+    from millstream.adjunct.markers import write_end_of_version
+
+    cfg = load(config, overrides)
+
+    def target() -> tuple[str, int]:
+        _adjunct_store(cfg, store)
+        settings = store_config(cfg, store)
+        if not settings.adstore_versioned:
+            raise ConfigError(
+                f"store '{store}' is not versioned (stores.{store}.adstore.versioned): its readers ignore markers"
+            )
+        stream = settings.adjunct_input(store)
+        return str(stream), write_end_of_version(cfg, stream, label)
+
+    stream, partitions = guarded(target)
+    out.print(f"end of version '{label}' marked on {partitions} partition(s) of {stream}", highlight=False)
