@@ -45,7 +45,7 @@ from millstream.metadata.base import MetadataStore
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition, TaskName
 from millstream.plugins import load_object
 from millstream.runtime.job_model import JobModel
-from millstream.serde.base import SerdeError
+from millstream.serde.base import Serde, SerdeError
 from millstream.serde.registry import SerdeRegistry
 from millstream.storage.factory import storage_engine_factory
 from millstream.storage.kv import KeyValueStore
@@ -136,6 +136,9 @@ class _Route:
     extractor: KeyValueExtractor | None
     raw: bool
     """The stream's serdes are the store's and no extractor is set: bytes go to the engine as they are."""
+    key_decoder: Serde | None
+    msg_decoder: Serde | None
+    """The input stream's serdes (resolved once: this is the per-message path)."""
     skip_before: str | None = None
     """This store starts later than the partition is read from (another store shares the partition)."""
 
@@ -153,6 +156,7 @@ class StreamAdjunctDataStoreManager(AdjunctDataStoreManager):
         self._published: dict[str, int] = {}
         """Versioned store → creation time of the last bulk-built version looked at."""
         self._next_poll: dict[str, float] = {}
+        self._refused: set[str] = set()
         broadcast_streams = {ssp.system_stream for ssp in TaskConfig.of(config).broadcast_ssps()}
         container = context.job_model.containers[context.container_id]
         layout = StoreLayout.of(config)
@@ -186,16 +190,13 @@ class StreamAdjunctDataStoreManager(AdjunctDataStoreManager):
                     store = PlainAdjunctStore(name, owner, stream, ssps, directory, open_engine, key_serde, msg_serde)
                 self.stores.append(store)
                 for ssp in ssps:
-                    self._routes.setdefault(ssp, []).append(_Route(store, extractor, raw))
+                    route = _Route(store, extractor, raw, serdes.key_serde(stream), serdes.msg_serde(stream))
+                    self._routes.setdefault(ssp, []).append(route)
                 for task_name in tasks:
                     self._views.setdefault(task_name, {})[name] = store.view()
                 if stream_samza(config, stream).bootstrap:
                     self._bootstrap.update(ssps)
         self._ssps = frozenset(self._routes)
-        self._decoders = {
-            stream: (serdes.key_serde(stream), serdes.msg_serde(stream))
-            for stream in {ssp.system_stream for ssp in self._ssps}
-        }
         self._drop_errors = TaskConfig.of(config).drop_deserialization_errors
         self.dropped = 0
 
@@ -362,8 +363,7 @@ class StreamAdjunctDataStoreManager(AdjunctDataStoreManager):
     def _decode(self, route: _Route, envelope: IncomingMessageEnvelope) -> tuple[Any, Any] | None:
         """Key and message as the stream's serdes decode them; None when set aside as undecodable
         (``task.drop.deserialization.errors``), else the error names the offset."""
-        ssp = envelope.ssp
-        key_serde, msg_serde = self._decoders[ssp.system_stream]
+        key_serde, msg_serde = route.key_decoder, route.msg_decoder
         key, message = envelope.key, envelope.message
         try:
             if key_serde is not None and key is not None:
@@ -371,6 +371,7 @@ class StreamAdjunctDataStoreManager(AdjunctDataStoreManager):
             if msg_serde is not None and message is not None:
                 message = msg_serde.from_bytes(message)
         except SerdeError as error:
+            ssp = envelope.ssp
             if not self._drop_errors:
                 raise AdjunctDeserializationError(
                     f"adjunct store '{route.store.name}': cannot deserialize message at offset {envelope.offset} of "
@@ -412,9 +413,9 @@ class StreamAdjunctDataStoreManager(AdjunctDataStoreManager):
         now = time.monotonic()
         for store in self.stores:
             store.maintain()
-            if isinstance(store, VersionedAdjunctStore) and (force or now >= self._next_poll.get(store.name, 0.0)):
+            if isinstance(store, VersionedAdjunctStore) and (force or now >= self._next_poll.get(store.key, 0.0)):
                 own = store_config(self.context.config, store.name)
-                self._next_poll[store.name] = now + own.adstore_version_poll_ms / 1000
+                self._next_poll[store.key] = now + own.adstore_version_poll_ms / 1000
                 self._install_published(store)
 
     def _install_published(self, store: VersionedAdjunctStore) -> None:
@@ -427,6 +428,17 @@ class StreamAdjunctDataStoreManager(AdjunctDataStoreManager):
         if record.version == store.versions.serving_label:
             return
         partitions = None if record.layout == "broadcast" else sorted(ssp.partition for ssp in store.ssps)
+        if record.layout == "partitioned":
+            count = self.context.admins[store.stream.system].get_system_stream_metadata([store.stream.stream])
+            current = count[store.stream.stream].partition_count if store.stream.stream in count else 0
+            if record.partition_count and record.partition_count != current:
+                if record.version not in self._refused:
+                    self._refused.add(record.version)
+                    log.error(
+                        "adjunct store %s: version %s was built for %d partitions of %s, now %d: not installed",
+                        store, record.version, record.partition_count, store.stream, current,
+                    )  # fmt: skip
+                return
         assert store.directory is not None, "bulk-built versions need a persistent store (validated at start)"
         target = store.directory / "incoming" / record.version
         files = download_version(self.context.config, record, partitions, target)

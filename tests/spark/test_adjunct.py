@@ -128,3 +128,31 @@ def probe_until(config: Config, key: str, expected: Any, rounds: int = 200) -> l
         if seen and seen[-1] == expected:
             return seen
     return seen
+
+
+def test_a_running_job_switches_to_a_version_bulk_built_by_spark(spark_local, tmp_path):
+    from millstream.adjunct.bulk import build_version
+
+    config = config_for(
+        tmp_path, stores__rates__adstore__versioned="true", stores__rates__adstore__version__poll__ms=200
+    )
+    write_stream(config, RATES, [(f"c{i}", "streamed") for i in range(CURRENCIES)])
+    write_end_of_version(config, RATES, "v1")
+    dataset = str(tmp_path / "rates.parquet")
+    spark_local.createDataFrame(
+        [(f"c{i}", f"bulk-{i}") for i in range(0, CURRENCIES, 3)], ["key", "value"]
+    ).write.parquet(dataset)
+    runner = SparkJobRunner(config, spark=spark_local)
+    outcome: dict[str, JobResult] = {}
+    thread = threading.Thread(target=lambda: outcome.setdefault("result", runner.run()), daemon=True)
+    thread.start()
+    try:
+        assert probe_until(config, "c3", "streamed")[-1] == "streamed"
+        record = build_version(spark_local, config, "rates", dataset, "parquet")
+        assert record.records == len(range(0, CURRENCIES, 3))
+        assert probe_until(config, "c3", "bulk-3")[-1] == "bulk-3"
+        assert probe_until(config, "c4", None)[-1] is None  # the bulk version replaced the streamed one whole
+    finally:
+        runner.request_stop()
+        thread.join(120)
+    assert outcome["result"].outcome == "stopped", outcome["result"].error
