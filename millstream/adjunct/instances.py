@@ -10,6 +10,7 @@ its marker waits (is *held*) until the others have, so no message of the next ve
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 OpenEngine = Callable[[Path | None], KeyValueStorageEngine]
 
 
-class AdjunctStore:
+class AdjunctStore(ABC):
     """Common to both kinds: identity, positions per partition, what is recorded at commit."""
 
     def __init__(
@@ -49,7 +50,6 @@ class AdjunctStore:
         """Where reading of each partition stands (set at start, advanced by every stored message)."""
         self.started: dict[SystemStreamPartition, Position] = {}
         """Where this incarnation started reading."""
-        self.changed = False
 
     @property
     def key(self) -> str:
@@ -71,16 +71,18 @@ class AdjunctStore:
         """Where a restart of this store, as it is on disk now, must resume."""
         return dict(self.positions)
 
+    @abstractmethod
     def recreate(self) -> None:
         """Start over empty: delete what the store holds on disk."""
-        raise NotImplementedError
 
     # --- written by the adjunct loop ---
+    @abstractmethod
     def write(self, entries: Sequence[tuple[Any, Any]]) -> None:
-        raise NotImplementedError
+        """Decoded entries; a None value deletes the key."""
 
+    @abstractmethod
     def write_raw(self, entries: Sequence[tuple[bytes, bytes | None]]) -> None:
-        raise NotImplementedError
+        """Entries already in the store's serialized form."""
 
     def end_of_version(self, ssp: SystemStreamPartition, label: str, offset: str) -> bool:
         """A marker arrived; True when ``ssp`` must wait for the other partitions' markers."""
@@ -89,18 +91,26 @@ class AdjunctStore:
     def held(self) -> frozenset[SystemStreamPartition]:
         return frozenset()
 
-    def commit(self) -> RecordedOffsets | None:
-        """Make what was written durable and record where to resume; the positions it recorded."""
-        raise NotImplementedError
+    def commit(self) -> dict[SystemStreamPartition, Position]:
+        """Make what was written durable, then record beside it where a restart resumes; returns that."""
+        self.flush()
+        positions = self.resume_positions()
+        if self.directory is not None:
+            write_recorded_offsets(self.directory, positions)
+        return positions
 
+    @abstractmethod
+    def flush(self) -> None: ...
+
+    @abstractmethod
     def view(self) -> KeyValueStore:
-        raise NotImplementedError
+        """The read-only view tasks get."""
 
-    def maintain(self) -> None:
+    def maintain(self) -> None:  # noqa: B027 - only versioned stores have housekeeping
         """Periodic housekeeping on the adjunct loop's thread."""
 
-    def close(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def close(self) -> None: ...
 
 
 class PlainAdjunctStore(AdjunctStore):
@@ -136,18 +146,12 @@ class PlainAdjunctStore(AdjunctStore):
 
     def write(self, entries: Sequence[tuple[Any, Any]]) -> None:
         self.store.put_all(entries)
-        self.changed = True
 
     def write_raw(self, entries: Sequence[tuple[bytes, bytes | None]]) -> None:
         self.store.engine.put_all(entries)
-        self.changed = True
 
-    def commit(self) -> RecordedOffsets | None:
+    def flush(self) -> None:
         self.store.flush()
-        if self.directory is not None:
-            write_recorded_offsets(self.directory, self.positions)
-        self.changed = False
-        return RecordedOffsets(dict(self.positions), 0)
 
     def view(self) -> KeyValueStore:
         return self._view
@@ -213,11 +217,9 @@ class VersionedAdjunctStore(AdjunctStore):
 
     def write(self, entries: Sequence[tuple[Any, Any]]) -> None:
         self.versions.writer.put_all(entries)
-        self.changed = True
 
     def write_raw(self, entries: Sequence[tuple[bytes, bytes | None]]) -> None:
         self.versions.writer.engine.put_all(entries)
-        self.changed = True
 
     def end_of_version(self, ssp: SystemStreamPartition, label: str, offset: str) -> bool:
         self._markers[ssp] = (label, offset)
@@ -231,7 +233,6 @@ class VersionedAdjunctStore(AdjunctStore):
         offsets = {marker_ssp: marker_offset for marker_ssp, (_, marker_offset) in self._markers.items()}
         self.versions.seal(label, offsets)
         self._markers.clear()
-        self.changed = True
         log.info("%s: version %s sealed and serving", self, label)
         return False
 
@@ -242,14 +243,9 @@ class VersionedAdjunctStore(AdjunctStore):
         self.versions.install(label, files)
         log.info("%s: bulk-built version %s installed and serving", self, label)
 
-    def commit(self) -> RecordedOffsets | None:
+    def flush(self) -> None:
         if self.versions.building:
             self.versions.writer.flush()
-        positions = self.resume_positions()
-        if self.directory is not None:
-            write_recorded_offsets(self.directory, positions)
-        self.changed = False
-        return RecordedOffsets(positions, 0)
 
     def view(self) -> KeyValueStore:
         return self._view

@@ -404,10 +404,9 @@ class StreamAdjunctDataStoreManager(AdjunctDataStoreManager):
 
     def commit(self) -> None:
         for store in self.stores:
-            recorded = store.commit()
-            if recorded is not None:
-                document = RecordedOffsets(recorded.positions, int(time.time() * 1000)).to_bytes()
-                self.context.metadata_store.put(ADSTORE_OFFSETS_NAMESPACE, store.key, document)
+            positions = store.commit()
+            document = RecordedOffsets(positions, int(time.time() * 1000)).to_bytes()
+            self.context.metadata_store.put(ADSTORE_OFFSETS_NAMESPACE, store.key, document)
 
     def maintain(self, force: bool = False) -> None:
         now = time.monotonic()

@@ -31,3 +31,19 @@ class KafkaPassThrough(StreamTask, InitableTask):
             time.sleep(self.delay)
         origin = {"p": envelope.ssp.partition, "o": envelope.offset, "v": envelope.message}
         collector.send(OutgoingMessageEnvelope(self.output, origin, key=envelope.key))
+
+
+class KafkaEnrich(StreamTask, InitableTask):
+    """Looks every message's key up in the adjunct store ``rates`` and writes ``{"p", "v", "key",
+    "rate"}`` to ``kafka.<test.output>``."""
+
+    def init(self, context: TaskContext) -> None:
+        self.output = SystemStream("kafka", context.config["test.output"])
+        self.rates = context.get_store("rates")
+
+    def process(
+        self, envelope: IncomingMessageEnvelope, collector: MessageCollector, coordinator: TaskCoordinator
+    ) -> None:
+        value = {"p": envelope.ssp.partition, "v": envelope.message, "key": envelope.key}
+        value["rate"] = self.rates.get(envelope.key)
+        collector.send(OutgoingMessageEnvelope(self.output, value, key=envelope.key))
