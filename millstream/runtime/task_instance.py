@@ -92,7 +92,14 @@ class ContainerContext:
         try:
             return self.stores[name]
         except KeyError:
-            raise MillstreamError(f"task '{self.task_name}' has no store '{name}'") from None
+            pass
+        if f"stores.{name}.adstore.input" in self.config:
+            raise MillstreamError(
+                f"task '{self.task_name}' reads no partition of '{self.config[f'stores.{name}.adstore.input']}', the "
+                f"input of adjunct store '{name}': give that stream as many partitions as the main inputs, or list "
+                "it in task.broadcast.inputs for a store per container with every key"
+            )
+        raise MillstreamError(f"task '{self.task_name}' has no store '{name}'")
 
 
 class AppliedStartpoints:

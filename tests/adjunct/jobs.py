@@ -5,11 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from millstream.adjunct.extractor import KeyValueExtractor, KeyValueExtractorFactory
+from millstream.adjunct.manager import (
+    AdjunctContext,
+    AdjunctDataStoreManager,
+    AdjunctDataStoreManagerFactory,
+    StreamAdjunctDataStoreManager,
+)
 from millstream.api.application import InputDescriptor, OutputDescriptor, StreamApplication, StreamApplicationDescriptor
 from millstream.api.table import AdjunctTableDescriptor
 from millstream.api.task import InitableTask, StreamTask, TaskContext
 from millstream.config import Config
-from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream
+from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 
 OUT = SystemStream("log", "out")
 
@@ -70,3 +76,19 @@ class EnrichApp(StreamApplication):
             )
             .send_to(OutputDescriptor("log.out", msg_serde="json"))
         )
+
+
+class CountingManager(StreamAdjunctDataStoreManager):
+    """The built-in manager, remembering how many messages each batch it stored held."""
+
+    batches: list[int] = []  # in-process containers run in this process: the test reads it
+
+    def process_batch(self, ssp: SystemStreamPartition, envelopes: list[IncomingMessageEnvelope]) -> int:
+        consumed = super().process_batch(ssp, envelopes)
+        CountingManager.batches.append(consumed)
+        return consumed
+
+
+class CountingManagerFactory(AdjunctDataStoreManagerFactory):
+    def get_adjunct_data_store_manager(self, context: AdjunctContext) -> AdjunctDataStoreManager:
+        return CountingManager(context)

@@ -289,3 +289,58 @@ def test_a_high_level_application_joins_a_stream_with_an_adjunct_store(tmp_path)
     assert result.outcome == "finished", result.error
     out = sorted(value for pairs in read_stream(config, SystemStream("log", "out")).values() for _, value in pairs)
     assert out == [["eur", 1, 1.1], ["usd", 2, None]]
+
+
+def test_a_task_without_a_partition_of_a_partitioned_adjunct_input_is_told_how_to_fix_it(tmp_path):
+    config = adjunct_config(tmp_path, job__container__count=1)
+    create_stream(config, "in", 2)
+    create_stream(config, "out", 2)
+    create_stream(config, "rates", 1)
+    write_stream(config, IN, [("eur", 1)])
+    seal(config, "in")
+    result = InProcessRunner(config).run(timeout=60)
+    assert result.outcome == "failed"
+    assert "task 'Partition 1' reads no partition of 'log.rates'" in (result.error or "")
+    assert "task.broadcast.inputs" in (result.error or "")
+
+
+def test_after_bootstrap_updates_keep_flowing_into_the_store_while_tasks_read_it(tmp_path):
+    import threading
+    import time
+
+    config = adjunct_config(tmp_path, task__commit__ms=100)
+    streams(config)
+    write_stream(config, RATES, [("eur", "first")])
+    runner = InProcessRunner(config)
+    outcome: dict[str, JobResult] = {}
+    thread = threading.Thread(target=lambda: outcome.setdefault("result", runner.run(timeout=60)), daemon=True)
+    thread.start()
+    try:
+        for expected in ("first", "second", "third"):
+            if expected != "first":
+                write_stream(config, RATES, [("eur", expected)])
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and enriched_or_empty(config).get("eur") != expected:
+                write_stream(config, IN, [("eur", 0)])
+                time.sleep(0.1)
+            assert enriched_or_empty(config).get("eur") == expected
+    finally:
+        runner.request_stop()
+        thread.join(60)
+    assert outcome["result"].outcome == "stopped", outcome["result"].error
+
+
+def enriched_or_empty(config: Config) -> dict[str, Any]:
+    return enriched(config) if read_stream(config, SystemStream("log", "out"), idle_timeout=0.1) else {}
+
+
+def test_a_configured_manager_factory_replaces_the_built_in_manager(tmp_path):
+    config = adjunct_config(tmp_path, stores__adstore__manager__factory="tests.adjunct.jobs:CountingManagerFactory")
+    streams(config)
+    write_stream(config, RATES, [("eur", 1.1), ("gbp", 1.3)])
+    from tests.adjunct import jobs
+
+    jobs.CountingManager.batches.clear()
+    run(config, [("eur", 1)])
+    assert sum(jobs.CountingManager.batches) == 2
+    assert enriched(config) == {"eur": 1.1}
