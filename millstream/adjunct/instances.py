@@ -57,6 +57,11 @@ class AdjunctStore(ABC):
         return f"{self.name}/{self.owner}"
 
     @property
+    def serving_version(self) -> str | None:
+        """The version readers see (versioned stores)."""
+        return None
+
+    @property
     def persistent(self) -> bool:
         return self.directory is not None
 
@@ -238,6 +243,10 @@ class VersionedAdjunctStore(AdjunctStore):
 
     def held(self) -> frozenset[SystemStreamPartition]:
         return frozenset(self._markers)
+
+    @property
+    def serving_version(self) -> str | None:
+        return self.versions.serving_label
 
     def install(self, label: str, files: Sequence[Path]) -> None:
         self.versions.install(label, files)

@@ -405,7 +405,7 @@ class StreamAdjunctDataStoreManager(AdjunctDataStoreManager):
     def commit(self) -> None:
         for store in self.stores:
             positions = store.commit()
-            document = RecordedOffsets(positions, int(time.time() * 1000)).to_bytes()
+            document = RecordedOffsets(positions, int(time.time() * 1000), store.serving_version).to_bytes()
             self.context.metadata_store.put(ADSTORE_OFFSETS_NAMESPACE, store.key, document)
 
     def maintain(self, force: bool = False) -> None:

@@ -71,10 +71,15 @@ class RecordedOffsets:
 
     positions: dict[SystemStreamPartition, Position]
     committed_ms: int
+    version: str | None = None
+    """The version a versioned store served (for ``millstream job status``)."""
 
     def to_bytes(self) -> bytes:
         positions = {ssp.key(): list(position) for ssp, position in sorted(self.positions.items())}
-        return orjson.dumps({"positions": positions, "committed_ms": self.committed_ms})
+        document: dict[str, object] = {"positions": positions, "committed_ms": self.committed_ms}
+        if self.version is not None:
+            document["version"] = self.version
+        return orjson.dumps(document)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> RecordedOffsets | None:
@@ -86,7 +91,8 @@ class RecordedOffsets:
                 if kind not in ("last", "next"):
                     return None
                 positions[SystemStreamPartition.parse_key(key)] = (kind, str(offset))
-            return cls(positions, int(document["committed_ms"]))
+            version = document.get("version")
+            return cls(positions, int(document["committed_ms"]), None if version is None else str(version))
         except (ValueError, KeyError, TypeError, AttributeError, MillstreamError):
             return None
 

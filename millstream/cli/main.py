@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -372,6 +373,18 @@ def job_status(config: ConfigPath, overrides: Overrides = None) -> None:
             row.task, row.ssp.key(), str(row.checkpointed), str(row.upcoming), "-" if row.lag is None else str(row.lag)
         )
     out.print(lag)
+    if status.adjunct:
+        adjunct = Table(title="adjunct stores (positions at their last commit)")
+        for column in ("store", "owner", "partition", "read up to", "upcoming", "lag", "committed", "version"):
+            adjunct.add_column(column, justify="right" if column == "lag" else "left")
+        now_ms = time.time() * 1000
+        for position in status.adjunct:
+            adjunct.add_row(
+                position.store, position.owner, position.ssp.key(), position.position, str(position.upcoming),
+                "-" if position.lag is None else str(position.lag),
+                f"{(now_ms - position.committed_ms) / 1000:.0f}s ago", position.version or "-",
+            )  # fmt: skip
+        out.print(adjunct)
     for task, failures in status.startpoint_failures.items():
         for ssp_key, reason in failures.items():
             err.print(f"[yellow]startpoint of {task} {ssp_key} could not be applied: {reason}[/]", highlight=False)

@@ -7,9 +7,13 @@ from typing import Any
 
 import orjson
 
+from millstream.adjunct.manager import ADSTORE_OFFSETS_NAMESPACE
+from millstream.adjunct.recovery import RecordedOffsets
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
+from millstream.config.views import adjunct_streams
 from millstream.metadata import coordination
+from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStreamPartition
 from millstream.runtime.job_model import JobModel, latest_job_model
@@ -27,12 +31,28 @@ class PartitionLag:
     """Messages between the checkpoint and the end of the partition; None when offsets are not numeric."""
 
 
+@dataclass(frozen=True)
+class AdjunctPosition:
+    """Where an adjunct store instance had read a partition at its last commit."""
+
+    store: str
+    owner: str
+    ssp: SystemStreamPartition
+    position: str
+    upcoming: str | None
+    lag: int | None
+    committed_ms: int
+    version: str | None
+
+
 @dataclass
 class JobStatus:
     model: JobModel | None
     generation: int
     containers: dict[str, dict[str, Any]] = field(default_factory=dict)
     lag: list[PartitionLag] = field(default_factory=list)
+    adjunct: list[AdjunctPosition] = field(default_factory=list)
+    """Adjunct partitions are not checkpointed with the tasks: their positions come from the stores."""
     startpoint_failures: dict[str, dict[str, str]] = field(default_factory=dict)
     """Per task, startpoints its last start could not resolve (it started from its checkpoint instead)."""
 
@@ -60,16 +80,45 @@ def job_status(config: Config) -> JobStatus:
                 metadata.update(admin.get_ssp_metadata(ssp for ssp in ssps if ssp.system == system))
             finally:
                 admin.stop()
+        adjunct = set(adjunct_streams(config))
         for task_name in sorted(model.tasks, key=lambda n: n.sort_key()):
             checkpoint = checkpoints.get(task_name)
             for ssp in sorted(model.tasks[task_name].ssps):
+                if ssp.system_stream in adjunct:
+                    continue
                 offset = checkpoint.offsets.get(ssp) if checkpoint else None
                 info = metadata.get(ssp)
                 upcoming = info.upcoming_offset if info else None
                 status.lag.append(PartitionLag(str(task_name), ssp, offset, upcoming, _lag(offset, upcoming, info)))
+        status.adjunct = _adjunct_positions(store, metadata)
         return status
     finally:
         store.close()
+
+
+def _adjunct_positions(store: MetadataStore, metadata: dict[SystemStreamPartition, Any]) -> list[AdjunctPosition]:
+    positions = []
+    for key, data in sorted(store.all(ADSTORE_OFFSETS_NAMESPACE).items()):
+        recorded = RecordedOffsets.from_bytes(data)
+        if recorded is None:
+            continue
+        name, _, owner = key.partition("/")
+        for ssp, (kind, offset) in sorted(recorded.positions.items()):
+            info = metadata.get(ssp)
+            upcoming = info.upcoming_offset if info else None
+            lag = _lag(offset, upcoming, info) if kind == "last" else _lag_from_next(offset, upcoming)
+            position = offset if kind == "last" else f"(next {offset})"
+            positions.append(
+                AdjunctPosition(name, owner, ssp, position, upcoming, lag, recorded.committed_ms, recorded.version)
+            )
+    return positions
+
+
+def _lag_from_next(next_offset: str, upcoming: str | None) -> int | None:
+    try:
+        return None if upcoming is None else max(0, int(upcoming) - int(next_offset))
+    except ValueError:
+        return None
 
 
 def _lag(checkpointed: str | None, upcoming: str | None, info: Any) -> int | None:

@@ -344,3 +344,18 @@ def test_a_configured_manager_factory_replaces_the_built_in_manager(tmp_path):
     run(config, [("eur", 1)])
     assert sum(jobs.CountingManager.batches) == 2
     assert enriched(config) == {"eur": 1.1}
+
+
+def test_job_status_shows_adjunct_positions_instead_of_task_lag_for_adjunct_partitions(tmp_path):
+    from millstream.coordinator.status import job_status
+
+    config = adjunct_config(tmp_path, stores__rates__adstore__versioned="true")
+    streams(config)
+    write_stream(config, RATES, [("eur", 1.1)], partition=0)
+    write_end_of_version(config, RATES, "2026-11")
+    run(config, [("eur", 1)])
+    status = job_status(config)
+    assert {row.ssp.stream for row in status.lag} == {"in"}
+    rows = sorted((p.owner, p.ssp.partition, p.position, p.lag, p.version) for p in status.adjunct)
+    # partition 0 holds a record and a marker (offsets 0, 1); partition 1 only its marker (offset 0)
+    assert rows == [("Partition 0", 0, "1", 0, "2026-11"), ("Partition 1", 1, "0", 0, "2026-11")]
