@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from millstream.api.task import TaskContext
+from millstream.config.views import parse_stream
 
 
 class ReadableTable(ABC):
@@ -48,6 +49,10 @@ class TableDescriptor(ABC):
 
     @abstractmethod
     def build(self, context: TaskContext) -> ReadableTable: ...
+
+    def config(self) -> dict[str, str]:
+        """Settings the table adds to the config of the job (or stage) that joins with it."""
+        return {}
 
 
 class InMemoryTable(ReadWriteTable):
@@ -96,8 +101,46 @@ class StoreTable(ReadableTable):
 
 
 class AdjunctTableDescriptor(TableDescriptor):
-    """The adjunct data store ``name`` (``stores.<name>.adstore.input``) as a table: kept current from
-    its stream by the framework, partitioned like the job's tasks or shared per container (broadcast)."""
+    """The adjunct data store ``name`` as a table: kept current from its stream by the framework,
+    partitioned like the job's tasks or shared per container (broadcast).
+
+    The store's settings come from the config (``stores.<name>.adstore.input`` ...), or from here: what is
+    given here is added to the config of the stage that joins with the table (a conflicting value in the
+    config is an error naming the key).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        input: str | None = None,
+        *,
+        key_serde: str | None = None,
+        msg_serde: str | None = None,
+        bootstrap: bool | None = None,
+        versioned: bool | None = None,
+        factory: str | None = None,
+        extractor_factory: str | None = None,
+    ) -> None:
+        super().__init__(name)
+        self.input = input
+        self.settings = {
+            "key.serde": key_serde,
+            "msg.serde": msg_serde,
+            "adstore.versioned": None if versioned is None else str(versioned).lower(),
+            "factory": factory,
+            "adstore.key.value.extractor.factory": extractor_factory,
+        }
+        self.bootstrap = bootstrap
+
+    def config(self) -> dict[str, str]:
+        settings = {f"stores.{self.name}.{key}": value for key, value in self.settings.items() if value is not None}
+        if self.input is not None:
+            settings[f"stores.{self.name}.adstore.input"] = self.input
+            if self.bootstrap is not None:
+                stream = parse_stream(self.input, f"the input of table '{self.name}'")
+                key = f"systems.{stream.system}.streams.{stream.stream}.samza.bootstrap"
+                settings[key] = str(self.bootstrap).lower()
+        return settings
 
     def build(self, context: TaskContext) -> StoreTable:
         return StoreTable(context.get_store(self.name))

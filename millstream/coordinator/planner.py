@@ -36,7 +36,7 @@ from millstream.api.application import (
     describe_application,
 )
 from millstream.api.errors import ApplicationError
-from millstream.api.specs import InputSpec, OperatorSpec, PartitionBySpec, SendToSpec
+from millstream.api.specs import InputSpec, JoinSpec, OperatorSpec, PartitionBySpec, SendToSpec
 from millstream.config import Config, JobConfig
 from millstream.config.views import AppConfig
 from millstream.errors import ConfigError, StreamNotFoundError
@@ -273,6 +273,16 @@ def expand_application(config: Config) -> Config:
         for kind, serde in (("key", descriptor.key_serde), ("msg", descriptor.msg_serde)):
             if serde:
                 _set_stream_serde(config, updates, descriptor.system_stream, kind, serde, "its descriptor")
+    for operator in run.operators:
+        if isinstance(operator, JoinSpec):
+            for key, value in operator.table.config().items():
+                configured = config.get(key)
+                if configured is not None and configured != value:
+                    raise ConfigError(
+                        f"config key '{key}' is '{configured}', but table '{operator.table.name}' of join "
+                        f"'{operator.op_id}' sets '{value}'"
+                    )
+                updates[key] = value
     for stream in run.intermediate_streams:
         for kind in ("key", "msg"):
             _set_stream_serde(config, updates, stream.system_stream, kind, "bytes", "an intermediate stream")

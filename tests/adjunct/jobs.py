@@ -69,7 +69,7 @@ class EnrichApp(StreamApplication):
         (
             app.input(InputDescriptor("log.in", key_serde="string", msg_serde="json"))
             .join(
-                AdjunctTableDescriptor("rates"),
+                AdjunctTableDescriptor("rates", "log.rates", key_serde="string", msg_serde="json", bootstrap=True),
                 key=lambda message: message["currency"],
                 joiner=lambda message, rate: [message["currency"], message["n"], rate],
                 how="left",

@@ -273,14 +273,9 @@ def test_a_versioned_store_serves_the_last_sealed_version_never_a_partial_one(tm
 def test_a_high_level_application_joins_a_stream_with_an_adjunct_store(tmp_path):
     from tests.api.apps import app_config
 
-    config = app_config(
-        tmp_path,
-        "tests.adjunct.jobs:EnrichApp",
-        stores__rates__adstore__input="log.rates",
-        stores__rates__key__serde="string",
-        stores__rates__msg__serde="json",
-        systems__log__streams__rates__samza__bootstrap="true",
-    )
+    config = app_config(tmp_path, "tests.adjunct.jobs:EnrichApp")  # the table descriptor configures the store
+    assert config["stores.rates.adstore.input"] == "log.rates"
+    assert config["systems.log.streams.rates.samza.bootstrap"] == "true"
     streams(config)
     write_stream(config, RATES, [("eur", 1.1), ("gbp", 1.3)])
     write_stream(config, IN, [("eur", {"currency": "eur", "n": 1}), ("usd", {"currency": "usd", "n": 2})])
@@ -359,3 +354,11 @@ def test_job_status_shows_adjunct_positions_instead_of_task_lag_for_adjunct_part
     rows = sorted((p.owner, p.ssp.partition, p.position, p.lag, p.version) for p in status.adjunct)
     # partition 0 holds a record and a marker (offsets 0, 1); partition 1 only its marker (offset 0)
     assert rows == [("Partition 0", 0, "1", 0, "2026-11"), ("Partition 1", 1, "0", 0, "2026-11")]
+
+
+def test_a_table_descriptor_conflicting_with_the_config_is_refused_naming_the_key(tmp_path):
+    from millstream.errors import ConfigError
+    from tests.api.apps import app_config
+
+    with pytest.raises(ConfigError, match=r"'stores.rates.msg.serde' is 'string', but table 'rates'"):
+        app_config(tmp_path, "tests.adjunct.jobs:EnrichApp", stores__rates__msg__serde="string")

@@ -156,3 +156,36 @@ def test_a_running_job_switches_to_a_version_bulk_built_by_spark(spark_local, tm
         runner.request_stop()
         thread.join(120)
     assert outcome["result"].outcome == "stopped", outcome["result"].error
+
+
+def test_a_high_level_join_with_an_adjunct_table_through_spark(spark_local, tmp_path):
+    from tests.api.apps import app_config
+
+    config = app_config(tmp_path, "tests.adjunct.jobs:EnrichApp", job__container__count=2)
+    for name in ("in", "out", "rates"):
+        create_stream(config, name, PARTITIONS)
+    write_stream(config, RATES, [(f"c{i}", i) for i in range(CURRENCIES)] + [("c5", None)])  # null deletes
+    inputs = [(f"c{i}", {"currency": f"c{i}", "n": i}) for i in range(CURRENCIES)]
+    write_stream(config, SystemStream("log", "in"), inputs)
+    seal(config, "in")
+    result = SparkJobRunner(config, spark=spark_local).run()
+    assert result.outcome == "finished", result.error
+    out = {
+        currency: rate
+        for pairs in read_stream(config, SystemStream("log", "out")).values()
+        for _, (currency, _, rate) in pairs
+    }
+    assert out == {f"c{i}": (None if i == 5 else i) for i in range(CURRENCIES)}
+
+
+def test_an_extractor_projects_records_into_a_broadcast_store_through_spark(spark_local, tmp_path):
+    config = config_for(
+        tmp_path,
+        task__broadcast__inputs=f"log.rates#[0-{PARTITIONS - 1}]",
+        stores__rates__adstore__key__value__extractor__factory="tests.adjunct.jobs:CurrencyOnlyFactory",
+    )
+    records = [(f"row{i}", {"currency": f"c{i}", "rate": i, "source": "ecb"}) for i in range(CURRENCIES)]
+    records.append(("row-x", {"currency": "c7", "deleted": True}))
+    write_stream(config, RATES, records, partition=0)
+    run_with_input(config, spark_local, "in", [f"c{i}" for i in range(CURRENCIES)])
+    assert enriched(config) == {f"c{i}": (None if i == 7 else i) for i in range(CURRENCIES)}
