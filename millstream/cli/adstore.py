@@ -44,7 +44,7 @@ def adstore_build(
     overrides: Overrides = None,
 ) -> None:
     """Build a version from a dataset with Spark and publish it: the running job switches to it."""
-    from millstream.adjunct.bulk import FORMATS, DatasetSchemaError, build_version, resolve_target
+    from millstream.spark.adstore_build import FORMATS, DatasetSchemaError, build_version, resolve_target
 
     if fmt not in FORMATS:
         err.print(f"[bold red]error:[/] --format must be one of {', '.join(FORMATS)}, not '{fmt}'", highlight=False)

@@ -131,7 +131,7 @@ def probe_until(config: Config, key: str, expected: Any, rounds: int = 200) -> l
 
 
 def test_a_running_job_switches_to_a_version_bulk_built_by_spark(spark_local, tmp_path):
-    from millstream.adjunct.bulk import build_version
+    from millstream.spark.adstore_build import build_version
 
     config = config_for(
         tmp_path, stores__rates__adstore__versioned="true", stores__rates__adstore__version__poll__ms=200

@@ -16,7 +16,6 @@ import pytest
 import rocksdict
 from pyspark.sql import SparkSession
 
-from millstream.adjunct.bulk import DatasetError, DatasetSchemaError, build_version
 from millstream.adjunct.published import (
     PublishedVersion,
     download_version,
@@ -29,6 +28,7 @@ from millstream.errors import ConfigError
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStream
 from millstream.serde.builtin import JsonSerde
+from millstream.spark.adstore_build import DatasetError, DatasetSchemaError, build_version
 from millstream.spark.session import build_session
 from millstream.storage.blobstore.base import blob_store
 from millstream.testing import read_stream, write_stream
