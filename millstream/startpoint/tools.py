@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import orjson
 
 from millstream.config import Config
-from millstream.config.views import StartpointConfig, parse_stream
+from millstream.config.views import StartpointConfig, adjunct_streams, parse_stream
 from millstream.errors import StreamNotFoundError
 from millstream.instants import parse_epoch_ms
 from millstream.metadata import coordination
@@ -41,6 +41,11 @@ def parse_timestamp(text: str) -> int:
 def target_partitions(config: Config, stream: str, partitions: Iterable[int] | None) -> list[SystemStreamPartition]:
     """The partitions named (all when None), refused if the stream is missing or one is out of range."""
     target = parse_stream(stream, "--stream")
+    if target in adjunct_streams(config):
+        raise StartpointError(
+            f"'{target}' feeds an adjunct data store, which reads it from its own recorded offsets: startpoints do "
+            f"not apply (set systems.{target.system}.streams.{target.stream}.samza.reset.offset=true to rebuild it)"
+        )
     admin = system_factory(config, target.system).get_admin(target.system, config)
     admin.start()
     try:

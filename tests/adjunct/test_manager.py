@@ -362,3 +362,13 @@ def test_a_table_descriptor_conflicting_with_the_config_is_refused_naming_the_ke
 
     with pytest.raises(ConfigError, match=r"'stores.rates.msg.serde' is 'string', but table 'rates'"):
         app_config(tmp_path, "tests.adjunct.jobs:EnrichApp", stores__rates__msg__serde="string")
+
+
+def test_startpoints_on_an_adjunct_input_are_refused_with_the_way_to_rebuild_instead(tmp_path):
+    from millstream.startpoint.tools import StartpointError, set_startpoints
+    from millstream.startpoint.types import StartpointOldest
+
+    config = adjunct_config(tmp_path)
+    streams(config)
+    with pytest.raises(StartpointError, match=r"'log.rates' feeds an adjunct data store.*samza.reset.offset=true"):
+        set_startpoints(config, "log.rates", StartpointOldest())
