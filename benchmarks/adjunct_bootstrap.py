@@ -22,16 +22,17 @@ The lookup jobs reopen the store the string/bytes bootstrap left (valid, so it i
 blocks are in the OS page cache, as on a host whose store fits in memory) and read ``log.lookups`` from
 its start each time (``samza.reset.offset``).
 
-measured on this machine (2 cores), defaults, load average ~4 from other jobs (rates vary ±30% run to run;
-the loop without get from 350k to 1M msgs/s, so its ratio moves most):
-  1,000,000 keyed records of 100 B over 4 partitions (written at 126,232/s); 200,000 lookups, 10% misses
-  raw read (log consumer)                847,910 records/s    100%
-  bootstrap, raw, string/bytes           295,185 records/s     35% of raw read   (1,000,000 stored, wall 3.6s)
-  bootstrap, raw, string/json            201,354 records/s     24% of raw read   (1,000,000 stored, wall 5.1s)
-  bootstrap, extractor, string/json       82,676 records/s     10% of raw read   (1,000,000 stored, wall 12.3s)
-  lookups, 1 container                    84,683 lookups/s     24% of the loop without get (349,408 msgs/s)
-    get latency                     p50 6.3 µs  p99 19.3 µs  p999 438.1 µs  max 8,909 µs   (wall 2.7s)
-  bootstrap, Spark, 2 ctrs               262,887 records/s     31% of raw read   per container: 131,444, 139,625
+measured on this machine (2 cores), defaults, quiet machine, after resolving serdes once per route and
+cheaper JSON writes (two runs; the Spark figure moved from 34 % to 88 % between them):
+  1,000,000 keyed records of 100 B over 4 partitions; 200,000 lookups, 10% misses
+  raw read (log consumer)              1,797,620 records/s    100%
+  bootstrap, raw, string/bytes           597,100 records/s     33% of raw read
+  bootstrap, raw, string/json            434,786 records/s     24% of raw read
+  bootstrap, extractor, string/json      212,456 records/s     12% of raw read
+  lookups, 1 container                   111,418 lookups/s     16% of the loop without get (695,997 msgs/s)
+    get latency                     p50 6.2 µs  p99 15.4 µs  p999 94.8 µs  max 415 µs
+  bootstrap, Spark, 2 ctrs               606,010 records/s     34% of raw read   per container: 366,112, 303,005
+The first version of this benchmark, on a loaded machine (load ~4), measured 35 % / 24 % / 10 % and p99 19 µs.
 """
 
 from __future__ import annotations
