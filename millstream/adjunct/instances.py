@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from millstream.adjunct.recovery import Position, RecordedOffsets, read_recorded_offsets, write_recorded_offsets
-from millstream.adjunct.versions import VersionedStore
+from millstream.adjunct.versions import OpenEngine, VersionedStore
 from millstream.adjunct.view import ReadOnlyKeyValueStore
 from millstream.model import SystemStream, SystemStreamPartition
 from millstream.serde.base import Serde
@@ -25,31 +26,60 @@ from millstream.storage.layout import delete_path
 
 log = logging.getLogger(__name__)
 
-OpenEngine = Callable[[Path | None], KeyValueStorageEngine]
+
+@dataclass(frozen=True)
+class AdjunctStoreSpec:
+    """What a store instance is: which store, whose, fed by which partitions, kept where and how."""
+
+    name: str
+    owner: str
+    """The task (partitioned input) or ``container-<id>`` (broadcast input)."""
+    stream: SystemStream
+    ssps: frozenset[SystemStreamPartition]
+    directory: Path | None
+    """None for an in-memory store."""
+    open_engine: OpenEngine
+    key_serde: Serde | None
+    msg_serde: Serde | None
 
 
 class AdjunctStore(ABC):
     """Common to both kinds: identity, positions per partition, what is recorded at commit."""
 
-    def __init__(
-        self,
-        name: str,
-        owner: str,
-        stream: SystemStream,
-        ssps: frozenset[SystemStreamPartition],
-        directory: Path | None,
-    ) -> None:
-        self.name = name
-        self.owner = owner
-        self.stream = stream
-        self.ssps = ssps
-        self.directory = directory
-        self.found_on_disk = directory is not None and directory.is_dir() and any(directory.iterdir())
+    def __init__(self, spec: AdjunctStoreSpec) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.owner = spec.owner
+        self.stream = spec.stream
+        self.ssps = spec.ssps
+        self.directory = spec.directory
+        self.found_on_disk = self.directory is not None and self.directory.is_dir() and any(self.directory.iterdir())
         """Whether a previous incarnation left anything in ``directory`` (checked before opening it)."""
         self.positions: dict[SystemStreamPartition, Position] = {}
         """Where reading of each partition stands (set at start, advanced by every stored message)."""
         self.started: dict[SystemStreamPartition, Position] = {}
         """Where this incarnation started reading."""
+        self._open()
+        self._view = ReadOnlyKeyValueStore(self._serving, spec.name, f"stream {spec.stream}")
+
+    @abstractmethod
+    def _open(self) -> None:
+        """Open what ``directory`` holds (nothing: an empty store)."""
+
+    @abstractmethod
+    def _serving(self) -> KeyValueStore:
+        """What readers see now."""
+
+    def view(self) -> KeyValueStore:
+        """The read-only view tasks get: it follows the store through re-creation and version switches."""
+        return self._view
+
+    def recreate(self) -> None:
+        """Start over empty: delete what the store holds on disk."""
+        self.close()
+        if self.directory is not None:
+            delete_path(self.directory)
+        self._open()
 
     @property
     def key(self) -> str:
@@ -75,10 +105,6 @@ class AdjunctStore(ABC):
     def resume_positions(self) -> dict[SystemStreamPartition, Position]:
         """Where a restart of this store, as it is on disk now, must resume."""
         return dict(self.positions)
-
-    @abstractmethod
-    def recreate(self) -> None:
-        """Start over empty: delete what the store holds on disk."""
 
     # --- written by the adjunct loop ---
     @abstractmethod
@@ -107,10 +133,6 @@ class AdjunctStore(ABC):
     @abstractmethod
     def flush(self) -> None: ...
 
-    @abstractmethod
-    def view(self) -> KeyValueStore:
-        """The read-only view tasks get."""
-
     def maintain(self) -> None:  # noqa: B027 - only versioned stores have housekeeping
         """Periodic housekeeping on the adjunct loop's thread."""
 
@@ -121,33 +143,15 @@ class AdjunctStore(ABC):
 class PlainAdjunctStore(AdjunctStore):
     """The latest value of every key of its input."""
 
-    def __init__(
-        self,
-        name: str,
-        owner: str,
-        stream: SystemStream,
-        ssps: frozenset[SystemStreamPartition],
-        directory: Path | None,
-        open_engine: OpenEngine,
-        key_serde: Serde | None,
-        msg_serde: Serde | None,
-    ) -> None:
-        super().__init__(name, owner, stream, ssps, directory)
-        self._open_engine = open_engine
-        self._key_serde = key_serde
-        self._msg_serde = msg_serde
-        self.store = self._open()
-        self._view = ReadOnlyKeyValueStore(lambda: self.store, name, f"stream {stream}")
+    store: TaskKeyValueStore
 
-    def _open(self) -> TaskKeyValueStore:
-        engine = self._open_engine(None if self.directory is None else self.directory / "db")
-        return TaskKeyValueStore(self.owner, self.name, engine, self._key_serde, self._msg_serde)
+    def _open(self) -> None:
+        spec = self.spec
+        engine = spec.open_engine(None if spec.directory is None else spec.directory / "db")
+        self.store = TaskKeyValueStore(spec.owner, spec.name, engine, spec.key_serde, spec.msg_serde)
 
-    def recreate(self) -> None:
-        self.store.engine.close()
-        if self.directory is not None:
-            delete_path(self.directory)
-        self.store = self._open()
+    def _serving(self) -> KeyValueStore:
+        return self.store
 
     def write(self, entries: Sequence[tuple[Any, Any]]) -> None:
         self.store.put_all(entries)
@@ -158,9 +162,6 @@ class PlainAdjunctStore(AdjunctStore):
     def flush(self) -> None:
         self.store.flush()
 
-    def view(self) -> KeyValueStore:
-        return self._view
-
     def close(self) -> None:
         self.store.engine.close()
 
@@ -168,43 +169,29 @@ class PlainAdjunctStore(AdjunctStore):
 class VersionedAdjunctStore(AdjunctStore):
     """Sealed versions of a bounded dataset; readers see the last sealed (or bulk-installed) one."""
 
-    def __init__(
-        self,
-        name: str,
-        owner: str,
-        stream: SystemStream,
-        ssps: frozenset[SystemStreamPartition],
-        directory: Path | None,
-        open_engine: OpenEngine,
-        key_serde: Serde | None,
-        msg_serde: Serde | None,
-        retire_after_s: float,
-    ) -> None:
-        super().__init__(name, owner, stream, ssps, directory)
-        self._args = (open_engine, key_serde, msg_serde, retire_after_s)
-        self.versions = self._open()
-        self._view = ReadOnlyKeyValueStore(lambda: self.versions.serving_store(), name, f"stream {stream}")
+    versions: VersionedStore
+
+    def __init__(self, spec: AdjunctStoreSpec, retire_after_s: float) -> None:
+        self._retire_after_s = retire_after_s
         self._markers: dict[SystemStreamPartition, tuple[str, str]] = {}
         """Partitions whose end-of-version marker arrived: label and offset."""
+        super().__init__(spec)
 
-    def _open(self) -> VersionedStore:
-        open_engine, key_serde, msg_serde, retire_after_s = self._args
-        return VersionedStore(
-            self.directory,
-            self.name,
-            self.owner,
-            open_engine,
-            key_serde,
-            msg_serde,
-            source=f"stream {self.stream}",
-            retire_after_s=retire_after_s,
+    def _open(self) -> None:
+        spec = self.spec
+        self.versions = VersionedStore(
+            spec.directory,
+            spec.name,
+            spec.owner,
+            spec.open_engine,
+            spec.key_serde,
+            spec.msg_serde,
+            source=f"stream {spec.stream}",
+            retire_after_s=self._retire_after_s,
         )
 
-    def recreate(self) -> None:
-        self.versions.close()
-        if self.directory is not None:
-            delete_path(self.directory)
-        self.versions = self._open()
+    def _serving(self) -> KeyValueStore:
+        return self.versions.serving_store()
 
     def recorded(self) -> RecordedOffsets | None:
         """A versioned store resumes after its last sealed version's markers (a partial version is
@@ -255,9 +242,6 @@ class VersionedAdjunctStore(AdjunctStore):
     def flush(self) -> None:
         if self.versions.building:
             self.versions.writer.flush()
-
-    def view(self) -> KeyValueStore:
-        return self._view
 
     def maintain(self) -> None:
         self.versions.maintain()

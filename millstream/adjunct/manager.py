@@ -19,6 +19,7 @@ from typing import Any
 from millstream.adjunct.extractor import KeyValueExtractor, key_value_extractor
 from millstream.adjunct.instances import (
     AdjunctStore,
+    AdjunctStoreSpec,
     PlainAdjunctStore,
     VersionedAdjunctStore,
     open_engine_for,
@@ -180,14 +181,12 @@ class StreamAdjunctDataStoreManager(AdjunctDataStoreManager):
                 owners[owner] = (union | ssps, [*tasks, task_name])
             for owner, (ssps, tasks) in owners.items():
                 directory = layout.store_dir(name, owner, logged=False) if factory.persistent else None
+                spec = AdjunctStoreSpec(name, owner, stream, ssps, directory, open_engine, key_serde, msg_serde)
                 store: AdjunctStore
                 if own.adstore_versioned:
-                    retire = own.adstore_version_retire_ms / 1000
-                    store = VersionedAdjunctStore(
-                        name, owner, stream, ssps, directory, open_engine, key_serde, msg_serde, retire
-                    )
+                    store = VersionedAdjunctStore(spec, own.adstore_version_retire_ms / 1000)
                 else:
-                    store = PlainAdjunctStore(name, owner, stream, ssps, directory, open_engine, key_serde, msg_serde)
+                    store = PlainAdjunctStore(spec)
                 self.stores.append(store)
                 for ssp in ssps:
                     route = _Route(store, extractor, raw, serdes.key_serde(stream), serdes.msg_serde(stream))
