@@ -15,9 +15,7 @@ started them (Linux), so a killed test run leaves none behind.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -26,32 +24,13 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
+
+from tests.integration.processes import EmulatorError, ServerProcess, cache_dir, child_setup, free_port, npm_install
 
 AZURITE_VERSION = "3.35.0"
 AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 """Azurite's well-known development account (public, documented by Microsoft)."""
-
-
-class EmulatorError(RuntimeError):
-    """An emulator could not be installed or started; says which and why."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _die_with_parent() -> None:
-    """Runs in the child before exec: SIGTERM it when the process that started it dies."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def _wait_for_port(port: int, process: subprocess.Popen[bytes], name: str, log: Path, timeout: float) -> None:
@@ -74,7 +53,7 @@ def _tail(path: Path, lines: int = 20) -> str:
         return ""
 
 
-class _Server:
+class _Server(ServerProcess):
     name = "server"
 
     def __init__(self, work_dir: Path) -> None:
@@ -95,29 +74,10 @@ class _Server:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 cwd=self.work_dir,
-                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                preexec_fn=child_setup(),
             )
         _wait_for_port(self.port, self.process, self.name, log, timeout)
         return self
-
-    def stop(self) -> None:
-        process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
-
-    def __enter__(self) -> _Server:
-        return self.start()
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        self.stop()
 
 
 class MotoS3Server(_Server):
@@ -147,16 +107,8 @@ class MotoS3Server(_Server):
                 time.sleep(0.1)
 
 
-def azurite_cache_root() -> Path:
-    configured = os.environ.get("MILLSTREAM_AZURITE_CACHE")
-    if configured:
-        return Path(configured).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "millstream" / "azurite"
-
-
 def azurite_dir() -> Path:
-    return azurite_cache_root() / AZURITE_VERSION
+    return cache_dir("MILLSTREAM_AZURITE_CACHE", "azurite") / AZURITE_VERSION
 
 
 def azurite_main() -> Path:
@@ -165,32 +117,10 @@ def azurite_main() -> Path:
 
 def fetch_azurite() -> Path:
     """Install Azurite with npm into the cache (once per version); returns the install directory."""
-    target = azurite_dir()
     if azurite_main().is_file():
-        return target
-    npm = shutil.which("npm")
-    if npm is None:
-        raise EmulatorError("npm is not on PATH: Node.js and npm are needed to install Azurite")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".azurite-{AZURITE_VERSION}-", dir=target.parent))
-    try:
-        result = subprocess.run(
-            [npm, "install", "--no-audit", "--no-fund", "--loglevel=error", "--prefix", str(staging),
-             f"azurite@{AZURITE_VERSION}"],
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )  # fmt: skip
-        if result.returncode != 0:
-            raise EmulatorError(f"npm install azurite@{AZURITE_VERSION} failed:\n{result.stderr[-4000:]}")
-        try:
-            staging.rename(target)
-        except OSError:
-            if not azurite_main().is_file():  # another session installed it meanwhile: use theirs
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+        return azurite_dir()
+    npm_args = ["install", "--loglevel=error", "--prefix", ".", f"azurite@{AZURITE_VERSION}"]
+    return npm_install(azurite_dir(), npm_args, f"azurite@{AZURITE_VERSION}")
 
 
 class AzuriteBlobServer(_Server):

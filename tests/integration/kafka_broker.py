@@ -23,15 +23,14 @@ import base64
 import hashlib
 import os
 import shutil
-import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+
+from tests.integration.processes import cache_dir, child_setup, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 POM = REPO / "tools" / "kafka" / "pom.xml"
@@ -42,18 +41,8 @@ class KafkaBrokerError(RuntimeError):
     """The broker could not be fetched, formatted or started; the message says which step and why."""
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def cache_root() -> Path:
-    configured = os.environ.get("MILLSTREAM_KAFKA_CACHE")
-    if configured:
-        return Path(configured).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "millstream" / "kafka"
+    return cache_dir("MILLSTREAM_KAFKA_CACHE", "kafka")
 
 
 def libs_dir() -> Path:
@@ -134,16 +123,6 @@ rootLogger.appenderRef.file.ref = FILE
 logger.ready.name = kafka.server.KafkaRaftServer
 logger.ready.level = info
 """
-
-
-def _die_with_parent() -> None:
-    """Runs in the child before exec: SIGTERM the JVM when the process that started it dies."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 class KafkaBroker:
@@ -238,7 +217,7 @@ class KafkaBroker:
             self._java(libs, "kafka.Kafka", str(config), heap=self.heap),
             stdout=stdout,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            preexec_fn=child_setup(),
         )
         stdout.close()
         self._wait_ready(log_offset, timeout)

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tests.cli.test_main import SECRET, millstream
-from tests.integration.kafka_broker import free_port
+from tests.integration.processes import free_port
 
 pytestmark = pytest.mark.integration
 

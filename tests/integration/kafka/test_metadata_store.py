@@ -20,7 +20,7 @@ from millstream.metadata.kafka import KafkaMetadataStore
 from millstream.systems.kafka.errors import KafkaBrokersUnreachableError
 from millstream.systems.kafka.replicated_log import ReplicatedLogTopicError
 from tests.integration.kafka.helpers import create_topic, kafka_config
-from tests.integration.kafka_broker import free_port
+from tests.integration.processes import free_port
 
 pytestmark = pytest.mark.integration
 

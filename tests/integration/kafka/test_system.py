@@ -21,7 +21,7 @@ from millstream.systems.kafka.factory import KafkaSystemFactory
 from millstream.systems.kafka.partitioner import murmur2, partition_for_key
 from millstream.systems.registry import system_factory
 from tests.integration.kafka.helpers import SYSTEM, create_topic, kafka_config, produce, read_all
-from tests.integration.kafka_broker import free_port
+from tests.integration.processes import free_port
 
 pytestmark = pytest.mark.integration
 

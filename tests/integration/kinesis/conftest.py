@@ -40,7 +40,7 @@ def dynamodb_endpoint() -> Iterator[str]:
     """moto's server (DynamoDB API, in memory) on 127.0.0.1, for the DynamoDB lease table tests."""
     from moto.server import ThreadedMotoServer
 
-    from tests.integration.kafka_broker import free_port
+    from tests.integration.processes import free_port
 
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)

@@ -17,14 +17,12 @@ import argparse
 import hashlib
 import os
 import shutil
-import signal
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
-from types import TracebackType
+
+from tests.integration.processes import EmulatorError, ServerProcess, cache_dir, child_setup, npm_install
 
 REPO = Path(__file__).resolve().parents[3]
 TOOLS = REPO / "tools" / "kinesis"
@@ -35,21 +33,9 @@ ACCESS_KEY = "millstream-test"
 SECRET_KEY = "millstream-test-secret"
 
 
-class EmulatorError(RuntimeError):
-    """kinesalite could not be installed or started; the message says which step and why."""
-
-
-def cache_root() -> Path:
-    configured = os.environ.get("MILLSTREAM_KINESALITE_CACHE")
-    if configured:
-        return Path(configured).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "millstream" / "kinesalite"
-
-
 def install_dir() -> Path:
     digest = hashlib.sha256(LOCK.read_bytes()).hexdigest()[:12]
-    return cache_root() / f"lock-{digest}"
+    return cache_dir("MILLSTREAM_KINESALITE_CACHE", "kinesalite") / f"lock-{digest}"
 
 
 def fetch(quiet: bool = True) -> Path:
@@ -57,27 +43,16 @@ def fetch(quiet: bool = True) -> Path:
     target = install_dir()
     if (target / ".complete").exists():
         return target
-    npm = shutil.which("npm")
-    if npm is None or shutil.which("node") is None:
-        raise EmulatorError("Node.js and npm must be on PATH: the Kinesis tests run kinesalite from npm")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix="install-", dir=target.parent))
-    shutil.copy(TOOLS / "package.json", staging / "package.json")
-    shutil.copy(LOCK, staging / "package-lock.json")
-    command = [npm, "ci", "--omit=optional", "--ignore-scripts", "--no-audit", "--no-fund"]
-    completed = subprocess.run(command, cwd=staging, capture_output=quiet, text=True, check=False)
-    if completed.returncode != 0:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise EmulatorError(f"npm ci of {LOCK} failed: {(completed.stderr or '').strip()[-2000:]}")
-    (staging / ".complete").touch()
-    try:
-        staging.rename(target)
-    except OSError:  # another session installed it meanwhile
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+
+    def prepare(staging: Path) -> None:
+        shutil.copy(TOOLS / "package.json", staging / "package.json")
+        shutil.copy(LOCK, staging / "package-lock.json")
+
+    return npm_install(target, ["ci", "--omit=optional", "--ignore-scripts"], f"kinesalite ({LOCK})",
+                       prepare=prepare, quiet=quiet)  # fmt: skip
 
 
-class Kinesalite:
+class Kinesalite(ServerProcess):
     """One emulator process: ``start``, use ``endpoint``, ``stop`` (or use it as a context manager)."""
 
     def __init__(self) -> None:
@@ -94,7 +69,7 @@ class Kinesalite:
             stderr=subprocess.STDOUT,
             text=True,
             env=env,
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            preexec_fn=child_setup(),
         )
         ready = threading.Event()
         threading.Thread(target=self._pump, args=(ready,), daemon=True).start()
@@ -112,33 +87,6 @@ class Kinesalite:
             if line.startswith(READY):
                 self.endpoint = "http://" + line[len(READY) :].strip()
                 ready.set()
-
-    def stop(self) -> None:
-        process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-    def __enter__(self) -> Kinesalite:
-        return self.start()
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        self.stop()
-
-
-def _die_with_parent() -> None:
-    """Linux: the emulator gets SIGTERM when the process that started it dies, even by SIGKILL."""
-    import ctypes
-
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def main() -> None:
