@@ -6,6 +6,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from millstream.checkpoint.checkpoint import Checkpoint
+from millstream.errors import MillstreamError
+from millstream.metadata.base import MetadataStore
 from millstream.model import TaskName
 
 
@@ -20,6 +22,25 @@ class WriterFence:
     generation: int
     container_id: str
     epoch: int
+
+    def is_current(self, store: MetadataStore) -> bool:
+        """Whether the metadata store still names this generation and this attempt of the container."""
+        from millstream.metadata.coordination import writer_expectation
+
+        expected = writer_expectation(self.generation, self.container_id, self.epoch)
+        return all(store.get(namespace, key) == value for (namespace, key), value in expected.items())
+
+
+class ReadOnlyCheckpointManagerError(MillstreamError):
+    """A checkpoint manager created without a ``WriterFence`` was asked to write."""
+
+
+def require_fence(fence: WriterFence | None, action: str) -> WriterFence:
+    if fence is None:
+        raise ReadOnlyCheckpointManagerError(
+            f"cannot {action}: this checkpoint manager was created without a writer fence (read-only)"
+        )
+    return fence
 
 
 class CheckpointManager(ABC):

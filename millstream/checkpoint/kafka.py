@@ -48,7 +48,7 @@ from typing import Any
 
 import orjson
 
-from millstream.checkpoint.base import CheckpointManager, WriterFence
+from millstream.checkpoint.base import CheckpointManager, WriterFence, require_fence
 from millstream.checkpoint.checkpoint import (
     CHECKPOINT_TYPES,
     Checkpoint,
@@ -59,12 +59,10 @@ from millstream.checkpoint.checkpoint import (
     version_of_type,
 )
 from millstream.checkpoint.factory import CheckpointManagerFactory
-from millstream.checkpoint.metadata_store import ReadOnlyCheckpointManagerError
 from millstream.config.core import Config
 from millstream.config.views import JobConfig, TaskConfig
 from millstream.errors import MillstreamError
 from millstream.metadata.base import FencedError, MetadataStore
-from millstream.metadata.coordination import writer_expectation
 from millstream.model import TaskName
 from millstream.systems.base import StreamSpec
 from millstream.systems.kafka.admin import KafkaSystemAdmin
@@ -177,7 +175,7 @@ class KafkaCheckpointManager(CheckpointManager):
         return self._reader
 
     def _open_writer(self, deadline: float) -> TransactionalWriter:
-        fence = self._require_fence("write checkpoints")
+        fence = require_fence(self.fence, "write checkpoints")
         if self._writer is None:
             self._writer = TransactionalWriter(
                 self.kafka,
@@ -269,7 +267,7 @@ class KafkaCheckpointManager(CheckpointManager):
     # --- writing ---------------------------------------------------------------------------------
 
     def write_checkpoint(self, task_name: TaskName, checkpoint: Checkpoint) -> None:
-        fence = self._require_fence(f"write the checkpoint of task '{task_name}'")
+        fence = require_fence(self.fence, f"write the checkpoint of task '{task_name}'")
         kind = CHECKPOINT_TYPES.get(checkpoint.version)
         if kind is None:
             raise CheckpointFormatError(f"task '{task_name}': cannot write a version {checkpoint.version} checkpoint")
@@ -282,7 +280,7 @@ class KafkaCheckpointManager(CheckpointManager):
                 writer = self._open_writer(deadline)
                 writer.begin()
                 writer.append([record], deadline)
-                if not self._fence_current(fence):
+                if not fence.is_current(self.store):
                     writer.abort(deadline)
                     raise self._fenced(fence, f"checkpoint of task '{task_name}' refused")
                 writer.commit(deadline)
@@ -338,19 +336,8 @@ class KafkaCheckpointManager(CheckpointManager):
 
     # --- fencing ---------------------------------------------------------------------------------
 
-    def _require_fence(self, action: str) -> WriterFence:
-        if self.fence is None:
-            raise ReadOnlyCheckpointManagerError(
-                f"cannot {action}: this checkpoint manager was created without a writer fence (read-only)"
-            )
-        return self.fence
-
-    def _fence_current(self, fence: WriterFence) -> bool:
-        expected = writer_expectation(fence.generation, fence.container_id, fence.epoch)
-        return all(self.store.get(namespace, key) == value for (namespace, key), value in expected.items())
-
     def _check_fence(self, fence: WriterFence, action: str) -> None:
-        if not self._fence_current(fence):
+        if not fence.is_current(self.store):
             raise self._fenced(fence, f"cannot {action}")
 
     @staticmethod

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from millstream.checkpoint.base import CheckpointManager, WriterFence
+from millstream.checkpoint.base import CheckpointManager, WriterFence, require_fence
 from millstream.checkpoint.checkpoint import (
     Checkpoint,
     CheckpointFormatError,
@@ -38,10 +38,6 @@ CHECKPOINT_V2_NAMESPACE = "checkpoint-v2"
 CHECKPOINT_NAMESPACES = {1: CHECKPOINT_V1_NAMESPACE, 2: CHECKPOINT_V2_NAMESPACE}
 WRITTEN_AT_NAMESPACE = "checkpoint-written-at"
 """``v<version>:<task>`` → epoch milliseconds of the last write of that record."""
-
-
-class ReadOnlyCheckpointManagerError(MillstreamError):
-    """A checkpoint manager created without a ``WriterFence`` was asked to write."""
 
 
 class MetadataStoreCheckpointManager(CheckpointManager):
@@ -83,7 +79,7 @@ class MetadataStoreCheckpointManager(CheckpointManager):
         return select_checkpoint(candidates, self.read_versions, self.max_age_ms)
 
     def write_checkpoint(self, task_name: TaskName, checkpoint: Checkpoint) -> None:
-        fence = self._require_fence(f"write the checkpoint of task '{task_name}'")
+        fence = require_fence(self.fence, f"write the checkpoint of task '{task_name}'")
         expectation = writer_expectation(fence.generation, fence.container_id, fence.epoch)
         accepted = self.store.compare_and_put(
             CHECKPOINT_NAMESPACES[checkpoint.version], task_name, serialize_checkpoint(checkpoint), expectation
@@ -115,7 +111,7 @@ class MetadataStoreCheckpointManager(CheckpointManager):
         """Delete every task's checkpoints of every version. An operator's action on a stopped job, so
         it is not fenced (the metadata store has no fenced delete); a fenced manager still refuses it
         once superseded."""
-        if self.fence is not None and not self._fence_current(self.fence):
+        if self.fence is not None and not self.fence.is_current(self.store):
             raise FencedError(
                 f"clearing checkpoints refused: container '{self.fence.container_id}' "
                 f"(generation {self.fence.generation}, attempt {self.fence.epoch}) has been superseded"
@@ -129,17 +125,6 @@ class MetadataStoreCheckpointManager(CheckpointManager):
             return int(raw)
         # Written before this record existed (or its write was cut short): a V2 knows its commit time.
         return checkpoint.checkpoint_id.millis if isinstance(checkpoint, CheckpointV2) else 0
-
-    def _require_fence(self, action: str) -> WriterFence:
-        if self.fence is None:
-            raise ReadOnlyCheckpointManagerError(
-                f"cannot {action}: this checkpoint manager was created without a writer fence (read-only)"
-            )
-        return self.fence
-
-    def _fence_current(self, fence: WriterFence) -> bool:
-        expected = writer_expectation(fence.generation, fence.container_id, fence.epoch)
-        return all(self.store.get(namespace, key) == value for (namespace, key), value in expected.items())
 
 
 def _written_key(task_name: str, version: int) -> str:

@@ -8,14 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from millstream.checkpoint.base import CheckpointManager, WriterFence
+from millstream.checkpoint.base import CheckpointManager, ReadOnlyCheckpointManagerError, WriterFence
 from millstream.checkpoint.checkpoint import CheckpointFormatError, CheckpointV1
 from millstream.checkpoint.factory import CheckpointManagerFactory, checkpoint_manager
-from millstream.checkpoint.metadata_store import (
-    CHECKPOINT_V1_NAMESPACE,
-    MetadataStoreCheckpointManager,
-    ReadOnlyCheckpointManagerError,
-)
+from millstream.checkpoint.metadata_store import CHECKPOINT_V1_NAMESPACE, MetadataStoreCheckpointManager
 from millstream.config.core import Config
 from millstream.errors import ConfigError
 from millstream.metadata.base import FencedError, MetadataStore

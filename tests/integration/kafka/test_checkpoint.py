@@ -11,11 +11,10 @@ import orjson
 import pytest
 from confluent_kafka import Producer
 
-from millstream.checkpoint.base import WriterFence
+from millstream.checkpoint.base import ReadOnlyCheckpointManagerError, WriterFence
 from millstream.checkpoint.checkpoint import CheckpointFormatError, CheckpointV1
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.checkpoint.kafka import KafkaCheckpointManager, checkpoint_key
-from millstream.checkpoint.metadata_store import ReadOnlyCheckpointManagerError
 from millstream.config import Config
 from millstream.metadata import coordination
 from millstream.metadata.base import FencedError
@@ -235,7 +234,7 @@ def test_a_reader_waits_for_an_open_checkpoint_transaction_and_never_sees_it_whe
     thread.start()
     thread.join(1.0)
     assert thread.is_alive(), "the read waits for the open transaction to be decided"
-    assert not old._fence_current(old.fence)
+    assert old.fence is not None and not old.fence.is_current(old.store)
     transaction.abort(time.monotonic() + 30)
     thread.join(30)
     assert result["read"] == offsets("1")
