@@ -71,6 +71,15 @@ class StreamSpec:
         return self.config.get("cleanup.policy") == "compact"
 
 
+def compare_integer_offsets(offset1: str, offset2: str) -> int | None:
+    """``SystemAdmin.offset_comparator`` of systems whose offsets are integers (the log, Kafka)."""
+    try:
+        first, second = int(offset1), int(offset2)
+    except (TypeError, ValueError):
+        return None
+    return (first > second) - (first < second)
+
+
 class SystemAdmin(ABC):
     """Metadata and lifecycle of a system's streams; used by the coordinator and the runtime."""
 

@@ -19,7 +19,13 @@ from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec
 
 from millstream.errors import StreamNotFoundError
 from millstream.model import SystemStreamPartition
-from millstream.systems.base import StreamSpec, SystemAdmin, SystemStreamMetadata, SystemStreamPartitionMetadata
+from millstream.systems.base import (
+    StreamSpec,
+    SystemAdmin,
+    SystemStreamMetadata,
+    SystemStreamPartitionMetadata,
+    compare_integer_offsets,
+)
 from millstream.systems.kafka.client import (
     check_brokers,
     create_client,
@@ -120,11 +126,7 @@ class KafkaSystemAdmin(SystemAdmin):
         return {ssp: str(parse_offset(ssp.stream, ssp.partition, offset) + 1) for ssp, offset in offsets.items()}
 
     def offset_comparator(self, offset1: str, offset2: str) -> int | None:
-        try:
-            first, second = int(offset1), int(offset2)
-        except (TypeError, ValueError):
-            return None
-        return (first > second) - (first < second)
+        return compare_integer_offsets(offset1, offset2)
 
     def offset_for_timestamp(self, ssp: SystemStreamPartition, timestamp_ms: int) -> str:
         """Kafka's ListOffsets by time: the first offset whose timestamp is at or after ``timestamp_ms``;

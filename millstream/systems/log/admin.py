@@ -11,7 +11,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 from millstream.model import SystemStreamPartition
-from millstream.systems.base import StreamSpec, SystemAdmin, SystemStreamMetadata, SystemStreamPartitionMetadata
+from millstream.systems.base import (
+    StreamSpec,
+    SystemAdmin,
+    SystemStreamMetadata,
+    SystemStreamPartitionMetadata,
+    compare_integer_offsets,
+)
 from millstream.systems.log.consumer import parse_offset
 from millstream.systems.log.errors import LogSystemError
 from millstream.systems.log.layout import LogLayout
@@ -66,11 +72,7 @@ class LogSystemAdmin(SystemAdmin):
         return {ssp: str(parse_offset(ssp, offset) + 1) for ssp, offset in offsets.items()}
 
     def offset_comparator(self, offset1: str, offset2: str) -> int | None:
-        try:
-            first, second = int(offset1), int(offset2)
-        except (TypeError, ValueError):
-            return None
-        return (first > second) - (first < second)
+        return compare_integer_offsets(offset1, offset2)
 
     def offset_for_timestamp(self, ssp: SystemStreamPartition, timestamp_ms: int) -> str:
         with self._partition(ssp.stream, ssp.partition) as log:
