@@ -88,6 +88,15 @@ def crash(opened: Opened) -> None:
     opened.container.close()
 
 
+def committed(h: StateHarness, count: int) -> tuple[Opened, CheckpointV2]:
+    """A store holding keys 0..count-1 and the checkpoint of its commit."""
+    opened = h.open()
+    write(opened, 0, count)
+    checkpoint = h.commit(opened)
+    assert checkpoint is not None
+    return opened, checkpoint
+
+
 def store_dir(opened: Opened) -> Path:
     return opened.storage.backend_context(["counts"]).stores["counts"].store_dir
 
@@ -161,10 +170,7 @@ def test_a_crash_between_checkpoint_and_cleanup_is_finished_by_the_restart(h: St
 
 
 def test_a_matching_local_checkpoint_dir_is_reused_without_download(h: StateHarness) -> None:
-    opened = h.open()
-    write(opened, 0, 500)
-    checkpoint = h.commit(opened)
-    assert checkpoint is not None
+    opened, checkpoint = committed(h, 500)
     write(opened, 500, 10)  # after the checkpoint: must not survive
     directory = store_dir(opened)
     crash(opened)
@@ -177,10 +183,7 @@ def test_a_matching_local_checkpoint_dir_is_reused_without_download(h: StateHarn
 
 
 def test_without_local_state_the_snapshot_is_downloaded_and_verified(h: StateHarness) -> None:
-    opened = h.open()
-    write(opened, 0, 500)
-    checkpoint = h.commit(opened)
-    assert checkpoint is not None
+    opened, checkpoint = committed(h, 500)
     directory = store_dir(opened)
     crash(opened)
     for path in checkpoint_dirs(directory).values():
@@ -194,10 +197,7 @@ def test_without_local_state_the_snapshot_is_downloaded_and_verified(h: StateHar
 
 
 def test_a_local_checkpoint_dir_that_differs_from_the_snapshot_is_replaced_by_a_download(h: StateHarness) -> None:
-    opened = h.open()
-    write(opened, 0, 50)
-    checkpoint = h.commit(opened)
-    assert checkpoint is not None
+    opened, checkpoint = committed(h, 50)
     directory = store_dir(opened)
     crash(opened)
     local = checkpoint_dir(directory, checkpoint.checkpoint_id)
@@ -217,10 +217,7 @@ def _lose_local_state(opened: Opened) -> None:
 
 
 def test_a_checksum_mismatch_fails_the_restore_naming_task_store_and_file(h: StateHarness) -> None:
-    opened = h.open()
-    write(opened, 0, 50)
-    checkpoint = h.commit(opened)
-    assert checkpoint is not None
+    opened, checkpoint = committed(h, 50)
     _lose_local_state(opened)
     _, index = index_of(h, checkpoint)
     victim = next(f for f in index.dir_index.files_present if f.file_name.endswith(".sst"))
@@ -235,10 +232,7 @@ def test_a_checksum_mismatch_fails_the_restore_naming_task_store_and_file(h: Sta
 
 
 def test_a_missing_blob_fails_the_restore_naming_task_store_file_and_blob(h: StateHarness) -> None:
-    opened = h.open()
-    write(opened, 0, 50)
-    checkpoint = h.commit(opened)
-    assert checkpoint is not None
+    opened, checkpoint = committed(h, 50)
     _lose_local_state(opened)
     _, index = index_of(h, checkpoint)
     victim = index.dir_index.files_present[0]
@@ -251,10 +245,7 @@ def test_a_missing_blob_fails_the_restore_naming_task_store_file_and_blob(h: Sta
 
 
 def test_a_missing_snapshot_index_fails_naming_task_store_and_blob(h: StateHarness) -> None:
-    opened = h.open()
-    write(opened, 0, 5)
-    checkpoint = h.commit(opened)
-    assert checkpoint is not None
+    opened, checkpoint = committed(h, 5)
     crash(opened)
     blob_id, _ = index_of(h, checkpoint)
     (Path(h.config["job.data.dir"]) / "blobs" / blob_id).unlink()
