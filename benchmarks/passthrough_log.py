@@ -18,36 +18,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.log_jobs import log_job_config, reset_output
 from benchmarks.log_raw_read import raw_read_rate, write_messages
 from millstream.config import Config
-from millstream.config.views import resolve_paths
 from millstream.coordinator.job_result import JobResult
-from millstream.systems.base import StreamSpec
 from millstream.systems.log.factory import LogSystemFactory
 from millstream.testing import InProcessRunner
-
-
-def job_config(root: Path, task: str, containers: int, run: str) -> Config:
-    return resolve_paths(
-        Config(
-            {
-                "job.name": f"bench-{run}",
-                "job.data.dir": str(root / "data"),
-                "job.container.count": containers,
-                "systems.log.path": str(root / "log"),
-                "systems.log.samza.offset.default": "oldest",
-                "task.class": task,
-                "task.inputs": "log.bench",
-                "task.commit.ms": 10_000,
-            }
-        )
-    )
-
-
-def reset_output(root: Path, partitions: int) -> None:
-    admin = LogSystemFactory().get_admin("log", Config({"systems.log.path": str(root / "log")}))
-    admin.clear_stream(StreamSpec("log", "bench-out"))
-    admin.create_stream(StreamSpec("log", "bench-out", partitions))
 
 
 def report(name: str, result: JobResult, wall: float, raw: float) -> None:
@@ -85,13 +61,13 @@ def main() -> None:
         for index, (name, task, containers) in enumerate(runs):
             reset_output(root, args.partitions)
             started = time.perf_counter()
-            result = InProcessRunner(job_config(root, task, containers, str(index))).run()
+            result = InProcessRunner(log_job_config(root, str(index), task, containers=containers)).run()
             report(name, result, time.perf_counter() - started, raw)
         if not args.no_spark:
             from millstream.spark.runner import SparkJobRunner
 
             reset_output(root, args.partitions)
-            config = job_config(root, "benchmarks.tasks:BytesPassThrough", 2, "spark")
+            config = log_job_config(root, "spark", "benchmarks.tasks:BytesPassThrough", containers=2)
             started = time.perf_counter()
             result = SparkJobRunner(config).run()
             report("pass-through, Spark, 2 ctrs", result, time.perf_counter() - started, raw)

@@ -19,10 +19,9 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
+from benchmarks.log_jobs import log_job_config, reset_output
 from millstream.config import Config
-from millstream.config.views import resolve_paths
 from millstream.coordinator.job_result import JobResult
 from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.systems.base import StreamSpec
@@ -43,29 +42,6 @@ def write_keyed(root: Path, partitions: int, messages: int, keys: int, size: int
     producer.flush("bench")
     producer.stop()
     factory.get_admin("log", config).seal_stream("bench")
-
-
-def job_config(root: Path, run: str, task: str, extra: dict[str, Any]) -> Config:
-    return resolve_paths(
-        Config(
-            {
-                "job.name": f"bench-{run}",
-                "job.data.dir": str(root / "data"),
-                "systems.log.path": str(root / "log"),
-                "systems.log.samza.offset.default": "oldest",
-                "task.class": task,
-                "task.inputs": "log.bench",
-                "task.commit.ms": 10_000,
-                **extra,
-            }
-        )
-    )
-
-
-def reset_output(root: Path, partitions: int) -> None:
-    admin = LogSystemFactory().get_admin("log", Config({"systems.log.path": str(root / "log")}))
-    admin.clear_stream(StreamSpec("log", "bench-out"))
-    admin.create_stream(StreamSpec("log", "bench-out", partitions))
 
 
 def rate(result: JobResult) -> float:
@@ -101,7 +77,7 @@ def main() -> None:
         for index, (name, task, extra) in enumerate(runs):
             reset_output(root, args.partitions)
             started = time.perf_counter()
-            result = InProcessRunner(job_config(root, str(index), task, extra)).run()
+            result = InProcessRunner(log_job_config(root, str(index), task, extra=extra)).run()
             wall = time.perf_counter() - started
             messages_per_second = rate(result)
             baseline = baseline or messages_per_second
