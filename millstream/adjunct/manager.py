@@ -37,7 +37,6 @@ from millstream.config.views import (
     StoresConfig,
     TaskConfig,
     adjunct_store_names,
-    offset_default,
     store_config,
     stream_samza,
 )
@@ -46,6 +45,7 @@ from millstream.metadata.base import MetadataStore
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition, TaskName
 from millstream.plugins import load_object
 from millstream.runtime.job_model import JobModel
+from millstream.runtime.offset_manager import OffsetManager
 from millstream.serde.base import Serde, SerdeError
 from millstream.serde.registry import SerdeRegistry
 from millstream.storage.factory import storage_engine_factory
@@ -275,22 +275,8 @@ class StreamAdjunctDataStoreManager(AdjunctDataStoreManager):
         recorded = RecordedOffsets.from_bytes(data) if data else None
         positions = {ssp: p for ssp, p in (recorded.positions.items() if recorded else ()) if ssp in store.ssps}
         resume = resume_offsets(positions, self.context.admins)
-        default = offset_default(self.context.config, store.stream)
-        start: dict[SystemStreamPartition, str] = {}
-        for ssp in store.ssps:
-            partition = metadata[ssp]
-            oldest = partition.oldest_offset or partition.upcoming_offset
-            offset = resume.get(ssp)
-            if offset is None:
-                start[ssp] = oldest if default == "oldest" else partition.upcoming_offset
-                continue
-            order = self.context.admins[ssp.system].offset_comparator(offset, oldest)
-            if order is not None and order < 0:
-                log.warning("adjunct store %s: offset %s of %s was trimmed by retention; reading from %s",
-                            store, offset, ssp, oldest)  # fmt: skip
-                offset = oldest
-            start[ssp] = offset
-        return start
+        offsets = OffsetManager(self.context.config, self.context.admins)
+        return offsets.resume_or_default(f"adjunct store {store}", store.ssps, resume, metadata)
 
     # --- processing ------------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ import orjson
 
 from millstream.errors import MillstreamError
 from millstream.model import SystemStreamPartition
+from millstream.runtime.offset_manager import offsets_after
 from millstream.storage.layout import write_file_atomically
 from millstream.systems.base import SystemAdmin, SystemStreamPartitionMetadata
 
@@ -102,12 +103,7 @@ def resume_offsets(
 ) -> dict[SystemStreamPartition, str]:
     """The next offset to read of every recorded partition."""
     resume = {ssp: offset for ssp, (kind, offset) in positions.items() if kind == "next"}
-    last: dict[str, dict[SystemStreamPartition, str]] = {}
-    for ssp, (kind, offset) in positions.items():
-        if kind == "last":
-            last.setdefault(ssp.system, {})[ssp] = offset
-    for system, offsets in last.items():
-        resume.update(admins[system].offsets_after(offsets))
+    resume.update(offsets_after(admins, {ssp: offset for ssp, (kind, offset) in positions.items() if kind == "last"}))
     return resume
 
 

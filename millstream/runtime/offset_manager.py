@@ -32,6 +32,19 @@ class StartpointResolution:
     failures: dict[SystemStreamPartition, str]
 
 
+def offsets_after(
+    admins: Mapping[str, SystemAdmin], offsets: Mapping[SystemStreamPartition, str]
+) -> dict[SystemStreamPartition, str]:
+    """The offset following each given one (where to resume after it), asking each partition's system."""
+    by_system: dict[str, dict[SystemStreamPartition, str]] = {}
+    for ssp, offset in offsets.items():
+        by_system.setdefault(ssp.system, {})[ssp] = offset
+    following: dict[SystemStreamPartition, str] = {}
+    for system, system_offsets in by_system.items():
+        following.update(admins[system].offsets_after(system_offsets))
+    return following
+
+
 class OffsetManager:
     def __init__(self, config: Config, admins: Mapping[str, SystemAdmin]) -> None:
         self.config = config
@@ -49,16 +62,22 @@ class OffsetManager:
             for ssp, offset in (checkpoint.offsets.items() if checkpoint else ())
             if ssp in ssps and offset is not None and not stream_samza(self.config, ssp.system_stream).reset_offset
         }
+        return self.resume_or_default(task_name, ssps, offsets_after(self.admins, checkpointed), metadata)
+
+    def resume_or_default(
+        self,
+        owner: str,
+        ssps: Set[SystemStreamPartition],
+        resume: Mapping[SystemStreamPartition, str],
+        metadata: Mapping[SystemStreamPartition, SystemStreamPartitionMetadata],
+    ) -> dict[SystemStreamPartition, str]:
+        """Each partition at its resume offset (moved to the oldest, loudly, when retention trimmed it),
+        else at the stream's ``offset.default``."""
         starting: dict[SystemStreamPartition, str] = {}
-        by_system: dict[str, dict[SystemStreamPartition, str]] = {}
-        for ssp, offset in checkpointed.items():
-            by_system.setdefault(ssp.system, {})[ssp] = offset
-        for system, offsets in by_system.items():
-            starting.update(self.admins[system].offsets_after(offsets))
         for ssp in ssps:
             partition = metadata[ssp]
-            if ssp in starting:
-                starting[ssp] = self._within_retention(task_name, ssp, starting[ssp], partition)
+            if ssp in resume:
+                starting[ssp] = self._within_retention(owner, ssp, resume[ssp], partition)
             elif offset_default(self.config, ssp.system_stream) == "oldest":
                 starting[ssp] = partition.oldest_offset or partition.upcoming_offset
             else:
@@ -95,14 +114,14 @@ class OffsetManager:
         return StartpointResolution(resolved, applied, failures)
 
     def _within_retention(
-        self, task_name: TaskName, ssp: SystemStreamPartition, offset: str, partition: SystemStreamPartitionMetadata
+        self, owner: str, ssp: SystemStreamPartition, offset: str, partition: SystemStreamPartitionMetadata
     ) -> str:
         oldest = partition.oldest_offset or partition.upcoming_offset
         compare = self.admins[ssp.system].offset_comparator
         if oldest is not None and (order := compare(offset, oldest)) is not None and order < 0:
             log.warning(
                 "%s: resume offset %s of %s was trimmed by retention; starting at the oldest offset %s",
-                task_name,
+                owner,
                 offset,
                 ssp,
                 oldest,
