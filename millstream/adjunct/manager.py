@@ -45,7 +45,7 @@ from millstream.metadata.base import MetadataStore
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition, TaskName
 from millstream.plugins import load_object
 from millstream.runtime.job_model import JobModel
-from millstream.runtime.offset_manager import OffsetManager
+from millstream.runtime.offset_manager import OffsetManager, count_before, keep_earliest
 from millstream.serde.base import Serde, SerdeError
 from millstream.serde.registry import SerdeRegistry
 from millstream.storage.factory import storage_engine_factory
@@ -249,11 +249,7 @@ class StreamAdjunctDataStoreManager(AdjunctDataStoreManager):
             store.started = {ssp: ("next", offset) for ssp, offset in start.items()}
             store.positions = dict(store.started)
             starts[store] = start
-            for ssp, offset in start.items():
-                current = registered.get(ssp)
-                order = None if current is None else admins[ssp.system].offset_comparator(offset, current)
-                if current is None or (order is not None and order < 0):
-                    registered[ssp] = offset
+            keep_earliest(registered, start, admins)
         for store, start in starts.items():
             for ssp, offset in start.items():
                 if offset != registered[ssp]:
@@ -299,13 +295,10 @@ class StreamAdjunctDataStoreManager(AdjunctDataStoreManager):
     ) -> list[IncomingMessageEnvelope]:
         start = route.skip_before
         assert start is not None
-        compare = self.context.admins[ssp.system].offset_comparator
-        for index, envelope in enumerate(envelopes):
-            order = compare(envelope.offset, start)
-            if order is None or order >= 0:
-                route.skip_before = None
-                return envelopes[index:]
-        return []
+        skipped = count_before(envelopes, start, self.context.admins[ssp.system].offset_comparator)
+        if skipped < len(envelopes):
+            route.skip_before = None
+        return envelopes[skipped:]
 
     def _store_batch(self, route: _Route, ssp: SystemStreamPartition, envelopes: list[IncomingMessageEnvelope]) -> int:
         store = route.store

@@ -36,7 +36,7 @@ from millstream.model import SystemStream, SystemStreamPartition, TaskName
 from millstream.plugins import load_object
 from millstream.runtime.collector import ProducerPool, TaskCollector
 from millstream.runtime.job_model import JobModel
-from millstream.runtime.offset_manager import OffsetManager
+from millstream.runtime.offset_manager import OffsetManager, keep_earliest
 from millstream.runtime.run_loop import (
     DeadLetterPolicy,
     Decoder,
@@ -174,11 +174,7 @@ def run_container(
                 in_use = {ssp for ssp in fan_out if ssp in main_ssps[task_name]}
                 if in_use:
                     applied[task_name] = AppliedStartpoints(startpoints, task_name, in_use)
-            for ssp, offset in starts[task_name].items():
-                current = registered.get(ssp)
-                order = None if current is None else admins[ssp.system].offset_comparator(offset, current)
-                if current is None or (order is not None and order < 0):
-                    registered[ssp] = offset
+            keep_earliest(registered, starts[task_name], admins)
         if task_storage:
             coordination.report_container_status(store, container_id, {**status, "state": "restoring"})
             storage.restore({name: (task_store, last_checkpoints[name]) for name, task_store in task_storage.items()})

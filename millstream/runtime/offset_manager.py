@@ -11,8 +11,9 @@ can never see.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
+from typing import Any
 
 from millstream.checkpoint.checkpoint import Checkpoint
 from millstream.config import Config
@@ -43,6 +44,30 @@ def offsets_after(
     for system, system_offsets in by_system.items():
         following.update(admins[system].offsets_after(system_offsets))
     return following
+
+
+def keep_earliest(
+    registered: dict[SystemStreamPartition, str],
+    starts: Mapping[SystemStreamPartition, str],
+    admins: Mapping[str, SystemAdmin],
+) -> None:
+    """Merge ``starts`` into ``registered``, keeping the earlier offset of a partition read from several
+    starts (a broadcast partition, an adjunct partition feeding two stores): one consumer serves them all."""
+    for ssp, offset in starts.items():
+        current = registered.get(ssp)
+        order = None if current is None else admins[ssp.system].offset_comparator(offset, current)
+        if current is None or (order is not None and order < 0):
+            registered[ssp] = offset
+
+
+def count_before(envelopes: Sequence[Any], start: str, compare: Callable[[str, str], int | None]) -> int:
+    """How many leading envelopes precede ``start``: what a reader that starts later than its shared
+    consumer skips."""
+    for index, envelope in enumerate(envelopes):
+        order = compare(envelope.offset, start)
+        if order is None or order >= 0:
+            return index
+    return len(envelopes)
 
 
 class OffsetManager:

@@ -39,6 +39,7 @@ from millstream.config.views import TaskConfig
 from millstream.errors import MillstreamError
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition, TaskName
 from millstream.runtime.collector import ProducerPool, TaskCollector
+from millstream.runtime.offset_manager import count_before
 from millstream.startpoint.manager import StartpointManager
 from millstream.storage.errors import CommitFailedError, CommitTimeoutError
 
@@ -399,9 +400,7 @@ class TaskInstance:
     def _skip_before_start(self, ssp: SystemStreamPartition, batch: list[IncomingMessageEnvelope]) -> int:
         """How many leading envelopes precede this task's own start offset (a shared, earlier-registered SSP)."""
         start, compare = self._catch_up[ssp]
-        for index, envelope in enumerate(batch):
-            order = compare(envelope.offset, start)
-            if order is None or order >= 0:
-                del self._catch_up[ssp]
-                return index
-        return len(batch)
+        skipped = count_before(batch, start, compare)
+        if skipped < len(batch):
+            del self._catch_up[ssp]
+        return skipped
