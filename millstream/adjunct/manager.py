@@ -120,6 +120,10 @@ class AdjunctDataStoreManager(ABC):
     def stores_for(self, task_name: TaskName) -> dict[str, KeyValueStore]:
         """The read-only views a task's ``context.get_store`` returns."""
 
+    def unavailable_for(self, task_name: TaskName) -> dict[str, str]:
+        """Adjunct stores the task has none of: ``get_store``'s error for each."""
+        return {}
+
     @abstractmethod
     def close(self) -> None: ...
 
@@ -426,6 +430,18 @@ class StreamAdjunctDataStoreManager(AdjunctDataStoreManager):
 
     def stores_for(self, task_name: TaskName) -> dict[str, KeyValueStore]:
         return dict(self._views.get(task_name, {}))
+
+    def unavailable_for(self, task_name: TaskName) -> dict[str, str]:
+        config = self.context.config
+        return {
+            name: (
+                f"task '{task_name}' reads no partition of '{store_config(config, name).adstore_input}', the input "
+                f"of adjunct store '{name}': give that stream as many partitions as the main inputs, or list it in "
+                "task.broadcast.inputs for a store per container with every key"
+            )
+            for name in adjunct_store_names(config)
+            if name not in self._views.get(task_name, {})
+        }
 
     def close(self) -> None:
         for store in self.stores:

@@ -205,8 +205,10 @@ def run_container(
             }
             task_store = task_storage.get(task_name)
             stores: dict[str, Any] = dict(task_store.stores) if task_store else {}
+            unavailable: dict[str, str] = {}
             if adjunct is not None:
                 stores.update(adjunct.stores_for(task_name))
+                unavailable = adjunct.unavailable_for(task_name)
             context = ContainerContext(
                 task_name,
                 config,
@@ -214,6 +216,7 @@ def run_container(
                 container_id,
                 stores,
                 frozenset(repositioned[task_name]),
+                unavailable,
             )
             last = last_checkpoints[task_name]
             instance = TaskInstance(

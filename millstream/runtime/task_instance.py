@@ -88,19 +88,16 @@ class ContainerContext:
     stores: Mapping[str, Any] = field(default_factory=dict)
     repositioned: frozenset[SystemStreamPartition] = frozenset()
     """Partitions that start elsewhere than after their checkpoint (a startpoint, ``reset.offset``)."""
+    unavailable: Mapping[str, str] = field(default_factory=dict)
+    """Stores of the job this task has none of: the error that says why (an adjunct input without a
+    partition for this task)."""
 
     def get_store(self, name: str) -> Any:
         try:
             return self.stores[name]
         except KeyError:
-            pass
-        if f"stores.{name}.adstore.input" in self.config:
-            raise MillstreamError(
-                f"task '{self.task_name}' reads no partition of '{self.config[f'stores.{name}.adstore.input']}', the "
-                f"input of adjunct store '{name}': give that stream as many partitions as the main inputs, or list "
-                "it in task.broadcast.inputs for a store per container with every key"
-            )
-        raise MillstreamError(f"task '{self.task_name}' has no store '{name}'")
+            message = self.unavailable.get(name) or f"task '{self.task_name}' has no store '{name}'"
+            raise MillstreamError(message) from None
 
 
 class AppliedStartpoints:
