@@ -13,7 +13,6 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from millstream.adjunct.extractor import KeyValueExtractor, key_value_extractor
@@ -25,6 +24,7 @@ from millstream.adjunct.instances import (
     open_engine_for,
 )
 from millstream.adjunct.markers import end_of_version_label
+from millstream.adjunct.published import download_version, latest_version
 from millstream.adjunct.recovery import (
     Found,
     RecordedOffsets,
@@ -50,7 +50,7 @@ from millstream.serde.base import Serde, SerdeError
 from millstream.serde.registry import SerdeRegistry
 from millstream.storage.factory import storage_engine_factory
 from millstream.storage.kv import KeyValueStore
-from millstream.storage.layout import StoreLayout
+from millstream.storage.layout import StoreLayout, delete_path
 from millstream.systems.base import SystemAdmin, SystemStreamPartitionMetadata
 
 log = logging.getLogger(__name__)
@@ -161,6 +161,8 @@ class StreamAdjunctDataStoreManager(AdjunctDataStoreManager):
         self._published: dict[str, int] = {}
         """Versioned store → creation time of the last bulk-built version looked at."""
         self._next_poll: dict[str, float] = {}
+        self._poll_s: dict[str, float] = {}
+        """Versioned store instance → how often it looks for a bulk-built version."""
         self._refused: set[str] = set()
         broadcast_streams = {ssp.system_stream for ssp in TaskConfig.of(config).broadcast_ssps()}
         container = context.job_model.containers[context.container_id]
@@ -189,6 +191,7 @@ class StreamAdjunctDataStoreManager(AdjunctDataStoreManager):
                 store: AdjunctStore
                 if own.adstore_versioned:
                     store = VersionedAdjunctStore(spec, own.adstore_version_retire_ms / 1000)
+                    self._poll_s[store.key] = own.adstore_version_poll_ms / 1000
                 else:
                     store = PlainAdjunctStore(spec)
                 self.stores.append(store)
@@ -395,14 +398,11 @@ class StreamAdjunctDataStoreManager(AdjunctDataStoreManager):
         for store in self.stores:
             store.maintain()
             if isinstance(store, VersionedAdjunctStore) and (force or now >= self._next_poll.get(store.key, 0.0)):
-                own = store_config(self.context.config, store.name)
-                self._next_poll[store.key] = now + own.adstore_version_poll_ms / 1000
+                self._next_poll[store.key] = now + self._poll_s[store.key]
                 self._install_published(store)
 
     def _install_published(self, store: VersionedAdjunctStore) -> None:
         """Switch to a version ``millstream adstore build`` published since the one serving."""
-        from millstream.adjunct.published import download_version, latest_version
-
         record = latest_version(self.context.metadata_store, store.name)
         if record is None or record.created_ms <= (store.versions.sealed_at_ms or 0):
             return
@@ -426,7 +426,7 @@ class StreamAdjunctDataStoreManager(AdjunctDataStoreManager):
         try:
             store.install(record.version, files)
         finally:
-            _remove_tree(target)
+            delete_path(target)
 
     def stores_for(self, task_name: TaskName) -> dict[str, KeyValueStore]:
         return dict(self._views.get(task_name, {}))
@@ -446,12 +446,6 @@ class StreamAdjunctDataStoreManager(AdjunctDataStoreManager):
     def close(self) -> None:
         for store in self.stores:
             store.close()
-
-
-def _remove_tree(path: Path) -> None:
-    from millstream.storage.layout import delete_path
-
-    delete_path(path)
 
 
 def adjunct_data_store_manager(context: AdjunctContext) -> AdjunctDataStoreManager | None:
