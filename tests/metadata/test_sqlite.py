@@ -204,7 +204,10 @@ def test_store_pickled_to_a_spawned_child_writes_to_the_same_file(store: SqliteM
     assert store.get("child", "pid") == str(process.pid).encode()
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.skipif(
+    not hasattr(os, "fork"),
+    reason="no os.fork on this platform (Windows): the case it protects, forked workers, cannot happen",
+)
 def test_forked_child_opens_its_own_connection(store: SqliteMetadataStore) -> None:
     store.put("parent", "k", b"before-fork")
     parent_connection = store._connection
