@@ -41,6 +41,7 @@ lint: install
 	$(BIN)/ruff check millstream tests benchmarks examples
 	$(BIN)/ruff format --check millstream tests benchmarks examples
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: install
 	$(BIN)/python -m benchmarks.passthrough_log

@@ -48,8 +48,8 @@ from typing import Any
 from benchmarks import adjunct_tasks
 from benchmarks.log_raw_read import raw_read_rate
 from millstream.config import Config
-from millstream.config.views import resolve_paths
 from millstream.coordinator.job_result import JobResult
+from millstream.coordinator.prepare import prepare
 from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.systems.base import StreamSpec
 from millstream.systems.log.factory import LogSystemFactory
@@ -146,7 +146,7 @@ def job_config(
     }
     if extractor:
         values[f"stores.{adjunct_tasks.STORE}.adstore.key.value.extractor.factory"] = extractor
-    return resolve_paths(Config(values))
+    return prepare(Config(values))
 
 
 def finished(result: JobResult) -> JobResult:

@@ -33,11 +33,11 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from benchmarks.state_common import INPUT, TASK, StateJob, bench_config
+from millstream.blobstore.base import BlobStore, BlobStoreFactory
+from millstream.blobstore.local import LocalBlobStore, LocalBlobStoreFactory
 from millstream.config import Config
 from millstream.model import IncomingMessageEnvelope
 from millstream.runtime.task_instance import CommitSettings, ContainerContext, TaskInstance
-from millstream.storage.blobstore.base import BlobStore, BlobStoreFactory
-from millstream.storage.blobstore.local import LocalBlobStore, LocalBlobStoreFactory
 
 BATCH = 1000
 MBPS_ENV = "MILLSTREAM_BENCH_BLOB_MBPS"

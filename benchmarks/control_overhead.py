@@ -29,8 +29,8 @@ from typing import Any
 
 from benchmarks.control_apps import ARRIVALS
 from millstream.config import Config
-from millstream.config.views import resolve_paths
 from millstream.control.framing import MessageType
+from millstream.coordinator.prepare import prepare
 from millstream.model import SystemStream
 from millstream.systems.base import StreamSpec
 from millstream.systems.registry import system_factory
@@ -40,7 +40,7 @@ SOURCE = SystemStream("log", "bench-in")
 
 
 def config(root: Path, run: str, app: str, aggregate: bool, partitions: int) -> Config:
-    return resolve_paths(
+    return prepare(
         Config(
             {
                 "job.name": f"bench-{run}",

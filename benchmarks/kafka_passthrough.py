@@ -41,8 +41,8 @@ from millstream import (
     TaskCoordinator,
 )
 from millstream.config import Config
-from millstream.config.views import resolve_paths
 from millstream.coordinator.job_result import JobResult
+from millstream.coordinator.prepare import prepare
 from millstream.testing import InProcessRunner
 
 SOURCE = "bench-in"
@@ -95,7 +95,7 @@ class BytesPassThrough(_BoundedTask):
 
 
 def job_config(root: Path, bootstrap: str, task: str, containers: int, run: str, per_partition: int) -> Config:
-    return resolve_paths(
+    return prepare(
         Config(
             {
                 "job.name": f"bench-{run}-{RUN_ID}",

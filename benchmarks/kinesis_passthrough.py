@@ -30,7 +30,7 @@ from typing import Any
 
 from millstream import StreamTask
 from millstream.config import Config
-from millstream.config.views import resolve_paths
+from millstream.coordinator.prepare import prepare
 from millstream.model import SystemStreamPartition
 from millstream.systems.base import StreamSpec
 from millstream.systems.kinesis.factory import KinesisSystemFactory
@@ -76,7 +76,7 @@ def config_for(endpoint: str, root: Path, run: str, task: str, limit: int, conta
         "systems.log.path": str(root / "log"),
     }
     values.update({f"systems.kinesis.{key}": value for key, value in OPEN_LIMITS.items()})
-    return resolve_paths(Config(values))
+    return prepare(Config(values))
 
 
 def write_records(client: Any, records: int, size: int) -> float:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from millstream.config import Config
-from millstream.config.views import resolve_paths
+from millstream.coordinator.prepare import prepare
 from millstream.systems.base import StreamSpec
 from millstream.systems.log.factory import LogSystemFactory
 
@@ -28,7 +28,7 @@ def log_job_config(
         "task.commit.ms": 10_000,
     }
     values.update(extra or {})
-    return resolve_paths(Config(values))
+    return prepare(Config(values))
 
 
 def reset_output(root: Path, partitions: int) -> None:

@@ -11,16 +11,16 @@ from typing import Any
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV2
 from millstream.config import Config
-from millstream.config.views import resolve_paths
+from millstream.coordinator.prepare import prepare
+from millstream.job_model import ContainerModel, JobModel, TaskModel
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStreamPartition, TaskName
-from millstream.runtime.collector import ProducerPool
-from millstream.runtime.job_model import ContainerModel, JobModel, TaskModel
 from millstream.storage.manager import ContainerStorageManager, TaskStorageManager
 from millstream.storage.resources import prepare_state_resources
 from millstream.systems.base import StreamSpec
 from millstream.systems.log.factory import LogSystemFactory
+from millstream.systems.producers import ProducerPool
 
 TASK = TaskName("Partition 0")
 INPUT = SystemStreamPartition("log", "bench", 0)
@@ -41,7 +41,7 @@ def bench_config(root: Path, **extra: Any) -> Config:
         "task.checkpoint.read.versions": "2,1",
         **extra,
     }
-    return resolve_paths(Config(values))
+    return prepare(Config(values))
 
 
 @dataclass

@@ -23,16 +23,17 @@ from pathlib import Path
 from typing import Any
 
 from millstream.config import Config
-from millstream.config.views import parse_stream, resolve_paths, validate
+from millstream.config.views import parse_stream
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.job_result import JobResult
+from millstream.coordinator.prepare import prepare
 from millstream.errors import MillstreamError
+from millstream.job_model import JobModel
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import metadata_store
 from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.runtime.container import ContainerResult, run_container
-from millstream.runtime.job_model import JobModel
 from millstream.serde.registry import SerdeRegistry
 from millstream.systems.base import StreamSpec
 from millstream.systems.registry import system_factory
@@ -259,8 +260,7 @@ class TestRunner:
         inputs = [str(stream) for stream, _, _ in self._inputs]
         values.setdefault("task.inputs", ",".join(inputs))
         values.setdefault("systems.log.samza.offset.default", "oldest")
-        config = resolve_paths(Config(values))
-        validate(config)
+        config = prepare(Config(values))
         for stream, partitions, messages in self._inputs:
             self._create(config, stream, partitions)
             if isinstance(messages, dict):

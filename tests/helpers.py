@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from millstream.config import Config
-from millstream.config.views import resolve_paths
+from millstream.coordinator.prepare import prepare
 from millstream.model import SystemStream
 from millstream.systems.base import StreamSpec
 from millstream.systems.registry import system_factory
@@ -25,7 +25,7 @@ def job_config(data_dir: Path, task: str = "tests.jobs:PassThrough", **extra: An
         "systems.log.samza.msg.serde": "json",
     }
     values.update({key.replace("__", "."): str(value) for key, value in extra.items()})
-    return resolve_paths(Config(values))
+    return prepare(Config(values))
 
 
 def create_stream(config: Config, stream: str, partitions: int) -> None:

@@ -11,7 +11,7 @@ import random
 from pathlib import Path
 
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import load_config
+from millstream.coordinator.prepare import load_job_config
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStream
 from millstream.systems.base import StreamSpec
@@ -29,7 +29,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
 
-    config = load_config(args.config)
+    config = load_job_config(args.config)
     admin = system_factory(config, "log").get_admin("log", config)
     admin.start()
     for stream in ("page-views", "page-view-counts"):

@@ -5,13 +5,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from millstream.config import load_config
+from millstream.coordinator.prepare import load_job_config
 from millstream.model import SystemStream
 from millstream.testing import read_stream
 
 
 def main() -> None:
-    config = load_config(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).with_name("job.yaml"))
+    config = load_job_config(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).with_name("job.yaml"))
     partitions = read_stream(config, SystemStream("log", "page-view-counts"))
     counts = [value for pairs in partitions.values() for _, value in pairs]
     total = sum(item["views"] for item in counts)

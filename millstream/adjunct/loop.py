@@ -18,8 +18,8 @@ from typing import Any
 
 from millstream.adjunct.manager import AdjunctDataStoreManager
 from millstream.model import SystemStreamPartition
-from millstream.runtime.run_loop import SystemConsumers
 from millstream.systems.base import SystemAdmin, SystemStreamPartitionMetadata
+from millstream.systems.consumers import SystemConsumers
 
 log = logging.getLogger(__name__)
 

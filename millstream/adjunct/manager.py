@@ -32,6 +32,7 @@ from millstream.adjunct.recovery import (
     decide,
     resume_offsets,
 )
+from millstream.checkpoint.offset_manager import OffsetManager, count_before, keep_earliest
 from millstream.config.core import Config
 from millstream.config.views import (
     StoresConfig,
@@ -41,11 +42,10 @@ from millstream.config.views import (
     stream_samza,
 )
 from millstream.errors import ConfigError, MillstreamError
+from millstream.job_model import JobModel
 from millstream.metadata.base import MetadataStore
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition, TaskName
 from millstream.plugins import load_object
-from millstream.runtime.job_model import JobModel
-from millstream.runtime.offset_manager import OffsetManager, count_before, keep_earliest
 from millstream.serde.base import Serde, SerdeError
 from millstream.serde.registry import SerdeRegistry
 from millstream.storage.factory import storage_engine_factory

@@ -33,11 +33,11 @@ from typing import Any, Literal
 
 import orjson
 
+from millstream.blobstore.base import BlobNotFoundError, BlobStore, BlobStoreError, RetryPolicy, blob_store
 from millstream.config.core import Config
 from millstream.config.views import BlobStoreConfig, JobConfig
 from millstream.errors import MillstreamError
 from millstream.metadata.base import MetadataStore
-from millstream.storage.blobstore.base import BlobNotFoundError, BlobStore, BlobStoreError, RetryPolicy, blob_store
 
 log = logging.getLogger(__name__)
 

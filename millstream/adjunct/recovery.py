@@ -27,9 +27,9 @@ from typing import Literal
 
 import orjson
 
+from millstream.checkpoint.offset_manager import offsets_after
 from millstream.errors import MillstreamError
 from millstream.model import SystemStreamPartition
-from millstream.runtime.offset_manager import offsets_after
 from millstream.storage.layout import write_file_atomically
 from millstream.systems.base import SystemAdmin, SystemStreamPartitionMetadata
 

@@ -13,9 +13,9 @@ from millstream.plugins import load_object
 
 CHECKPOINT_MANAGER_FACTORIES = {
     "metadata": "millstream.checkpoint.metadata_store:MetadataStoreCheckpointManagerFactory",
-    "kafka": "millstream.checkpoint.kafka:KafkaCheckpointManagerFactory",
+    "kafka": "millstream.systems.kafka.checkpoint:KafkaCheckpointManagerFactory",
     "org.apache.samza.checkpoint.kafka.KafkaCheckpointManagerFactory": (
-        "millstream.checkpoint.kafka:KafkaCheckpointManagerFactory"
+        "millstream.systems.kafka.checkpoint:KafkaCheckpointManagerFactory"
     ),
 }
 FACTORY_KEY = "task.checkpoint.factory"

@@ -10,7 +10,8 @@ from typing import Annotated, TypeVar
 import typer
 from rich.console import Console
 
-from millstream.config import Config, load_config, parse_override
+from millstream.config import Config, parse_override
+from millstream.coordinator.prepare import load_job_config
 from millstream.errors import ConfigError, MillstreamError, StreamNotFoundError
 
 # Never break names, paths or table cells across lines in a pipe, where rich would assume 80 columns.
@@ -38,4 +39,4 @@ def guarded(action: Callable[[], T], *, usage: bool = False) -> T:
 
 
 def load(config: Path, overrides: list[str] | None) -> Config:
-    return guarded(lambda: load_config(config, dict(parse_override(o) for o in overrides or [])))
+    return guarded(lambda: load_job_config(config, dict(parse_override(o) for o in overrides or [])))

@@ -13,8 +13,8 @@ import typer
 from millstream.cli.common import ConfigPath, Overrides, err, guarded, load, out
 
 if TYPE_CHECKING:
-    from millstream.coordinator.planner import ExecutionPlan
     from millstream.model import SystemStream
+    from millstream.operators.planner import ExecutionPlan
 
 
 def plan(
@@ -23,7 +23,7 @@ def plan(
     stage: Annotated[int | None, typer.Option("--stage", help="Show only this stage (as run with --stage)")] = None,
 ) -> None:
     """Print the stages (cut at each partition_by) and the input, intermediate and output streams."""
-    from millstream.coordinator.planner import execution_plan
+    from millstream.operators.planner import execution_plan
 
     settings = [*(overrides or []), *([f"app.stage={stage}"] if stage is not None else [])]
     cfg = load(config, settings)

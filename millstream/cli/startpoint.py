@@ -9,7 +9,7 @@ from rich.table import Table
 
 from millstream.cli.common import ConfigPath, Overrides, err, guarded, load, out
 from millstream.startpoint.tools import delete_startpoints, list_startpoints, parse_timestamp, set_startpoints
-from millstream.startpoint.types import (
+from millstream.systems.startpoints import (
     Startpoint,
     StartpointOldest,
     StartpointSpecific,

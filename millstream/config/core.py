@@ -164,7 +164,7 @@ def _yaml_problem(error: yaml.YAMLError) -> str:
 
 
 def load_config(path: str | os.PathLike[str] | None, overrides: Mapping[str, Any] | None = None) -> Config:
-    """Read a YAML or ``.properties`` file, apply overrides, and validate it.
+    """Read a YAML or ``.properties`` file and apply overrides; ``millstream.coordinator.prepare`` validates it.
 
     Relative filesystem paths in the config are resolved against the config file's directory, so a
     job behaves the same from any working directory and on Spark executors whose cwd differs.
@@ -188,9 +188,6 @@ def load_config(path: str | os.PathLike[str] | None, overrides: Mapping[str, Any
             if not isinstance(tree, Mapping):
                 raise ConfigError(f"config file '{path}' must hold a mapping of keys, not {type(tree).__name__}")
             values = flatten(tree)
-    config = Config(values, source).with_overrides(overrides or {})
-    from millstream.config.views import resolve_paths, validate
+    from millstream.config.views import resolve_paths
 
-    config = resolve_paths(config)
-    validate(config)
-    return config
+    return resolve_paths(Config(values, source).with_overrides(overrides or {}))

@@ -11,16 +11,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from millstream.config.core import SENSITIVE_PREFIX, Config
 from millstream.errors import ConfigError, MillstreamError
 from millstream.model import SystemStream, SystemStreamPartition
-
-if TYPE_CHECKING:
-    from millstream.serde.registry import SerdeRegistry
 
 CLOSED_NAMESPACES = (
     "job.",
@@ -82,7 +79,7 @@ class ConfigView(BaseModel):
             # Checked here, not by pydantic: populate_by_name would accept field names (commit_ms) as keys.
             raise ConfigError(
                 "; ".join(
-                    f"unknown config key '{prefix}{key}' (accepted under '{prefix}': {_accepted(cls)})"
+                    f"unknown config key '{prefix}{key}' (accepted under '{prefix}': {accepted_keys(cls)})"
                     for key in unknown
                 )
             )
@@ -96,7 +93,7 @@ class ConfigView(BaseModel):
         return cls.parse(config.subset(cls.PREFIX), cls.PREFIX)
 
 
-def _accepted(cls: type[BaseModel]) -> str:
+def accepted_keys(cls: type[BaseModel]) -> str:
     return ", ".join(sorted((info.alias or name) for name, info in cls.model_fields.items()))
 
 
@@ -106,7 +103,7 @@ def _config_error(cls: type[BaseModel], error: ValidationError, prefix: str) -> 
         field = ".".join(str(part) for part in detail["loc"])
         key = f"{prefix}{field}"
         if detail["type"] == "extra_forbidden":
-            problems.append(f"unknown config key '{key}' (accepted under '{prefix}': {_accepted(cls)})")
+            problems.append(f"unknown config key '{key}' (accepted under '{prefix}': {accepted_keys(cls)})")
         else:
             shown = "********" if key.startswith(SENSITIVE_PREFIX) else detail.get("input")
             problems.append(f"config key '{key}' has invalid value {shown!r}: {detail['msg']}")
@@ -486,70 +483,4 @@ def resolve_paths(config: Config) -> Config:
         if key.startswith(CLOSED_NAMESPACES) and key.endswith((".dir", ".path")) and value:
             path = Path(value).expanduser()
             updates[key] = str((path if path.is_absolute() else base / path).resolve())
-    resolved = config.with_overrides(updates) if updates else config
-    if "app.class" in resolved or "task.class" in resolved:
-        # Every config a runner gets passes here (load_config, TestRunner): the one place to turn a
-        # high-level application into the task config containers run with.
-        from millstream.coordinator.planner import expand_application
-
-        resolved = expand_application(resolved)
-    return resolved
-
-
-def validate(config: Config) -> None:
-    """Stop a job before it starts on any unknown key in a closed namespace or ill-typed value."""
-    from millstream.serde.registry import SerdeRegistry
-    from millstream.systems.registry import system_factory
-
-    JobConfig.of(config)
-    TaskConfig.of(config).broadcast_ssps()
-    MetadataConfig.of(config)
-    StartpointConfig.of(config)
-    AppConfig.of(config)
-    task = TaskConfig.of(config)
-    task.input_streams()
-    task.dead_letter()
-    serdes = SerdeRegistry.from_config(config)
-    from millstream.storage.validation import validate_state_config
-
-    validate_state_config(config, serdes)
-    for key in config:
-        if key.startswith("systems.") and key.count(".") < 2:
-            raise ConfigError(f"unknown config key '{key}' (expected systems.<system>.<setting>)")
-    for system in system_names(config):
-        samza = system_samza(config, system)
-        factory = system_factory(config, system)
-        for kind, serde_name in (("key", samza.key_serde), ("msg", samza.msg_serde)):
-            if serde_name:
-                serdes.get(serde_name, f"systems.{system}.samza.{kind}.serde")
-        _validate_system_keys(config, system, factory, serdes)
-    for key in config:
-        if key.startswith("serializers.") and not (key.startswith("serializers.registry.") and key.count(".") >= 3):
-            raise ConfigError(f"unknown config key '{key}' (expected serializers.registry.<name>.class)")
-
-
-def _validate_system_keys(config: Config, system: str, factory: Any, serdes: SerdeRegistry) -> None:
-    prefix = f"systems.{system}."
-    for rest in config.subset(prefix):
-        key = prefix + rest
-        if rest.startswith("samza."):
-            continue  # parsed as a whole by system_samza
-        if rest.startswith("streams."):
-            stream, sep, _ = rest[len("streams.") :].rpartition(".samza.")
-            if sep:
-                stream_config = stream_samza(config, SystemStream(system, stream))
-                for kind, serde_name in (("key", stream_config.key_serde), ("msg", stream_config.msg_serde)):
-                    if serde_name:
-                        serdes.get(serde_name, f"systems.{system}.streams.{stream}.samza.{kind}.serde")
-                continue
-            raise ConfigError(
-                f"unknown config key '{key}' (stream settings live under "
-                f"'systems.{system}.streams.<stream>.samza.': {_accepted(StreamSamzaConfig)})"
-            )
-        if factory.config_keys is None or rest in factory.config_keys or rest.startswith(factory.open_prefixes):
-            continue
-        accepted = sorted(factory.config_keys) + [f"{p}*" for p in factory.open_prefixes]
-        raise ConfigError(
-            f"unknown config key '{key}' for system '{system}' ({type(factory).__name__} accepts: "
-            f"samza.*, streams.<stream>.samza.*{', ' if accepted else ''}{', '.join(accepted)})"
-        )
+    return config.with_overrides(updates) if updates else config

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 
 from millstream.config import Config, JobConfig, TaskConfig
 from millstream.config.views import StartpointConfig, adjunct_streams
+from millstream.coordinator.groupers import group_containers, group_tasks, grouper_for
 from millstream.errors import ConfigError, StreamNotFoundError
+from millstream.job_model import JOB_MODEL_NAMESPACE, JobModel
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
 from millstream.model import SystemStreamPartition
 from millstream.runtime.container import load_task_class
-from millstream.runtime.groupers import group_containers, group_tasks, grouper_for
-from millstream.runtime.job_model import JOB_MODEL_NAMESPACE, JobModel
 from millstream.startpoint.manager import StartpointManager
 from millstream.storage.resources import prepare_state_resources
 from millstream.systems.base import StreamSpec
@@ -44,7 +44,7 @@ class JobCoordinator:
         job = JobConfig.of(self.config)
         task = TaskConfig.of(self.config)
         if self.config.get("app.class"):  # a high-level application reads intermediate streams it creates
-            from millstream.coordinator.planner import prepare_application
+            from millstream.operators.planner import prepare_application
 
             prepare_application(self.config)
         load_task_class(self.config)

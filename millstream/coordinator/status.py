@@ -12,11 +12,12 @@ from millstream.adjunct.recovery import RecordedOffsets
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
 from millstream.config.views import adjunct_streams
+from millstream.job_model import JobModel
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
+from millstream.metadata.coordination import latest_job_model
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStreamPartition
-from millstream.runtime.job_model import JobModel, latest_job_model
 from millstream.startpoint.manager import STARTPOINT_STATUS_NAMESPACE
 from millstream.systems.registry import system_factory
 

@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from millstream.errors import MillstreamError
+from millstream.job_model import JOB_MODEL_NAMESPACE, JobModel
 from millstream.metadata.base import FencedError, MetadataStore
 
 logger = logging.getLogger(__name__)
@@ -178,3 +179,9 @@ def container_statuses(store: MetadataStore) -> dict[str, dict[str, Any]]:
             continue
         statuses[container_id] = status
     return statuses
+
+
+def latest_job_model(store: MetadataStore) -> JobModel | None:
+    """The JobModel the coordinator published last, or None before the first ``millstream run``."""
+    data = store.get(JOB_MODEL_NAMESPACE, "latest")
+    return JobModel.from_bytes(data) if data else None

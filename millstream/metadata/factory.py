@@ -13,7 +13,7 @@ from millstream.plugins import load_object
 
 METADATA_STORE_FACTORIES = {
     "sqlite": "millstream.metadata.sqlite:SqliteMetadataStoreFactory",
-    "kafka": "millstream.metadata.kafka:KafkaMetadataStoreFactory",
+    "kafka": "millstream.systems.kafka.metadata:KafkaMetadataStoreFactory",
 }
 FACTORY_KEY = "metadata.store.factory"
 DEFAULT_FILE_NAME = "metadata.db"

@@ -6,51 +6,18 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from millstream.config import Config
 from millstream.errors import MillstreamError
 from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.serde.base import SerdeError
 from millstream.serde.registry import SerdeRegistry
 from millstream.systems.base import SystemProducer
-from millstream.systems.registry import system_factory
+from millstream.systems.producers import ProducerPool
 
 log = logging.getLogger(__name__)
 
 
 class SerializationError(MillstreamError):
     """An output message could not be serialized; names the stream and the task."""
-
-
-class ProducerPool:
-    """One started producer per system, created on first use and shared by the container's tasks."""
-
-    def __init__(self, config: Config) -> None:
-        self.config = config
-        self._producers: dict[str, SystemProducer] = {}
-
-    def producer(self, system: str) -> SystemProducer:
-        producer = self._producers.get(system)
-        if producer is None:
-            producer = system_factory(self.config, system).get_producer(system, self.config)
-            producer.start()
-            self._producers[system] = producer
-        return producer
-
-    def flush(self, source: str) -> None:
-        """Block until everything ``source`` sent is durable; raises the first failure."""
-        for producer in self._producers.values():
-            producer.flush(source)
-
-    def stop(self) -> None:
-        errors = []
-        for system, producer in self._producers.items():
-            try:
-                producer.stop()
-            except Exception as error:  # every producer must get its chance to stop
-                errors.append(f"{system}: {error}")
-        self._producers.clear()
-        if errors:
-            raise MillstreamError(f"producers failed to stop cleanly: {'; '.join(errors)}")
 
 
 Encoder = Callable[[Any], bytes]

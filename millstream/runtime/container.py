@@ -26,17 +26,17 @@ from millstream.api.task import StreamTask
 from millstream.checkpoint.base import WriterFence
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointV1, CheckpointV2
 from millstream.checkpoint.factory import checkpoint_manager as make_checkpoint_manager
+from millstream.checkpoint.offset_manager import OffsetManager, keep_earliest
 from millstream.config import Config, JobConfig, TaskConfig
 from millstream.config.views import StartpointConfig, adjunct_store_names, stream_samza
 from millstream.errors import ConfigError, MillstreamError, StreamNotFoundError
+from millstream.job_model import JobModel
 from millstream.metadata import coordination
 from millstream.metadata.base import FencedError, MetadataStore
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStream, SystemStreamPartition, TaskName
 from millstream.plugins import load_object
-from millstream.runtime.collector import ProducerPool, TaskCollector
-from millstream.runtime.job_model import JobModel
-from millstream.runtime.offset_manager import OffsetManager, keep_earliest
+from millstream.runtime.collector import TaskCollector
 from millstream.runtime.run_loop import (
     DeadLetterPolicy,
     Decoder,
@@ -49,6 +49,7 @@ from millstream.serde.registry import SerdeRegistry
 from millstream.startpoint.manager import STARTPOINT_STATUS_NAMESPACE, StartpointManager
 from millstream.storage.manager import ContainerStorageManager, TaskStorageManager
 from millstream.systems.base import SystemAdmin
+from millstream.systems.producers import ProducerPool
 from millstream.systems.registry import system_factory
 
 log = logging.getLogger(__name__)

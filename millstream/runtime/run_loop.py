@@ -15,10 +15,10 @@ from typing import Any
 
 from millstream.errors import MillstreamError
 from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
-from millstream.runtime.collector import ProducerPool
 from millstream.runtime.task_instance import TaskInstance
 from millstream.serde.base import SerdeError
-from millstream.systems.base import SystemConsumer
+from millstream.systems.consumers import SystemConsumers
+from millstream.systems.producers import ProducerPool
 
 log = logging.getLogger(__name__)
 
@@ -55,36 +55,6 @@ class RunLoopStats:
     first_message_at: float | None = None
     last_message_at: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-class SystemConsumers:
-    """All consumers of a container behind one ``poll`` over the partitions still being read."""
-
-    def __init__(self, consumers: Mapping[str, SystemConsumer]) -> None:
-        self.consumers = dict(consumers)
-
-    def start(self) -> None:
-        for consumer in self.consumers.values():
-            consumer.start()
-
-    def poll(self, active: set[SystemStreamPartition], timeout: float) -> dict[SystemStreamPartition, list[Any]]:
-        wanted: dict[str, set[SystemStreamPartition]] = {}
-        for ssp in active:
-            wanted.setdefault(ssp.system, set()).add(ssp)
-        if len(wanted) == 1:
-            ((system, ssps),) = wanted.items()
-            return self.consumers[system].poll(ssps, timeout)
-        result: dict[SystemStreamPartition, list[Any]] = {}
-        for wait in (0.0, timeout / max(len(wanted), 1)):
-            for system, ssps in wanted.items():
-                result.update(self.consumers[system].poll(ssps, wait))
-            if result:
-                break
-        return result
-
-    def stop(self) -> None:
-        for consumer in self.consumers.values():
-            consumer.stop()
 
 
 class RunLoop:

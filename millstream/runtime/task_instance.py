@@ -34,14 +34,15 @@ from millstream.api.task import (
 )
 from millstream.checkpoint.base import CheckpointManager
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
+from millstream.checkpoint.offset_manager import count_before
 from millstream.config import Config
 from millstream.config.views import TaskConfig
 from millstream.errors import MillstreamError
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition, TaskName
-from millstream.runtime.collector import ProducerPool, TaskCollector
-from millstream.runtime.offset_manager import count_before
+from millstream.runtime.collector import TaskCollector
 from millstream.startpoint.manager import StartpointManager
 from millstream.storage.errors import CommitFailedError, CommitTimeoutError
+from millstream.systems.producers import ProducerPool
 
 if TYPE_CHECKING:
     from millstream.storage.manager import TaskStorageManager

@@ -39,6 +39,7 @@ from millstream.adjunct.published import (
     version_blob_name,
 )
 from millstream.adjunct.sst import write_sst
+from millstream.blobstore.base import RetryPolicy, blob_store
 from millstream.config.core import Config
 from millstream.config.views import TaskConfig, store_config, store_names
 from millstream.errors import ConfigError, MillstreamError
@@ -46,7 +47,6 @@ from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStream
 from millstream.serde.base import Serde
 from millstream.serde.registry import SerdeRegistry
-from millstream.storage.blobstore.base import RetryPolicy, blob_store
 from millstream.storage.factory import storage_engine_factory
 from millstream.storage.rocksdb import RocksDbStorageEngineFactory
 from millstream.systems.registry import system_factory

@@ -18,8 +18,8 @@ from typing import Any
 import orjson
 
 from millstream.config import Config
+from millstream.job_model import JobModel
 from millstream.runtime.container import run_container
-from millstream.runtime.job_model import JobModel
 
 
 def container_partition(

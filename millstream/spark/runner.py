@@ -25,10 +25,11 @@ from pyspark.sql import SparkSession
 from millstream.config import Config, JobConfig
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.job_result import JobResult
+from millstream.coordinator.prepare import prepare
+from millstream.job_model import JobModel
 from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
 from millstream.runtime.container import ContainerResult
-from millstream.runtime.job_model import JobModel
 from millstream.spark.container_task import container_partition
 from millstream.spark.session import build_session, check_local_slots, check_slots, requirement, resolve_master
 
@@ -39,7 +40,7 @@ _PYTHON_ERROR = re.compile(r"^(?:[\w.]+\.)?(?P<name>\w*(?:Error|Exception|Exit))
 
 class SparkJobRunner:
     def __init__(self, config: Config, *, master: str | None = None, spark: SparkSession | None = None) -> None:
-        self.config = config
+        self.config = prepare(config)
         self.master = master
         self._spark = spark
         self._stop = threading.Event()

@@ -6,7 +6,7 @@ set_startpoints(config, "kafka.clicks", StartpointTimestamp(1_700_000_000_000), 
 
 from millstream.startpoint.manager import StartpointManager
 from millstream.startpoint.tools import delete_startpoints, list_startpoints, parse_timestamp, set_startpoints
-from millstream.startpoint.types import (
+from millstream.systems.startpoints import (
     Startpoint,
     StartpointCustom,
     StartpointOldest,

@@ -24,7 +24,7 @@ from millstream.startpoint.serde import (
     startpoint_from_bytes,
     startpoint_to_bytes,
 )
-from millstream.startpoint.types import Startpoint, now_ms
+from millstream.systems.startpoints import Startpoint, now_ms
 
 log = logging.getLogger(__name__)
 

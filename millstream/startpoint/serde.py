@@ -11,7 +11,7 @@ import orjson
 
 from millstream.model import SystemStreamPartition
 from millstream.startpoint.errors import StartpointFormatError
-from millstream.startpoint.types import (
+from millstream.systems.startpoints import (
     Startpoint,
     StartpointSpecific,
     StartpointTimestamp,

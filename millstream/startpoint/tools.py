@@ -18,13 +18,13 @@ from millstream.errors import StreamNotFoundError
 from millstream.instants import parse_epoch_ms
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
+from millstream.metadata.coordination import latest_job_model
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStreamPartition, TaskName
-from millstream.runtime.job_model import latest_job_model
 from millstream.startpoint.errors import StartpointError
 from millstream.startpoint.manager import STARTPOINT_STATUS_NAMESPACE, StartpointManager, StoredStartpoint
-from millstream.startpoint.types import Startpoint
 from millstream.systems.registry import system_factory
+from millstream.systems.startpoints import Startpoint
 
 
 def parse_timestamp(text: str) -> int:

@@ -26,10 +26,9 @@ from dataclasses import dataclass
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
 from millstream.config.core import Config
 from millstream.config.views import JobConfig, parse_stream, store_config, task_store_names
+from millstream.job_model import JobModel, TaskModel
 from millstream.metadata.base import MetadataStore
 from millstream.model import SystemStreamPartition, TaskName
-from millstream.runtime.collector import ProducerPool
-from millstream.runtime.job_model import JobModel, TaskModel
 from millstream.serde.registry import SerdeRegistry
 from millstream.storage.backends.base import (
     StateBackendFactory,
@@ -51,6 +50,7 @@ from millstream.storage.layout import (
     write_offset_file,
 )
 from millstream.storage.systems import ContainerSystems
+from millstream.systems.producers import ProducerPool
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 
 from millstream.config.core import Config
 from millstream.config.views import StoreConfig, store_config, task_store_names
+from millstream.job_model import JobModel
 from millstream.metadata.base import MetadataStore
-from millstream.runtime.job_model import JobModel
 from millstream.storage.backends.base import StateBackendFactory
 from millstream.storage.backends.registry import backup_factories
 from millstream.storage.changelog_partitions import assign_changelog_partitions

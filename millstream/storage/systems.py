@@ -7,8 +7,8 @@ from __future__ import annotations
 import threading
 
 from millstream.config.core import Config
-from millstream.runtime.collector import ProducerPool
 from millstream.systems.base import SystemAdmin, SystemConsumer, SystemProducer
+from millstream.systems.producers import ProducerPool
 from millstream.systems.registry import system_factory
 
 

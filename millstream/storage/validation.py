@@ -39,9 +39,6 @@ def validate_state_config(config: Config, serdes: SerdeRegistry) -> None:
     for versions, key in ((task.checkpoint_write_versions, "write"), (task.checkpoint_read_versions, "read")):
         if len(set(versions)) != len(versions):
             raise ConfigError(f"config key 'task.checkpoint.{key}.versions' repeats a version: {versions}")
-    from millstream.adjunct.validation import validate_adjunct_config
-
-    validate_adjunct_config(config)
     adjunct = set(adjunct_store_names(config))
     for store in store_names(config):
         own = store_config(config, store)

@@ -16,7 +16,7 @@ from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, S
 
 if TYPE_CHECKING:
     from millstream.config import Config
-    from millstream.startpoint.types import (
+    from millstream.systems.startpoints import (
         Startpoint,
         StartpointCustom,
         StartpointOldest,

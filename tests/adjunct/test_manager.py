@@ -366,7 +366,7 @@ def test_a_table_descriptor_conflicting_with_the_config_is_refused_naming_the_ke
 
 def test_startpoints_on_an_adjunct_input_are_refused_with_the_way_to_rebuild_instead(tmp_path):
     from millstream.startpoint.tools import StartpointError, set_startpoints
-    from millstream.startpoint.types import StartpointOldest
+    from millstream.systems.startpoints import StartpointOldest
 
     config = adjunct_config(tmp_path)
     streams(config)

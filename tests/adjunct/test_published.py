@@ -21,10 +21,10 @@ from millstream.adjunct.published import (
     store_blob_prefix,
     version_blob_name,
 )
+from millstream.blobstore.base import blob_store
 from millstream.config import Config
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import metadata_store
-from millstream.storage.blobstore.base import blob_store
 from tests.helpers import job_config
 
 

@@ -99,16 +99,16 @@ def test_recorded_offsets_round_trip_and_a_torn_file_reads_as_absent(tmp_path):
 
 def test_adjunct_store_misconfigurations_stop_the_job_naming_the_key(tmp_path):
     from millstream.config import Config
-    from millstream.config.views import validate
+    from millstream.coordinator.prepare import prepare
     from millstream.errors import ConfigError
 
     base = {"job.data.dir": str(tmp_path), "task.inputs": "log.in", "stores.rates.adstore.input": "log.rates"}
     with pytest.raises(ConfigError, match=r"'stores.rates.changelog'.*no changelog"):
-        validate(Config({**base, "stores.rates.changelog": "log.rates-changelog"}))
+        prepare(Config({**base, "stores.rates.changelog": "log.rates-changelog"}))
     with pytest.raises(ConfigError, match=r"'stores.rates.adstore.key.value.extractor.factory'"):
-        validate(Config({**base, "stores.rates.adstore.key.value.extractor.factory": "json:loads"}))
+        prepare(Config({**base, "stores.rates.adstore.key.value.extractor.factory": "json:loads"}))
     with pytest.raises(ConfigError, match=r"unknown config key 'stores.rates.adstore.bogus'"):
-        validate(Config({**base, "stores.rates.adstore.bogus": "1"}))
-    validate(
+        prepare(Config({**base, "stores.rates.adstore.bogus": "1"}))
+    prepare(
         Config({**base, "stores.adstore.manager.factory": "millstream.adjunct.manager:AdjunctDataStoreManagerFactory"})
     )

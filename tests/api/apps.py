@@ -13,8 +13,8 @@ from millstream.api.application import InputDescriptor, OutputDescriptor, Stream
 from millstream.api.task import TaskContext
 from millstream.api.windows import Count, TumblingWindow, WindowPane
 from millstream.config import Config
-from millstream.config.views import resolve_paths
 from millstream.control.messages import MAX_WATERMARK
+from millstream.coordinator.prepare import prepare
 
 WINDOW_MS = 10_000
 
@@ -114,7 +114,7 @@ def app_config(data_dir: Path, app: str, **extra: Any) -> Config:
         "systems.log.samza.msg.serde": "json",
     }
     values.update({key.replace("__", "."): str(value) for key, value in extra.items()})
-    return resolve_paths(Config(values))
+    return prepare(Config(values))
 
 
 def messages(partition: int, count: int, users: int = 5, start: int = 0) -> list[tuple[str, dict[str, Any]]]:

@@ -6,11 +6,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from millstream.api.application import StreamApplicationDescriptor
-from millstream.api.operators.graph_task import GraphSettings, IntermediateStreamInfo, TaskGraph
 from millstream.control.framing import frame_control_message, frame_user_message
 from millstream.control.messages import ControlMessage
-from millstream.coordinator.planner import ApplicationGraph, plan_stages
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
+from millstream.operators.graph_task import GraphSettings, IntermediateStreamInfo, TaskGraph
+from millstream.operators.planner import ApplicationGraph, plan_stages
 from millstream.serde.builtin import JsonSerde
 
 SOURCE = SystemStream("log", "in")

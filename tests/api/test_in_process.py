@@ -205,7 +205,7 @@ def test_a_startpoint_rewinds_a_high_level_job_instead_of_being_skipped_as_a_rep
     """The control state remembers how far each partition was processed; a partition a startpoint moves
     back must be processed again, not skipped as if a restart replayed it."""
     from millstream.startpoint.tools import set_startpoints
-    from millstream.startpoint.types import StartpointOldest
+    from millstream.systems.startpoints import StartpointOldest
 
     config = app_config(tmp_path, "tests.api.apps:RepartitionPassThrough", task__commit__ms=100)
     data = {p: messages(p, 10) for p in range(2)}

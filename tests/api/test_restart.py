@@ -6,10 +6,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from millstream.api.application import InputDescriptor
-from millstream.api.operators.graph_task import GraphSettings
 from millstream.api.windows import Count, TumblingWindow, WindowPane
 from millstream.control.messages import EndOfStreamMessage, WatermarkMessage
 from millstream.model import IncomingMessageEnvelope, SystemStream
+from millstream.operators.graph_task import GraphSettings
 from tests.api.harness import Driver, application, task_graph
 
 BY_USER = SystemStream("log", "app-1-by-user")

@@ -9,7 +9,8 @@ import orjson
 import pytest
 
 from millstream.adjunct.markers import end_of_version_label
-from millstream.config import Config, load_config
+from millstream.config import Config
+from millstream.coordinator.prepare import load_job_config
 from millstream.model import SystemStream
 from millstream.systems.registry import system_factory
 from tests.cli.test_main import SPARK, millstream, table_rows, write_config
@@ -29,7 +30,7 @@ STORE = {
 def setup(tmp_path: Path, rows: list[dict[str, Any]] | None = None) -> tuple[Path, Path]:
     """A job config with the versioned adjunct store ``geo`` on ``log.geo`` (3 partitions), and a JSON dataset."""
     path = write_config(tmp_path, STORE)
-    create_stream(load_config(path), "geo", 3)
+    create_stream(load_job_config(path), "geo", 3)
     dataset = tmp_path / "geo.json"
     rows = rows if rows is not None else [{"key": f"c{i:02d}", "name": f"city {i}"} for i in range(20)]
     dataset.write_bytes(b"\n".join(orjson.dumps(row) for row in rows) + b"\n")
@@ -90,7 +91,7 @@ def test_end_version_marks_every_partition_of_the_input_stream(tmp_path):
     result = millstream("adstore", "end-version", path, "--store", "geo", "--label", "v7")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "end of version 'v7' marked on 3 partition(s) of log.geo"
-    assert markers(load_config(path), SystemStream("log", "geo")) == {0: ["v7"], 1: ["v7"], 2: ["v7"]}
+    assert markers(load_job_config(path), SystemStream("log", "geo")) == {0: ["v7"], 1: ["v7"], 2: ["v7"]}
     refused = millstream("adstore", "end-version", path, "--store", "plain", "--label", "v8")
     assert refused.returncode == 2 and "store 'plain' is not versioned" in refused.stderr
     unknown = millstream("adstore", "versions", path, "--store", "nope")

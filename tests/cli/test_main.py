@@ -22,7 +22,8 @@ import orjson
 import pytest
 import yaml
 
-from millstream.config import Config, load_config
+from millstream.config import Config
+from millstream.coordinator.prepare import load_job_config
 from millstream.coordinator.status import job_status
 from millstream.model import SystemStream
 from millstream.testing import read_stream
@@ -88,7 +89,7 @@ def read_output(config: Config) -> dict[int, list[tuple[Any, Any]]]:
 def bounded_input(tmp_path: Path, values: dict[str, Any] | None = None, partitions: int = 2, per_partition: int = 50):
     """A config, and its sealed input ``log.in`` filled with ``per_partition`` messages per partition."""
     path = write_config(tmp_path, values)
-    config = load_config(path)
+    config = load_job_config(path)
     create_stream(config, "in", partitions)
     create_stream(config, "out", partitions)
     written = fill(config, "in", partitions, per_partition)
@@ -160,7 +161,7 @@ def test_a_missing_input_stream_exits_2_naming_it_before_any_container_or_spark_
     assert "stream 'log.no-such-stream' does not exist" in result.stderr
     assert time.monotonic() - started < 10
     assert "log4j" not in result.stderr and "container 0" not in result.stderr  # neither the JVM nor a container
-    assert job_status(load_config(path)).model is None  # no generation was published
+    assert job_status(load_job_config(path)).model is None  # no generation was published
 
 
 @pytest.mark.parametrize(
@@ -338,7 +339,7 @@ def test_too_few_spark_task_slots_exits_2_quickly_with_a_message_about_task_slot
 @pytest.mark.spark
 def test_sigterm_stops_a_spark_job_with_exit_0_after_flushing_and_committing_and_a_rerun_has_no_duplicates(tmp_path):
     path = write_config(tmp_path, {"task.class": "tests.jobs:SlowPassThrough", "test.delay.seconds": 0.001, **SPARK})
-    config = load_config(path)
+    config = load_job_config(path)
     create_stream(config, "in", 2)
     create_stream(config, "out", 2)
     first_batch = fill(config, "in", 2, 3000)  # unbounded: not sealed, the job would run forever

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from millstream.config import load_config
+from millstream.coordinator.prepare import load_job_config
 from tests.cli.test_main import millstream, table_rows, write_config
 from tests.helpers import create_stream
 
 
 def setup(tmp_path):
     path = write_config(tmp_path)
-    create_stream(load_config(path), "in", 4)
+    create_stream(load_job_config(path), "in", 4)
     return path
 
 

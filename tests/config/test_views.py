@@ -19,8 +19,8 @@ from millstream.config.views import (
     stream_samza,
     system_names,
     system_samza,
-    validate,
 )
+from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError
 from millstream.model import SystemStream, SystemStreamPartition
 from millstream.systems.base import SystemFactory
@@ -52,7 +52,7 @@ STUB = f"{__name__}:StubSystemFactory"
 
 
 def stubbed(values: dict[str, Any]) -> Config:
-    """A config whose default ``log`` system is the stub, so validate() needs no real system."""
+    """A config whose default ``log`` system is the stub, so prepare() needs no real system."""
     return Config({"systems.log.samza.factory": STUB, **values})
 
 
@@ -127,7 +127,7 @@ def test_python_field_names_are_not_accepted_as_keys() -> None:
 )
 def test_ill_typed_value_names_the_key_and_the_value(values: dict[str, str], key: str) -> None:
     with pytest.raises(ConfigError) as raised:
-        validate(stubbed(values))
+        prepare(stubbed(values))
     assert f"config key '{key}' has invalid value {next(iter(values.values()))!r}" in str(raised.value)
 
 
@@ -190,7 +190,7 @@ def test_malformed_broadcast_entries_are_rejected_naming_the_key(entry: str) -> 
 
 def test_malformed_broadcast_input_stops_validation() -> None:
     with pytest.raises(ConfigError, match=r"task\.broadcast\.inputs.*s\.st#x"):
-        validate(stubbed({"task.broadcast.inputs": "s.st#x"}))
+        prepare(stubbed({"task.broadcast.inputs": "s.st#x"}))
 
 
 # -- systems -------------------------------------------------------------------------------------------
@@ -227,7 +227,7 @@ def test_bad_offset_default_names_the_key() -> None:
 
 
 def test_validate_accepts_a_well_formed_config() -> None:
-    validate(
+    prepare(
         stubbed(
             {
                 "job.name": "wc",
@@ -248,49 +248,49 @@ def test_validate_accepts_a_well_formed_config() -> None:
 
 def test_unknown_system_key_names_the_key_and_what_the_factory_accepts() -> None:
     with pytest.raises(ConfigError) as raised:
-        validate(stubbed({"systems.log.bogus": "1"}))
+        prepare(stubbed({"systems.log.bogus": "1"}))
     message = str(raised.value)
     assert "unknown config key 'systems.log.bogus'" in message
     assert "path" in message and "url" in message and "consumer.*" in message
 
 
 def test_system_with_an_open_namespace_accepts_any_key() -> None:
-    validate(Config({"systems.log.samza.factory": f"{__name__}:OpenSystemFactory", "systems.log.whatever": "1"}))
+    prepare(Config({"systems.log.samza.factory": f"{__name__}:OpenSystemFactory", "systems.log.whatever": "1"}))
 
 
 def test_unknown_system_samza_key_names_the_key() -> None:
     with pytest.raises(ConfigError, match=r"unknown config key 'systems\.log\.samza\.msg\.serdes'"):
-        validate(stubbed({"systems.log.samza.msg.serdes": "json"}))
+        prepare(stubbed({"systems.log.samza.msg.serdes": "json"}))
 
 
 def test_stream_settings_outside_samza_are_rejected() -> None:
     with pytest.raises(ConfigError, match=r"unknown config key 'systems\.log\.streams\.in\.bogus'"):
-        validate(stubbed({"systems.log.streams.in.bogus": "1"}))
+        prepare(stubbed({"systems.log.streams.in.bogus": "1"}))
 
 
 def test_unknown_stream_samza_key_names_the_key() -> None:
     with pytest.raises(ConfigError, match=r"unknown config key 'systems\.log\.streams\.in\.samza\.bogus'"):
-        validate(stubbed({"systems.log.streams.in.samza.bogus": "1"}))
+        prepare(stubbed({"systems.log.streams.in.samza.bogus": "1"}))
 
 
 def test_a_system_without_a_factory_is_rejected_naming_the_key() -> None:
     with pytest.raises(ConfigError, match=r"systems\.kafka2\.samza\.factory"):
-        validate(stubbed({"systems.kafka2.url": "x"}))
+        prepare(stubbed({"systems.kafka2.url": "x"}))
 
 
 def test_a_key_directly_under_systems_is_rejected() -> None:
     with pytest.raises(ConfigError, match=r"unknown config key 'systems\.log'"):
-        validate(stubbed({"systems.log": "x"}))
+        prepare(stubbed({"systems.log": "x"}))
 
 
 def test_unknown_system_level_serde_names_the_key() -> None:
     with pytest.raises(ConfigError, match=r"unknown serde 'nosuch'.*systems\.log\.samza\.msg\.serde"):
-        validate(stubbed({"systems.log.samza.msg.serde": "nosuch"}))
+        prepare(stubbed({"systems.log.samza.msg.serde": "nosuch"}))
 
 
 def test_unknown_stream_level_serde_is_rejected_at_startup_naming_the_key() -> None:
     with pytest.raises(ConfigError, match=r"unknown serde 'nosuch'.*systems\.log\.streams\.in\.samza\.key\.serde"):
-        validate(stubbed({"systems.log.streams.in.samza.key.serde": "nosuch"}))
+        prepare(stubbed({"systems.log.streams.in.samza.key.serde": "nosuch"}))
 
 
 @pytest.mark.parametrize(
@@ -298,20 +298,20 @@ def test_unknown_stream_level_serde_is_rejected_at_startup_naming_the_key() -> N
 )
 def test_malformed_serializer_keys_are_rejected_naming_the_key(key: str) -> None:
     with pytest.raises(ConfigError) as raised:
-        validate(stubbed({key: "string"}))
+        prepare(stubbed({key: "string"}))
     assert f"'{key}'" in str(raised.value)
     assert "serializers.registry.<name>.class" in str(raised.value)
 
 
 def test_store_keys_are_rejected() -> None:
     with pytest.raises(ConfigError, match=r"stores\.s\.factory"):
-        validate(stubbed({"stores.s.factory": "x"}))
+        prepare(stubbed({"stores.s.factory": "x"}))
 
 
 def test_sensitive_values_never_appear_in_validation_errors() -> None:
     config = stubbed({"sensitive.password": SECRET, "task.comit.ms": "1"})
     with pytest.raises(ConfigError) as raised:
-        validate(config)
+        prepare(config)
     assert SECRET not in str(raised.value)
     assert SECRET not in repr(config)
 
@@ -320,9 +320,9 @@ def test_sensitive_values_never_appear_in_validation_errors() -> None:
 
 
 def test_validate_accepts_a_config_that_names_no_system() -> None:
-    validate(Config({"job.name": "j", "task.inputs": "in"}))
+    prepare(Config({"job.name": "j", "task.inputs": "in"}))
 
 
 def test_unknown_key_of_the_log_system_is_rejected_naming_the_key() -> None:
     with pytest.raises(ConfigError, match=r"unknown config key 'systems\.log\.bogus'"):
-        validate(Config({"systems.log.bogus": "1"}))
+        prepare(Config({"systems.log.bogus": "1"}))

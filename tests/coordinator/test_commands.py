@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.coordinator.test_planner import app_config
+from tests.operators.test_planner import app_config
 from tests.helpers import create_stream
 
 REPO = Path(__file__).resolve().parents[2]

@@ -4,7 +4,7 @@ import pytest
 
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
-from millstream.config.views import resolve_paths
+from millstream.coordinator.prepare import prepare
 from millstream.errors import MillstreamError
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStream
@@ -110,7 +110,7 @@ def _bytes_job(tmp_path, extra=None) -> Config:
         "systems.log.streams.out.samza.msg.serde": "json",
         **(extra or {}),
     }
-    return resolve_paths(Config(values))
+    return prepare(Config(values))
 
 
 def _create(config: Config, stream: str, values: list[bytes], seal: bool) -> None:

@@ -7,7 +7,7 @@ from millstream.config import Config
 from millstream.metadata.factory import metadata_store
 from millstream.startpoint.manager import StartpointManager
 from millstream.startpoint.tools import set_startpoints
-from millstream.startpoint.types import StartpointSpecific, StartpointUpcoming
+from millstream.systems.startpoints import StartpointSpecific, StartpointUpcoming
 from millstream.testing import InProcessRunner
 from tests.helpers import create_stream, fill, job_config, output_origins, seal
 

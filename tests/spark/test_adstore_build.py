@@ -23,6 +23,7 @@ from millstream.adjunct.published import (
     list_versions,
     store_blob_prefix,
 )
+from millstream.blobstore.base import blob_store
 from millstream.config import Config
 from millstream.errors import ConfigError
 from millstream.metadata.factory import metadata_store
@@ -30,7 +31,6 @@ from millstream.model import SystemStream
 from millstream.serde.builtin import JsonSerde
 from millstream.spark.adstore_build import DatasetError, DatasetSchemaError, build_version
 from millstream.spark.session import build_session
-from millstream.storage.blobstore.base import blob_store
 from millstream.testing import read_stream, write_stream
 from tests.helpers import create_stream, job_config
 

@@ -18,7 +18,7 @@ from millstream.model import SystemStream
 from millstream.spark.runner import SparkJobRunner
 from millstream.startpoint.manager import StartpointManager
 from millstream.startpoint.tools import set_startpoints
-from millstream.startpoint.types import (
+from millstream.systems.startpoints import (
     StartpointOldest,
     StartpointSpecific,
     StartpointTimestamp,

@@ -13,7 +13,7 @@ from millstream.startpoint.serde import (
     startpoint_from_bytes,
     startpoint_to_bytes,
 )
-from millstream.startpoint.types import (
+from millstream.systems.startpoints import (
     StartpointCustom,
     StartpointOldest,
     StartpointSpecific,

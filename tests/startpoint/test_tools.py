@@ -3,7 +3,7 @@ import pytest
 from millstream.errors import StreamNotFoundError
 from millstream.startpoint.errors import StartpointError
 from millstream.startpoint.tools import delete_startpoints, list_startpoints, parse_timestamp, set_startpoints
-from millstream.startpoint.types import StartpointOldest, StartpointTimestamp
+from millstream.systems.startpoints import StartpointOldest, StartpointTimestamp
 from tests.helpers import create_stream, job_config
 
 

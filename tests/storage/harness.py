@@ -10,12 +10,12 @@ from typing import Any
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
 from millstream.config import Config
 from millstream.coordinator.job_coordinator import JobCoordinator
+from millstream.job_model import JobModel
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStreamPartition, TaskName
-from millstream.runtime.collector import ProducerPool
-from millstream.runtime.job_model import JobModel
 from millstream.storage.manager import ContainerStorageManager, TaskStorageManager
 from millstream.storage.resources import prepare_state_resources
+from millstream.systems.producers import ProducerPool
 from tests.helpers import create_stream, job_config
 
 TASK = TaskName("Partition 0")
@@ -101,7 +101,7 @@ def restored_contents(config: Config, task: TaskName, fresh_dir: Path, store: st
     """Restore ``task``'s store from the job's last checkpoint into ``fresh_dir`` (as a new host would)
     and return what it holds."""
     from millstream.checkpoint.factory import checkpoint_manager
-    from millstream.runtime.job_model import latest_job_model
+    from millstream.metadata.coordination import latest_job_model
 
     config = config.with_overrides(
         {"job.logged.store.base.dir": str(fresh_dir / "logged"), "job.non-logged.store.base.dir": str(fresh_dir / "n")}

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from millstream.blobstore.base import BlobStore, BlobStoreFactory
+from millstream.blobstore.local import LocalBlobStore
 from millstream.checkpoint.checkpoint import CheckpointV1, CheckpointV2
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
@@ -19,8 +21,6 @@ from millstream.errors import MillstreamError
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStream, TaskName
 from millstream.runtime.task_instance import ContainerContext
-from millstream.storage.blobstore.base import BlobStore, BlobStoreFactory
-from millstream.storage.blobstore.local import LocalBlobStore
 from millstream.testing import InProcessRunner, read_stream
 from tests.helpers import create_stream, fill, seal
 from tests.storage.harness import state_config

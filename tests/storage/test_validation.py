@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 
 from millstream.config import Config
-from millstream.config.views import resolve_paths, validate
+from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError
 
 BASE = {"task.class": "tests.storage.jobs:CountPerKey", "task.inputs": "log.in"}
 
 
 def check(tmp_path: Path, **values: str) -> None:
-    validate(resolve_paths(Config({**BASE, "job.data.dir": str(tmp_path), **values})))
+    prepare(Config({**BASE, "job.data.dir": str(tmp_path), **values}))
 
 
 def test_a_rocksdb_store_with_serdes_and_a_changelog_is_valid(tmp_path: Path) -> None:

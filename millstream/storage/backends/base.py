@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId
     from millstream.config.core import Config
     from millstream.config.views import StoreConfig
+    from millstream.job_model import JobModel, TaskModel
     from millstream.metadata.base import MetadataStore
-    from millstream.runtime.job_model import JobModel, TaskModel
     from millstream.storage.kv import ChangelogWriter, KeyValueStorageEngine
     from millstream.systems.base import SystemAdmin, SystemConsumer, SystemProducer
 

@@ -46,7 +46,7 @@ from millstream.systems.kinesis.shards import Shard
 from millstream.systems.kinesis.throttling import KinesisMetrics, error_code
 
 if TYPE_CHECKING:
-    from millstream.startpoint.types import (
+    from millstream.systems.startpoints import (
         Startpoint,
         StartpointCustom,
         StartpointOldest,

@@ -10,7 +10,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from millstream.config import Config
-from millstream.config.views import resolve_paths
+from millstream.coordinator.prepare import prepare
 
 SYSTEM = "kafka"
 
@@ -43,7 +43,7 @@ def job_config(bootstrap: str, data_dir: Any, inputs: str, output: str, **extra:
         "test.output": output,
     }
     values.update({key.replace("__", "."): str(value) for key, value in extra.items()})
-    return resolve_paths(Config(values))
+    return prepare(Config(values))
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int = 1, **config: str) -> None:

@@ -13,8 +13,8 @@ from millstream.checkpoint.base import WriterFence
 from millstream.checkpoint.checkpoint import CheckpointV1
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.metadata import coordination
-from millstream.metadata.kafka import KafkaMetadataStore
 from millstream.model import SystemStreamPartition, TaskName
+from millstream.systems.kafka.metadata import KafkaMetadataStore
 from tests.integration.kafka.helpers import kafka_config
 
 pytestmark = pytest.mark.integration

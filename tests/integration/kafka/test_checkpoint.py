@@ -14,12 +14,12 @@ from confluent_kafka import Producer
 from millstream.checkpoint.base import ReadOnlyCheckpointManagerError, WriterFence
 from millstream.checkpoint.checkpoint import CheckpointFormatError, CheckpointV1
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.checkpoint.kafka import KafkaCheckpointManager, checkpoint_key
 from millstream.config import Config
 from millstream.metadata import coordination
 from millstream.metadata.base import FencedError
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStreamPartition, TaskName
+from millstream.systems.kafka.checkpoint import KafkaCheckpointManager, checkpoint_key
 from tests.integration.kafka.helpers import kafka_config, read_all
 
 pytestmark = pytest.mark.integration

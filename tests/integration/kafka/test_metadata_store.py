@@ -16,8 +16,8 @@ from millstream.errors import ConfigError
 from millstream.metadata import coordination
 from millstream.metadata.base import FencedError
 from millstream.metadata.factory import metadata_store
-from millstream.metadata.kafka import KafkaMetadataStore
 from millstream.systems.kafka.errors import KafkaBrokersUnreachableError
+from millstream.systems.kafka.metadata import KafkaMetadataStore
 from millstream.systems.kafka.replicated_log import ReplicatedLogTopicError
 from tests.integration.kafka.helpers import create_topic, kafka_config
 from tests.integration.processes import free_port

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from millstream.config.views import validate
+from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError, StreamNotFoundError
 from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.systems.base import StreamSpec
@@ -358,9 +358,9 @@ def test_a_delivery_failure_surfaces_at_the_next_flush_naming_topic_and_partitio
 
 
 def test_validation_accepts_client_settings_and_refuses_unknown_system_keys(config):
-    validate(config.with_overrides({"systems.kafka.consumer.fetch.min.bytes": "1", "systems.kafka.admin.x": "1"}))
+    prepare(config.with_overrides({"systems.kafka.consumer.fetch.min.bytes": "1", "systems.kafka.admin.x": "1"}))
     with pytest.raises(ConfigError, match=r"unknown config key 'systems.kafka.bogus'"):
-        validate(config.with_overrides({"systems.kafka.bogus": "1"}))
+        prepare(config.with_overrides({"systems.kafka.bogus": "1"}))
     with pytest.raises(ConfigError, match=r"config key 'systems.kafka.default.partitions' has invalid value 'zero'"):
         KafkaSystemFactory().get_admin(SYSTEM, config.with_overrides({"systems.kafka.default.partitions": "zero"}))
 

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from millstream.config import Config
-from millstream.config.views import resolve_paths
+from millstream.coordinator.prepare import prepare
 from millstream.model import SystemStream
 from millstream.testing import read_stream
 from tests.helpers import create_stream as create_log_stream
@@ -36,7 +36,7 @@ def job_config(endpoint: str, data_dir: Path, stream: str, **extra: Any) -> Conf
         }
     )
     values.update({key.replace("__", "."): str(value) for key, value in extra.items()})
-    config = resolve_paths(Config(values))
+    config = prepare(Config(values))
     create_log_stream(config, "out", 1)
     return config
 

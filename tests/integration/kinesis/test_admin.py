@@ -8,16 +8,16 @@ import pytest
 
 from millstream.errors import StreamNotFoundError
 from millstream.model import SystemStreamPartition
-from millstream.startpoint.types import (
+from millstream.systems.base import StreamSpec
+from millstream.systems.kinesis.admin import SLOT_METADATA
+from millstream.systems.kinesis.errors import KinesisOffsetError, KinesisSystemError
+from millstream.systems.kinesis.offsets import StartpointMarker
+from millstream.systems.startpoints import (
     StartpointOldest,
     StartpointSpecific,
     StartpointTimestamp,
     StartpointUpcoming,
 )
-from millstream.systems.base import StreamSpec
-from millstream.systems.kinesis.admin import SLOT_METADATA
-from millstream.systems.kinesis.errors import KinesisOffsetError, KinesisSystemError
-from millstream.systems.kinesis.offsets import StartpointMarker
 from tests.integration.kinesis.helpers import SYSTEM, create_stream, kinesis_config, put, started_admin
 
 pytestmark = pytest.mark.integration

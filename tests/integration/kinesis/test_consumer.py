@@ -13,10 +13,10 @@ import pytest
 from botocore.exceptions import ClientError
 
 from millstream.model import SystemStreamPartition
-from millstream.startpoint.types import StartpointOldest, StartpointSpecific, StartpointTimestamp, StartpointUpcoming
 from millstream.systems.base import StreamSpec
 from millstream.systems.kinesis.errors import KinesisOffsetError, KinesisReadError, KinesisSystemError
 from millstream.systems.kinesis.offsets import parse_offset
+from millstream.systems.startpoints import StartpointOldest, StartpointSpecific, StartpointTimestamp, StartpointUpcoming
 from tests.integration.kinesis.helpers import (
     SYSTEM,
     CheckpointingDriver,

@@ -11,7 +11,7 @@ from millstream.config import Config
 from millstream.metadata.factory import metadata_store
 from millstream.startpoint.manager import StartpointManager
 from millstream.startpoint.tools import set_startpoints
-from millstream.startpoint.types import StartpointOldest, StartpointTimestamp
+from millstream.systems.startpoints import StartpointOldest, StartpointTimestamp
 from millstream.testing import InProcessRunner
 from tests.integration.kinesis.helpers import SYSTEM, create_stream
 from tests.integration.kinesis.jobs_support import Loader, job_config, output, wait_until

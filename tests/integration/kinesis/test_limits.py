@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from millstream.config import Config
-from millstream.config.views import validate
 from millstream.coordinator.job_coordinator import JobCoordinator
+from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError
 from millstream.metadata.factory import metadata_store
 from millstream.systems.kinesis.config import KinesisClients
@@ -95,7 +95,7 @@ def test_wrong_kinesis_settings_are_config_errors_naming_the_key(
 ):
     config = job_config(kinesis_endpoint, tmp_path, stream).with_overrides({key: value})
     with pytest.raises(ConfigError, match=message) as raised:
-        validate(config)
+        prepare(config)
         KinesisClients(config, SYSTEM)
     assert "s3cr3t" not in str(raised.value)
 

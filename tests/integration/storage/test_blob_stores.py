@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from millstream.blobstore.base import BlobNotFoundError, BlobStore, blob_store
 from millstream.config import Config
-from millstream.config.views import resolve_paths
+from millstream.coordinator.prepare import prepare
 from millstream.model import SystemStream
 from millstream.storage.backends.blobstore.index import SnapshotIndex
 from millstream.storage.backends.registry import state_backend_factory_class
-from millstream.storage.blobstore.base import BlobNotFoundError, BlobStore, blob_store
 from millstream.storage.errors import StateRestoreError
 from millstream.storage.layout import checkpoint_dirs
 from millstream.testing import InProcessRunner, read_stream
@@ -32,7 +32,7 @@ MARKER_KEY = state_backend_factory_class("blobstore", "test").marker_key()
 
 def store_for(target: BlobTarget, bucket: str) -> BlobStore:
     values = {key.replace("__", "."): value for key, value in target.config(bucket).items()}
-    store = blob_store(resolve_paths(Config(values)))
+    store = blob_store(prepare(Config(values)))
     store.create()
     return store
 

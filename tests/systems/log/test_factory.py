@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from millstream.config import Config, load_config
-from millstream.config.views import validate
+from millstream.config import Config
+from millstream.coordinator.prepare import load_job_config, prepare
 from millstream.errors import ConfigError
 from millstream.systems.log.factory import LogSystemFactory
 from millstream.systems.registry import system_factory
@@ -30,9 +30,9 @@ def test_config_keys_are_the_documented_settings() -> None:
 
 
 def test_startup_validation_accepts_log_settings_and_rejects_unknown_keys(tmp_path: Path) -> None:
-    validate(Config({"systems.log.poll.batch.size": "10", "systems.log.fsync": "true"}))
+    prepare(Config({"systems.log.poll.batch.size": "10", "systems.log.fsync": "true"}))
     with pytest.raises(ConfigError, match=r"unknown config key 'systems.log.poll.size'.*poll.batch.size"):
-        validate(Config({"systems.log.poll.size": "10"}))
+        prepare(Config({"systems.log.poll.size": "10"}))
 
 
 @pytest.mark.parametrize(
@@ -65,7 +65,7 @@ def test_without_a_data_dir_the_root_is_dot_millstream_log_made_absolute(
 def test_a_loaded_config_resolves_a_relative_path_against_the_config_file(tmp_path: Path) -> None:
     job = tmp_path / "job.yaml"
     job.write_text("systems:\n  log:\n    path: data/streams\n")
-    admin = LogSystemFactory().get_admin("log", load_config(job))
+    admin = LogSystemFactory().get_admin("log", load_job_config(job))
     assert admin.layout.root == tmp_path.resolve() / "data" / "streams"
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from millstream.blobstore.base import blob_store
 from millstream.config.core import Config
 from millstream.storage.backends.base import StateBackendAdmin
 from millstream.storage.backends.blobstore.transfer import store_blob_prefix
-from millstream.storage.blobstore.base import blob_store
 
 
 class BlobStoreStateBackendAdmin(StateBackendAdmin):

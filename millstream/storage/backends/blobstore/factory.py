@@ -13,11 +13,12 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import ClassVar
 
+from millstream.blobstore.base import RetryPolicy, blob_store
 from millstream.config.core import Config
 from millstream.config.views import BlobStoreConfig, StoreConfig, TaskConfig
 from millstream.errors import ConfigError
+from millstream.job_model import JobModel
 from millstream.metadata.base import MetadataStore
-from millstream.runtime.job_model import JobModel
 from millstream.storage.backends.base import (
     StateBackendAdmin,
     StateBackendFactory,
@@ -29,7 +30,6 @@ from millstream.storage.backends.blobstore.admin import BlobStoreStateBackendAdm
 from millstream.storage.backends.blobstore.backup import BlobStoreTaskBackupManager
 from millstream.storage.backends.blobstore.restore import BlobStoreTaskRestoreManager
 from millstream.storage.backends.blobstore.transfer import BlobTransfer
-from millstream.storage.blobstore.base import RetryPolicy, blob_store
 
 
 class BlobStoreStateBackendFactory(StateBackendFactory):

@@ -18,12 +18,12 @@ from concurrent.futures import Executor, Future, as_completed
 from pathlib import Path
 from typing import BinaryIO
 
+from millstream.blobstore.base import BlobNotFoundError, BlobStore, BlobStoreError, RetryPolicy
 from millstream.checkpoint.checkpoint import CheckpointId
 from millstream.config.core import Config
 from millstream.config.views import BlobStoreConfig, JobConfig
 from millstream.storage.backends.blobstore.diff import DirDiff, file_metadata
 from millstream.storage.backends.blobstore.index import DirIndex, FileBlob, FileIndex
-from millstream.storage.blobstore.base import BlobNotFoundError, BlobStore, BlobStoreError, RetryPolicy
 from millstream.storage.errors import StateBackupError, StateRestoreError
 from millstream.storage.layout import task_dir_name
 

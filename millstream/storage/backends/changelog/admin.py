@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from millstream.config.core import Config
 from millstream.config.views import StoreConfig, parse_stream
 from millstream.errors import MillstreamError
+from millstream.job_model import JobModel
 from millstream.metadata.base import MetadataStore
 from millstream.model import SystemStream
-from millstream.runtime.job_model import JobModel
 from millstream.storage.backends.base import StateBackendAdmin
 from millstream.storage.changelog_partitions import assign_changelog_partitions
 from millstream.systems.base import StreamSpec

@@ -9,8 +9,8 @@ from typing import ClassVar
 from millstream.config.core import Config
 from millstream.config.views import StoreConfig, parse_stream
 from millstream.errors import ConfigError
+from millstream.job_model import JobModel
 from millstream.metadata.base import MetadataStore
-from millstream.runtime.job_model import JobModel
 from millstream.storage.backends.base import (
     StateBackendAdmin,
     StateBackendFactory,

@@ -12,12 +12,12 @@ from typing import BinaryIO, ClassVar
 
 import pytest
 
+from millstream.blobstore.base import BlobStore, BlobStoreFactory
+from millstream.blobstore.local import LocalBlobStore, LocalBlobStoreFactory
 from millstream.checkpoint.checkpoint import CheckpointV2
 from millstream.config import Config
 from millstream.storage.backends.blobstore.index import SnapshotIndex
 from millstream.storage.backends.registry import state_backend_factory_class
-from millstream.storage.blobstore.base import BlobStore, BlobStoreFactory
-from millstream.storage.blobstore.local import LocalBlobStore, LocalBlobStoreFactory
 from millstream.storage.errors import StateRestoreError
 from millstream.storage.layout import checkpoint_dir, checkpoint_dirs
 from tests.storage.harness import Opened, StateHarness, state_config

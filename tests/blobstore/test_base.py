@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from millstream.config import Config
-from millstream.errors import ConfigError
-from millstream.storage.blobstore.base import (
+from millstream.blobstore.base import (
     BlobNotFoundError,
     BlobStoreError,
     BlobStoreRetriableError,
     RetryPolicy,
     blob_store,
 )
-from millstream.storage.blobstore.local import LocalBlobStore
+from millstream.blobstore.local import LocalBlobStore
+from millstream.config import Config
+from millstream.errors import ConfigError
 
 
 def test_put_get_list_delete(tmp_path: Path) -> None:

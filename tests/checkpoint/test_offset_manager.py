@@ -1,8 +1,8 @@
 from millstream.checkpoint.checkpoint import CheckpointV1
+from millstream.checkpoint.offset_manager import OffsetManager
 from millstream.config import Config
 from millstream.model import SystemStreamPartition as SSP
 from millstream.model import TaskName
-from millstream.runtime.offset_manager import OffsetManager
 from millstream.systems.base import SystemStreamPartitionMetadata as Meta
 
 
@@ -70,7 +70,7 @@ def test_empty_partition_with_oldest_default_starts_at_upcoming():
 
 class ResolvingAdmin(IntAdmin):
     def resolve_startpoint(self, ssp, startpoint):
-        from millstream.startpoint.types import StartpointSpecific
+        from millstream.systems.startpoints import StartpointSpecific
 
         if isinstance(startpoint, StartpointSpecific):
             if startpoint.specific_offset == "boom":
@@ -80,7 +80,7 @@ class ResolvingAdmin(IntAdmin):
 
 
 def test_startpoint_beats_reset_and_checkpoint_and_is_used_inclusive():
-    from millstream.startpoint.types import StartpointSpecific
+    from millstream.systems.startpoints import StartpointSpecific
 
     values = {"systems.log.streams.a.samza.reset.offset": "true"}  # upcoming is the default
     om = OffsetManager(Config(values), {"log": ResolvingAdmin()})
@@ -91,7 +91,7 @@ def test_startpoint_beats_reset_and_checkpoint_and_is_used_inclusive():
 
 
 def test_unresolvable_startpoint_falls_back_to_the_checkpoint_and_is_reported():
-    from millstream.startpoint.types import StartpointOldest, StartpointSpecific
+    from millstream.systems.startpoints import StartpointOldest, StartpointSpecific
 
     om = OffsetManager(Config({}), {"log": ResolvingAdmin()})
     offsets = om.starting_offsets(TASK, {A0, A1}, CheckpointV1({A0: "15", A1: "2"}), META)
@@ -102,7 +102,7 @@ def test_unresolvable_startpoint_falls_back_to_the_checkpoint_and_is_reported():
 
 
 def test_startpoints_of_partitions_the_task_does_not_read_are_ignored():
-    from millstream.startpoint.types import StartpointSpecific
+    from millstream.systems.startpoints import StartpointSpecific
 
     om = OffsetManager(Config({}), {"log": ResolvingAdmin()})
     resolution = om.apply_startpoints(TASK, {A0: "20"}, {A1: StartpointSpecific("1")})

@@ -13,9 +13,9 @@ import uuid
 from pathlib import Path
 from typing import BinaryIO
 
+from millstream.blobstore.base import BlobNotFoundError, BlobStore, BlobStoreError, BlobStoreFactory
 from millstream.config.core import Config
 from millstream.config.views import BlobStoreConfig, JobConfig
-from millstream.storage.blobstore.base import BlobNotFoundError, BlobStore, BlobStoreError, BlobStoreFactory
 
 CHUNK = 1 << 20
 

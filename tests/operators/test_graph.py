@@ -6,14 +6,14 @@ import orjson
 import pytest
 
 from millstream.api.application import KV, InputDescriptor
-from millstream.api.operators.graph import OperatorError
-from millstream.api.operators.graph_task import GraphSettings
 from millstream.api.table import InMemoryTableDescriptor
 from millstream.api.windows import Collect, Count, SlidingWindow, TumblingWindow, WindowPane
 from millstream.control.framing import MessageType, unframe
 from millstream.control.messages import MAX_WATERMARK, MIN_WATERMARK, EndOfStreamMessage, WatermarkMessage
 from millstream.control.sender import aggregate_partition
 from millstream.model import SystemStream, SystemStreamPartition
+from millstream.operators.graph import OperatorError
+from millstream.operators.graph_task import GraphSettings
 from tests.api.harness import SOURCE, Driver, application, route, task_graph
 
 A0 = SOURCE.partition(0)
@@ -434,7 +434,7 @@ def test_only_watermarks_of_ssps_of_this_task_count():
 
 
 def test_a_value_the_partition_by_serde_cannot_encode_fails_naming_the_operator_and_stream():
-    from millstream.api.operators.graph_task import IntermediateSerdeError
+    from millstream.operators.graph_task import IntermediateSerdeError
 
     app = application(
         lambda app: (

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Set
 from typing import Protocol
 
 from millstream.errors import ConfigError
+from millstream.job_model import ContainerModel, TaskModel
 from millstream.model import SystemStreamPartition, TaskName
-from millstream.runtime.job_model import ContainerModel, TaskModel
 
 
 class SystemStreamPartitionGrouper(Protocol):

@@ -9,8 +9,10 @@ import pytest
 from millstream.api.application import StreamApplicationDescriptor
 from millstream.api.errors import ApplicationError
 from millstream.config import Config
-from millstream.config.views import resolve_paths, validate
-from millstream.coordinator.planner import (
+from millstream.coordinator.prepare import prepare
+from millstream.errors import ConfigError, StreamNotFoundError
+from millstream.model import SystemStream
+from millstream.operators.planner import (
     GRAPH_TASK_CLASS,
     ensure_intermediate_streams,
     expand_application,
@@ -18,8 +20,6 @@ from millstream.coordinator.planner import (
     plan_stages,
     require_expanded,
 )
-from millstream.errors import ConfigError, StreamNotFoundError
-from millstream.model import SystemStream
 from tests.helpers import create_stream
 
 
@@ -107,7 +107,7 @@ def app_config(tmp_path: Path, **extra: str) -> Config:
         "systems.log.samza.msg.serde": "json",
         **{key.replace("__", "."): value for key, value in extra.items()},
     }
-    return resolve_paths(Config(values))
+    return prepare(Config(values))
 
 
 def test_an_application_runs_as_the_operator_graph_task_over_its_stages_inputs(tmp_path):
@@ -116,7 +116,7 @@ def test_an_application_runs_as_the_operator_graph_task_over_its_stages_inputs(t
     assert config["task.inputs"] == "log.in,log.views-1-by-user"
     assert config["task.window.ms"] == "200"
     assert (config["app.name"], config["app.id"]) == ("views", "1")
-    validate(config)
+    prepare(config)
 
 
 def test_intermediate_streams_are_read_raw_from_their_start_and_inputs_with_their_descriptors_serdes(tmp_path):
@@ -134,7 +134,7 @@ def test_intermediate_streams_are_read_raw_from_their_start_and_inputs_with_thei
 def test_expanding_an_expanded_config_changes_nothing(tmp_path):
     config = app_config(tmp_path, app__stage="1")
     assert expand_application(config).to_dict() == config.to_dict()
-    assert resolve_paths(config).to_dict() == config.to_dict()
+    assert prepare(config).to_dict() == config.to_dict()
 
 
 def test_a_stage_runs_as_its_own_job_with_the_applications_stream_names(tmp_path):
@@ -146,14 +146,14 @@ def test_a_stage_runs_as_its_own_job_with_the_applications_stream_names(tmp_path
 
 def test_a_low_level_job_config_is_left_alone(tmp_path):
     values = {"job.data.dir": str(tmp_path), "task.class": "tests.jobs:PassThrough", "task.inputs": "log.in"}
-    config = resolve_paths(Config(values))
+    config = prepare(Config(values))
     assert expand_application(config) is config
 
 
 def test_task_class_may_name_an_imported_application_as_test_runner_does(tmp_path):
     from tests.api.apps import WindowedCount  # noqa: F401 - imported, as TestRunner's caller has
 
-    config = resolve_paths(Config({"job.data.dir": str(tmp_path), "task.class": "tests.api.apps:WindowedCount"}))
+    config = prepare(Config({"job.data.dir": str(tmp_path), "task.class": "tests.api.apps:WindowedCount"}))
     assert (config["app.class"], config["task.class"]) == ("tests.api.apps:WindowedCount", GRAPH_TASK_CLASS)
 
 
@@ -173,7 +173,7 @@ def test_task_class_may_name_an_imported_application_as_test_runner_does(tmp_pat
 def test_a_config_the_application_cannot_run_with_is_refused_naming_the_key(tmp_path, extra, problem):
     values = {"job.data.dir": str(tmp_path), "app.class": "tests.api.apps:WindowedCount", **extra}
     with pytest.raises(ConfigError, match=problem):
-        resolve_paths(Config(values))
+        prepare(Config(values))
 
 
 def test_a_config_that_bypassed_expansion_is_refused_before_planning(tmp_path):

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from typing import Any, BinaryIO
 
-from millstream.config.core import Config
-from millstream.config.views import BlobStoreConfig
-from millstream.errors import ConfigError
-from millstream.storage.blobstore.base import (
+from millstream.blobstore.base import (
     BlobNotFoundError,
     BlobStore,
     BlobStoreError,
     BlobStoreFactory,
     BlobStoreRetriableError,
 )
+from millstream.config.core import Config
+from millstream.config.views import BlobStoreConfig
+from millstream.errors import ConfigError
 
 ACCESS_KEY = "sensitive.blob.store.s3.access.key.id"
 SECRET_KEY = "sensitive.blob.store.s3.secret.access.key"

@@ -72,9 +72,9 @@ class BlobStoreFactory(ABC):
 
 
 BLOB_STORE_FACTORIES = {
-    "local": "millstream.storage.blobstore.local:LocalBlobStoreFactory",
-    "s3": "millstream.storage.blobstore.s3:S3BlobStoreFactory",
-    "azure": "millstream.storage.blobstore.azure:AzureBlobStoreFactory",
+    "local": "millstream.blobstore.local:LocalBlobStoreFactory",
+    "s3": "millstream.blobstore.s3:S3BlobStoreFactory",
+    "azure": "millstream.blobstore.azure:AzureBlobStoreFactory",
 }
 FACTORY_KEY = "blob.store.manager.factory"
 

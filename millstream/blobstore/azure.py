@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from typing import Any, BinaryIO
 
-from millstream.config.core import Config
-from millstream.config.views import BlobStoreConfig
-from millstream.errors import ConfigError
-from millstream.storage.blobstore.base import (
+from millstream.blobstore.base import (
     BlobNotFoundError,
     BlobStore,
     BlobStoreError,
     BlobStoreFactory,
     BlobStoreRetriableError,
 )
+from millstream.config.core import Config
+from millstream.config.views import BlobStoreConfig
+from millstream.errors import ConfigError
 
 CONNECTION_STRING = "sensitive.blob.store.azure.connection.string"
 ACCOUNT_KEY = "sensitive.blob.store.azure.account.key"

@@ -31,8 +31,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from millstream.api.application import KV
-from millstream.api.operators.graph import GraphContext, InputImpl, OperatorError, OperatorGraph
-from millstream.api.operators.state import InMemoryState, KeyValueState
 from millstream.api.specs import InputSpec, OperatorSpec, PartitionBySpec
 from millstream.api.task import (
     CheckpointListener,
@@ -59,6 +57,8 @@ from millstream.control.source import SourceWatermarks
 from millstream.control.state import ControlStateStore
 from millstream.errors import MillstreamError
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
+from millstream.operators.graph import GraphContext, InputImpl, OperatorError, OperatorGraph
+from millstream.operators.state import InMemoryState, KeyValueState
 from millstream.serde.base import Serde, SerdeError
 
 log = logging.getLogger(__name__)
@@ -505,7 +505,7 @@ class OperatorGraphTask(
         self._closers: list[Callable[[], Any]] = []
 
     def init(self, context: TaskContext) -> None:
-        from millstream.api.operators.wiring import build_task_graph
+        from millstream.operators.wiring import build_task_graph
 
         self.graph, self.state_store, self._closers = build_task_graph(context)
         snapshot = self.state_store.load()

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import orjson
 
-from millstream.metadata.base import MetadataStore
 from millstream.model import SystemStreamPartition, TaskName
 
 JOB_MODEL_NAMESPACE = "job-model"
@@ -75,8 +74,3 @@ class JobModel:
                 tasks[task_name] = TaskModel(task_name, ssps)
             containers[cid] = ContainerModel(cid, tasks)
         return cls(int(document["generation"]), containers)
-
-
-def latest_job_model(store: MetadataStore) -> JobModel | None:
-    data = store.get(JOB_MODEL_NAMESPACE, "latest")
-    return JobModel.from_bytes(data) if data else None

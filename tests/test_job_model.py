@@ -1,9 +1,9 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
+from millstream.coordinator.groupers import GroupByPartition, group_containers, group_tasks
+from millstream.job_model import JobModel
 from millstream.model import SystemStreamPartition as SSP
-from millstream.runtime.groupers import GroupByPartition, group_containers, group_tasks
-from millstream.runtime.job_model import JobModel
 
 streams = st.sampled_from(["a", "b.with.dots", "c-d"])
 

@@ -45,7 +45,7 @@ from millstream.plugins import load_object
 
 log = logging.getLogger(__name__)
 
-GRAPH_TASK_CLASS = "millstream.api.operators.graph_task:OperatorGraphTask"
+GRAPH_TASK_CLASS = "millstream.operators.graph_task:OperatorGraphTask"
 """The ``task.class`` of every high-level job."""
 
 
@@ -317,7 +317,7 @@ def require_expanded(config: Config) -> None:
     if is_application(config) and config.get("task.class") != GRAPH_TASK_CLASS:
         raise ConfigError(
             "config key 'app.class' is set but the config was not expanded for it: load it with "
-            "millstream.config.load_config or pass it through millstream.config.views.resolve_paths"
+            "millstream.coordinator.prepare.load_job_config or pass it through millstream.coordinator.prepare.prepare"
         )
 
 

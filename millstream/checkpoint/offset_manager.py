@@ -19,8 +19,8 @@ from millstream.checkpoint.checkpoint import Checkpoint
 from millstream.config import Config
 from millstream.config.views import offset_default, stream_samza
 from millstream.model import SystemStreamPartition, TaskName
-from millstream.startpoint.types import Startpoint
 from millstream.systems.base import SystemAdmin, SystemStreamPartitionMetadata
+from millstream.systems.startpoints import Startpoint
 
 log = logging.getLogger(__name__)
 

@@ -8,15 +8,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from millstream.api.operators.graph_task import GraphSettings, IntermediateStreamInfo, TaskGraph
 from millstream.api.task import TaskContext
 from millstream.config.views import AppConfig, TaskConfig
 from millstream.control.state import ControlStateStore
-from millstream.coordinator.planner import IntermediateStream, feeding_streams, load_application
 from millstream.errors import MillstreamError, StreamNotFoundError
 from millstream.metadata import coordination
+from millstream.metadata.coordination import latest_job_model
 from millstream.metadata.factory import metadata_store
-from millstream.runtime.job_model import latest_job_model
+from millstream.operators.graph_task import GraphSettings, IntermediateStreamInfo, TaskGraph
+from millstream.operators.planner import IntermediateStream, feeding_streams, load_application
 from millstream.serde.registry import SerdeRegistry
 from millstream.systems.base import SystemAdmin
 from millstream.systems.registry import system_factory

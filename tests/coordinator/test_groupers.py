@@ -1,15 +1,15 @@
 import pytest
 
-from millstream.errors import ConfigError
-from millstream.model import SystemStreamPartition as SSP
-from millstream.model import TaskName
-from millstream.runtime.groupers import (
+from millstream.coordinator.groupers import (
     GroupByPartition,
     GroupBySystemStreamPartition,
     group_containers,
     group_tasks,
     grouper_for,
 )
+from millstream.errors import ConfigError
+from millstream.model import SystemStreamPartition as SSP
+from millstream.model import TaskName
 
 
 def ssps(stream: str, count: int, system: str = "log") -> set[SSP]:

@@ -14,11 +14,11 @@ import logging
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from millstream.api.operators.graph import GraphContext, OperatorImpl, operator_failed
-from millstream.api.operators.state import KeyValueState
 from millstream.api.specs import WindowSpec
 from millstream.api.windows import WindowPane
 from millstream.control.errors import ControlStateError
+from millstream.operators.graph import GraphContext, OperatorImpl, operator_failed
+from millstream.operators.state import KeyValueState
 
 log = logging.getLogger(__name__)
 

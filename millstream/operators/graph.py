@@ -376,7 +376,7 @@ class OperatorGraph:
         """``source_inputs`` maps input op ids, ``intermediate_inputs`` partition_by op ids, to the streams
         this task owns partitions of; ``intermediate_outputs`` gives each produced ``partition_by`` its
         writer."""
-        from millstream.api.operators.windows import WindowImpl
+        from millstream.operators.windows import WindowImpl
 
         self.context = context
         self.inputs: dict[SystemStream, InputImpl] = {}

@@ -1,0 +1,103 @@
+"""The one step every config passes before a job runs on it: paths resolved, a high-level application
+expanded into the task config its containers run with, every closed namespace validated.
+
+``millstream.config`` only reads and types keys; checking them needs the serdes, the systems'
+factories, the state backends and the application's planner, which all sit above it. The CLI,
+``TestRunner`` and the Spark runner call ``prepare`` (it is idempotent), so a job fails here, before
+it starts, with the key at fault.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from millstream.adjunct.validation import validate_adjunct_config
+from millstream.config.core import Config, load_config
+from millstream.config.views import (
+    AppConfig,
+    JobConfig,
+    MetadataConfig,
+    StartpointConfig,
+    StreamSamzaConfig,
+    TaskConfig,
+    accepted_keys,
+    resolve_paths,
+    stream_samza,
+    system_names,
+    system_samza,
+)
+from millstream.errors import ConfigError
+from millstream.model import SystemStream
+from millstream.operators.planner import expand_application
+from millstream.serde.registry import SerdeRegistry
+from millstream.storage.validation import validate_state_config
+from millstream.systems.registry import system_factory
+
+
+def prepare(config: Config) -> Config:
+    """The config a job runs with: absolute paths, the application expanded, every key checked."""
+    resolved = expand_application(resolve_paths(config))
+    _validate(resolved)
+    return resolved
+
+
+def load_job_config(path: str | os.PathLike[str] | None, overrides: Mapping[str, Any] | None = None) -> Config:
+    """``load_config`` then ``prepare``: a job's config file as a runner takes it."""
+    return prepare(load_config(path, overrides))
+
+
+def _validate(config: Config) -> None:
+    """Stop a job before it starts on any unknown key in a closed namespace or ill-typed value."""
+    JobConfig.of(config)
+    TaskConfig.of(config).broadcast_ssps()
+    MetadataConfig.of(config)
+    StartpointConfig.of(config)
+    AppConfig.of(config)
+    task = TaskConfig.of(config)
+    task.input_streams()
+    task.dead_letter()
+    serdes = SerdeRegistry.from_config(config)
+    validate_state_config(config, serdes)
+    validate_adjunct_config(config)
+    for key in config:
+        if key.startswith("systems.") and key.count(".") < 2:
+            raise ConfigError(f"unknown config key '{key}' (expected systems.<system>.<setting>)")
+    for system in system_names(config):
+        samza = system_samza(config, system)
+        factory = system_factory(config, system)
+        for kind, serde_name in (("key", samza.key_serde), ("msg", samza.msg_serde)):
+            if serde_name:
+                serdes.get(serde_name, f"systems.{system}.samza.{kind}.serde")
+        _validate_system_keys(config, system, factory, serdes)
+    for key in config:
+        if key.startswith("serializers.") and not (key.startswith("serializers.registry.") and key.count(".") >= 3):
+            raise ConfigError(f"unknown config key '{key}' (expected serializers.registry.<name>.class)")
+
+
+def _validate_system_keys(config: Config, system: str, factory: Any, serdes: SerdeRegistry) -> None:
+    prefix = f"systems.{system}."
+    for rest in config.subset(prefix):
+        key = prefix + rest
+        if rest.startswith("samza."):
+            continue  # parsed as a whole by system_samza
+        if rest.startswith("streams."):
+            stream, sep, _ = rest[len("streams.") :].rpartition(".samza.")
+            if sep:
+                stream_config = stream_samza(config, SystemStream(system, stream))
+                for kind, serde_name in (("key", stream_config.key_serde), ("msg", stream_config.msg_serde)):
+                    if serde_name:
+                        serdes.get(serde_name, f"systems.{system}.streams.{stream}.samza.{kind}.serde")
+                continue
+            raise ConfigError(
+                f"unknown config key '{key}' (stream settings live under "
+                f"'systems.{system}.streams.<stream>.samza.': {accepted_keys(StreamSamzaConfig)})"
+            )
+        if factory.config_keys is None or rest in factory.config_keys or rest.startswith(factory.open_prefixes):
+            continue
+        accepted = sorted(factory.config_keys) + [f"{p}*" for p in factory.open_prefixes]
+        raise ConfigError(
+            f"unknown config key '{key}' for system '{system}' ({type(factory).__name__} accepts: "
+            f"samza.*, streams.<stream>.samza.*{', ' if accepted else ''}{', '.join(accepted)})"
+        )

@@ -1,0 +1,40 @@
+"""The producers of a container: one started producer per system, shared by its tasks and stores."""
+
+from __future__ import annotations
+
+from millstream.config import Config
+from millstream.errors import MillstreamError
+from millstream.systems.base import SystemProducer
+from millstream.systems.registry import system_factory
+
+
+class ProducerPool:
+    """One started producer per system, created on first use and shared by the container's tasks."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._producers: dict[str, SystemProducer] = {}
+
+    def producer(self, system: str) -> SystemProducer:
+        producer = self._producers.get(system)
+        if producer is None:
+            producer = system_factory(self.config, system).get_producer(system, self.config)
+            producer.start()
+            self._producers[system] = producer
+        return producer
+
+    def flush(self, source: str) -> None:
+        """Block until everything ``source`` sent is durable; raises the first failure."""
+        for producer in self._producers.values():
+            producer.flush(source)
+
+    def stop(self) -> None:
+        errors = []
+        for system, producer in self._producers.items():
+            try:
+                producer.stop()
+            except Exception as error:  # every producer must get its chance to stop
+                errors.append(f"{system}: {error}")
+        self._producers.clear()
+        if errors:
+            raise MillstreamError(f"producers failed to stop cleanly: {'; '.join(errors)}")
