@@ -21,7 +21,7 @@ from millstream.metadata.base import MetadataStore
 from millstream.model import SystemStreamPartition
 from millstream.runtime.container import load_task_class
 from millstream.startpoint.manager import StartpointManager
-from millstream.storage.resources import prepare_state_resources
+from millstream.storage.managers.resources import prepare_state_resources
 from millstream.systems.base import StreamSpec
 from millstream.systems.registry import system_factory
 

@@ -32,7 +32,7 @@ from millstream.errors import ConfigError
 from millstream.model import SystemStream
 from millstream.operators.planner import expand_application
 from millstream.serde.registry import SerdeRegistry
-from millstream.storage.validation import validate_state_config
+from millstream.storage.managers.validation import validate_state_config
 from millstream.systems.registry import system_factory
 
 

@@ -47,7 +47,7 @@ from millstream.runtime.run_loop import (
 from millstream.runtime.task_instance import AppliedStartpoints, CommitSettings, ContainerContext, TaskInstance
 from millstream.serde.registry import SerdeRegistry
 from millstream.startpoint.manager import STARTPOINT_STATUS_NAMESPACE, StartpointManager
-from millstream.storage.manager import ContainerStorageManager, TaskStorageManager
+from millstream.storage.managers.stores import ContainerStorageManager, TaskStorageManager
 from millstream.systems.base import SystemAdmin
 from millstream.systems.producers import ProducerPool
 from millstream.systems.registry import system_factory

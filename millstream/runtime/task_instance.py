@@ -45,7 +45,7 @@ from millstream.storage.errors import CommitFailedError, CommitTimeoutError
 from millstream.systems.producers import ProducerPool
 
 if TYPE_CHECKING:
-    from millstream.storage.manager import TaskStorageManager
+    from millstream.storage.managers.stores import TaskStorageManager
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.operators.test_planner import app_config
 from tests.helpers import create_stream
+from tests.operators.test_planner import app_config
 
 REPO = Path(__file__).resolve().parents[2]
 

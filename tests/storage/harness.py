@@ -13,8 +13,8 @@ from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.job_model import JobModel
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStreamPartition, TaskName
-from millstream.storage.manager import ContainerStorageManager, TaskStorageManager
-from millstream.storage.resources import prepare_state_resources
+from millstream.storage.managers.resources import prepare_state_resources
+from millstream.storage.managers.stores import ContainerStorageManager, TaskStorageManager
 from millstream.systems.producers import ProducerPool
 from tests.helpers import create_stream, job_config
 

@@ -39,7 +39,6 @@ from millstream.storage.backends.base import (
 from millstream.storage.backends.registry import backup_factories, restore_factories, restore_factory_for
 from millstream.storage.changelog_partitions import changelog_partition
 from millstream.storage.factory import StorageEngineFactory, storage_engine_factory
-from millstream.storage.faults import CommitPauses
 from millstream.storage.kv import ChangelogWriter, KeyValueStorageEngine, TaskKeyValueStore
 from millstream.storage.layout import (
     StoreLayout,
@@ -49,7 +48,8 @@ from millstream.storage.layout import (
     write_checkpoint_file,
     write_offset_file,
 )
-from millstream.storage.systems import ContainerSystems
+from millstream.storage.managers.faults import CommitPauses
+from millstream.storage.managers.systems import ContainerSystems
 from millstream.systems.producers import ProducerPool
 
 log = logging.getLogger(__name__)
