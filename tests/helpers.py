@@ -6,8 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from millstream.config import Config
-from millstream.coordinator.prepare import prepare
+from millstream.config.views import resolve_paths
 from millstream.model import SystemStream
+from millstream.operators.planner import expand_application
 from millstream.systems.base import StreamSpec
 from millstream.systems.registry import system_factory
 from millstream.testing import read_stream, write_stream
@@ -25,7 +26,7 @@ def job_config(data_dir: Path, task: str = "tests.jobs:PassThrough", **extra: An
         "systems.log.samza.msg.serde": "json",
     }
     values.update({key.replace("__", "."): str(value) for key, value in extra.items()})
-    return prepare(Config(values))
+    return unvalidated(Config(values))
 
 
 def create_stream(config: Config, stream: str, partitions: int) -> None:
@@ -60,3 +61,9 @@ def output_origins(config: Config, stream: str = "out") -> list[tuple[int, int]]
     """(input partition, input value) of every output message, duplicates included."""
     by_partition = read_stream(config, SystemStream("log", stream))
     return [(value["p"], value["v"]) for pairs in by_partition.values() for _, value in pairs]
+
+
+def unvalidated(config: Config) -> Config:
+    """``config`` shaped as ``prepare`` shapes it (absolute paths, an application expanded) but not
+    validated, so a test can hand a bad config to the code that must refuse it."""
+    return expand_application(resolve_paths(config))
