@@ -24,6 +24,10 @@ through a transactional producer whose ``transactional.id`` is the container's
    still at the writer's attempt (``WriterFence``); if not, abort and raise ``FencedError``;
 3. commit.
 
+A producer runs one transaction at a time while a container's tasks finish their commits on a thread
+pool: concurrent writes are grouped, and the first writer to get the producer writes every waiting
+checkpoint in one transaction (each task's commit returns once its record is committed).
+
 Why this is as strong as the SQLite manager's compare-and-put: a newer writer (a new attempt or a
 new generation) fences the old one *before* it reads the checkpoints it resumes from, and that
 read goes up to the high watermark, waiting for open transactions. So if the old writer's check
@@ -43,7 +47,9 @@ checking the fence again, so a replacement never fences a newer attempt.
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -96,6 +102,19 @@ class CheckpointWriteError(MillstreamError):
     """A checkpoint could not be written within the retry window; names the topic and task."""
 
 
+@dataclass
+class _PendingWrite:
+    """One task's checkpoint record waiting for a transaction, and how that transaction ended."""
+
+    task_name: TaskName
+    record: tuple[bytes, bytes]
+    done: bool = False
+    error: BaseException | None = field(default=None, repr=False)
+
+    def finish(self, error: BaseException | None) -> None:
+        self.done, self.error = True, error
+
+
 def checkpoint_key(grouper_factory: str, task_name: str, kind: str = CHECKPOINT_TYPE) -> bytes:
     """Samza's ``KafkaCheckpointLogKey`` JSON, byte for byte the same for the same task (compaction
     keeps one record per distinct key)."""
@@ -139,6 +158,10 @@ class KafkaCheckpointManager(CheckpointManager):
         """A read-only manager found no checkpoint topic: there is nothing to read."""
         self.skipped = 0
         """Records skipped because they could not be read (validation off)."""
+        self._queue: list[_PendingWrite] = []
+        self._queue_lock = threading.Lock()
+        self._transaction_lock = threading.Lock()
+        """Held for a whole transaction: the producer runs one at a time (see ``write_checkpoint``)."""
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -267,11 +290,40 @@ class KafkaCheckpointManager(CheckpointManager):
     # --- writing ---------------------------------------------------------------------------------
 
     def write_checkpoint(self, task_name: TaskName, checkpoint: Checkpoint) -> None:
+        """Append the checkpoint in a transaction of the container's producer and commit it.
+
+        A container's tasks finish their commits on a thread pool, and a transactional producer runs one
+        transaction at a time: writes that arrive while a transaction is under way wait, and the first of
+        them to get the producer writes every waiting checkpoint in one transaction (group commit), so four
+        tasks committing at once cost one round of begin → append → fence check → commit, not four.
+        """
         fence = require_fence(self.fence, f"write the checkpoint of task '{task_name}'")
         kind = CHECKPOINT_TYPES.get(checkpoint.version)
         if kind is None:
             raise CheckpointFormatError(f"task '{task_name}': cannot write a version {checkpoint.version} checkpoint")
-        record = (checkpoint_key(self.grouper_factory, task_name, kind), serialize_checkpoint(checkpoint))
+        write = _PendingWrite(
+            task_name, (checkpoint_key(self.grouper_factory, task_name, kind), serialize_checkpoint(checkpoint))
+        )
+        with self._queue_lock:
+            self._queue.append(write)
+        with self._transaction_lock:
+            if not write.done:
+                with self._queue_lock:
+                    batch, self._queue = self._queue, []
+                try:
+                    self._write_batch(fence, batch)
+                except BaseException as error:
+                    for pending in batch:
+                        pending.finish(error)
+                    raise
+                for pending in batch:
+                    pending.finish(None)
+        if write.error is not None:  # written, and failed, by another task's commit
+            raise write.error
+
+    def _write_batch(self, fence: WriterFence, batch: list[_PendingWrite]) -> None:
+        tasks = ", ".join(f"'{pending.task_name}'" for pending in batch)
+        what = f"checkpoint of task{'s' if len(batch) > 1 else ''} {tasks}"
         deadline = time.monotonic() + WRITE_TIMEOUT_S
         backoff = BACKOFF_S[0]
         while True:
@@ -279,10 +331,10 @@ class KafkaCheckpointManager(CheckpointManager):
             try:
                 writer = self._open_writer(deadline)
                 writer.begin()
-                writer.append([record], deadline)
+                writer.append([pending.record for pending in batch], deadline)
                 if not fence.is_current(self.store):
                     writer.abort(deadline)
-                    raise self._fenced(fence, f"checkpoint of task '{task_name}' refused")
+                    raise self._fenced(fence, f"{what} refused")
                 writer.commit(deadline)
                 return
             except FencedError:
@@ -292,21 +344,15 @@ class KafkaCheckpointManager(CheckpointManager):
                 if kind == "fenced":
                     if writer is not None:
                         writer.discard()
-                    raise self._fenced(fence, f"checkpoint of task '{task_name}' refused") from None
+                    raise self._fenced(fence, f"{what} refused") from None
                 if kind == "other" and not isinstance(error, MillstreamError):
                     raise
                 if time.monotonic() + backoff > deadline:
                     raise CheckpointWriteError(
-                        f"checkpoint of task '{task_name}' to topic '{self.topic}' at "
-                        f"{self.kafka.bootstrap_servers} failed for {WRITE_TIMEOUT_S:.0f}s: {error}"
+                        f"{what} to topic '{self.topic}' at {self.kafka.bootstrap_servers} failed for "
+                        f"{WRITE_TIMEOUT_S:.0f}s: {error}"
                     ) from error
-                log.warning(
-                    "checkpoint of task '%s' to topic '%s' failed (%s); retrying in %.1fs",
-                    task_name,
-                    self.topic,
-                    error,
-                    backoff,
-                )
+                log.warning("%s to topic '%s' failed (%s); retrying in %.1fs", what, self.topic, error, backoff)
                 self._reset_writer(writer, kind, deadline)
                 time.sleep(backoff)
                 backoff = min(backoff * 2, BACKOFF_S[1])

@@ -4,6 +4,7 @@ corrupt records with validation on and off, and fenced writes."""
 from __future__ import annotations
 
 import threading
+import threading
 import time
 import uuid
 
@@ -284,3 +285,33 @@ def test_a_corrupt_record_of_a_version_not_read_is_not_even_parsed(config, store
     assert manager(config, store).read_last_checkpoint(TASK) == offsets("10")
     with pytest.raises(CheckpointFormatError, match="not a valid V2 checkpoint"):
         manager(config.with_overrides({"task.checkpoint.read.versions": "2,1"}), store).read_last_checkpoint(TASK)
+
+
+def test_tasks_of_one_container_committing_at_once_all_land_in_the_checkpoint_topic(config, store):
+    """A container's tasks finish their commits on a thread pool and share the container's one
+    transactional producer: concurrent writes must each land, in order per task, and none fence the writer."""
+    shared = writer(config, store, "0")
+    tasks = [TaskName(f"Partition {p}") for p in range(4)]
+    rounds = 25
+    start = threading.Barrier(len(tasks))
+    failures: list[BaseException] = []
+
+    def commit_rounds(task: TaskName, partition: int) -> None:
+        start.wait()
+        try:
+            for offset in range(rounds):
+                shared.write_checkpoint(task, offsets(str(offset), partition))
+        except BaseException as error:  # reported below with the task's name
+            failures.append(error)
+
+    threads = [threading.Thread(target=commit_rounds, args=(task, p)) for p, task in enumerate(tasks)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert failures == []
+    assert manager(config, store).read_all() == {
+        task: offsets(str(rounds - 1), partition) for partition, task in enumerate(tasks)
+    }
+    shared.write_checkpoint(tasks[0], offsets(str(rounds), 0)), "the writer is still the container's current one"
+    shared.stop()
