@@ -15,6 +15,7 @@ the common case: give a task some input, run it to the end, look at its output::
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import threading
 import time
@@ -27,6 +28,7 @@ from millstream.config.views import parse_stream
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.prepare import prepare
+from millstream.coordinator.signals import graceful_stop_on_signals
 from millstream.errors import MillstreamError
 from millstream.job_model import JobModel
 from millstream.metadata import coordination
@@ -48,12 +50,17 @@ class InProcessRunner:
         self.config = config
         self._stop = threading.Event()
 
-    def run(self, timeout: float | None = None) -> JobResult:
+    def run(self, timeout: float | None = None, *, handle_signals: bool = False) -> JobResult:
         """Run to completion; past ``timeout`` seconds the containers are stopped (they commit).
 
         Like the Spark runner, a restart request (``set_startpoints(..., apply=True)``) stops the
-        containers gracefully and starts a new generation.
+        containers gracefully and starts a new generation, and with ``handle_signals`` Ctrl-C / SIGTERM
+        stop them gracefully too.
         """
+        with graceful_stop_on_signals(self._stop) if handle_signals else contextlib.nullcontext():
+            return self._run(timeout)
+
+    def _run(self, timeout: float | None) -> JobResult:
         store = metadata_store(self.config)
         deadline = None if timeout is None else time.monotonic() + timeout
         containers: list[ContainerResult] = []

@@ -71,8 +71,8 @@ def run(
 
         runner = InProcessRunner(cfg)
         try:
-            result = guarded(runner.run)
-        except KeyboardInterrupt:
+            result = guarded(lambda: runner.run(handle_signals=True))
+        except KeyboardInterrupt:  # a second signal: stop without waiting for the commit
             runner.request_stop()
             raise typer.Exit(130) from None
     else:

@@ -8,15 +8,14 @@ after ``job.coordinator.stop.timeout.ms``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import re
-import signal
 import sys
 import threading
 import time
-from types import FrameType
 from typing import Any
 
 import orjson
@@ -26,6 +25,7 @@ from millstream.config import Config, JobConfig
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.prepare import prepare
+from millstream.coordinator.signals import graceful_stop_on_signals
 from millstream.job_model import JobModel
 from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
@@ -57,9 +57,8 @@ class SparkJobRunner:
             check_local_slots(resolve_master(self.config, self.master), requirement(self.config))
         spark = self._spark or build_session(self.config, self.master)
         check_slots(spark.sparkContext, requirement(self.config))
-        previous = self._install_signal_handlers() if handle_signals else {}
         containers: list[ContainerResult] = []
-        try:
+        with graceful_stop_on_signals(self._stop) if handle_signals else contextlib.nullcontext():
             while True:
                 model = JobCoordinator(self.config, self.store).start()
                 self.generation = model.generation
@@ -69,9 +68,6 @@ class SparkJobRunner:
                     result.containers = containers
                     return result
                 log.info("restarting the job's containers with a new generation (%s)", restart)
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
 
     def _run_generation(self, spark: SparkSession, model: JobModel) -> tuple[JobResult, str | None]:
         sc = spark.sparkContext
@@ -120,19 +116,6 @@ class SparkJobRunner:
             outcome["rows"] = sc.parallelize(range(count), count).mapPartitionsWithIndex(task).collect()
         except Exception as error:
             outcome["error"] = spark_failure_cause(error)
-
-    def _install_signal_handlers(self) -> dict[int, Any]:
-        def on_signal(signum: int, _frame: FrameType | None) -> None:
-            if self._stop.is_set():
-                log.warning("second signal: stopping without waiting")
-                raise KeyboardInterrupt
-            print(f"\n{signal.Signals(signum).name}: stopping containers gracefully (they commit)", file=sys.stderr)
-            self._stop.set()
-
-        previous: dict[int, Any] = {}
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            previous[signum] = signal.signal(signum, on_signal)
-        return previous
 
 
 def _python_paths(config: Config) -> list[str]:
