@@ -73,7 +73,9 @@ class StateHarness:
         container.restore({task: (storage, checkpoint if checkpoint is not None else self.checkpoint)})
         return Opened(container, storage, producers)
 
-    def commit(self, opened: Opened, *, stop_after: str | None = None) -> CheckpointV2 | None:
+    def commit(
+        self, opened: Opened, *, stop_after: str | None = None, write_versions: tuple[int, ...] = (1, 2)
+    ) -> CheckpointV2 | None:
         """Snapshot → upload → checkpoint (kept as ``self.checkpoint``) → cleanup; ``stop_after`` ends
         the commit after ``snapshot``, ``upload`` or ``checkpoint`` as a crash there would."""
         self.offset += 1
@@ -88,7 +90,7 @@ class StateHarness:
         offsets: dict[SystemStreamPartition, str | None] = {INPUT: str(self.offset)}
         v2 = CheckpointV2(checkpoint_id, offsets, uploaded)
         v1 = CheckpointV1({**offsets, **opened.storage.changelog_offsets(checkpoint_id, uploaded)})
-        opened.storage.write_local_checkpoint(checkpoint_id, [v1, v2])
+        opened.storage.write_local_checkpoint(checkpoint_id, [c for c in (v1, v2) if c.version in write_versions])
         self.checkpoint = v2
         self.v1 = v1
         if stop_after == "checkpoint":

@@ -36,6 +36,7 @@ from millstream.storage.backends.base import (
     TaskBackendContext,
     TaskBackupManager,
 )
+from millstream.storage.backends.changelog.marker import parse_v1_entry
 from millstream.storage.backends.registry import backup_factories, restore_factories, restore_factory_for
 from millstream.storage.changelog_partitions import changelog_partition
 from millstream.storage.factory import StorageEngineFactory, storage_engine_factory
@@ -236,8 +237,12 @@ class TaskStorageManager:
                     write_checkpoint_file(directory, checkpoint)
                 elif isinstance(checkpoint, CheckpointV1) and entry.spec.changelog is not None:
                     ssp = entry.spec.changelog
-                    if ssp in checkpoint.offsets:
-                        write_offset_file(directory, {ssp: checkpoint.offsets[ssp]})
+                    # Samza's OFFSET-v2 holds the changelog offset itself, and no file for an empty changelog.
+                    _, offset = parse_v1_entry(
+                        checkpoint.offsets.get(ssp), f"changelog offset of store {entry.spec.name}"
+                    )
+                    if offset is not None:
+                        write_offset_file(directory, {ssp: offset})
 
     def cleanup(self, checkpoint_id: CheckpointId, markers: Mapping[str, Mapping[str, str]]) -> None:
         """After ``checkpoint_id`` is durable: backends delete what it no longer needs, then the older

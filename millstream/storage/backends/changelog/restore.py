@@ -198,9 +198,10 @@ class ChangelogTaskRestoreManager(TaskRestoreManager):
                 if marker.changelog_ssp == ssp:
                     return marker.changelog_offset
         offsets = read_offset_file(directory)
-        if offsets is not None and ssp in offsets:
-            return offsets[ssp]
-        return None
+        if offsets is None or ssp not in offsets:
+            return None
+        # The offset itself (Samza's format); directories written before held the V1 entry "<id>:<offset>".
+        return parse_v1_entry(offsets[ssp], f"{self._where(spec.name)} file {directory}")[1]
 
     def restore(self) -> None:
         for plan in self.plans:

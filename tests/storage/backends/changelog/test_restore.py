@@ -14,7 +14,7 @@ from millstream.model import SystemStream, SystemStreamPartition
 from millstream.storage.backends.changelog.marker import ChangelogStateCheckpointMarker, parse_v1_entry, v1_entry
 from millstream.storage.backends.changelog.restore import ChangelogTaskRestoreManager
 from millstream.storage.backends.registry import state_backend_factory_class
-from millstream.storage.layout import checkpoint_dirs
+from millstream.storage.layout import checkpoint_dirs, read_offset_file, write_offset_file
 from millstream.testing import read_stream
 from tests.storage.harness import INPUT, Opened, StateHarness, state_config
 
@@ -39,6 +39,12 @@ def plans(opened: Opened, checkpoint: object) -> list:
     manager = ChangelogTaskRestoreManager(opened.storage.backend_context(["counts"]), MARKER_KEY)
     manager.init(checkpoint)  # type: ignore[arg-type]
     return manager.plans
+
+
+def local_checkpoint_dirs(h: StateHarness) -> list[Path]:
+    """The store's checkpoint directories of the harness's last commit."""
+    assert h.checkpoint is not None
+    return [d for d in Path(h.config["job.data.dir"]).rglob(f"*-{h.checkpoint.checkpoint_id}") if d.is_dir()]
 
 
 def crash(opened: Opened) -> None:
@@ -223,3 +229,44 @@ def test_older_checkpoint_dirs_are_deleted_after_a_commit(tmp_path: Path) -> Non
     assert checkpoint is not None
     assert list(checkpoint_dirs(store_dir)) == [checkpoint.checkpoint_id]
     opened.close()
+
+
+def test_a_restart_from_a_v1_checkpoint_reuses_the_local_checkpoint_dir(tmp_path: Path) -> None:
+    """With ``task.checkpoint.write.versions=1`` the directory records the changelog offset in
+    ``OFFSET-v2`` as Samza does (the offset, not the V1 entry), so a restart reuses it."""
+    h = harness(tmp_path)
+    opened = h.open()
+    opened.store.put_all({f"k{i}": i for i in range(100)})
+    h.commit(opened, write_versions=(1,))
+    opened.store.put("late", 1)
+    crash(opened)
+    (directory,) = local_checkpoint_dirs(h)
+    assert read_offset_file(directory) == {CHANGELOG: "99"}
+    probe = h.open(h.v1)
+    (plan,) = plans(probe, h.v1)
+    assert plan.retained_dir == directory and plan.start is None
+    assert contents(probe) == {f"k{i}": i for i in range(100)}
+    probe.close()
+
+
+def test_a_local_checkpoint_dir_of_an_empty_changelog_has_no_offset_file(tmp_path: Path) -> None:
+    h = harness(tmp_path)
+    opened = h.open()
+    h.commit(opened, write_versions=(1,), stop_after="checkpoint")
+    directories = local_checkpoint_dirs(h)
+    assert directories and all(not (d / "OFFSET-v2").exists() for d in directories)
+    opened.close()
+
+
+def test_an_offset_file_holding_a_v1_entry_is_still_read_as_its_offset(tmp_path: Path) -> None:
+    h = harness(tmp_path)
+    opened = h.open()
+    opened.store.put_all({"a": 1, "b": 2})
+    h.commit(opened, write_versions=(1,))
+    crash(opened)
+    (directory,) = local_checkpoint_dirs(h)
+    write_offset_file(directory, {CHANGELOG: v1_entry(h.checkpoint.checkpoint_id, "1")})  # type: ignore[union-attr]
+    probe = h.open(h.v1)
+    (plan,) = plans(probe, h.v1)
+    assert plan.retained_dir == directory and plan.start is None
+    probe.close()
