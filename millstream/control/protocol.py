@@ -144,6 +144,7 @@ class ControlProtocol:
     def on_source_message(self, ssp: SystemStreamPartition, timestamp: int) -> None:
         """A source partition delivered a message with this event time (the hot path: one lookup)."""
         self.source_marks[ssp.system_stream].observe(ssp, timestamp)
+        self.changed = True
 
     def on_end_of_stream(self, ssp: SystemStreamPartition) -> ControlEvents:
         """A source partition ended in the system: finish its stream, or raise the stream's watermark.
@@ -164,9 +165,9 @@ class ControlProtocol:
         aggregate partition's task), declare the partition ended, and finish or advance its stream."""
         consumed = self.consumed[ssp.system_stream]
         result = self.reconciler.apply(ssp, message)
+        self.changed = True  # a producer's watermark or end-of-stream may be recorded without a result
         if result.watermark is None and not result.end_of_stream:
             return NO_EVENTS
-        self.changed = True
         sends = self._rebroadcast(consumed, ssp, message, result)
         if not result.end_of_stream:
             return ControlEvents(sends=sends, advance=((consumed.stream, self._stream_watermark(consumed)),))

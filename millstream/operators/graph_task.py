@@ -58,7 +58,6 @@ from millstream.control.protocol import (
     ProtocolSettings,
     SourceInput,
 )
-from millstream.control.reconciliation import ControlReconciler
 from millstream.control.replay import Comparator, ReplayFilter
 from millstream.control.state import ControlStateStore
 from millstream.errors import MillstreamError
@@ -334,10 +333,6 @@ class TaskGraph:
     def ended(self) -> set[SystemStreamPartition]:
         """Input partitions that reached end-of-stream."""
         return self.control.ended
-
-    @property
-    def reconciler(self) -> ControlReconciler:
-        return self.control.reconciler
 
     @property
     def offsets(self) -> dict[SystemStreamPartition, str]:
