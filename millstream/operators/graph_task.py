@@ -1,25 +1,28 @@
 """``OperatorGraphTask``: the StreamTask of every high-level job, and ``TaskGraph``, its testable core.
 
 A task reads two kinds of partitions. *Source* partitions carry the user's messages, decoded by the
-run loop with the descriptors' serdes; their watermark is the newest event time minus the allowed
-out-of-orderness, emitted every ``task.window.ms``, and their end-of-stream comes from the system.
-*Intermediate* partitions carry framed records (``millstream.control.framing``), read as raw bytes:
-user messages are decoded here with the ``partition_by``'s serdes, control messages are reconciled per
-partition (``millstream.control.reconciliation``). A partition that reconciled end-of-stream is
-declared finished to the runtime (``coordinator.end_of_stream``), which stops polling it.
+run loop with the descriptors' serdes. *Intermediate* partitions carry framed records
+(``millstream.control.framing``), read as raw bytes: user messages are decoded here with the
+``partition_by``'s serdes and go into the operators; control messages go to the task's
+``ControlProtocol`` (``millstream.control.protocol``), which owns everything about watermarks and
+end-of-stream — reconciliation, what to send where, what to defer, what to re-send after a restart —
+and answers with ``ControlEvents`` this module carries out: frames to write, partitions to declare
+ended to the runtime (``coordinator.end_of_stream``, which stops polling them), input operators whose
+watermark to raise or which to finish. A ``partition_by``'s watermarks and end-of-stream go to the
+protocol the same way. The protocol never sees an operator; the operators never see a control message.
 
-The task's watermark is the minimum over its input partitions; each input operator's watermark is the
-minimum over the task's partitions of its stream; operators downstream take the minimum over their
-inputs (``graph``).
+Each input operator's watermark is the minimum over the task's partitions of its stream; operators
+downstream take the minimum over their inputs (``graph``).
 
 **Restarts.** At every commit, after the output was flushed and before the checkpoint, the task writes
-its whole state — reconciliation per intermediate partition, event-time progress per source partition,
-watermarks and end-of-stream per operator, window contents, and the offsets of the last message each of
-them reflects — to the metadata store (``control-state/<task>``). A restarted task loads it and skips
-the envelopes a restart replays up to those offsets (their effects are in the state, and their output
-was flushed before the state was written), so its state is exactly what an uninterrupted run would
-have, and no producer's end-of-stream is forgotten. Reconciliation itself is idempotent as well, so a
-duplicate control message (an upstream task restarted and sent it again) changes nothing.
+its whole state — the protocol's (reconciliation, event-time progress, ended partitions, control messages
+in flight), watermarks and end-of-stream per operator, window contents, and the offsets of the last
+message each of them reflects — to the metadata store (``control-state/<task>``). A restarted task loads
+it and skips the envelopes a restart replays up to those offsets (``millstream.control.replay``: their
+effects are in the state, and their output was flushed before the state was written), so its state is
+exactly what an uninterrupted run would have, and no producer's end-of-stream is forgotten.
+Reconciliation itself is idempotent as well, so a duplicate control message (an upstream task restarted
+and sent it again) changes nothing.
 """
 
 from __future__ import annotations
@@ -44,16 +47,18 @@ from millstream.api.task import (
     TaskCoordinator,
     WindowableTask,
 )
-from millstream.control.framing import MessageType, frame_control_message, frame_user_message, unframe
-from millstream.control.messages import (
-    MAX_WATERMARK,
-    ControlMessage,
-    EndOfStreamMessage,
-    WatermarkMessage,
+from millstream.control.framing import MessageType, frame_user_message, unframe
+from millstream.control.protocol import (
+    NO_EVENTS,
+    ConsumedStream,
+    ControlEvents,
+    ControlProtocol,
+    ControlSend,
+    ProducedStream,
+    ProtocolSettings,
+    SourceInput,
 )
-from millstream.control.reconciliation import ControlReconciler
-from millstream.control.sender import aggregate_partition, control_targets, rebroadcast_targets
-from millstream.control.source import SourceWatermarks
+from millstream.control.replay import Comparator, ReplayFilter
 from millstream.control.state import ControlStateStore
 from millstream.errors import MillstreamError
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
@@ -63,7 +68,15 @@ from millstream.serde.base import Serde, SerdeError
 
 log = logging.getLogger(__name__)
 
-Comparator = Callable[[str, str], "int | None"]
+__all__ = [
+    "Comparator",
+    "ControlStats",
+    "GraphSettings",
+    "IntermediateSerdeError",
+    "IntermediateStreamInfo",
+    "OperatorGraphTask",
+    "TaskGraph",
+]
 
 
 class IntermediateSerdeError(MillstreamError):
@@ -78,6 +91,9 @@ class GraphSettings:
     quorum_percentage: float = 0.5
     max_out_of_orderness_ms: int = 0
     """Default of the inputs' bounded out-of-orderness."""
+
+    def protocol(self) -> ProtocolSettings:
+        return ProtocolSettings(self.aggregate, self.idle_timeout_ms, self.quorum_percentage)
 
 
 @dataclass(frozen=True)
@@ -104,35 +120,35 @@ class ControlStats:
 
 
 class _Source:
-    __slots__ = ("impl", "kv", "spec", "ssps", "stream", "timestamp", "watermarks")
+    """How the user's messages of a source stream enter the graph."""
 
-    def __init__(self, spec: InputSpec, impl: InputImpl, ssps: frozenset[SystemStreamPartition], ooo: int) -> None:
+    __slots__ = ("impl", "kv", "spec", "stream", "timestamp")
+
+    def __init__(self, spec: InputSpec, impl: InputImpl) -> None:
         self.spec = spec
         self.stream = spec.descriptor.system_stream
         self.impl = impl
-        self.ssps = ssps
         self.kv = spec.descriptor.kv
         self.timestamp = spec.descriptor.timestamp
-        out_of_orderness = spec.descriptor.max_out_of_orderness_ms
-        self.watermarks = SourceWatermarks(ooo if out_of_orderness is None else out_of_orderness, ssps)
 
 
 class _Intermediate:
-    __slots__ = ("impl", "info", "ssps")
+    """How the user messages of an intermediate stream enter the graph."""
 
-    def __init__(self, info: IntermediateStreamInfo, impl: InputImpl, ssps: frozenset[SystemStreamPartition]) -> None:
+    __slots__ = ("impl", "info")
+
+    def __init__(self, info: IntermediateStreamInfo, impl: InputImpl) -> None:
         self.info = info
         self.impl = impl
-        self.ssps = ssps
 
 
 class _Output:
-    """The producing side of one intermediate stream in this task (``graph.IntermediateOutput``)."""
+    """The producing side of one intermediate stream in this task (``graph.IntermediateOutput``): user
+    messages are written here, control messages go through the protocol."""
 
-    def __init__(self, graph: TaskGraph, info: IntermediateStreamInfo, task_count: int) -> None:
+    def __init__(self, graph: TaskGraph, info: IntermediateStreamInfo) -> None:
         self.graph = graph
         self.info = info
-        self.task_count = task_count
         self.encode_key = info.key_serde.to_bytes
         self.encode_value = info.msg_serde.to_bytes
 
@@ -154,15 +170,15 @@ class _Output:
         stats.user_sent_bytes += len(payload) + (len(key_bytes) if key_bytes else 0)
 
     def watermark(self, watermark: int) -> None:
-        self.graph.send_control(self.info, WatermarkMessage(watermark, self.graph.task_name, self.task_count))
+        self.graph.apply(self.graph.control.on_output_watermark(self.info.stream, watermark))
 
     def end_of_stream(self) -> None:
-        self.graph.send_control(self.info, EndOfStreamMessage(self.graph.task_name, self.task_count))
+        self.graph.apply(self.graph.control.on_output_end_of_stream(self.info.stream))
 
 
 class TaskGraph:
-    """One task's operators, inputs, outputs and control state, free of the metadata store and systems
-    (``OperatorGraphTask`` wires those in), so it can be driven envelope by envelope in tests."""
+    """One task's operators, inputs and outputs, driving its ``ControlProtocol``; free of the metadata
+    store and systems (``OperatorGraphTask`` wires those in), so it can be driven envelope by envelope."""
 
     def __init__(
         self,
@@ -182,57 +198,72 @@ class TaskGraph:
         self.task_name = str(task_name)
         self.settings = settings or GraphSettings()
         self.ssps = ssps
-        self.comparators = dict(comparators or {})
         self.context = GraphContext()
         self.stats = ControlStats()
+        self.replay = ReplayFilter(comparators)
         owned = {ssp.system_stream for ssp in ssps}
-        self._outputs = {
-            info.spec.op_id: _Output(self, info, producer_counts.get(info.spec.op_id, 0))
-            for info in intermediate_outputs
-        }
+        sources = [spec for spec in source_inputs if spec.descriptor.system_stream in owned]
+        consumed = [info for info in intermediate_inputs if info.stream in owned]
+        self._outputs = {info.spec.op_id: _Output(self, info) for info in intermediate_outputs}
         self.graph = OperatorGraph(
             operators,
-            {
-                spec.op_id: (spec, spec.descriptor.system_stream)
-                for spec in source_inputs
-                if spec.descriptor.system_stream in owned
-            },
-            {info.spec.op_id: (info.spec, info.stream) for info in intermediate_inputs if info.stream in owned},
+            {spec.op_id: (spec, spec.descriptor.system_stream) for spec in sources},
+            {info.spec.op_id: (info.spec, info.stream) for info in consumed},
             self._outputs,
             self.context,
             state_factory or InMemoryState,
         )
         self.producing = set(self.graph.live_partition_bys())
         for op_id in self.producing:
-            if self._outputs[op_id].task_count < 1:
+            if producer_counts.get(op_id, 0) < 1:
                 raise MillstreamError(
                     f"task '{self.task_name}': no producer count for partition_by '{op_id}' "
                     "(is the job model published?)"
                 )
-        self._sources: dict[SystemStream, _Source] = {}
-        for spec in source_inputs:
-            stream = spec.descriptor.system_stream
-            if stream in owned:
-                stream_ssps = frozenset(ssp for ssp in ssps if ssp.system_stream == stream)
-                self._sources[stream] = _Source(
-                    spec, self.graph.inputs[stream], stream_ssps, self.settings.max_out_of_orderness_ms
-                )
-        self._intermediates: dict[SystemStream, _Intermediate] = {}
-        for info in intermediate_inputs:
-            if info.stream in owned:
-                stream_ssps = frozenset(ssp for ssp in ssps if ssp.system_stream == info.stream)
-                self._intermediates[info.stream] = _Intermediate(info, self.graph.inputs[info.stream], stream_ssps)
-        self.reconciler = ControlReconciler(self.settings.idle_timeout_ms, self.settings.quorum_percentage, clock)
-        self.reconciler.register(ssp for route in self._intermediates.values() for ssp in route.ssps)
-        self.offsets: dict[SystemStreamPartition, str] = {}
-        self.ended: set[SystemStreamPartition] = set()
-        self._replay_until: dict[SystemStreamPartition, str] = {}
-        self._deferred: list[tuple[SystemStream, int, bytes]] = []
-        """Aggregate mode: control messages waiting for a flush of this task's earlier output."""
-        self._in_flight: list[tuple[SystemStream, int, bytes]] = []
-        """Aggregate mode: control messages sent after the last flush (resent after a restart)."""
-        self._restore_pending = False
+        self._sources = {
+            spec.descriptor.system_stream: _Source(spec, self.graph.inputs[spec.descriptor.system_stream])
+            for spec in sources
+        }
+        self._intermediates = {info.stream: _Intermediate(info, self.graph.inputs[info.stream]) for info in consumed}
+        self.control = self._protocol(sources, consumed, intermediate_outputs, producer_counts, clock)
         self.dirty = False
+        """The offsets or operators changed since the last snapshot (the protocol tracks its own)."""
+
+    def _protocol(
+        self,
+        sources: list[InputSpec],
+        consumed: list[IntermediateStreamInfo],
+        produced: list[IntermediateStreamInfo],
+        producer_counts: Mapping[str, int],
+        clock: Callable[[], float],
+    ) -> ControlProtocol:
+        """The task's control protocol over the partitions it owns and the streams it produces."""
+
+        def owned(stream: SystemStream) -> frozenset[SystemStreamPartition]:
+            return frozenset(ssp for ssp in self.ssps if ssp.system_stream == stream)
+
+        default_ooo = self.settings.max_out_of_orderness_ms
+        return ControlProtocol(
+            self.task_name,
+            self.ssps,
+            sources=[
+                SourceInput(
+                    spec.descriptor.system_stream,
+                    owned(spec.descriptor.system_stream),
+                    default_ooo
+                    if spec.descriptor.max_out_of_orderness_ms is None
+                    else spec.descriptor.max_out_of_orderness_ms,
+                )
+                for spec in sources
+            ],
+            consumed=[ConsumedStream(info.stream, info.partition_count, owned(info.stream)) for info in consumed],
+            produced=[
+                ProducedStream(info.stream, info.partition_count, producer_counts.get(info.spec.op_id, 0))
+                for info in produced
+            ],
+            settings=self.settings.protocol(),
+            clock=clock,
+        )
 
     # --- task calls -------------------------------------------------------------------------------
 
@@ -247,11 +278,8 @@ class TaskGraph:
     ) -> None:
         self._bind(collector, coordinator)
         ssp = envelope.ssp
-        if ssp in self.ended:
+        if ssp in self.control.ended or not self.replay.accept(ssp, envelope.offset):
             return
-        if self._replay_until and ssp in self._replay_until and self._replayed(ssp, envelope.offset):
-            return
-        self.offsets[ssp] = envelope.offset
         self.dirty = True
         try:
             source = self._sources.get(ssp.system_stream)
@@ -272,15 +300,8 @@ class TaskGraph:
     def window(self, collector: MessageCollector, coordinator: TaskCoordinator) -> None:
         """The timer: source watermarks, idle producers, and (aggregate mode) a commit to flush control."""
         self._bind(collector, coordinator)
-        for source in self._sources.values():
-            watermark = source.watermarks.stream_watermark()
-            if not source.impl.ended and watermark > source.impl.input_watermark:
-                self.dirty = True  # windows may fire: the state to persist changes with the watermark
-                source.impl.advance(watermark)
-        for ssp in self.reconciler.check_idle():
-            self.dirty = True
-            self._advance_intermediate(self._intermediates[ssp.system_stream])
-        if self._deferred or self._in_flight:
+        self.apply(self.control.on_timer())
+        if self.control.wants_commit:
             coordinator.commit()
 
     def partition_ended(
@@ -288,29 +309,17 @@ class TaskGraph:
     ) -> None:
         """A partition reached end-of-stream in the runtime: a source's, or one this task declared."""
         self._bind(collector, coordinator)
-        source = self._sources.get(ssp.system_stream)
-        if source is None or ssp in self.ended:
-            return
-        self.ended.add(ssp)
-        self.dirty = True
-        source.watermarks.end(ssp)
-        if self.ended >= source.ssps:
-            source.impl.finish()
-        else:
-            source.impl.advance(source.watermarks.stream_watermark())
+        self.apply(self.control.on_end_of_stream(ssp))
 
     def before_checkpoint(self) -> dict[str, Any] | None:
         """After a flush: control messages sent so far are durable; deferred ones (aggregate mode) go out
         now. Returns the snapshot to persist, or None when nothing changed since the last one."""
-        changed = self.dirty or bool(self._in_flight) or bool(self._deferred)
-        self._in_flight = []
-        if self._deferred:
-            for stream, partition, frame in self._deferred:
-                self._send_frame(stream, partition, frame)
-            self._in_flight, self._deferred = self._deferred, []
+        changed = self.dirty or self.control.unsaved
+        self.apply(self.control.on_flush())
         if not changed:
             return None
         self.dirty = False
+        self.control.saved()
         return self.snapshot()
 
     # --- state ------------------------------------------------------------------------------------
@@ -318,18 +327,36 @@ class TaskGraph:
     @property
     def task_watermark(self) -> int:
         """The minimum watermark over this task's input partitions."""
-        marks = [source.watermarks.watermark(ssp) for source in self._sources.values() for ssp in source.ssps]
-        marks.extend(self.reconciler.watermark(ssp) for route in self._intermediates.values() for ssp in route.ssps)
-        return min(marks, default=MAX_WATERMARK)
+        return self.control.task_watermark
+
+    @property
+    def ended(self) -> set[SystemStreamPartition]:
+        """Input partitions that reached end-of-stream."""
+        return self.control.ended
+
+    @property
+    def offsets(self) -> dict[SystemStreamPartition, str]:
+        """The offset of the last envelope of each partition the state reflects."""
+        return self.replay.offsets
+
+    @property
+    def comparators(self) -> dict[str, Comparator]:
+        """Offset order per system, for skipping what a restart replays."""
+        return self.replay.comparators
+
+    @comparators.setter
+    def comparators(self, comparators: Mapping[str, Comparator]) -> None:
+        self.replay.comparators = dict(comparators)
 
     def snapshot(self) -> dict[str, Any]:
+        control = self.control.snapshot()
         return {
-            "offsets": {ssp.key(): offset for ssp, offset in sorted(self.offsets.items())},
-            "ended": sorted(ssp.key() for ssp in self.ended),
-            "reconciler": self.reconciler.snapshot(),
-            "sources": {str(stream): source.watermarks.snapshot() for stream, source in self._sources.items()},
+            "offsets": self.replay.snapshot(),
+            "ended": control["ended"],
+            "reconciler": control["reconciler"],
+            "sources": control["sources"],
             "operators": self.graph.snapshot(),
-            "in_flight": [[str(stream), partition, frame] for stream, partition, frame in self._in_flight],
+            "in_flight": control["in_flight"],
         }
 
     def restore(
@@ -340,30 +367,9 @@ class TaskGraph:
         ``repositioned`` partitions were moved by a startpoint or ``reset.offset``: what they deliver
         is new input even below the snapshot's offsets, so they are neither skipped nor ended.
         """
-        self.offsets = {
-            SystemStreamPartition.parse_key(key): str(offset)
-            for key, offset in snapshot.get("offsets", {}).items()
-            if SystemStreamPartition.parse_key(key) in self.ssps - repositioned
-        }
-        self._replay_until = dict(self.offsets)
-        self.ended = {
-            ssp
-            for ssp in map(SystemStreamPartition.parse_key, snapshot.get("ended", ()))
-            if ssp in self.ssps - repositioned
-        }
-        self.reconciler.restore(
-            {key: value for key, value in snapshot.get("reconciler", {}).items() if key in {s.key() for s in self.ssps}}
-        )
-        for stream, source in self._sources.items():
-            document = snapshot.get("sources", {}).get(str(stream))
-            if document:
-                source.watermarks.restore(document)
+        self.replay.restore(snapshot.get("offsets", {}), self.ssps - repositioned)
+        self.control.restore(snapshot, repositioned)
         self.graph.restore(snapshot.get("operators", {}))
-        self._in_flight = [
-            (SystemStream.parse(stream), int(partition), bytes(frame))
-            for stream, partition, frame in snapshot.get("in_flight", ())
-        ]
-        self._restore_pending = True
 
     # --- inputs -----------------------------------------------------------------------------------
 
@@ -371,25 +377,9 @@ class TaskGraph:
         context = self.context
         context.collector = collector
         context.coordinator = coordinator
-        if self._restore_pending:
-            self._restore_pending = False
-            for stream, partition, frame in self._in_flight:
-                self._send_frame(stream, partition, frame)
-            for ssp in sorted(self.ended):
-                if ssp.system_stream in self._intermediates:
-                    coordinator.end_of_stream(ssp)
-
-    def _replayed(self, ssp: SystemStreamPartition, offset: str) -> bool:
-        """Whether a restart replays this envelope although the restored state already reflects it."""
-        until = self._replay_until[ssp]
-        compare = self.comparators.get(ssp.system)
-        order = compare(offset, until) if compare is not None else None
-        if order is None:
-            order = _compare_numeric(offset, until)
-        if order is not None and order <= 0:
-            return True
-        del self._replay_until[ssp]
-        return False
+        resumed = self.control.resume()
+        if resumed is not NO_EVENTS:
+            self.apply(resumed)
 
     def _process_source(self, source: _Source, envelope: IncomingMessageEnvelope) -> None:
         message = envelope.message
@@ -404,11 +394,10 @@ class TaskGraph:
                 ) from error
         else:
             timestamp = envelope.timestamp
-        source.watermarks.observe(envelope.ssp, timestamp)
+        self.control.on_source_message(envelope.ssp, timestamp)
         source.impl.process(KV(envelope.key, message) if source.kv else message, timestamp)
 
     def _process_intermediate(self, route: _Intermediate, envelope: IncomingMessageEnvelope) -> None:
-        ssp = envelope.ssp
         kind, payload = unframe(envelope.message, _where(envelope))
         if kind == MessageType.USER_MESSAGE:
             info = route.info
@@ -424,68 +413,41 @@ class TaskGraph:
         assert not isinstance(payload, bytes)
         self.stats.received += 1
         self.stats.received_bytes += len(envelope.message)
-        self._on_control(route, ssp, payload)
+        self.apply(self.control.on_control_message(envelope.ssp, payload))
 
-    def _on_control(self, route: _Intermediate, ssp: SystemStreamPartition, message: ControlMessage) -> None:
-        result = self.reconciler.apply(ssp, message)
-        info = route.info
-        if (
-            self.settings.aggregate
-            and message.task_name is not None
-            and ssp.partition == aggregate_partition(info.stream.stream, info.partition_count)
-        ):
-            copy: ControlMessage | None = None
-            if result.end_of_stream:
-                copy = EndOfStreamMessage(None, 0)
-            elif result.watermark is not None:
-                copy = WatermarkMessage(result.watermark, None, 0)
-            if copy is not None:
-                frame = frame_control_message(copy)
-                for partition in rebroadcast_targets(info.stream.stream, info.partition_count):
-                    self._send_frame(info.stream, partition, frame)
-        if result.end_of_stream:
-            self.ended.add(ssp)
-            assert self.context.coordinator is not None
-            self.context.coordinator.end_of_stream(ssp)
-            if self.ended >= route.ssps:
-                route.impl.finish()
-                return
-        if result.watermark is not None or result.end_of_stream:
-            self._advance_intermediate(route)
+    # --- carrying out the protocol's events -------------------------------------------------------
 
-    def _advance_intermediate(self, route: _Intermediate) -> None:
-        route.impl.advance(min(self.reconciler.watermark(ssp) for ssp in route.ssps))
-
-    # --- control output ---------------------------------------------------------------------------
-
-    def send_control(self, info: IntermediateStreamInfo, message: ControlMessage) -> None:
-        frame = frame_control_message(message)
-        targets = control_targets(info.stream.stream, info.partition_count, self.settings.aggregate)
-        if self.settings.aggregate:
-            self._deferred.extend((info.stream, partition, frame) for partition in targets)
+    def apply(self, events: ControlEvents) -> None:
+        """Do what the protocol asked, in ``ControlEvents``' order."""
+        if events is NO_EVENTS:
             return
-        for partition in targets:
-            self._send_frame(info.stream, partition, frame)
-        if self.context.coordinator is not None:
-            self.context.coordinator.commit()  # flush soon: a watermark is worth little late
+        for send in events.sends:
+            self._send_frame(send)
+        coordinator = self.context.coordinator
+        if events.ended:
+            assert coordinator is not None
+            for ssp in events.ended:
+                coordinator.end_of_stream(ssp)
+        inputs = self.graph.inputs
+        for stream, watermark in events.advance:
+            impl = inputs[stream]
+            if not impl.ended and watermark > impl.input_watermark:
+                self.dirty = True  # windows may fire: the state to persist changes with the watermark
+                impl.advance(watermark)
+        for stream in events.finish:
+            inputs[stream].finish()
+        if events.commit and coordinator is not None:
+            coordinator.commit()  # flush soon: a watermark is worth little late
 
-    def _send_frame(self, stream: SystemStream, partition: int, frame: bytes) -> None:
-        self.context.send(OutgoingMessageEnvelope(stream, frame, None, partition=partition))
+    def _send_frame(self, send: ControlSend) -> None:
+        self.context.send(OutgoingMessageEnvelope(send.stream, send.frame, None, partition=send.partition))
         self.stats.sent += 1
-        self.stats.sent_bytes += len(frame)
+        self.stats.sent_bytes += len(send.frame)
 
 
 def _where(envelope: IncomingMessageEnvelope) -> str:
     ssp = envelope.ssp
     return f"offset {envelope.offset} of stream '{ssp.system}.{ssp.stream}' partition {ssp.partition}"
-
-
-def _compare_numeric(first: str, second: str) -> int | None:
-    try:
-        a, b = int(first), int(second)
-    except (TypeError, ValueError):
-        return None
-    return (a > b) - (a < b)
 
 
 class OperatorGraphTask(

@@ -1,0 +1,302 @@
+"""The control protocol of one task: what it sends, forwards, defers and re-sends, and what its inputs say.
+
+The operator engine (``millstream.operators.graph_task``) drives a ``ControlProtocol`` and carries out
+the ``ControlEvents`` it returns; the protocol itself never touches a collector, coordinator or
+operator, so every rule below can be tested message by message (``tests/control/test_protocol.py``).
+
+*Consuming.* Control messages read from an intermediate partition are reconciled per partition
+(``reconciliation``). A partition that reconciled end-of-stream is declared ended to the runtime; the
+stream is finished once all of the task's partitions of it ended, otherwise its watermark — the minimum
+over the task's partitions — is raised. Source partitions' watermarks come from event times
+(``source``); their end-of-stream comes from the system.
+
+*Producing.* A watermark or end-of-stream of a produced stream is framed with the task's name and the
+number of producing tasks and sent to every partition (broadcast: sent at once, followed by a commit so
+it is flushed soon), or, in aggregate mode, to the aggregate partition only — deferred until a flush made
+the task's earlier output durable (``sender``). The task reading an aggregate partition re-broadcasts
+each reconciled result, without a task name, to the stream's other partitions.
+
+*Restarts.* Aggregate-mode messages sent since the last flush are *in flight*: they are part of the
+snapshot and sent again by the first task call after a restore (a duplicate reconciles to nothing), and
+the intermediate partitions that had ended are declared ended again (the runtime forgot them).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from millstream.control.framing import frame_control_message
+from millstream.control.messages import MAX_WATERMARK, ControlMessage, EndOfStreamMessage, WatermarkMessage
+from millstream.control.reconciliation import ControlReconciler, Reconciled
+from millstream.control.sender import aggregate_partition, control_targets, rebroadcast_targets
+from millstream.control.source import SourceWatermarks
+from millstream.model import SystemStream, SystemStreamPartition
+
+
+@dataclass(frozen=True, slots=True)
+class ProtocolSettings:
+    aggregate: bool = False
+    """Samza's two-phase control messages through one partition (``app.control.aggregation``)."""
+    idle_timeout_ms: int = -1
+    quorum_percentage: float = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class SourceInput:
+    """A source stream the task reads: its partitions and their allowed out-of-orderness."""
+
+    stream: SystemStream
+    ssps: frozenset[SystemStreamPartition]
+    max_out_of_orderness_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumedStream:
+    """An intermediate stream the task reads: the stream's partition count and the task's partitions."""
+
+    stream: SystemStream
+    partition_count: int
+    ssps: frozenset[SystemStreamPartition]
+
+
+@dataclass(frozen=True, slots=True)
+class ProducedStream:
+    """An intermediate stream the task writes, and how many tasks (this one included) produce to it."""
+
+    stream: SystemStream
+    partition_count: int
+    task_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ControlSend:
+    """A framed control message to write to one partition of an intermediate stream."""
+
+    stream: SystemStream
+    partition: int
+    frame: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ControlEvents:
+    """What the engine must do, in this order: write ``sends``, declare ``ended`` partitions to the
+    runtime, raise the watermark of the ``advance`` input streams, finish the ``finish`` input streams,
+    and ask for a commit when ``commit``."""
+
+    sends: tuple[ControlSend, ...] = ()
+    ended: tuple[SystemStreamPartition, ...] = ()
+    advance: tuple[tuple[SystemStream, int], ...] = ()
+    finish: tuple[SystemStream, ...] = ()
+    commit: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.sends or self.ended or self.advance or self.finish or self.commit)
+
+
+NO_EVENTS = ControlEvents()
+
+
+class ControlProtocol:
+    """One task's control state machine over its source, consumed and produced streams (module docstring).
+
+    Not thread-safe: a task's calls come from one thread. ``clock`` (seconds) matters for idle timeouts.
+    """
+
+    def __init__(
+        self,
+        task_name: str,
+        ssps: frozenset[SystemStreamPartition],
+        *,
+        sources: Iterable[SourceInput] = (),
+        consumed: Iterable[ConsumedStream] = (),
+        produced: Iterable[ProducedStream] = (),
+        settings: ProtocolSettings | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.task_name = str(task_name)
+        self.ssps = ssps
+        """Every partition of the task: what a snapshot may restore."""
+        self.settings = settings or ProtocolSettings()
+        self.sources = {source.stream: source for source in sources}
+        self.source_marks = {
+            stream: SourceWatermarks(source.max_out_of_orderness_ms, source.ssps)
+            for stream, source in self.sources.items()
+        }
+        self.consumed = {stream.stream: stream for stream in consumed}
+        self.produced = {stream.stream: stream for stream in produced}
+        self.reconciler = ControlReconciler(self.settings.idle_timeout_ms, self.settings.quorum_percentage, clock)
+        self.reconciler.register(ssp for stream in self.consumed.values() for ssp in stream.ssps)
+        self.ended: set[SystemStreamPartition] = set()
+        """Input partitions (source or intermediate) that reached end-of-stream."""
+        self.deferred: list[ControlSend] = []
+        """Aggregate mode: control messages waiting for a flush of this task's earlier output."""
+        self.in_flight: list[ControlSend] = []
+        """Aggregate mode: control messages sent after the last flush (re-sent after a restart)."""
+        self.changed = False
+        """The state changed since the last ``saved``."""
+        self._resume_pending = False
+
+    # --- inputs -----------------------------------------------------------------------------------
+
+    def on_source_message(self, ssp: SystemStreamPartition, timestamp: int) -> None:
+        """A source partition delivered a message with this event time (the hot path: one lookup)."""
+        self.source_marks[ssp.system_stream].observe(ssp, timestamp)
+        self.changed = True
+
+    def on_end_of_stream(self, ssp: SystemStreamPartition) -> ControlEvents:
+        """A source partition ended in the system: finish its stream, or raise the stream's watermark.
+        Nothing for a partition that already ended or is not a source's."""
+        source = self.sources.get(ssp.system_stream)
+        if source is None or ssp in self.ended:
+            return NO_EVENTS
+        self.ended.add(ssp)
+        self.changed = True
+        marks = self.source_marks[source.stream]
+        marks.end(ssp)
+        if self.ended >= source.ssps:
+            return ControlEvents(finish=(source.stream,))
+        return ControlEvents(advance=((source.stream, marks.stream_watermark()),))
+
+    def on_control_message(self, ssp: SystemStreamPartition, message: ControlMessage) -> ControlEvents:
+        """A control message read from an intermediate partition: reconcile it, forward the result (the
+        aggregate partition's task), declare the partition ended, and finish or advance its stream."""
+        consumed = self.consumed[ssp.system_stream]
+        result = self.reconciler.apply(ssp, message)
+        self.changed = True  # a producer's watermark or end-of-stream may be recorded without a result
+        if result.watermark is None and not result.end_of_stream:
+            return NO_EVENTS
+        sends = self._rebroadcast(consumed, ssp, message, result)
+        if not result.end_of_stream:
+            return ControlEvents(sends=sends, advance=((consumed.stream, self._stream_watermark(consumed)),))
+        self.ended.add(ssp)
+        if self.ended >= consumed.ssps:
+            return ControlEvents(sends=sends, ended=(ssp,), finish=(consumed.stream,))
+        return ControlEvents(sends=sends, ended=(ssp,), advance=((consumed.stream, self._stream_watermark(consumed)),))
+
+    def on_timer(self) -> ControlEvents:
+        """The periodic timer: every source stream's watermark, then consumed streams whose watermark
+        advanced because idle producers stopped holding it back."""
+        advance = [(stream, marks.stream_watermark()) for stream, marks in self.source_marks.items()]
+        for ssp in self.reconciler.check_idle():
+            self.changed = True
+            consumed = self.consumed[ssp.system_stream]
+            advance.append((consumed.stream, self._stream_watermark(consumed)))
+        return ControlEvents(advance=tuple(advance)) if advance else NO_EVENTS
+
+    @property
+    def task_watermark(self) -> int:
+        """The minimum watermark over the task's input partitions."""
+        marks = [
+            self.source_marks[stream].watermark(ssp) for stream, source in self.sources.items() for ssp in source.ssps
+        ]
+        marks.extend(self.reconciler.watermark(ssp) for stream in self.consumed.values() for ssp in stream.ssps)
+        return min(marks, default=MAX_WATERMARK)
+
+    def _stream_watermark(self, consumed: ConsumedStream) -> int:
+        return min(self.reconciler.watermark(ssp) for ssp in consumed.ssps)
+
+    def _rebroadcast(
+        self, consumed: ConsumedStream, ssp: SystemStreamPartition, message: ControlMessage, result: Reconciled
+    ) -> tuple[ControlSend, ...]:
+        """Aggregate mode, in the task of the aggregate partition: producers' reconciled result, without a
+        task name (authoritative), to the stream's other partitions."""
+        stream, count = consumed.stream, consumed.partition_count
+        if (
+            not self.settings.aggregate
+            or message.task_name is None
+            or ssp.partition != aggregate_partition(stream.stream, count)
+        ):
+            return ()
+        copy: ControlMessage
+        if result.end_of_stream:
+            copy = EndOfStreamMessage(None, 0)
+        else:
+            assert result.watermark is not None
+            copy = WatermarkMessage(result.watermark, None, 0)
+        frame = frame_control_message(copy)
+        return tuple(ControlSend(stream, partition, frame) for partition in rebroadcast_targets(stream.stream, count))
+
+    # --- outputs ----------------------------------------------------------------------------------
+
+    def on_output_watermark(self, stream: SystemStream, watermark: int) -> ControlEvents:
+        """The task's watermark of a produced stream advanced."""
+        produced = self.produced[stream]
+        return self._send(produced, WatermarkMessage(watermark, self.task_name, produced.task_count))
+
+    def on_output_end_of_stream(self, stream: SystemStream) -> ControlEvents:
+        """The task will write nothing more to a produced stream."""
+        produced = self.produced[stream]
+        return self._send(produced, EndOfStreamMessage(self.task_name, produced.task_count))
+
+    def _send(self, produced: ProducedStream, message: ControlMessage) -> ControlEvents:
+        """Broadcast now and ask for a commit (a watermark is worth little late), or defer (aggregate)."""
+        frame = frame_control_message(message)
+        targets = control_targets(produced.stream.stream, produced.partition_count, self.settings.aggregate)
+        sends = tuple(ControlSend(produced.stream, partition, frame) for partition in targets)
+        if self.settings.aggregate:
+            self.deferred.extend(sends)
+            return NO_EVENTS
+        return ControlEvents(sends=sends, commit=True)
+
+    @property
+    def wants_commit(self) -> bool:
+        """Aggregate mode: deferred messages wait for a flush, in-flight ones for theirs."""
+        return bool(self.deferred or self.in_flight)
+
+    def on_flush(self) -> ControlEvents:
+        """The task's output was flushed: what was in flight is durable, the deferred messages go out."""
+        self.in_flight, self.deferred = self.deferred, []
+        return ControlEvents(sends=tuple(self.in_flight)) if self.in_flight else NO_EVENTS
+
+    # --- state ------------------------------------------------------------------------------------
+
+    @property
+    def unsaved(self) -> bool:
+        """Whether a snapshot now differs from the last saved one."""
+        return self.changed or bool(self.in_flight) or bool(self.deferred)
+
+    def saved(self) -> None:
+        self.changed = False
+
+    def snapshot(self) -> dict[str, Any]:
+        """The persisted document's control part (key names are the stored format: keep them)."""
+        return {
+            "ended": sorted(ssp.key() for ssp in self.ended),
+            "reconciler": self.reconciler.snapshot(),
+            "sources": {str(stream): marks.snapshot() for stream, marks in self.source_marks.items()},
+            "in_flight": [[str(send.stream), send.partition, send.frame] for send in self.in_flight],
+        }
+
+    def restore(
+        self, snapshot: Mapping[str, Any], repositioned: frozenset[SystemStreamPartition] = frozenset()
+    ) -> None:
+        """Load a snapshot taken at a commit; ``resume`` then re-sends and re-declares what it must.
+
+        ``repositioned`` partitions were moved by a startpoint or ``reset.offset``: what they deliver is
+        new input, so they are not restored as ended.
+        """
+        keep = self.ssps - repositioned
+        self.ended = {ssp for ssp in map(SystemStreamPartition.parse_key, snapshot.get("ended", ())) if ssp in keep}
+        keys = {ssp.key() for ssp in self.ssps}
+        self.reconciler.restore({key: value for key, value in snapshot.get("reconciler", {}).items() if key in keys})
+        for stream, marks in self.source_marks.items():
+            document = snapshot.get("sources", {}).get(str(stream))
+            if document:
+                marks.restore(document)
+        self.in_flight = [
+            ControlSend(SystemStream.parse(stream), int(partition), bytes(frame))
+            for stream, partition, frame in snapshot.get("in_flight", ())
+        ]
+        self._resume_pending = True
+
+    def resume(self) -> ControlEvents:
+        """At the first task call after ``restore``: re-send the in-flight messages and re-declare the
+        ended intermediate partitions; nothing afterwards."""
+        if not self._resume_pending:
+            return NO_EVENTS
+        self._resume_pending = False
+        ended = tuple(ssp for ssp in sorted(self.ended) if ssp.system_stream in self.consumed)
+        return ControlEvents(sends=tuple(self.in_flight), ended=ended)
