@@ -16,8 +16,8 @@ from millstream.job_model import ContainerModel, JobModel, TaskModel
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStreamPartition, TaskName
-from millstream.storage.managers.stores import ContainerStorageManager, TaskStorageManager
 from millstream.storage.managers.resources import prepare_state_resources
+from millstream.storage.managers.stores import ContainerStorageManager, TaskStorageManager
 from millstream.systems.base import StreamSpec
 from millstream.systems.log.factory import LogSystemFactory
 from millstream.systems.producers import ProducerPool

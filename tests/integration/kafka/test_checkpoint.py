@@ -4,7 +4,6 @@ corrupt records with validation on and off, and fenced writes."""
 from __future__ import annotations
 
 import threading
-import threading
 import time
 import uuid
 
