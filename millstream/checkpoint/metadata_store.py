@@ -9,10 +9,16 @@ of Samza's checkpoint topic).
 Every write is fenced: it is a ``compare_and_put`` that also requires the job to be at the writer's
 generation and the writer's container to be at the writer's attempt, so a zombie container (an older
 generation, or an earlier attempt of the same container) can never overwrite a newer checkpoint.
+
+A record that cannot be read fails the read (``task.checkpoint.validation.enabled``, the default). With
+validation off, each write first keeps the record it replaces (``checkpoint-v<N>-previous``), and an
+unreadable record is skipped with a warning in favour of that previous one — the fallback Samza's
+checkpoint topic gives by holding older records — or, failing that, of the task's other versions.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 
@@ -33,9 +39,13 @@ from millstream.metadata.base import FencedError, MetadataStore
 from millstream.metadata.coordination import writer_expectation
 from millstream.model import TaskName
 
+log = logging.getLogger(__name__)
+
 CHECKPOINT_V1_NAMESPACE = "checkpoint-v1"
 CHECKPOINT_V2_NAMESPACE = "checkpoint-v2"
 CHECKPOINT_NAMESPACES = {1: CHECKPOINT_V1_NAMESPACE, 2: CHECKPOINT_V2_NAMESPACE}
+PREVIOUS_NAMESPACES = {version: f"{namespace}-previous" for version, namespace in CHECKPOINT_NAMESPACES.items()}
+"""The record each write replaced, kept only when validation is off (there is then something to fall back to)."""
 WRITTEN_AT_NAMESPACE = "checkpoint-written-at"
 """``v<version>:<task>`` → epoch milliseconds of the last write of that record."""
 
@@ -55,6 +65,7 @@ class MetadataStoreCheckpointManager(CheckpointManager):
         *,
         read_versions: Sequence[int] = (1,),
         max_age_ms: int = 600_000,
+        validation: bool = True,
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
         if not read_versions:
@@ -63,6 +74,9 @@ class MetadataStoreCheckpointManager(CheckpointManager):
         self.fence = fence
         self.read_versions = tuple(read_versions)
         self.max_age_ms = max_age_ms
+        self.validation = validation
+        self.skipped = 0
+        """Unreadable records skipped (validation off)."""
         self._clock_ms = clock_ms
 
     def start(self) -> None:
@@ -71,18 +85,51 @@ class MetadataStoreCheckpointManager(CheckpointManager):
     def read_last_checkpoint(self, task_name: TaskName) -> Checkpoint | None:
         candidates = []
         for version in self.read_versions:
-            data = self.store.get(CHECKPOINT_NAMESPACES[version], task_name)
-            if data is not None:
-                checkpoint = _decode(task_name, version, data)
+            checkpoint = self._read_version(task_name, version)
+            if checkpoint is not None:
                 candidates.append((checkpoint, self._written_at(task_name, checkpoint)))
         candidates.sort(key=lambda candidate: candidate[1])
         return select_checkpoint(candidates, self.read_versions, self.max_age_ms)
 
+    def _read_version(self, task_name: TaskName, version: int) -> Checkpoint | None:
+        data = self.store.get(CHECKPOINT_NAMESPACES[version], task_name)
+        if data is None:
+            return None
+        try:
+            return _decode(task_name, version, data)
+        except CheckpointFormatError as error:
+            if self.validation:
+                raise CheckpointFormatError(
+                    f"{error} (set task.checkpoint.validation.enabled=false to fall back to the previous checkpoint)"
+                ) from None
+            self.skipped += 1
+            previous = self.store.get(PREVIOUS_NAMESPACES[version], task_name)
+            log.warning(
+                "%s: skipped (task.checkpoint.validation.enabled=false)%s",
+                error,
+                "; reading the previous checkpoint" if previous is not None else "",
+            )
+            if previous is None:
+                return None
+            try:
+                return _decode(task_name, version, previous)
+            except CheckpointFormatError as previous_error:
+                log.warning("%s: skipped too", previous_error)
+                return None
+
     def write_checkpoint(self, task_name: TaskName, checkpoint: Checkpoint) -> None:
         fence = require_fence(self.fence, f"write the checkpoint of task '{task_name}'")
         expectation = writer_expectation(fence.generation, fence.container_id, fence.epoch)
-        accepted = self.store.compare_and_put(
-            CHECKPOINT_NAMESPACES[checkpoint.version], task_name, serialize_checkpoint(checkpoint), expectation
+        namespace = CHECKPOINT_NAMESPACES[checkpoint.version]
+        accepted = True
+        if not self.validation:
+            replaced = self.store.get(namespace, task_name)
+            if replaced is not None:
+                accepted = self.store.compare_and_put(
+                    PREVIOUS_NAMESPACES[checkpoint.version], task_name, replaced, expectation
+                )
+        accepted = accepted and self.store.compare_and_put(
+            namespace, task_name, serialize_checkpoint(checkpoint), expectation
         )
         if accepted:
             now = str(self._clock_ms()).encode()
@@ -116,7 +163,7 @@ class MetadataStoreCheckpointManager(CheckpointManager):
                 f"clearing checkpoints refused: container '{self.fence.container_id}' "
                 f"(generation {self.fence.generation}, attempt {self.fence.epoch}) has been superseded"
             )
-        for namespace in (*CHECKPOINT_NAMESPACES.values(), WRITTEN_AT_NAMESPACE):
+        for namespace in (*CHECKPOINT_NAMESPACES.values(), *PREVIOUS_NAMESPACES.values(), WRITTEN_AT_NAMESPACE):
             self.store.delete_all(namespace, list(self.store.all(namespace)))
 
     def _written_at(self, task_name: TaskName, checkpoint: Checkpoint) -> int:
@@ -149,5 +196,9 @@ class MetadataStoreCheckpointManagerFactory(CheckpointManagerFactory):
     ) -> CheckpointManager:
         task = TaskConfig.of(config)
         return MetadataStoreCheckpointManager(
-            store, fence, read_versions=task.checkpoint_read_versions, max_age_ms=task.live_checkpoint_max_age_ms
+            store,
+            fence,
+            read_versions=task.checkpoint_read_versions,
+            max_age_ms=task.live_checkpoint_max_age_ms,
+            validation=task.checkpoint_validation_enabled,
         )

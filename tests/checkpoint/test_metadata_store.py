@@ -11,7 +11,12 @@ import pytest
 from millstream.checkpoint.base import CheckpointManager, ReadOnlyCheckpointManagerError, WriterFence
 from millstream.checkpoint.checkpoint import CheckpointFormatError, CheckpointV1
 from millstream.checkpoint.factory import CheckpointManagerFactory, checkpoint_manager
-from millstream.checkpoint.metadata_store import CHECKPOINT_V1_NAMESPACE, MetadataStoreCheckpointManager
+from millstream.checkpoint.metadata_store import (
+    CHECKPOINT_V1_NAMESPACE,
+    CHECKPOINT_V2_NAMESPACE,
+    PREVIOUS_NAMESPACES,
+    MetadataStoreCheckpointManager,
+)
 from millstream.config.core import Config
 from millstream.errors import ConfigError
 from millstream.metadata.base import FencedError, MetadataStore
@@ -154,6 +159,47 @@ def test_corrupt_stored_checkpoint_raises_format_error_naming_the_task(store: Sq
         manager.read_all()
 
 
+def test_with_validation_a_corrupt_checkpoint_fails_and_says_how_to_fall_back(
+    store: SqliteMetadataStore, fence: WriterFence
+) -> None:
+    MetadataStoreCheckpointManager(store, fence).write_checkpoint(TASK, checkpoint("5"))
+    store.put(CHECKPOINT_V1_NAMESPACE, TASK, b"{not json")
+    with pytest.raises(CheckpointFormatError, match=r"Partition 0.*task\.checkpoint\.validation\.enabled=false"):
+        MetadataStoreCheckpointManager(store).read_last_checkpoint(TASK)
+    assert store.all(PREVIOUS_NAMESPACES[1]) == {}, "with validation on, nothing is kept beside the checkpoint"
+
+
+def test_without_validation_a_corrupt_checkpoint_falls_back_to_the_one_it_replaced(
+    store: SqliteMetadataStore, fence: WriterFence
+) -> None:
+    writer = MetadataStoreCheckpointManager(store, fence, validation=False)
+    for offset in ("5", "9"):
+        writer.write_checkpoint(TASK, checkpoint(offset))
+    store.put(CHECKPOINT_V1_NAMESPACE, TASK, b"{not json")
+    reader = MetadataStoreCheckpointManager(store, validation=False)
+    assert reader.read_last_checkpoint(TASK) == checkpoint("5")
+    assert reader.read_all() == {TASK: checkpoint("5")}
+    assert reader.skipped == 2
+
+
+def test_without_validation_a_corrupt_first_checkpoint_reads_as_none(store: SqliteMetadataStore) -> None:
+    store.put(CHECKPOINT_V1_NAMESPACE, TASK, b"{not json")
+    assert MetadataStoreCheckpointManager(store, validation=False).read_last_checkpoint(TASK) is None
+
+
+def test_without_validation_a_corrupt_v2_yields_to_the_tasks_v1(store: SqliteMetadataStore, fence: WriterFence) -> None:
+    writer = MetadataStoreCheckpointManager(store, fence, validation=False)
+    writer.write_checkpoint(TASK, checkpoint("7"))
+    store.put(CHECKPOINT_V2_NAMESPACE, TASK, b"{not json")
+    reader = MetadataStoreCheckpointManager(store, read_versions=(2, 1), validation=False)
+    assert reader.read_last_checkpoint(TASK) == checkpoint("7")
+
+
+def test_the_factory_passes_task_checkpoint_validation_enabled(store: SqliteMetadataStore) -> None:
+    manager = checkpoint_manager(Config({"task.checkpoint.validation.enabled": "false"}), store)
+    assert isinstance(manager, MetadataStoreCheckpointManager) and manager.validation is False
+
+
 def test_factory_defaults_to_the_metadata_store_manager(store: SqliteMetadataStore, fence: WriterFence) -> None:
     manager = checkpoint_manager(Config({}), store, fence)
     assert isinstance(manager, MetadataStoreCheckpointManager)
@@ -187,7 +233,7 @@ def test_factory_rejects_a_class_that_is_not_a_checkpoint_manager_factory(store:
 # --- V2 records, read versions, live max age, rollback ---
 
 from millstream.checkpoint.checkpoint import CheckpointId, CheckpointV2  # noqa: E402
-from millstream.checkpoint.metadata_store import CHECKPOINT_V2_NAMESPACE, WRITTEN_AT_NAMESPACE  # noqa: E402
+from millstream.checkpoint.metadata_store import WRITTEN_AT_NAMESPACE  # noqa: E402
 
 
 def v2(offset: str, millis: int = 1) -> CheckpointV2:
