@@ -86,3 +86,11 @@ class FailsOnPoison(PassThrough):
         if envelope.message == "poison":
             raise ValueError(f"poison message at offset {envelope.offset}")
         super().process(envelope, collector, coordinator)
+
+
+class CommitsEachMessageFailsOnPoison(FailsOnPoison):
+    """Requests a commit after every message (``coordinator.commit()``), and raises on ``"poison"``."""
+
+    def process(self, envelope, collector, coordinator):
+        super().process(envelope, collector, coordinator)
+        coordinator.commit()

@@ -224,8 +224,10 @@ class TaskInstance:
             process(envelope, collector, coordinator)
             last[ssp] = envelope.offset
             count += 1
-            if coordinator.requested and self._handle_requests():
-                break
+            if coordinator.requested:
+                self._updated.add(ssp)  # a commit the task requests covers this message: its startpoint goes
+                if self._handle_requests():
+                    break
             if monotonic() >= deadline:
                 break
         if count:

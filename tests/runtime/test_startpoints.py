@@ -88,3 +88,23 @@ def test_a_crash_before_the_first_commit_applies_the_startpoint_again(tmp_path):
     before = len(output_origins(config))
     assert InProcessRunner(config).run(timeout=30).outcome == "failed"
     assert len(output_origins(config)) == before + 3  # replayed 0, 1, 2 from the startpoint again
+
+
+def test_a_commit_the_task_requests_on_the_first_message_removes_the_startpoint_it_covers(tmp_path):
+    """The startpoint goes with the first commit whose checkpoint covers a processed message of its partition,
+    also when the task requests that commit in the middle of a batch: a crash right after must not apply it again."""
+    config = job_config(tmp_path, task="tests.jobs:CommitsEachMessageFailsOnPoison", task__commit__ms=3_600_000)
+    create_stream(config, "in", 1)
+    create_stream(config, "out", 1)
+    from millstream.model import SystemStream
+    from millstream.testing import write_stream
+
+    write_stream(config, SystemStream("log", "in"), [("k", 0), ("k", 1), ("k", 2)])
+    run_until_read(config, 3)
+    set_startpoints(config, "log.in", StartpointSpecific("2"))
+    write_stream(config, SystemStream("log", "in"), [("k", "poison")])
+    assert InProcessRunner(config).run(timeout=30).outcome == "failed"
+    assert fan_outs(config) == {}, "the commit covering offset 2 must have removed the startpoint"
+    before = len(output_origins(config))
+    assert InProcessRunner(config).run(timeout=30).outcome == "failed"
+    assert len(output_origins(config)) == before, "resumed after the checkpoint: nothing replayed"
