@@ -162,3 +162,21 @@ def test_apply_restarts_a_running_job_with_the_new_startpoint(spark_local, tmp_p
     seen = counts(config)
     assert seen[0] == collections.Counter(list(range(50)) + list(range(10, 50)))
     assert seen[1] == collections.Counter(range(50))
+
+
+def test_a_commit_requested_on_the_first_message_removes_the_startpoint_so_retries_do_not_replay(spark_local, tmp_path):
+    config = job_config(tmp_path, task="tests.jobs:CommitsEachMessageFailsOnPoison", task__commit__ms=3_600_000)
+    create_stream(config, "in", 1)
+    create_stream(config, "out", 1)
+    write_stream(config, SystemStream("log", "in"), [("k", 0), ("k", 1), ("k", 2)])
+    runner = SparkJobRunner(config, spark=spark_local)
+    threading.Thread(target=lambda: wait_for(lambda: checkpointed(config) >= 3, 60) and runner.request_stop()).start()
+    assert runner.run().outcome == "stopped"
+    set_startpoints(config, "log.in", StartpointSpecific("2"))
+    write_stream(config, SystemStream("log", "in"), [("k", "poison")])
+
+    failed = SparkJobRunner(config, spark=spark_local).run()
+    assert failed.outcome == "failed" and "poison message at offset 3" in (failed.error or "")
+    assert StartpointManager(metadata_store(config)).all_fan_outs() == {}
+    # the first attempt replayed offset 2 from the startpoint and committed it; its retries resumed after it
+    assert counts(config)[0][2] == 2
