@@ -180,6 +180,13 @@ class TaskConfig(ConfigView):
     than this long ago; past it, processing blocks until the upload ends."""
     commit_timeout_ms: int = Field(1_800_000, alias="commit.timeout.ms", ge=1)
     """How long a blocked commit waits for the previous upload before the container fails."""
+    commit_skip_during_failures: Bool = Field(False, alias="commit.skip.commit.during.failures.enabled")
+    """Tolerate failed uploads and commit timeouts up to the limits below (the commit is skipped, processing
+    goes on, the next commit covers it) instead of failing the container at the first one."""
+    commit_skip_exception_max_limit: int = Field(5, alias="commit.skip.commit.exception.max.limit", ge=0)
+    """Failed commits a container attempt tolerates when skipping is enabled; the next one fails it."""
+    commit_skip_timeout_max_limit: int = Field(2, alias="commit.skip.commit.timeout.max.limit", ge=0)
+    """Commit timeouts a container attempt tolerates when skipping is enabled; the next one fails it."""
     checkpoint_write_versions: CheckpointVersions = Field(
         "1,2", alias="checkpoint.write.versions", validate_default=True, min_length=1
     )

@@ -130,6 +130,9 @@ class CommitSettings:
     write_versions: tuple[int, ...] = (1, 2)
     pause: Callable[[str], None] = field(default=lambda point: None, compare=False)
     """Testing hook at the commit points (``storage.faults``)."""
+    skip_during_failures: bool = False
+    max_skipped_exceptions: int = 5
+    max_skipped_timeouts: int = 2
 
     @classmethod
     def of(cls, config: Config, pause: Callable[[str], None] | None = None) -> CommitSettings:
@@ -139,6 +142,9 @@ class CommitSettings:
             task.commit_timeout_ms,
             tuple(task.checkpoint_write_versions),
             pause or (lambda point: None),
+            task.commit_skip_during_failures,
+            task.commit_skip_exception_max_limit,
+            task.commit_skip_timeout_max_limit,
         )
 
 
@@ -197,6 +203,10 @@ class TaskInstance:
         self._commit_failure: tuple[CheckpointId, BaseException] | None = None
         self.commits_skipped = 0
         self.commits_blocked = 0
+        self.commits_timed_out = 0
+        """Blocked commits that gave up waiting and were skipped (``task.commit.skip.commit.*``)."""
+        self.commit_failures_skipped = 0
+        """Failed commits tolerated (``task.commit.skip.commit.*``); the next commit covers their offsets."""
         self.last_checkpoint: Checkpoint | None = None
 
     def init(self) -> None:
@@ -274,7 +284,8 @@ class TaskInstance:
                 "%s: commit %s still uploading after %.0f ms (task.commit.max.delay.ms=%d): processing waits for it",
                 self.task_name, self._in_flight_id, delay_ms, self.commit_settings.max_delay_ms,
             )  # fmt: skip
-            self._wait_for_commit()
+            if not self._wait_for_commit(tolerate_timeout=True):
+                return  # tolerated: the upload goes on, and the next commit waits for it again
             self._raise_commit_failure()
         storage = self.storage
         if self.last_processed == self._snapshotted and not (storage is not None and storage.dirty):
@@ -349,26 +360,62 @@ class TaskInstance:
         if storage is not None:
             storage.cleanup(checkpoint_id, uploaded)
 
-    def _wait_for_commit(self) -> None:
+    def _wait_for_commit(self, tolerate_timeout: bool = False) -> bool:
+        """Wait for the commit in flight; False when it outlasted ``task.commit.timeout.ms`` and the timeout
+        is tolerated (``task.commit.skip.commit.during.failures.enabled``), else that raises."""
         in_flight = self._in_flight
         if in_flight is None:
-            return
-        timeout = self.commit_settings.timeout_ms / 1000
-        done, _ = wait_for([in_flight], timeout)
-        if not done:
-            raise CommitTimeoutError(
-                f"task '{self.task_name}': commit {self._in_flight_id} did not finish uploading within "
-                f"task.commit.timeout.ms={self.commit_settings.timeout_ms}"
+            return True
+        settings = self.commit_settings
+        done, _ = wait_for([in_flight], settings.timeout_ms / 1000)
+        if done:
+            self._in_flight = None
+            return True
+        what = (
+            f"task '{self.task_name}': commit {self._in_flight_id} did not finish uploading within "
+            f"task.commit.timeout.ms={settings.timeout_ms}"
+        )
+        if (
+            tolerate_timeout
+            and settings.skip_during_failures
+            and self.commits_timed_out < settings.max_skipped_timeouts
+        ):
+            self.commits_timed_out += 1
+            log.warning(
+                "%s: commit skipped (%d of %d timeouts tolerated)",
+                what,
+                self.commits_timed_out,
+                settings.max_skipped_timeouts,
             )
-        self._in_flight = None
+            return False
+        raise CommitTimeoutError(what + _limit_reached(settings, "timeout", self.commits_timed_out))
 
-    def _raise_commit_failure(self) -> None:
+    def _raise_commit_failure(self, tolerate: bool = True) -> None:
+        """Raise the failure of the last asynchronous commit, unless it is one of the failures the
+        container tolerates (``task.commit.skip.commit.*``): its offsets stay uncheckpointed, and the
+        next commit covers them. The final commit of a task is never skipped (``tolerate=False``)."""
         failure = self._commit_failure
-        if failure is not None:
-            checkpoint_id, error = failure
-            raise CommitFailedError(
-                f"task '{self.task_name}': commit {checkpoint_id} failed: {type(error).__name__}: {error}"
-            ) from error
+        if failure is None:
+            return
+        checkpoint_id, error = failure
+        settings = self.commit_settings
+        what = f"task '{self.task_name}': commit {checkpoint_id} failed: {type(error).__name__}: {error}"
+        if (
+            tolerate
+            and settings.skip_during_failures
+            and self.commit_failures_skipped < settings.max_skipped_exceptions
+        ):
+            self.commit_failures_skipped += 1
+            self._commit_failure = None
+            self._snapshotted = {}  # nothing was checkpointed: the next commit must write one, even if idle
+            log.warning(
+                "%s; skipped (%d of %d failures tolerated)",
+                what,
+                self.commit_failures_skipped,
+                settings.max_skipped_exceptions,
+            )
+            return
+        raise CommitFailedError(what + _limit_reached(settings, "exception", self.commit_failures_skipped)) from error
 
     def finish_commits(self) -> None:
         """Before the container returns: wait for the commit in flight, and commit what a skipped
@@ -377,7 +424,7 @@ class TaskInstance:
         self._raise_commit_failure()
         self.commit()
         self._wait_for_commit()
-        self._raise_commit_failure()
+        self._raise_commit_failure(tolerate=False)
 
     def close(self) -> None:
         if isinstance(self.task, ClosableTask):
@@ -404,3 +451,9 @@ class TaskInstance:
         if skipped < len(batch):
             del self._catch_up[ssp]
         return skipped
+
+
+def _limit_reached(settings: CommitSettings, kind: str, tolerated: int) -> str:
+    if not settings.skip_during_failures:
+        return ""
+    return f" (after {tolerated} tolerated: task.commit.skip.commit.{kind}.max.limit)"
