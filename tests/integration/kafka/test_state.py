@@ -86,7 +86,7 @@ def test_four_stateful_tasks_of_one_container_commit_to_the_kafka_checkpoint_top
 @pytest.mark.spark
 def test_four_stateful_tasks_of_one_container_commit_to_kafka_at_once_through_the_spark_runner(tmp_path, bootstrap):
     config, written = four_stateful_tasks_in_one_container(tmp_path, bootstrap)
-    result = SparkJobRunner(config, spark=build_session(config, master="local[2]")).run()
+    result = SparkJobRunner(config, spark=build_session(config, master="local[4]")).run()
     assert result.outcome == "finished", result.error
     assert final_stores(config) == reference(written)
     assert_every_task_checkpointed_its_end(config)
