@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Self
 
 from millstream.checkpoint.checkpoint import Checkpoint
 from millstream.errors import MillstreamError
@@ -44,6 +45,13 @@ def require_fence(fence: WriterFence | None, action: str) -> WriterFence:
 
 
 class CheckpointManager(ABC):
+    def __enter__(self) -> Self:
+        """Leaving stops the manager; entering does not start it."""
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
     def start(self) -> None:  # noqa: B027 - optional hook
         """Open resources; called once."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
+from typing import Self
 
 from millstream.errors import MillstreamError
 
@@ -18,6 +19,13 @@ class FencedError(MillstreamError):
 
 
 class MetadataStore(ABC):
+    def __enter__(self) -> Self:
+        """Leaving closes the store's connection."""
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     @abstractmethod
     def init(self) -> None:
         """Create what the store needs; idempotent."""

@@ -15,8 +15,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -53,6 +54,8 @@ from millstream.systems.producers import ProducerPool
 from millstream.systems.registry import system_factory
 
 log = logging.getLogger(__name__)
+
+_Resource = TypeVar("_Resource", bound=AbstractContextManager[Any])
 
 
 @dataclass
@@ -105,202 +108,298 @@ def run_container(
     store: MetadataStore | None = None,
 ) -> ContainerResult:
     """Run container ``container_id`` of ``job_model`` until its inputs end or it is told to stop."""
-    started = time.monotonic()
-    owns_store = store is None
-    store = store or metadata_store(config)
-    epoch = coordination.start_container_attempt(store, container_id)
-    generation = job_model.generation
-    if coordination.current_generation(store) != generation:
-        raise FencedError(
-            f"container {container_id} belongs to generation {generation}, but the job is at generation "
-            f"{coordination.current_generation(store)}"
-        )
-    fence = WriterFence(generation, container_id, epoch)
-    status = {"pid": os.getpid(), "host": socket.gethostname(), "attempt": epoch, "generation": generation}
-    status.update(executor or {})
-    coordination.report_container_status(store, container_id, {**status, "state": "starting"})
-    log.info("container %s (generation %s, attempt %s) starting", container_id, generation, epoch)
+    return Container(config, job_model, container_id, stop_event=stop_event, executor=executor, store=store).run()
 
-    task_config = TaskConfig.of(config)
-    serdes = SerdeRegistry.from_config(config)
-    model = job_model.containers[container_id]
-    ssps = {ssp for task in model.tasks.values() for ssp in task.ssps}
-    admins = _start_admins(config, {ssp.system for ssp in ssps})
-    producers = ProducerPool(config)
-    consumers: SystemConsumers | None = None
-    checkpoints = make_checkpoint_manager(config, store, fence)
-    checkpoints.start()
-    storage = ContainerStorageManager(config, job_model, container_id, store, producers, serdes)
-    task_storage: dict[Any, TaskStorageManager] = {}
-    adjunct: AdjunctDataStoreManager | None = None
-    adjunct_store: MetadataStore | None = None
-    adjunct_loop: AdjunctLoop | None = None
-    adjunct_consumers: SystemConsumers | None = None
-    try:
-        if adjunct_store_names(config):
-            adjunct_store = metadata_store(config)  # the adjunct loop's own connection: it runs on its own thread
-            adjunct = adjunct_data_store_manager(
-                AdjunctContext(config, job_model, container_id, adjunct_store, serdes, admins)
+
+@dataclass
+class TaskPlan:
+    """Where one task starts, worked out before anything is restored or read."""
+
+    ssps: set[SystemStreamPartition]
+    """The task's partitions that reach ``process`` (adjunct partitions feed stores instead)."""
+    last_checkpoint: Checkpoint | None
+    starts: dict[SystemStreamPartition, str]
+    repositioned: set[SystemStreamPartition]
+    storage: TaskStorageManager | None
+    startpoints: AppliedStartpoints | None
+
+
+class Container:
+    """The composition root of a container: it builds every collaborator of its tasks and owns them.
+
+    ``run`` goes through Samza's phases in order — prepare (fence, admins, producers, checkpoints),
+    plan (each task's start: checkpoint ▸ startpoint ▸ default), restore (stores), bootstrap (adjunct
+    stores), start (tasks, consumers), run (the run loop) and shut down (final commits). Every resource is
+    held in one ``ExitStack`` as it is opened, so it is released in the reverse order, whatever phase
+    failed, and a failure while releasing one never hides the error that ended the container.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        job_model: JobModel,
+        container_id: str,
+        *,
+        stop_event: threading.Event | None = None,
+        executor: dict[str, Any] | None = None,
+        store: MetadataStore | None = None,
+    ) -> None:
+        self.config = config
+        self.job_model = job_model
+        self.container_id = container_id
+        self.model = job_model.containers[container_id]
+        self.ssps = {ssp for task in self.model.tasks.values() for ssp in task.ssps}
+        self.task_config = TaskConfig.of(config)
+        self.serdes = SerdeRegistry.from_config(config)
+        self._stop_event = stop_event
+        self._executor = executor or {}
+        self._given_store = store
+        self._status: dict[str, Any] = {}
+        self._started = time.monotonic()
+
+    def run(self) -> ContainerResult:
+        with ExitStack() as resources:
+            self._resources = resources
+            self._fence()
+            try:
+                self._prepare()
+                plans = self._plan_tasks()
+                self._restore(plans)
+                stop_probe = self._bootstrap_adjunct_stores(_stop_probe(self.store, self.generation, self._stop_event))
+                tasks = self._start_tasks(plans)
+                loop = self._run(tasks, stop_probe)
+                return self._shut_down(loop, tasks)
+            except BaseException as error:
+                self._report("failed", error=str(error))
+                raise
+        raise AssertionError("unreachable: the with block returns or raises")  # pragma: no cover
+
+    # -- phases ---------------------------------------------------------------------------------------
+
+    def _fence(self) -> None:
+        """A new attempt fences off every earlier one, and a container of an older generation never starts."""
+        if self._given_store is None:
+            self.store = self._hold(metadata_store(self.config))
+        else:
+            self.store = self._given_store
+        self.epoch = coordination.start_container_attempt(self.store, self.container_id)
+        self.generation = self.job_model.generation
+        current = coordination.current_generation(self.store)
+        if current != self.generation:
+            raise FencedError(
+                f"container {self.container_id} belongs to generation {self.generation}, but the job is at "
+                f"generation {current}"
             )
-        adjunct_ssps = adjunct.ssps if adjunct is not None else frozenset()
-        main_ssps = {name: task_model.ssps - adjunct_ssps for name, task_model in model.tasks.items()}
-        metadata = _partition_metadata(admins, ssps)
-        offsets = OffsetManager(config, admins)
-        task_class = load_task_class(config)
-        tasks: list[TaskInstance] = []
-        registered: dict[SystemStreamPartition, str] = {}
-        starts: dict[Any, dict[SystemStreamPartition, str]] = {}
-        last_checkpoints = {}
-        startpoints = _startpoint_manager(config, store)
-        applied: dict[Any, AppliedStartpoints] = {}
-        repositioned: dict[Any, set[SystemStreamPartition]] = {}
-        for task_name, task_model in sorted(model.tasks.items(), key=lambda kv: kv[0].sort_key()):
-            checkpoints.register(task_name)
-            last = checkpoints.read_last_checkpoint(task_name)
-            if (task_store := storage.task_storage(task_name, task_model)) is not None:
-                task_storage[task_name] = task_store
+        self.fence = WriterFence(self.generation, self.container_id, self.epoch)
+        self._status = {"pid": os.getpid(), "host": socket.gethostname(), "attempt": self.epoch}
+        self._status.update(generation=self.generation, **self._executor)
+        self._report("starting")
+        log.info("container %s (generation %s, attempt %s) starting", self.container_id, self.generation, self.epoch)
+
+    def _prepare(self) -> None:
+        config = self.config
+        self.admins: dict[str, SystemAdmin] = {}
+        for system in sorted({ssp.system for ssp in self.ssps}):
+            admin = system_factory(config, system).get_admin(system, config)
+            admin.start()
+            self.admins[system] = self._hold(admin)
+        self.producers = self._hold(ProducerPool(config))
+        self.checkpoints = make_checkpoint_manager(config, self.store, self.fence)
+        self.checkpoints.start()
+        self._hold(self.checkpoints)
+        self.storage = self._hold(
+            ContainerStorageManager(config, self.job_model, self.container_id, self.store, self.producers, self.serdes)
+        )
+        self.adjunct: AdjunctDataStoreManager | None = None
+        if adjunct_store_names(config):
+            # The adjunct loop's own connection: it runs on its own thread.
+            adjunct_store = self._hold(metadata_store(config))
+            context = AdjunctContext(config, self.job_model, self.container_id, adjunct_store, self.serdes, self.admins)
+            self.adjunct = adjunct_data_store_manager(context)
+            if self.adjunct is not None:
+                self._resources.callback(_quietly, self.adjunct.close)
+        self.metadata = _partition_metadata(self.admins, self.ssps)
+        self.task_class = load_task_class(config)
+
+    def _plan_tasks(self) -> dict[TaskName, TaskPlan]:
+        """Each task's starting offsets, in task order; partitions several tasks read are registered once,
+        from the earliest of their starts (``registered``)."""
+        adjunct_ssps = self.adjunct.ssps if self.adjunct is not None else frozenset()
+        offsets = OffsetManager(self.config, self.admins)
+        startpoints = _startpoint_manager(self.config, self.store)
+        self.registered: dict[SystemStreamPartition, str] = {}
+        plans: dict[TaskName, TaskPlan] = {}
+        for task_name, task_model in sorted(self.model.tasks.items(), key=lambda kv: kv[0].sort_key()):
+            ssps = set(task_model.ssps - adjunct_ssps)
+            self.checkpoints.register(task_name)
+            last = self.checkpoints.read_last_checkpoint(task_name)
+            task_store = self.storage.task_storage(task_name, task_model)
+            if task_store is not None:
+                self._hold(task_store)
                 if isinstance(last, CheckpointV1) and not task_store.restorable_from_v1:
-                    last = _last_v2_checkpoint(config, store, task_name)
-            last_checkpoints[task_name] = last
-            starts[task_name] = offsets.starting_offsets(task_name, main_ssps[task_name], last, metadata)
-            repositioned[task_name] = {
-                ssp for ssp in main_ssps[task_name] if stream_samza(config, ssp.system_stream).reset_offset
-            }
+                    last = _last_v2_checkpoint(self.config, self.store, task_name)
+            starts = offsets.starting_offsets(task_name, ssps, last, self.metadata)
+            repositioned = {ssp for ssp in ssps if stream_samza(self.config, ssp.system_stream).reset_offset}
+            applied: AppliedStartpoints | None = None
             if startpoints is not None:
                 fan_out = startpoints.get_fan_out_for_task(task_name)
-                resolution = offsets.apply_startpoints(task_name, starts[task_name], fan_out)
-                starts[task_name] = resolution.offsets
-                repositioned[task_name].update(resolution.applied)
-                record_startpoint_failures(store, task_name, resolution.failures)
-                in_use = {ssp for ssp in fan_out if ssp in main_ssps[task_name]}
-                if in_use:
-                    applied[task_name] = AppliedStartpoints(startpoints, task_name, in_use)
-            keep_earliest(registered, starts[task_name], admins)
-        if task_storage:
-            coordination.report_container_status(store, container_id, {**status, "state": "restoring"})
-            storage.restore({name: (task_store, last_checkpoints[name]) for name, task_store in task_storage.items()})
-        stop_probe = _stop_probe(store, generation, stop_event)
-        if adjunct is not None:
-            coordination.report_container_status(store, container_id, {**status, "state": "bootstrapping"})
-            adjunct_starts = adjunct.start(metadata)
-            adjunct_consumers = SystemConsumers(_register_consumers(config, adjunct_starts))
-            adjunct_consumers.start()
-            adjunct_loop = AdjunctLoop(
-                adjunct,
-                adjunct_consumers,
-                adjunct_starts,
-                metadata,
-                admins,
-                commit_ms=task_config.commit_ms,
-                poll_interval_ms=task_config.poll_interval_ms,
-            )
-            adjunct_loop.bootstrap(stop_probe)
-            adjunct_loop.start()
-            stop_probe = _adjunct_checked(stop_probe, adjunct_loop)
-        commit_settings = CommitSettings.of(config, storage.pause)
-        for task_name in sorted(model.tasks, key=lambda name: name.sort_key()):
-            catch_up = {
-                ssp: (offset, admins[ssp.system].offset_comparator)
-                for ssp, offset in starts[task_name].items()
-                if registered[ssp] != offset
-            }
-            task_store = task_storage.get(task_name)
-            stores: dict[str, Any] = dict(task_store.stores) if task_store else {}
-            unavailable: dict[str, str] = {}
-            if adjunct is not None:
-                stores.update(adjunct.stores_for(task_name))
-                unavailable = adjunct.unavailable_for(task_name)
-            context = ContainerContext(
-                task_name,
-                config,
-                main_ssps[task_name],
-                container_id,
-                stores,
-                frozenset(repositioned[task_name]),
-                unavailable,
-            )
-            last = last_checkpoints[task_name]
-            instance = TaskInstance(
-                task_name,
-                task_class(),
-                main_ssps[task_name],
-                context,
-                producers,
-                TaskCollector(task_name, producers, serdes, task_config.drop_serialization_errors),
-                checkpoints,
-                dict(last.offsets) if last else {},
-                catch_up,
-                applied.get(task_name),
-                storage=task_store,
-                commit_settings=commit_settings,
-                commit_executor=storage.commit_executor if task_store is not None else None,
-            )
-            tasks.append(instance)
-        consumers = SystemConsumers(_register_consumers(config, registered))
-        for instance in tasks:
-            instance.init()
+                resolution = offsets.apply_startpoints(task_name, starts, fan_out)
+                starts = resolution.offsets
+                repositioned.update(resolution.applied)
+                record_startpoint_failures(self.store, task_name, resolution.failures)
+                if in_use := {ssp for ssp in fan_out if ssp in ssps}:
+                    applied = AppliedStartpoints(startpoints, task_name, in_use)
+            keep_earliest(self.registered, starts, self.admins)
+            plans[task_name] = TaskPlan(ssps, last, starts, repositioned, task_store, applied)
+        return plans
+
+    def _restore(self, plans: dict[TaskName, TaskPlan]) -> None:
+        stateful = {name: (plan.storage, plan.last_checkpoint) for name, plan in plans.items() if plan.storage}
+        if stateful:
+            self._report("restoring")
+            self.storage.restore(stateful)
+        # Registered after the task stores, so it runs before they close: an upload in flight ends first.
+        self._resources.callback(_quietly, self.storage.drain_commits)
+
+    def _bootstrap_adjunct_stores(self, stop_probe: Callable[[], bool]) -> Callable[[], bool]:
+        """Adjunct stores are current before any task is initialised; then the adjunct loop keeps them
+        current on its own thread, and the stop check raises what failed it on the container's thread."""
+        self.adjunct_loop: AdjunctLoop | None = None
+        if self.adjunct is None:
+            return stop_probe
+        self._report("bootstrapping")
+        starts = self.adjunct.start(self.metadata)
+        consumers = SystemConsumers(_register_consumers(self.config, starts))
         consumers.start()
-        dead_letters = DeadLetterPolicy(task_config.drop_deserialization_errors, task_config.dead_letter(), producers)
-        loop = RunLoop(
+        self._resources.callback(_quietly, consumers.stop)
+        loop = AdjunctLoop(
+            self.adjunct,
             consumers,
+            starts,
+            self.metadata,
+            self.admins,
+            commit_ms=self.task_config.commit_ms,
+            poll_interval_ms=self.task_config.poll_interval_ms,
+        )
+        loop.bootstrap(stop_probe)
+        loop.start()
+        self._resources.callback(_quietly, loop.stop)
+        self.adjunct_loop = loop
+        return _adjunct_checked(stop_probe, loop)
+
+    def _start_tasks(self, plans: dict[TaskName, TaskPlan]) -> list[TaskInstance]:
+        commit_settings = CommitSettings.of(self.config, self.storage.pause)
+        tasks = [self._task_instance(name, plan, commit_settings) for name, plan in plans.items()]
+        consumers = SystemConsumers(_register_consumers(self.config, self.registered))
+        for instance, plan in zip(tasks, plans.values(), strict=True):
+            instance.init()
+            if plan.storage is not None and plan.storage.revert_unsealed:
+                instance.commit()  # seal the restore's revert in a checkpoint before anything else
+        consumers.start()
+        self._resources.callback(_quietly, consumers.stop)
+        self.consumers = consumers
+        return tasks
+
+    def _task_instance(self, task_name: TaskName, plan: TaskPlan, commit_settings: CommitSettings) -> TaskInstance:
+        catch_up = {
+            ssp: (offset, self.admins[ssp.system].offset_comparator)
+            for ssp, offset in plan.starts.items()
+            if self.registered[ssp] != offset
+        }
+        stores: dict[str, Any] = dict(plan.storage.stores) if plan.storage else {}
+        unavailable: dict[str, str] = {}
+        if self.adjunct is not None:
+            stores.update(self.adjunct.stores_for(task_name))
+            unavailable = self.adjunct.unavailable_for(task_name)
+        context = ContainerContext(
+            task_name,
+            self.config,
+            frozenset(plan.ssps),
+            self.container_id,
+            stores,
+            frozenset(plan.repositioned),
+            unavailable,
+        )
+        collector = TaskCollector(task_name, self.producers, self.serdes, self.task_config.drop_serialization_errors)
+        return TaskInstance(
+            task_name,
+            self.task_class(),
+            frozenset(plan.ssps),
+            context,
+            self.producers,
+            collector,
+            self.checkpoints,
+            dict(plan.last_checkpoint.offsets) if plan.last_checkpoint else {},
+            catch_up,
+            plan.startpoints,
+            storage=plan.storage,
+            commit_settings=commit_settings,
+            commit_executor=self.storage.commit_executor if plan.storage is not None else None,
+        )
+
+    def _run(self, tasks: list[TaskInstance], stop_probe: Callable[[], bool]) -> RunLoop:
+        task_config = self.task_config
+        self.dead_letters = DeadLetterPolicy(
+            task_config.drop_deserialization_errors, task_config.dead_letter(), self.producers
+        )
+        loop = RunLoop(
+            self.consumers,
             tasks,
-            _decoders(serdes, {ssp.system_stream for ssp in ssps}),
-            dead_letters,
+            _decoders(self.serdes, {ssp.system_stream for ssp in self.ssps}),
+            self.dead_letters,
             RunLoopSettings(task_config.window_ms, task_config.commit_ms, task_config.poll_interval_ms),
             stop_probe,
         )
-        coordination.report_container_status(store, container_id, {**status, "state": "running"})
-        log.info("container %s running %d task(s) over %d partition(s)", container_id, len(tasks), len(ssps))
+        self._report("running")
+        log.info("container %s running %d task(s) over %d partition(s)", self.container_id, len(tasks), len(self.ssps))
         loop.run()
+        return loop
+
+    def _shut_down(self, loop: RunLoop, tasks: list[TaskInstance]) -> ContainerResult:
+        """The final commits, then the tasks' own ``close``; what is still open is released by the stack."""
         for instance in tasks:
             instance.finish_commits()
         for instance in tasks:
             instance.close()
-        if adjunct_loop is not None:
-            adjunct_loop.stop()
-            adjunct_loop.raise_if_failed()
-        producers.stop()
+        if self.adjunct_loop is not None:
+            self.adjunct_loop.stop()
+            self.adjunct_loop.raise_if_failed()
+        self.producers.stop()
         outcome = "stopped" if loop.stopped_by_request else "finished"
-        coordination.report_container_status(store, container_id, {**status, "state": outcome})
+        self._report(outcome)
+        return self._result(loop, tasks, outcome)
+
+    # -- helpers --------------------------------------------------------------------------------------
+
+    def _result(self, loop: RunLoop, tasks: list[TaskInstance], outcome: str) -> ContainerResult:
         stats = loop.stats
-        processing = (
-            (stats.last_message_at - stats.first_message_at)
-            if stats.first_message_at is not None and stats.last_message_at is not None
-            else 0.0
-        )
+        processing = 0.0
+        if stats.first_message_at is not None and stats.last_message_at is not None:
+            processing = stats.last_message_at - stats.first_message_at
+        adjunct_loop = self.adjunct_loop
         return ContainerResult(
-            container_id=container_id,
-            generation=generation,
-            epoch=epoch,
+            container_id=self.container_id,
+            generation=self.generation,
+            epoch=self.epoch,
             outcome=outcome,
             processed={str(t.task_name): t.processed for t in tasks},
             commits=sum(t.commits for t in tasks),
-            dropped_deserialization_errors=dead_letters.dropped,
-            seconds=time.monotonic() - started,
+            dropped_deserialization_errors=self.dead_letters.dropped,
+            seconds=time.monotonic() - self._started,
             processing_seconds=processing,
-            executor=executor or {},
+            executor=self._executor,
             adjunct_stored=adjunct_loop.stored if adjunct_loop is not None else 0,
             bootstrap_seconds=adjunct_loop.bootstrap_seconds if adjunct_loop is not None else 0.0,
         )
-    except BaseException as error:
-        coordination.report_container_status(store, container_id, {**status, "state": "failed", "error": str(error)})
-        raise
-    finally:
-        _quietly(lambda: consumers.stop() if consumers else None)
-        if adjunct_loop is not None:
-            _quietly(adjunct_loop.stop)
-        _quietly(lambda: adjunct_consumers.stop() if adjunct_consumers else None)
-        _quietly(lambda: adjunct.close() if adjunct else None)
-        _quietly(lambda: adjunct_store.close() if adjunct_store else None)
-        for task_store in task_storage.values():
-            _quietly(task_store.close)
-        _quietly(storage.close)
-        _quietly(producers.stop)
-        _quietly(checkpoints.stop)
-        for admin in admins.values():
-            _quietly(admin.stop)
-        if owns_store:
-            _quietly(store.close)
+
+    def _hold(self, resource: _Resource) -> _Resource:
+        """Keep ``resource`` until the container ends; releasing it fails quietly, so it never hides the
+        error that ended the container."""
+        self._resources.callback(_quietly, lambda: resource.__exit__(None, None, None))
+        return resource
+
+    def _report(self, state: str, **details: Any) -> None:
+        coordination.report_container_status(self.store, self.container_id, {**self._status, "state": state, **details})
 
 
 def _last_v2_checkpoint(config: Config, store: MetadataStore, task_name: TaskName) -> Checkpoint | None:
@@ -337,15 +436,6 @@ def record_startpoint_failures(store: MetadataStore, task_name: str, failures: d
         store.put(STARTPOINT_STATUS_NAMESPACE, str(task_name), orjson.dumps(document))
     elif store.get(STARTPOINT_STATUS_NAMESPACE, str(task_name)) is not None:
         store.delete(STARTPOINT_STATUS_NAMESPACE, str(task_name))
-
-
-def _start_admins(config: Config, systems: set[str]) -> dict[str, SystemAdmin]:
-    admins = {}
-    for system in sorted(systems):
-        admin = system_factory(config, system).get_admin(system, config)
-        admin.start()
-        admins[system] = admin
-    return admins
 
 
 def _partition_metadata(admins: dict[str, SystemAdmin], ssps: set[SystemStreamPartition]) -> dict[Any, Any]:

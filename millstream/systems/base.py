@@ -9,7 +9,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Self
 
 from millstream.errors import MillstreamError
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStreamPartition
@@ -82,6 +82,13 @@ def compare_integer_offsets(offset1: str, offset2: str) -> int | None:
 
 class SystemAdmin(ABC):
     """Metadata and lifecycle of a system's streams; used by the coordinator and the runtime."""
+
+    def __enter__(self) -> Self:
+        """Leaving stops the admin; entering does not start it."""
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
     partitions_are_fixed: ClassVar[bool] = True
     """False for systems whose partitions come and go at run time (Kinesis shards)."""
@@ -197,6 +204,13 @@ class SystemConsumer(ABC):
     (``IncomingMessageEnvelope.end_of_stream``) after its last record, and nothing after it.
     """
 
+    def __enter__(self) -> Self:
+        """Leaving stops the consumer; entering does not start it (partitions are registered first)."""
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
     @abstractmethod
     def register(self, ssp: SystemStreamPartition, offset: str) -> None:
         """Read ``ssp`` starting at ``offset`` (inclusive). Called before ``start``."""
@@ -220,6 +234,13 @@ class SystemProducer(ABC):
     ``send`` may buffer; ``flush`` returns only when everything sent before it is durable in the
     system, and raises if any of it failed — this is what makes checkpoints at-least-once.
     """
+
+    def __enter__(self) -> Self:
+        """Leaving flushes and stops the producer; entering does not start it."""
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
     def register(self, source: str) -> None:  # noqa: B027 - optional hook
         """Declare a source (a task name) that will send; flush is per source."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Self
+
 from millstream.config import Config
 from millstream.errors import MillstreamError
 from millstream.systems.base import SystemProducer
@@ -10,6 +12,13 @@ from millstream.systems.registry import system_factory
 
 class ProducerPool:
     """One started producer per system, created on first use and shared by the container's tasks."""
+
+    def __enter__(self) -> Self:
+        """Leaving flushes and stops every producer of the pool."""
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
     def __init__(self, config: Config) -> None:
         self.config = config

@@ -22,6 +22,7 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Self
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
 from millstream.config.core import Config
@@ -66,6 +67,13 @@ class _Store:
 
 
 class TaskStorageManager:
+    def __enter__(self) -> Self:
+        """Leaving closes the task's stores and backups."""
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def __init__(self, container: ContainerStorageManager, task_name: TaskName, task_model: TaskModel) -> None:
         self.container = container
         self.task_name = task_name
@@ -89,6 +97,9 @@ class TaskStorageManager:
         self.engines: dict[str, KeyValueStorageEngine] = {}
         self.stores: dict[str, TaskKeyValueStore] = {}
         self.backup_managers: dict[str, TaskBackupManager] = {}
+        self.revert_unsealed = False
+        """The restore reverted writes no checkpoint covers, and no snapshot since sealed that (Samza
+        commits right after such a restore; so does the container)."""
         self._engine_lock = threading.Lock()
         self.restored_by: dict[str, str] = {}
         """Store → the backend that restored it (for logs and tests)."""
@@ -112,7 +123,7 @@ class TaskStorageManager:
 
     @property
     def dirty(self) -> bool:
-        return any(store.dirty for store in self.stores.values())
+        return self.revert_unsealed or any(store.dirty for store in self.stores.values())
 
     def backend_context(self, names: list[str]) -> TaskBackendContext:
         container = self.container
@@ -166,6 +177,7 @@ class TaskStorageManager:
             try:
                 manager.init(checkpoint)
                 manager.restore()
+                self.revert_unsealed = self.revert_unsealed or manager.reverted > 0
             finally:
                 manager.close()
             for name in names:
@@ -206,6 +218,7 @@ class TaskStorageManager:
         for store in self.stores.values():
             store.flush()
             store.dirty = False
+        self.revert_unsealed = False
         for name, entry in self._stores.items():
             if entry.spec.persistent and entry.backups:
                 self.engines[name].checkpoint(checkpoint_dir(entry.spec.store_dir, checkpoint_id))
@@ -276,6 +289,13 @@ def _combined(writers: list[ChangelogWriter]) -> ChangelogWriter | None:
 
 
 class ContainerStorageManager:
+    def __enter__(self) -> Self:
+        """Leaving stops the commit threads and closes the backends' factories."""
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def __init__(
         self,
         config: Config,
@@ -345,6 +365,12 @@ class ContainerStorageManager:
             "container %s: stores of %d task(s) restored in %.2fs", self.container_id, len(tasks),
             time.monotonic() - started,
         )  # fmt: skip
+
+    def drain_commits(self) -> None:
+        """Let an upload in flight finish before the stores it reads from are closed (closing them under
+        it fails that commit half-way); commits not yet started are dropped: nothing was checkpointed."""
+        if self._commit_executor is not None:
+            self._commit_executor.shutdown(wait=True, cancel_futures=True)
 
     def close(self) -> None:
         if self._commit_executor is not None:
