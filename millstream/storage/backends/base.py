@@ -121,6 +121,10 @@ class TaskBackupManager(ABC):
 class TaskRestoreManager(ABC):
     """Brings one task's stores to the state its last checkpoint names, before the task starts."""
 
+    reverted: int = 0
+    """Keys the restore wrote back to undo writes no checkpoint covers (transactional state). The task
+    commits as soon as it starts when this is not 0, so a checkpoint seals the revert at once."""
+
     @abstractmethod
     def init(self, checkpoint: Checkpoint | None) -> None:
         """Read what restoring needs (snapshot indexes, changelog offsets); fail early and clearly."""

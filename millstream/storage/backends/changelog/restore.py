@@ -228,6 +228,7 @@ class ChangelogTaskRestoreManager(TaskRestoreManager):
             replayed = self._replay(engine, admin, plan)
         if plan.revert_from is not None and plan.newest is not None:
             reverted = self._revert(engine, admin, plan)
+            self.reverted += reverted
         log.info(
             "%s restored from %s in %.2fs: %d record(s) replayed%s, %d key(s) reverted (%s)",
             self._where(spec.name), plan.ssp, time.monotonic() - started, replayed,
