@@ -129,6 +129,8 @@ class KafkaSystemProducer(SystemProducer):
                 if timestamp is None and not headers:
                     producer.produce(topic, value, key, partition)
                 else:
+                    if timestamp is not None and timestamp <= 0:
+                        raise self._unrepresentable_timestamp(topic, timestamp)
                     producer.produce(topic, value, key, partition, timestamp=timestamp or 0, headers=headers or None)
                 break
             except BufferError:
@@ -144,6 +146,15 @@ class KafkaSystemProducer(SystemProducer):
         if self._unserved >= SERVE_EVERY:
             self._unserved = 0
             producer.poll(0)
+
+    def _unrepresentable_timestamp(self, topic: str, timestamp: int) -> KafkaSystemError:
+        """librdkafka takes a timestamp of 0 to mean "now" and Kafka has none before 1970: writing either
+        would silently move the record's event time to the present."""
+        return KafkaSystemError(
+            f"Kafka topic '{topic}': cannot write a record with timestamp {timestamp} ms: Kafka record timestamps "
+            "start after the epoch (0 would be replaced by the current time); give event times after "
+            "1970-01-01T00:00:00.001Z"
+        )
 
     def _target(self, stream: SystemStream) -> tuple[str, int]:
         if stream.system != self.system:
