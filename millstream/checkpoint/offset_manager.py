@@ -3,9 +3,13 @@
 Precedence, as in Samza's OffsetManager: a startpoint (resolved by the system's admin and used as is,
 inclusive) > ``reset.offset`` > the checkpointed offset (resumed *after* itself) > ``offset.default``
 (stream-level, else system-level, else ``upcoming``). A startpoint the admin cannot resolve is
-reported and the job starts from the checkpoint or default instead. A resume point that retention
-has already trimmed away falls back to the oldest retained offset, loudly: that gap is data the job
-can never see.
+reported and the job starts from the checkpoint or default instead.
+
+A resume point that retention (or a purge) has already deleted is data the job can never see, so the
+task fails naming the stream, partition and lost offsets, unless ``trimmed.offset.policy`` accepts
+the loss (start at the ``oldest`` remaining record or the ``upcoming`` one, with a warning). The same
+holds for a task that reads an intermediate stream from its start without a checkpoint: when the
+stream no longer begins at the system's origin offset, records its producers wrote are gone.
 """
 
 from __future__ import annotations
@@ -17,12 +21,29 @@ from typing import Any
 
 from millstream.checkpoint.checkpoint import Checkpoint
 from millstream.config import Config
-from millstream.config.views import offset_default, stream_samza
+from millstream.config.views import offset_default, stream_samza, trimmed_offset_policy
+from millstream.errors import MillstreamError
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.systems.base import SystemAdmin, SystemStreamPartitionMetadata
 from millstream.systems.startpoints import Startpoint
 
 log = logging.getLogger(__name__)
+
+
+class TrimmedOffsetError(MillstreamError):
+    """A task's resume point was deleted from its stream before the task read it."""
+
+    def __init__(self, owner: str, ssp: SystemStreamPartition, wanted: str, oldest: str, why: str) -> None:
+        self.ssp = ssp
+        self.wanted = wanted
+        self.oldest = oldest
+        key = f"systems.{ssp.system}.streams.{ssp.stream}.samza.trimmed.offset.policy"
+        super().__init__(
+            f"{owner}: stream '{ssp.system}.{ssp.stream}' partition {ssp.partition}: {why}, but offsets "
+            f"{wanted} up to {oldest} (exclusive) were already deleted; the oldest available offset is {oldest}. "
+            f"Starting later would silently skip those records: to accept the loss, set {key} to 'oldest' or "
+            f"'upcoming'"
+        )
 
 
 @dataclass(frozen=True)
@@ -102,7 +123,9 @@ class OffsetManager:
         for ssp in ssps:
             partition = metadata[ssp]
             if ssp in resume:
-                starting[ssp] = self._within_retention(owner, ssp, resume[ssp], partition)
+                starting[ssp] = self._available(owner, ssp, resume[ssp], partition, "resuming after its checkpoint")
+            elif stream_samza(self.config, ssp.system_stream).intermediate:
+                starting[ssp] = self._intermediate_start(owner, ssp, partition)
             elif offset_default(self.config, ssp.system_stream) == "oldest":
                 starting[ssp] = partition.oldest_offset or partition.upcoming_offset
             else:
@@ -138,18 +161,30 @@ class OffsetManager:
             resolved[ssp] = applied[ssp] = offset
         return StartpointResolution(resolved, applied, failures)
 
-    def _within_retention(
-        self, owner: str, ssp: SystemStreamPartition, offset: str, partition: SystemStreamPartitionMetadata
+    def _intermediate_start(
+        self, owner: str, ssp: SystemStreamPartition, partition: SystemStreamPartitionMetadata
     ) -> str:
+        """An intermediate stream is read from its first record ever: from the system's origin where it
+        has one (so a head deleted by retention or an earlier reader's purge is found), else the oldest."""
+        origin = self.admins[ssp.system].origin_offset
+        if origin is None:
+            return partition.oldest_offset or partition.upcoming_offset
+        return self._available(owner, ssp, origin, partition, "reading the intermediate stream from its start")
+
+    def _available(
+        self, owner: str, ssp: SystemStreamPartition, offset: str, partition: SystemStreamPartitionMetadata, why: str
+    ) -> str:
+        """``offset``, unless it was deleted: then fail, or apply ``trimmed.offset.policy``."""
         oldest = partition.oldest_offset or partition.upcoming_offset
-        compare = self.admins[ssp.system].offset_comparator
-        if oldest is not None and (order := compare(offset, oldest)) is not None and order < 0:
-            log.warning(
-                "%s: resume offset %s of %s was trimmed by retention; starting at the oldest offset %s",
-                owner,
-                offset,
-                ssp,
-                oldest,
-            )
-            return oldest
-        return offset
+        order = self.admins[ssp.system].offset_comparator(offset, oldest)
+        if order is None or order >= 0:
+            return offset
+        policy = trimmed_offset_policy(self.config, ssp.system_stream)
+        if policy == "fail":
+            raise TrimmedOffsetError(owner, ssp, offset, oldest, why)
+        start = oldest if policy == "oldest" else partition.upcoming_offset
+        log.warning(
+            "%s: %s of %s needs offset %s, but offsets below %s were deleted; trimmed.offset.policy=%s: starting at %s",
+            owner, why, ssp, offset, oldest, policy, start,
+        )  # fmt: skip
+        return start

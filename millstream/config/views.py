@@ -61,6 +61,7 @@ CheckpointVersions = Annotated[list[Literal[1, 2]], BeforeValidator(_split_int_l
 """Checkpoint versions, e.g. ``2,1``."""
 Bool = Annotated[bool, BeforeValidator(_parse_bool)]
 OffsetDefault = Literal["oldest", "upcoming"]
+TrimmedOffsetPolicy = Literal["fail", "oldest", "upcoming"]
 
 View = TypeVar("View", bound="ConfigView")
 
@@ -230,6 +231,10 @@ class SystemSamzaConfig(ConfigView):
     key_serde: str | None = Field(None, alias="key.serde")
     msg_serde: str | None = Field(None, alias="msg.serde")
     offset_default: OffsetDefault = Field("upcoming", alias="offset.default")
+    trimmed_offset_policy: TrimmedOffsetPolicy = Field("fail", alias="trimmed.offset.policy")
+    """What a task does when the position it would resume from was already deleted (retention, a purge):
+    ``fail`` naming the stream, partition and the lost offsets; or accept the loss and start at the
+    ``oldest`` remaining record or the ``upcoming`` one, with a warning."""
 
 
 class StreamSamzaConfig(ConfigView):
@@ -242,6 +247,13 @@ class StreamSamzaConfig(ConfigView):
     bootstrap: Bool = False
     """An adjunct store fed by this stream is caught up with the stream's newest offset at startup before
     any main-input message is processed."""
+    trimmed_offset_policy: TrimmedOffsetPolicy | None = Field(None, alias="trimmed.offset.policy")
+    intermediate: Bool = False
+    """Set by the planner on a high-level application's intermediate streams: a task that reads one
+    without a checkpoint must find it complete from its first record."""
+    delete_committed_messages: Bool = Field(False, alias="delete.committed.messages")
+    """Delete records once the task reading them has checkpointed past them (Samza's key); the planner
+    turns it on for intermediate streams unless it is set."""
 
 
 class AppConfig(ConfigView):
@@ -433,6 +445,12 @@ def stream_samza(config: Config, stream: SystemStream) -> StreamSamzaConfig:
 def offset_default(config: Config, stream: SystemStream) -> OffsetDefault:
     """Stream-level ``offset.default``, else system-level, else ``upcoming`` (as in Samza)."""
     return stream_samza(config, stream).offset_default or system_samza(config, stream.system).offset_default
+
+
+def trimmed_offset_policy(config: Config, stream: SystemStream) -> TrimmedOffsetPolicy:
+    """Stream-level ``trimmed.offset.policy``, else system-level (default ``fail``)."""
+    own = stream_samza(config, stream).trimmed_offset_policy
+    return own or system_samza(config, stream.system).trimmed_offset_policy
 
 
 def parse_stream(text: str, key: str) -> SystemStream:

@@ -26,7 +26,7 @@ import logging
 import os
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from millstream.api.application import (
     InputDescriptor,
@@ -292,6 +292,10 @@ def expand_application(config: Config) -> Config:
                 f"config key '{offset_key}' must be 'oldest': an intermediate stream is read from its start"
             )
         updates[offset_key] = "oldest"
+        prefix = f"systems.{stream.system_stream.system}.streams.{stream.system_stream.stream}.samza."
+        updates[f"{prefix}intermediate"] = "true"
+        if config.get(f"{prefix}delete.committed.messages") is None:
+            updates[f"{prefix}delete.committed.messages"] = "true"
     return config.with_overrides(updates)
 
 
@@ -394,23 +398,20 @@ def ensure_intermediate_streams(config: Config) -> dict[SystemStream, int]:
     for intermediate in plan.graph.intermediates.values():
         target = intermediate.system_stream
         planned = plan.streams[target]
-        if planned.exists:
-            if planned.partitions != plan.intermediate_partitions:
-                log.warning(
-                    "intermediate stream %s exists with %s partitions (the plan would create %s); using it as is",
-                    target, planned.partitions, plan.intermediate_partitions,
-                )  # fmt: skip
-            counts[target] = planned.partitions or plan.intermediate_partitions
-            continue
-        admin = system_factory(config, target.system).get_admin(target.system, config)
-        admin.start()
-        try:
-            if admin.create_stream(StreamSpec(target.system, target.stream, plan.intermediate_partitions)):
-                log.info("created intermediate stream %s (%d partitions)", target, plan.intermediate_partitions)
+        if planned.exists and planned.partitions != plan.intermediate_partitions:
+            log.warning(
+                "intermediate stream %s exists with %s partitions (the plan would create %s); using it as is",
+                target, planned.partitions, plan.intermediate_partitions,
+            )  # fmt: skip
+        partitions = planned.partitions or plan.intermediate_partitions
+        spec = StreamSpec(target.system, target.stream, partitions, intermediate=True)
+        with system_factory(config, target.system).get_admin(target.system, config) as admin:
+            admin.start()
+            if not planned.exists and admin.create_stream(spec):
+                log.info("created intermediate stream %s (%d partitions)", target, partitions)
             metadata = admin.get_system_stream_metadata([target.stream]).get(target.stream)
-        finally:
-            admin.stop()
-        counts[target] = metadata.partition_count if metadata else plan.intermediate_partitions
+            counts[target] = metadata.partition_count if metadata else partitions
+            admin.validate_stream(replace(spec, partition_count=counts[target]))
     return counts
 
 

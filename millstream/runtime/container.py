@@ -28,6 +28,7 @@ from millstream.checkpoint.base import WriterFence
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointV1, CheckpointV2
 from millstream.checkpoint.factory import checkpoint_manager as make_checkpoint_manager
 from millstream.checkpoint.offset_manager import OffsetManager, keep_earliest
+from millstream.checkpoint.purge import CommittedMessagePurger
 from millstream.config import Config, JobConfig, TaskConfig
 from millstream.config.views import StartpointConfig, adjunct_store_names, stream_samza
 from millstream.errors import ConfigError, MillstreamError, StreamNotFoundError
@@ -335,6 +336,7 @@ class Container:
             storage=plan.storage,
             commit_settings=commit_settings,
             commit_executor=self.storage.commit_executor if plan.storage is not None else None,
+            purger=CommittedMessagePurger.of(str(task_name), plan.ssps, self.config, self.admins),
         )
 
     def _run(self, tasks: list[TaskInstance], stop_probe: Callable[[], bool]) -> RunLoop:

@@ -35,6 +35,7 @@ from millstream.api.task import (
 from millstream.checkpoint.base import CheckpointManager
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
 from millstream.checkpoint.offset_manager import count_before
+from millstream.checkpoint.purge import CommittedMessagePurger
 from millstream.config import Config
 from millstream.config.views import TaskConfig
 from millstream.errors import MillstreamError
@@ -165,6 +166,7 @@ class TaskInstance:
         storage: TaskStorageManager | None = None,
         commit_settings: CommitSettings | None = None,
         commit_executor: Executor | None = None,
+        purger: CommittedMessagePurger | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.task_name = task_name
@@ -194,6 +196,7 @@ class TaskInstance:
         self.storage = storage
         self.commit_settings = commit_settings or CommitSettings()
         self.commit_executor = commit_executor
+        self.purger = purger
         self._clock = clock
         self._snapshotted = dict(self.last_processed)
         """The offsets of the last commit's snapshot (its checkpoint may still be on its way)."""
@@ -356,6 +359,8 @@ class TaskInstance:
         self.commits += 1
         if self.startpoints is not None and self.startpoints.pending:
             self.startpoints.committed(updated)
+        if self.purger is not None:
+            self.purger.after_checkpoint(offsets)
         self.commit_settings.pause("after-checkpoint")
         if storage is not None:
             storage.cleanup(checkpoint_id, uploaded)

@@ -65,6 +65,10 @@ class StreamSpec:
     config: Mapping[str, str] = field(default_factory=dict)
     """System-specific settings, e.g. ``cleanup.policy=compact`` or ``replication.factor``."""
     stream_id: str | None = None
+    intermediate: bool = False
+    """An intermediate stream of a high-level application: its records must stay until every consuming
+    task has checkpointed past them, so the system creates it without time or size retention (the
+    consumers purge it instead) and ``validate_stream`` rejects one that has a retention."""
 
     @property
     def is_changelog(self) -> bool:
@@ -92,6 +96,11 @@ class SystemAdmin(ABC):
 
     partitions_are_fixed: ClassVar[bool] = True
     """False for systems whose partitions come and go at run time (Kinesis shards)."""
+
+    origin_offset: ClassVar[str | None] = None
+    """The offset of the first record a partition ever holds, where the system numbers records from a
+    fixed origin (the log and Kafka: ``"0"``): a reader starting from the oldest offset of an intermediate
+    stream can then tell a complete stream from one whose head was already deleted."""
 
     def start(self) -> None:  # noqa: B027 - optional hook
         """Open connections; called once before any other method."""
@@ -159,6 +168,11 @@ class SystemAdmin(ABC):
         lookup; a system with its own startpoint types overrides it (or ``visit_custom``).
         """
         return str(startpoint.apply(ssp, _GenericStartpointResolver(self)))
+
+    def delete_messages(self, before: Mapping[SystemStreamPartition, str]) -> bool:
+        """Delete each partition's records below the given offset, once every reader has checkpointed
+        past them (Samza's ``deleteMessages``); False when this system cannot delete records."""
+        return False
 
     def seal_stream(self, stream: str) -> None:
         """Mark ``stream`` bounded and complete, for systems that have bounded streams."""

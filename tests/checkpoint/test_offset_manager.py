@@ -1,5 +1,7 @@
+import pytest
+
 from millstream.checkpoint.checkpoint import CheckpointV1
-from millstream.checkpoint.offset_manager import OffsetManager
+from millstream.checkpoint.offset_manager import OffsetManager, TrimmedOffsetError
 from millstream.config import Config
 from millstream.model import SystemStreamPartition as SSP
 from millstream.model import TaskName
@@ -7,7 +9,9 @@ from millstream.systems.base import SystemStreamPartitionMetadata as Meta
 
 
 class IntAdmin:
-    """Integer offsets, as the log and Kafka systems have."""
+    """Integer offsets from origin 0, as the log and Kafka systems have."""
+
+    origin_offset = "0"
 
     def offsets_after(self, offsets):
         return {ssp: str(int(offset) + 1) for ssp, offset in offsets.items()}
@@ -53,8 +57,59 @@ def test_reset_offset_ignores_the_checkpoint():
     assert offsets == {A0: "10"}
 
 
-def test_resume_point_trimmed_by_retention_falls_back_to_oldest():
-    assert manager().starting_offsets(TASK, {A0}, CheckpointV1({A0: "3"}), META) == {A0: "10"}
+def test_a_resume_point_trimmed_by_retention_fails_naming_the_partition_and_the_lost_offsets():
+    with pytest.raises(TrimmedOffsetError) as failure:
+        manager().starting_offsets(TASK, {A0}, CheckpointV1({A0: "3"}), META)
+    assert str(failure.value).startswith(
+        "Partition 0: stream 'log.a' partition 0: resuming after its checkpoint, but offsets 4 up to 10 (exclusive) "
+        "were already deleted; the oldest available offset is 10."
+    )
+    assert "systems.log.streams.a.samza.trimmed.offset.policy" in str(failure.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "policy", "start"),
+    [
+        ("systems.log.samza.trimmed.offset.policy", "oldest", "10"),
+        ("systems.log.streams.a.samza.trimmed.offset.policy", "oldest", "10"),
+        ("systems.log.streams.a.samza.trimmed.offset.policy", "upcoming", "20"),
+    ],
+)
+def test_a_trimmed_offset_policy_accepts_the_loss_and_starts_where_it_says(key, policy, start):
+    offsets = manager({key: policy}).starting_offsets(TASK, {A0}, CheckpointV1({A0: "3"}), META)
+    assert offsets == {A0: start}
+
+
+def test_a_stream_level_fail_policy_overrides_a_lenient_system_level_one():
+    values = {
+        "systems.log.samza.trimmed.offset.policy": "oldest",
+        "systems.log.streams.a.samza.trimmed.offset.policy": "fail",
+    }
+    with pytest.raises(TrimmedOffsetError):
+        manager(values).starting_offsets(TASK, {A0}, CheckpointV1({A0: "3"}), META)
+
+
+INTERMEDIATE = {"systems.log.streams.a.samza.intermediate": "true"}
+
+
+def test_a_fresh_reader_of_an_intermediate_stream_that_lost_its_head_fails():
+    with pytest.raises(
+        TrimmedOffsetError, match="reading the intermediate stream from its start, but offsets 0 up to 10"
+    ):
+        manager(INTERMEDIATE).starting_offsets(TASK, {A0}, None, META)
+
+
+def test_a_fresh_reader_of_a_complete_intermediate_stream_starts_at_its_origin():
+    assert manager(INTERMEDIATE).starting_offsets(TASK, {A1}, None, META) == {A1: "0"}
+
+
+def test_a_fresh_reader_of_an_intermediate_stream_emptied_by_a_purge_fails():
+    with pytest.raises(TrimmedOffsetError, match="offsets 0 up to 7"):
+        manager(INTERMEDIATE).starting_offsets(TASK, {A0}, None, {A0: Meta(None, None, "7")})
+
+
+def test_a_checkpointed_reader_of_a_purged_intermediate_stream_resumes_after_its_checkpoint():
+    assert manager(INTERMEDIATE).starting_offsets(TASK, {A0}, CheckpointV1({A0: "9"}), META) == {A0: "10"}
 
 
 def test_partitions_are_resolved_independently():

@@ -44,6 +44,11 @@ log = logging.getLogger(__name__)
 REPLICATION_FACTOR_KEY = "replication.factor"
 """In a ``StreamSpec.config``: the topic's replication factor; every other entry is a topic config."""
 
+UNLIMITED_RETENTION = {"retention.ms": "-1", "retention.bytes": "-1"}
+"""An intermediate topic's retention (as Kafka Streams' repartition topics and Samza's intermediate
+streams): records carry their event time, so a backfill's would expire within minutes under the
+broker's default; the consuming stage deletes them once it has checkpointed past them."""
+
 
 class KafkaSystemAdmin(SystemAdmin):
     """``SystemAdmin`` of a Kafka cluster. Thread-safe as librdkafka's admin client is."""
@@ -146,6 +151,8 @@ class KafkaSystemAdmin(SystemAdmin):
         """Create the topic with ``spec.partition_count`` partitions; ``spec.config`` holds topic configs
         (``cleanup.policy=compact`` for changelogs) and optionally ``replication.factor``."""
         config = dict(spec.config)
+        if spec.intermediate:
+            config = {**UNLIMITED_RETENTION, **config}
         replication = int(config.pop(REPLICATION_FACTOR_KEY, self.kafka.settings.default_replication_factor))
         admin = self._client()
         created = create_topic(admin, self.kafka, spec.physical_name, spec.partition_count, replication, config)
@@ -162,6 +169,39 @@ class KafkaSystemAdmin(SystemAdmin):
                 raise KafkaSystemError(
                     f"Kafka topic '{spec.physical_name}' has cleanup.policy={policy!r}; a changelog needs 'compact'"
                 )
+        if spec.intermediate:
+            self._require_unlimited_retention(spec.physical_name)
+
+    def _require_unlimited_retention(self, topic: str) -> None:
+        config = self.topic_config(topic)
+        limited = {key: config.get(key) for key in UNLIMITED_RETENTION if config.get(key) != "-1"}
+        if limited:
+            settings = ", ".join(f"{key}={value}" for key, value in limited.items())
+            raise KafkaSystemError(
+                f"Kafka topic '{topic}' is an intermediate stream but has {settings}: the broker would delete "
+                f"records a later stage has not read yet (its consumers purge it as they checkpoint); set "
+                f"retention.ms=-1 and retention.bytes=-1 on it (kafka-configs.sh --alter --entity-type topics "
+                f"--entity-name {topic} --add-config retention.ms=-1,retention.bytes=-1)"
+            )
+
+    origin_offset = "0"
+
+    def delete_messages(self, before: Mapping[SystemStreamPartition, str]) -> bool:
+        """Kafka's DeleteRecords: each partition's log start moves up to the given offset."""
+        if not before:
+            return True
+        partitions = [
+            TopicPartition(ssp.stream, ssp.partition, parse_offset(ssp.stream, ssp.partition, offset))
+            for ssp, offset in before.items()
+        ]
+
+        def attempt() -> None:
+            futures = self._client().delete_records(partitions, request_timeout=self._timeout)
+            for future in futures.values():
+                future.result()
+
+        retry(attempt, f"Kafka system '{self.system}': deleting committed records", self._timeout)
+        return True
 
     def topic_config(self, topic: str) -> dict[str, str]:
         """The effective configuration of ``topic`` (defaults included)."""

@@ -78,8 +78,27 @@ class LogSystemAdmin(SystemAdmin):
         with self._partition(ssp.stream, ssp.partition) as log:
             return str(log.offset_for_timestamp(timestamp_ms))
 
+    origin_offset = "0"
+
     def create_stream(self, spec: StreamSpec) -> bool:
-        return self.layout.create(spec.physical_name, spec.partition_count, spec.config, fsync=self._fsync)
+        """An intermediate stream gets ``retention.ms=-1`` of its own: the system's retention would trim
+        records its consumers have not read; they purge it as they checkpoint instead."""
+        config = dict(spec.config)
+        if spec.intermediate:
+            config.setdefault(RETENTION_KEY, "-1")
+        return self.layout.create(spec.physical_name, spec.partition_count, config, fsync=self._fsync)
+
+    def validate_stream(self, spec: StreamSpec) -> None:
+        """Exists with the expected partitions; an intermediate stream must not expire by time."""
+        super().validate_stream(spec)
+        if spec.intermediate:
+            info = self.layout.require_info(spec.physical_name)
+            if (retention := self._retention_of(spec.physical_name, info.config)) >= 0:
+                raise LogSystemError(
+                    f"log stream '{spec.physical_name}' is an intermediate stream but expires records after "
+                    f"{retention} ms: a stage that has not read them yet would lose them; re-create it, or set "
+                    f"its retention.ms to -1"
+                )
 
     def clear_stream(self, spec: StreamSpec) -> bool:
         return self.layout.delete(spec.physical_name)
@@ -96,6 +115,11 @@ class LogSystemAdmin(SystemAdmin):
         before = parse_offset(ssp, before_offset)
         with self._partition(ssp.stream, ssp.partition) as log:
             return str(log.trim(before))
+
+    def delete_messages(self, before: Mapping[SystemStreamPartition, str]) -> bool:
+        for ssp, offset in before.items():
+            self.trim(ssp, offset)
+        return True
 
     def seal_stream(self, stream: str) -> None:
         """Mark every partition of ``stream`` bounded and complete.

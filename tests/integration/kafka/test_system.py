@@ -140,6 +140,31 @@ def test_create_a_compacted_topic_with_replication_factor_and_validate_it(admin,
         admin.validate_stream(StreamSpec(SYSTEM, "no-such-topic", 1))
 
 
+def test_an_intermediate_topic_is_created_without_retention_and_one_with_retention_is_refused(admin, topic_name):
+    topic = topic_name("by-user")
+    spec = StreamSpec(SYSTEM, topic, 2, intermediate=True)
+    assert admin.create_stream(spec)
+    config = admin.topic_config(topic)
+    assert (config["retention.ms"], config["retention.bytes"]) == ("-1", "-1")
+    admin.validate_stream(spec)
+
+    limited = topic_name("limited")
+    admin.create_stream(StreamSpec(SYSTEM, limited, 2, {"retention.ms": "60000"}))
+    with pytest.raises(KafkaSystemError, match=f"'{limited}' is an intermediate stream but has retention.ms=60000"):
+        admin.validate_stream(StreamSpec(SYSTEM, limited, 2, intermediate=True))
+
+
+def test_delete_messages_moves_each_partitions_log_start_to_the_offset(admin, bootstrap, topic_name):
+    topic = topic_name()
+    create_topic(bootstrap, topic, 2)
+    for partition in (0, 1):
+        produce(bootstrap, topic, [(None, b"x")] * 5, partition=partition)
+    first, second = (SystemStreamPartition(SYSTEM, topic, partition) for partition in (0, 1))
+    assert admin.delete_messages({first: "3", second: "5"})
+    partitions = admin.get_system_stream_metadata([topic])[topic].partitions
+    assert [(p.oldest_offset, p.upcoming_offset) for p in partitions.values()] == [("3", "5"), (None, "5")]
+
+
 def test_create_stream_with_a_bad_topic_config_names_the_topic(admin, topic_name):
     topic = topic_name()
     with pytest.raises(KafkaSystemError, match=f"cannot create topic '{topic}'"):
@@ -338,6 +363,22 @@ def test_a_record_too_large_for_the_producer_is_refused_at_send_naming_the_topic
     with pytest.raises(KafkaRecordTooLargeError, match=f"topic '{topic}'.*20000 bytes"):
         producer.send("task", OutgoingMessageEnvelope(SystemStream(SYSTEM, topic), b"x" * 20_000))
     producer.stop()
+
+
+@pytest.mark.parametrize("timestamp", [0, -1000])
+def test_a_timestamp_kafka_cannot_carry_is_refused_instead_of_becoming_the_current_time(
+    config, bootstrap, topic_name, timestamp
+):
+    topic = topic_name()
+    create_topic(bootstrap, topic, 1)
+    producer = started_producer(config)
+    envelope = OutgoingMessageEnvelope(SystemStream(SYSTEM, topic), b"x", timestamp=timestamp)
+    with pytest.raises(KafkaSystemError, match=f"topic '{topic}': cannot write a record with timestamp {timestamp} ms"):
+        producer.send("task", envelope)
+    producer.send("task", OutgoingMessageEnvelope(SystemStream(SYSTEM, topic), b"y", timestamp=1))
+    producer.flush("task")
+    producer.stop()
+    assert [record.timestamp()[1] for record in read_all(bootstrap, topic, 1)] == [1]
 
 
 def test_a_delivery_failure_surfaces_at_the_next_flush_naming_topic_and_partition(config, bootstrap, topic_name):

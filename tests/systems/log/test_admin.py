@@ -267,3 +267,33 @@ def test_trim_expired_stops_at_the_first_record_within_retention_wherever_batche
         metadata = admin.get_ssp_metadata([ssp("events")])[ssp("events")]
         assert int(metadata.upcoming_offset) == len(timestamps)
         assert metadata.oldest_offset == (str(expected) if expected < len(timestamps) else None)
+
+
+def test_an_intermediate_stream_keeps_its_records_whatever_the_system_retention(root: Path) -> None:
+    config = log_config(root, retention__ms=10)
+    admin = LogSystemFactory().get_admin(SYSTEM, config)
+    producer = LogSystemFactory().get_producer(SYSTEM, config)
+    spec = StreamSpec(SYSTEM, "app-by-user", 1, intermediate=True)
+    assert admin.create_stream(spec)
+    write(producer, "app-by-user", [b"x", b"y"], timestamp=1)  # a backfill: event time long past
+    assert admin.trim_expired(now_ms=10**12) == {}
+    admin.validate_stream(spec)
+    producer.stop()
+
+
+def test_an_intermediate_stream_that_expires_records_is_refused_naming_it(root: Path) -> None:
+    admin = LogSystemFactory().get_admin(SYSTEM, log_config(root, retention__ms=10))
+    create(admin, "app-by-user")
+    with pytest.raises(LogSystemError, match="log stream 'app-by-user' is an intermediate stream but expires records"):
+        admin.validate_stream(StreamSpec(SYSTEM, "app-by-user", 1, intermediate=True))
+
+
+def test_delete_messages_removes_each_partitions_records_below_the_offset(
+    admin: LogSystemAdmin, producer: LogSystemProducer
+) -> None:
+    create(admin, "events", 2)
+    for partition in (0, 1):
+        write(producer, "events", [b"a", b"b", b"c"], partition=partition)
+    assert admin.delete_messages({ssp("events", 0): "2", ssp("events", 1): "3"})
+    partitions = admin.get_system_stream_metadata(["events"])["events"].partitions
+    assert [(p.oldest_offset, p.upcoming_offset) for p in partitions.values()] == [("2", "3"), (None, "3")]
