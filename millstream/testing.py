@@ -19,7 +19,7 @@ import contextlib
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +29,12 @@ from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.prepare import prepare
 from millstream.coordinator.signals import graceful_stop_on_signals
-from millstream.errors import MillstreamError
+from millstream.errors import MillstreamError, StreamNotFoundError
 from millstream.job_model import JobModel
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import metadata_store
-from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
+from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.runtime.container import ContainerResult, run_container
 from millstream.serde.registry import SerdeRegistry
 from millstream.systems.base import StreamSpec
@@ -144,7 +144,24 @@ def write_stream(
 
 
 def read_stream(config: Config, stream: SystemStream, *, idle_timeout: float = 2.0) -> dict[int, list[tuple[Any, Any]]]:
-    """Every retained ``(key, value)`` of every partition, decoded with the stream's serdes.
+    """Every retained ``(key, value)`` of every partition, decoded with the stream's serdes."""
+    serdes = SerdeRegistry.from_config(config)
+    key_serde, msg_serde = serdes.key_serde(stream), serdes.msg_serde(stream)
+    out: dict[int, list[tuple[Any, Any]]] = {}
+    for partition, envelopes in iter_stream(config, stream, idle_timeout=idle_timeout):
+        pairs = out.setdefault(partition, [])
+        for envelope in envelopes:
+            key = key_serde.from_bytes(envelope.key) if key_serde and envelope.key is not None else envelope.key
+            value = envelope.message
+            pairs.append((key, msg_serde.from_bytes(value) if msg_serde and value is not None else value))
+    return out
+
+
+def iter_stream(
+    config: Config, stream: SystemStream, *, idle_timeout: float = 2.0
+) -> Iterator[tuple[int, list[IncomingMessageEnvelope]]]:
+    """Every retained record of every partition as it arrives, undecoded: ``(partition, envelopes)``,
+    once per partition with an empty list first so a caller sees every partition.
 
     A partition is done at end-of-stream or once a record at or past the newest offset seen at the
     start arrived. Offsets may have gaps (Kafka's compaction and transaction markers), so the newest
@@ -152,17 +169,14 @@ def read_stream(config: Config, stream: SystemStream, *, idle_timeout: float = 2
     is done too.
     """
     factory = system_factory(config, stream.system)
-    admin = factory.get_admin(stream.system, config)
-    admin.start()
-    try:
+    with factory.get_admin(stream.system, config) as admin:
+        admin.start()
         metadata = admin.get_system_stream_metadata([stream.stream]).get(stream.stream)
         compare = admin.offset_comparator
-    finally:
-        admin.stop()
     if metadata is None:
-        raise MillstreamError(f"stream '{stream}' does not exist")
-    serdes = SerdeRegistry.from_config(config)
-    key_serde, msg_serde = serdes.key_serde(stream), serdes.msg_serde(stream)
+        raise StreamNotFoundError(stream.system, stream.stream)
+    for partition in sorted(metadata.partitions):
+        yield partition, []
     consumer = factory.get_consumer(stream.system, config)
     newest: dict[SystemStreamPartition, str] = {}
     for partition, info in metadata.partitions.items():
@@ -170,34 +184,27 @@ def read_stream(config: Config, stream: SystemStream, *, idle_timeout: float = 2
             ssp = stream.partition(partition)
             consumer.register(ssp, info.oldest_offset)
             newest[ssp] = info.newest_offset
-    out: dict[int, list[tuple[Any, Any]]] = {p: [] for p in metadata.partitions}
     consumer.start()
     try:
         pending = set(newest)
         last_data = time.monotonic()
         while pending and time.monotonic() - last_data < idle_timeout:
-            batches = consumer.poll(set(pending), 0.2)
-            for ssp, batch in batches.items():
+            for ssp, batch in consumer.poll(set(pending), 0.2).items():
                 if batch:
                     last_data = time.monotonic()
+                records = []
                 for envelope in batch:
                     if envelope.is_end_of_stream:
                         pending.discard(ssp)
                         break
-                    key = key_serde.from_bytes(envelope.key) if key_serde and envelope.key is not None else envelope.key
-                    value = (
-                        msg_serde.from_bytes(envelope.message)
-                        if msg_serde and envelope.message is not None
-                        else envelope.message
-                    )
-                    out[ssp.partition].append((key, value))
+                    records.append(envelope)
                     order = compare(envelope.offset, newest[ssp])
                     if order is not None and order >= 0:
                         pending.discard(ssp)
                         break
+                yield ssp.partition, records
     finally:
         consumer.stop()
-    return out
 
 
 class TestResult:

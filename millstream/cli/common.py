@@ -30,12 +30,20 @@ def guarded(action: Callable[[], T], *, usage: bool = False) -> T:
     2 for bad config, a missing stream, or (``usage``) any refused request; 1 otherwise."""
     try:
         return action()
-    except (ConfigError, StreamNotFoundError) as error:
-        err.print(f"[bold red]error:[/] {error}", markup=True, highlight=False)
-        raise typer.Exit(2) from None
     except MillstreamError as error:
-        err.print(f"[bold red]error:[/] {error}", markup=True, highlight=False)
-        raise typer.Exit(2 if usage else 1) from None
+        raise failed(error, usage=usage) from None
+
+
+def failed(error: MillstreamError, *, usage: bool = False) -> typer.Exit:
+    """Print ``error`` as one line; the exit that ends the command with its code."""
+    err.print(f"[bold red]error:[/] {error}", markup=True, highlight=False)
+    return typer.Exit(exit_code_of(error, usage=usage))
+
+
+def exit_code_of(error: MillstreamError, *, usage: bool = False) -> int:
+    if isinstance(error, (ConfigError, StreamNotFoundError)) or usage:
+        return 2
+    return 1
 
 
 def load(config: Path, overrides: list[str] | None) -> Config:

@@ -18,17 +18,22 @@ import typer
 from rich.table import Table
 
 from millstream.cli.adstore import adstore_app
-from millstream.cli.common import ConfigPath, Overrides, err, guarded, load, out
+from millstream.cli.common import ConfigPath, Overrides, err, failed, guarded, load, out
 from millstream.cli.plan import plan
 from millstream.cli.startpoint import startpoint_app
 from millstream.config import Config, parse_override
 from millstream.config.views import parse_stream
-from millstream.errors import ConfigError, StreamNotFoundError
+from millstream.errors import ConfigError, MillstreamError
 from millstream.model import SystemStream
 from millstream.systems.base import StreamSpec, SystemAdmin
 from millstream.systems.registry import system_factory
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="Samza-style stream jobs on Apache Spark.")
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="Samza-style stream jobs on Apache Spark.",
+)
 streams_app = typer.Typer(no_args_is_help=True, help="Create, inspect, write and read streams of any system.")
 checkpoint_app = typer.Typer(no_args_is_help=True, help="Inspect checkpoints.")
 job_app = typer.Typer(no_args_is_help=True, help="Inspect a job.")
@@ -43,7 +48,12 @@ StreamArg = Annotated[str, typer.Argument(help="system.stream (a bare name means
 
 
 def main() -> None:
-    app()
+    """Any millstream error a command did not turn into its exit code itself (a system that cannot be
+    reached, say) is one line naming what is at fault, never a traceback."""
+    try:
+        app()
+    except MillstreamError as error:
+        sys.exit(failed(error).exit_code)
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -276,38 +286,28 @@ def streams_consume(
     config: ConfigPath,
     stream: StreamArg,
     limit: Annotated[int | None, typer.Option(help="Stop after this many messages")] = None,
+    headers: Annotated[bool, typer.Option("--headers", help="Print each record's headers too")] = False,
+    raw: Annotated[bool, typer.Option("--raw", help="Print keys and values as stored, without the serdes")] = False,
     overrides: Overrides = None,
 ) -> None:
-    """Print every retained message as JSON lines: partition, key, value."""
-    from millstream.testing import read_stream
+    """Print every retained record as a JSON line: partition, offset, timestamp, key, value.
+
+    A record the stream's serdes cannot decode is printed raw with an ``error`` naming its offset, and
+    reading goes on: dead-lettered records and a newer producer's output stay readable."""
+    from millstream.cli.records import RecordPrinter
+    from millstream.testing import iter_stream
 
     cfg = load(config, overrides)
     target = _stream(stream)
-    admin = _admin(cfg, target.system)
+    printer = guarded(lambda: RecordPrinter.of(cfg, target, headers=headers, raw=raw))
     try:
-        exists = target.stream in admin.get_system_stream_metadata([target.stream])
-    finally:
-        admin.stop()
-    if not exists:  # exit 2 like describe and produce (read_stream's error would be a generic exit 1)
-        err.print(f"[bold red]error:[/] {StreamNotFoundError(target.system, target.stream)}", highlight=False)
-        raise typer.Exit(2)
-    by_partition = guarded(lambda: read_stream(cfg, target))
-    printed = 0
-    for partition in sorted(by_partition):
-        for key, value in by_partition[partition]:
-            if limit is not None and printed >= limit:
-                return
-            print(orjson.dumps({"partition": partition, "key": _printable(key), "value": _printable(value)}).decode())
-            printed += 1
-
-
-def _printable(value: Any) -> Any:
-    if isinstance(value, bytes):
-        try:
-            return value.decode()
-        except UnicodeDecodeError:
-            return value.hex()
-    return value
+        for _, envelopes in iter_stream(cfg, target):
+            for envelope in envelopes:
+                if limit is not None and printer.printed >= limit:
+                    return
+                print(printer.line(envelope))
+    except MillstreamError as error:
+        raise failed(error) from None
 
 
 @checkpoint_app.command("show")

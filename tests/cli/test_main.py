@@ -25,7 +25,8 @@ import yaml
 from millstream.config import Config
 from millstream.coordinator.prepare import load_job_config
 from millstream.coordinator.status import job_status
-from millstream.model import SystemStream
+from millstream.model import OutgoingMessageEnvelope, SystemStream
+from millstream.systems.registry import system_factory
 from millstream.testing import read_stream
 from tests.helpers import create_stream, fill, output_origins, seal
 
@@ -228,13 +229,73 @@ def test_produce_lines_from_stdin_and_consume_prints_them_back_as_json_lines(tmp
 
     consumed = millstream("streams", "consume", path, "log.lines")
     assert consumed.returncode == 0, consumed.stderr
-    assert [orjson.loads(line) for line in consumed.stdout.splitlines()] == [
-        {"partition": 0, "key": None, "value": "first line"},
-        {"partition": 0, "key": None, "value": "second line"},
-        {"partition": 0, "key": None, "value": "{not json}"},
+    records = [orjson.loads(line) for line in consumed.stdout.splitlines()]
+    assert [{k: r[k] for k in ("partition", "offset", "key", "value")} for r in records] == [
+        {"partition": 0, "offset": "0", "key": None, "value": "first line"},
+        {"partition": 0, "offset": "1", "key": None, "value": "second line"},
+        {"partition": 0, "offset": "2", "key": None, "value": "{not json}"},
     ]
+    assert all(isinstance(r["timestamp"], int) and r["timestamp"] > 0 for r in records)
     limited = millstream("streams", "consume", path, "log.lines", "--limit", "2")
     assert len(limited.stdout.splitlines()) == 2
+
+
+def send_raw(config: Config, envelope: OutgoingMessageEnvelope) -> None:
+    """Write bytes as they are, past the serdes: what a dead-letter queue or another producer leaves."""
+    producer = system_factory(config, "log").get_producer("log", config)
+    producer.start()
+    producer.send("test", envelope)
+    producer.flush("test")
+    producer.stop()
+
+
+def test_consume_prints_an_undecodable_record_raw_naming_its_offset_and_goes_on(tmp_path):
+    path = write_config(tmp_path)  # JSON values
+    millstream("streams", "create", path, "log.events")
+    stream = SystemStream("log", "events")
+    for value in (b'{"n": 1}', b"\xff not json", b'{"n": 2}'):
+        send_raw(load_job_config(path, {}), OutgoingMessageEnvelope(stream, value))
+    consumed = millstream("streams", "consume", path, "log.events")
+    assert consumed.returncode == 0, consumed.stderr
+    records = [orjson.loads(line) for line in consumed.stdout.splitlines()]
+    assert [r["value"] for r in records] == [{"n": 1}, b"\xff not json".hex(), {"n": 2}]
+    assert [("error" in r) for r in records] == [False, True, False]
+    assert records[1]["error"].startswith("cannot decode the value at offset 1: ")
+    raw = millstream("streams", "consume", path, "log.events", "--raw")
+    assert [orjson.loads(line)["value"] for line in raw.stdout.splitlines()] == [
+        '{"n": 1}',
+        b"\xff not json".hex(),
+        '{"n": 2}',
+    ]
+
+
+def test_consume_with_headers_shows_each_records_headers(tmp_path):
+    path = write_config(tmp_path)
+    millstream("streams", "create", path, "log.events")
+    stream = SystemStream("log", "events")
+    envelope = OutgoingMessageEnvelope(stream, b'{"n": 1}', headers={"millstream.error.type": b"ValueError"})
+    send_raw(load_job_config(path, {}), envelope)
+    plain = orjson.loads(millstream("streams", "consume", path, "log.events").stdout)
+    assert "headers" not in plain
+    shown = orjson.loads(millstream("streams", "consume", path, "log.events", "--headers").stdout)
+    assert shown["headers"] == {"millstream.error.type": "ValueError"}
+
+
+def test_a_command_that_cannot_reach_kafka_prints_one_line_naming_the_brokers(tmp_path):
+    path = write_config(
+        tmp_path,
+        {
+            "systems.kafka.samza.factory": "kafka",
+            "systems.kafka.bootstrap.servers": "127.0.0.1:1",
+            "systems.kafka.startup.timeout.ms": "1000",
+        },
+    )
+    for command in (["streams", "describe", path, "kafka.t"], ["streams", "consume", path, "kafka.t"]):
+        result = millstream(*command)
+        assert result.returncode == 1, result.stderr
+        assert "Traceback" not in result.stderr
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and "no broker at 127.0.0.1:1" in lines[0], result.stderr
 
 
 def test_produce_json_keyed_by_a_field_from_stdin_and_from_a_file(tmp_path):
