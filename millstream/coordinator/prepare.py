@@ -9,6 +9,7 @@ it starts, with the key at fault.
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from millstream.adjunct.validation import validate_adjunct_config
 from millstream.config.core import Config, load_config
 from millstream.config.views import (
+    CLOSED_NAMESPACES,
     AppConfig,
     JobConfig,
     MetadataConfig,
@@ -61,6 +63,7 @@ def _validate(config: Config) -> None:
     serdes = SerdeRegistry.from_config(config)
     validate_state_config(config, serdes)
     validate_adjunct_config(config)
+    _refuse_misspelt_sections(config)
     for key in config:
         if key.startswith("systems.") and key.count(".") < 2:
             raise ConfigError(f"unknown config key '{key}' (expected systems.<system>.<setting>)")
@@ -74,6 +77,19 @@ def _validate(config: Config) -> None:
     for key in config:
         if key.startswith("serializers.") and not (key.startswith("serializers.registry.") and key.count(".") >= 3):
             raise ConfigError(f"unknown config key '{key}' (expected serializers.registry.<name>.class)")
+
+
+def _refuse_misspelt_sections(config: Config) -> None:
+    """Namespaces outside millstream's are the user's own, so ``jobs.name`` would be silently ignored and
+    the job fail later for a reason far from the typo: a section within a letter or two of one of
+    millstream's is refused as an unknown key, naming the one it resembles."""
+    sections = [namespace.rstrip(".") for namespace in CLOSED_NAMESPACES]
+    for key in config:
+        section, dot, rest = key.partition(".")
+        if not dot or section in sections:
+            continue
+        if close := difflib.get_close_matches(section, sections, n=1, cutoff=0.8):
+            raise ConfigError(f"unknown config key '{key}': no section '{section}.'; did you mean '{close[0]}.{rest}'?")
 
 
 def _validate_system_keys(config: Config, system: str, factory: Any, serdes: SerdeRegistry) -> None:
