@@ -1,9 +1,10 @@
 """AWS Kinesis (``millstream[kinesis]``): a consumer that survives resharding, a producer, startpoints.
 
 Modules, one role each: ``config`` (keys and boto3 clients), ``admin`` (streams, shards, slots),
-``consumer`` (leases, readers, slots), ``producer`` (PutRecords with per-record retries),
-``allocation`` (shard ↔ SSP slots), ``leases`` (lease table and balancing in the metadata store),
-``dynamodb`` (the lease table in DynamoDB instead),
+``consumer`` (the façade over ``slots``, the queues ``poll`` empties; ``reader``, one thread per shard;
+``lease_setup``, initial positions and startpoints; ``lease_keeper``, taking and keeping leases),
+``producer`` (PutRecords with per-record retries), ``allocation`` (shard ↔ SSP slots), ``leases``
+(lease table and balancing in the metadata store), ``dynamodb`` (the lease table in DynamoDB instead),
 ``offsets`` (positions, composite offsets, startpoint markers), ``shards`` (lineage),
 ``throttling`` (read limits, backoff, counters), ``errors`` and ``factory``.
 
