@@ -394,6 +394,19 @@ def ensure_intermediate_streams(config: Config) -> dict[SystemStream, int]:
     if missing_inputs:
         stream = missing_inputs[0]
         raise StreamNotFoundError(stream.system, stream.stream, "an input of the application; create it first")
+    missing_outputs = [
+        planned.system_stream
+        for planned in plan.streams.values()
+        if planned.role == "output" and not planned.exists and not _creates_on_send(config, planned.system_stream)
+    ]
+    if missing_outputs:
+        stream = missing_outputs[0]
+        raise StreamNotFoundError(
+            stream.system,
+            stream.stream,
+            f"an output of the application; create it first, or let the system create it on the first send "
+            f"(systems.{stream.system}.auto.create.streams=true)",
+        )
     counts = {}
     for intermediate in plan.graph.intermediates.values():
         target = intermediate.system_stream
@@ -413,6 +426,11 @@ def ensure_intermediate_streams(config: Config) -> dict[SystemStream, int]:
             counts[target] = metadata.partition_count if metadata else partitions
             admin.validate_stream(replace(spec, partition_count=counts[target]))
     return counts
+
+
+def _creates_on_send(config: Config, stream: SystemStream) -> bool:
+    """``systems.<s>.auto.create.streams``, the key the log and Kafka systems share."""
+    return config.get(f"systems.{stream.system}.auto.create.streams", "false").strip().lower() in ("true", "yes", "1")
 
 
 def feeding_streams(graph: ApplicationGraph, spec: OperatorSpec) -> set[SystemStream]:

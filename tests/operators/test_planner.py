@@ -194,6 +194,7 @@ def partitions(config: Config, stream: str) -> int:
 def test_intermediate_streams_are_created_with_as_many_partitions_as_the_largest_input(tmp_path):
     config = app_config(tmp_path)
     create_stream(config, "in", 3)
+    create_stream(config, "out", 1)
     assert ensure_intermediate_streams(config) == {SystemStream("log", "views-1-by-user"): 3}
     assert partitions(config, "views-1-by-user") == 3
 
@@ -201,10 +202,24 @@ def test_intermediate_streams_are_created_with_as_many_partitions_as_the_largest
 def test_intermediate_partitions_can_be_configured_and_an_existing_stream_is_kept(tmp_path):
     config = app_config(tmp_path, app__intermediate__partitions="5")
     create_stream(config, "in", 3)
+    create_stream(config, "out", 1)
     ensure_intermediate_streams(config)
     assert partitions(config, "views-1-by-user") == 5
     again = app_config(tmp_path, app__intermediate__partitions="2")
     assert ensure_intermediate_streams(again) == {SystemStream("log", "views-1-by-user"): 5}
+
+
+def test_a_missing_output_stops_the_job_at_start_naming_the_stream(tmp_path):
+    config = app_config(tmp_path)
+    create_stream(config, "in", 3)
+    with pytest.raises(StreamNotFoundError, match=r"stream 'log\.out' does not exist: an output of the application"):
+        ensure_intermediate_streams(config)
+
+
+def test_a_missing_output_is_fine_when_the_system_creates_streams_on_the_first_send(tmp_path):
+    config = app_config(tmp_path, systems__log__auto__create__streams="true")
+    create_stream(config, "in", 3)
+    ensure_intermediate_streams(config)
 
 
 def test_a_missing_input_stops_the_job_naming_the_stream(tmp_path):
