@@ -1,0 +1,268 @@
+"""Soak: a stateful job killed at random through the Spark runner must still give exact results.
+
+    python -m benchmarks.soak [--backend changelog] [--backend blobstore] [--runs 1] [--kills 10] [--seed 1]
+                              [--partitions 4] [--records 2500] [--delay-ms 1] [--commit-ms 300]
+
+A count-per-key job (``benchmarks.soak_tasks:CountPerKey``, RocksDB, asynchronous commit) reads
+``--partitions`` sealed partitions of ``--records`` each, two containers on Spark local mode. While it
+runs, a seeded killer SIGKILLs running containers at random moments, and once per run at a commit point
+chosen from the backend's (``task.commit.testing.pause.at``: the container pauses there and is killed
+in the pause), until ``--kills`` kills were made; Spark retries each container, which restores its
+stores and resumes from its checkpoint. Each run then checks what a user relies on:
+
+* the job finished (exit 0 of ``millstream run``);
+* every input is reflected in the output, at least once;
+* every emitted count is exact: the n-th message of a key in a partition is emitted with count n,
+  however often it was replayed (the store and the offsets were restored together);
+* each task's final store equals the fault-free result;
+* no task's checkpointed offset ever went backwards (sampled while the job runs).
+
+It prints one row per run: backend, seed, commit point, kills, container retries, duplicate ratio
+(outputs re-emitted after a kill, per input), seconds and the problems found; exit code 1 on any problem.
+The long soak is ``--runs 10 --kills 10`` with both backends; ``tests/spark/test_soak.py`` runs a
+short one in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from millstream.checkpoint.factory import checkpoint_manager
+from millstream.config import Config
+from millstream.coordinator.job_result import JobResult
+from millstream.coordinator.prepare import prepare
+from millstream.metadata import coordination
+from millstream.metadata.factory import metadata_store
+from millstream.model import SystemStream
+from millstream.spark.runner import SparkJobRunner
+from millstream.spark.session import build_session
+from millstream.systems.base import StreamSpec
+from millstream.systems.registry import system_factory
+from millstream.testing import read_stream, write_stream
+
+KEYS = 7
+INPUT = SystemStream("log", "soak-in")
+OUTPUT = SystemStream("log", "soak-out")
+COMMIT_POINTS = {
+    "changelog": ("after-snapshot", "after-upload", "after-checkpoint"),
+    "blobstore": ("after-snapshot", "mid-upload", "after-upload", "after-checkpoint"),
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    kills: int = 10
+    partitions: int = 4
+    records: int = 2500
+    delay_ms: float = 1.0
+    commit_ms: int = 300
+    containers: int = 2
+
+
+@dataclass
+class SoakResult:
+    backend: str
+    seed: int
+    commit_point: str
+    kills: int = 0
+    retries: int = 0
+    duplicates: float = 0.0
+    seconds: float = 0.0
+    problems: list[str] = field(default_factory=list)
+
+
+def soak_config(root: Path, backend: str, settings: Settings, commit_point: str) -> Config:
+    values = {
+        "job.name": "soak",
+        "job.data.dir": str(root / "data"),
+        "job.container.count": str(settings.containers),
+        "job.container.retry.count": str(settings.kills + 2),
+        "task.class": "benchmarks.soak_tasks:CountPerKey",
+        "task.inputs": f"log.{INPUT.stream}",
+        "task.commit.ms": str(settings.commit_ms),
+        "task.commit.testing.pause.at": commit_point,
+        "task.commit.testing.pause.ms": "60000",
+        "task.commit.testing.marker.dir": str(root / "markers"),
+        "systems.log.samza.offset.default": "oldest",
+        "systems.log.samza.key.serde": "string",
+        "systems.log.samza.msg.serde": "json",
+        "stores.counts.factory": "rocksdb",
+        "stores.counts.key.serde": "string",
+        "stores.counts.msg.serde": "json",
+        "soak.delay.ms": str(settings.delay_ms),
+        "spark.ui.enabled": "false",
+    }
+    if backend == "changelog":
+        values["stores.counts.changelog"] = "log.soak-counts-changelog"
+    else:
+        values["stores.counts.backup.factories"] = "blobstore"
+        values["task.checkpoint.read.versions"] = "2,1"
+    return prepare(Config(values))
+
+
+def write_input(config: Config, settings: Settings) -> None:
+    """Message ``i`` of every partition is ``i`` with key ``key<i % KEYS>``: its count must be ``i // KEYS + 1``."""
+    with system_factory(config, "log").get_admin("log", config) as admin:
+        admin.create_stream(StreamSpec("log", INPUT.stream, settings.partitions))
+        admin.create_stream(StreamSpec("log", OUTPUT.stream, 1))
+        for partition in range(settings.partitions):
+            pairs = [(f"key{i % KEYS}", i) for i in range(settings.records)]
+            write_stream(config, INPUT, pairs, partition=partition)
+        admin.seal_stream(INPUT.stream)
+
+
+class Killer(threading.Thread):
+    """SIGKILLs running containers at seeded random moments, and the one pausing at the commit point."""
+
+    def __init__(self, config: Config, seed: int, kills: int, marker: Path) -> None:
+        super().__init__(daemon=True)
+        self.store = metadata_store(config)
+        self.random = random.Random(seed)
+        self.wanted = kills
+        self.marker = marker
+        self.killed: set[int] = set()
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while len(self.killed) < self.wanted and not self.done.wait(self.random.uniform(0.4, 1.6)):
+            pid = self._paused() or self._running()
+            if pid is not None:
+                self._kill(pid)
+
+    def _paused(self) -> int | None:
+        text = self.marker.read_text().strip() if self.marker.is_file() else ""
+        return int(text) if text and int(text) not in self.killed else None
+
+    def _running(self) -> int | None:
+        statuses = coordination.container_statuses(self.store).values()
+        pids = [int(s["pid"]) for s in statuses if s.get("state") == "running" and int(s["pid"]) not in self.killed]
+        return self.random.choice(sorted(pids)) if pids else None
+
+    def _kill(self, pid: int) -> None:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return  # it ended by itself meanwhile
+        self.killed.add(pid)
+
+
+class CheckpointWatch(threading.Thread):
+    """Samples every task's checkpointed offsets while the job runs; any offset that moves back is a problem."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__(daemon=True)
+        self.manager = checkpoint_manager(config, metadata_store(config))
+        self.highest: dict[tuple[str, str], int] = {}
+        self.problems: list[str] = []
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.25):
+            for task, checkpoint in self.manager.read_all().items():
+                for ssp, offset in checkpoint.offsets.items():
+                    if offset is None or ssp.system_stream != INPUT:
+                        continue
+                    key, value = (str(task), ssp.key()), int(offset)
+                    if value < self.highest.get(key, -1):
+                        self.problems.append(f"{task}: checkpoint of {ssp.key()} went back to {value}")
+                    self.highest[key] = max(value, self.highest.get(key, -1))
+
+
+def check_output(config: Config, settings: Settings) -> tuple[list[str], float]:
+    """Problems with the output (missing inputs, wrong counts, wrong final stores); the duplicate ratio."""
+    records = [value for _, value in read_stream(config, OUTPUT).get(0, [])]
+    counts = [r for r in records if "count" in r]
+    problems = [
+        f"partition {r['p']} message {r['v']} ({r['key']}) emitted count {r['count']}, expected {r['v'] // KEYS + 1}"
+        for r in counts
+        if r["count"] != r["v"] // KEYS + 1
+    ][:5]
+    expected = {(p, i) for p in range(settings.partitions) for i in range(settings.records)}
+    missing = expected - {(r["p"], r["v"]) for r in counts}
+    if missing:
+        problems.append(f"{len(missing)} input(s) never reflected in the output, e.g. {sorted(missing)[:3]}")
+    final = {r["task"]: r["store"] for r in records if "store" in r}
+    reference = dict(Counter(f"key{i % KEYS}" for i in range(settings.records)))
+    for task in (f"Partition {p}" for p in range(settings.partitions)):
+        if final.get(task) != reference:
+            problems.append(f"{task}: final store {final.get(task)} differs from the fault-free {reference}")
+    total = settings.partitions * settings.records
+    return problems, (len(counts) - total) / total
+
+
+def run_once(backend: str, seed: int, settings: Settings, root: Path) -> SoakResult:
+    commit_point = random.Random(seed).choice(COMMIT_POINTS[backend])
+    result = SoakResult(backend, seed, commit_point)
+    config = soak_config(root, backend, settings, commit_point)
+    write_input(config, settings)
+    spark = build_session(config, master=f"local[{settings.containers + 1}]")
+    killer = Killer(config, seed, settings.kills, root / "markers" / commit_point)
+    watch = CheckpointWatch(config)
+    started = time.monotonic()
+    killer.start()
+    watch.start()
+    try:
+        job: JobResult = SparkJobRunner(config, spark=spark).run()
+    finally:
+        killer.done.set()
+        watch.done.set()
+        killer.join()
+        watch.join()
+    result.seconds = time.monotonic() - started
+    result.kills = len(killer.killed)
+    result.retries = sum(container.epoch - 1 for container in job.containers)
+    if job.outcome != "finished":
+        result.problems.append(f"the job ended {job.outcome}: {job.error}")
+        return result
+    output_problems, result.duplicates = check_output(config, settings)
+    result.problems += watch.problems[:5] + output_problems
+    if result.kills < settings.kills:
+        result.problems.append(f"only {result.kills} kill(s) before the job ended: raise --records or --delay-ms")
+    return result
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, Settings]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", action="append", choices=sorted(COMMIT_POINTS), help="repeatable; default both")
+    parser.add_argument("--runs", type=int, default=1, help="runs per backend, seeds --seed, --seed + 1, ...")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--kills", type=int, default=Settings.kills)
+    parser.add_argument("--partitions", type=int, default=Settings.partitions)
+    parser.add_argument("--records", type=int, default=Settings.records, help="messages per partition")
+    parser.add_argument("--delay-ms", type=float, default=Settings.delay_ms, help="processing time per message")
+    parser.add_argument("--commit-ms", type=int, default=Settings.commit_ms)
+    args = parser.parse_args(argv)
+    settings = Settings(args.kills, args.partitions, args.records, args.delay_ms, args.commit_ms)
+    return args, settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, settings = parse_args(sys.argv[1:] if argv is None else argv)
+    results = []
+    print(f"{'backend':<10} {'seed':>4} {'commit point':<17} {'kills':>5} {'retries':>7} {'dup':>6} {'s':>6}  problems")
+    for backend in args.backend or sorted(COMMIT_POINTS):
+        for seed in range(args.seed, args.seed + args.runs):
+            with tempfile.TemporaryDirectory(prefix="millstream-soak-") as directory:
+                result = run_once(backend, seed, settings, Path(directory))
+            results.append(result)
+            print(
+                f"{result.backend:<10} {result.seed:>4} {result.commit_point:<17} {result.kills:>5} "
+                f"{result.retries:>7} {result.duplicates:>6.3f} {result.seconds:>6.1f}  "
+                f"{'; '.join(result.problems) or 'none'}",
+                flush=True,
+            )
+    return 1 if any(result.problems for result in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
