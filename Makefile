@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # The extras `make install` adds; every other target installs just the extras it needs (see the stamps below).
 EXTRAS ?= test
 
-.PHONY: install example test kafka-jars blob-emulators kinesalite lint bench clean
+.PHONY: install example test test-fast kafka-jars blob-emulators kinesalite lint bench clean
 
 # One stamp per set of extras, so `make example` installs only the package and `make test` afterwards adds the
 # test extra on top of the same venv. "base" is the package alone. A stamp older than pyproject.toml reinstalls.
@@ -33,6 +33,10 @@ example: $(BIN)/.installed-base
 ## kinesalite, S3 and Azure blob emulators). Installs what the servers need first (cached after the first run).
 test: $(BIN)/.installed-test kafka-jars blob-emulators kinesalite
 	$(BIN)/pytest -q
+
+## Run only the tests that start no JVM and no server (tests/conftest.py marks the others spark / integration).
+test-fast: $(BIN)/.installed-test
+	$(BIN)/pytest -q -m "not spark and not integration"
 
 ## Download the Kafka broker JARs the integration tests start (Maven Central via ~/.m2, cached; see tools/kafka).
 kafka-jars: $(BIN)/.installed-test
