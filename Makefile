@@ -2,48 +2,61 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# The extras `make install` adds; every other target installs just the extras it needs (see the stamps below).
 EXTRAS ?= test
 
-.PHONY: install example test kafka-jars blob-emulators kinesalite lint bench clean
+.PHONY: install example test test-fast kafka-jars blob-emulators kinesalite lint bench clean
 
-$(BIN)/.installed: pyproject.toml
+# One stamp per set of extras, so `make example` installs only the package and `make test` afterwards adds the
+# test extra on top of the same venv. "base" is the package alone. A stamp older than pyproject.toml reinstalls.
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[$(EXTRAS)]"
+
+$(BIN)/.installed-base: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
 	touch $@
 
-install: $(BIN)/.installed
+$(BIN)/.installed-%: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e ".[$*]"
+	touch $@ $(BIN)/.installed-base
+
+install: $(BIN)/.installed-$(EXTRAS)
 
 ## Run the example job end to end on Spark local mode with the embedded defaults.
-example: install
+example: $(BIN)/.installed-base
 	cd examples/pageviews && ../../$(BIN)/python generate.py --events 20000 \
 	  && ../../$(BIN)/millstream run job.yaml \
 	  && ../../$(BIN)/python show.py
 
 ## Run the whole test suite (unit, in-process, Spark local mode and standalone cluster, a real Kafka broker,
 ## kinesalite, S3 and Azure blob emulators). Installs what the servers need first (cached after the first run).
-test: install kafka-jars blob-emulators kinesalite
+test: $(BIN)/.installed-test kafka-jars blob-emulators kinesalite
 	$(BIN)/pytest -q
 
+## Run only the tests that start no JVM and no server (tests/conftest.py marks the others spark / integration).
+test-fast: $(BIN)/.installed-test
+	$(BIN)/pytest -q -m "not spark and not integration"
+
 ## Download the Kafka broker JARs the integration tests start (Maven Central via ~/.m2, cached; see tools/kafka).
-kafka-jars: install
+kafka-jars: $(BIN)/.installed-test
 	$(BIN)/python -m tests.integration.kafka_broker fetch
 
 ## Install the blob store emulators the state integration tests start (Azurite with npm into a cache; moto comes with the test extra).
-blob-emulators: install
+blob-emulators: $(BIN)/.installed-test
 	$(BIN)/python -m tests.integration.blob_emulators fetch
 
 ## Install kinesalite, the Kinesis API emulator the Kinesis tests and benchmark start (npm ci into a cache; see tools/kinesis).
-kinesalite: install
+kinesalite: $(BIN)/.installed-test
 	$(BIN)/python -m tests.integration.kinesis.emulator fetch
 
-lint: install
+lint: $(BIN)/.installed-test
 	$(BIN)/ruff check millstream tests benchmarks examples
 	$(BIN)/ruff format --check millstream tests benchmarks examples
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-bench: install
+bench: $(BIN)/.installed-test
 	$(BIN)/python -m benchmarks.passthrough_log
 	$(BIN)/python -m benchmarks.kafka_passthrough
 	$(BIN)/python -m benchmarks.state_restore

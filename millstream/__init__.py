@@ -3,6 +3,8 @@
 What a user imports to write a job; everything else is reached by its package path.
 """
 
+from importlib.metadata import PackageNotFoundError, version
+
 from millstream.api.application import (
     KV,
     InputDescriptor,
@@ -32,7 +34,10 @@ from millstream.model import (
     TaskName,
 )
 
-__version__ = "0.1.0"
+try:  # pyproject.toml is the one place the version is written; the installed metadata carries it here
+    __version__ = version("millstream")
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "KV",

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from millstream.config import Config
 from millstream.config.views import resolve_paths
@@ -12,6 +14,22 @@ from millstream.operators.planner import expand_application
 from millstream.systems.base import StreamSpec
 from millstream.systems.registry import system_factory
 from millstream.testing import read_stream, write_stream
+
+T = TypeVar("T")
+
+
+def wait_until(predicate: Callable[[], T], timeout: float, message: str, interval: float = 0.02) -> T:
+    """Poll ``predicate`` until it returns something truthy, and return that; fail with ``message`` after
+    ``timeout`` seconds. Tests wait for the condition they need, never for a fixed time: a fixed sleep is
+    too short on a loaded machine and wasted everywhere else."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"not within {timeout} s: {message}")
+        time.sleep(interval)
 
 
 def job_config(data_dir: Path, task: str = "tests.jobs:PassThrough", **extra: Any) -> Config:

@@ -21,6 +21,7 @@ from millstream.cli.adstore import adstore_app
 from millstream.cli.common import ConfigPath, Overrides, err, failed, guarded, load, out
 from millstream.cli.plan import plan
 from millstream.cli.startpoint import startpoint_app
+from millstream.cli.version import root
 from millstream.config import Config, parse_override
 from millstream.config.views import parse_stream
 from millstream.errors import ConfigError, MillstreamError
@@ -37,6 +38,7 @@ app = typer.Typer(
 streams_app = typer.Typer(no_args_is_help=True, help="Create, inspect, write and read streams of any system.")
 checkpoint_app = typer.Typer(no_args_is_help=True, help="Inspect checkpoints.")
 job_app = typer.Typer(no_args_is_help=True, help="Inspect a job.")
+app.callback()(root)
 app.add_typer(streams_app, name="streams")
 app.add_typer(checkpoint_app, name="checkpoint")
 app.add_typer(job_app, name="job")

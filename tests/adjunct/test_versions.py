@@ -21,6 +21,7 @@ from millstream.storage.errors import StoreError
 from millstream.storage.inmemory import InMemoryKeyValueStorageEngine
 from millstream.storage.kv import KeyValueStorageEngine
 from millstream.storage.rocksdb import RocksDbKeyValueStorageEngine
+from tests.helpers import wait_until
 
 SSP0 = SystemStreamPartition("kafka", "model.updates", 0)
 SSP1 = SystemStreamPartition("kafka", "model.updates", 1)
@@ -182,7 +183,7 @@ def test_concurrent_readers_see_whole_sealed_versions_in_order(make: Make, persi
             sealing[0] = version  # before the switch: a reader may see it as soon as seal assigns it
             store.seal(f"v{version}", {SSP0: str(version)})
             store.maintain()
-            time.sleep(0.02)
+            wait_until(lambda seen=reads[0]: reads[0] > seen or failures, 10, f"a read after version {version}")
     finally:
         stop.set()
         for reader in readers:

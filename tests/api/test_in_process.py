@@ -14,7 +14,7 @@ from millstream.config import Config
 from millstream.control.state import CONTROL_STATE_NAMESPACE
 from millstream.coordinator.job_result import JobResult
 from millstream.metadata.factory import metadata_store
-from millstream.model import SystemStream
+from millstream.model import SystemStream, SystemStreamPartition
 from millstream.testing import InProcessRunner, TestRunner, read_stream, write_stream
 from tests.api.apps import (
     RepartitionPassThrough,
@@ -22,7 +22,7 @@ from tests.api.apps import (
     messages,
     reference_counts,
 )
-from tests.helpers import create_stream, seal
+from tests.helpers import create_stream, seal, wait_until
 
 IN = SystemStream("log", "in")
 
@@ -201,6 +201,19 @@ def test_without_its_control_state_a_restarted_downstream_waits_for_ever_as_samz
     assert InProcessRunner(downstream).run(timeout=4).outcome == "stopped"
 
 
+def recorded_offsets(config: Config, stream: str) -> dict[int, str]:
+    """Per partition of ``stream``, the offset of the last envelope the tasks' persisted control state reflects."""
+    store = metadata_store(config)
+    store.init()
+    try:
+        states = [msgpack.unpackb(raw, strict_map_key=False) for raw in store.all(CONTROL_STATE_NAMESPACE).values()]
+    finally:
+        store.close()
+    offsets = {key: offset for state in states for key, offset in state["offsets"].items()}
+    ssps = {SystemStreamPartition.parse_key(key): offset for key, offset in offsets.items()}
+    return {ssp.partition: offset for ssp, offset in ssps.items() if ssp.stream == stream}
+
+
 def test_a_startpoint_rewinds_a_high_level_job_instead_of_being_skipped_as_a_replay(tmp_path):
     """The control state remembers how far each partition was processed; a partition a startpoint moves
     back must be processed again, not skipped as if a restart replayed it."""
@@ -218,7 +231,8 @@ def test_a_startpoint_rewinds_a_high_level_job_instead_of_being_skipped_as_a_rep
         deadline = time.monotonic() + 60
         while len(output(config)) < count and time.monotonic() < deadline:
             time.sleep(0.05)
-        time.sleep(0.3)  # let a commit record the control state
+        last = {partition: str(len(values) - 1) for partition, values in data.items()}
+        wait_until(lambda: recorded_offsets(config, "in") == last, 30, "a commit recorded the control state")
         runner.request_stop()
         job.join()
 

@@ -24,7 +24,7 @@ from millstream.spark.runner import SparkJobRunner
 from millstream.testing import read_stream, write_stream
 from tests.api.apps import app_config, messages, reference_counts
 from tests.api.test_in_process import assert_panes_fired_exactly_when_the_watermark_reached_their_end
-from tests.helpers import create_stream, seal
+from tests.helpers import create_stream, seal, wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -79,11 +79,20 @@ def test_windowed_counts_fire_when_the_minimum_watermark_passes_and_split_jobs_g
     ]
     for job in jobs:
         job.start()
-        time.sleep(0.5)
+        wait_until(lambda: running(stages[1]), 120, "stage 1's containers run before stage 0 starts")
     for job in jobs:
         job.join()
     assert [outcomes[s].outcome for s in (0, 1)] == ["finished", "finished"], [outcomes[s].error for s in (0, 1)]
     assert pane_counts(stages[1]) == pane_counts(single)
+
+
+def running(config: Config) -> bool:
+    """Whether a container of ``config``'s job reported that it runs."""
+    store = metadata_store(config)
+    try:
+        return any(status.get("state") == "running" for status in coordination.container_statuses(store).values())
+    finally:
+        store.close()
 
 
 def test_a_sigkilled_downstream_only_container_resumes_where_its_control_state_was(spark_local, tmp_path):

@@ -16,6 +16,7 @@ from millstream.model import IncomingMessageEnvelope, SystemStreamPartition
 from millstream.systems.kinesis.admin import KinesisSystemAdmin
 from millstream.systems.kinesis.consumer import SEQUENCE_NUMBER_HEADER, SHARD_ID_HEADER, KinesisSystemConsumer
 from millstream.systems.kinesis.factory import KinesisSystemFactory
+from tests.helpers import wait_until
 from tests.integration.kinesis.emulator import ACCESS_KEY, REGION, SECRET_KEY
 
 SYSTEM = "kinesis"
@@ -153,3 +154,10 @@ def wait_for(probe: Callable[[], Any], timeout: float = 30.0, interval: float = 
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         time.sleep(interval)
+
+
+def wait_for_reads(consumer: KinesisSystemConsumer, calls: int) -> None:
+    """Until the consumer's shard readers made ``calls`` more GetRecords calls. Whatever else the shards hold
+    has been fetched by then, so a poll afterwards shows it: the way to check that nothing more arrives."""
+    made = consumer.metrics.get_records_calls
+    wait_until(lambda: consumer.metrics.get_records_calls >= made + calls, 30, f"{calls} more GetRecords calls")

@@ -27,6 +27,7 @@ from tests.integration.kinesis.helpers import (
     shard_and_sequence,
     started_admin,
     wait_for,
+    wait_for_reads,
 )
 
 pytestmark = pytest.mark.integration
@@ -93,7 +94,7 @@ def test_initial_position_latest_reads_only_records_that_arrive_after_the_shards
         wait_for(lambda: consumer.metrics.get_records_calls >= 2 and len(consumer.owned_shards()[stream]) == 2)
         put(kinesis_endpoint, stream, records(10, "new"))
         driver.run_until(consumer, slots(stream, range(2)), lambda: len(driver.envelopes) >= 10)
-        time.sleep(0.3)
+        wait_for_reads(consumer, 4)
         driver.poll(consumer, slots(stream, range(2)))
     finally:
         consumer.stop()
@@ -141,7 +142,7 @@ def test_a_new_consumer_resumes_after_what_was_checkpointed_and_rereads_only_the
     consumer = start(config, stream, [0], second)
     try:
         second.run_until(consumer, slots(stream, [0]), lambda: len(second.envelopes) >= 13)
-        time.sleep(0.3)
+        wait_for_reads(consumer, 2)
         second.poll(consumer, slots(stream, [0]))
     finally:
         consumer.stop()
@@ -279,7 +280,7 @@ def test_throttled_and_expired_reads_back_off_retry_and_lose_nothing(
     consumer.start()
     try:
         driver.run_until(consumer, slots(stream, [0]), lambda: len(driver.envelopes) >= 30)
-        time.sleep(0.3)
+        wait_for_reads(consumer, 2)
         driver.poll(consumer, slots(stream, [0]))
     finally:
         consumer.stop()
@@ -408,8 +409,7 @@ def test_a_deleted_and_recreated_stream_is_read_from_its_start_despite_the_old_l
     consumer = start(config, stream, [0], first)
     try:
         first.run_until(consumer, slots(stream, [0]), lambda: len(first.envelopes) >= 5)
-        first.commit()
-        time.sleep(0.3)
+        first.commit()  # consumer.stop() copies it to the lease table
     finally:
         consumer.stop()
     admin = started_admin(config)

@@ -20,6 +20,7 @@ from tests.integration.kinesis.helpers import (
     make_consumer,
     put,
     started_admin,
+    wait_for_reads,
 )
 
 pytestmark = pytest.mark.integration
@@ -79,8 +80,7 @@ def test_a_consumer_keeps_leases_and_checkpoints_in_dynamodb_and_the_next_one_re
     consumer.start()
     try:
         first.run_until(consumer, ssps, lambda: len(first.envelopes) >= 20)
-        first.commit()
-        time.sleep(0.3)
+        first.commit()  # consumer.stop() copies it to the lease table
     finally:
         consumer.stop()
     assert first.payloads() == [b"%d" % i for i in range(20)], "the parent, then its child, in key order"
@@ -104,7 +104,7 @@ def test_a_consumer_keeps_leases_and_checkpoints_in_dynamodb_and_the_next_one_re
     consumer.start()
     try:
         second.run_until(consumer, ssps, lambda: len(second.envelopes) >= 1)
-        time.sleep(0.3)
+        wait_for_reads(consumer, 4)
         second.poll(consumer, ssps)
     finally:
         consumer.stop()

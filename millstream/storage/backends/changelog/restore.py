@@ -1,7 +1,7 @@
 """Changelog restore: replay the store's changelog partition up to the checkpointed offset, then revert
 every record written after it, so the store equals the checkpoint exactly (transactional state).
 
-Per store (Samza's ``TransactionalStateTaskRestoreManager``, section 5(e) of SEMANTICS):
+Per store, following Samza's ``TransactionalStateTaskRestoreManager``:
 
 * the current directory of a persistent store is always deleted (it may hold uncommitted writes);
 * ``stores.<s>.clean.on.container.start`` deletes the checkpoint directories too;

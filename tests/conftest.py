@@ -1,0 +1,41 @@
+"""Marks every test by what it starts, so ``-m "not spark and not integration"`` (``make test-fast``) selects
+exactly the tests that need no JVM and no server, whatever markers a test module remembered to set itself.
+
+* ``integration``: everything under ``tests/integration/`` (a real Kafka broker, kinesalite, blob emulators).
+* ``spark``: everything under ``tests/spark/`` and any test that asks for a Spark session fixture.
+
+Markers a module sets itself (``pytestmark``, ``@pytest.mark.spark`` on a test that runs ``millstream run``
+without ``--in-process``) still apply; this only adds the ones its location and fixtures imply.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).parent
+
+# The fixtures that hand a test a SparkSession: the shared local-mode one and the per-module ones.
+SPARK_FIXTURES = frozenset({"spark", "spark_local"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for marker in implied_markers(item):
+            if item.get_closest_marker(marker) is None:
+                item.add_marker(marker)
+
+
+def implied_markers(item: pytest.Item) -> list[str]:
+    """The markers ``item``'s place in ``tests/`` and its fixtures call for."""
+    try:
+        parts = item.path.relative_to(TESTS).parts
+    except ValueError:  # a test collected from outside tests/ (a path given on the command line)
+        parts = ()
+    markers = []
+    if parts[:1] == ("integration",):
+        markers.append("integration")
+    if parts[:1] == ("spark",) or SPARK_FIXTURES & set(getattr(item, "fixturenames", ())):
+        markers.append("spark")
+    return markers
