@@ -1,0 +1,23 @@
+"""The short soak CI runs: the harness users run for the long one, killing a stateful job five times per
+state backend through the Spark runner, must find nothing wrong."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.spark
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_a_stateful_job_killed_five_times_per_backend_still_gives_exact_counts_and_final_stores() -> None:
+    command = [sys.executable, "-m", "benchmarks.soak", "--kills", "5", "--records", "2000", "--seed", "7"]
+    soak = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
+    rows = [line.split() for line in soak.stdout.splitlines()[1:]]
+    assert soak.returncode == 0, soak.stdout + soak.stderr[-3000:]
+    assert [row[0] for row in rows] == ["blobstore", "changelog"]
+    assert all(int(row[3]) >= 5 and row[-1] == "none" for row in rows), soak.stdout
