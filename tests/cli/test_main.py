@@ -387,6 +387,20 @@ def test_spark_run_of_a_bounded_two_partition_job_exits_0_and_prints_the_contain
 
 
 @pytest.mark.spark
+def test_no_secret_reaches_spark_event_logs_verbose_logs_or_job_status(tmp_path):
+    events = tmp_path / "spark-events"
+    events.mkdir()
+    spark = {**SPARK, "spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri()}
+    path, _, _ = bounded_input(tmp_path, spark, per_partition=20)
+    ran = millstream("run", path, "--verbose")  # millstream() fails the test if a secret is in the output
+    assert ran.returncode == 0, ran.stderr
+    assert millstream("job", "status", path).returncode == 0
+    logs = [f for f in events.rglob("*") if f.is_file()]
+    assert logs, "Spark wrote no event log"
+    assert all(SECRET not in f.read_text(errors="replace") for f in logs)
+
+
+@pytest.mark.spark
 def test_too_few_spark_task_slots_exits_2_quickly_with_a_message_about_task_slots(tmp_path):
     path, _, _ = bounded_input(tmp_path, {"job.container.count": 2, **SPARK}, per_partition=1)
     started = time.monotonic()
