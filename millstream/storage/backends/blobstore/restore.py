@@ -2,10 +2,11 @@
 
 ``init`` reads the snapshot index of every store the checkpoint names. ``restore`` always deletes the
 current store directory (it may hold writes after the checkpoint); when the local checkpoint directory
-``<store dir>-<CheckpointId>`` holds exactly the snapshot's files it is moved into place, with no
-download; otherwise every file is downloaded in parallel into a staging directory, verified (size and
-CRC32 of every file), and the staging directory renamed into place. A store the checkpoint does not
-name starts empty. A snapshot whose blobs are gone is recovered from what remains (see ``recovery``).
+``<store dir>-<CheckpointId>`` holds exactly the snapshot's files it is copied into place (SST files
+hard-linked), with no download, and kept until the next checkpoint; otherwise every file is downloaded
+in parallel into a staging directory, verified (size and CRC32 of every file), and the staging
+directory renamed into place. A store the checkpoint does not name starts empty. A snapshot whose blobs
+are gone is recovered from what remains (see ``recovery``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import time
 from pathlib import Path
 
-from millstream.checkpoint.checkpoint import Checkpoint, CheckpointV2
+from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV2
 from millstream.config.views import BlobStoreConfig
 from millstream.storage.backends.base import StoreSpec, TaskBackendContext, TaskRestoreManager
 from millstream.storage.backends.blobstore.diff import are_same_dir, same_file
@@ -23,7 +24,13 @@ from millstream.storage.backends.blobstore.index import SnapshotIndex
 from millstream.storage.backends.blobstore.recovery import local_checkpoint_of, recovery_enabled, report_missing
 from millstream.storage.backends.blobstore.transfer import BlobTransfer, MissingBlobsError
 from millstream.storage.errors import StateRestoreError
-from millstream.storage.layout import LOCAL_CHECKPOINT_FILES, checkpoint_dir, delete_checkpoint_dirs, delete_path
+from millstream.storage.layout import (
+    LOCAL_CHECKPOINT_FILES,
+    checkpoint_dir,
+    copy_dir,
+    delete_checkpoint_dirs,
+    delete_path,
+)
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +99,7 @@ class BlobStoreTaskRestoreManager(TaskRestoreManager):
                 self._where(store), local.name, reason,
             )  # fmt: skip
             return False
-        _move_into_place(local, spec)
+        _copy_into_place(local, self.checkpoint.checkpoint_id, spec)
         self.reused.add(store)
         log.info("%s: reused local checkpoint %s (no download)", self._where(store), local.name)
         return True
@@ -107,7 +114,7 @@ class BlobStoreTaskRestoreManager(TaskRestoreManager):
             delete_checkpoint_dirs(spec.store_dir)
             log.warning("%s: no local copy of the lost snapshot: the store starts empty", self._where(store))
             return
-        _move_into_place(local, spec)
+        _copy_into_place(local, self.checkpoint.checkpoint_id, spec)
         self.reused.add(store)
         log.warning("%s: the lost snapshot's local copy %s is the store", self._where(store), local.name)
 
@@ -138,9 +145,11 @@ class BlobStoreTaskRestoreManager(TaskRestoreManager):
         )  # fmt: skip
 
 
-def _move_into_place(local: Path, spec: StoreSpec) -> None:
-    """Make a local checkpoint directory the store (its description files are not store files)."""
+def _copy_into_place(local: Path, checkpoint_id: CheckpointId, spec: StoreSpec) -> None:
+    """Make a copy of a local checkpoint directory the store (SST files hard-linked, its description files
+    left out). The directory itself stays until the next checkpoint's cleanup: a crash before then finds
+    it again — the only copy there is when the snapshot's blobs are gone."""
+    copy_dir(local, spec.store_dir)
     for name in LOCAL_CHECKPOINT_FILES:
-        (local / name).unlink(missing_ok=True)
-    os.replace(local, spec.store_dir)
-    delete_checkpoint_dirs(spec.store_dir)
+        (spec.store_dir / name).unlink(missing_ok=True)
+    delete_checkpoint_dirs(spec.store_dir, keep=checkpoint_id)
