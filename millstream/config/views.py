@@ -423,6 +423,10 @@ class BlobStoreConfig(ConfigView):
     retry_jitter_factor: float = Field(0.1, alias="retry.policy.jitter.factor", ge=0, le=1)
     compare_file_owners_on_restore: Bool = Field(True, alias="compare.file.owners.on.restore")
     """A restored file must have the owner and group it had when uploaded (as Samza checks)."""
+    restore_recover_missing_blobs: Bool = Field(True, alias="restore.recover.missing.blobs.enabled")
+    """A start whose checkpoint names blobs that are gone (a snapshot index, store files) goes on with what
+    remains — the local checkpoint directory, else an empty store — and checkpoints a complete snapshot
+    at once, as Samza does; off, it fails naming the blobs."""
 
 
 def system_names(config: Config) -> list[str]:

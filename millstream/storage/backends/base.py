@@ -83,6 +83,10 @@ class TaskBackendContext:
 class TaskBackupManager(ABC):
     """Backs up one task's stores at every commit."""
 
+    backup_incomplete: bool = False
+    """``init`` found that the last checkpoint's backup is no longer whole (part of it is gone): the task
+    commits as soon as it starts, so a complete backup replaces it before anything needs it."""
+
     @abstractmethod
     def init(self, checkpoint: Checkpoint | None) -> None:
         """Start from the task's last checkpoint (None: there is none)."""
@@ -124,6 +128,10 @@ class TaskRestoreManager(ABC):
     reverted: int = 0
     """Keys the restore wrote back to undo writes no checkpoint covers (transactional state). The task
     commits as soon as it starts when this is not 0, so a checkpoint seals the revert at once."""
+    lost_state: bool = False
+    """The checkpoint's state could not be restored whole (what backs it up is gone) and a store started
+    from what remained. The task commits as soon as it starts, so a checkpoint describes the state the
+    task really has, with the input offsets of the last one."""
 
     @abstractmethod
     def init(self, checkpoint: Checkpoint | None) -> None:
@@ -135,6 +143,21 @@ class TaskRestoreManager(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""
+
+
+class DroppedStores(ABC):
+    """What a backend still keeps for one task's stores that the config no longer backs up with it (the
+    store was removed, or its backup moved to another backend). Found at start; deleted only once the
+    task's first new checkpoint is durable: until then the last checkpoint still names it, and a restart
+    with the old config must be able to restore it."""
+
+    @abstractmethod
+    def find(self, checkpoint: Checkpoint | None) -> list[str]:
+        """The dropped stores this backend keeps something of, given the task's last checkpoint."""
+
+    @abstractmethod
+    def delete(self) -> None:
+        """Delete what ``find`` found; idempotent, so a failed delete is retried after a later checkpoint."""
 
 
 class StateBackendAdmin(ABC):
@@ -175,6 +198,11 @@ class StateBackendFactory(ABC):
     def get_admin(
         self, config: Config, job_model: JobModel, metadata_store: MetadataStore, stores: Mapping[str, StoreConfig]
     ) -> StateBackendAdmin: ...
+
+    def dropped_stores(self, config: Config, task_name: TaskName, backed_up: frozenset[str]) -> DroppedStores | None:
+        """What this backend keeps for ``task_name``'s stores other than ``backed_up`` (the stores the config
+        backs up with it); None when it keeps nothing a dropped store leaves behind (a changelog stays)."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources shared by this factory's managers (thread pools, clients)."""

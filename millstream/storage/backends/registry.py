@@ -98,3 +98,13 @@ def restore_factory_for(
             if store in markers.get(candidate.marker_key(), {}):
                 return candidate
     return candidates[0] if candidates else None
+
+
+def builtin_factory_for_marker(marker_key: str) -> type[StateBackendFactory] | None:
+    """The built-in backend whose markers a V2 checkpoint keeps under ``marker_key`` (None: another one),
+    for a checkpoint written when the config still used it."""
+    for name in (CHANGELOG, BLOBSTORE):
+        factory_class = state_backend_factory_class(name, "stores.backup.factories")
+        if factory_class.marker_key() == marker_key:
+            return factory_class
+    return None

@@ -9,9 +9,10 @@ checkpoint directories, let backends snapshot), ``upload``, ``write_local_checkp
 
 Restore order per task, as in Samza: persistent stores without a backup lose their directory (they
 are always empty at start); every other store is restored by the backend the checkpoint selects
-(``registry.restore_factory_for``); the remaining engines open on their directories; backup managers
-start from the same checkpoint; then the last checkpoint's cleanup runs again (a crash may have cut it
-short).
+(``registry.restore_factory_for``); the remaining engines open on their directories; what backends
+keep for stores the config no longer backs up with them is found (and deleted after the first new
+checkpoint, see ``dropped``); backup managers start from the same checkpoint; then the last
+checkpoint's cleanup runs again (a crash may have cut it short).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from millstream.storage.layout import (
     write_checkpoint_file,
     write_offset_file,
 )
+from millstream.storage.managers.dropped import DroppedStoreSweep
 from millstream.storage.managers.faults import CommitPauses
 from millstream.storage.managers.systems import ContainerSystems
 from millstream.systems.producers import ProducerPool
@@ -98,9 +100,13 @@ class TaskStorageManager:
         self.stores: dict[str, TaskKeyValueStore] = {}
         self.backup_managers: dict[str, TaskBackupManager] = {}
         self.revert_unsealed = False
-        """The restore reverted writes no checkpoint covers, and no snapshot since sealed that (Samza
-        commits right after such a restore; so does the container)."""
+        """The restore reverted writes no checkpoint covers, or could not restore the checkpoint's state
+        whole, or found its backup incomplete, and no snapshot since sealed that (Samza commits right
+        after such a restore; so does the container)."""
         self._engine_lock = threading.Lock()
+        self._dropped = DroppedStoreSweep(task_name, None, [])
+        """What backends keep for stores this config no longer backs up with them: deleted after the
+        first new checkpoint."""
         self.restored_by: dict[str, str] = {}
         """Store → the backend that restored it (for logs and tests)."""
 
@@ -177,13 +183,17 @@ class TaskStorageManager:
             try:
                 manager.init(checkpoint)
                 manager.restore()
-                self.revert_unsealed = self.revert_unsealed or manager.reverted > 0
+                self.revert_unsealed = self.revert_unsealed or manager.reverted > 0 or manager.lost_state
             finally:
                 manager.close()
             for name in names:
                 self.restored_by[name] = key
         for name in self._stores:
             self.open_engine(name)
+        backups = {name: entry.backups for name, entry in self._stores.items()}
+        self._dropped = DroppedStoreSweep.find(
+            self.container.config, self.task_name, checkpoint, backups, self.container.factory
+        )
         log.info("task '%s': %d store(s) ready in %.2fs", self.task_name, len(self._stores), time.monotonic() - started)
 
     def start(self, checkpoint: Checkpoint | None) -> None:
@@ -199,6 +209,7 @@ class TaskStorageManager:
             manager = self.container.factory(factory_class).get_backup_manager(self.backend_context(names))
             manager.init(checkpoint)
             self.backup_managers[key] = manager
+            self.revert_unsealed = self.revert_unsealed or manager.backup_incomplete
         for name in self._stores:
             own = store_config(config, name)
             writers = [w for m in self.backup_managers.values() if (w := m.store_writer(name)) is not None]
@@ -265,6 +276,7 @@ class TaskStorageManager:
         for entry in self._stores.values():
             if entry.spec.persistent and entry.logged:
                 delete_checkpoint_dirs(entry.spec.store_dir, keep=checkpoint_id)
+        self._dropped.after_checkpoint(checkpoint_id)
 
     def close(self) -> None:
         for manager in self.backup_managers.values():

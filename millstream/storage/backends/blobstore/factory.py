@@ -19,7 +19,9 @@ from millstream.config.views import BlobStoreConfig, StoreConfig, TaskConfig
 from millstream.errors import ConfigError
 from millstream.job_model import JobModel
 from millstream.metadata.base import MetadataStore
+from millstream.model import TaskName
 from millstream.storage.backends.base import (
+    DroppedStores,
     StateBackendAdmin,
     StateBackendFactory,
     TaskBackendContext,
@@ -28,6 +30,7 @@ from millstream.storage.backends.base import (
 )
 from millstream.storage.backends.blobstore.admin import BlobStoreStateBackendAdmin
 from millstream.storage.backends.blobstore.backup import BlobStoreTaskBackupManager
+from millstream.storage.backends.blobstore.dropped import BlobStoreDroppedStores
 from millstream.storage.backends.blobstore.restore import BlobStoreTaskRestoreManager
 from millstream.storage.backends.blobstore.transfer import BlobTransfer
 
@@ -79,6 +82,9 @@ class BlobStoreStateBackendFactory(StateBackendFactory):
         self, config: Config, job_model: JobModel, metadata_store: MetadataStore, stores: Mapping[str, StoreConfig]
     ) -> StateBackendAdmin:
         return BlobStoreStateBackendAdmin(config)
+
+    def dropped_stores(self, config: Config, task_name: TaskName, backed_up: frozenset[str]) -> DroppedStores:
+        return BlobStoreDroppedStores(config, task_name, backed_up, self.transfer(config), self.marker_key())
 
     def close(self) -> None:
         with self._lock:

@@ -42,6 +42,15 @@ def index_blob_name(prefix: str, checkpoint_id: CheckpointId) -> str:
     return f"{prefix}{checkpoint_id}/index-{uuid.uuid4().hex[:12]}.json"
 
 
+class MissingBlobsError(StateRestoreError):
+    """Blobs a snapshot needs are gone from the blob store (deleted by hand, by a lifecycle rule...):
+    unlike a corrupt or unreachable blob, a start may recover from this (see ``recovery``)."""
+
+    def __init__(self, message: str, blob_ids: Iterable[str]) -> None:
+        super().__init__(message)
+        self.blob_ids = tuple(blob_ids)
+
+
 class _ChecksumReader(io.RawIOBase):
     """Reads a file once, computing CRC32 and size of what was read."""
 
@@ -143,8 +152,8 @@ class BlobTransfer:
         try:
             return self.retry.run(attempt, f"{where}: get '{blob_id}'")
         except BlobNotFoundError as error:
-            raise StateRestoreError(
-                f"{where}: blob '{blob_id}' is missing from {self.blob_store.describe()}"
+            raise MissingBlobsError(
+                f"{where}: blob '{blob_id}' is missing from {self.blob_store.describe()}", [blob_id]
             ) from error
         except BlobStoreError as error:
             raise StateRestoreError(f"{where}: cannot read blob '{blob_id}': {error}") from error
@@ -171,13 +180,19 @@ class BlobTransfer:
         _plan(index, target, jobs)
         futures = [self.executor.submit(self._download_file, file, path, where) for file, path in jobs]
         failure: BaseException | None = None
+        missing: list[MissingBlobsError] = []
         for future in futures:
             try:
                 future.result()
+            except MissingBlobsError as error:  # every missing blob is named, not only the first
+                missing.append(error)
             except BaseException as error:  # report the first failure once every download ended
                 failure = failure or error
         if failure is not None:
             raise failure
+        if missing:
+            blob_ids = [blob_id for error in missing for blob_id in error.blob_ids]
+            raise MissingBlobsError("; ".join(str(error) for error in missing), blob_ids)
         return len(jobs)
 
     def _download_file(self, file: FileIndex, path: Path, where: str) -> None:
@@ -196,9 +211,10 @@ class BlobTransfer:
         try:
             crc, size = self.retry.run(attempt, f"{where}: download of '{path.name}'")
         except BlobNotFoundError as error:
-            raise StateRestoreError(
+            raise MissingBlobsError(
                 f"{where}: file '{path.name}' cannot be restored: blob '{names}' is missing from "
-                f"{self.blob_store.describe()}"
+                f"{self.blob_store.describe()}",
+                [blob.blob_id for blob in blobs],
             ) from error
         except (BlobStoreError, OSError) as error:
             raise StateRestoreError(f"{where}: cannot download file '{path.name}' (blob '{names}'): {error}") from error

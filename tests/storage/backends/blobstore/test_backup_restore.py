@@ -63,6 +63,14 @@ def h(tmp_path: Path) -> StateHarness:
     return StateHarness(state_config(tmp_path, "blobstore", blob__store__manager__factory=factory))
 
 
+@pytest.fixture
+def strict(tmp_path: Path) -> StateHarness:
+    """Recovery from missing blobs off: a start fails naming them."""
+    return StateHarness(
+        state_config(tmp_path, "blobstore", blob__store__restore__recover__missing__blobs__enabled="false")
+    )
+
+
 def blobs(h: StateHarness) -> set[str]:
     root = Path(h.config["job.data.dir"]) / "blobs"
     return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
@@ -231,26 +239,33 @@ def test_a_checksum_mismatch_fails_the_restore_naming_task_store_and_file(h: Sta
         h.open()
 
 
-def test_a_missing_blob_fails_the_restore_naming_task_store_file_and_blob(h: StateHarness) -> None:
-    opened, checkpoint = committed(h, 50)
+def test_without_recovery_a_missing_blob_fails_the_restore_naming_task_store_file_and_blob(
+    strict: StateHarness,
+) -> None:
+    opened, checkpoint = committed(strict, 50)
     _lose_local_state(opened)
-    _, index = index_of(h, checkpoint)
+    _, index = index_of(strict, checkpoint)
     victim = index.dir_index.files_present[0]
-    (Path(h.config["job.data.dir"]) / "blobs" / victim.blobs[0].blob_id).unlink()
+    (Path(strict.config["job.data.dir"]) / "blobs" / victim.blobs[0].blob_id).unlink()
     with pytest.raises(
         StateRestoreError,
-        match=rf"task 'Partition 0' store 'counts': file '{victim.file_name}' cannot be restored: blob '.*' is missing",
+        match=rf"task 'Partition 0' store 'counts': file '{victim.file_name}' cannot be restored: blob '.*' is "
+        r"missing.*not recovered: blob.store.restore.recover.missing.blobs.enabled is false",
     ):
-        h.open()
+        strict.open()
 
 
-def test_a_missing_snapshot_index_fails_naming_task_store_and_blob(h: StateHarness) -> None:
-    opened, checkpoint = committed(h, 5)
+def test_without_recovery_a_missing_snapshot_index_fails_naming_task_store_and_blob(strict: StateHarness) -> None:
+    opened, checkpoint = committed(strict, 5)
     crash(opened)
-    blob_id, _ = index_of(h, checkpoint)
-    (Path(h.config["job.data.dir"]) / "blobs" / blob_id).unlink()
-    with pytest.raises(StateRestoreError, match=rf"task 'Partition 0' store 'counts': blob '{blob_id}' is missing"):
-        h.open()
+    blob_id, _ = index_of(strict, checkpoint)
+    (Path(strict.config["job.data.dir"]) / "blobs" / blob_id).unlink()
+    with pytest.raises(
+        StateRestoreError,
+        match=rf"task 'Partition 0' store 'counts': the snapshot index of checkpoint .* is gone: .*blob '{blob_id}' "
+        r"is missing.*not recovered",
+    ):
+        strict.open()
 
 
 def test_a_store_the_checkpoint_does_not_name_starts_empty_and_its_orphans_are_collected(h: StateHarness) -> None:
