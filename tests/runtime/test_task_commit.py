@@ -305,7 +305,8 @@ def test_a_task_without_stores_checkpoints_synchronously():
     assert events == ["flush", "checkpoint-v1", "checkpoint-v2"]
     assert checkpoints.written[0].offsets == {SSP: "3"}
     assert checkpoints.written[1].offsets == {SSP: "3"}
-    assert dict(checkpoints.written[1].state_checkpoint_markers) == {}  # type: ignore[union-attr]
+    v2 = checkpoints.written[1]
+    assert isinstance(v2, CheckpointV2) and dict(v2.state_checkpoint_markers) == {}
 
 
 def test_commit_pauses_are_reached_at_their_points_in_order(executor):
