@@ -111,9 +111,9 @@ def run(
         RandomWriter(store),
         frozenset({INPUT}),
         ContainerContext(TASK, config, frozenset({INPUT}), "0", state.storage.stores),
-        NoProducers(),  # type: ignore[arg-type]
+        NoProducers(),
         None,  # type: ignore[arg-type]
-        _NullCheckpoints(),  # type: ignore[arg-type]
+        _NullCheckpoints(),
         {},
         {},
         storage=state.storage,

@@ -50,8 +50,10 @@ def imports(root: Path = ROOT) -> Iterator[Import]:
     for name, path in known.items():
         is_package = path.name == "__init__.py"
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
             resolved = {_resolve(target, known) for target in _targets(node, name, is_package)}
-            for target in sorted(resolved - {None, name}):
+            for target in sorted({target for target in resolved if target is not None} - {name}):
                 yield Import(name, target, path, node.lineno)
 
 

@@ -17,14 +17,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from millstream.checkpoint.checkpoint import Checkpoint
 from millstream.config import Config
 from millstream.config.views import offset_default, stream_samza, trimmed_offset_policy
 from millstream.errors import MillstreamError
 from millstream.model import SystemStreamPartition, TaskName
-from millstream.systems.base import SystemAdmin, SystemStreamPartitionMetadata
+from millstream.systems.base import SystemStreamPartitionMetadata
 from millstream.systems.startpoints import Startpoint
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,21 @@ class TrimmedOffsetError(MillstreamError):
         )
 
 
+class OffsetAdmin(Protocol):
+    """What offsets need of a system's admin (``SystemAdmin``): offsets are the system's own strings, so
+    only it can order them, step past one, or say where a startpoint points."""
+
+    def offsets_after(self, offsets: Mapping[SystemStreamPartition, str]) -> dict[SystemStreamPartition, str]: ...
+
+    def offset_comparator(self, offset1: str, offset2: str) -> int | None: ...
+
+    def resolve_startpoint(self, ssp: SystemStreamPartition, startpoint: Startpoint) -> str: ...
+
+    @property
+    def origin_offset(self) -> str | None:
+        """Where the system numbers a partition's first record from, if it has a fixed origin."""
+
+
 @dataclass(frozen=True)
 class StartpointResolution:
     offsets: dict[SystemStreamPartition, str]
@@ -55,7 +70,7 @@ class StartpointResolution:
 
 
 def offsets_after(
-    admins: Mapping[str, SystemAdmin], offsets: Mapping[SystemStreamPartition, str]
+    admins: Mapping[str, OffsetAdmin], offsets: Mapping[SystemStreamPartition, str]
 ) -> dict[SystemStreamPartition, str]:
     """The offset following each given one (where to resume after it), asking each partition's system."""
     by_system: dict[str, dict[SystemStreamPartition, str]] = {}
@@ -70,7 +85,7 @@ def offsets_after(
 def keep_earliest(
     registered: dict[SystemStreamPartition, str],
     starts: Mapping[SystemStreamPartition, str],
-    admins: Mapping[str, SystemAdmin],
+    admins: Mapping[str, OffsetAdmin],
 ) -> None:
     """Merge ``starts`` into ``registered``, keeping the earlier offset of a partition read from several
     starts (a broadcast partition, an adjunct partition feeding two stores): one consumer serves them all."""
@@ -92,7 +107,7 @@ def count_before(envelopes: Sequence[Any], start: str, compare: Callable[[str, s
 
 
 class OffsetManager:
-    def __init__(self, config: Config, admins: Mapping[str, SystemAdmin]) -> None:
+    def __init__(self, config: Config, admins: Mapping[str, OffsetAdmin]) -> None:
         self.config = config
         self.admins = admins
 

@@ -39,18 +39,13 @@ from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStream, SystemStreamPartition, TaskName
 from millstream.plugins import load_object
 from millstream.runtime.collector import TaskCollector
-from millstream.runtime.run_loop import (
-    DeadLetterPolicy,
-    Decoder,
-    RunLoop,
-    RunLoopSettings,
-    SystemConsumers,
-)
+from millstream.runtime.run_loop import DeadLetterPolicy, Decoder, RunLoop, RunLoopSettings
 from millstream.runtime.task_instance import AppliedStartpoints, CommitSettings, ContainerContext, TaskInstance
 from millstream.serde.registry import SerdeRegistry
 from millstream.startpoint.manager import STARTPOINT_STATUS_NAMESPACE, StartpointManager
 from millstream.storage.managers.stores import ContainerStorageManager, TaskStorageManager
 from millstream.systems.base import SystemAdmin
+from millstream.systems.consumers import SystemConsumers
 from millstream.systems.producers import ProducerPool
 from millstream.systems.registry import system_factory
 

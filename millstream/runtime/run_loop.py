@@ -8,17 +8,15 @@ cannot starve the others. Timers (window, commit, stop check) run between batche
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from millstream.errors import MillstreamError
 from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
+from millstream.runtime.seams import Clock, ConsumerMultiplexer, ProducerLookup, SystemClock
 from millstream.runtime.task_instance import TaskInstance
 from millstream.serde.base import SerdeError
-from millstream.systems.consumers import SystemConsumers
-from millstream.systems.producers import ProducerPool
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +33,7 @@ class DeadLetterPolicy:
 
     drop: bool
     stream: SystemStream | None
-    producers: ProducerPool
+    producers: ProducerLookup
     dropped: int = 0
 
 
@@ -60,14 +58,18 @@ class RunLoopStats:
 class RunLoop:
     def __init__(
         self,
-        consumers: SystemConsumers,
+        consumers: ConsumerMultiplexer,
         tasks: list[TaskInstance],
         decoders: Mapping[SystemStream, tuple[Decoder | None, Decoder | None]],
         dead_letters: DeadLetterPolicy,
         settings: RunLoopSettings,
         stop_requested: Callable[[], bool],
+        clock: Clock | None = None,
     ) -> None:
+        """``clock`` is what the timers run on. The tasks compare their processing deadline on their own
+        clock, so both must be the same one: the real monotonic clock, unless a test moves time by hand."""
         self.consumers = consumers
+        self.clock = clock or SystemClock()
         self.tasks = tasks
         self.decoders = dict(decoders)
         self.dead_letters = dead_letters
@@ -83,7 +85,8 @@ class RunLoop:
     def run(self) -> None:
         """Run until every task finished (end-of-stream or shutdown request) or a stop is requested."""
         settings = self.settings
-        now = time.monotonic()
+        clock = self.clock
+        now = clock.monotonic()
         next_window = now + settings.window_ms / 1000 if settings.window_ms > 0 else float("inf")
         next_commit = now + settings.commit_ms / 1000 if settings.commit_ms > 0 else float("inf")
         next_stop_check = now
@@ -93,10 +96,10 @@ class RunLoop:
         poll_timeout = settings.poll_interval_ms / 1000
         rotation = 0
         while active:
-            now = time.monotonic()
+            now = clock.monotonic()
             deadline = min(next_window, next_commit, next_stop_check)
             pollable = active - pending.keys() if pending else active
-            batches = {}
+            batches: Mapping[SystemStreamPartition, list[Any]] = {}
             if pollable:
                 timeout = 0.0 if pending else max(0.0, min(poll_timeout, deadline - now))
                 batches = self.consumers.poll(pollable, timeout)
@@ -110,7 +113,7 @@ class RunLoop:
                     self._deliver(ssp, batch, deadline, active, pending)
                 if self._container_shutdown_requested():
                     break
-            now = time.monotonic()
+            now = clock.monotonic()
             if now >= next_window:
                 for task in self.tasks:
                     task.window()
@@ -119,7 +122,7 @@ class RunLoop:
                     break
             if now >= next_commit:
                 self.commit_all()
-                next_commit = time.monotonic() + settings.commit_ms / 1000
+                next_commit = clock.monotonic() + settings.commit_ms / 1000
             if now >= next_stop_check:
                 if self.stop_requested():
                     self.stopped_by_request = True
@@ -133,10 +136,10 @@ class RunLoop:
         self.commit_all()
 
     def commit_all(self) -> None:
-        started = time.monotonic()
+        started = self.clock.monotonic()
         for task in self.tasks:
             task.commit()
-        self.stats.commit_seconds += time.monotonic() - started
+        self.stats.commit_seconds += self.clock.monotonic() - started
 
     def _container_shutdown_requested(self) -> bool:
         return any(task.shutdown_requested for task in self.tasks)
@@ -160,21 +163,21 @@ class RunLoop:
         if messages:
             stats = self.stats
             if stats.first_message_at is None:
-                stats.first_message_at = time.monotonic()
+                stats.first_message_at = self.clock.monotonic()
             if len(tasks) == 1:
                 task = tasks[0]
                 if not task.finished:
                     consumed = task.process(ssp, messages, deadline)
                     if consumed < len(messages) and not task.finished:
                         pending[ssp] = batch[consumed:]
-                        stats.last_message_at = time.monotonic()
+                        stats.last_message_at = self.clock.monotonic()
                         return
             else:
                 for task in tasks:
                     if not task.finished:
                         task.process(ssp, messages)
             stats.batches += 1
-            stats.last_message_at = time.monotonic()
+            stats.last_message_at = self.clock.monotonic()
         if end_of_stream:
             active.discard(ssp)
             for task in tasks:

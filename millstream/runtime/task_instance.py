@@ -22,17 +22,17 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Executor, Future
 from concurrent.futures import wait as wait_for
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from millstream.api.task import (
     CheckpointListener,
     ClosableTask,
     EndOfStreamListenerTask,
     InitableTask,
+    MessageCollector,
     PartitionEndOfStreamListenerTask,
     WindowableTask,
 )
-from millstream.checkpoint.base import CheckpointManager
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
 from millstream.checkpoint.offset_manager import count_before
 from millstream.checkpoint.purge import CommittedMessagePurger
@@ -40,13 +40,9 @@ from millstream.config import Config
 from millstream.config.views import TaskConfig
 from millstream.errors import MillstreamError
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition, TaskName
-from millstream.runtime.collector import TaskCollector
+from millstream.runtime.seams import CheckpointWriter, OutputFlusher, PendingStartpoints, TaskStorage
 from millstream.startpoint.manager import StartpointManager
 from millstream.storage.errors import CommitFailedError, CommitTimeoutError
-from millstream.systems.producers import ProducerPool
-
-if TYPE_CHECKING:
-    from millstream.storage.managers.stores import TaskStorageManager
 
 log = logging.getLogger(__name__)
 
@@ -156,14 +152,14 @@ class TaskInstance:
         task: Any,
         ssps: frozenset[SystemStreamPartition],
         context: ContainerContext,
-        producers: ProducerPool,
-        collector: TaskCollector,
-        checkpoint_manager: CheckpointManager,
+        producers: OutputFlusher,
+        collector: MessageCollector,
+        checkpoint_manager: CheckpointWriter,
         checkpointed: Mapping[SystemStreamPartition, str | None],
         catch_up_from: Mapping[SystemStreamPartition, tuple[str, Callable[[str, str], int | None]]],
-        startpoints: AppliedStartpoints | None = None,
+        startpoints: PendingStartpoints | None = None,
         *,
-        storage: TaskStorageManager | None = None,
+        storage: TaskStorage | None = None,
         commit_settings: CommitSettings | None = None,
         commit_executor: Executor | None = None,
         purger: CommittedMessagePurger | None = None,
@@ -221,8 +217,9 @@ class TaskInstance:
     ) -> int:
         """Process a batch of one partition in order; returns how many envelopes it consumed.
 
-        Stops early when the task asks to shut down, or at ``deadline`` (``time.monotonic``) so the
-        run loop can serve its timers; the caller hands the rest back later.
+        Stops early when the task asks to shut down, or at ``deadline`` (on this task's clock, the one
+        the run loop's timers run on) so the run loop can serve its timers; the caller hands the rest
+        back later.
         """
         skipped = 0
         if ssp in self._catch_up:
@@ -231,7 +228,7 @@ class TaskInstance:
         collector = self.collector
         coordinator = self.coordinator
         last = self.last_processed
-        monotonic = time.monotonic
+        clock = self._clock
         count = 0
         for envelope in batch[skipped:] if skipped else batch:
             process(envelope, collector, coordinator)
@@ -241,7 +238,7 @@ class TaskInstance:
                 self._updated.add(ssp)  # a commit the task requests covers this message: its startpoint goes
                 if self._handle_requests():
                     break
-            if monotonic() >= deadline:
+            if clock() >= deadline:
                 break
         if count:
             self._updated.add(ssp)

@@ -13,6 +13,7 @@ from millstream.config import Config
 from millstream.coordinator.job_result import JobResult
 from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.storage.layout import StoreLayout
+from millstream.systems.log.admin import LogSystemAdmin
 from millstream.systems.registry import system_factory
 from millstream.testing import InProcessRunner, read_stream, write_stream
 from tests.helpers import create_stream, job_config, seal
@@ -231,6 +232,7 @@ def test_a_persistent_store_whose_offsets_were_trimmed_away_is_invalid_and_rebui
     run(config, [("old", 1)])
     write_stream(config, RATES, [("new", "n"), ("newer", "nn")])
     admin = system_factory(config, "log").get_admin("log", config)
+    assert isinstance(admin, LogSystemAdmin)
     admin.start()
     admin.trim(RATES.partition(0), "3")  # the store had read up to offset 1: offset 2 is lost
     admin.stop()

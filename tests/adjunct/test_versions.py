@@ -183,7 +183,8 @@ def test_concurrent_readers_see_whole_sealed_versions_in_order(make: Make, persi
             sealing[0] = version  # before the switch: a reader may see it as soon as seal assigns it
             store.seal(f"v{version}", {SSP0: str(version)})
             store.maintain()
-            wait_until(lambda seen=reads[0]: reads[0] > seen or failures, 10, f"a read after version {version}")
+            seen = reads[0]
+            wait_until(lambda: reads[0] > seen or bool(failures), 10, f"a read after version {version}")  # noqa: B023
     finally:
         stop.set()
         for reader in readers:

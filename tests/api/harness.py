@@ -70,7 +70,7 @@ def task_graph(
         )
         for stream in run.intermediate_streams
     }
-    extra = {"clock": clock} if clock is not None else {}
+    extra: dict[str, Any] = {"clock": clock} if clock is not None else {}
     return TaskGraph(
         task_name=task_name,
         operators=list(run.operators),

@@ -59,8 +59,8 @@ def assert_panes_fired_exactly_when_the_watermark_reached_their_end(records: lis
 def test_a_bounded_two_stage_job_ends_by_itself_with_every_message_delivered():
     """Samza's EndOfStreamIntegrationTest: 40 events on 4 partitions through a partition_by."""
     data = {p: messages(p, 10) for p in range(4)}
-    result = TestRunner(RepartitionPassThrough, {"job.container.count": 2, "task.commit.ms": 1000})
-    result = result.add_input("in", data).add_output("out").run(timeout=60)
+    runner = TestRunner(RepartitionPassThrough, {"job.container.count": 2, "task.commit.ms": 1000})
+    result = runner.add_input("in", data).add_output("out").run(timeout=60)
     assert result.job.outcome == "finished"
     delivered = sorted(value["n"] for _, value in result.output("out"))
     assert delivered == sorted(message["n"] for pairs in data.values() for _, message in pairs)

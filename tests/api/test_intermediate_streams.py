@@ -65,7 +65,7 @@ def test_a_fresh_stage_on_an_intermediate_stream_that_lost_records_fails_naming_
     _, downstream, _ = staged(tmp_path)
     lost = SystemStreamPartition("log", INTERMEDIATE, 1)
     with system_factory(downstream, "log").get_admin("log", downstream) as admin:
-        admin.trim(lost, "3")  # what retention did to a backfill's old records before this was fixed
+        admin.delete_messages({lost: "3"})  # what retention did to a backfill's old records before this was fixed
 
     result = InProcessRunner(downstream).run(timeout=60)
     assert result.outcome == "failed"
@@ -81,7 +81,7 @@ def test_accepting_the_loss_by_policy_lets_the_fresh_stage_start_at_the_oldest_r
     key = f"systems__log__streams__{INTERMEDIATE}__samza__trimmed__offset__policy"
     _, downstream, data = staged(tmp_path, **{key: "oldest"})
     with system_factory(downstream, "log").get_admin("log", downstream) as admin:
-        admin.trim(SystemStreamPartition("log", INTERMEDIATE, 1), "3")
+        admin.delete_messages({SystemStreamPartition("log", INTERMEDIATE, 1): "3"})
 
     assert InProcessRunner(downstream).run(timeout=60).outcome == "finished"
     assert sum(window_counts(downstream).values()) == sum(reference_counts(data).values()) - 3

@@ -61,6 +61,7 @@ def test_window_contents_survive_a_restart():
     before.user(I0, "u", {"n": 1}, 3)
     before.user(I0, "u", {"n": 2}, 4)
     snapshot = before.checkpoint()
+    assert snapshot is not None
     after = restart(before, snapshot, producers=1)
     after.user(I0, "u", {"n": 3}, 5)
     after.control(I0, WatermarkMessage(10, "Partition 0", 1))
@@ -72,6 +73,7 @@ def test_envelopes_a_restart_replays_are_skipped_up_to_the_restored_offsets():
     for n in range(3):
         before.user(I0, "u", {"n": n}, n)
     snapshot = before.checkpoint()
+    assert snapshot is not None
     after = consumer(producers=1)
     after.graph.restore(snapshot)
     after.offsets = {I0: 0}  # the checkpoint was written before the state: offsets 1 and 2 come again
@@ -86,6 +88,7 @@ def test_a_partition_that_had_ended_is_declared_ended_again_at_the_first_call_af
     before = Driver(task_graph(downstream_app(), [I0, BY_USER.partition(1)], stages=[1], producers=1))
     before.control(I0, EndOfStreamMessage("Partition 0", 1))
     snapshot = before.checkpoint()
+    assert snapshot is not None
     after = Driver(task_graph(downstream_app(), [I0, BY_USER.partition(1)], stages=[1], producers=1))
     after.graph.restore(snapshot)
     after.tick()
@@ -110,6 +113,7 @@ def test_aggregate_control_messages_not_yet_flushed_are_resent_after_a_restart()
     before.source(source, {"user": "u", "ts": 5}, 0)
     before.tick()
     snapshot = before.checkpoint()  # sends the deferred watermark; it is in flight until the next flush
+    assert snapshot is not None
     sent = [e for e in before.collector.to(str(BY_USER)) if e.partition is not None]
     assert len(sent) == 1
     after = producer()

@@ -11,6 +11,7 @@ from millstream.api.task import (
 from millstream.config import Config
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition, TaskName
 from millstream.runtime.task_instance import ContainerContext, TaskInstance
+from tests.runtime.fakes import DiscardingCollector
 
 A = SystemStreamPartition("log", "a", 0)
 B = SystemStreamPartition("log", "b", 0)
@@ -65,10 +66,10 @@ def instance(task, events: Events) -> TaskInstance:
         ssps,
         context,
         Producers(events),
-        None,
+        DiscardingCollector(),
         Checkpoints(events),
         {},
-        {},  # type: ignore[arg-type]
+        {},
     )
 
 

@@ -87,6 +87,7 @@ def test_v1_round_trips_any_offsets(entries: dict[SystemStreamPartition, str | N
 from millstream.checkpoint.checkpoint import (  # noqa: E402
     CHECKPOINT_SERDES,
     CHECKPOINT_TYPES,
+    Checkpoint,
     CheckpointId,
     CheckpointV2,
     deserialize_checkpoint,
@@ -187,23 +188,23 @@ V2_CHECKPOINT = CheckpointV2(CheckpointId(1, 1), {SystemStreamPartition("log", "
 
 
 def test_select_prefers_the_first_read_version_when_both_are_live() -> None:
-    candidates = [(V1_CHECKPOINT, 1000), (V2_CHECKPOINT, 1001)]
+    candidates: list[tuple[Checkpoint, int]] = [(V1_CHECKPOINT, 1000), (V2_CHECKPOINT, 1001)]
     assert select_checkpoint(candidates, [2, 1], 600_000) is V2_CHECKPOINT
     assert select_checkpoint(candidates, [1, 2], 600_000) is V1_CHECKPOINT
     assert select_checkpoint([(V2_CHECKPOINT, 1000), (V1_CHECKPOINT, 1001)], [2, 1], 600_000) is V2_CHECKPOINT
 
 
 def test_select_ignores_versions_not_read() -> None:
-    candidates = [(V1_CHECKPOINT, 1000), (V2_CHECKPOINT, 1001)]
+    candidates: list[tuple[Checkpoint, int]] = [(V1_CHECKPOINT, 1000), (V2_CHECKPOINT, 1001)]
     assert select_checkpoint(candidates, [1], 600_000) is V1_CHECKPOINT
     assert select_checkpoint(candidates, [2], 600_000) is V2_CHECKPOINT
     assert select_checkpoint([(V1_CHECKPOINT, 1)], [2], 600_000) is None
 
 
 def test_a_stale_preferred_version_loses_to_a_newer_lower_one_beyond_the_max_age() -> None:
-    stale_v2_then_live_v1 = [(V2_CHECKPOINT, 1000), (V1_CHECKPOINT, 1000 + 600_001)]
+    stale_v2_then_live_v1: list[tuple[Checkpoint, int]] = [(V2_CHECKPOINT, 1000), (V1_CHECKPOINT, 1000 + 600_001)]
     assert select_checkpoint(stale_v2_then_live_v1, [2, 1], 600_000) is V1_CHECKPOINT
-    within_age = [(V2_CHECKPOINT, 1000), (V1_CHECKPOINT, 1000 + 600_000)]
+    within_age: list[tuple[Checkpoint, int]] = [(V2_CHECKPOINT, 1000), (V1_CHECKPOINT, 1000 + 600_000)]
     assert select_checkpoint(within_age, [2, 1], 600_000) is V2_CHECKPOINT
     assert select_checkpoint([(V2_CHECKPOINT, 0), (V1_CHECKPOINT, 1)], [2, 1], 0) is V1_CHECKPOINT
 

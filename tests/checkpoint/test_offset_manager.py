@@ -6,6 +6,7 @@ from millstream.config import Config
 from millstream.model import SystemStreamPartition as SSP
 from millstream.model import TaskName
 from millstream.systems.base import SystemStreamPartitionMetadata as Meta
+from millstream.systems.startpoints import Startpoint
 
 
 class IntAdmin:
@@ -18,6 +19,9 @@ class IntAdmin:
 
     def offset_comparator(self, a, b):
         return (int(a) > int(b)) - (int(a) < int(b))
+
+    def resolve_startpoint(self, ssp: SSP, startpoint: Startpoint) -> str:
+        raise AssertionError("only ResolvingAdmin's tests apply startpoints")
 
 
 A0, A1 = SSP("log", "a", 0), SSP("log", "a", 1)

@@ -295,7 +295,9 @@ def test_what_the_aggregating_task_forwards_reconciles_to_its_own_result(history
     downstream = ControlReconciler()
     for send in engine.sent:
         if send.partition == other.partition:
-            downstream.apply(other, unframe(send.frame)[1])  # type: ignore[arg-type]
+            message = unframe(send.frame)[1]
+            assert not isinstance(message, bytes)  # the engine sends control messages only
+            downstream.apply(other, message)
     assert downstream.is_end_of_stream(other) == protocol.reconciler.is_end_of_stream(own)
     assert downstream.watermark(other) == protocol.reconciler.watermark(own)
     assert {send.partition for send in engine.sent} <= {p for p in range(4) if p != AGGREGATE}

@@ -23,6 +23,7 @@ def test_a_saved_state_loads_back_with_binary_values(store):
     assert states.load() is None
     states.save({"offsets": {"log.in.0": "7"}, "window": b"\x00\x01"})
     loaded = states.load()
+    assert loaded is not None
     assert loaded["offsets"] == {"log.in.0": "7"} and loaded["window"] == b"\x00\x01"
 
 
@@ -36,7 +37,8 @@ def test_a_fenced_writer_cannot_overwrite_the_state_of_a_newer_attempt(store):
     current.save({"who": "second"})
     with pytest.raises(FencedError, match="Partition 0"):
         zombie.save({"who": "zombie"})
-    assert current.load()["who"] == "second"
+    loaded = current.load()
+    assert loaded is not None and loaded["who"] == "second"
 
 
 def test_an_unreadable_state_is_an_error_naming_the_task(store):

@@ -14,6 +14,7 @@ from millstream.control.sender import aggregate_partition
 from millstream.model import SystemStream, SystemStreamPartition
 from millstream.operators.graph import OperatorError
 from millstream.operators.graph_task import GraphSettings
+from millstream.operators.windows import WindowImpl
 from tests.api.harness import SOURCE, Driver, application, route, task_graph
 
 A0 = SOURCE.partition(0)
@@ -26,7 +27,7 @@ def values(driver: Driver, stream: str = "log.out") -> list:
     return [envelope.message for envelope in driver.collector.to(stream)]
 
 
-def controls(driver: Driver) -> list[tuple[int, object]]:
+def controls(driver: Driver) -> list[tuple[int | None, object]]:
     return [
         (envelope.partition, unframe(envelope.message)[1])
         for envelope in driver.collector.to(str(BY_USER))
@@ -223,7 +224,7 @@ def test_a_late_message_within_allowed_lateness_updates_its_pane_and_beyond_is_d
     driver.tick()  # watermark 30 purges [0, 10) (end + lateness = 20) and fires [10, 20)
     driver.source(A0, {"ts": 5, "k": "a"}, 0)  # beyond lateness
     window = driver.graph.graph.impls["window-0"]
-    assert window.late_dropped == 1  # type: ignore[attr-defined]
+    assert isinstance(window, WindowImpl) and window.late_dropped == 1
     assert values(driver)[2:] == [WindowPane("a", 10, 20, 1)]
 
 
@@ -381,7 +382,7 @@ def test_watermarks_flow_through_a_repartitioning_as_in_samzas_watermark_integra
     for partition, task in ((0, "Partition 0"), (1, "Partition 1")):
         graph = task_graph(application(sink_app), [BY_USER.partition(partition)], task_name=task, stages=[1])
         sink = graph.graph.impls["sink-0"]
-        sink._on_watermark = Recorder(task).on_watermark  # type: ignore[attr-defined]
+        sink._on_watermark = Recorder(task).on_watermark
         consumers[partition] = Driver(graph)
     for producer in producers:
         for partition, envelopes in route(producer.collector.take(), 2).items():

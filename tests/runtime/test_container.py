@@ -7,7 +7,7 @@ from millstream.config import Config
 from millstream.coordinator.prepare import prepare
 from millstream.errors import MillstreamError
 from millstream.metadata.factory import metadata_store
-from millstream.model import SystemStream
+from millstream.model import SystemStream, TaskName
 from millstream.testing import InProcessRunner, TestRunner, read_stream, write_stream
 from tests.jobs import CountingTask, FailsOnPoison, PassThrough, ShutdownAfterThree
 
@@ -50,7 +50,7 @@ def test_shutdown_request_commits_and_stops_the_container():
     assert len(result.output("out")) == 3
     store = metadata_store(result.config)
     checkpoints = checkpoint_manager(result.config, store).read_all()
-    assert [str(ssp_offset) for ssp_offset in checkpoints["Partition 0"].offsets.values()] == ["2"]
+    assert [str(ssp_offset) for ssp_offset in checkpoints[TaskName("Partition 0")].offsets.values()] == ["2"]
 
 
 def test_a_failing_task_fails_the_job_with_its_error():
@@ -64,7 +64,7 @@ def test_malformed_message_fails_naming_stream_partition_and_offset(tmp_path):
     config = _bytes_job(tmp_path)
     _create(config, "in", [b'{"ok": 1}', b"{not json"], seal=True)
     result = InProcessRunner(config).run(timeout=30)
-    assert result.outcome == "failed"
+    assert result.outcome == "failed" and result.error is not None
     assert "offset 1 of stream 'log.in' partition 0" in result.error
 
 
@@ -190,6 +190,7 @@ def test_checkpoints_are_written_only_after_the_output_is_durable(tmp_path):
             origins = set(output_origins(config))
             for checkpoint in checkpoints.values():
                 for ssp, offset in checkpoint.offsets.items():
+                    assert offset is not None
                     assert all((ssp.partition, v) in origins for v in range(int(offset) + 1))
             checked += 1
     job.join()

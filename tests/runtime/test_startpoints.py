@@ -27,7 +27,7 @@ def run_until_read(config: Config, total: int) -> None:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             checkpoints = checkpoint_manager(config, store).read_all()
-            if sum(int(o) + 1 for c in checkpoints.values() for o in c.offsets.values()) >= total:
+            if sum(int(o) + 1 for c in checkpoints.values() for o in c.offsets.values() if o is not None) >= total:
                 break
             time.sleep(0.05)
         runner.request_stop()

@@ -16,6 +16,7 @@ from millstream.config import Config
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition, TaskName
 from millstream.runtime.task_instance import CommitSettings, ContainerContext, TaskInstance
 from millstream.storage.errors import CommitFailedError, CommitTimeoutError
+from tests.runtime.fakes import DiscardingCollector
 
 TASK = TaskName("Partition 0")
 SSP = SystemStreamPartition("log", "in", 0)
@@ -134,13 +135,13 @@ def make_task(
         Recorder(),
         frozenset({SSP}),
         context,
-        FakeProducers(events),  # type: ignore[arg-type]
-        None,  # type: ignore[arg-type]
-        checkpoints,  # type: ignore[arg-type]
+        FakeProducers(events),
+        DiscardingCollector(),
+        checkpoints,
         {},
         {},
-        startpoints,  # type: ignore[arg-type]
-        storage=storage,  # type: ignore[arg-type]
+        startpoints,
+        storage=storage,
         commit_settings=settings or CommitSettings(),
         commit_executor=executor,
         clock=clock or Clock(),
@@ -304,7 +305,8 @@ def test_a_task_without_stores_checkpoints_synchronously():
     assert events == ["flush", "checkpoint-v1", "checkpoint-v2"]
     assert checkpoints.written[0].offsets == {SSP: "3"}
     assert checkpoints.written[1].offsets == {SSP: "3"}
-    assert dict(checkpoints.written[1].state_checkpoint_markers) == {}  # type: ignore[union-attr]
+    v2 = checkpoints.written[1]
+    assert isinstance(v2, CheckpointV2) and dict(v2.state_checkpoint_markers) == {}
 
 
 def test_commit_pauses_are_reached_at_their_points_in_order(executor):

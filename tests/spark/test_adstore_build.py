@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 import itertools
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import pytest
@@ -38,7 +38,9 @@ pytestmark = pytest.mark.spark
 
 GEO = SystemStream("log", "geo")
 PARTITIONS = 3
-ROWS = [{"key": f"city-{i:03d}", "country": ["fr", "de", "it"][i % 3], "population": i * 1000} for i in range(120)]
+ROWS: list[dict[str, Any]] = [
+    {"key": f"city-{i:03d}", "country": ["fr", "de", "it"][i % 3], "population": i * 1000} for i in range(120)
+]
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +95,8 @@ def ingested(config: Config, record: PublishedVersion, partitions: list[int] | N
         if files:
             database.ingest_external_file([str(path) for path in files])
         serde = JsonSerde()
-        return {serde.from_bytes(key): serde.from_bytes(value) for key, value in database.items()}
+        # a raw-mode Rdict holds bytes only; its stubs type keys and values for every mode
+        return {serde.from_bytes(cast(bytes, key)): serde.from_bytes(value) for key, value in database.items()}
     finally:
         database.close()
 
@@ -102,7 +105,7 @@ def sst_keys(path: Path) -> list[bytes]:
     database = rocksdict.Rdict(str(path.parent / f"{path.name}.db"), options=rocksdict.Options(raw_mode=True))
     try:
         database.ingest_external_file([str(path)])
-        return list(database.keys())
+        return cast(list[bytes], list(database.keys()))  # raw mode: bytes, which the stubs cannot say
     finally:
         database.close()
 
@@ -154,7 +157,7 @@ def test_the_value_is_the_value_column_rows_with_a_null_value_are_skipped_and_em
     tmp_path, spark
 ):
     config = adjunct_config(tmp_path)
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"key": "a", "value": {"v": 1}, "other": "x"},
         {"key": "b", "value": None, "other": "y"},
     ]

@@ -19,7 +19,7 @@ from millstream.control.state import CONTROL_STATE_NAMESPACE
 from millstream.coordinator.job_result import JobResult
 from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
-from millstream.model import SystemStream
+from millstream.model import SystemStream, TaskName
 from millstream.spark.runner import SparkJobRunner
 from millstream.testing import read_stream, write_stream
 from tests.api.apps import app_config, messages, reference_counts
@@ -134,8 +134,12 @@ def _committed_past_end_of_stream(config: Config, store: Any, task: str, produce
     state = msgpack.unpackb(raw, strict_map_key=False)
     if not all(producer in p["ended_tasks"] for p in state["reconciler"].values()):
         return None
-    checkpoint = checkpoint_manager(config, store).read_all().get(task)
-    offsets = {ssp.key(): int(offset) for ssp, offset in (checkpoint.offsets.items() if checkpoint else ())}
+    checkpoint = checkpoint_manager(config, store).read_all().get(TaskName(task))
+    offsets = {
+        ssp.key(): int(offset)
+        for ssp, offset in (checkpoint.offsets.items() if checkpoint else ())
+        if offset is not None
+    }
     if any(offsets.get(key, -1) < int(offset) for key, offset in state["offsets"].items()):
         return None
     status = coordination.container_statuses(store).get("2", {})

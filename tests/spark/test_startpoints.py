@@ -12,6 +12,7 @@ import pytest
 
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
+from millstream.coordinator.job_result import JobResult
 from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStream
@@ -34,7 +35,7 @@ pytestmark = pytest.mark.spark
 
 def checkpointed(config: Config) -> int:
     checkpoints = checkpoint_manager(config, metadata_store(config)).read_all()
-    return sum(int(o) + 1 for c in checkpoints.values() for o in c.offsets.values())
+    return sum(int(o) + 1 for c in checkpoints.values() for o in c.offsets.values() if o is not None)
 
 
 def first_run_reads_half(spark, config: Config) -> None:
@@ -43,7 +44,9 @@ def first_run_reads_half(spark, config: Config) -> None:
     create_stream(config, "out", 4)
     fill(config, "in", 4, 5)
     runner = SparkJobRunner(config, spark=spark)
-    threading.Thread(target=lambda: wait_for(lambda: checkpointed(config) >= 20, 60) and runner.request_stop()).start()
+    threading.Thread(
+        target=lambda: runner.request_stop() if wait_for(lambda: checkpointed(config) >= 20, 60) else None
+    ).start()
     assert runner.run().outcome == "stopped"
 
 
@@ -114,7 +117,7 @@ def test_a_container_killed_before_its_first_commit_applies_the_startpoint_again
 
     store = metadata_store(config)
     runner = SparkJobRunner(config, spark=spark_local)
-    outcome = {}
+    outcome: dict[str, JobResult] = {}
     job = threading.Thread(target=lambda: outcome.setdefault("result", runner.run()))
     job.start()
     # the second run replays 40 messages from offset 0 in ~0.8 s and commits only at the end: kill it early
@@ -144,7 +147,7 @@ def test_apply_restarts_a_running_job_with_the_new_startpoint(spark_local, tmp_p
     create_stream(config, "out", 2)
     fill(config, "in", 2, 50)
     runner = SparkJobRunner(config, spark=spark_local)
-    outcome = {}
+    outcome: dict[str, JobResult] = {}
     job = threading.Thread(target=lambda: outcome.setdefault("result", runner.run()))
     job.start()
     wait_for(lambda: checkpointed(config) >= 100, 60)
@@ -170,7 +173,9 @@ def test_a_commit_requested_on_the_first_message_removes_the_startpoint_so_retri
     create_stream(config, "out", 1)
     write_stream(config, SystemStream("log", "in"), [("k", 0), ("k", 1), ("k", 2)])
     runner = SparkJobRunner(config, spark=spark_local)
-    threading.Thread(target=lambda: wait_for(lambda: checkpointed(config) >= 3, 60) and runner.request_stop()).start()
+    threading.Thread(
+        target=lambda: runner.request_stop() if wait_for(lambda: checkpointed(config) >= 3, 60) else None
+    ).start()
     assert runner.run().outcome == "stopped"
     set_startpoints(config, "log.in", StartpointSpecific("2"))
     write_stream(config, SystemStream("log", "in"), [("k", "poison")])

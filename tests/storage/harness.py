@@ -62,7 +62,8 @@ class StateHarness:
         self.metadata.init()
         self.model: JobModel = JobCoordinator(config, self.metadata).plan().model
         prepare_state_resources(config, self.metadata, self.model)
-        self.checkpoint: Checkpoint | None = None
+        self.checkpoint: CheckpointV2 | None = None
+        """The last commit's V2 checkpoint (its V1 is ``v1``)."""
         self.offset = 0
 
     def open(self, checkpoint: Checkpoint | None = None, task: TaskName = TASK) -> Opened:

@@ -28,7 +28,7 @@ class CountPerKey(StreamTask, InitableTask):
     """
 
     def init(self, context: TaskContext) -> None:
-        self.store = context.get_store(STORE)  # type: ignore[attr-defined]
+        self.store = context.get_store(STORE)
         self.delay = float(context.config.get("test.delay.seconds", "0"))
 
     def process(

@@ -29,8 +29,8 @@ def test_other_tasks_get_the_next_free_numbers_and_nobody_moves(store: SqliteMet
     mapping = assign_changelog_partitions(
         store, [TaskName("Partition 1"), TaskName("SystemStreamPartition [log, a, 0]"), TaskName("Partition 0")]
     )
-    assert mapping["Partition 1"] == 1 and mapping["Partition 0"] == 0
-    assert mapping["SystemStreamPartition [log, a, 0]"] == 2
+    assert mapping[TaskName("Partition 1")] == 1 and mapping[TaskName("Partition 0")] == 0
+    assert mapping[TaskName("SystemStreamPartition [log, a, 0]")] == 2
     assert changelog_partition(store, TaskName("SystemStreamPartition [log, a, 0]")) == 2
 
 

@@ -99,8 +99,10 @@ def read_all(bootstrap: str, topic: str, partitions: int, *, isolation: str = "r
         while any(positions[p] < ends[p] for p in positions) and time.monotonic() < deadline:
             for message in consumer.consume(10_000, 0.2):
                 if message.error() is None:
+                    read_from, offset = message.partition(), message.offset()
+                    assert read_from is not None and offset is not None  # set on every consumed message
                     messages.append(message)
-                    positions[message.partition()] = message.offset() + 1
+                    positions[read_from] = offset + 1
             for tp in consumer.position([TopicPartition(topic, p) for p in range(partitions)]):
                 if tp.offset >= 0:
                     positions[tp.partition] = max(positions[tp.partition], tp.offset)
@@ -114,7 +116,7 @@ def produce_numbers(
 ) -> set[tuple[int, int]]:
     """Write ``per_partition`` JSON numbers with key ``k<partition>`` to every partition; returns the
     (partition, value) pairs written."""
-    written = set()
+    written: set[tuple[int, int]] = set()
     for partition in range(partitions):
         values = range(start, start + per_partition)
         produce(bootstrap, topic, [(b"k%d" % partition, b"%d" % v) for v in values], partition=partition)
@@ -137,7 +139,9 @@ class TopicTail:
 
         for message in self.consumer.consume(10_000, seconds):
             if message.error() is None:
-                self.values.append(orjson.loads(message.value()))
+                value = message.value()
+                assert value is not None  # the pass-through output has no tombstones
+                self.values.append(orjson.loads(value))
         return self.values
 
     def origins(self) -> list[tuple[int, int]]:

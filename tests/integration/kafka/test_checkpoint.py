@@ -193,7 +193,7 @@ def test_a_new_attempt_of_the_container_fences_the_previous_one(config, store):
     second.write_checkpoint(TASK, offsets("3"))
     assert manager(config, store).read_last_checkpoint(TASK) == offsets("3")
     other_container = writer(config, store, "1")
-    second.write_checkpoint(TASK, offsets("4")), "another container's new attempt does not fence this one"
+    second.write_checkpoint(TASK, offsets("4"))  # another container's new attempt does not fence this one
     other_container.stop()
     second.stop()
 
@@ -312,5 +312,5 @@ def test_tasks_of_one_container_committing_at_once_all_land_in_the_checkpoint_to
     assert manager(config, store).read_all() == {
         task: offsets(str(rounds - 1), partition) for partition, task in enumerate(tasks)
     }
-    shared.write_checkpoint(tasks[0], offsets(str(rounds), 0)), "the writer is still the container's current one"
+    shared.write_checkpoint(tasks[0], offsets(str(rounds), 0))  # the writer is still the container's current one
     shared.stop()

@@ -177,8 +177,10 @@ def _record_count(bootstrap: str, topic: str) -> tuple[int, int]:
         while position < high and time.monotonic() < deadline:
             for message in consumer.consume(1000, 0.2):
                 if message.error() is None:
+                    offset = message.offset()
+                    assert offset is not None  # set on every consumed message
                     count += 1
-                    position = message.offset() + 1
+                    position = offset + 1
             position = max(position, consumer.position([TopicPartition(topic, 0)])[0].offset)
         return count, high
     finally:

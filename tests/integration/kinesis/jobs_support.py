@@ -56,9 +56,9 @@ class Loader:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def write_round(self) -> None:
-        batch = []
-        for key in range(self.keys):
-            batch.append((f"k{key}", self.count))
+        batch: list[tuple[str, int]] = []
+        for index in range(self.keys):
+            batch.append((f"k{index}", self.count))
             self.count += 1
         response = self.client.put_records(
             StreamName=self.stream,

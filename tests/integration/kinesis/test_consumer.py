@@ -211,10 +211,12 @@ def test_two_consumers_share_the_shards_and_the_survivor_takes_over_what_a_stopp
     b = start(config, stream, range(4, 8), second)
     both = [(a, first, slots(stream, range(0, 4))), (b, second, slots(stream, range(4, 8)))]
 
-    def pump() -> None:
+    def pump() -> bool:
+        """False, so that ``pump() or condition`` pumps, then tests the condition."""
         for consumer, driver, ssps in both:
             driver.poll(consumer, ssps, 0.01)
             driver.commit()
+        return False
 
     try:
         wait_for(lambda: pump() or [len(c.owned_shards()[stream]) for c, _, _ in both] == [2, 2], 30)

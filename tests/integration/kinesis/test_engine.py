@@ -8,6 +8,7 @@ import time
 import pytest
 
 from millstream.config import Config
+from millstream.coordinator.job_result import JobResult
 from millstream.metadata.factory import metadata_store
 from millstream.startpoint.manager import StartpointManager
 from millstream.startpoint.tools import set_startpoints
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.integration
 def run_until(config: Config, total: int) -> None:
     """Run the job in-process until ``log.out`` holds ``total`` records, then stop it (it commits)."""
     runner = InProcessRunner(config)
-    outcome = {}
+    outcome: dict[str, JobResult] = {}
     thread = threading.Thread(target=lambda: outcome.setdefault("r", runner.run(timeout=120)), daemon=True)
     thread.start()
     try:

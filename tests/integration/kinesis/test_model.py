@@ -44,7 +44,7 @@ def test_offset_order_is_antisymmetric_and_agrees_with_every_common_shard(first,
     reverse = compare_offsets(b, a)
     assert (order is None) == (reverse is None)
     if order is not None:
-        assert order == -reverse
+        assert reverse is not None and order == -reverse
         common = first.keys() & second.keys()
         assert common
         assert all((first[s] > second[s]) - (first[s] < second[s]) in (order, 0) for s in common)
@@ -202,4 +202,5 @@ def test_a_partition_key_hashes_into_exactly_one_open_shard_as_kinesis_does():
     lineage = ShardLineage([Shard("0", None, None, 0, half - 1, "1"), Shard("1", None, None, half, 2**128 - 1, "1")])
     for key in ("a", "b", "user-42"):
         expected = "0" if hash_key_of(key) < half else "1"
-        assert lineage.shard_for_key(key).shard_id == expected
+        shard = lineage.shard_for_key(key)
+        assert shard is not None and shard.shard_id == expected

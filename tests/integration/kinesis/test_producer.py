@@ -57,7 +57,7 @@ def read_all(endpoint: str, stream: str) -> dict[str, list[dict[str, Any]]]:
     return result
 
 
-def envelope(stream: str, value: bytes, key: bytes | None = None, **options: Any) -> OutgoingMessageEnvelope:
+def envelope(stream: str, value: bytes | None, key: bytes | None = None, **options: Any) -> OutgoingMessageEnvelope:
     return OutgoingMessageEnvelope(SystemStream(SYSTEM, stream), value, key, **options)
 
 
@@ -72,7 +72,8 @@ def test_records_go_to_the_shard_their_partition_key_hashes_to(config, kinesis_e
     assert sum(map(len, by_shard.values())) == 41
     for shard, records in by_shard.items():
         for record in records:
-            assert lineage.shard_for_key(record["PartitionKey"]).shard_id == shard
+            owner = lineage.shard_for_key(record["PartitionKey"])
+            assert owner is not None and owner.shard_id == shard
     same_key = [r["Data"] for records in by_shard.values() for r in records if r["PartitionKey"] == "key-3"]
     assert same_key == [b"v3", b"v11", b"v19", b"v27", b"v35"], "one key: one shard, in send order"
 
@@ -112,7 +113,8 @@ class FlakyPutRecords:
 
     def __call__(self, **arguments: Any) -> dict[str, Any]:
         stream, records = arguments["StreamName"], arguments["Records"]
-        accepted, results = [], []
+        accepted: list[dict[str, Any]] = []
+        results: list[dict[str, Any] | None] = []
         for record in records:
             self.attempts[record["Data"]] += 1
             if self.fail(record, self.attempts[record["Data"]]):

@@ -136,6 +136,7 @@ def test_a_split_without_a_free_slot_shares_one_with_composite_offsets_and_a_res
     assert all({entry.split(":")[0] for entry in offset.split(",")} == children for offset in composite)
     (checkpoint,) = checkpoint_manager(config, metadata_store(config)).read_all().values()
     (offset,) = checkpoint.offsets.values()
+    assert offset is not None
     assert {entry.split(":")[0] for entry in offset.split(",")} == children, offset
     check_key_order(records, loader.written)
 

@@ -64,7 +64,7 @@ def azure_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BlobTarge
 
 @pytest.fixture(params=["s3", "azure"])
 def blob_target(request: pytest.FixtureRequest) -> BlobTarget:
-    return request.getfixturevalue(f"{request.param}_target")  # type: ignore[no-any-return]
+    return request.getfixturevalue(f"{request.param}_target")
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from millstream.config import Config
 from millstream.errors import StreamNotFoundError
 from millstream.model import IncomingMessageEnvelope
 from millstream.systems.base import StreamSpec
@@ -63,9 +64,9 @@ def test_a_partition_buffer_is_appended_when_it_reaches_the_batch_size(admin: Lo
     assert upcoming(admin, "events") == 7
 
 
-def test_stop_flushes_what_is_buffered(admin: LogSystemAdmin, config: object) -> None:
+def test_stop_flushes_what_is_buffered(admin: LogSystemAdmin, config: Config) -> None:
     create(admin, "events")
-    producer = LogSystemFactory().get_producer(SYSTEM, config)  # type: ignore[arg-type]
+    producer = LogSystemFactory().get_producer(SYSTEM, config)
     producer.send("task", envelope("events", b"a"))
     producer.stop()
     assert upcoming(admin, "events") == 1

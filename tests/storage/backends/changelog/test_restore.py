@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from millstream.checkpoint.checkpoint import CheckpointId, CheckpointV1, CheckpointV2
+from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
 from millstream.model import SystemStream, SystemStreamPartition
 from millstream.storage.backends.changelog.marker import ChangelogStateCheckpointMarker, parse_v1_entry, v1_entry
 from millstream.storage.backends.changelog.restore import ChangelogTaskRestoreManager
@@ -35,9 +35,9 @@ def changelog_records(h: StateHarness) -> list[tuple[str, int | None]]:
     return read_stream(h.config, SystemStream("log", "counts-changelog"))[0]
 
 
-def plans(opened: Opened, checkpoint: object) -> list:
+def plans(opened: Opened, checkpoint: Checkpoint | None) -> list:
     manager = ChangelogTaskRestoreManager(opened.storage.backend_context(["counts"]), MARKER_KEY)
-    manager.init(checkpoint)  # type: ignore[arg-type]
+    manager.init(checkpoint)
     return manager.plans
 
 
@@ -163,7 +163,8 @@ def test_a_v1_checkpoint_restores_the_same_state_as_v2(tmp_path: Path) -> None:
     crash(opened)
     v1 = h.v1
     checkpoint_id, offset = parse_v1_entry(v1.offsets[CHANGELOG])
-    assert checkpoint_id == h.checkpoint.checkpoint_id and offset == "1"  # type: ignore[union-attr]
+    assert h.checkpoint is not None
+    assert checkpoint_id == h.checkpoint.checkpoint_id and offset == "1"
     restored = h.open(v1)
     assert contents(restored) == {"a": 1, "b": 2}
     restored.close()
@@ -265,7 +266,8 @@ def test_an_offset_file_holding_a_v1_entry_is_still_read_as_its_offset(tmp_path:
     h.commit(opened, write_versions=(1,))
     crash(opened)
     (directory,) = local_checkpoint_dirs(h)
-    write_offset_file(directory, {CHANGELOG: v1_entry(h.checkpoint.checkpoint_id, "1")})  # type: ignore[union-attr]
+    assert h.checkpoint is not None
+    write_offset_file(directory, {CHANGELOG: v1_entry(h.checkpoint.checkpoint_id, "1")})
     probe = h.open(h.v1)
     (plan,) = plans(probe, h.v1)
     assert plan.retained_dir == directory and plan.start is None

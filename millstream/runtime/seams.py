@@ -1,0 +1,95 @@
+"""The collaborators a task instance and the run loop take, as no more than the calls they make on them.
+
+The container hands them its producer pool, checkpoint manager, storage managers and consumers; naming
+only the calls keeps those concrete classes out of the runtime's signatures, so a test can drive a task
+instance or the run loop with a small fake and a clock it moves by hand.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Mapping
+from typing import Any, Protocol
+
+from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId
+from millstream.model import OutgoingMessageEnvelope, SystemStreamPartition, TaskName
+
+
+class Clock(Protocol):
+    """Where the run loop reads the time its timers (window, commit, stop check) are due against."""
+
+    def monotonic(self) -> float: ...
+
+
+class SystemClock:
+    """The process's monotonic clock: what every container runs on."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+class ConsumerMultiplexer(Protocol):
+    """The container's consumers behind one poll (``SystemConsumers``)."""
+
+    def poll(self, active: set[SystemStreamPartition], timeout: float) -> Mapping[SystemStreamPartition, list[Any]]:
+        """Envelopes of some of ``active``, waiting at most ``timeout`` seconds for the first."""
+        ...
+
+
+class OutputFlusher(Protocol):
+    """The producer pool as a commit sees it: a task's output must be durable before its checkpoint."""
+
+    def flush(self, source: str) -> None: ...
+
+
+class MessageSender(Protocol):
+    def send(self, source: str, envelope: OutgoingMessageEnvelope) -> None: ...
+
+
+class ProducerLookup(Protocol):
+    """The producer pool as the dead-letter path sees it: one producer per system."""
+
+    def producer(self, system: str) -> MessageSender: ...
+
+
+class CheckpointWriter(Protocol):
+    """The checkpoint manager as a commit sees it: the last step that makes a commit durable."""
+
+    def write_checkpoint(self, task_name: TaskName, checkpoint: Checkpoint) -> None: ...
+
+
+class TaskStorage(Protocol):
+    """A task's stores as its commits see them (``TaskStorageManager``): snapshot, upload, record, clean up."""
+
+    @property
+    def has_backups(self) -> bool:
+        """Whether uploads exist that may run on the commit thread."""
+        ...
+
+    @property
+    def dirty(self) -> bool:
+        """Whether a store changed since the last snapshot, so a commit is due even without new offsets."""
+        ...
+
+    def snapshot(self, checkpoint_id: CheckpointId) -> dict[str, dict[str, str]]: ...
+
+    def upload(
+        self, checkpoint_id: CheckpointId, markers: Mapping[str, Mapping[str, str]]
+    ) -> dict[str, dict[str, str]]: ...
+
+    def changelog_offsets(
+        self, checkpoint_id: CheckpointId, markers: Mapping[str, Mapping[str, str]]
+    ) -> dict[SystemStreamPartition, str]: ...
+
+    def write_local_checkpoint(self, checkpoint_id: CheckpointId, checkpoints: list[Checkpoint]) -> None: ...
+
+    def cleanup(self, checkpoint_id: CheckpointId, markers: Mapping[str, Mapping[str, str]]) -> None: ...
+
+
+class PendingStartpoints(Protocol):
+    """The startpoints a task started from, removed by the commits that cover them (``AppliedStartpoints``)."""
+
+    @property
+    def pending(self) -> Collection[SystemStreamPartition]: ...
+
+    def committed(self, updated: set[SystemStreamPartition]) -> None: ...
