@@ -96,7 +96,7 @@ class IncomingMessageEnvelope:
     a bytes-only pipeline allocates nothing extra.
     """
 
-    __slots__ = ("headers", "key", "message", "offset", "size", "ssp", "timestamp")
+    __slots__ = ("headers", "key", "message", "offset", "raw", "size", "ssp", "timestamp")
 
     def __init__(
         self,
@@ -115,6 +115,8 @@ class IncomingMessageEnvelope:
         self.timestamp = timestamp
         self.headers = headers
         self.size = size
+        self.raw: tuple[Any, Any] | None = None
+        """The key and message bytes as read, kept only where a failure policy needs them after decoding."""
 
     @property
     def system_stream_partition(self) -> SystemStreamPartition:

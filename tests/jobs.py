@@ -94,3 +94,25 @@ class CommitsEachMessageFailsOnPoison(FailsOnPoison):
     def process(self, envelope, collector, coordinator):
         super().process(envelope, collector, coordinator)
         coordinator.commit()
+
+
+class FailingOnSome(PassThrough, InitableTask, WindowableTask):
+    """Pass-through that raises ``ValueError`` on the values in ``test.fail.values`` (comma-separated), and in
+    ``window()`` when ``test.fail.window`` is true: a user bug on some messages."""
+
+    def init(self, context: TaskContext) -> None:
+        listed = context.config.get("test.fail.values", "")
+        self.failing = {int(value) for value in listed.split(",") if value}
+        self.fail_window = context.config.get("test.fail.window", "false") == "true"
+        self.delay = float(context.config.get("test.delay.seconds", "0"))
+
+    def process(self, envelope, collector, coordinator):
+        if self.delay:
+            time.sleep(self.delay)
+        if envelope.message in self.failing:
+            raise ValueError(f"cannot handle {envelope.message}")
+        super().process(envelope, collector, coordinator)
+
+    def window(self, collector, coordinator):
+        if self.fail_window:
+            raise RuntimeError("window broke")

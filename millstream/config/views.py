@@ -62,6 +62,7 @@ CheckpointVersions = Annotated[list[Literal[1, 2]], BeforeValidator(_split_int_l
 Bool = Annotated[bool, BeforeValidator(_parse_bool)]
 OffsetDefault = Literal["oldest", "upcoming"]
 TrimmedOffsetPolicy = Literal["fail", "oldest", "upcoming"]
+ProcessErrorMode = Literal["fail", "skip", "dead-letter"]
 
 View = TypeVar("View", bound="ConfigView")
 
@@ -165,6 +166,9 @@ class TaskConfig(ConfigView):
     drop_deserialization_errors: Bool = Field(False, alias="drop.deserialization.errors")
     drop_serialization_errors: Bool = Field(False, alias="drop.serialization.errors")
     dead_letter_stream: str | None = Field(None, alias="dead.letter.stream")
+    process_errors: ProcessErrorMode = Field("fail", alias="process.errors")
+    """What an exception from ``process()`` or ``window()`` does: ``fail`` the container naming the message,
+    ``skip`` it (counted), or send it to ``dead.letter.stream`` (``dead-letter``)."""
     checkpoint_factory: str = Field("metadata", alias="checkpoint.factory")
     checkpoint_system: str | None = Field(None, alias="checkpoint.system")
     """The Kafka system of the checkpoint topic (``task.checkpoint.factory=kafka``); default:

@@ -59,7 +59,8 @@ def _validate(config: Config) -> None:
     AppConfig.of(config)
     task = TaskConfig.of(config)
     task.input_streams()
-    task.dead_letter()
+    if task.dead_letter() is None and task.process_errors == "dead-letter":
+        raise ConfigError("config key 'task.process.errors' is 'dead-letter': set task.dead.letter.stream too")
     serdes = SerdeRegistry.from_config(config)
     validate_state_config(config, serdes)
     validate_adjunct_config(config)

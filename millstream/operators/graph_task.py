@@ -79,8 +79,9 @@ __all__ = [
 ]
 
 
-class IntermediateSerdeError(MillstreamError):
-    """A ``partition_by`` key or value cannot be (de)serialized; names the operator, stream and offset."""
+class IntermediateSerdeError(SerdeError):
+    """A ``partition_by`` key or value cannot be (de)serialized; names the operator, stream and offset.
+    A serde error, so ``task.process.errors`` decides what happens to the message that caused it."""
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStream, SystemStreamPartition, TaskName
 from millstream.plugins import load_object
 from millstream.runtime.collector import TaskCollector
+from millstream.runtime.process_errors import ProcessErrorPolicy
 from millstream.runtime.run_loop import DeadLetterPolicy, Decoder, RunLoop, RunLoopSettings
 from millstream.runtime.task_instance import AppliedStartpoints, CommitSettings, ContainerContext, TaskInstance
 from millstream.serde.registry import SerdeRegistry
@@ -73,6 +74,8 @@ class ContainerResult:
     adjunct_stored: int = 0
     """Messages the container's adjunct data stores stored (never given to ``process``)."""
     bootstrap_seconds: float = 0.0
+    skipped_process_errors: int = 0
+    """Messages ``task.process.errors`` skipped (``skip``) or set aside (``dead-letter``)."""
 
     @property
     def messages(self) -> int:
@@ -200,6 +203,8 @@ class Container:
             admin.start()
             self.admins[system] = self._hold(admin)
         self.producers = self._hold(ProducerPool(config))
+        task_config = self.task_config
+        self.process_errors = ProcessErrorPolicy(task_config.process_errors, task_config.dead_letter(), self.producers)
         self.checkpoints = make_checkpoint_manager(config, self.store, self.fence)
         self.checkpoints.start()
         self._hold(self.checkpoints)
@@ -332,12 +337,16 @@ class Container:
             commit_settings=commit_settings,
             commit_executor=self.storage.commit_executor if plan.storage is not None else None,
             purger=CommittedMessagePurger.of(str(task_name), plan.ssps, self.config, self.admins),
+            process_errors=self.process_errors,
         )
 
     def _run(self, tasks: list[TaskInstance], stop_probe: Callable[[], bool]) -> RunLoop:
         task_config = self.task_config
         self.dead_letters = DeadLetterPolicy(
-            task_config.drop_deserialization_errors, task_config.dead_letter(), self.producers
+            task_config.drop_deserialization_errors,
+            task_config.dead_letter(),
+            self.producers,
+            keep_raw=self.process_errors.keeps_raw_bytes,
         )
         loop = RunLoop(
             self.consumers,
@@ -382,6 +391,7 @@ class Container:
             processed={str(t.task_name): t.processed for t in tasks},
             commits=sum(t.commits for t in tasks),
             dropped_deserialization_errors=self.dead_letters.dropped,
+            skipped_process_errors=self.process_errors.skipped,
             seconds=time.monotonic() - self._started,
             processing_seconds=processing,
             executor=self._executor,

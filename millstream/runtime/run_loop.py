@@ -35,6 +35,8 @@ class DeadLetterPolicy:
     stream: SystemStream | None
     producers: ProducerLookup
     dropped: int = 0
+    keep_raw: bool = False
+    """Keep each message's bytes beside its decoded objects (``task.process.errors=dead-letter`` sends them)."""
 
 
 @dataclass
@@ -190,10 +192,13 @@ class RunLoop:
             return batch
         key_decode, msg_decode = decoders
         failed: list[int] = []
+        keep_raw = self.dead_letters.keep_raw
         for index, envelope in enumerate(batch):
             if envelope.is_end_of_stream:
                 continue
             key, message = envelope.key, envelope.message
+            if keep_raw:
+                envelope.raw = (key, message)
             try:
                 if key_decode is not None and key is not None:
                     key = key_decode(key)

@@ -40,6 +40,7 @@ from millstream.config import Config
 from millstream.config.views import TaskConfig
 from millstream.errors import MillstreamError
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition, TaskName
+from millstream.runtime.process_errors import ProcessErrorPolicy, TaskCallbackError
 from millstream.runtime.seams import CheckpointWriter, OutputFlusher, PendingStartpoints, TaskStorage
 from millstream.startpoint.manager import StartpointManager
 from millstream.storage.errors import CommitFailedError, CommitTimeoutError
@@ -163,6 +164,7 @@ class TaskInstance:
         commit_settings: CommitSettings | None = None,
         commit_executor: Executor | None = None,
         purger: CommittedMessagePurger | None = None,
+        process_errors: ProcessErrorPolicy | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.task_name = task_name
@@ -193,6 +195,7 @@ class TaskInstance:
         self.commit_settings = commit_settings or CommitSettings()
         self.commit_executor = commit_executor
         self.purger = purger
+        self.process_errors = process_errors or ProcessErrorPolicy()
         self._clock = clock
         self._snapshotted = dict(self.last_processed)
         """The offsets of the last commit's snapshot (its checkpoint may still be on its way)."""
@@ -210,7 +213,12 @@ class TaskInstance:
 
     def init(self) -> None:
         if isinstance(self.task, InitableTask):
-            self.task.init(self.context)
+            try:
+                self.task.init(self.context)
+            except MillstreamError:
+                raise  # names what is at fault already
+            except Exception as error:  # no policy can go on without the task: fail naming it
+                raise TaskCallbackError(self.task_name, "init()", error) from error
 
     def process(
         self, ssp: SystemStreamPartition, batch: list[IncomingMessageEnvelope], deadline: float = float("inf")
@@ -231,7 +239,10 @@ class TaskInstance:
         clock = self._clock
         count = 0
         for envelope in batch[skipped:] if skipped else batch:
-            process(envelope, collector, coordinator)
+            try:
+                process(envelope, collector, coordinator)
+            except Exception as error:  # the policy raises, or lets processing go on past this message
+                self.process_errors.on_process_error(self.task_name, envelope, error)
             last[ssp] = envelope.offset
             count += 1
             if coordinator.requested:
@@ -247,7 +258,10 @@ class TaskInstance:
 
     def window(self) -> None:
         if self._windowable and not self.finished:
-            self.task.window(self.collector, self.coordinator)
+            try:
+                self.task.window(self.collector, self.coordinator)
+            except Exception as error:
+                self.process_errors.on_window_error(self.task_name, error)
             if self.coordinator.requested:
                 self._handle_requests()
 

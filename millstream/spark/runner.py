@@ -35,6 +35,7 @@ from millstream.spark.session import build_session, check_local_slots, check_slo
 
 log = logging.getLogger(__name__)
 
+_MILLSTREAM_ERROR = re.compile(r"^millstream\.[\w.]+(Error|Exception): ")
 _PYTHON_ERROR = re.compile(r"^(?:[\w.]+\.)?(?P<name>\w*(?:Error|Exception|Exit))\b:?\s*(?P<message>.*)$")
 
 
@@ -130,9 +131,19 @@ def _python_paths(config: Config) -> list[str]:
 
 
 def spark_failure_cause(error: BaseException) -> str:
-    """The user-meaningful cause inside a Spark job failure: the last Python exception line of the
-    failing container's traceback, else the first line of Spark's message."""
+    """The user-meaningful cause inside a Spark job failure: the last millstream error of the failing
+    container's traceback with the lines of its message (a task's error carries the user's traceback),
+    else the last Python exception line, else the first line of Spark's message."""
     text = str(error)
+    lines = text.splitlines()
+    ours = [i for i, line in enumerate(lines) if _MILLSTREAM_ERROR.match(line.strip())]
+    if ours:
+        kept = [lines[ours[-1]].strip()]
+        for line in lines[ours[-1] + 1 :]:
+            if line.lstrip().startswith(("at ", "Driver stacktrace", "py4j", "org.apache", "Caused by")):
+                break
+            kept.append(line.rstrip())
+        return "\n".join(kept).rstrip()
     causes = []
     for line in text.splitlines():
         stripped = line.strip()
