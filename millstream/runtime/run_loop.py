@@ -15,6 +15,7 @@ from typing import Any
 
 from millstream.errors import MillstreamError
 from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
+from millstream.runtime.drain import DrainMonitor
 from millstream.runtime.task_instance import TaskInstance
 from millstream.serde.base import SerdeError
 from millstream.systems.consumers import SystemConsumers
@@ -66,6 +67,7 @@ class RunLoop:
         dead_letters: DeadLetterPolicy,
         settings: RunLoopSettings,
         stop_requested: Callable[[], bool],
+        drain: DrainMonitor | None = None,
     ) -> None:
         self.consumers = consumers
         self.tasks = tasks
@@ -73,6 +75,7 @@ class RunLoop:
         self.dead_letters = dead_letters
         self.settings = settings
         self.stop_requested = stop_requested
+        self.drain = drain
         self.stats = RunLoopStats()
         self.dispatch: dict[SystemStreamPartition, list[TaskInstance]] = {}
         for task in tasks:
@@ -126,6 +129,8 @@ class RunLoop:
                     log.info("stop requested: committing and stopping")
                     break
                 next_stop_check = now + settings.stop_check_ms / 1000
+            if self.drain is not None:
+                self.drain.poll(pending)  # drained partitions join the ended ones below
             # a task may have declared a partition ended (coordinator.end_of_stream): stop polling it
             active = {
                 ssp for ssp in active if any(not t.finished and ssp not in t.end_of_stream for t in self.dispatch[ssp])
@@ -165,7 +170,7 @@ class RunLoop:
                 task = tasks[0]
                 if not task.finished:
                     consumed = task.process(ssp, messages, deadline)
-                    if consumed < len(messages) and not task.finished:
+                    if consumed < len(messages) and not task.finished and ssp not in task.end_of_stream:
                         pending[ssp] = batch[consumed:]
                         stats.last_message_at = time.monotonic()
                         return
