@@ -170,3 +170,38 @@ def test_a_drain_requested_of_a_job_that_is_not_running_is_refused_writing_nothi
     store.init()
     assert store.all(DRAIN_NAMESPACE) == {}
     store.close()
+
+
+def test_draining_the_first_stage_drains_a_second_stage_run_as_its_own_job_sharing_the_run_id(tmp_path):
+    data = {p: messages(p, 30) for p in range(2)}
+    stages = [
+        app_config(tmp_path, "tests.api.apps:WindowedCount", app__stage=stage, app__run__id="deploy-1")
+        for stage in (0, 1)
+    ]
+    setup(stages[0], data, sealed=False)
+    jobs = [run_in_background(config) for config in reversed(stages)]  # the downstream job starts first
+    wait_for(lambda: checkpointed(stages[0]) == last_offsets(data), what="stage 0 checkpointed every message")
+    assert request_drain(stages[0]).run_id == "deploy-1"
+    for _, thread, _ in jobs:
+        thread.join(timeout=90)
+    assert [results["result"].outcome for _, _, results in jobs] == ["drained", "drained"]
+    assert panes(stages[1]) == expected_panes(data)
+
+
+def test_a_second_stage_with_another_run_id_does_not_drain_with_the_first(tmp_path):
+    data = {p: messages(p, 30) for p in range(2)}
+    upstream = app_config(tmp_path, "tests.api.apps:WindowedCount", app__stage=0, app__run__id="deploy-1")
+    downstream = app_config(tmp_path, "tests.api.apps:WindowedCount", app__stage=1)  # generation-1
+    setup(upstream, data, sealed=False)
+    _, producer, produced = run_in_background(upstream)
+    consumer_runner, consumer, consumed = run_in_background(downstream)
+    wait_for(lambda: checkpointed(upstream) == last_offsets(data), what="stage 0 checkpointed every message")
+    request_drain(upstream)
+    producer.join(timeout=90)
+    assert produced["result"].outcome == "drained"
+    wait_for(lambda: sum(panes(downstream).values()) > 0, what="stage 1 fired the windows the watermark passed")
+    assert consumer.is_alive(), "the drain of run deploy-1 is not stage 1's"
+    consumer_runner.request_stop()
+    consumer.join(timeout=60)
+    assert consumed["result"].outcome == "stopped"
+    assert panes(downstream) != expected_panes(data), "the windows past the last watermark wait for the next run"
