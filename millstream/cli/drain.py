@@ -15,6 +15,7 @@ def drain(
         str | None, typer.Option("--run-id", help="Drain only if this is the running run (app.run.id or generation-N)")
     ] = None,
     overrides: Overrides = None,
+    stage: Annotated[int | None, typer.Option(help="Drain the job of this stage (run with --stage)")] = None,
 ) -> None:
     """Drain the running job: its containers stop reading their inputs, pass the drain through the
     intermediate streams (and on to stages run as separate jobs that share app.run.id), fire their windows,
@@ -22,7 +23,7 @@ def drain(
     checkpoints. Exits 2, writing nothing, when the job is not running (or --run-id is not its run)."""
     from millstream.coordinator.drain import request_drain
 
-    cfg = load(config, overrides)
+    cfg = load(config, [*(overrides or []), *([f"app.stage={stage}"] if stage is not None else [])])
     request = guarded(lambda: request_drain(cfg, run_id), usage=True)
     out.print(
         f"drain requested for run '{request.run_id}' (generation {request.generation}, "

@@ -51,3 +51,10 @@ def test_job_drain_of_a_job_that_is_not_running_exits_2_saying_so(tmp_path: Path
     result = millstream("job", "drain", path)
     assert result.returncode == 2
     assert "job 'cli-test' is not running" in result.stderr
+
+
+def test_job_drain_of_a_stage_looks_for_the_stage_job_named_by_stage(tmp_path: Path):
+    path = write_config(tmp_path, {"task.class": None, "task.inputs": None, "app.class": "tests.api.apps:TwoHops"})
+    result = millstream("job", "drain", path, "--stage", "1")
+    assert result.returncode == 2
+    assert "job 'cli-test-stage-1' is not running" in result.stderr
