@@ -205,3 +205,18 @@ def test_a_second_stage_with_another_run_id_does_not_drain_with_the_first(tmp_pa
     consumer.join(timeout=60)
     assert consumed["result"].outcome == "stopped"
     assert panes(downstream) != expected_panes(data), "the windows past the last watermark wait for the next run"
+
+
+def test_a_drain_through_aggregated_control_messages_fires_every_window_with_exact_counts(tmp_path):
+    config = app_config(
+        tmp_path,
+        "tests.api.apps:WindowedCount",
+        job__container__count=2,
+        job__drain__poll__interval__ms=100,
+        app__control__aggregation="true",
+    )
+    data = {p: messages(p, 40) for p in range(3)}
+    setup(config, data, sealed=False)
+    result = drain_once_everything_is_checkpointed(config, data)
+    assert result.outcome == "drained", result.error
+    assert panes(config) == expected_panes(data)
