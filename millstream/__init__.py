@@ -15,6 +15,7 @@ from millstream.api.application import (
 from millstream.api.stream import MessageStream
 from millstream.api.task import (
     ClosableTask,
+    DrainListenerTask,
     EndOfStreamListenerTask,
     InitableTask,
     MessageCollector,
@@ -43,6 +44,7 @@ __all__ = [
     "KV",
     "ClosableTask",
     "ConfigError",
+    "DrainListenerTask",
     "EndOfStreamListenerTask",
     "IncomingMessageEnvelope",
     "InitableTask",

@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from millstream import (
+    DrainListenerTask,
     EndOfStreamListenerTask,
     IncomingMessageEnvelope,
     InitableTask,
@@ -64,6 +65,13 @@ class CountingTask(StreamTask, InitableTask, WindowableTask, EndOfStreamListener
         collector.send(
             OutgoingMessageEnvelope(OUTPUT, {"task": self.task_name, "count": self.count, "windows": self.windows})
         )
+
+
+class DrainReportingTask(CountingTask, DrainListenerTask):
+    """Counts messages per task; reports the count to ``log.out`` when the job drains it (``on_drain``)."""
+
+    def on_drain(self, collector, coordinator):
+        collector.send(OutgoingMessageEnvelope(OUTPUT, {"task": self.task_name, "drained": self.count}))
 
 
 class ShutdownAfterThree(StreamTask):

@@ -37,6 +37,13 @@ class TaskCoordinator(Protocol):
         reached end-of-stream: no longer polled, and the task ends when all its partitions did."""
         ...
 
+    def drained(self, ssp: SystemStreamPartition) -> None:
+        """Declare ``ssp`` drained — an intermediate partition whose producers all drained or ended while
+        the job drains (``millstream job drain``). Like ``end_of_stream`` for this run only: no longer
+        polled, nothing read past the current message, and the task drains once all its partitions ended
+        or drained."""
+        ...
+
 
 class TaskContext(Protocol):
     """What a task sees of its runtime at ``init``."""
@@ -101,6 +108,29 @@ class PartitionEndOfStreamListenerTask(ABC):
     ) -> None:
         """Called once per input partition as it reaches end-of-stream, before ``on_end_of_stream`` —
         so a task can pass the end of one input on (to an intermediate stream) while others go on."""
+
+
+class DrainListenerTask(ABC):
+    """Samza's ``DrainListenerTask``: told that the job drains (``millstream job drain``).
+
+    Draining stops an unbounded job cleanly: the container stops reading the task's inputs, calls
+    ``on_drain`` once every input partition drained (or ended), commits and stops; the job exits 0 with the
+    outcome ``drained``. Unlike end-of-stream, nothing is final: the next run resumes after the checkpoint.
+    """
+
+    @abstractmethod
+    def on_drain(self, collector: MessageCollector, coordinator: TaskCoordinator) -> None:
+        """Called once when every input partition of this task drained or ended, before the final commit:
+        the place to emit what the task holds back for later (open aggregates)."""
+
+
+class PartitionDrainListenerTask(ABC):
+    @abstractmethod
+    def on_partition_drain(
+        self, ssp: SystemStreamPartition, collector: MessageCollector, coordinator: TaskCoordinator
+    ) -> None:
+        """Called once per input partition as the runtime stops reading it because the job drains (or the
+        task declared it drained), before ``on_drain`` — so a task can pass the drain on downstream."""
 
 
 class CheckpointListener(ABC):

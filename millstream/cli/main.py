@@ -1,7 +1,8 @@
 """The ``millstream`` command.
 
-Exit codes: 0 success, 1 the job failed while running, 2 the job could not start (bad config,
-missing stream, unknown factory). ``sensitive.*`` values are never printed.
+Exit codes: 0 success (``run``: the job finished, was stopped, or drained), 1 the job failed while
+running, 2 the job could not start (bad config, missing stream, unknown factory) or a request was refused
+(``job drain`` of a job that is not running). ``sensitive.*`` values are never printed.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from rich.table import Table
 
 from millstream.cli.adstore import adstore_app
 from millstream.cli.common import ConfigPath, Overrides, err, failed, guarded, load, out
+from millstream.cli.drain import drain
 from millstream.cli.plan import plan
 from millstream.cli.startpoint import startpoint_app
 from millstream.cli.version import root
@@ -37,7 +39,7 @@ app = typer.Typer(
 )
 streams_app = typer.Typer(no_args_is_help=True, help="Create, inspect, write and read streams of any system.")
 checkpoint_app = typer.Typer(no_args_is_help=True, help="Inspect checkpoints.")
-job_app = typer.Typer(no_args_is_help=True, help="Inspect a job.")
+job_app = typer.Typer(no_args_is_help=True, help="Inspect a job, or drain it.")
 app.callback()(root)
 app.add_typer(streams_app, name="streams")
 app.add_typer(checkpoint_app, name="checkpoint")
@@ -45,6 +47,7 @@ app.add_typer(job_app, name="job")
 app.add_typer(startpoint_app, name="startpoint")
 app.add_typer(adstore_app, name="adstore")
 app.command("plan")(plan)
+job_app.command("drain")(drain)
 
 StreamArg = Annotated[str, typer.Argument(help="system.stream (a bare name means the log system)")]
 
@@ -75,7 +78,8 @@ def run(
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
     stage: Annotated[int | None, typer.Option(help="Run only this stage of the application (app.stage)")] = None,
 ) -> None:
-    """Run a job until its inputs end (bounded) or until Ctrl-C / SIGTERM (containers commit first)."""
+    """Run a job until its inputs end (bounded), until Ctrl-C / SIGTERM (containers commit first), or until
+    `millstream job drain` drains it (outcome `drained`, exit 0)."""
     _setup_logging(verbose)
     cfg = load(config, [*(overrides or []), *([f"app.stage={stage}"] if stage is not None else [])])
     if in_process:

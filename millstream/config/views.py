@@ -122,6 +122,8 @@ class JobConfig(ConfigView):
     grouper_factory: str = Field("GroupByPartition", alias="systemstreampartition.grouper.factory")
     data_dir: str = Field(".millstream", alias="data.dir")
     stop_timeout_ms: int = Field(30_000, alias="coordinator.stop.timeout.ms", ge=0)
+    drain_poll_interval_ms: int = Field(1000, alias="drain.poll.interval.ms", ge=1)
+    """How often each container looks for a drain request (``millstream job drain``) in the metadata store."""
     slots_headroom: int = Field(1, alias="coordinator.slots.headroom", ge=0)
     """Spark task slots kept free beside the containers for the driver's own jobs."""
     startpoint_enabled: Bool = Field(True, alias="startpoint.enabled")
@@ -284,6 +286,10 @@ class AppConfig(ConfigView):
     """How often sources emit watermarks and timers run (the default ``task.window.ms``)."""
     watermark_max_out_of_orderness_ms: int = Field(0, alias="watermark.max.out.of.orderness.ms", ge=0)
     """Default bounded out-of-orderness of the inputs' event times."""
+    run_id: str | None = Field(None, alias="run.id", min_length=1)
+    """The run a drain (``millstream job drain``) targets and its in-band drain messages carry; default
+    ``generation-<N>``, new for every ``millstream run``. Stages run as separate jobs drain together only
+    when they share it: give every stage of one deployment the same value, and the next deployment a new one."""
 
 
 class StartpointConfig(ConfigView):

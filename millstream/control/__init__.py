@@ -1,4 +1,4 @@
-"""In-band control messages: watermarks and end-of-stream carried through intermediate streams.
+"""In-band control messages: watermarks, end-of-stream and drain carried through intermediate streams.
 
 A job cut into stages at ``partition_by`` writes user messages *and* control messages into the same
 intermediate partitions, so a control message is ordered after every user message its producer sent
@@ -9,12 +9,13 @@ operator engine drives; ``replay`` decides which replayed envelopes a restored t
 pure bookkeeping: it knows nothing of operators, collectors or systems, so every rule can be tested alone.
 """
 
-from millstream.control.errors import ControlStateError, FramingError
+from millstream.control.errors import ControlStateError, FramingError, UnknownMessageTypeError
 from millstream.control.framing import MessageType, frame_control_message, frame_user_message, unframe
 from millstream.control.messages import (
     MAX_WATERMARK,
     MIN_WATERMARK,
     ControlMessage,
+    DrainMessage,
     EndOfStreamMessage,
     WatermarkMessage,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "ControlReconciler",
     "ControlSend",
     "ControlStateError",
+    "DrainMessage",
     "EndOfStreamMessage",
     "FramingError",
     "MessageType",
@@ -48,6 +50,7 @@ __all__ = [
     "Reconciled",
     "ReplayFilter",
     "SourceInput",
+    "UnknownMessageTypeError",
     "WatermarkMessage",
     "frame_control_message",
     "frame_user_message",

@@ -11,3 +11,14 @@ class FramingError(MillstreamError):
 
 class ControlStateError(MillstreamError):
     """A persisted control state cannot be read; names the task or partition."""
+
+
+class UnknownMessageTypeError(FramingError):
+    """A record whose type byte this version does not know: a newer producer's control message.
+
+    Skipped (with a warning and a count) rather than failing the container, so producers and consumers
+    of different versions can be rolled one after the other."""
+
+    def __init__(self, message: str, type_byte: int) -> None:
+        super().__init__(message)
+        self.type_byte = type_byte

@@ -1,9 +1,13 @@
 """The wire format of intermediate streams: ``[type byte][payload]`` (Samza's IntermediateMessageSerde).
 
-Type 0 is a user message whose payload the user's serde wrote; types 1 (watermark) and 2
-(end-of-stream) carry a JSON control message ``{"version", "taskName", "taskCount"[, "timestamp"]}``.
-JSON keeps control messages readable with ``millstream streams consume`` and decodable by any
-language; Samza's ``task-name`` / ``task-count`` spellings are accepted on read.
+Type 0 is a user message whose payload the user's serde wrote; types 1 (watermark), 2 (end-of-stream)
+and 3 (drain) carry a JSON control message ``{"version", "taskName", "taskCount"[, "timestamp"][,
+"runId"]}``. JSON keeps control messages readable with ``millstream streams consume`` and decodable by
+any language; Samza's ``task-name`` / ``task-count`` / ``run-id`` spellings are accepted on read.
+
+A type byte above the known ones is a newer producer's control message: ``unframe`` raises
+``UnknownMessageTypeError`` for the consumer to skip it, so versions can be rolled one job at a time.
+An empty record is never a message of any version and fails.
 """
 
 from __future__ import annotations
@@ -13,8 +17,8 @@ from typing import Any
 
 import orjson
 
-from millstream.control.errors import FramingError
-from millstream.control.messages import ControlMessage, EndOfStreamMessage, WatermarkMessage
+from millstream.control.errors import FramingError, UnknownMessageTypeError
+from millstream.control.messages import ControlMessage, DrainMessage, EndOfStreamMessage, WatermarkMessage
 
 
 class MessageType(IntEnum):
@@ -23,11 +27,14 @@ class MessageType(IntEnum):
     USER_MESSAGE = 0
     WATERMARK = 1
     END_OF_STREAM = 2
+    DRAIN = 3
 
 
 _USER_PREFIX = bytes([MessageType.USER_MESSAGE])
 _WATERMARK_PREFIX = bytes([MessageType.WATERMARK])
 _END_OF_STREAM_PREFIX = bytes([MessageType.END_OF_STREAM])
+_DRAIN_PREFIX = bytes([MessageType.DRAIN])
+_CONTROL_TYPES = (MessageType.WATERMARK, MessageType.END_OF_STREAM, MessageType.DRAIN)
 
 
 def frame_user_message(payload: bytes) -> bytes:
@@ -43,13 +50,17 @@ def frame_control_message(message: ControlMessage) -> bytes:
     if isinstance(message, WatermarkMessage):
         document["timestamp"] = message.timestamp
         return _WATERMARK_PREFIX + orjson.dumps(document)
+    if isinstance(message, DrainMessage):
+        document["runId"] = message.run_id
+        return _DRAIN_PREFIX + orjson.dumps(document)
     return _END_OF_STREAM_PREFIX + orjson.dumps(document)
 
 
 def unframe(data: Any, where: str = "") -> tuple[MessageType, bytes | ControlMessage]:
     """Split a record into its type and its payload: the user's bytes, or the decoded control message.
 
-    ``where`` (stream, partition, offset) is put into the error of a record that is not framed.
+    ``where`` (stream, partition, offset) is put into the error of a record that is not framed; a type
+    byte this version does not know raises ``UnknownMessageTypeError`` (the caller skips the record).
     """
     if not isinstance(data, (bytes, bytearray, memoryview)) or len(data) == 0:
         shown = "an empty record" if isinstance(data, (bytes, bytearray, memoryview)) else type(data).__name__
@@ -57,8 +68,8 @@ def unframe(data: Any, where: str = "") -> tuple[MessageType, bytes | ControlMes
     kind = data[0]
     if kind == MessageType.USER_MESSAGE:
         return MessageType.USER_MESSAGE, bytes(data[1:])
-    if kind not in (MessageType.WATERMARK, MessageType.END_OF_STREAM):
-        raise FramingError(f"{where or 'intermediate record'}: unknown message type byte {kind}")
+    if kind not in _CONTROL_TYPES:
+        raise UnknownMessageTypeError(f"{where or 'intermediate record'}: unknown message type byte {kind}", kind)
     return MessageType(kind), decode_control_message(MessageType(kind), bytes(data[1:]), where)
 
 
@@ -84,6 +95,11 @@ def decode_control_message(kind: MessageType, payload: bytes, where: str = "") -
         raise FramingError(f"{place}: control message version must be an integer, got {version!r}")
     if kind == MessageType.END_OF_STREAM:
         return EndOfStreamMessage(task_name, count, version)
+    if kind == MessageType.DRAIN:
+        run_id = _first(document, "runId", "run-id")
+        if not isinstance(run_id, str) or not run_id:
+            raise FramingError(f"{place}: drain message needs a runId string, got {run_id!r}")
+        return DrainMessage(task_name, count, run_id, version)
     timestamp = document.get("timestamp")
     if not isinstance(timestamp, int) or isinstance(timestamp, bool):
         raise FramingError(f"{place}: watermark message needs an integer timestamp, got {timestamp!r}")

@@ -1,4 +1,4 @@
-"""The control messages a producing task writes into intermediate streams.
+"""The control messages a producing task writes into intermediate streams: watermark, end-of-stream, drain.
 
 Each carries the producing task's name and how many tasks produce to the stream, so a consumer can
 tell when *every* producer has spoken without knowing the upstream job's model — which is what lets a
@@ -41,4 +41,18 @@ class WatermarkMessage:
     version: int = CONTROL_MESSAGE_VERSION
 
 
-ControlMessage = EndOfStreamMessage | WatermarkMessage
+@dataclass(frozen=True, slots=True)
+class DrainMessage:
+    """``task_name`` stops sending to this partition because run ``run_id`` of its job is draining.
+
+    Reconciled like end-of-stream, but only for the run it names and never persisted: the partition is
+    done for this run, and the next run reads on after it. A consumer ignores the drain of another run
+    (a message a drained earlier run left in the stream must not drain a later one)."""
+
+    task_name: str | None
+    task_count: int
+    run_id: str
+    version: int = CONTROL_MESSAGE_VERSION
+
+
+ControlMessage = EndOfStreamMessage | WatermarkMessage | DrainMessage

@@ -16,6 +16,15 @@ it is flushed soon), or, in aggregate mode, to the aggregate partition only — 
 the task's earlier output durable (``sender``). The task reading an aggregate partition re-broadcasts
 each reconciled result, without a task name, to the stream's other partitions.
 
+*Draining* (``millstream job drain``). The runtime stops reading the task's source partitions and
+reports each as drained (``on_drain``); a stream whose partitions all ended or drained is finished as
+*drained*, and the ``partition_by``s it feeds send a drain message stamped with the run id instead of
+end-of-stream (``on_output_drain``). A consumed partition drains when every producer ended or drained
+(``reconciliation``); a drain message of another run is ignored and counted (``ignored_drains``): a
+restarted job must not drain on what an earlier run left in the stream. Drain is never part of the
+snapshot — no partition is saved as ended because it drained, and drain messages are not kept in flight —
+so the next run reads on after it.
+
 *Restarts.* Aggregate-mode messages sent since the last flush are *in flight*: they are part of the
 snapshot and sent again by the first task call after a restore (a duplicate reconciles to nothing), and
 the intermediate partitions that had ended are declared ended again (the runtime forgot them).
@@ -23,17 +32,26 @@ the intermediate partitions that had ended are declared ended again (the runtime
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from millstream.control.framing import frame_control_message
-from millstream.control.messages import MAX_WATERMARK, ControlMessage, EndOfStreamMessage, WatermarkMessage
+from millstream.control.framing import MessageType, frame_control_message
+from millstream.control.messages import (
+    MAX_WATERMARK,
+    ControlMessage,
+    DrainMessage,
+    EndOfStreamMessage,
+    WatermarkMessage,
+)
 from millstream.control.reconciliation import ControlReconciler, Reconciled
 from millstream.control.sender import aggregate_partition, control_targets, rebroadcast_targets
 from millstream.control.source import SourceWatermarks
 from millstream.model import SystemStream, SystemStreamPartition
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,18 +100,23 @@ class ControlSend:
 
 @dataclass(frozen=True, slots=True)
 class ControlEvents:
-    """What the engine must do, in this order: write ``sends``, declare ``ended`` partitions to the
-    runtime, raise the watermark of the ``advance`` input streams, finish the ``finish`` input streams,
-    and ask for a commit when ``commit``."""
+    """What the engine must do, in this order: write ``sends``, declare ``ended`` and ``drained``
+    partitions to the runtime, raise the watermark of the ``advance`` input streams, finish the ``finish``
+    input streams (end-of-stream) and the ``drain`` ones (drained: ended for this run only), and ask for
+    a commit when ``commit``."""
 
     sends: tuple[ControlSend, ...] = ()
     ended: tuple[SystemStreamPartition, ...] = ()
     advance: tuple[tuple[SystemStream, int], ...] = ()
     finish: tuple[SystemStream, ...] = ()
     commit: bool = False
+    drained: tuple[SystemStreamPartition, ...] = ()
+    drain: tuple[SystemStream, ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.sends or self.ended or self.advance or self.finish or self.commit)
+        return bool(
+            self.sends or self.ended or self.advance or self.finish or self.commit or self.drained or self.drain
+        )
 
 
 NO_EVENTS = ControlEvents()
@@ -102,7 +125,9 @@ NO_EVENTS = ControlEvents()
 class ControlProtocol:
     """One task's control state machine over its source, consumed and produced streams (module docstring).
 
-    Not thread-safe: a task's calls come from one thread. ``clock`` (seconds) matters for idle timeouts.
+    Not thread-safe: a task's calls come from one thread. ``clock`` (seconds) matters for idle timeouts;
+    ``run_id`` is the run this task belongs to: its drain messages carry it, and only drain messages of
+    that run count.
     """
 
     def __init__(
@@ -115,8 +140,10 @@ class ControlProtocol:
         produced: Iterable[ProducedStream] = (),
         settings: ProtocolSettings | None = None,
         clock: Callable[[], float] = time.monotonic,
+        run_id: str = "",
     ) -> None:
         self.task_name = str(task_name)
+        self.run_id = run_id
         self.ssps = ssps
         """Every partition of the task: what a snapshot may restore."""
         self.settings = settings or ProtocolSettings()
@@ -131,6 +158,10 @@ class ControlProtocol:
         self.reconciler.register(ssp for stream in self.consumed.values() for ssp in stream.ssps)
         self.ended: set[SystemStreamPartition] = set()
         """Input partitions (source or intermediate) that reached end-of-stream."""
+        self.drained: set[SystemStreamPartition] = set()
+        """Input partitions drained in this run: done like ended ones, but never saved."""
+        self.ignored_drains = 0
+        """Drain messages of another run, ignored."""
         self.deferred: list[ControlSend] = []
         """Aggregate mode: control messages waiting for a flush of this task's earlier output."""
         self.in_flight: list[ControlSend] = []
@@ -150,31 +181,65 @@ class ControlProtocol:
         """A source partition ended in the system: finish its stream, or raise the stream's watermark.
         Nothing for a partition that already ended or is not a source's."""
         source = self.sources.get(ssp.system_stream)
-        if source is None or ssp in self.ended:
+        if source is None or ssp in self.ended or ssp in self.drained:
             return NO_EVENTS
         self.ended.add(ssp)
         self.changed = True
         marks = self.source_marks[source.stream]
         marks.end(ssp)
-        if self.ended >= source.ssps:
-            return ControlEvents(finish=(source.stream,))
-        return ControlEvents(advance=((source.stream, marks.stream_watermark()),))
+        return self._source_progress(source, marks)
+
+    def on_drain(self, ssp: SystemStreamPartition) -> ControlEvents:
+        """The runtime stopped reading a source partition because the job drains: the partition is done
+        for this run (its watermark is the maximum), without being saved as ended. Nothing for a partition
+        that is not a source's (an intermediate one drains through its producers' messages) or is done."""
+        source = self.sources.get(ssp.system_stream)
+        if source is None or ssp in self.ended or ssp in self.drained:
+            return NO_EVENTS
+        self.drained.add(ssp)
+        marks = self.source_marks[source.stream]
+        marks.drain(ssp)
+        return self._source_progress(source, marks)
+
+    def _source_progress(self, source: SourceInput, marks: SourceWatermarks) -> ControlEvents:
+        """A source partition ended or drained: finish the stream once all are done, else advance it."""
+        if not source.ssps <= self.ended | self.drained:
+            return ControlEvents(advance=((source.stream, marks.stream_watermark()),))
+        if source.ssps & self.drained:
+            return ControlEvents(drain=(source.stream,))
+        return ControlEvents(finish=(source.stream,))
 
     def on_control_message(self, ssp: SystemStreamPartition, message: ControlMessage) -> ControlEvents:
         """A control message read from an intermediate partition: reconcile it, forward the result (the
         aggregate partition's task), declare the partition ended, and finish or advance its stream."""
         consumed = self.consumed[ssp.system_stream]
+        if isinstance(message, DrainMessage) and message.run_id != self.run_id:
+            self._ignore_drain(ssp, message)
+            return NO_EVENTS
         result = self.reconciler.apply(ssp, message)
         self.changed = True  # a producer's watermark or end-of-stream may be recorded without a result
-        if result.watermark is None and not result.end_of_stream:
+        if result.watermark is None and not result.end_of_stream and not result.drained:
             return NO_EVENTS
         sends = self._rebroadcast(consumed, ssp, message, result)
-        if not result.end_of_stream:
+        if not result.end_of_stream and not result.drained:
             return ControlEvents(sends=sends, advance=((consumed.stream, self._stream_watermark(consumed)),))
-        self.ended.add(ssp)
-        if self.ended >= consumed.ssps:
-            return ControlEvents(sends=sends, ended=(ssp,), finish=(consumed.stream,))
-        return ControlEvents(sends=sends, ended=(ssp,), advance=((consumed.stream, self._stream_watermark(consumed)),))
+        (self.ended if result.end_of_stream else self.drained).add(ssp)
+        ended, drained = ((ssp,), ()) if result.end_of_stream else ((), (ssp,))
+        if not consumed.ssps <= self.ended | self.drained:
+            advance = ((consumed.stream, self._stream_watermark(consumed)),)
+            return ControlEvents(sends=sends, ended=ended, drained=drained, advance=advance)
+        if consumed.ssps & self.drained:
+            return ControlEvents(sends=sends, ended=ended, drained=drained, drain=(consumed.stream,))
+        return ControlEvents(sends=sends, ended=ended, finish=(consumed.stream,))
+
+    def _ignore_drain(self, ssp: SystemStreamPartition, message: DrainMessage) -> None:
+        self.ignored_drains += 1
+        if self.ignored_drains == 1 or self.ignored_drains % 1000 == 0:
+            log.warning(
+                "%s: ignored a drain message of run '%s' from %s: this task belongs to run '%s' (%d ignored so far; "
+                "stages run as separate jobs drain together only with the same app.run.id)",
+                ssp, message.run_id, message.task_name or "the aggregating task", self.run_id, self.ignored_drains,
+            )  # fmt: skip
 
     def on_timer(self) -> ControlEvents:
         """The periodic timer: every source stream's watermark, then consumed streams whose watermark
@@ -213,6 +278,8 @@ class ControlProtocol:
         copy: ControlMessage
         if result.end_of_stream:
             copy = EndOfStreamMessage(None, 0)
+        elif result.drained:
+            copy = DrainMessage(None, 0, self.run_id)
         else:
             assert result.watermark is not None
             copy = WatermarkMessage(result.watermark, None, 0)
@@ -230,6 +297,11 @@ class ControlProtocol:
         """The task will write nothing more to a produced stream."""
         produced = self.produced[stream]
         return self._send(produced, EndOfStreamMessage(self.task_name, produced.task_count))
+
+    def on_output_drain(self, stream: SystemStream) -> ControlEvents:
+        """The task will write nothing more to a produced stream in this run: the job drains."""
+        produced = self.produced[stream]
+        return self._send(produced, DrainMessage(self.task_name, produced.task_count, self.run_id))
 
     def _send(self, produced: ProducedStream, message: ControlMessage) -> ControlEvents:
         """Broadcast now and ask for a commit (a watermark is worth little late), or defer (aggregate)."""
@@ -267,7 +339,11 @@ class ControlProtocol:
             "ended": sorted(ssp.key() for ssp in self.ended),
             "reconciler": self.reconciler.snapshot(),
             "sources": {str(stream): marks.snapshot() for stream, marks in self.source_marks.items()},
-            "in_flight": [[str(send.stream), send.partition, send.frame] for send in self.in_flight],
+            "in_flight": [
+                [str(send.stream), send.partition, send.frame]
+                for send in self.in_flight
+                if send.frame[0] != MessageType.DRAIN  # a drain belongs to this run: never re-sent by the next
+            ],
         }
 
     def restore(

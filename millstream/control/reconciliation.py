@@ -8,6 +8,11 @@ Rules (Samza's ``EndOfStreamStates`` / ``WatermarkStates``, plus persistence):
 * **Watermark**: each producer's latest watermark is kept and only ever raised (a lower one from the
   same producer is ignored: per-producer monotonic). Once every producer reported, the partition's
   watermark is the minimum of them; it never regresses and is reported only when it advances.
+* **Drain**: a partition is drained once every producing task either sent end-of-stream or drained
+  (at least one drained), or as soon as a drain without a task name arrives. Drain ends the partition
+  for this run only: the producers that drained are kept in memory, never in the snapshot, so a restart
+  waits for them again (their end-of-stream ones are remembered as usual). Which run's drain counts is
+  the protocol's decision (``protocol``); the reconciler sees only those.
 * **Idle producers** (``task.watermark.idle.timeout.ms`` > 0): once the partition has existed that
   long, the minimum may be taken over a quorum (``task.watermark.quorum.size.percentage`` of the
   producers) instead of all of them; and when the overall minimum is held back, over the producers heard
@@ -33,7 +38,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from millstream.control.errors import ControlStateError
-from millstream.control.messages import MAX_WATERMARK, MIN_WATERMARK, ControlMessage, EndOfStreamMessage
+from millstream.control.messages import (
+    MAX_WATERMARK,
+    MIN_WATERMARK,
+    ControlMessage,
+    DrainMessage,
+    EndOfStreamMessage,
+)
 from millstream.errors import MillstreamError
 from millstream.model import SystemStreamPartition
 
@@ -48,6 +59,8 @@ class Reconciled:
     """The partition's new watermark, when it advanced."""
     end_of_stream: bool = False
     """The partition ended with this message."""
+    drained: bool = False
+    """The partition drained with this message (ended for this run only)."""
 
 
 NOTHING = Reconciled()
@@ -56,13 +69,26 @@ NOTHING = Reconciled()
 class PartitionControlState:
     """The bookkeeping of one intermediate partition (one SSP) in one consuming task."""
 
-    __slots__ = ("created_at", "ended", "ended_tasks", "expected", "last_update", "timestamps", "watermark")
+    __slots__ = (
+        "created_at",
+        "drained",
+        "drained_tasks",
+        "ended",
+        "ended_tasks",
+        "expected",
+        "last_update",
+        "timestamps",
+        "watermark",
+    )
 
     def __init__(self, created_at: float) -> None:
         self.expected = 0
         """Producing tasks: the largest ``task_count`` any message carried."""
         self.ended_tasks: set[str] = set()
         self.ended = False
+        self.drained_tasks: set[str] = set()
+        """Producers that drained in this run: in memory only (not in ``to_document``)."""
+        self.drained = False
         self.timestamps: dict[str, int] = {}
         self.last_update: dict[str, float] = {}
         self.watermark = MIN_WATERMARK
@@ -122,7 +148,7 @@ class ControlReconciler:
     def apply(self, ssp: SystemStreamPartition, message: ControlMessage) -> Reconciled:
         """Apply one control message read from ``ssp``; idempotent for repeated messages."""
         state = self.state(ssp)
-        if state.ended:
+        if state.ended or state.drained:
             return NOTHING
         if message.task_name is not None and message.task_count > state.expected:
             state.expected = message.task_count
@@ -132,7 +158,13 @@ class ControlReconciler:
             else:
                 state.ended_tasks.add(message.task_name)
                 state.ended = len(state.ended_tasks) >= state.expected
-            return Reconciled(end_of_stream=True) if state.ended else NOTHING
+            return Reconciled(end_of_stream=True) if state.ended else self._drain_complete(state)
+        if isinstance(message, DrainMessage):
+            if message.task_name is None:
+                state.drained = True
+                return Reconciled(drained=True)
+            state.drained_tasks.add(message.task_name)
+            return self._drain_complete(state)
         before = state.watermark
         if message.task_name is None:
             state.watermark = max(state.watermark, message.timestamp)
@@ -149,13 +181,21 @@ class ControlReconciler:
             self._recompute(state)
         return Reconciled(watermark=state.watermark) if state.watermark > before else NOTHING
 
+    @staticmethod
+    def _drain_complete(state: PartitionControlState) -> Reconciled:
+        """Drained once every producer ended or drained, and one of them drained."""
+        if state.drained_tasks and len(state.ended_tasks | state.drained_tasks) >= state.expected:
+            state.drained = True
+            return Reconciled(drained=True)
+        return NOTHING
+
     def check_idle(self) -> dict[SystemStreamPartition, int]:
         """Re-evaluate idle producers (periodically); the partitions whose watermark advanced."""
         if self.idle_timeout <= 0:
             return {}
         advanced = {}
         for ssp, state in self.partitions.items():
-            if state.ended:
+            if state.ended or state.drained:
                 continue
             before = state.watermark
             self._recompute(state)
@@ -164,11 +204,11 @@ class ControlReconciler:
         return advanced
 
     def watermark(self, ssp: SystemStreamPartition) -> int:
-        """The partition's watermark: ``MAX_WATERMARK`` once it ended."""
+        """The partition's watermark: ``MAX_WATERMARK`` once it ended or drained."""
         state = self.partitions.get(ssp)
         if state is None:
             return MIN_WATERMARK
-        return MAX_WATERMARK if state.ended else state.watermark
+        return MAX_WATERMARK if state.ended or state.drained else state.watermark
 
     def is_end_of_stream(self, ssp: SystemStreamPartition) -> bool:
         state = self.partitions.get(ssp)

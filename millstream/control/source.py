@@ -5,7 +5,8 @@ partition's watermark is the largest event time seen minus the allowed out-of-or
 up to that much older than the newest one is still on time. Watermarks are computed when asked —
 periodically, by the task's timer — not per message, which keeps the cost per message at one
 comparison. A partition that reached end-of-stream has ``MAX_WATERMARK``; one that has shown no
-message yet holds every minimum back (an idle unbounded source stalls event time, as in Samza).
+message yet holds every minimum back (an idle unbounded source stalls event time, as in Samza). A
+drained partition has ``MAX_WATERMARK`` too, for this run only: drain is not part of the snapshot.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ from millstream.model import SystemStreamPartition
 class SourceWatermarks:
     """Event-time progress of one task's partitions of one source stream."""
 
-    __slots__ = ("ended", "max_out_of_orderness_ms", "max_timestamps")
+    __slots__ = ("drained", "ended", "max_out_of_orderness_ms", "max_timestamps")
 
     def __init__(self, max_out_of_orderness_ms: int, ssps: Iterable[SystemStreamPartition] = ()) -> None:
         self.max_out_of_orderness_ms = max_out_of_orderness_ms
         self.max_timestamps: dict[SystemStreamPartition, int] = dict.fromkeys(ssps, MIN_WATERMARK)
         self.ended: set[SystemStreamPartition] = set()
+        self.drained: set[SystemStreamPartition] = set()
 
     def observe(self, ssp: SystemStreamPartition, timestamp: int) -> None:
         if timestamp > self.max_timestamps.get(ssp, MIN_WATERMARK):
@@ -34,8 +36,11 @@ class SourceWatermarks:
     def end(self, ssp: SystemStreamPartition) -> None:
         self.ended.add(ssp)
 
+    def drain(self, ssp: SystemStreamPartition) -> None:
+        self.drained.add(ssp)
+
     def watermark(self, ssp: SystemStreamPartition) -> int:
-        if ssp in self.ended:
+        if ssp in self.ended or ssp in self.drained:
             return MAX_WATERMARK
         newest = self.max_timestamps.get(ssp, MIN_WATERMARK)
         return MIN_WATERMARK if newest == MIN_WATERMARK else newest - self.max_out_of_orderness_ms

@@ -91,6 +91,7 @@ class JobCoordinator:
         self.store.put(JOB_MODEL_NAMESPACE, str(model.generation), data)
         self.store.put(JOB_MODEL_NAMESPACE, "latest", data)
         coordination.clear_stop(self.store)
+        coordination.clear_drains(self.store)  # a drain request belongs to the run it stopped
         coordination.clear_restart(self.store)  # a new generation applies every pending startpoint anyway
         coordination.publish_generation(self.store, model.generation)
         log.info(

@@ -11,7 +11,8 @@ from millstream.runtime.container import ContainerResult
 class JobResult:
     generation: int
     outcome: str
-    """``finished`` (every container ended by itself), ``stopped`` (stop requested) or ``failed``."""
+    """``finished`` (every container ended by itself), ``stopped`` (stop requested), ``drained`` (a drain
+    request — or an upstream stage's drain — stopped it cleanly: the CLI exits 0) or ``failed``."""
     containers: list[ContainerResult] = field(default_factory=list)
     error: str | None = None
 
@@ -21,4 +22,10 @@ class JobResult:
 
     @property
     def succeeded(self) -> bool:
-        return self.outcome in ("finished", "stopped")
+        return self.outcome in ("finished", "stopped", "drained")
+
+
+def combined_outcome(containers: list[ContainerResult]) -> str:
+    """The job's outcome from its containers': stopped over drained over finished."""
+    outcomes = {container.outcome for container in containers}
+    return next((outcome for outcome in ("stopped", "drained") if outcome in outcomes), "finished")

@@ -6,6 +6,9 @@
   attempt increments it, which fences every earlier attempt of the same container.
 * ``job-coordinator/stop``: a request that containers of a generation (and older ones) stop.
 * ``container-status/<container id>``: what each container last reported about itself (JSON).
+* ``drain/<run id>``: a request that the containers of that run drain (``millstream job drain``): stop
+  reading their inputs, pass a drain through the intermediate streams, commit and stop. Cleared when a
+  new generation is published, so a run that reuses ``app.run.id`` is not drained by an old request.
 
 Numbers are stored as their decimal text, so a fenced write compares exact bytes.
 """
@@ -21,6 +24,8 @@ from typing import Any
 
 import orjson
 
+from millstream.config import Config
+from millstream.config.views import AppConfig
 from millstream.errors import MillstreamError
 from millstream.job_model import JOB_MODEL_NAMESPACE, JobModel
 from millstream.metadata.base import FencedError, MetadataStore
@@ -134,6 +139,29 @@ def stop_requested(store: MetadataStore, generation: int) -> bool:
 
 def clear_stop(store: MetadataStore) -> None:
     store.delete(JOB_COORDINATOR_NAMESPACE, STOP_KEY)
+
+
+DRAIN_NAMESPACE = "drain"
+
+
+def job_run_id(config: Config, generation: int) -> str:
+    """The run a container of ``generation`` belongs to: ``app.run.id``, else one per generation — every
+    ``millstream run`` publishes a new one, so a restarted job is a new run that old drains do not reach."""
+    return AppConfig.of(config).run_id or f"generation-{generation}"
+
+
+def request_drain(store: MetadataStore, run_id: str) -> None:
+    """Ask the containers of run ``run_id`` to drain (Samza's drain notification)."""
+    store.put(DRAIN_NAMESPACE, run_id, orjson.dumps({"run-id": run_id, "requested-at": int(time.time() * 1000)}))
+    store.flush()
+
+
+def drain_requested(store: MetadataStore, run_id: str) -> bool:
+    return store.get(DRAIN_NAMESPACE, run_id) is not None
+
+
+def clear_drains(store: MetadataStore) -> None:
+    store.delete_all(DRAIN_NAMESPACE, list(store.all(DRAIN_NAMESPACE)))
 
 
 RESTART_KEY = "restart"

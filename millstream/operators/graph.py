@@ -7,6 +7,11 @@ so whatever it emits for that watermark reaches downstream operators while their
 below it, and is never late there. End-of-stream reaches an operator once all its inputs ended; it is
 handled as a last watermark (``MAX_WATERMARK``) followed by ``on_end_of_stream``, then passed on.
 
+A *drained* input (the job drains: ``millstream job drain``) finishes its operators the same way — windows
+fire with the final watermark — but only for this run: an operator that finished because an input of it
+drained is marked ``drained``, passes a drain (not end-of-stream) on to the intermediate streams it writes,
+and saves itself as not ended, at its last finite watermark, so the next run goes on from there.
+
 Only *live* operators exist in a task: those fed by an input of which the task owns a partition. An
 operator downstream of a merge of a live and a dead input waits only for the live one (Samza lets
 unused operators report the maximum watermark for the same reason), and a task that reads none of the
@@ -74,6 +79,8 @@ class IntermediateOutput(Protocol):
 
     def end_of_stream(self) -> None: ...
 
+    def drain(self) -> None: ...
+
 
 class OperatorImpl(ABC):
     """An operator of one task. Subclasses implement ``process`` and, where they have state, the hooks."""
@@ -87,6 +94,8 @@ class OperatorImpl(ABC):
         self.input_watermark = MIN_WATERMARK
         self.output_watermark = MIN_WATERMARK
         self.ended = False
+        self.drained = False
+        """Ended because an input drained: ended for this run only (see the module docstring)."""
         self.last_finite_watermark = MIN_WATERMARK
         function = spec.function
         self._on_watermark = getattr(function, "on_watermark", None)
@@ -170,6 +179,7 @@ class OperatorImpl(ABC):
         """End-of-stream: a last watermark, the end-of-stream hook, then downstream."""
         if self.ended:
             return
+        self.drained = self.drained or any(upstream.drained for upstream in self.upstream)
         if self.input_watermark < MAX_WATERMARK:
             self.input_watermark = MAX_WATERMARK
             self.handle_watermark(MAX_WATERMARK)
@@ -181,6 +191,9 @@ class OperatorImpl(ABC):
             downstream.upstream_ended()
 
     def snapshot(self) -> dict[str, Any]:
+        if self.drained:  # as before the drain: the next run goes on from the last finite watermark
+            finite = self.last_finite_watermark
+            return {"in": finite, "out": finite, "ended": False, "finite": finite}
         return {
             "in": self.input_watermark,
             "out": self.output_watermark,
@@ -355,7 +368,10 @@ class PartitionByImpl(OperatorImpl):
             self.output.watermark(watermark)
 
     def handle_end_of_stream(self) -> None:
-        self.output.end_of_stream()
+        if self.drained:
+            self.output.drain()
+        else:
+            self.output.end_of_stream()
 
 
 StateFactory = Callable[[str], Any]

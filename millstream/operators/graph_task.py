@@ -7,9 +7,10 @@ run loop with the descriptors' serdes. *Intermediate* partitions carry framed re
 ``ControlProtocol`` (``millstream.control.protocol``), which owns everything about watermarks and
 end-of-stream — reconciliation, what to send where, what to defer, what to re-send after a restart —
 and answers with ``ControlEvents`` this module carries out: frames to write, partitions to declare
-ended to the runtime (``coordinator.end_of_stream``, which stops polling them), input operators whose
-watermark to raise or which to finish. A ``partition_by``'s watermarks and end-of-stream go to the
-protocol the same way. The protocol never sees an operator; the operators never see a control message.
+ended or drained to the runtime (``coordinator.end_of_stream`` / ``coordinator.drained``, which stop
+polling them), input operators whose watermark to raise or which to finish (or finish as drained). A
+``partition_by``'s watermarks and end-of-stream go to the protocol the same way. The protocol never sees
+an operator; the operators never see a control message.
 
 Each input operator's watermark is the minimum over the task's partitions of its stream; operators
 downstream take the minimum over their inputs (``graph``).
@@ -23,6 +24,13 @@ effects are in the state, and their output was flushed before the state was writ
 exactly what an uninterrupted run would have, and no producer's end-of-stream is forgotten.
 Reconciliation itself is idempotent as well, so a duplicate control message (an upstream task restarted
 and sent it again) changes nothing.
+
+**Drain.** When the job drains, the runtime stops reading the task's source partitions and reports each
+(``on_partition_drain``); the protocol finishes their streams as drained, the operators fire what they
+hold with the final watermark and the ``partition_by``s send drain messages of the task's run downstream,
+where the same happens once every producer drained. Nothing of it is saved as ended (see the protocol).
+An intermediate record of a type this version does not know — a newer producer's control message — is
+skipped with a warning and counted (``ControlStats.unknown_skipped``), so versions can be rolled.
 """
 
 from __future__ import annotations
@@ -38,15 +46,18 @@ from millstream.api.specs import InputSpec, OperatorSpec, PartitionBySpec
 from millstream.api.task import (
     CheckpointListener,
     ClosableTask,
+    DrainListenerTask,
     EndOfStreamListenerTask,
     InitableTask,
     MessageCollector,
+    PartitionDrainListenerTask,
     PartitionEndOfStreamListenerTask,
     StreamTask,
     TaskContext,
     TaskCoordinator,
     WindowableTask,
 )
+from millstream.control.errors import UnknownMessageTypeError
 from millstream.control.framing import MessageType, frame_user_message, unframe
 from millstream.control.protocol import (
     NO_EVENTS,
@@ -118,6 +129,8 @@ class ControlStats:
     received_bytes: int = 0
     user_sent: int = 0
     user_sent_bytes: int = 0
+    unknown_skipped: int = 0
+    """Records of a type byte this version does not know (a newer producer's), skipped."""
 
 
 class _Source:
@@ -176,6 +189,9 @@ class _Output:
     def end_of_stream(self) -> None:
         self.graph.apply(self.graph.control.on_output_end_of_stream(self.info.stream))
 
+    def drain(self) -> None:
+        self.graph.apply(self.graph.control.on_output_drain(self.info.stream))
+
 
 class TaskGraph:
     """One task's operators, inputs and outputs, driving its ``ControlProtocol``; free of the metadata
@@ -195,8 +211,10 @@ class TaskGraph:
         comparators: Mapping[str, Comparator] | None = None,
         clock: Callable[[], float] = time.monotonic,
         state_factory: Callable[[str], KeyValueState] | None = None,
+        run_id: str = "",
     ) -> None:
         self.task_name = str(task_name)
+        self.run_id = run_id
         self.settings = settings or GraphSettings()
         self.ssps = ssps
         self.context = GraphContext()
@@ -264,6 +282,7 @@ class TaskGraph:
             ],
             settings=self.settings.protocol(),
             clock=clock,
+            run_id=self.run_id,
         )
 
     # --- task calls -------------------------------------------------------------------------------
@@ -279,7 +298,8 @@ class TaskGraph:
     ) -> None:
         self._bind(collector, coordinator)
         ssp = envelope.ssp
-        if ssp in self.control.ended or not self.replay.accept(ssp, envelope.offset):
+        control = self.control
+        if ssp in control.ended or ssp in control.drained or not self.replay.accept(ssp, envelope.offset):
             return
         self.dirty = True
         try:
@@ -311,6 +331,14 @@ class TaskGraph:
         """A partition reached end-of-stream in the runtime: a source's, or one this task declared."""
         self._bind(collector, coordinator)
         self.apply(self.control.on_end_of_stream(ssp))
+
+    def partition_drained(
+        self, ssp: SystemStreamPartition, collector: MessageCollector, coordinator: TaskCoordinator
+    ) -> None:
+        """The runtime stopped reading a partition because the job drains (a source's, or one this task
+        declared drained)."""
+        self._bind(collector, coordinator)
+        self.apply(self.control.on_drain(ssp))
 
     def before_checkpoint(self) -> dict[str, Any] | None:
         """After a flush: control messages sent so far are durable; deferred ones (aggregate mode) go out
@@ -399,7 +427,11 @@ class TaskGraph:
         source.impl.process(KV(envelope.key, message) if source.kv else message, timestamp)
 
     def _process_intermediate(self, route: _Intermediate, envelope: IncomingMessageEnvelope) -> None:
-        kind, payload = unframe(envelope.message, _where(envelope))
+        try:
+            kind, payload = unframe(envelope.message, _where(envelope))
+        except UnknownMessageTypeError as error:
+            self._skip_unknown(error)
+            return
         if kind == MessageType.USER_MESSAGE:
             info = route.info
             try:
@@ -416,6 +448,16 @@ class TaskGraph:
         self.stats.received_bytes += len(envelope.message)
         self.apply(self.control.on_control_message(envelope.ssp, payload))
 
+    def _skip_unknown(self, error: UnknownMessageTypeError) -> None:
+        """A newer producer's control message: skipped, so a consumer may be upgraded after its producers."""
+        stats = self.stats
+        stats.unknown_skipped += 1
+        if stats.unknown_skipped == 1 or stats.unknown_skipped % 1000 == 0:
+            log.warning(
+                "task '%s' skipped %s (a newer producer's control message?); %d skipped so far",
+                self.task_name, error, stats.unknown_skipped,
+            )  # fmt: skip
+
     # --- carrying out the protocol's events -------------------------------------------------------
 
     def apply(self, events: ControlEvents) -> None:
@@ -425,10 +467,12 @@ class TaskGraph:
         for send in events.sends:
             self._send_frame(send)
         coordinator = self.context.coordinator
-        if events.ended:
+        if events.ended or events.drained:
             assert coordinator is not None
             for ssp in events.ended:
                 coordinator.end_of_stream(ssp)
+            for ssp in events.drained:
+                coordinator.drained(ssp)
         inputs = self.graph.inputs
         for stream, watermark in events.advance:
             impl = inputs[stream]
@@ -437,6 +481,11 @@ class TaskGraph:
                 impl.advance(watermark)
         for stream in events.finish:
             inputs[stream].finish()
+        for stream in events.drain:
+            impl = inputs[stream]
+            if not impl.ended:  # an input that ended for good stays ended
+                impl.drained = True
+                impl.finish()
         if events.commit and coordinator is not None:
             coordinator.commit()  # flush soon: a watermark is worth little late
 
@@ -458,6 +507,8 @@ class OperatorGraphTask(
     ClosableTask,
     EndOfStreamListenerTask,
     PartitionEndOfStreamListenerTask,
+    DrainListenerTask,
+    PartitionDrainListenerTask,
     CheckpointListener,
 ):
     """Runs the stage(s) of ``app.class`` for one task (see the module docstring)."""
@@ -496,6 +547,15 @@ class OperatorGraphTask(
     def on_end_of_stream(self, collector: MessageCollector, coordinator: TaskCoordinator) -> None:
         """Every partition ended: each input already finished its operators."""
 
+    def on_partition_drain(
+        self, ssp: SystemStreamPartition, collector: MessageCollector, coordinator: TaskCoordinator
+    ) -> None:
+        assert self.graph is not None
+        self.graph.partition_drained(ssp, collector, coordinator)
+
+    def on_drain(self, collector: MessageCollector, coordinator: TaskCoordinator) -> None:
+        """Every partition ended or drained: each input already finished its operators as drained."""
+
     def before_checkpoint(self) -> None:
         assert self.graph is not None and self.state_store is not None
         snapshot = self.graph.before_checkpoint()
@@ -508,9 +568,9 @@ class OperatorGraphTask(
             stats = self.graph.stats
             log.info(
                 "%s: intermediate streams: %d user message(s) written; control messages %d sent (%d B), "
-                "%d received (%d B)",
+                "%d received (%d B), %d of an unknown type skipped, %d drain(s) of another run ignored",
                 self.graph.task_name, stats.user_sent, stats.sent, stats.sent_bytes, stats.received,
-                stats.received_bytes,
+                stats.received_bytes, stats.unknown_skipped, self.graph.control.ignored_drains,
             )  # fmt: skip
         for close in self._closers:
             try:

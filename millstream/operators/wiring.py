@@ -35,8 +35,9 @@ def build_task_graph(context: TaskContext) -> tuple[TaskGraph, ControlStateStore
     closers.append(store.close)
     try:
         container_id = context.container_id
+        generation = coordination.current_generation(store)
         fence = coordination.writer_expectation(
-            coordination.current_generation(store),
+            generation,
             container_id,
             coordination.container_epoch(store, container_id),
         )
@@ -77,6 +78,7 @@ def build_task_graph(context: TaskContext) -> tuple[TaskGraph, ControlStateStore
                 max_out_of_orderness_ms=app.watermark_max_out_of_orderness_ms,
             ),
             comparators={system: admin.offset_comparator for system, admin in admins.items()},
+            run_id=coordination.job_run_id(config, generation),
         )
         return graph, ControlStateStore(store, str(context.task_name), fence), closers
     except BaseException:

@@ -39,6 +39,7 @@ from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStream, SystemStreamPartition, TaskName
 from millstream.plugins import load_object
 from millstream.runtime.collector import TaskCollector
+from millstream.runtime.drain import DrainMonitor
 from millstream.runtime.process_errors import ProcessErrorPolicy
 from millstream.runtime.run_loop import DeadLetterPolicy, Decoder, RunLoop, RunLoopSettings
 from millstream.runtime.task_instance import AppliedStartpoints, CommitSettings, ContainerContext, TaskInstance
@@ -62,7 +63,9 @@ class ContainerResult:
     container_id: str
     generation: int
     epoch: int
-    outcome: str  # "finished" (inputs ended or shutdown requested) or "stopped" (stop signal)
+    outcome: str
+    """``finished`` (inputs ended or shutdown requested), ``stopped`` (stop signal) or ``drained`` (a drain
+    request, or the drain of an upstream stage, stopped every task)."""
     processed: dict[str, int]
     commits: int
     dropped_deserialization_errors: int
@@ -190,7 +193,8 @@ class Container:
                 f"generation {current}"
             )
         self.fence = WriterFence(self.generation, self.container_id, self.epoch)
-        self._status = {"pid": os.getpid(), "host": socket.gethostname(), "attempt": self.epoch}
+        self.run_id = coordination.job_run_id(self.config, self.generation)
+        self._status = {"pid": os.getpid(), "host": socket.gethostname(), "attempt": self.epoch, "run-id": self.run_id}
         self._status.update(generation=self.generation, **self._executor)
         self._report("starting")
         log.info("container %s (generation %s, attempt %s) starting", self.container_id, self.generation, self.epoch)
@@ -355,6 +359,9 @@ class Container:
             self.dead_letters,
             RunLoopSettings(task_config.window_ms, task_config.commit_ms, task_config.poll_interval_ms),
             stop_probe,
+            drain=DrainMonitor.of(
+                self.config, self.store, self.run_id, tasks, JobConfig.of(self.config).drain_poll_interval_ms
+            ),
         )
         self._report("running")
         log.info("container %s running %d task(s) over %d partition(s)", self.container_id, len(tasks), len(self.ssps))
@@ -371,7 +378,8 @@ class Container:
             self.adjunct_loop.stop()
             self.adjunct_loop.raise_if_failed()
         self.producers.stop()
-        outcome = "stopped" if loop.stopped_by_request else "finished"
+        drained = any(instance.drained for instance in tasks)
+        outcome = "stopped" if loop.stopped_by_request else "drained" if drained else "finished"
         self._report(outcome)
         return self._result(loop, tasks, outcome)
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from millstream.errors import MillstreamError
 from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
+from millstream.runtime.drain import DrainMonitor
 from millstream.runtime.seams import Clock, ConsumerMultiplexer, ProducerLookup, SystemClock
 from millstream.runtime.task_instance import TaskInstance
 from millstream.serde.base import SerdeError
@@ -67,6 +68,7 @@ class RunLoop:
         settings: RunLoopSettings,
         stop_requested: Callable[[], bool],
         clock: Clock | None = None,
+        drain: DrainMonitor | None = None,
     ) -> None:
         """``clock`` is what the timers run on. The tasks compare their processing deadline on their own
         clock, so both must be the same one: the real monotonic clock, unless a test moves time by hand."""
@@ -77,6 +79,7 @@ class RunLoop:
         self.dead_letters = dead_letters
         self.settings = settings
         self.stop_requested = stop_requested
+        self.drain = drain
         self.stats = RunLoopStats()
         self.dispatch: dict[SystemStreamPartition, list[TaskInstance]] = {}
         for task in tasks:
@@ -131,6 +134,8 @@ class RunLoop:
                     log.info("stop requested: committing and stopping")
                     break
                 next_stop_check = now + settings.stop_check_ms / 1000
+            if self.drain is not None:
+                self.drain.poll(pending)  # drained partitions join the ended ones below
             # a task may have declared a partition ended (coordinator.end_of_stream): stop polling it
             active = {
                 ssp for ssp in active if any(not t.finished and ssp not in t.end_of_stream for t in self.dispatch[ssp])
@@ -170,7 +175,7 @@ class RunLoop:
                 task = tasks[0]
                 if not task.finished:
                     consumed = task.process(ssp, messages, deadline)
-                    if consumed < len(messages) and not task.finished:
+                    if consumed < len(messages) and not task.finished and ssp not in task.end_of_stream:
                         pending[ssp] = batch[consumed:]
                         stats.last_message_at = self.clock.monotonic()
                         return

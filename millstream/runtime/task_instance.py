@@ -27,9 +27,11 @@ from typing import Any
 from millstream.api.task import (
     CheckpointListener,
     ClosableTask,
+    DrainListenerTask,
     EndOfStreamListenerTask,
     InitableTask,
     MessageCollector,
+    PartitionDrainListenerTask,
     PartitionEndOfStreamListenerTask,
     WindowableTask,
 )
@@ -51,13 +53,14 @@ log = logging.getLogger(__name__)
 class ReadableCoordinator:
     """The ``TaskCoordinator`` handed to a task; the run loop reads the requests after each call."""
 
-    __slots__ = ("commit_requested", "ended", "requested", "shutdown_requested")
+    __slots__ = ("commit_requested", "drained_ssps", "ended", "requested", "shutdown_requested")
 
     def __init__(self) -> None:
         self.requested = False
         self.commit_requested = False
         self.shutdown_requested = False
         self.ended: list[SystemStreamPartition] = []
+        self.drained_ssps: list[SystemStreamPartition] = []
 
     def commit(self) -> None:
         self.commit_requested = self.requested = True
@@ -71,9 +74,15 @@ class ReadableCoordinator:
         self.ended.append(ssp)
         self.requested = True
 
+    def drained(self, ssp: SystemStreamPartition) -> None:
+        """The task declares ``ssp`` drained (an intermediate partition whose producers all drained)."""
+        self.drained_ssps.append(ssp)
+        self.requested = True
+
     def clear(self) -> None:
         self.requested = self.commit_requested = False
         self.ended = []
+        self.drained_ssps = []
 
 
 @dataclass
@@ -182,6 +191,9 @@ class TaskInstance:
         self._catch_up = dict(catch_up_from)
         """SSPs shared with tasks that start earlier (broadcast): skip envelopes before our own start."""
         self.end_of_stream: set[SystemStreamPartition] = set()
+        """Partitions no longer read: they reached end-of-stream or drained."""
+        self.drained: set[SystemStreamPartition] = set()
+        """Partitions drained in this run (``mark_drained``)."""
         self.finished = False
         self.shutdown_requested = False
         """The task called ``coordinator.shutdown()``: the whole container commits and stops."""
@@ -247,8 +259,8 @@ class TaskInstance:
             count += 1
             if coordinator.requested:
                 self._updated.add(ssp)  # a commit the task requests covers this message: its startpoint goes
-                if self._handle_requests():
-                    break
+                if self._handle_requests() or ssp in self.end_of_stream:
+                    break  # nothing past the message that ended or drained the partition is read
             if clock() >= deadline:
                 break
         if count:
@@ -274,9 +286,27 @@ class TaskInstance:
             self.task.on_partition_end_of_stream(ssp, self.collector, self.coordinator)
             if self.coordinator.requested:
                 self._handle_requests()
+        self._finish_when_all_done()
+
+    def mark_drained(self, ssp: SystemStreamPartition) -> None:
+        """The job drains: ``ssp`` is read no further in this run. Once every partition drained or ended,
+        ``on_drain``, commit and finish; nothing of the drain is final (the next run reads on)."""
+        if ssp in self.end_of_stream or ssp not in self.ssps:
+            return
+        self.end_of_stream.add(ssp)
+        self.drained.add(ssp)
+        if not self.finished and isinstance(self.task, PartitionDrainListenerTask):
+            self.task.on_partition_drain(ssp, self.collector, self.coordinator)
+            if self.coordinator.requested:
+                self._handle_requests()
+        self._finish_when_all_done()
+
+    def _finish_when_all_done(self) -> None:
         if self.finished or not self.end_of_stream >= self.ssps:
             return
-        if isinstance(self.task, EndOfStreamListenerTask):
+        if self.drained and isinstance(self.task, DrainListenerTask):
+            self.task.on_drain(self.collector, self.coordinator)
+        elif not self.drained and isinstance(self.task, EndOfStreamListenerTask):
             self.task.on_end_of_stream(self.collector, self.coordinator)
         self.commit()
         self.finished = True
@@ -452,10 +482,12 @@ class TaskInstance:
         stop = coordinator.shutdown_requested
         if coordinator.commit_requested or stop:
             self.commit()
-        ended = coordinator.ended
+        ended, drained = coordinator.ended, coordinator.drained_ssps
         coordinator.clear()
         for ssp in ended:
             self.mark_end_of_stream(ssp)
+        for ssp in drained:
+            self.mark_drained(ssp)
         if stop:
             self.finished = self.shutdown_requested = True
         return stop or self.finished

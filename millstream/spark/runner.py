@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 
 from millstream.config import Config, JobConfig
 from millstream.coordinator.job_coordinator import JobCoordinator
-from millstream.coordinator.job_result import JobResult
+from millstream.coordinator.job_result import JobResult, combined_outcome
 from millstream.coordinator.prepare import prepare
 from millstream.coordinator.signals import graceful_stop_on_signals
 from millstream.job_model import JobModel
@@ -100,8 +100,7 @@ class SparkJobRunner:
             coordination.request_stop(self.store, model.generation)  # let any surviving container commit
             return JobResult(model.generation, "failed", error=outcome["error"]), None
         results = [ContainerResult(**orjson.loads(row)) for row in outcome["rows"]]
-        stopped = any(c.outcome == "stopped" for c in results)
-        return JobResult(model.generation, "stopped" if stopped else "finished", results), restart
+        return JobResult(model.generation, combined_outcome(results), results), restart
 
     def request_stop(self) -> None:
         """Ask every container to commit and stop; :meth:`run` then returns ``stopped``."""

@@ -45,6 +45,9 @@ class Coordinator:
     def end_of_stream(self, ssp: SystemStreamPartition) -> None:
         self.ended.append(ssp)
 
+    def drained(self, ssp: SystemStreamPartition) -> None:
+        self.ended.append(ssp)
+
 
 def application(describe: Callable[[StreamApplicationDescriptor], None]) -> ApplicationGraph:
     descriptor = StreamApplicationDescriptor()

@@ -1,0 +1,61 @@
+"""What ``millstream job drain`` does: find the job's running run and ask its containers to drain.
+
+The request is a record in the job's metadata store (``metadata.coordination.request_drain``) that every
+container of the run polls for; the containers stop reading their inputs, the in-band drain messages
+empty the intermediate streams, windows fire, tasks commit and the job exits 0 with the outcome
+``drained``. The run is the one the running containers reported (their status carries its id), so the
+command needs no more of the config than where the metadata store is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from millstream.config import Config
+from millstream.errors import MillstreamError
+from millstream.metadata import coordination
+from millstream.metadata.factory import metadata_store
+
+ACTIVE_STATES = frozenset({"starting", "restoring", "bootstrapping", "running"})
+"""Container states of a job that is running (``Container._report``)."""
+
+
+class DrainRefusedError(MillstreamError):
+    """The job is not running, or not as the run the request names; nothing was written."""
+
+
+@dataclass(frozen=True)
+class DrainRequest:
+    run_id: str
+    generation: int
+    containers: tuple[str, ...]
+    """The containers of the run that were active when the request was written."""
+
+
+def request_drain(config: Config, run_id: str | None = None) -> DrainRequest:
+    """Write a drain request for the running run of the job (``run_id``, when given, must be that run)."""
+    store = metadata_store(config)
+    store.init()
+    try:
+        generation = coordination.current_generation(store)
+        active = {
+            container_id: status
+            for container_id, status in coordination.container_statuses(store).items()
+            if status.get("generation") == generation and status.get("state") in ACTIVE_STATES
+        }
+        if generation == 0 or not active:
+            raise DrainRefusedError(
+                f"job '{config.get('job.name', 'millstream-job')}' is not running (generation {generation}: no "
+                "container is starting or running); nothing to drain"
+            )
+        default = coordination.job_run_id(config, generation)
+        running = sorted({str(status.get("run-id") or default) for status in active.values()})
+        if run_id is not None and run_id not in running:
+            raise DrainRefusedError(
+                f"run '{run_id}' is not the running run of the job (running: {', '.join(running)}); nothing written"
+            )
+        target = run_id if run_id is not None else running[0]
+        coordination.request_drain(store, target)
+        return DrainRequest(target, generation, tuple(sorted(active, key=int)))
+    finally:
+        store.close()
