@@ -45,10 +45,7 @@ def job(tmp_path: Path, backend: str, **extra: Any) -> Config:
         tmp_path,
         backend,
         task="tests.storage.jobs:CountPerKeyReportingAtEnd",
-        job__container__count=2,
-        task__commit__ms=250,
-        test__delay__seconds=0.003,
-        **extra,
+        **{"job__container__count": 2, "task__commit__ms": 250, "test__delay__seconds": 0.003, **extra},
     )
     create_stream(config, "in", PARTITIONS)
     create_stream(config, "out", 1)

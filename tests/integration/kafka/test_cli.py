@@ -53,9 +53,11 @@ def test_streams_create_describe_produce_consume_list_and_delete_a_topic(tmp_pat
     assert f"kafka.{topic}: 3 partition(s)" in described.stdout
     consumed = millstream("streams", "consume", path, f"kafka.{topic}")
     assert consumed.returncode == 0, consumed.stderr
-    assert [orjson.loads(line) for line in consumed.stdout.splitlines()] == [
-        {"partition": 1, "key": None, "value": value} for value in "abc"
+    records = [orjson.loads(line) for line in consumed.stdout.splitlines()]
+    assert [{k: r[k] for k in ("partition", "offset", "key", "value")} for r in records] == [
+        {"partition": 1, "offset": str(offset), "key": None, "value": value} for offset, value in enumerate("abc")
     ]
+    assert all(r["timestamp"] > 0 for r in records)
     sealed = millstream("streams", "seal", path, f"kafka.{topic}")
     assert sealed.returncode != 0 and "no bounded streams" in sealed.stderr
 

@@ -1,0 +1,61 @@
+"""Through the Spark runner: a container SIGKILLed after its stores wrote to their changelog, with no
+checkpoint yet, is retried; its restore reverts those writes and it commits at once, sealing the revert,
+long before the timer (an hour) or the end of its input would have."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from millstream.checkpoint.factory import checkpoint_manager
+from millstream.coordinator.job_result import JobResult
+from millstream.metadata import coordination
+from millstream.metadata.factory import metadata_store
+from millstream.model import SystemStream, TaskName
+from millstream.spark.runner import SparkJobRunner
+from millstream.testing import read_stream
+from tests.helpers import wait_until
+from tests.spark.test_state import final_store_dumps, job, reference
+
+pytestmark = pytest.mark.spark
+
+TASK = TaskName("Partition 0")
+
+
+def test_a_retried_container_whose_restore_reverted_writes_commits_before_reaching_its_inputs_end(
+    spark_local: Any, tmp_path: Path
+) -> None:
+    config = job(tmp_path, "changelog", task__commit__ms=3_600_000, test__delay__seconds=0.006)
+    store = metadata_store(config)
+    runner = SparkJobRunner(config, spark=spark_local)
+    outcome: dict[str, JobResult] = {}
+    thread = threading.Thread(target=lambda: outcome.setdefault("result", runner.run()))
+    thread.start()
+
+    def counted_some_of_partition_0() -> int | None:
+        out = read_stream(config, SystemStream("log", "out"), idle_timeout=0.2).get(0, [])
+        status = coordination.container_statuses(store).get("0", {})
+        if status.get("state") == "running" and sum(1 for _, v in out if v.get("p") == 0) >= 40:
+            return int(status["pid"])
+        return None
+
+    victim = wait_until(counted_some_of_partition_0, 120, "container 0 counted part of partition 0")
+    assert TASK not in checkpoint_manager(config, store).read_all(), "no checkpoint before the kill"
+    assert victim is not None
+    os.kill(victim, signal.SIGKILL)
+
+    def checkpointed_before_the_end() -> bool:
+        dumped = str(TASK) in final_store_dumps(config)  # the task's end-of-stream report
+        return TASK in checkpoint_manager(config, store).read_all() and not dumped
+
+    wait_until(checkpointed_before_the_end, 120, "a checkpoint of the retried task before its input ended")
+    thread.join(300)
+    result = outcome["result"]
+    assert result.outcome == "finished", result.error
+    assert max(c.epoch for c in result.containers) >= 2
+    assert final_store_dumps(config) == reference()
