@@ -5,11 +5,8 @@ crosses the intermediate streams, windows fire with the final watermark, tasks c
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
@@ -24,20 +21,10 @@ from millstream.systems.registry import system_factory
 from millstream.testing import InProcessRunner, write_stream
 from tests.api.apps import app_config, messages, reference_counts
 from tests.api.test_in_process import output, setup
-from tests.helpers import seal
+from tests.helpers import seal, wait_until
 
 IN = SystemStream("log", "in")
 BY_USER = SystemStream("log", "test-1-by-user")
-
-
-def wait_for(probe: Callable[[], Any], timeout: float = 60, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"{what} not met within {timeout}s")
 
 
 def checkpointed(config: Config) -> dict[str, int]:
@@ -71,7 +58,7 @@ def run_in_background(config: Config) -> tuple[InProcessRunner, threading.Thread
 def drain_once_everything_is_checkpointed(config: Config, data: dict[int, list]) -> JobResult:
     """Run the unbounded job, drain it once its checkpoints cover every source message, return its result."""
     _, thread, results = run_in_background(config)
-    wait_for(lambda: checkpointed(config) == last_offsets(data), what="every source message checkpointed")
+    wait_until(lambda: checkpointed(config) == last_offsets(data), 60, "every source message checkpointed")
     request = request_drain(config)
     assert request.run_id == "generation-1" or request.run_id == config.get("app.run.id")
     thread.join(timeout=90)
@@ -180,7 +167,7 @@ def test_draining_the_first_stage_drains_a_second_stage_run_as_its_own_job_shari
     ]
     setup(stages[0], data, sealed=False)
     jobs = [run_in_background(config) for config in reversed(stages)]  # the downstream job starts first
-    wait_for(lambda: checkpointed(stages[0]) == last_offsets(data), what="stage 0 checkpointed every message")
+    wait_until(lambda: checkpointed(stages[0]) == last_offsets(data), 60, "stage 0 checkpointed every message")
     assert request_drain(stages[0]).run_id == "deploy-1"
     for _, thread, _ in jobs:
         thread.join(timeout=90)
@@ -195,11 +182,11 @@ def test_a_second_stage_with_another_run_id_does_not_drain_with_the_first(tmp_pa
     setup(upstream, data, sealed=False)
     _, producer, produced = run_in_background(upstream)
     consumer_runner, consumer, consumed = run_in_background(downstream)
-    wait_for(lambda: checkpointed(upstream) == last_offsets(data), what="stage 0 checkpointed every message")
+    wait_until(lambda: checkpointed(upstream) == last_offsets(data), 60, "stage 0 checkpointed every message")
     request_drain(upstream)
     producer.join(timeout=90)
     assert produced["result"].outcome == "drained"
-    wait_for(lambda: sum(panes(downstream).values()) > 0, what="stage 1 fired the windows the watermark passed")
+    wait_until(lambda: sum(panes(downstream).values()) > 0, 60, "stage 1 fired the windows the watermark passed")
     assert consumer.is_alive(), "the drain of run deploy-1 is not stage 1's"
     consumer_runner.request_stop()
     consumer.join(timeout=60)

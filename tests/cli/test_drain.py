@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 from millstream.coordinator.prepare import load_job_config
 from tests.api.test_drain import checkpointed
-from tests.cli.test_main import REPO, millstream, wait_for, write_config
+from tests.cli.test_main import millstream, start_job, wait_for, write_config
 from tests.helpers import create_stream, fill
 
 
@@ -21,15 +19,7 @@ def test_job_drain_makes_a_running_job_commit_and_exit_0_as_drained(tmp_path: Pa
     create_stream(config, "in", 2)
     create_stream(config, "out", 1)
     fill(config, "in", 2, 50)  # unbounded: not sealed, the job would run forever
-    stdout, stderr = tmp_path / "stdout", tmp_path / "stderr"
-    with stdout.open("w") as out, stderr.open("w") as err:
-        job = subprocess.Popen(
-            [sys.executable, "-m", "millstream.cli.main", "run", "--in-process", str(path)],
-            cwd=REPO,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,
-        )
+    job, stdout, stderr = start_job(path, tmp_path, "--in-process")
     try:
         wait_for(lambda: checkpointed(config) == {"log.in.0": 49, "log.in.1": 49}, 60, job, stderr)
         refused = millstream("job", "drain", path, "--run-id", "generation-7")

@@ -418,15 +418,7 @@ def test_sigterm_stops_a_spark_job_with_exit_0_after_flushing_and_committing_and
     create_stream(config, "in", 2)
     create_stream(config, "out", 2)
     first_batch = fill(config, "in", 2, 3000)  # unbounded: not sealed, the job would run forever
-    stdout, stderr = tmp_path / "stdout", tmp_path / "stderr"
-    with stdout.open("w") as out, stderr.open("w") as err:
-        job = subprocess.Popen(
-            [sys.executable, "-m", "millstream.cli.main", "run", str(path)],
-            cwd=REPO,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,  # its own process group, so a failed test can clean up the JVM too
-        )
+    job, stdout, stderr = start_job(path, tmp_path)
     try:
         wait_for(lambda: _running_with_a_checkpoint(config), timeout=120, process=job, log=stderr)
         running = millstream("job", "status", path)
@@ -491,6 +483,21 @@ def _running_with_a_checkpoint(config: Config) -> bool:
     status = job_status(config)
     running = any(info.get("state") == "running" for info in status.containers.values())
     return running and any(row.checkpointed is not None for row in status.lag)
+
+
+def start_job(path: Path, tmp_path: Path, *options: str) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    """``millstream run [options] path`` in the background, in its own process group (so a failed test can
+    kill the JVM too); returns the process and the files its stdout and stderr go to."""
+    stdout, stderr = tmp_path / "stdout", tmp_path / "stderr"
+    with stdout.open("w") as out, stderr.open("w") as err:
+        job = subprocess.Popen(
+            [sys.executable, "-m", "millstream.cli.main", "run", *options, str(path)],
+            cwd=REPO,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
+    return job, stdout, stderr
 
 
 def wait_for(probe: Callable[[], bool], timeout: float, process: subprocess.Popen[bytes], log: Path) -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,10 +12,10 @@ import pytest
 
 from millstream.coordinator.prepare import load_job_config
 from tests.cli.test_main import (
-    REPO,
     _running_with_a_checkpoint,
     by_input_partition,
     millstream,
+    start_job,
     table_rows,
     wait_for,
     write_config,
@@ -32,15 +30,7 @@ def test_a_signal_stops_an_in_process_job_with_exit_0_after_flushing_and_committ
     create_stream(config, "in", 2)
     create_stream(config, "out", 2)
     fill(config, "in", 2, 3000)  # unbounded: not sealed, the job would run forever
-    stdout, stderr = tmp_path / "stdout", tmp_path / "stderr"
-    with stdout.open("w") as out, stderr.open("w") as err:
-        job = subprocess.Popen(
-            [sys.executable, "-m", "millstream.cli.main", "run", "--in-process", str(path)],
-            cwd=REPO,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,
-        )
+    job, stdout, stderr = start_job(path, tmp_path, "--in-process")
     try:
         wait_for(lambda: _running_with_a_checkpoint(config), timeout=60, process=job, log=stderr)
         job.send_signal(signum)
