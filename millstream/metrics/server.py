@@ -86,7 +86,7 @@ class MetricsServer:
         return mask_secrets(exposition(snapshots, self.job).decode(), self.config).encode()
 
     def status_json(self) -> bytes:
-        return orjson.dumps(self.status(), option=orjson.OPT_INDENT_2)
+        return mask_secrets(orjson.dumps(self.status(), option=orjson.OPT_INDENT_2).decode(), self.config).encode()
 
 
 class _Handler(BaseHTTPRequestHandler):
