@@ -6,9 +6,12 @@ import threading
 
 from millstream.coordinator.job_result import JobResult
 from millstream.metadata.factory import metadata_store
-from millstream.metrics.snapshot import METRICS_NAMESPACE
+from millstream.metrics.reporters import total
+from millstream.metrics.snapshot import METRICS_NAMESPACE, read_snapshots
+from millstream.model import OutgoingMessageEnvelope, SystemStream
+from millstream.systems.registry import system_factory
 from millstream.testing import InProcessRunner
-from tests.helpers import create_stream, fill, job_config
+from tests.helpers import create_stream, fill, job_config, seal
 from tests.metrics.job_metrics import check_running_job
 from tests.metrics.scrape import free_port
 
@@ -56,11 +59,37 @@ def test_with_metrics_off_nothing_is_measured_or_shipped(tmp_path) -> None:
     create_stream(config, "in", 1)
     create_stream(config, "out", 1)
     fill(config, "in", 1, 20)
-    from tests.helpers import seal
-
     seal(config, "in")
     result = InProcessRunner(config).run(timeout=60)
 
     assert result.outcome == "finished", result.error
     with metadata_store(config) as store:
         assert store.all(METRICS_NAMESPACE) == {}
+
+
+def test_the_last_snapshot_counts_a_finished_jobs_dead_letters(tmp_path) -> None:
+    config = job_config(
+        tmp_path,
+        task__drop__deserialization__errors="true",
+        metrics__enabled="true",
+        metrics__snapshot__interval__ms=50,
+    )
+    create_stream(config, "in", 1)
+    create_stream(config, "out", 1)
+    producer = system_factory(config, "log").get_producer("log", config)
+    producer.start()
+    for value in (b"1", b"{not json", b"2"):
+        producer.send("t", OutgoingMessageEnvelope(SystemStream("log", "in"), value))
+    producer.flush("t")
+    producer.stop()
+    seal(config, "in")
+
+    result = InProcessRunner(config).run(timeout=60)
+
+    assert result.outcome == "finished", result.error
+    with metadata_store(config) as store:
+        (snapshot,) = read_snapshots(store).values()
+    assert (snapshot.container_id, snapshot.state, snapshot.attempt) == ("0", "finished", 1)
+    assert total(snapshot.samples, "dead_lettered") == 1
+    assert total(snapshot.samples, "processed") == 2
+    assert total(snapshot.samples, "commits") >= 1
