@@ -14,6 +14,7 @@ from millstream.testing import InProcessRunner
 from tests.helpers import create_stream, fill, job_config, seal
 from tests.metrics.job_metrics import check_running_job
 from tests.metrics.scrape import free_port
+from tests.storage.harness import state_config
 
 SECRET = "s3cr3t-value-never-shown"
 
@@ -93,3 +94,19 @@ def test_the_last_snapshot_counts_a_finished_jobs_dead_letters(tmp_path) -> None
     assert total(snapshot.samples, "dead_lettered") == 1
     assert total(snapshot.samples, "processed") == 2
     assert total(snapshot.samples, "commits") >= 1
+
+
+def test_a_stateful_job_times_its_store_restore(tmp_path) -> None:
+    config = state_config(tmp_path, "changelog", metrics__enabled="true")
+    create_stream(config, "in", 1)
+    create_stream(config, "out", 1)
+    fill(config, "in", 1, 30)
+    seal(config, "in")
+
+    result = InProcessRunner(config).run(timeout=60)
+
+    assert result.outcome == "finished", result.error
+    with metadata_store(config) as store:
+        (snapshot,) = read_snapshots(store).values()
+    (restore,) = [s for s in snapshot.samples if s.name == "store_restore"]
+    assert restore.kind == "timer" and restore.count == 1 and restore.value >= 0
