@@ -21,6 +21,7 @@ import orjson
 from millstream.config import Config, JobConfig
 from millstream.config.core import mask_secrets
 from millstream.config.views import MetricsConfig
+from millstream.errors import ConfigError
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import metadata_store
@@ -51,11 +52,15 @@ class MetricsServer:
         self.config = config
         self.job = JobConfig.of(config).name
         self.status = status
+        address = (settings.prometheus_host, settings.prometheus_port if port is None else port)
+        try:
+            self._http = HTTPServer(address, _Handler)
+        except OSError as error:
+            raise ConfigError(
+                f"config key 'metrics.prometheus.port': cannot serve metrics on {address[0]}:{address[1]}: {error}"
+            ) from None
         self._store = metadata_store(config)
         self._lock = threading.Lock()
-        self._http = HTTPServer(
-            (settings.prometheus_host, settings.prometheus_port if port is None else port), _Handler
-        )
         self._http.metrics_server = self  # type: ignore[attr-defined]
         self._thread = threading.Thread(target=self._http.serve_forever, name="metrics-http", daemon=True)
 

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from millstream.config import Config
+from millstream.errors import ConfigError
 from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
 from millstream.metrics.registry import Registry
@@ -66,3 +67,9 @@ def test_status_json_and_the_page_are_served_without_secrets(server) -> None:
     assert b"status.json" in page and b"<script>" in page and b"http" not in page.split(b"<script>")[1]
 
     assert fetch(server.port, "/nothing")[0] == 404
+
+
+def test_a_port_in_use_is_refused_naming_the_key(config, server) -> None:
+    expected = rf"'metrics\.prometheus\.port': cannot serve metrics on .*:{server.port}"
+    with pytest.raises(ConfigError, match=expected):
+        MetricsServer(config, dict, port=server.port)
