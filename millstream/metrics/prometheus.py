@@ -32,6 +32,7 @@ HELP = {
     "commits_timed_out": "Blocked commits that gave up waiting (task.commit.skip.commit.*)",
     "commit_failures_skipped": "Failed commits tolerated (task.commit.skip.commit.*)",
     "dead_lettered": "Undecodable messages skipped (task.drop.deserialization.errors), per container",
+    "process_errors_skipped": "Messages and window calls whose exception task.process.errors skipped or dead-lettered",
     "store_restore": "Time the container's stores took to restore at start",
     "container_attempt": "The container's attempt (epoch): grows with every restart of the container",
     "container_generation": "The job model generation the container runs",

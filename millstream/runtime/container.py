@@ -369,7 +369,8 @@ class Container:
                 self.config, self.store, self.run_id, tasks, JobConfig.of(self.config).drain_poll_interval_ms
             ),
         )
-        self.metering.start(tasks, self.registered, lambda: self.dead_letters.dropped)
+        skipped = {"dead_lettered": self._dead_lettered, "process_errors_skipped": self._process_errors_skipped}
+        self.metering.start(tasks, self.registered, skipped)
         self._report("running")
         log.info("container %s running %d task(s) over %d partition(s)", self.container_id, len(tasks), len(self.ssps))
         loop.run()
@@ -414,6 +415,12 @@ class Container:
             adjunct_stored=adjunct_loop.stored if adjunct_loop is not None else 0,
             bootstrap_seconds=adjunct_loop.bootstrap_seconds if adjunct_loop is not None else 0.0,
         )
+
+    def _dead_lettered(self) -> int:
+        return self.dead_letters.dropped
+
+    def _process_errors_skipped(self) -> int:
+        return self.process_errors.skipped
 
     def _hold(self, resource: _Resource) -> _Resource:
         """Keep ``resource`` until the container ends; releasing it fails quietly, so it never hides the

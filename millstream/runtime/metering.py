@@ -110,15 +110,17 @@ class ContainerMetering:
         self,
         tasks: Sequence[MeteredTask],
         starts: Mapping[SystemStreamPartition, str],
-        dead_lettered: Callable[[], int],
+        counters: Mapping[str, Callable[[], float]],
     ) -> None:
-        """Derive the series the runtime counts anyway, then start shipping snapshots."""
+        """Derive the series the runtime counts anyway (``counters``: the container's own, by name), then
+        start shipping snapshots."""
         registry = self.registry
         if registry is None:
             return
         for task in tasks:
             _derive_task_series(registry, task)
-        registry.derived("dead_lettered", "counter", dead_lettered)
+        for name, read in counters.items():
+            registry.derived(name, "counter", read)
         self._lag = LagGauges(self.config, registry, tasks, starts)
         registry.before_snapshot(self._lag.refresh)
         self._store = metadata_store(self.config)

@@ -68,9 +68,12 @@ def test_with_metrics_off_nothing_is_measured_or_shipped(tmp_path) -> None:
         assert store.all(METRICS_NAMESPACE) == {}
 
 
-def test_the_last_snapshot_counts_a_finished_jobs_dead_letters(tmp_path) -> None:
+def test_the_last_snapshot_counts_a_finished_jobs_dead_letters_and_skipped_errors(tmp_path) -> None:
     config = job_config(
         tmp_path,
+        task="tests.jobs:FailingOnSome",
+        test__fail__values="2",
+        task__process__errors="skip",
         task__drop__deserialization__errors="true",
         metrics__enabled="true",
         metrics__snapshot__interval__ms=50,
@@ -92,6 +95,7 @@ def test_the_last_snapshot_counts_a_finished_jobs_dead_letters(tmp_path) -> None
         (snapshot,) = read_snapshots(store).values()
     assert (snapshot.container_id, snapshot.state, snapshot.attempt) == ("0", "finished", 1)
     assert total(snapshot.samples, "dead_lettered") == 1
+    assert total(snapshot.samples, "process_errors_skipped") == 1
     assert total(snapshot.samples, "processed") == 2
     assert total(snapshot.samples, "commits") >= 1
 
