@@ -18,7 +18,17 @@ from millstream.metadata.factory import metadata_store
 from millstream.metrics.snapshot import ContainerSnapshot, current_snapshots
 from millstream.startpoint.manager import StartpointManager
 
-_CONTAINER_FIELDS = ("state", "attempt", "generation", "host", "pid", "error", "executor_pid", "spark_attempt")
+_CONTAINER_FIELDS = (
+    "state",
+    "attempt",
+    "generation",
+    "run-id",
+    "host",
+    "pid",
+    "error",
+    "executor_pid",
+    "spark_attempt",
+)
 
 
 def status_document(config: Config) -> dict[str, Any]:
