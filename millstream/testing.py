@@ -29,11 +29,13 @@ from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.job_result import JobResult, combined_outcome
 from millstream.coordinator.prepare import prepare
 from millstream.coordinator.signals import graceful_stop_on_signals
+from millstream.coordinator.status_document import status_document
 from millstream.errors import MillstreamError, StreamNotFoundError
 from millstream.job_model import JobModel
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import metadata_store
+from millstream.metrics.server import metrics_endpoint
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.runtime.container import ContainerResult, run_container
 from millstream.serde.registry import SerdeRegistry
@@ -57,7 +59,10 @@ class InProcessRunner:
         containers gracefully and starts a new generation, and with ``handle_signals`` Ctrl-C / SIGTERM
         stop them gracefully too.
         """
-        with graceful_stop_on_signals(self._stop) if handle_signals else contextlib.nullcontext():
+        with (
+            graceful_stop_on_signals(self._stop) if handle_signals else contextlib.nullcontext(),
+            metrics_endpoint(self.config, lambda: status_document(self.config)),
+        ):
             return self._run(timeout)
 
     def _run(self, timeout: float | None) -> JobResult:

@@ -124,3 +124,18 @@ class FailingOnSome(PassThrough, InitableTask, WindowableTask):
     def window(self, collector, coordinator):
         if self.fail_window:
             raise RuntimeError("window broke")
+
+
+class MeteredPassThrough(PassThrough, InitableTask):
+    """Pass-through that counts what it sent in a user metric (``millstream_user_enriched_total``) and
+    records the value it saw last in a user gauge."""
+
+    def init(self, context: TaskContext) -> None:
+        self.enriched = context.metrics.counter("enriched")
+        self.last_value = context.metrics.gauge("last_value")
+
+    def process(self, envelope, collector, coordinator):
+        super().process(envelope, collector, coordinator)
+        self.enriched.inc()
+        if isinstance(envelope.message, int):
+            self.last_value.set(envelope.message)

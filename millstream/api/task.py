@@ -16,6 +16,7 @@ from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, S
 
 if TYPE_CHECKING:
     from millstream.config import Config
+    from millstream.metrics.registry import MetricsRegistry
 
 
 class MessageCollector(Protocol):
@@ -67,6 +68,12 @@ class TaskContext(Protocol):
         ...
 
     def get_store(self, name: str) -> Any: ...
+
+    @property
+    def metrics(self) -> MetricsRegistry:
+        """The task's own counters, gauges and timers (``metrics.counter("enriched").inc()``), exposed as
+        ``millstream_user_<name>`` with the task's labels; they do nothing while metrics are off."""
+        ...
 
 
 class StreamTask(ABC):

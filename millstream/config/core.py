@@ -96,6 +96,15 @@ def shown_value(key: str, value: str) -> str:
     return REDACTED if key.startswith(SENSITIVE_PREFIX) else value
 
 
+def mask_secrets(text: str, config: Mapping[str, str]) -> str:
+    """``text`` with every ``sensitive.*`` value of ``config`` masked: for what is served or logged whole
+    (the status page, metrics labels), where a secret could arrive inside an error message or a name."""
+    for key, value in config.items():
+        if key.startswith(SENSITIVE_PREFIX) and len(value) >= 4 and value in text:
+            text = text.replace(value, REDACTED)
+    return text
+
+
 def _to_text(key: str, value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"

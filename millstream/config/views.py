@@ -1,7 +1,7 @@
 """Typed views of the flat config, one per concern, and the startup validation built from them.
 
-Closed namespaces (``job.``, ``task.``, ``systems.``, ``serializers.``, ``metadata.``, ``stores.``)
-accept only the keys declared here or by the system factory they name; anything else in them stops
+Closed namespaces (``job.``, ``task.``, ``systems.``, ``serializers.``, ``metadata.``, ``stores.``,
+``metrics.``, ...) accept only the keys declared here or by the system factory they name; anything else in them stops
 the job before it starts. Other top-level namespaces (``spark.``, ``sensitive.``, users' own keys)
 are open.
 """
@@ -29,6 +29,7 @@ CLOSED_NAMESPACES = (
     "startpoint.",
     "blob.",
     "app.",
+    "metrics.",
 )
 DEFAULT_SYSTEM = "log"
 
@@ -297,6 +298,32 @@ class StartpointConfig(ConfigView):
 
     max_age_ms: int = Field(12 * 60 * 60 * 1000, alias="max.age.ms", ge=1)
     """A startpoint older than this is ignored (and listed as stale), not deleted."""
+
+
+MetricsReporterName = Literal["log", "snapshot"]
+
+
+class MetricsConfig(ConfigView):
+    """``metrics.*``: what a running job measures and where it shows it (see README, "Metrics")."""
+
+    PREFIX: ClassVar[str] = "metrics."
+
+    enabled: Bool | None = None
+    """Measure at all; by default on exactly when the Prometheus port or a reporter is configured."""
+    prometheus_port: int = Field(0, alias="prometheus.port", ge=0, le=65535)
+    """The driver serves ``/metrics``, ``/status.json`` and ``/`` on this port; 0 = off."""
+    prometheus_host: str = Field("0.0.0.0", alias="prometheus.host")
+    snapshot_interval_ms: int = Field(5000, alias="snapshot.interval.ms", ge=10)
+    """How often each container ships its metrics to the driver (and refreshes its lag)."""
+    reporters: Annotated[list[MetricsReporterName], BeforeValidator(_split_list)] = Field(default_factory=list)
+    """``log``: a one-line summary per container every interval. Snapshots for the driver are always
+    shipped while metrics are on."""
+
+    @property
+    def active(self) -> bool:
+        if self.enabled is not None:
+            return self.enabled
+        return self.prometheus_port > 0 or bool(self.reporters)
 
 
 class MetadataConfig(ConfigView):

@@ -21,6 +21,7 @@ from millstream.config.views import (
     AppConfig,
     JobConfig,
     MetadataConfig,
+    MetricsConfig,
     StartpointConfig,
     StreamSamzaConfig,
     TaskConfig,
@@ -55,6 +56,7 @@ def _validate(config: Config) -> None:
     JobConfig.of(config)
     TaskConfig.of(config).broadcast_ssps()
     MetadataConfig.of(config)
+    MetricsConfig.of(config)
     StartpointConfig.of(config)
     AppConfig.of(config)
     task = TaskConfig.of(config)

@@ -40,6 +40,7 @@ from millstream.model import SystemStream, SystemStreamPartition, TaskName
 from millstream.plugins import load_object
 from millstream.runtime.collector import TaskCollector
 from millstream.runtime.drain import DrainMonitor
+from millstream.runtime.metering import ContainerMetering
 from millstream.runtime.process_errors import ProcessErrorPolicy
 from millstream.runtime.run_loop import DeadLetterPolicy, Decoder, RunLoop, RunLoopSettings
 from millstream.runtime.task_instance import AppliedStartpoints, CommitSettings, ContainerContext, TaskInstance
@@ -194,6 +195,8 @@ class Container:
             )
         self.fence = WriterFence(self.generation, self.container_id, self.epoch)
         self.run_id = coordination.job_run_id(self.config, self.generation)
+        self.metering = ContainerMetering(self.config, self.container_id, self.generation, self.epoch)
+        self._resources.callback(_quietly, lambda: self.metering.close("failed"))  # no-op once closed
         self._status = {"pid": os.getpid(), "host": socket.gethostname(), "attempt": self.epoch, "run-id": self.run_id}
         self._status.update(generation=self.generation, **self._executor)
         self._report("starting")
@@ -262,7 +265,8 @@ class Container:
         stateful = {name: (plan.storage, plan.last_checkpoint) for name, plan in plans.items() if plan.storage}
         if stateful:
             self._report("restoring")
-            self.storage.restore(stateful)
+            with self.metering.restoring():
+                self.storage.restore(stateful)
         # Registered after the task stores, so it runs before they close: an upload in flight ends first.
         self._resources.callback(_quietly, self.storage.drain_commits)
 
@@ -324,6 +328,7 @@ class Container:
             stores,
             frozenset(plan.repositioned),
             unavailable,
+            self.metering.task_metrics(task_name),
         )
         collector = TaskCollector(task_name, self.producers, self.serdes, self.task_config.drop_serialization_errors)
         return TaskInstance(
@@ -342,6 +347,7 @@ class Container:
             commit_executor=self.storage.commit_executor if plan.storage is not None else None,
             purger=CommittedMessagePurger.of(str(task_name), plan.ssps, self.config, self.admins),
             process_errors=self.process_errors,
+            meters=self.metering.task_meters(task_name, frozenset(plan.ssps)),
         )
 
     def _run(self, tasks: list[TaskInstance], stop_probe: Callable[[], bool]) -> RunLoop:
@@ -363,6 +369,8 @@ class Container:
                 self.config, self.store, self.run_id, tasks, JobConfig.of(self.config).drain_poll_interval_ms
             ),
         )
+        skipped = {"dead_lettered": self._dead_lettered, "process_errors_skipped": self._process_errors_skipped}
+        self.metering.start(tasks, self.registered, skipped)
         self._report("running")
         log.info("container %s running %d task(s) over %d partition(s)", self.container_id, len(tasks), len(self.ssps))
         loop.run()
@@ -380,6 +388,7 @@ class Container:
         self.producers.stop()
         drained = any(instance.drained for instance in tasks)
         outcome = "stopped" if loop.stopped_by_request else "drained" if drained else "finished"
+        self.metering.close(outcome)
         self._report(outcome)
         return self._result(loop, tasks, outcome)
 
@@ -406,6 +415,12 @@ class Container:
             adjunct_stored=adjunct_loop.stored if adjunct_loop is not None else 0,
             bootstrap_seconds=adjunct_loop.bootstrap_seconds if adjunct_loop is not None else 0.0,
         )
+
+    def _dead_lettered(self) -> int:
+        return self.dead_letters.dropped
+
+    def _process_errors_skipped(self) -> int:
+        return self.process_errors.skipped
 
     def _hold(self, resource: _Resource) -> _Resource:
         """Keep ``resource`` until the container ends; releasing it fails quietly, so it never hides the

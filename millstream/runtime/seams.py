@@ -8,7 +8,7 @@ instance or the run loop with a small fake and a clock it moves by hand.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Protocol
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId
@@ -93,3 +93,11 @@ class PendingStartpoints(Protocol):
     def pending(self) -> Collection[SystemStreamPartition]: ...
 
     def committed(self, updated: set[SystemStreamPartition]) -> None: ...
+
+
+class TaskMeter(Protocol):
+    """A task's metrics as its hot path sees them (``TaskMeters``); ``None`` instead when metrics are off."""
+
+    def batch(self, ssp: SystemStreamPartition, envelopes: Sequence[Any], seconds: float) -> None: ...
+
+    def committed(self, seconds: float) -> None: ...

@@ -41,9 +41,10 @@ from millstream.checkpoint.purge import CommittedMessagePurger
 from millstream.config import Config
 from millstream.config.views import TaskConfig
 from millstream.errors import MillstreamError
+from millstream.metrics.registry import NOOP_METRICS, MetricsRegistry
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition, TaskName
 from millstream.runtime.process_errors import ProcessErrorPolicy, TaskCallbackError
-from millstream.runtime.seams import CheckpointWriter, OutputFlusher, PendingStartpoints, TaskStorage
+from millstream.runtime.seams import CheckpointWriter, OutputFlusher, PendingStartpoints, TaskMeter, TaskStorage
 from millstream.startpoint.manager import StartpointManager
 from millstream.storage.errors import CommitFailedError, CommitTimeoutError
 
@@ -99,6 +100,8 @@ class ContainerContext:
     unavailable: Mapping[str, str] = field(default_factory=dict)
     """Stores of the job this task has none of: the error that says why (an adjunct input without a
     partition for this task)."""
+    metrics: MetricsRegistry = NOOP_METRICS
+    """The task's own metrics (``context.metrics.counter("enriched").inc()``); no-ops when metrics are off."""
 
     def get_store(self, name: str) -> Any:
         try:
@@ -175,6 +178,7 @@ class TaskInstance:
         purger: CommittedMessagePurger | None = None,
         process_errors: ProcessErrorPolicy | None = None,
         clock: Callable[[], float] = time.monotonic,
+        meters: TaskMeter | None = None,
     ) -> None:
         self.task_name = task_name
         self.task = task
@@ -222,6 +226,8 @@ class TaskInstance:
         self.commit_failures_skipped = 0
         """Failed commits tolerated (``task.commit.skip.commit.*``); the next commit covers their offsets."""
         self.last_checkpoint: Checkpoint | None = None
+        self.meters = meters
+        """The task's runtime metrics; None when metrics are off, so the hot path checks one local."""
 
     def init(self) -> None:
         if isinstance(self.task, InitableTask):
@@ -249,6 +255,8 @@ class TaskInstance:
         coordinator = self.coordinator
         last = self.last_processed
         clock = self._clock
+        meters = self.meters
+        began = clock() if meters is not None else 0.0
         count = 0
         for envelope in batch[skipped:] if skipped else batch:
             try:
@@ -265,6 +273,8 @@ class TaskInstance:
                 break
         if count:
             self._updated.add(ssp)
+            if meters is not None:
+                meters.batch(ssp, batch[skipped : skipped + count], clock() - began)
         self.processed += count
         return skipped + count
 
@@ -405,6 +415,8 @@ class TaskInstance:
         self.commit_settings.pause("after-checkpoint")
         if storage is not None:
             storage.cleanup(checkpoint_id, uploaded)
+        if self.meters is not None:
+            self.meters.committed(self._clock() - self._commit_started)
 
     def _wait_for_commit(self, tolerate_timeout: bool = False) -> bool:
         """Wait for the commit in flight; False when it outlasted ``task.commit.timeout.ms`` and the timeout

@@ -26,9 +26,11 @@ from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.job_result import JobResult, combined_outcome
 from millstream.coordinator.prepare import prepare
 from millstream.coordinator.signals import graceful_stop_on_signals
+from millstream.coordinator.status_document import status_document
 from millstream.job_model import JobModel
 from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
+from millstream.metrics.server import metrics_endpoint
 from millstream.runtime.container import ContainerResult
 from millstream.spark.container_task import container_partition
 from millstream.spark.session import build_session, check_local_slots, check_slots, requirement, resolve_master
@@ -59,7 +61,10 @@ class SparkJobRunner:
         spark = self._spark or build_session(self.config, self.master)
         check_slots(spark.sparkContext, requirement(self.config))
         containers: list[ContainerResult] = []
-        with graceful_stop_on_signals(self._stop) if handle_signals else contextlib.nullcontext():
+        with (
+            graceful_stop_on_signals(self._stop) if handle_signals else contextlib.nullcontext(),
+            metrics_endpoint(self.config, functools.partial(status_document, self.config)),
+        ):
             while True:
                 model = JobCoordinator(self.config, self.store).start()
                 self.generation = model.generation

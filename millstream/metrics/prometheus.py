@@ -1,0 +1,91 @@
+"""The job's metrics in Prometheus text format, built from the containers' latest snapshots at scrape time.
+
+Names get the ``millstream_`` prefix; counters are exposed with ``_total``, timers as summaries in
+``_seconds`` (``_count``, ``_sum``, plus ``_seconds_max``). Every series carries ``job`` and the labels
+its container gave it (``container``, ``task``, ``system``, ``stream``, ``partition``); a family whose
+series disagree on label names gets the union, empty where a series has none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
+from prometheus_client.registry import Collector
+
+from millstream.metrics.registry import Sample
+from millstream.metrics.snapshot import ContainerSnapshot
+
+PREFIX = "millstream_"
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+HELP = {
+    "processed": "Messages processed, per input partition",
+    "bytes_read": "Bytes of the messages processed, per input partition",
+    "lag": "Messages not processed yet: upcoming offset minus the next offset to process",
+    "process": "Time spent processing batches, per task",
+    "commit": "Commit duration from its start to its checkpoint (asynchronous upload included), per task",
+    "commits": "Commits written, per task",
+    "commits_skipped": "Commits skipped because the previous one was still uploading",
+    "commits_blocked": "Commits that blocked processing until the previous one finished uploading",
+    "commits_timed_out": "Blocked commits that gave up waiting (task.commit.skip.commit.*)",
+    "commit_failures_skipped": "Failed commits tolerated (task.commit.skip.commit.*)",
+    "dead_lettered": "Undecodable messages skipped (task.drop.deserialization.errors), per container",
+    "process_errors_skipped": "Messages and window calls whose exception task.process.errors skipped or dead-lettered",
+    "store_restore": "Time the container's stores took to restore at start",
+    "container_attempt": "The container's attempt (epoch): grows with every restart of the container",
+    "container_generation": "The job model generation the container runs",
+}
+
+
+class SnapshotCollector(Collector):
+    """A Prometheus collector over whatever ``snapshots`` returns when scraped."""
+
+    def __init__(self, snapshots: Callable[[], Sequence[ContainerSnapshot]], job: str) -> None:
+        self.snapshots = snapshots
+        self.job = job
+
+    def collect(self) -> Iterator[Metric]:
+        by_name: dict[str, list[Sample]] = {}
+        for snapshot in self.snapshots():
+            for sample in snapshot.samples:
+                by_name.setdefault(sample.name, []).append(sample)
+        for name in sorted(by_name):
+            yield from self._families(name, by_name[name])
+
+    def _families(self, name: str, samples: list[Sample]) -> Iterator[Metric]:
+        kind = samples[0].kind
+        samples = [sample for sample in samples if sample.kind == kind]
+        names = ["job", *sorted({label for sample in samples for label, _ in sample.labels} - {"job"})]
+        documentation = HELP.get(name) or (f"User metric {name[5:]}" if name.startswith("user_") else name)
+        family: Metric
+        if kind == "timer":
+            family = SummaryMetricFamily(f"{PREFIX}{name}_seconds", documentation, labels=names)
+            longest = GaugeMetricFamily(f"{PREFIX}{name}_seconds_max", f"{documentation} (longest)", labels=names)
+            for sample in samples:
+                values = self._values(names, sample)
+                family.add_metric(values, count_value=sample.count, sum_value=sample.value)
+                longest.add_metric(values, sample.max)
+            yield family
+            yield longest
+            return
+        if kind == "counter":
+            family = CounterMetricFamily(f"{PREFIX}{name}", documentation, labels=names)
+        else:
+            family = GaugeMetricFamily(f"{PREFIX}{name}", documentation, labels=names)
+        for sample in samples:
+            family.add_metric(self._values(names, sample), sample.value)
+        yield family
+
+    def _values(self, names: list[str], sample: Sample) -> list[str]:
+        labels = dict(sample.labels)
+        labels["job"] = self.job
+        return [labels.get(label, "") for label in names]
+
+
+def exposition(snapshots: Sequence[ContainerSnapshot], job: str) -> bytes:
+    """The Prometheus text of ``snapshots``."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(lambda: snapshots, job))
+    return generate_latest(registry)

@@ -1,0 +1,225 @@
+"""What a container measures about itself, built in one place so the container's phases stay readable.
+
+With metrics off (``metrics.*`` not configured) :class:`ContainerMetering` hands out the no-op registry
+and no meters at all, so the run loop and the tasks pay one ``is None`` per batch. With metrics on it
+owns the container's registry, one :class:`TaskMeters` per task, the series derived from counts the
+runtime keeps anyway, the lag refreshed before each snapshot, and the snapshot thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+from millstream.config import Config
+from millstream.config.views import MetricsConfig
+from millstream.metadata.base import MetadataStore
+from millstream.metadata.factory import metadata_store
+from millstream.metrics.registry import NOOP_METRICS, MetricsRegistry, Registry, ScopedRegistry
+from millstream.metrics.reporters import LogReporter, MetricsReporter, SnapshotHeader, SnapshotLoop, StoreReporter
+from millstream.model import SystemStreamPartition, TaskName
+from millstream.systems.base import SystemAdmin
+from millstream.systems.registry import system_factory
+
+log = logging.getLogger(__name__)
+
+
+class MeteredTask(Protocol):
+    """The counts a task instance keeps anyway, read at snapshot time."""
+
+    task_name: TaskName
+    ssps: frozenset[SystemStreamPartition]
+    last_processed: dict[SystemStreamPartition, str]
+    processed: int
+    commits: int
+    commits_skipped: int
+    commits_blocked: int
+    commits_timed_out: int
+    commit_failures_skipped: int
+
+
+def ssp_labels(ssp: SystemStreamPartition) -> dict[str, str]:
+    return {"system": ssp.system, "stream": ssp.stream, "partition": str(ssp.partition)}
+
+
+class TaskMeters:
+    """The instruments a task instance updates on its hot path, looked up once at start."""
+
+    __slots__ = ("_commit", "_process", "_ssps")
+
+    def __init__(self, registry: Registry, task_name: TaskName, ssps: frozenset[SystemStreamPartition]) -> None:
+        task = str(task_name)
+        self._ssps = {
+            ssp: (
+                registry.counter("processed", task=task, **ssp_labels(ssp)),
+                registry.counter("bytes_read", task=task, **ssp_labels(ssp)),
+            )
+            for ssp in ssps
+        }
+        self._process = registry.timer("process", task=task)
+        self._commit = registry.timer("commit", task=task)
+
+    def batch(self, ssp: SystemStreamPartition, envelopes: Sequence[Any], seconds: float) -> None:
+        """``envelopes`` were processed from ``ssp`` in ``seconds``."""
+        processed, read = self._ssps[ssp]
+        processed.inc(len(envelopes))
+        read.inc(sum(envelope.size for envelope in envelopes))
+        self._process.update(seconds)
+
+    def committed(self, seconds: float) -> None:
+        """A commit completed ``seconds`` after it started (its asynchronous upload included)."""
+        self._commit.update(seconds)
+
+
+class ContainerMetering:
+    """The container's metrics from start to its last snapshot; inert when metrics are off."""
+
+    def __init__(self, config: Config, container_id: str, generation: int, attempt: int) -> None:
+        self.config = config
+        self.settings = MetricsConfig.of(config)
+        self.header = SnapshotHeader(container_id, generation, attempt)
+        self.registry: Registry | None = None
+        self._loop: SnapshotLoop | None = None
+        self._store: MetadataStore | None = None
+        self._lag = LagGauges()
+        if self.settings.active:
+            self.registry = Registry({"container": container_id})
+            self.registry.gauge("container_attempt").set(attempt)
+            self.registry.gauge("container_generation").set(generation)
+
+    def task_metrics(self, task_name: TaskName) -> MetricsRegistry:
+        """What the task sees as ``context.metrics``: its user metrics get the ``user_`` prefix."""
+        if self.registry is None:
+            return NOOP_METRICS
+        return ScopedRegistry(self.registry, {"task": str(task_name)}, prefix="user_")
+
+    def task_meters(self, task_name: TaskName, ssps: frozenset[SystemStreamPartition]) -> TaskMeters | None:
+        return None if self.registry is None else TaskMeters(self.registry, task_name, ssps)
+
+    @contextmanager
+    def restoring(self) -> Iterator[None]:
+        started = time.perf_counter()
+        yield
+        if self.registry is not None:
+            self.registry.timer("store_restore").update(time.perf_counter() - started)
+
+    def start(
+        self,
+        tasks: Sequence[MeteredTask],
+        starts: Mapping[SystemStreamPartition, str],
+        counters: Mapping[str, Callable[[], float]],
+    ) -> None:
+        """Derive the series the runtime counts anyway (``counters``: the container's own, by name), then
+        start shipping snapshots."""
+        registry = self.registry
+        if registry is None:
+            return
+        for task in tasks:
+            _derive_task_series(registry, task)
+        for name, read in counters.items():
+            registry.derived(name, "counter", read)
+        self._lag = LagGauges(self.config, registry, tasks, starts)
+        registry.before_snapshot(self._lag.refresh)
+        self._store = metadata_store(self.config)
+        reporters: list[MetricsReporter] = [StoreReporter(self._store)]
+        if "log" in self.settings.reporters:
+            reporters.append(LogReporter())
+        self._loop = SnapshotLoop(registry, self.header, reporters, self.settings.snapshot_interval_ms / 1000)
+        self._loop.start()
+
+    def close(self, state: str = "stopped") -> None:
+        """Stop the snapshot thread after one last snapshot (``state``), and release what it held."""
+        loop, self._loop = self._loop, None
+        try:
+            if loop is not None:
+                loop.stop(state)
+        finally:
+            self._lag.close()
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+
+
+def _derive_task_series(registry: Registry, task: MeteredTask) -> None:
+    name = str(task.task_name)
+    registry.derived("commits", "counter", lambda: task.commits, task=name)
+    registry.derived("commits_skipped", "counter", lambda: task.commits_skipped, task=name)
+    registry.derived("commits_blocked", "counter", lambda: task.commits_blocked, task=name)
+    registry.derived("commits_timed_out", "counter", lambda: task.commits_timed_out, task=name)
+    registry.derived("commit_failures_skipped", "counter", lambda: task.commit_failures_skipped, task=name)
+
+
+class LagGauges:
+    """Consumer lag per partition: upcoming offset - next offset to process, refreshed before each snapshot
+    from admins of the reporter's own (system admins are not shared across threads). Systems whose offsets
+    are not numbers (Kinesis sequence numbers) have no lag gauge."""
+
+    def __init__(
+        self,
+        config: Config | None = None,
+        registry: Registry | None = None,
+        tasks: Sequence[MeteredTask] = (),
+        starts: Mapping[SystemStreamPartition, str] | None = None,
+    ) -> None:
+        self.config = config
+        self.registry = registry
+        self.tasks = list(tasks)
+        self.starts = dict(starts or {})
+        self.admins: dict[str, SystemAdmin] = {}
+        self.unmeasurable: set[str] = set()
+
+    def refresh(self) -> None:
+        try:
+            self._refresh()
+        except Exception as error:  # the system is unreachable for now: the gauges keep their last value
+            log.warning("metrics: consumer lag not refreshed: %s: %s", type(error).__name__, error)
+
+    def _refresh(self) -> None:
+        if self.registry is None or self.config is None:
+            return
+        ssps = {ssp for task in self.tasks for ssp in task.ssps if ssp.system not in self.unmeasurable}
+        metadata: dict[SystemStreamPartition, Any] = {}
+        for system in sorted({ssp.system for ssp in ssps}):
+            metadata.update(self._admin(system).get_ssp_metadata(s for s in ssps if s.system == system))
+        for task in self.tasks:
+            processed = task.last_processed.copy()
+            for ssp in task.ssps:
+                info = metadata.get(ssp)
+                if info is None:
+                    continue
+                lag = _lag(info.upcoming_offset, processed.get(ssp), self.starts.get(ssp))
+                if lag is None:
+                    self.unmeasurable.add(ssp.system)
+                    continue
+                self.registry.gauge("lag", task=str(task.task_name), **ssp_labels(ssp)).set(lag)
+
+    def _admin(self, system: str) -> SystemAdmin:
+        admin = self.admins.get(system)
+        if admin is None:
+            assert self.config is not None
+            admin = system_factory(self.config, system).get_admin(system, self.config)
+            admin.start()
+            self.admins[system] = admin
+        return admin
+
+    def close(self) -> None:
+        for admin in self.admins.values():
+            try:
+                admin.stop()
+            except Exception as error:  # best effort: the container is ending anyway
+                log.debug("metrics admin stop failed: %s", error)
+        self.admins.clear()
+
+
+def _lag(upcoming: str | None, last_processed: str | None, start: str | None) -> int | None:
+    """Messages not yet processed; None when the offsets are not numbers."""
+    try:
+        if upcoming is None:
+            return None
+        next_offset = int(last_processed) + 1 if last_processed is not None else int(start) if start else 0
+        return max(0, int(upcoming) - next_offset)
+    except ValueError:
+        return None
