@@ -7,8 +7,8 @@ from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStream
 from millstream.testing import InProcessRunner, read_stream
-from tests.api.test_drain import checkpointed, run_in_background, wait_for
-from tests.helpers import create_stream, fill, job_config, seal
+from tests.api.test_drain import checkpointed, run_in_background
+from tests.helpers import create_stream, fill, job_config, seal, wait_until
 
 IN = SystemStream("log", "in")
 
@@ -25,7 +25,7 @@ def test_a_drained_stream_task_gets_on_drain_commits_what_it_processed_and_the_j
     create_stream(config, "out", 1)
     fill(config, "in", 2, 25)  # unbounded: never sealed
     _, thread, results = run_in_background(config)
-    wait_for(lambda: checkpointed(config) == {"log.in.0": 24, "log.in.1": 24}, what="every message checkpointed")
+    wait_until(lambda: checkpointed(config) == {"log.in.0": 24, "log.in.1": 24}, 60, "every message checkpointed")
     store = metadata_store(config)
     store.init()
     coordination.request_drain(store, "generation-1")
@@ -48,13 +48,13 @@ def test_a_drain_request_of_another_run_does_not_drain_the_job(tmp_path):
     create_stream(config, "out", 1)
     fill(config, "in", 1, 10)
     runner, thread, results = run_in_background(config)
-    wait_for(lambda: checkpointed(config) == {"log.in.0": 9}, what="every message checkpointed")
+    wait_until(lambda: checkpointed(config) == {"log.in.0": 9}, 60, "every message checkpointed")
     store = metadata_store(config)
     store.init()
     coordination.request_drain(store, "generation-0")
     store.close()
     fill(config, "in", 1, 10, start=10)  # read and committed after the request: the monitor polled meanwhile
-    wait_for(lambda: checkpointed(config) == {"log.in.0": 19}, what="the later messages checkpointed")
+    wait_until(lambda: checkpointed(config) == {"log.in.0": 19}, 60, "the later messages checkpointed")
     assert thread.is_alive() and reports(config) == [], "still running, never drained"
     runner.request_stop()
     thread.join(timeout=60)

@@ -14,8 +14,9 @@ from millstream.coordinator.drain import request_drain
 from millstream.coordinator.job_result import JobResult
 from millstream.spark.runner import SparkJobRunner
 from tests.api.apps import app_config, messages
-from tests.api.test_drain import checkpointed, expected_panes, last_offsets, panes, wait_for
+from tests.api.test_drain import checkpointed, expected_panes, last_offsets, panes
 from tests.api.test_in_process import setup
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -34,7 +35,7 @@ def test_a_drained_spark_job_fires_every_window_with_exact_counts_and_ends_drain
     data = {p: messages(p, 40) for p in range(3)}
     setup(config, data, sealed=False)
     thread, results = run_in_background(config, spark_local)
-    wait_for(lambda: checkpointed(config) == last_offsets(data), 120, "every source message checkpointed")
+    wait_until(lambda: checkpointed(config) == last_offsets(data), 120, "every source message checkpointed")
     request_drain(config)
     thread.join(timeout=120)
     result = results["result"]
@@ -58,7 +59,7 @@ def test_draining_stage_0_drains_stage_1_run_as_a_separate_spark_job_with_the_sa
     ]
     setup(stages[0], data, sealed=False)
     jobs = [run_in_background(config, spark_local) for config in reversed(stages)]
-    wait_for(lambda: checkpointed(stages[0]) == last_offsets(data), 120, "stage 0 checkpointed every message")
+    wait_until(lambda: checkpointed(stages[0]) == last_offsets(data), 120, "stage 0 checkpointed every message")
     assert request_drain(stages[0]).run_id == "deploy-7"
     for thread, _ in jobs:
         thread.join(timeout=120)
