@@ -49,6 +49,8 @@ app.add_typer(adstore_app, name="adstore")
 app.command("plan")(plan)
 job_app.command("drain")(drain)
 
+SUPERSEDED_EXIT_CODE = 3
+
 StreamArg = Annotated[str, typer.Argument(help="system.stream (a bare name means the log system)")]
 
 
@@ -99,6 +101,16 @@ def run(
     if result.outcome == "failed":
         err.print(f"[bold red]job failed:[/] {result.error}", highlight=False)
         raise typer.Exit(1)
+    if result.outcome == "superseded":
+        from millstream.coordinator.status import job_status as compute_status
+
+        newer = guarded(lambda: compute_status(cfg).generation)
+        err.print(
+            f"job {cfg.get('job.name', 'millstream-job')} generation {result.generation} was superseded by "
+            f"generation {newer}, started by another run of the same job; this run stopped after committing",
+            highlight=False,
+        )
+        raise typer.Exit(SUPERSEDED_EXIT_CODE)
     table = Table(title=f"job {cfg.get('job.name', 'millstream-job')} generation {result.generation}: {result.outcome}")
     for column in ("container", "tasks", "messages", "commits", "seconds", "pid"):
         table.add_column(column, justify="right" if column != "container" else "left")

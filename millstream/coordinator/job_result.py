@@ -12,7 +12,9 @@ class JobResult:
     generation: int
     outcome: str
     """``finished`` (every container ended by itself), ``stopped`` (stop requested), ``drained`` (a drain
-    request — or an upstream stage's drain — stopped it cleanly: the CLI exits 0) or ``failed``."""
+    request — or an upstream stage's drain — stopped it cleanly: the CLI exits 0), ``superseded`` (another
+    run of the same job started a newer generation, and this run's containers handed over to it: the CLI
+    exits 3) or ``failed``."""
     containers: list[ContainerResult] = field(default_factory=list)
     error: str | None = None
 
@@ -26,6 +28,6 @@ class JobResult:
 
 
 def combined_outcome(containers: list[ContainerResult]) -> str:
-    """The job's outcome from its containers': stopped over drained over finished."""
+    """The job's outcome from its containers': superseded over stopped over drained over finished."""
     outcomes = {container.outcome for container in containers}
-    return next((outcome for outcome in ("stopped", "drained") if outcome in outcomes), "finished")
+    return next((outcome for outcome in ("superseded", "stopped", "drained") if outcome in outcomes), "finished")

@@ -65,8 +65,9 @@ class ContainerResult:
     generation: int
     epoch: int
     outcome: str
-    """``finished`` (inputs ended or shutdown requested), ``stopped`` (stop signal) or ``drained`` (a drain
-    request, or the drain of an upstream stage, stopped every task)."""
+    """``finished`` (inputs ended or shutdown requested), ``stopped`` (stop signal), ``drained`` (a drain
+    request, or the drain of an upstream stage, stopped every task) or ``superseded`` (another run of the job
+    published a newer generation: it stopped without a final commit, which would be refused)."""
     processed: dict[str, int]
     commits: int
     dropped_deserialization_errors: int
@@ -159,11 +160,17 @@ class Container:
         self._given_store = store
         self._status: dict[str, Any] = {}
         self._started = time.monotonic()
+        self._loop: RunLoop | None = None
+        """The run loop once running: what a container handing over to a newer generation reports."""
 
     def run(self) -> ContainerResult:
         with ExitStack() as resources:
             self._resources = resources
-            self._fence()
+            try:
+                self._fence()
+            except SupersededError as superseded:  # a retry that Spark started after a newer run took over
+                log.warning("container %s: %s; not starting", self.container_id, superseded)
+                return self._empty_result("superseded")
             try:
                 self._prepare()
                 plans = self._plan_tasks()
@@ -172,6 +179,11 @@ class Container:
                 tasks = self._start_tasks(plans)
                 loop = self._run(tasks, stop_probe)
                 return self._shut_down(loop, tasks)
+            except (SupersededError, FencedError) as error:
+                if self._loop is None or coordination.current_generation(self.store) <= self.generation:
+                    self._report("failed", error=str(error))
+                    raise  # fenced by a newer attempt of this container, or before running: Spark retries it
+                return self._hand_over(self._loop, tasks, error)
             except BaseException as error:
                 self._report("failed", error=str(error))
                 raise
@@ -188,6 +200,8 @@ class Container:
         self.epoch = coordination.start_container_attempt(self.store, self.container_id)
         self.generation = self.job_model.generation
         current = coordination.current_generation(self.store)
+        if current > self.generation:
+            raise SupersededError(f"generation {self.generation} was superseded by generation {current}")
         if current != self.generation:
             raise FencedError(
                 f"container {self.container_id} belongs to generation {self.generation}, but the job is at "
@@ -373,6 +387,7 @@ class Container:
         self.metering.start(tasks, self.registered, skipped)
         self._report("running")
         log.info("container %s running %d task(s) over %d partition(s)", self.container_id, len(tasks), len(self.ssps))
+        self._loop = loop
         loop.run()
         return loop
 
@@ -391,6 +406,14 @@ class Container:
         self.metering.close(outcome)
         self._report(outcome)
         return self._result(loop, tasks, outcome)
+
+    def _hand_over(self, loop: RunLoop, tasks: list[TaskInstance], why: Exception) -> ContainerResult:
+        """Stop without committing: a newer generation owns the checkpoints now (this one's writes are
+        refused) and resumes from the last one this run wrote, so nothing acknowledged is lost."""
+        log.warning("container %s: superseded (%s); stopping without a final commit", self.container_id, why)
+        self.metering.close("superseded")
+        self._report("superseded")
+        return self._result(loop, tasks, "superseded")
 
     # -- helpers --------------------------------------------------------------------------------------
 
@@ -415,6 +438,11 @@ class Container:
             adjunct_stored=adjunct_loop.stored if adjunct_loop is not None else 0,
             bootstrap_seconds=adjunct_loop.bootstrap_seconds if adjunct_loop is not None else 0.0,
         )
+
+    def _empty_result(self, outcome: str) -> ContainerResult:
+        """The result of an attempt that ended before it ran a task."""
+        seconds = time.monotonic() - self._started
+        return ContainerResult(self.container_id, self.generation, self.epoch, outcome, {}, 0, 0, seconds, 0.0)
 
     def _dead_lettered(self) -> int:
         return self.dead_letters.dropped
@@ -513,11 +541,17 @@ def _adjunct_checked(probe: Callable[[], bool], loop: AdjunctLoop) -> Callable[[
     return stop_requested
 
 
+class SupersededError(MillstreamError):
+    """Another run of the job published a newer generation while this container ran."""
+
+
 def _stop_probe(store: MetadataStore, generation: int, stop_event: threading.Event | None) -> Callable[[], bool]:
     def stop_requested() -> bool:
         if stop_event is not None and stop_event.is_set():
             return True
-        return coordination.stop_requested(store, generation) or coordination.current_generation(store) > generation
+        if (current := coordination.current_generation(store)) > generation:
+            raise SupersededError(f"generation {generation} was superseded by generation {current}")
+        return coordination.stop_requested(store, generation)
 
     return stop_requested
 

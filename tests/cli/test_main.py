@@ -488,6 +488,7 @@ def _running_with_a_checkpoint(config: Config) -> bool:
 def start_job(path: Path, tmp_path: Path, *options: str) -> tuple[subprocess.Popen[bytes], Path, Path]:
     """``millstream run [options] path`` in the background, in its own process group (so a failed test can
     kill the JVM too); returns the process and the files its stdout and stderr go to."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     stdout, stderr = tmp_path / "stdout", tmp_path / "stderr"
     with stdout.open("w") as out, stderr.open("w") as err:
         job = subprocess.Popen(

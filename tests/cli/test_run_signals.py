@@ -51,3 +51,26 @@ def test_a_signal_stops_an_in_process_job_with_exit_0_after_flushing_and_committ
         # the final commit covers what the job wrote, and everything it covers reached the output
         assert set(range(checkpointed[f"log.in.{partition}"] + 1)) <= set(output[partition])
         assert max(output[partition]) == checkpointed[f"log.in.{partition}"]
+
+
+def test_a_second_run_of_the_same_job_supersedes_the_first_which_says_so_and_exits_3(tmp_path: Path):
+    path = write_config(tmp_path, {"task.class": "tests.jobs:SlowPassThrough", "test.delay.seconds": 0.001})
+    config = load_job_config(path)
+    create_stream(config, "in", 2)
+    create_stream(config, "out", 2)
+    fill(config, "in", 2, 3000)  # unbounded: not sealed, the job would run forever
+    first, _, first_err = start_job(path, tmp_path / "first", "--in-process")
+    second = None
+    try:
+        wait_for(lambda: _running_with_a_checkpoint(config), timeout=60, process=first, log=first_err)
+        second, _, second_err = start_job(path, tmp_path / "second", "--in-process")
+        code = first.wait(timeout=60)
+        assert code == 3, first_err.read_text()
+        assert "generation 1 was superseded by generation 2" in first_err.read_text()
+        assert "Traceback" not in first_err.read_text()
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(timeout=60) == 0, second_err.read_text()
+    finally:
+        for job in (first, second):
+            if job is not None and job.poll() is None:
+                os.killpg(job.pid, signal.SIGKILL)
