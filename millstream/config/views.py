@@ -351,6 +351,7 @@ class MetricsConfig(ConfigView):
     prometheus_port: int = Field(0, alias="prometheus.port", ge=0, le=65535)
     """The driver serves ``/metrics``, ``/status.json`` and ``/`` on this port; 0 = off."""
     prometheus_host: str = Field("0.0.0.0", alias="prometheus.host")
+    """The address the driver's metrics server listens on."""
     snapshot_interval_ms: int = Field(5000, alias="snapshot.interval.ms", ge=10)
     """How often each container ships its metrics to the driver (and refreshes its lag)."""
     reporters: Annotated[list[MetricsReporterName], BeforeValidator(_split_list)] = Field(default_factory=list)

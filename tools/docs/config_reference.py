@@ -26,6 +26,7 @@ from millstream.config.views import (
     ConfigView,
     JobConfig,
     MetadataConfig,
+    MetricsConfig,
     StartpointConfig,
     StoreConfig,
     StoresConfig,
@@ -89,6 +90,12 @@ SECTIONS = (
     Section("Stores, job-wide", "stores.", StoresConfig, "Defaults for every store of the job."),
     Section("Store", "stores.<s>.", StoreConfig, "One key-value store of every task; `<s>` is the store's name."),
     Section("Blob store", "blob.store.", BlobStoreConfig, "Where the blob-store state backend keeps store snapshots."),
+    Section(
+        "Metrics",
+        "metrics.",
+        MetricsConfig,
+        "What a running job measures and where it shows it ([Metrics](../guides/metrics.md)).",
+    ),
     Section("Metadata store", "metadata.", MetadataConfig, "Where the job's metadata lives."),
     Section("Startpoints", "startpoint.", StartpointConfig, "Startpoints set with `millstream startpoint set`."),
 )
