@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # The extras `make install` adds; every other target installs just the extras it needs (see the stamps below).
 EXTRAS ?= test
 
-.PHONY: install example test test-fast kafka-jars blob-emulators kinesalite lint bench clean
+.PHONY: install example test test-fast kafka-jars blob-emulators kinesalite lint docs bench clean
 
 # One stamp per set of extras, so `make example` installs only the package and `make test` afterwards adds the
 # test extra on top of the same venv. "base" is the package alone. A stamp older than pyproject.toml reinstalls.
@@ -51,10 +51,14 @@ kinesalite: $(BIN)/.installed-test
 	$(BIN)/python -m tests.integration.kinesis.emulator fetch
 
 lint: $(BIN)/.installed-test
-	$(BIN)/ruff check millstream tests benchmarks examples
-	$(BIN)/ruff format --check millstream tests benchmarks examples
+	$(BIN)/ruff check millstream tests benchmarks examples tools/docs
+	$(BIN)/ruff format --check millstream tests benchmarks examples tools/docs
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+## Build the documentation site into site/ (mkdocs.yml); --strict fails on broken links and missing references.
+docs: $(BIN)/.installed-docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 bench: $(BIN)/.installed-test
 	$(BIN)/python -m benchmarks.passthrough_log
@@ -65,4 +69,4 @@ bench: $(BIN)/.installed-test
 	$(BIN)/python -m benchmarks.kinesis_passthrough
 
 clean:
-	rm -rf $(VENV) examples/*/.millstream .pytest_cache
+	rm -rf $(VENV) examples/*/.millstream .pytest_cache site

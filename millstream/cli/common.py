@@ -41,7 +41,8 @@ def failed(error: MillstreamError, *, usage: bool = False) -> typer.Exit:
 
 
 def exit_code_of(error: MillstreamError, *, usage: bool = False) -> int:
-    if isinstance(error, (ConfigError, StreamNotFoundError)) or usage:
+    # ConfigError, StreamNotFoundError and the others that mean "could not start" carry exit_code 2.
+    if isinstance(error, (ConfigError, StreamNotFoundError)) or getattr(error, "exit_code", 1) == 2 or usage:
         return 2
     return 1
 

@@ -71,7 +71,8 @@ View = TypeVar("View", bound="ConfigView")
 class ConfigView(BaseModel):
     """A closed, typed slice of the config under ``PREFIX``; field aliases are the key suffixes."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # Attribute docstrings become field descriptions: the generated configuration reference reads them.
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, use_attribute_docstrings=True)
     PREFIX: ClassVar[str] = ""
 
     @classmethod
@@ -117,12 +118,21 @@ class JobConfig(ConfigView):
     PREFIX: ClassVar[str] = "job."
 
     name: str = "millstream-job"
+    """Names the job: with ``job.id`` it keys its metadata (checkpoints, job model, stop and drain signals)."""
     id: str = "1"
+    """Tells apart instances of one job name sharing a metadata store."""
     container_count: int = Field(1, alias="container.count", ge=1)
+    """Containers, each one long-running Spark task hosting several tasks."""
     container_retry_count: int = Field(3, alias="container.retry.count", ge=0)
+    """Times Spark retries a failed container (``spark.task.maxFailures`` follows it); each retry resumes from its
+    checkpoint."""
     grouper_factory: str = Field("GroupByPartition", alias="systemstreampartition.grouper.factory")
+    """How partitions become tasks: ``GroupByPartition`` (one task per partition number across all inputs) or
+    ``GroupBySystemStreamPartition`` (one task per partition)."""
     data_dir: str = Field(".millstream", alias="data.dir")
+    """Where the embedded log, the metadata store and local stores live; relative to the config file."""
     stop_timeout_ms: int = Field(30_000, alias="coordinator.stop.timeout.ms", ge=0)
+    """How long a graceful stop (Ctrl-C, SIGTERM) waits for containers to commit before Spark cancels the job."""
     drain_poll_interval_ms: int = Field(1000, alias="drain.poll.interval.ms", ge=1)
     """How often each container looks for a drain request (``millstream job drain``) in the metadata store."""
     slots_headroom: int = Field(1, alias="coordinator.slots.headroom", ge=0)
@@ -134,9 +144,11 @@ class JobConfig(ConfigView):
     non_logged_store_base_dir: str | None = Field(None, alias="non-logged.store.base.dir")
     """Where stores without a backup live; default ``<job dir>/stores/non-logged``."""
     commit_thread_pool_size: int = Field(2, alias="container.commit.thread.pool.size", ge=1)
+    """Minimum number of commit threads (async uploads) per container."""
     commit_thread_pool_max_size: int = Field(64, alias="container.commit.thread.pool.max.size", ge=1)
     """Commit threads (async uploads) = min(max(2 x tasks, size), max size), as in Samza."""
     restore_thread_pool_size: int = Field(2, alias="container.restore.thread.pool.size", ge=1)
+    """Minimum number of threads restoring stores at container start."""
     restore_thread_pool_max_size: int = Field(64, alias="container.restore.thread.pool.max.size", ge=1)
     """Threads restoring stores at container start = min(max(stores to restore, size), max size)."""
     coordinator_system: str | None = Field(None, alias="coordinator.system")
@@ -160,19 +172,31 @@ class TaskConfig(ConfigView):
     PREFIX: ClassVar[str] = "task."
 
     class_name: str | None = Field(None, alias="class")
+    """``module:Class`` of your ``StreamTask`` (a module beside the config needs no packaging)."""
     inputs: CommaList = Field(default_factory=list)
+    """Input streams, ``system.stream`` separated by commas (a bare name means the ``log`` system)."""
     broadcast_inputs: CommaList = Field(default_factory=list, alias="broadcast.inputs")
+    """Partitions given to every task: ``system.stream#0`` or ``system.stream#[0-3]``."""
     window_ms: int = Field(-1, alias="window.ms")
+    """Interval of ``WindowableTask.window()`` calls; -1: never."""
     commit_ms: int = Field(60_000, alias="commit.ms")
+    """Checkpoint interval; 0 or less: only on request, at end-of-stream and on stop."""
     poll_interval_ms: int = Field(50, alias="poll.interval.ms", ge=0)
+    """Longest time a container's run loop waits in one poll for new messages."""
     shutdown_ms: int = Field(30_000, alias="shutdown.ms", ge=0)
+    """Accepted for Samza configs (``task.shutdown.ms``); the stop is bounded by ``job.coordinator.stop.timeout.ms``."""
     drop_deserialization_errors: Bool = Field(False, alias="drop.deserialization.errors")
+    """Skip (and count) messages whose key or value cannot be decoded, instead of failing naming stream, partition
+    and offset."""
     drop_serialization_errors: Bool = Field(False, alias="drop.serialization.errors")
+    """Skip (and count) output that cannot be serialized, instead of failing."""
     dead_letter_stream: str | None = Field(None, alias="dead.letter.stream")
+    """``system.stream`` where skipped messages go, as their original bytes with ``millstream.error.*`` headers."""
     process_errors: ProcessErrorMode = Field("fail", alias="process.errors")
     """What an exception from ``process()`` or ``window()`` does: ``fail`` the container naming the message,
     ``skip`` it (counted), or send it to ``dead.letter.stream`` (``dead-letter``)."""
     checkpoint_factory: str = Field("metadata", alias="checkpoint.factory")
+    """Where task checkpoints live: ``metadata`` (the job's metadata store) or ``kafka`` (a checkpoint topic)."""
     checkpoint_system: str | None = Field(None, alias="checkpoint.system")
     """The Kafka system of the checkpoint topic (``task.checkpoint.factory=kafka``); default:
     ``job.coordinator.system``, else the only Kafka system configured."""
@@ -183,6 +207,7 @@ class TaskConfig(ConfigView):
     checkpoint_validation_enabled: Bool = Field(True, alias="checkpoint.validation.enabled")
     """A checkpoint record that cannot be read fails the job (true) or is skipped with a warning (false)."""
     max_buffered_per_partition: int = Field(10_000, alias="consumer.buffer.size", ge=1)
+    """Messages buffered per input partition before its consumer pauses it."""
     commit_max_delay_ms: int = Field(60_000, alias="commit.max.delay.ms", ge=0)
     """A commit due while the previous one still uploads is skipped while the previous one started less
     than this long ago; past it, processing blocks until the upload ends."""
@@ -198,6 +223,7 @@ class TaskConfig(ConfigView):
     checkpoint_write_versions: CheckpointVersions = Field(
         "1,2", alias="checkpoint.write.versions", validate_default=True, min_length=1
     )
+    """Checkpoint versions written at every commit (V2 names the state snapshots; a blob store needs it)."""
     checkpoint_read_versions: CheckpointVersions = Field(
         "1", alias="checkpoint.read.versions", validate_default=True, min_length=1
     )
@@ -213,6 +239,7 @@ class TaskConfig(ConfigView):
     """Testing only: a commit point (``after-snapshot``, ``mid-upload``, ``after-upload``,
     ``after-checkpoint``) where the first commit of a job pauses, so a test can kill the container there."""
     commit_testing_pause_ms: int = Field(0, alias="commit.testing.pause.ms", ge=0)
+    """Testing only: how long the pause at ``commit.testing.pause.at`` lasts."""
     commit_testing_marker_dir: str | None = Field(None, alias="commit.testing.marker.dir")
     """Testing only: the pause writes ``<point>`` with the process id here, and pauses once per job."""
     watermark_idle_timeout_ms: int = Field(-1, alias="watermark.idle.timeout.ms", ge=-1)
@@ -235,9 +262,14 @@ class SystemSamzaConfig(ConfigView):
     """``systems.<s>.samza.*``"""
 
     factory: str | None = None
+    """``log``, ``kafka``, ``kinesis`` (or Samza's factory class names), or ``module:Class`` of a ``SystemFactory``;
+    the system named ``log`` defaults to ``log``."""
     key_serde: str | None = Field(None, alias="key.serde")
+    """Serde name of the keys of the system's streams; default: bytes."""
     msg_serde: str | None = Field(None, alias="msg.serde")
+    """Serde name of the values of the system's streams; default: bytes."""
     offset_default: OffsetDefault = Field("upcoming", alias="offset.default")
+    """Where a partition without a checkpoint starts: its ``oldest`` record or the ``upcoming`` one."""
     trimmed_offset_policy: TrimmedOffsetPolicy = Field("fail", alias="trimmed.offset.policy")
     """What a task does when the position it would resume from was already deleted (retention, a purge):
     ``fail`` naming the stream, partition and the lost offsets; or accept the loss and start at the
@@ -248,13 +280,18 @@ class StreamSamzaConfig(ConfigView):
     """``systems.<s>.streams.<stream>.samza.*``: overrides of the system-level settings."""
 
     key_serde: str | None = Field(None, alias="key.serde")
+    """Serde name of this stream's keys; overrides the system's."""
     msg_serde: str | None = Field(None, alias="msg.serde")
+    """Serde name of this stream's values; overrides the system's."""
     offset_default: OffsetDefault | None = Field(None, alias="offset.default")
+    """Where a partition of this stream without a checkpoint starts; overrides the system's."""
     reset_offset: Bool = Field(False, alias="reset.offset")
+    """Ignore this stream's checkpoints at start and begin at ``offset.default``."""
     bootstrap: Bool = False
     """An adjunct store fed by this stream is caught up with the stream's newest offset at startup before
     any main-input message is processed."""
     trimmed_offset_policy: TrimmedOffsetPolicy | None = Field(None, alias="trimmed.offset.policy")
+    """This stream's ``trimmed.offset.policy``; overrides the system's."""
     intermediate: Bool = False
     """Set by the planner on a high-level application's intermediate streams: a task that reads one
     without a checkpoint must find it complete from its first record."""
@@ -280,6 +317,7 @@ class AppConfig(ConfigView):
     intermediate_partitions: int = Field(-1, alias="intermediate.partitions", ge=-1)
     """Partitions of the intermediate streams it creates; -1: as many as the largest input."""
     intermediate_system: str = Field(DEFAULT_SYSTEM, alias="intermediate.system")
+    """The system the intermediate streams are created on."""
     control_aggregation: Bool = Field(False, alias="control.aggregation")
     """Send control messages through one partition per intermediate stream (Samza's two-phase
     aggregation) instead of to every partition."""
@@ -313,6 +351,7 @@ class MetricsConfig(ConfigView):
     prometheus_port: int = Field(0, alias="prometheus.port", ge=0, le=65535)
     """The driver serves ``/metrics``, ``/status.json`` and ``/`` on this port; 0 = off."""
     prometheus_host: str = Field("0.0.0.0", alias="prometheus.host")
+    """The address the driver's metrics server listens on."""
     snapshot_interval_ms: int = Field(5000, alias="snapshot.interval.ms", ge=10)
     """How often each container ships its metrics to the driver (and refreshes its lag)."""
     reporters: Annotated[list[MetricsReporterName], BeforeValidator(_split_list)] = Field(default_factory=list)
@@ -330,7 +369,9 @@ class MetadataConfig(ConfigView):
     PREFIX: ClassVar[str] = "metadata."
 
     store_factory: str = Field("sqlite", alias="store.factory")
+    """The job's metadata store (job model, epochs, stop and drain signals, startpoints): ``sqlite`` or ``kafka``."""
     store_path: str | None = Field(None, alias="store.path")
+    """The SQLite metadata store's file; default ``<job.data.dir>/jobs/<job.name>-<job.id>/metadata.db``."""
 
 
 JOB_LEVEL_STORE_KEYS = ("backup.factories", "restore.factories", "adstore.manager.factory")
@@ -341,7 +382,10 @@ class StoresConfig(ConfigView):
     """``stores.backup.factories`` / ``stores.restore.factories``: defaults for every store."""
 
     backup_factories: CommaList | None = Field(None, alias="backup.factories")
+    """State backends every store backs up to (``changelog``, ``blobstore``, ``module:Class``) unless it sets its
+    own."""
     restore_factories: CommaList | None = Field(None, alias="restore.factories")
+    """State backends every store restores from, in order, unless it sets its own."""
     adstore_manager_factory: str | None = Field(None, alias="adstore.manager.factory")
     """``module:Class`` of an ``AdjunctDataStoreManagerFactory``; default: the built-in manager."""
 
@@ -357,11 +401,16 @@ class StoreConfig(ConfigView):
     factory: str = "rocksdb"
     """``rocksdb``, ``inmemory`` (or Samza's factory class names), or ``module:Class``."""
     key_serde: str | None = Field(None, alias="key.serde")
+    """Serde name of the store's keys; default: bytes."""
     msg_serde: str | None = Field(None, alias="msg.serde")
+    """Serde name of the store's values; default: bytes."""
     changelog: str | None = None
     """``system.stream`` the changelog backend writes every change to (a bare name: the log system)."""
     backup_factories: CommaList | None = Field(None, alias="backup.factories")
+    """State backends this store backs up to (``changelog``, ``blobstore``, ``module:Class``); default: ``changelog``
+    if a changelog is set."""
     restore_factories: CommaList | None = Field(None, alias="restore.factories")
+    """State backends this store restores from, in order; default: its backup factories."""
     clean_on_container_start: Bool = Field(False, alias="clean.on.container.start")
     """Ignore local state at start: restore from the backup only."""
     container_write_buffer_size_bytes: int = Field(
@@ -370,6 +419,7 @@ class StoreConfig(ConfigView):
     """RocksDB memtable memory per container, split between its tasks (Samza's key). A commit's snapshot
     flushes what the memtable holds, so this also bounds the synchronous part of a commit."""
     rocksdb_num_write_buffers: int = Field(3, alias="rocksdb.num.write.buffers", ge=1)
+    """RocksDB memtables per store (``max_write_buffer_number``)."""
     changelog_min_compaction_lag_ms: int = Field(4 * 60 * 60 * 1000, alias="changelog.min.compaction.lag.ms", ge=0)
     """A checkpoint older than 0.9 x this is restored to the changelog's end, not reverted: compaction may
     already have removed the committed values of later-overwritten keys."""
@@ -446,18 +496,29 @@ class BlobStoreConfig(ConfigView):
     local_dir: str | None = Field(None, alias="local.dir")
     """The ``local`` blob store's directory; default ``<job.data.dir>/blobs``."""
     s3_bucket: str | None = Field(None, alias="s3.bucket")
+    """The ``s3`` blob store's bucket."""
     s3_endpoint_url: str | None = Field(None, alias="s3.endpoint.url")
+    """An S3-compatible endpoint URL (an emulator, MinIO); default: AWS's for the region."""
     s3_region: str | None = Field(None, alias="s3.region")
+    """The bucket's region; default: boto3's default chain."""
     azure_container: str | None = Field(None, alias="azure.container")
+    """The ``azure`` blob store's container."""
     azure_account_url: str | None = Field(None, alias="azure.account.url")
+    """The storage account URL, ``https://<account>.blob.core.windows.net``."""
     transfer_threads: int = Field(8, alias="transfer.threads", ge=1)
     """Files uploaded or downloaded at once per container."""
     retry_max_retries: int = Field(-1, alias="retry.policy.max.retries", ge=-1)
+    """Retries of a failed blob operation; -1: bounded only by the maximum duration."""
     retry_max_duration_ms: int = Field(900_000, alias="retry.policy.max.retry.duration.millis", ge=0)
+    """How long a blob operation is retried before it fails."""
     retry_backoff_delay_ms: int = Field(100, alias="retry.policy.backoff.delay.millis", ge=0)
+    """First delay between retries of a blob operation."""
     retry_backoff_max_delay_ms: int = Field(312_500, alias="retry.policy.backoff.max.delay.millis", ge=0)
+    """Longest delay between retries of a blob operation."""
     retry_backoff_factor: float = Field(5.0, alias="retry.policy.backoff.delay.factor", ge=1)
+    """Factor by which the delay between retries grows."""
     retry_jitter_factor: float = Field(0.1, alias="retry.policy.jitter.factor", ge=0, le=1)
+    """Random share of each delay, so that containers do not retry in step."""
     compare_file_owners_on_restore: Bool = Field(True, alias="compare.file.owners.on.restore")
     """A restored file must have the owner and group it had when uploaded (as Samza checks)."""
     restore_recover_missing_blobs: Bool = Field(True, alias="restore.recover.missing.blobs.enabled")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -17,9 +18,35 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from millstream.config import Config, JobConfig
-from millstream.errors import ConfigError
+from millstream.errors import ConfigError, MillstreamError
 
 _LOCAL = re.compile(r"^local\[(?P<threads>\d+|\*)(?:,\s*(?P<failures>\d+))?\]$")
+
+
+class JavaNotFoundError(MillstreamError):
+    """Spark's driver is a JVM: without one, pyspark fails with a traceback that never names Java."""
+
+    exit_code = 2
+
+    def __init__(self, looked: str) -> None:
+        super().__init__(
+            f"Spark needs Java 17 to start, and {looked}: install a JDK 17, put its java on PATH or set JAVA_HOME "
+            "(or run the job without Spark: millstream run --in-process)"
+        )
+
+
+def find_java() -> str:
+    """The java Spark's launcher will run (``$JAVA_HOME/bin/java``, else ``java`` on PATH), or a clear error."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        java = os.path.join(java_home, "bin", "java")
+        if os.access(java, os.X_OK):
+            return java
+        raise JavaNotFoundError(f"JAVA_HOME={java_home} has no executable bin/java")
+    on_path = shutil.which("java")
+    if on_path is None:
+        raise JavaNotFoundError("there is no java on PATH and JAVA_HOME is not set")
+    return on_path
 
 
 @dataclass(frozen=True)
@@ -81,6 +108,8 @@ def build_session(config: Config, master: str | None = None) -> SparkSession:
         )
     for key, value in settings.items():
         builder = builder.config(key, value)
+    if SparkContext._active_spark_context is None:  # joining a running session needs no new JVM
+        find_java()
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(config.get("spark.log.level", "WARN"))
     return session

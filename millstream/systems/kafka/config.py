@@ -45,10 +45,12 @@ class KafkaSystemConfig(ConfigView):
     the client prefixes."""
 
     bootstrap_servers: str | None = Field(None, alias="bootstrap.servers")
+    """The brokers, ``host:port`` separated by commas; also accepted as Samza's ``consumer.bootstrap.servers``."""
     auto_create_streams: Bool = Field(False, alias="auto.create.streams")
     """Create a missing output topic on first send (``default.partitions``, ``default.replication.factor``)
     instead of failing with ``StreamNotFoundError``."""
     default_partitions: int = Field(1, alias="default.partitions", ge=1)
+    """Partitions of a topic created with ``auto.create.streams``."""
     default_replication_factor: int = Field(-1, alias="default.replication.factor", ge=-1)
     """-1: the broker's ``default.replication.factor``."""
     poll_batch_size: int = Field(10_000, alias="poll.batch.size", ge=1)

@@ -49,14 +49,19 @@ class KinesisSystemConfig(ConfigView):
     """The keys a Kinesis system accepts under ``systems.<s>.`` (besides ``samza.*`` and ``streams.*``)."""
 
     region: str | None = Field(None, alias="aws.region")
+    """The AWS region; default: boto3's default chain (environment, profile, instance metadata)."""
     endpoint: str | None = Field(None, alias="aws.endpoint")
     """A Kinesis-compatible endpoint URL (an emulator, a VPC endpoint); default: AWS's for the region."""
     access_key: str | None = Field(None, alias="aws.accessKey")
+    """An access key id; its secret is ``sensitive.systems.<s>.aws.secretKey``. Default: boto3's default chain."""
     secret_key: str | None = Field(None, alias="aws.secretKey")
     """Refused: secrets belong under ``sensitive.systems.<s>.aws.secretKey``."""
     profile: str | None = Field(None, alias="aws.profile")
+    """A named profile of the AWS shared config files."""
     connect_timeout_ms: int = Field(5_000, alias="aws.connect.timeout.ms", ge=1)
+    """Connect timeout of every AWS call."""
     read_timeout_ms: int = Field(10_000, alias="aws.read.timeout.ms", ge=1)
+    """Read timeout of every AWS call."""
     max_attempts: int = Field(5, alias="aws.max.attempts", ge=1)
     """Attempts of a control-plane call (ListShards, CreateStream...) when throttled or unavailable."""
 
@@ -75,14 +80,19 @@ class KinesisSystemConfig(ConfigView):
     shard_sync_ms: int = Field(10_000, alias="consumer.shard.sync.ms", ge=10)
     """How often the shards are listed (at once when a shard the consumer reads ends)."""
     get_records_max: int = Field(10_000, alias="consumer.getrecords.max.records", ge=1, le=10_000)
+    """Most records one GetRecords call asks for."""
     calls_per_second: float = Field(5.0, alias="consumer.shard.getrecords.per.second", gt=0)
+    """GetRecords calls per second each reader makes on one shard (Kinesis allows 5 per shard across all readers)."""
     bytes_per_second: float = Field(2 * 1024 * 1024, alias="consumer.shard.bytes.per.second", gt=0)
+    """Bytes per second each reader takes from one shard (Kinesis serves 2 MiB/s per shard across all readers)."""
     idle_ms: int = Field(500, alias="consumer.idle.ms", ge=0)
     """Wait after a GetRecords that returned nothing (Kinesis's and KCL's idle time between reads)."""
     poll_batch_size: int = Field(10_000, alias="consumer.poll.batch.size", ge=1)
     """Most envelopes one ``poll`` hands out per SSP."""
     backoff_initial_ms: int = Field(200, alias="consumer.backoff.initial.ms", ge=1)
+    """First delay after a throttled or failed GetRecords."""
     backoff_max_ms: int = Field(10_000, alias="consumer.backoff.max.ms", ge=1)
+    """Longest delay after throttled or failed GetRecords calls."""
     stop_timeout_ms: int = Field(5_000, alias="consumer.stop.timeout.ms", ge=0)
     """How long ``stop`` waits for the readers before releasing the leases."""
     lease_store: Literal["metadata", "dynamodb"] = Field("metadata", alias="consumer.lease.store")
@@ -95,11 +105,15 @@ class KinesisSystemConfig(ConfigView):
     """A DynamoDB-compatible endpoint URL (an emulator, a VPC endpoint); default: AWS's for the region."""
 
     producer_batch_records: int = Field(500, alias="producer.batch.records", ge=1, le=500)
+    """Most records in one PutRecords call (Kinesis allows 500)."""
     producer_batch_bytes: int = Field(5 * 1024 * 1024, alias="producer.batch.bytes", ge=1, le=5 * 1024 * 1024)
+    """Most bytes in one PutRecords call (Kinesis allows 5 MiB)."""
     producer_max_attempts: int = Field(10, alias="producer.max.attempts", ge=1)
     """Attempts per record (a failed record of a PutRecords is retried alone) before ``flush`` fails."""
     producer_backoff_initial_ms: int = Field(100, alias="producer.backoff.initial.ms", ge=1)
+    """First delay before a failed record is retried."""
     producer_backoff_max_ms: int = Field(5_000, alias="producer.backoff.max.ms", ge=1)
+    """Longest delay before a failed record is retried."""
     producer_preserve_key_order: Bool = Field(False, alias="producer.preserve.key.order")
     """At most one record per partition key in a PutRecords call, so that retrying a failed record can
     never put it behind a later record of its key (PutRecords does not keep order across failures)."""

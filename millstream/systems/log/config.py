@@ -18,9 +18,13 @@ class LogSystemConfig(ConfigView):
     fsync: Bool = False
     """``synchronous=FULL``: a flushed write survives power loss, not only a process crash."""
     poll_batch_size: int = Field(5000, alias="poll.batch.size", ge=1)
+    """Most records one ``poll`` reads per partition."""
     producer_batch_size: int = Field(1000, alias="producer.batch.size", ge=1)
+    """Records a producer buffers before it writes them in one transaction."""
     auto_create_streams: Bool = Field(False, alias="auto.create.streams")
+    """Create a missing output stream on first send instead of failing."""
     default_partitions: int = Field(1, alias="default.partitions", ge=1)
+    """Partitions of a stream created on first send."""
     retention_ms: int = Field(-1, alias="retention.ms", ge=-1)
     """Age after which ``trim_expired`` removes records; -1 keeps them forever."""
 
