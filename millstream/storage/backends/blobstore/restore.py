@@ -2,7 +2,8 @@
 
 ``init`` reads the snapshot index of every store the checkpoint names. ``restore`` always deletes the
 current store directory (it may hold writes after the checkpoint); when the local checkpoint directory
-``<store dir>-<CheckpointId>`` holds exactly the snapshot's files it is copied into place (SST files
+``<store dir>-<CheckpointId>`` holds exactly the snapshot's files (every file's size and CRC32 checked
+against the index: a file modified in place keeps its name and size) it is copied into place (SST files
 hard-linked), with no download, and kept until the next checkpoint; otherwise every file is downloaded
 in parallel into a staging directory, verified (size and CRC32 of every file), and the staging
 directory renamed into place. A store the checkpoint does not name starts empty. A snapshot whose blobs
@@ -92,10 +93,11 @@ class BlobStoreTaskRestoreManager(TaskRestoreManager):
         local = checkpoint_dir(spec.store_dir, self.checkpoint.checkpoint_id)
         if spec.config.clean_on_container_start or not local.is_dir():
             return False
-        same, reason = are_same_dir(local, index.dir_index, same_file(False, True))
+        # every checksum, large files too: a file modified in place keeps its name and size
+        same, reason = are_same_dir(local, index.dir_index, same_file(True, True))
         if not same:
-            log.info(
-                "%s: local checkpoint %s does not match the snapshot (%s): downloading",
+            log.warning(
+                "%s: local checkpoint %s does not match the snapshot (%s): deleting it and downloading",
                 self._where(store), local.name, reason,
             )  # fmt: skip
             return False

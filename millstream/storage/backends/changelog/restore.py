@@ -15,7 +15,10 @@ Per store, following Samza's ``TransactionalStateTaskRestoreManager``:
   older than 0.9 x ``stores.<s>.changelog.min.compaction.lag.ms``); the newest local checkpoint
   directory at or below the target is copied into place (SSTs hard-linked) and only the records after
   it are replayed; then every record after the target is reverted: its key is written back with the
-  restored value (a tombstone when absent).
+  restored value (a tombstone when absent);
+* a local checkpoint directory that cannot be read (a description file that does not parse, a copy that
+  does not open or whose entries do not all read back) is deleted with a warning and the whole changelog
+  replayed instead: the changelog holds the whole state, so a damaged local copy must not fail the job.
 
 A revert appends records, so restoring again after a crash reverts them again with the same values:
 it is idempotent.
@@ -31,13 +34,16 @@ from pathlib import Path
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointV1, CheckpointV2
 from millstream.config.views import TaskConfig
+from millstream.errors import MillstreamError
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStreamPartition
 from millstream.storage.backends.base import StoreSpec, TaskBackendContext, TaskRestoreManager
 from millstream.storage.backends.changelog.marker import ChangelogStateCheckpointMarker, parse_v1_entry
-from millstream.storage.errors import StateRestoreError
+from millstream.storage.errors import StateRestoreError, StoreError
 from millstream.storage.kv import KeyValueStorageEngine
 from millstream.storage.layout import (
+    CHECKPOINT_V2_FILE,
     LOCAL_CHECKPOINT_FILES,
+    OFFSET_V2_FILE,
     checkpoint_dirs,
     copy_dir,
     delete_checkpoint_dirs,
@@ -45,6 +51,7 @@ from millstream.storage.layout import (
     read_checkpoint_file,
     read_offset_file,
 )
+from millstream.storage.rocksdb import RocksDbKeyValueStorageEngine
 from millstream.systems.base import SystemAdmin
 
 log = logging.getLogger(__name__)
@@ -67,6 +74,8 @@ class StoreRestorePlan:
     revert_from: str | None
     """First changelog offset to revert (through the newest); None: nothing to revert."""
     newest: str | None
+    oldest: str | None = None
+    """The changelog's oldest offset: where a full replay starts when the retained directory is unreadable."""
     retained_dir: Path | None = None
     """A local checkpoint directory to copy into place before replaying."""
     delete_checkpoint_dirs: bool = True
@@ -123,7 +132,7 @@ class ChangelogTaskRestoreManager(TaskRestoreManager):
         oldest, newest = metadata.oldest_offset, metadata.newest_offset
         recorded, checkpointed, checkpoint_ms = self._checkpointed(spec, ssp, checkpoint)
         compare = admin.offset_comparator
-        plan = StoreRestorePlan(spec, ssp, None, None, None, newest)
+        plan = StoreRestorePlan(spec, ssp, None, None, None, newest, oldest)
         if newest is None or oldest is None:
             plan.reason = "the changelog is empty"
             return plan
@@ -190,18 +199,41 @@ class ChangelogTaskRestoreManager(TaskRestoreManager):
         return best
 
     def _local_offset(self, spec: StoreSpec, ssp: SystemStreamPartition, directory: Path) -> str | None:
-        checkpoint = read_checkpoint_file(directory)
-        if checkpoint is not None:
-            text = checkpoint.state_checkpoint_markers.get(self.marker_key, {}).get(spec.name)
-            if text is not None:
-                marker = ChangelogStateCheckpointMarker.parse(text, f"{self._where(spec.name)} file {directory}")
-                if marker.changelog_ssp == ssp:
-                    return marker.changelog_offset
-        offsets = read_offset_file(directory)
-        if offsets is None or ssp not in offsets:
+        """The changelog offset a local checkpoint directory holds; None when it does not say (or says it
+        unreadably: the directory is then not reused, and deleted by the restore, loudly)."""
+        where = f"{self._where(spec.name)} file {directory}"
+        try:
+            checkpoint = read_checkpoint_file(directory)
+            if checkpoint is None and (directory / CHECKPOINT_V2_FILE).exists():
+                self._unreadable(spec, directory, f"{CHECKPOINT_V2_FILE} does not parse")
+                return None
+            if checkpoint is not None:
+                text = checkpoint.state_checkpoint_markers.get(self.marker_key, {}).get(spec.name)
+                if text is not None:
+                    marker = ChangelogStateCheckpointMarker.parse(text, where)
+                    if marker.changelog_ssp == ssp:
+                        return marker.changelog_offset
+            offsets = read_offset_file(directory)
+            if offsets is None and (directory / OFFSET_V2_FILE).exists():
+                self._unreadable(spec, directory, f"{OFFSET_V2_FILE} does not parse")
+            if offsets is None or ssp not in offsets:
+                return None
+            entry = offsets[ssp]
+            if entry is not None and not isinstance(entry, str):
+                raise StateRestoreError(f"{where}: {OFFSET_V2_FILE} records {entry!r}, not an offset")
+            # The offset itself (Samza's format); directories written before held the V1 entry "<id>:<offset>".
+            return parse_v1_entry(entry, where)[1]
+        except MillstreamError as error:
+            self._unreadable(spec, directory, str(error))
             return None
-        # The offset itself (Samza's format); directories written before held the V1 entry "<id>:<offset>".
-        return parse_v1_entry(offsets[ssp], f"{self._where(spec.name)} file {directory}")[1]
+
+    def _unreadable(self, spec: StoreSpec, directory: Path, error: str) -> None:
+        """Say so loudly: a damaged directory costs a longer restore, and may point at a failing disk."""
+        log.warning(
+            "%s: local checkpoint directory '%s' is unreadable (%s): not reused, deleted; the changelog restores "
+            "the store",
+            self._where(spec.name), directory, error,
+        )  # fmt: skip
 
     def restore(self) -> None:
         for plan in self.plans:
@@ -213,12 +245,7 @@ class ChangelogTaskRestoreManager(TaskRestoreManager):
         if spec.persistent:
             delete_path(spec.store_dir)
             if plan.retained_dir is not None:
-                copy_dir(plan.retained_dir, spec.store_dir)
-                for name in LOCAL_CHECKPOINT_FILES:
-                    (spec.store_dir / name).unlink(missing_ok=True)
-                for directory in checkpoint_dirs(spec.store_dir).values():
-                    if directory != plan.retained_dir:
-                        delete_path(directory)
+                self._copy_retained(plan)
             else:
                 delete_checkpoint_dirs(spec.store_dir)
         engine = self.context.open_engine(spec.name)
@@ -234,6 +261,33 @@ class ChangelogTaskRestoreManager(TaskRestoreManager):
             self._where(spec.name), plan.ssp, time.monotonic() - started, replayed,
             f" after local checkpoint {plan.retained_dir.name}" if plan.retained_dir else "", reverted, plan.reason,
         )  # fmt: skip
+
+    def _copy_retained(self, plan: StoreRestorePlan) -> None:
+        """Copy the retained local checkpoint directory into place and read all of it back. An unreadable
+        copy (a corrupt SST, a lost file) must not fail the job, since the changelog holds the whole state:
+        the directory is deleted and the plan becomes a full replay from the changelog's oldest offset (the
+        revert that follows is unchanged, so the store still equals the checkpoint exactly)."""
+        spec, retained = plan.store, plan.retained_dir
+        assert retained is not None
+        for directory in checkpoint_dirs(spec.store_dir).values():
+            if directory != retained:
+                delete_path(directory)
+        try:
+            copy_dir(retained, spec.store_dir)
+            for name in LOCAL_CHECKPOINT_FILES:
+                (spec.store_dir / name).unlink(missing_ok=True)
+            _verify_store(spec.store_dir)
+        except (StoreError, OSError) as error:
+            log.warning(
+                "%s: local checkpoint directory '%s' is unreadable (%s): deleting it and restoring the whole "
+                "changelog %s instead",
+                self._where(spec.name), retained, error, plan.ssp,
+            )  # fmt: skip
+            delete_path(spec.store_dir)
+            delete_path(retained)
+            plan.retained_dir = None
+            plan.start = plan.oldest
+            plan.reason += "; the local checkpoint directory was unreadable: full replay"
 
     def _replay(self, engine: KeyValueStorageEngine, admin: SystemAdmin, plan: StoreRestorePlan) -> int:
         count = 0
@@ -314,6 +368,16 @@ class ChangelogTaskRestoreManager(TaskRestoreManager):
                     return
         finally:
             consumer.stop()
+
+
+def _verify_store(directory: Path) -> None:
+    """Open the copied RocksDB directory on its own and read every entry, so that a corrupt copy is found
+    now, while the changelog can still replace it, rather than by the task's first read of a bad block."""
+    engine = RocksDbKeyValueStorageEngine(directory)
+    try:
+        engine.verify()
+    finally:
+        engine.close()
 
 
 def _le(compare: Callable[[str, str], int | None], first: str, second: str) -> bool:
