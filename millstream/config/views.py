@@ -126,6 +126,12 @@ class JobConfig(ConfigView):
     container_retry_count: int = Field(3, alias="container.retry.count", ge=0)
     """Times Spark retries a failed container (``spark.task.maxFailures`` follows it); each retry resumes from its
     checkpoint."""
+    container_failure_repeat_limit: int = Field(2, alias="container.failure.repeat.limit", ge=0)
+    """After how many identical failures of a container's user code (same task, stream, partition, offset and
+    exception type, or the same ``init()``/``window()`` exception) the failure is deterministic and the job fails
+    at once with its message instead of retrying: a retry resumes from the same checkpoint and would fail again.
+    2: the second identical failure; 1: the first failure of user code is never retried; 0: never, every
+    retry of ``container.retry.count`` is made."""
     grouper_factory: str = Field("GroupByPartition", alias="systemstreampartition.grouper.factory")
     """How partitions become tasks: ``GroupByPartition`` (one task per partition number across all inputs) or
     ``GroupBySystemStreamPartition`` (one task per partition)."""

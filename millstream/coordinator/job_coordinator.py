@@ -93,6 +93,7 @@ class JobCoordinator:
         coordination.clear_stop(self.store)
         coordination.clear_drains(self.store)  # a drain request belongs to the run it stopped
         coordination.clear_restart(self.store)  # a new generation applies every pending startpoint anyway
+        coordination.clear_failures(self.store)  # a new generation (often fixed code) counts failures again
         coordination.publish_generation(self.store, model.generation)
         log.info(
             "published job model generation %s: %d container(s), %d task(s)",

@@ -9,6 +9,12 @@
 * ``drain/<run id>``: a request that the containers of that run drain (``millstream job drain``): stop
   reading their inputs, pass a drain through the intermediate streams, commit and stop. Cleared when a
   new generation is published, so a run that reuses ``app.run.id`` is not drained by an old request.
+* ``failures/<container id>``: the user-code failures of the container's attempts in the current generation
+  (JSON: the last one's task, stream, partition, offset, exception type and digest, its attempt, and how often
+  each distinct failure happened).
+* ``job-coordinator/failed``: a failure found deterministic (it repeated ``job.container.failure.repeat.limit``
+  times): the driver ends the job with its message, and retries of the container do not start. Both are
+  cleared when a new generation is published, so a fixed and restarted job is not failed by an old record.
 
 Numbers are stored as their decimal text, so a fenced write compares exact bytes.
 """
@@ -180,6 +186,95 @@ def restart_requested(store: MetadataStore) -> str | None:
 
 def clear_restart(store: MetadataStore) -> None:
     store.delete(JOB_COORDINATOR_NAMESPACE, RESTART_KEY)
+
+
+FAILURES_NAMESPACE = "failures"
+FAILED_KEY = "failed"
+
+
+def _failure_key(failure: Mapping[str, Any]) -> str:
+    """The identity of a failure: where it happened and the exception's type (the message text may differ)."""
+    where = ("task", "callback", "stream", "partition", "offset", "type")
+    return "|".join(f"{name}={failure[name]}" for name in where if name in failure)
+
+
+def _json_object(raw: bytes | None, where: str) -> dict[str, Any] | None:
+    """A JSON object record, or None when absent or unreadable (logged): a failure record is advisory and
+    must never be what fails a container or the driver."""
+    if raw is None:
+        return None
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        logger.warning("metadata record '%s' is unreadable (%s): %r", where, error, raw[:200])
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def record_container_failure(
+    store: MetadataStore, container_id: str, generation: int, epoch: int, failure: Mapping[str, Any]
+) -> int:
+    """Count ``failure`` for the attempt ``epoch`` of ``container_id`` and return how often this same failure
+    has now ended an attempt of the container in ``generation``.
+
+    The write is fenced like a checkpoint's: a zombie attempt, or one of an older generation, raises
+    ``FencedError`` and counts nothing. Records of an older generation start the count again.
+    """
+    where = f"{FAILURES_NAMESPACE}/{container_id}"
+    expected = writer_expectation(generation, container_id, epoch)
+    identity = _failure_key(failure)
+    while True:
+        raw = store.get(FAILURES_NAMESPACE, container_id)
+        prior = _json_object(raw, where) or {}
+        seen = prior.get("seen") if prior.get("generation") == generation else None
+        counts = {str(k): int(v) for k, v in seen.items()} if isinstance(seen, dict) else {}
+        counts[identity] = counts.get(identity, 0) + 1
+        record = {**failure, "generation": generation, "attempt": epoch, "count": counts[identity], "seen": counts}
+        if store.compare_and_put(
+            FAILURES_NAMESPACE,
+            container_id,
+            orjson.dumps(record),
+            {**expected, (FAILURES_NAMESPACE, container_id): raw},
+        ):
+            store.flush()
+            return counts[identity]
+        if current_generation(store) != generation or container_epoch(store, container_id) != epoch:
+            raise FencedError(f"container {container_id} attempt {epoch} of generation {generation} was fenced")
+
+
+def record_deterministic_failure(
+    store: MetadataStore, container_id: str, generation: int, epoch: int, message: str
+) -> bool:
+    """Declare the job's ``generation`` failed for good with ``message``; fenced like
+    :func:`record_container_failure`. False when the write was refused (the attempt is a zombie)."""
+    record = {"generation": generation, "container": container_id, "attempt": epoch, "message": message}
+    written = store.compare_and_put(
+        JOB_COORDINATOR_NAMESPACE, FAILED_KEY, orjson.dumps(record), writer_expectation(generation, container_id, epoch)
+    )
+    store.flush()
+    return written
+
+
+def deterministic_failure(store: MetadataStore, generation: int) -> str | None:
+    """The message of the failure that ended ``generation`` for good, if one did."""
+    where = f"{JOB_COORDINATOR_NAMESPACE}/{FAILED_KEY}"
+    record = _json_object(store.get(JOB_COORDINATOR_NAMESPACE, FAILED_KEY), where)
+    if record is None or record.get("generation") != generation:
+        return None
+    return str(record.get("message", ""))
+
+
+def container_failures(store: MetadataStore) -> dict[str, dict[str, Any]]:
+    """Each container's failure record (see the module docstring); unreadable ones are left out."""
+    raws = store.all(FAILURES_NAMESPACE)
+    records = {cid: _json_object(raw, f"{FAILURES_NAMESPACE}/{cid}") for cid, raw in raws.items()}
+    return {cid: record for cid, record in records.items() if record is not None}
+
+
+def clear_failures(store: MetadataStore) -> None:
+    """Forget every failure: a new generation (often fixed code) starts counting again."""
+    store.delete(JOB_COORDINATOR_NAMESPACE, FAILED_KEY)
+    store.delete_all(FAILURES_NAMESPACE, list(store.all(FAILURES_NAMESPACE)))
 
 
 def report_container_status(store: MetadataStore, container_id: str, status: Mapping[str, Any]) -> None:

@@ -2,6 +2,9 @@
 
 Startup fences off every earlier attempt of this container (a new epoch in the metadata store), so a
 zombie attempt left behind by a retried Spark task can never overwrite this attempt's checkpoints.
+An attempt that user code failed records the failure; when the same failure ends
+``job.container.failure.repeat.limit`` attempts it is deterministic: the job fails with it, and the retries
+Spark still makes return at once instead of failing at the same offset again.
 The container runs without Spark: the Spark runner calls :func:`run_container` inside a Spark task,
 the in-process runner calls it from a thread.
 """
@@ -41,7 +44,7 @@ from millstream.plugins import load_object
 from millstream.runtime.collector import TaskCollector
 from millstream.runtime.drain import DrainMonitor
 from millstream.runtime.metering import ContainerMetering
-from millstream.runtime.process_errors import ProcessErrorPolicy
+from millstream.runtime.process_errors import ProcessErrorPolicy, TaskCallbackError, TaskProcessError
 from millstream.runtime.run_loop import DeadLetterPolicy, Decoder, RunLoop, RunLoopSettings
 from millstream.runtime.task_instance import AppliedStartpoints, CommitSettings, ContainerContext, TaskInstance
 from millstream.serde.registry import SerdeRegistry
@@ -67,7 +70,8 @@ class ContainerResult:
     outcome: str
     """``finished`` (inputs ended or shutdown requested), ``stopped`` (stop signal), ``drained`` (a drain
     request, or the drain of an upstream stage, stopped every task) or ``superseded`` (another run of the job
-    published a newer generation: it stopped without a final commit, which would be refused)."""
+    published a newer generation: it stopped without a final commit, which would be refused) or ``failed``
+    (a retry that did not start: an earlier attempt's failure was deterministic and fails the job)."""
     processed: dict[str, int]
     commits: int
     dropped_deserialization_errors: int
@@ -171,6 +175,9 @@ class Container:
             except SupersededError as superseded:  # a retry that Spark started after a newer run took over
                 log.warning("container %s: %s; not starting", self.container_id, superseded)
                 return self._empty_result("superseded")
+            except DeterministicFailureError as failed:
+                log.error("container %s: not starting: %s", self.container_id, failed)
+                return self._empty_result("failed")
             try:
                 self._prepare()
                 plans = self._plan_tasks()
@@ -186,6 +193,7 @@ class Container:
                 return self._hand_over(self._loop, tasks, error)
             except BaseException as error:
                 self._report("failed", error=str(error))
+                self._record_failure(error)
                 raise
         raise AssertionError("unreachable: the with block returns or raises")  # pragma: no cover
 
@@ -197,8 +205,13 @@ class Container:
             self.store = self._hold(metadata_store(self.config))
         else:
             self.store = self._given_store
-        self.epoch = coordination.start_container_attempt(self.store, self.container_id)
         self.generation = self.job_model.generation
+        if coordination.deterministic_failure(self.store, self.generation) is not None:
+            self.epoch = coordination.container_epoch(self.store, self.container_id)  # not a new attempt
+            raise DeterministicFailureError(
+                f"generation {self.generation} failed deterministically (job.container.failure.repeat.limit)"
+            )
+        self.epoch = coordination.start_container_attempt(self.store, self.container_id)
         current = coordination.current_generation(self.store)
         if current > self.generation:
             raise SupersededError(f"generation {self.generation} was superseded by generation {current}")
@@ -215,6 +228,30 @@ class Container:
         self._status.update(generation=self.generation, **self._executor)
         self._report("starting")
         log.info("container %s (generation %s, attempt %s) starting", self.container_id, self.generation, self.epoch)
+
+    def _record_failure(self, error: BaseException) -> None:
+        """Count a failure of user code; at ``job.container.failure.repeat.limit`` identical ones it is
+        deterministic (a retry resumes from the same checkpoint and fails again) and the job fails with it.
+        Recording never replaces the error that ended the attempt: a store that refuses is only logged."""
+        if not isinstance(error, TaskProcessError | TaskCallbackError):
+            return
+        limit = JobConfig.of(self.config).container_failure_repeat_limit
+        try:
+            count = coordination.record_container_failure(
+                self.store, self.container_id, self.generation, self.epoch, error.failure()
+            )
+            if not limit or count < limit:
+                return
+            message = f"{type(error).__module__}.{type(error).__qualname__}: {error}"
+            if coordination.record_deterministic_failure(
+                self.store, self.container_id, self.generation, self.epoch, message
+            ):
+                log.error(
+                    "container %s: the same failure ended %d attempts; it is deterministic, the job fails "
+                    "(job.container.failure.repeat.limit=%d)", self.container_id, count, limit,
+                )  # fmt: skip
+        except (MillstreamError, OSError) as record_error:
+            log.warning("container %s: could not record its failure: %s", self.container_id, record_error)
 
     def _prepare(self) -> None:
         config = self.config
@@ -539,6 +576,10 @@ def _adjunct_checked(probe: Callable[[], bool], loop: AdjunctLoop) -> Callable[[
         return probe()
 
     return stop_requested
+
+
+class DeterministicFailureError(MillstreamError):
+    """The container's generation already failed deterministically: a retry would fail the same way."""
 
 
 class SupersededError(MillstreamError):

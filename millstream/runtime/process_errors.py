@@ -8,6 +8,10 @@ replayed. Output the task sent before it raised stays sent: a skipped message ma
 
 The same policy covers ``window()``: a failed window call is skipped (counted, logged) or fails the
 container. ``init()`` always fails: a task that could not initialise has nothing to go on with.
+
+Both errors carry their :meth:`~TaskProcessError.failure` (where and what was raised), so a container attempt
+that fails with one can record it and a retry failing the same way is recognised as deterministic
+(``job.container.failure.repeat.limit``).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import logging
 import time
 import traceback
 from dataclasses import dataclass
+from typing import Any
 
 from millstream.config.views import ProcessErrorMode
 from millstream.errors import MillstreamError
@@ -35,19 +40,51 @@ class TaskProcessError(MillstreamError):
     def __init__(self, task_name: TaskName, envelope: IncomingMessageEnvelope, error: BaseException) -> None:
         ssp = envelope.ssp
         self.task_name = task_name
+        self.ssp = ssp
         self.offset = envelope.offset
+        self.error_type = type(error).__name__
+        self.digest = _digest(error)
         super().__init__(
             f"task '{task_name}' failed processing offset {envelope.offset} of stream '{ssp.system}.{ssp.stream}' "
             f"partition {ssp.partition}: {type(error).__name__}: {error} (task.process.errors=fail; 'skip' or "
             f"'dead-letter' go on past such messages)\n{_traceback(error)}"
         )
 
+    def failure(self) -> dict[str, Any]:
+        """Where and what failed, without the message text: two attempts failing alike have equal ones."""
+        return {
+            "task": str(self.task_name),
+            "stream": f"{self.ssp.system}.{self.ssp.stream}",
+            "partition": self.ssp.partition,
+            "offset": self.offset,
+            "type": self.error_type,
+            "digest": self.digest,
+        }
+
 
 class TaskCallbackError(MillstreamError):
     """User code raised in ``init()`` or ``window()``."""
 
     def __init__(self, task_name: TaskName, callback: str, error: BaseException) -> None:
+        self.task_name = task_name
+        self.callback = callback
+        self.error_type = type(error).__name__
+        self.digest = _digest(error)
         super().__init__(f"task '{task_name}': {callback} raised {type(error).__name__}: {error}\n{_traceback(error)}")
+
+    def failure(self) -> dict[str, Any]:
+        """Where and what failed: a callback has no message, so no stream, partition or offset."""
+        return {
+            "task": str(self.task_name),
+            "callback": self.callback,
+            "type": self.error_type,
+            "digest": self.digest,
+        }
+
+
+UserCodeError = TaskProcessError | TaskCallbackError
+"""The failures of user code, the only ones that can be deterministic: millstream's own (a fenced write, a
+broker gone) depend on the world, and a retry may well succeed."""
 
 
 @dataclass

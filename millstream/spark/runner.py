@@ -4,6 +4,10 @@ Stopping is ours, not Spark's: cancelling a Spark job SIGKILLs the Python worker
 stop (Ctrl-C, SIGTERM, :meth:`SparkJobRunner.request_stop`) writes a stop signal to the metadata
 store; containers see it within a second, commit and return. Cancellation remains the last resort
 after ``job.coordinator.stop.timeout.ms``.
+
+A failure of user code that repeats at the same offset is deterministic (``job.container.failure.repeat.limit``):
+the failing container records it, and the driver stops the other containers and fails the job with its message
+instead of waiting for Spark to exhaust its retries.
 """
 
 from __future__ import annotations
@@ -85,6 +89,7 @@ class SparkJobRunner:
         launch.start()
         deadline: float | None = None
         restart: str | None = None
+        failure: str | None = None
         next_check = 0.0
         while launch.is_alive():
             launch.join(0.2)
@@ -94,13 +99,20 @@ class SparkJobRunner:
                 restart = coordination.restart_requested(self.store)
                 if restart is not None:
                     coordination.clear_restart(self.store)
-            if (self._stop.is_set() or restart is not None) and deadline is None:
+                failure = coordination.deterministic_failure(self.store, model.generation)
+                if failure is not None:
+                    log.error("a container failed the same way again; failing the job: %s", failure.splitlines()[0])
+            if (self._stop.is_set() or restart is not None or failure is not None) and deadline is None:
                 coordination.request_stop(self.store, model.generation)
                 deadline = now + JobConfig.of(self.config).stop_timeout_ms / 1000
             if deadline is not None and now > deadline:
                 log.warning("containers did not stop within the stop timeout; cancelling the Spark job")
                 sc.cancelJobGroup(group)
                 deadline = float("inf")
+        failure = failure or coordination.deterministic_failure(self.store, model.generation)
+        if failure is not None:  # the containers that stopped committed; the failed one's retries did not start
+            results = [ContainerResult(**orjson.loads(row)) for row in outcome.get("rows", [])]
+            return JobResult(model.generation, "failed", results, failure), None
         if "error" in outcome:
             coordination.request_stop(self.store, model.generation)  # let any surviving container commit
             return JobResult(model.generation, "failed", error=outcome["error"]), None
