@@ -211,6 +211,10 @@ class Container:
             raise DeterministicFailureError(
                 f"generation {self.generation} failed deterministically (job.container.failure.repeat.limit)"
             )
+        if (current := coordination.current_generation(self.store)) > self.generation:
+            # before taking an attempt: a late retry of an old generation must not fence the newer one's container
+            self.epoch = coordination.container_epoch(self.store, self.container_id)
+            raise SupersededError(f"generation {self.generation} was superseded by generation {current}")
         self.epoch = coordination.start_container_attempt(self.store, self.container_id)
         current = coordination.current_generation(self.store)
         if current > self.generation:
