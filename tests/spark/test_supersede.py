@@ -40,8 +40,11 @@ def test_a_spark_run_superseded_by_a_second_run_ends_superseded_and_the_second_l
     spark_run.join(120)
     assert not spark_run.is_alive(), "the superseded run did not end"
     assert first["result"].outcome == "superseded", first["result"].error
-    everything = lambda: set(output_origins(config)) == written or not thread.is_alive()  # noqa: E731
-    wait_until(everything, 120, "every input in the output")
+
+    def everything_or_ended() -> bool:
+        return set(output_origins(config)) == written or not thread.is_alive()
+
+    wait_until(everything_or_ended, 120, "every input in the output")
     assert thread.is_alive(), f"the second run ended early: {results}"  # a late retry of the first must not fence it
     second.request_stop()
     thread.join(60)
