@@ -25,7 +25,8 @@ from typing import Any
 
 from millstream.config.views import ProcessErrorMode
 from millstream.errors import MillstreamError
-from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream, TaskName
+from millstream.model import IncomingMessageEnvelope, SystemStream, TaskName
+from millstream.runtime.dead_letters import send_to_dead_letters
 from millstream.runtime.seams import ProducerLookup
 from millstream.serde.base import SerdeError
 
@@ -131,22 +132,14 @@ class ProcessErrorPolicy:
     def _dead_letter(self, task_name: TaskName, envelope: IncomingMessageEnvelope, error: Exception) -> None:
         if self.stream is None or self.producers is None:
             return
-        key, message = envelope.raw if envelope.raw is not None else (envelope.key, envelope.message)
-        ssp = envelope.ssp
-        headers = dict(envelope.headers or {})
-        headers.update(
-            {
-                "millstream.error.task": str(task_name).encode(),
-                "millstream.error.stream": f"{ssp.system}.{ssp.stream}".encode(),
-                "millstream.error.partition": str(ssp.partition).encode(),
-                "millstream.error.offset": str(envelope.offset).encode(),
-                "millstream.error.type": type(error).__name__.encode(),
-                "millstream.error.message": str(error).encode(),
-                "millstream.error.traceback.digest": _digest(error).encode(),
-            }
-        )
-        dead = OutgoingMessageEnvelope(self.stream, message, key, timestamp=envelope.timestamp, headers=headers)
-        self.producers.producer(self.stream.system).send(str(task_name), dead)
+        raw = envelope.raw if envelope.raw is not None else (envelope.key, envelope.message)
+        why = {
+            "task": str(task_name),
+            "type": type(error).__name__,
+            "message": str(error),
+            "traceback.digest": _digest(error),
+        }
+        send_to_dead_letters(self.producers, self.stream, str(task_name), envelope, raw, why)
         self.dead_lettered += 1
 
     def _warn(self, message: str, *args: object) -> None:

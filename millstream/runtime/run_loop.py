@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from millstream.errors import MillstreamError
-from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
+from millstream.model import SystemStream, SystemStreamPartition
+from millstream.runtime.dead_letters import send_to_dead_letters
 from millstream.runtime.drain import DrainMonitor
 from millstream.runtime.seams import Clock, ConsumerMultiplexer, ProducerLookup, SystemClock
 from millstream.runtime.task_instance import TaskInstance
@@ -236,19 +237,6 @@ class RunLoop:
         )
         if policy.stream is None:
             return
-        headers = dict(envelope.headers or {})
-        headers.update(
-            {
-                "millstream.error.stream": f"{ssp.system}.{ssp.stream}".encode(),
-                "millstream.error.partition": str(ssp.partition).encode(),
-                "millstream.error.offset": str(envelope.offset).encode(),
-                "millstream.error.reason": str(error).encode(),
-            }
-        )
         source = self.dispatch[ssp][0].task_name  # flushed with that task's output before its checkpoint
-        policy.producers.producer(policy.stream.system).send(
-            source,
-            OutgoingMessageEnvelope(
-                policy.stream, envelope.message, envelope.key, timestamp=envelope.timestamp, headers=headers
-            ),
-        )
+        raw = (envelope.key, envelope.message)  # a message that failed to decode still holds its bytes
+        send_to_dead_letters(policy.producers, policy.stream, source, envelope, raw, {"reason": str(error)})
