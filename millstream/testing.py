@@ -37,7 +37,7 @@ from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import metadata_store
 from millstream.metrics.server import metrics_endpoint
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
-from millstream.runtime.container import ContainerResult, run_container
+from millstream.runtime.container import Container, ContainerResult
 from millstream.serde.registry import SerdeRegistry
 from millstream.systems.base import StreamSpec
 from millstream.systems.registry import system_factory
@@ -85,7 +85,7 @@ class InProcessRunner:
 
         def container(container_id: str) -> None:
             try:
-                results[container_id] = run_container(self.config, model, container_id, stop_event=self._stop)
+                results[container_id] = Container(self.config, model, container_id, stop_event=self._stop).run()
             except BaseException as error:  # reported as the job's failure below
                 errors[container_id] = error
                 coordination.request_stop(store, model.generation)

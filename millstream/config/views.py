@@ -61,6 +61,16 @@ CommaList = Annotated[list[str], BeforeValidator(_split_list)]
 CheckpointVersions = Annotated[list[Literal[1, 2]], BeforeValidator(_split_int_list)]
 """Checkpoint versions, e.g. ``2,1``."""
 Bool = Annotated[bool, BeforeValidator(_parse_bool)]
+
+
+def config_flag(config: Config, key: str, default: bool = False) -> bool:
+    """A boolean key read outside its own view, spelled as the views accept it (true/yes/1/on)."""
+    value = _parse_bool(config.get(key, default))
+    if not isinstance(value, bool):
+        raise ConfigError(f"config key '{key}' must be true or false, got '{value}'")
+    return value
+
+
 OffsetDefault = Literal["oldest", "upcoming"]
 TrimmedOffsetPolicy = Literal["fail", "oldest", "upcoming"]
 ProcessErrorMode = Literal["fail", "skip", "dead-letter"]

@@ -38,7 +38,7 @@ from millstream.api.application import (
 from millstream.api.errors import ApplicationError
 from millstream.api.specs import InputSpec, JoinSpec, OperatorSpec, PartitionBySpec, SendToSpec
 from millstream.config import Config, JobConfig
-from millstream.config.views import AppConfig
+from millstream.config.views import AppConfig, config_flag
 from millstream.errors import ConfigError, StreamNotFoundError
 from millstream.model import SystemStream
 from millstream.plugins import load_object
@@ -430,7 +430,7 @@ def ensure_intermediate_streams(config: Config) -> dict[SystemStream, int]:
 
 def _creates_on_send(config: Config, stream: SystemStream) -> bool:
     """``systems.<s>.auto.create.streams``, the key the log and Kafka systems share."""
-    return config.get(f"systems.{stream.system}.auto.create.streams", "false").strip().lower() in ("true", "yes", "1")
+    return config_flag(config, f"systems.{stream.system}.auto.create.streams")
 
 
 def feeding_streams(graph: ApplicationGraph, spec: OperatorSpec) -> set[SystemStream]:

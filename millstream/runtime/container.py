@@ -5,7 +5,7 @@ zombie attempt left behind by a retried Spark task can never overwrite this atte
 An attempt that user code failed records the failure; when the same failure ends
 ``job.container.failure.repeat.limit`` attempts it is deterministic: the job fails with it, and the retries
 Spark still makes return at once instead of failing at the same offset again.
-The container runs without Spark: the Spark runner calls :func:`run_container` inside a Spark task,
+The container runs without Spark: the Spark runner runs a :class:`Container` inside a Spark task,
 the in-process runner calls it from a thread.
 """
 
@@ -104,19 +104,6 @@ def load_task_class(config: Config) -> type:
     if not (isinstance(task_class, type) and issubclass(task_class, StreamTask)):
         raise ConfigError(f"config key 'task.class': '{name}' is not a millstream.api.task.StreamTask subclass")
     return task_class
-
-
-def run_container(
-    config: Config,
-    job_model: JobModel,
-    container_id: str,
-    *,
-    stop_event: threading.Event | None = None,
-    executor: dict[str, Any] | None = None,
-    store: MetadataStore | None = None,
-) -> ContainerResult:
-    """Run container ``container_id`` of ``job_model`` until its inputs end or it is told to stop."""
-    return Container(config, job_model, container_id, stop_event=stop_event, executor=executor, store=store).run()
 
 
 @dataclass
@@ -424,7 +411,10 @@ class Container:
                 self.config, self.store, self.run_id, tasks, JobConfig.of(self.config).drain_poll_interval_ms
             ),
         )
-        skipped = {"dead_lettered": self._dead_lettered, "process_errors_skipped": self._process_errors_skipped}
+        skipped = {
+            "dead_lettered": lambda: self.dead_letters.dropped,
+            "process_errors_skipped": lambda: self.process_errors.skipped,
+        }
         self.metering.start(tasks, self.registered, skipped)
         self._report("running")
         log.info("container %s running %d task(s) over %d partition(s)", self.container_id, len(tasks), len(self.ssps))
@@ -484,12 +474,6 @@ class Container:
         """The result of an attempt that ended before it ran a task."""
         seconds = time.monotonic() - self._started
         return ContainerResult(self.container_id, self.generation, self.epoch, outcome, {}, 0, 0, seconds, 0.0)
-
-    def _dead_lettered(self) -> int:
-        return self.dead_letters.dropped
-
-    def _process_errors_skipped(self) -> int:
-        return self.process_errors.skipped
 
     def _hold(self, resource: _Resource) -> _Resource:
         """Keep ``resource`` until the container ends; releasing it fails quietly, so it never hides the

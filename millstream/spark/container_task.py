@@ -19,7 +19,7 @@ import orjson
 
 from millstream.config import Config
 from millstream.job_model import JobModel
-from millstream.runtime.container import run_container
+from millstream.runtime.container import Container
 
 
 def container_partition(
@@ -38,12 +38,8 @@ def container_partition(
         format=f"%(asctime)s %(levelname)s [container {index}] %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    result = run_container(
-        Config(config_items, config_source),
-        JobModel.from_bytes(model_bytes),
-        str(index),
-        executor=_executor_info(),
-    )
+    config = Config(config_items, config_source)
+    result = Container(config, JobModel.from_bytes(model_bytes), str(index), executor=_executor_info()).run()
     yield orjson.dumps(dataclasses.asdict(result))
 
 

@@ -16,7 +16,7 @@ from millstream.job_model import JobModel
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import metadata_store
-from millstream.runtime.container import run_container
+from millstream.runtime.container import Container
 from millstream.runtime.process_errors import TaskCallbackError, TaskProcessError
 from millstream.testing import InProcessRunner
 from tests.helpers import create_stream, fill, job_config, output_origins, seal
@@ -43,11 +43,11 @@ def test_the_second_identical_failure_is_deterministic_and_later_attempts_do_not
     model = published(config, store)
     for _ in range(2):
         with pytest.raises(TaskProcessError, match=r"failed processing offset 3 of stream 'log\.in' partition 0"):
-            run_container(config, model, "0", store=store)
+            Container(config, model, "0", store=store).run()
     failure = coordination.deterministic_failure(store, model.generation) or ""
     assert failure.startswith("millstream.runtime.process_errors.TaskProcessError: task 'Partition 0' failed")
     assert failure.endswith("ValueError: cannot handle 3")
-    retry = run_container(config, model, "0", store=store)
+    retry = Container(config, model, "0", store=store).run()
     assert retry.outcome == "failed" and retry.processed == {}
     assert coordination.container_epoch(store, "0") == 2
     record = coordination.container_failures(store)["0"]
@@ -61,7 +61,7 @@ def test_a_single_failure_is_not_deterministic(tmp_path):
     store = metadata_store(config)
     model = published(config, store)
     with pytest.raises(TaskProcessError):
-        run_container(config, model, "0", store=store)
+        Container(config, model, "0", store=store).run()
     assert coordination.deterministic_failure(store, model.generation) is None
     assert coordination.container_failures(store)["0"]["count"] == 1
 
@@ -72,7 +72,7 @@ def test_repeat_limit_0_never_finds_a_failure_deterministic(tmp_path):
     model = published(config, store)
     for _ in range(3):
         with pytest.raises(TaskProcessError):
-            run_container(config, model, "0", store=store)
+            Container(config, model, "0", store=store).run()
     assert coordination.deterministic_failure(store, model.generation) is None
     assert coordination.container_epoch(store, "0") == 3
 
@@ -82,7 +82,7 @@ def test_repeat_limit_1_makes_the_first_failure_fail_the_job(tmp_path):
     store = metadata_store(config)
     model = published(config, store)
     with pytest.raises(TaskProcessError):
-        run_container(config, model, "0", store=store)
+        Container(config, model, "0", store=store).run()
     assert coordination.deterministic_failure(store, model.generation) is not None
 
 
@@ -98,7 +98,7 @@ def test_a_repeating_window_failure_is_deterministic_too(tmp_path):
     model = published(config, store)
     for _ in range(2):
         with pytest.raises(TaskCallbackError, match="window broke"):
-            run_container(config, model, "0", store=store)
+            Container(config, model, "0", store=store).run()
     assert "RuntimeError: window broke" in (coordination.deterministic_failure(store, model.generation) or "")
 
 
@@ -108,7 +108,7 @@ def test_a_new_generation_with_fixed_code_processes_past_the_offset_that_failed(
     model = published(config, store)
     for _ in range(2):
         with pytest.raises(TaskProcessError):
-            run_container(config, model, "0", store=store)
+            Container(config, model, "0", store=store).run()
     fixed = config.with_overrides({"test.fail.values": ""})
     result = InProcessRunner(fixed).run(timeout=60)
     assert result.outcome == "finished", result.error
