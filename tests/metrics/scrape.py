@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import urllib.request
 from typing import Any
 
@@ -10,12 +9,6 @@ import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
 Series = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def fetch(port: int, path: str) -> tuple[int, str, bytes]:

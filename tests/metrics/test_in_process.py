@@ -12,8 +12,8 @@ from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.systems.registry import system_factory
 from millstream.testing import InProcessRunner
 from tests.helpers import create_stream, fill, job_config, seal
+from tests.integration.processes import free_port
 from tests.metrics.job_metrics import check_running_job
-from tests.metrics.scrape import free_port
 from tests.storage.harness import state_config
 
 SECRET = "s3cr3t-value-never-shown"

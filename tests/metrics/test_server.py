@@ -14,7 +14,8 @@ from millstream.metrics.registry import Registry
 from millstream.metrics.server import MetricsServer
 from millstream.metrics.snapshot import ContainerSnapshot, write_snapshot
 from tests.helpers import job_config
-from tests.metrics.scrape import fetch, free_port, scrape, status_json, total
+from tests.integration.processes import free_port
+from tests.metrics.scrape import fetch, scrape, status_json, total
 
 SECRET = "hunter2-very-secret"
 

@@ -9,8 +9,9 @@ import pytest
 from millstream.coordinator.job_result import JobResult
 from millstream.spark.runner import SparkJobRunner
 from tests.helpers import create_stream, fill, job_config
+from tests.integration.processes import free_port
 from tests.metrics.job_metrics import check_running_job
-from tests.metrics.scrape import fetch, free_port
+from tests.metrics.scrape import fetch
 
 pytestmark = pytest.mark.spark
 
