@@ -84,7 +84,8 @@ class ContainerResult:
     """Messages the container's adjunct data stores stored (never given to ``process``)."""
     bootstrap_seconds: float = 0.0
     skipped_process_errors: int = 0
-    """Messages ``task.process.errors`` skipped (``skip``) or set aside (``dead-letter``)."""
+    """Messages ``task.process.errors`` skipped (``skip``) or set aside (``dead-letter``), and window calls it
+    skipped."""
 
     @property
     def messages(self) -> int:

@@ -94,8 +94,7 @@ class ProcessErrorPolicy:
     stream: SystemStream | None = None
     producers: ProducerLookup | None = None
     skipped: int = 0
-    dead_lettered: int = 0
-    window_failures: int = 0
+    """Messages skipped or dead-lettered, and window calls skipped: what the policy let processing go past."""
     _last_warning: float = float("-inf")
 
     @property
@@ -126,7 +125,7 @@ class ProcessErrorPolicy:
             raise error
         if self.mode == "fail":
             raise TaskCallbackError(task_name, "window()", error) from error
-        self.window_failures += 1
+        self.skipped += 1
         self._warn("%s: window() raised %s: %s (skipped)", task_name, type(error).__name__, error)
 
     def _dead_letter(self, task_name: TaskName, envelope: IncomingMessageEnvelope, error: Exception) -> None:
@@ -140,7 +139,6 @@ class ProcessErrorPolicy:
             "traceback.digest": _digest(error),
         }
         send_to_dead_letters(self.producers, self.stream, str(task_name), envelope, raw, why)
-        self.dead_lettered += 1
 
     def _warn(self, message: str, *args: object) -> None:
         """At most one warning per interval: a policy that skips a flood must not flood the log too."""

@@ -84,3 +84,5 @@ def test_a_raising_window_follows_the_same_policy(tmp_path, mode, outcome):
     assert result.outcome == outcome
     if mode == "fail":
         assert re.search(r"task 'Partition \d': window\(\) raised RuntimeError: window broke", result.error or "")
+    else:
+        assert sum(container.skipped_process_errors for container in result.containers) > 0
