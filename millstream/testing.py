@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from millstream.config import Config
+from millstream.config import Config, JobConfig
 from millstream.config.views import parse_stream
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.job_result import JobResult, combined_outcome
@@ -32,6 +32,7 @@ from millstream.coordinator.signals import graceful_stop_on_signals
 from millstream.coordinator.status_document import status_document
 from millstream.errors import MillstreamError, StreamNotFoundError
 from millstream.job_model import JobModel
+from millstream.log_context import container_log_context
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import metadata_store
@@ -85,7 +86,8 @@ class InProcessRunner:
 
         def container(container_id: str) -> None:
             try:
-                results[container_id] = Container(self.config, model, container_id, stop_event=self._stop).run()
+                with container_log_context(JobConfig.of(self.config).name, container_id):
+                    results[container_id] = Container(self.config, model, container_id, stop_event=self._stop).run()
             except BaseException as error:  # reported as the job's failure below
                 errors[container_id] = error
                 coordination.request_stop(store, model.generation)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -139,3 +140,16 @@ class MeteredPassThrough(PassThrough, InitableTask):
         self.enriched.inc()
         if isinstance(envelope.message, int):
             self.last_value.set(envelope.message)
+
+
+class LoggingPassThrough(PassThrough):
+    """Pass-through that logs the first message of each partition at INFO: a line a task logs itself."""
+
+    def __init__(self) -> None:
+        self.seen: set[int] = set()
+
+    def process(self, envelope, collector, coordinator):
+        super().process(envelope, collector, coordinator)
+        if envelope.ssp.partition not in self.seen:
+            self.seen.add(envelope.ssp.partition)
+            logging.getLogger("tests.jobs").info("first message of partition %d", envelope.ssp.partition)

@@ -41,6 +41,7 @@ from millstream.checkpoint.purge import CommittedMessagePurger
 from millstream.config import Config
 from millstream.config.views import TaskConfig
 from millstream.errors import MillstreamError
+from millstream.log_context import in_task_log_context
 from millstream.metrics.registry import NOOP_METRICS, MetricsRegistry
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition, TaskName
 from millstream.runtime.process_errors import ProcessErrorPolicy, TaskCallbackError
@@ -229,6 +230,7 @@ class TaskInstance:
         self.meters = meters
         """The task's runtime metrics; None when metrics are off, so the hot path checks one local."""
 
+    @in_task_log_context
     def init(self) -> None:
         if isinstance(self.task, InitableTask):
             try:
@@ -238,6 +240,7 @@ class TaskInstance:
             except Exception as error:  # no policy can go on without the task: fail naming it
                 raise TaskCallbackError(self.task_name, "init()", error) from error
 
+    @in_task_log_context
     def process(
         self, ssp: SystemStreamPartition, batch: list[IncomingMessageEnvelope], deadline: float = float("inf")
     ) -> int:
@@ -278,6 +281,7 @@ class TaskInstance:
         self.processed += count
         return skipped + count
 
+    @in_task_log_context
     def window(self) -> None:
         if self._windowable and not self.finished:
             try:
@@ -321,6 +325,7 @@ class TaskInstance:
         self.commit()
         self.finished = True
 
+    @in_task_log_context
     def commit(self) -> None:
         """Flush this task's output, snapshot its stores, then (asynchronously when it has backups)
         upload them, checkpoint the offsets it processed and clean up; only when the offsets moved
@@ -484,6 +489,7 @@ class TaskInstance:
         self._wait_for_commit()
         self._raise_commit_failure(tolerate=False)
 
+    @in_task_log_context
     def close(self) -> None:
         if isinstance(self.task, ClosableTask):
             self.task.close()
