@@ -30,6 +30,8 @@ class PartitionLag:
     upcoming: str | None
     lag: int | None
     """Messages between the checkpoint and the end of the partition; None when offsets are not numeric."""
+    sealed: bool = False
+    """The partition is complete (a sealed log stream): a job reading it ends at its end."""
 
 
 @dataclass(frozen=True)
@@ -68,33 +70,48 @@ def job_status(config: Config) -> JobStatus:
         }
         if model is None:
             return status
-        manager = checkpoint_manager(config, store, None)
-        manager.start()
-        checkpoints = manager.read_all()
-        manager.stop()
-        ssps = {ssp for task in model.tasks.values() for ssp in task.ssps}
-        metadata = {}
-        for system in sorted({ssp.system for ssp in ssps}):
-            admin = system_factory(config, system).get_admin(system, config)
-            admin.start()
-            try:
-                metadata.update(admin.get_ssp_metadata(ssp for ssp in ssps if ssp.system == system))
-            finally:
-                admin.stop()
-        adjunct = set(adjunct_streams(config))
-        for task_name in sorted(model.tasks, key=lambda n: n.sort_key()):
-            checkpoint = checkpoints.get(task_name)
-            for ssp in sorted(model.tasks[task_name].ssps):
-                if ssp.system_stream in adjunct:
-                    continue
-                offset = checkpoint.offsets.get(ssp) if checkpoint else None
-                info = metadata.get(ssp)
-                upcoming = info.upcoming_offset if info else None
-                status.lag.append(PartitionLag(str(task_name), ssp, offset, upcoming, _lag(offset, upcoming, info)))
+        status.lag, metadata = _partition_lags(config, store, model)
         status.adjunct = _adjunct_positions(store, metadata)
         return status
     finally:
         store.close()
+
+
+def partition_lags(config: Config, model: JobModel) -> list[PartitionLag]:
+    """Per partition of ``model`` (published or only planned), its checkpoint and what is left to read."""
+    with metadata_store(config) as store:
+        return _partition_lags(config, store, model)[0]
+
+
+def _partition_lags(
+    config: Config, store: MetadataStore, model: JobModel
+) -> tuple[list[PartitionLag], dict[SystemStreamPartition, Any]]:
+    manager = checkpoint_manager(config, store, None)
+    manager.start()
+    checkpoints = manager.read_all()
+    manager.stop()
+    ssps = {ssp for task in model.tasks.values() for ssp in task.ssps}
+    metadata = {}
+    for system in sorted({ssp.system for ssp in ssps}):
+        admin = system_factory(config, system).get_admin(system, config)
+        admin.start()
+        try:
+            metadata.update(admin.get_ssp_metadata(ssp for ssp in ssps if ssp.system == system))
+        finally:
+            admin.stop()
+    adjunct = set(adjunct_streams(config))
+    lags = []
+    for task_name in sorted(model.tasks, key=lambda n: n.sort_key()):
+        checkpoint = checkpoints.get(task_name)
+        for ssp in sorted(model.tasks[task_name].ssps):
+            if ssp.system_stream in adjunct:
+                continue
+            offset = checkpoint.offsets.get(ssp) if checkpoint else None
+            info = metadata.get(ssp)
+            upcoming = info.upcoming_offset if info else None
+            sealed = bool(info and info.sealed)
+            lags.append(PartitionLag(str(task_name), ssp, offset, upcoming, _lag(offset, upcoming, info), sealed))
+    return lags, metadata
 
 
 def _adjunct_positions(store: MetadataStore, metadata: dict[SystemStreamPartition, Any]) -> list[AdjunctPosition]:

@@ -29,6 +29,11 @@ _CONTAINER_FIELDS = (
     "executor_pid",
     "spark_attempt",
 )
+_EXECUTOR_FIELDS = ("executor_pid", "worker_pid", "stage", "partition", "spark_attempt", "task_attempt_id")
+"""Where a Spark runner's container runs; absent for the in-process runner, whose containers are threads."""
+_PROGRESS = ("restore", "bootstrap")
+"""Series whose name has one of these words are a container's start-up progress (stores, adjunct stores)."""
+_FAILURES = ("dead_lettered", "process_errors_skipped", "commit_failures_skipped", "commits_timed_out")
 
 
 def status_document(config: Config) -> dict[str, Any]:
@@ -41,6 +46,7 @@ def status_document(config: Config) -> dict[str, Any]:
     document = {
         "job": {"name": job.name, "id": job.id},
         "generation": status.generation,
+        "model": _model(status),
         "containers": _containers(status, snapshots),
         "partitions": _partitions(status, snapshots),
         "adjunct": [
@@ -55,9 +61,27 @@ def status_document(config: Config) -> dict[str, Any]:
             ],
             "failures": status.startpoint_failures,
         },
-        "watermarks": None,
+        "watermarks": _watermarks(snapshots),
     }
     return orjson.loads(mask_secrets(orjson.dumps(document).decode(), config))
+
+
+def _model(status: JobStatus) -> dict[str, Any] | None:
+    """The published job model: which container runs which tasks over which partitions."""
+    if status.model is None:
+        return None
+    return {
+        "generation": status.model.generation,
+        "containers": {
+            cid: {
+                "tasks": {
+                    str(name): sorted(ssp.key() for ssp in container.tasks[name].ssps)
+                    for name in sorted(container.tasks, key=lambda n: n.sort_key())
+                }
+            }
+            for cid, container in sorted(status.model.containers.items(), key=lambda item: int(item[0]))
+        },
+    }
 
 
 def _containers(status: JobStatus, snapshots: list[ContainerSnapshot]) -> dict[str, dict[str, Any]]:
@@ -65,11 +89,56 @@ def _containers(status: JobStatus, snapshots: list[ContainerSnapshot]) -> dict[s
     containers: dict[str, dict[str, Any]] = {}
     for container_id, record in sorted(status.containers.items()):
         shown = {key: record[key] for key in _CONTAINER_FIELDS if key in record}
+        executor = {key: record[key] for key in _EXECUTOR_FIELDS if key in record}
+        if executor:
+            shown["executor"] = executor
         snapshot = reported.get(container_id)
         if snapshot is not None:
-            shown["metrics_written_ms"] = snapshot.written_ms
+            shown.update(_live(snapshot))
         containers[container_id] = shown
     return containers
+
+
+def _live(snapshot: ContainerSnapshot) -> dict[str, Any]:
+    """A container's figures from its last snapshot: per task, progress of its start-up, failures so far."""
+    tasks: dict[str, dict[str, Any]] = {}
+    progress = []
+    failures: dict[str, float] = {}
+    for sample in snapshot.samples:
+        labels = dict(sample.labels)
+        task = labels.get("task")
+        if any(word in sample.name for word in _PROGRESS):
+            progress.append({"name": sample.name, "labels": labels, "value": sample.value, "count": sample.count})
+        elif sample.name in _FAILURES:
+            failures[sample.name] = failures.get(sample.name, 0) + sample.value
+        if task is None:
+            continue
+        figures = tasks.setdefault(task, {"processed": 0, "lag": None, "commits": 0})
+        if sample.name == "processed":
+            figures["processed"] += int(sample.value)
+        elif sample.name == "lag":
+            figures["lag"] = int(sample.value) + (figures["lag"] or 0)
+        elif sample.name == "commits":
+            figures["commits"] = int(sample.value)
+        elif sample.name == "commit" and sample.kind == "timer" and sample.count:
+            figures["commit_seconds"] = {"count": sample.count, "mean": sample.value / sample.count, "max": sample.max}
+    return {
+        "metrics_written_ms": snapshot.written_ms,
+        "processed": sum(t["processed"] for t in tasks.values()),
+        "tasks": tasks,
+        "progress": progress,
+        "failures": failures,
+    }
+
+
+def _watermarks(snapshots: list[ContainerSnapshot]) -> list[dict[str, Any]]:
+    """Every watermark series the containers report (per input partition or operator), as of their snapshot."""
+    return [
+        {"container": snapshot.container_id, "name": sample.name, "labels": dict(sample.labels), "value": sample.value}
+        for snapshot in snapshots
+        for sample in snapshot.samples
+        if "watermark" in sample.name
+    ]
 
 
 def _partitions(status: JobStatus, snapshots: list[ContainerSnapshot]) -> list[dict[str, Any]]:
