@@ -17,9 +17,12 @@ from typing import Any
 
 import orjson
 
-from millstream.config import Config
+from millstream.config import Config, JobConfig
 from millstream.job_model import JobModel
+from millstream.log_context import configure_logging
 from millstream.runtime.container import Container
+
+log = logging.getLogger(__name__)
 
 
 def container_partition(
@@ -27,19 +30,29 @@ def container_partition(
     config_source: str | None,
     model_bytes: bytes,
     python_paths: Sequence[str],
+    log_level: str,
     index: int,
     _rows: Iterator[Any],
 ) -> Iterator[bytes]:
+    """Run container ``index`` (the Spark partition index is the container id) and yield its result.
+
+    ``log_level`` is the driver's choice (``millstream run`` without ``-v``: warnings only), passed along
+    because an executor on a cluster does not share the driver's environment."""
     for path in reversed(python_paths):
         if path not in sys.path and os.path.isdir(path):
             sys.path.insert(0, path)
-    logging.basicConfig(
-        level=os.environ.get("MILLSTREAM_LOG_LEVEL", "INFO"),
-        format=f"%(asctime)s %(levelname)s [container {index}] %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
     config = Config(config_items, config_source)
-    result = Container(config, JobModel.from_bytes(model_bytes), str(index), executor=_executor_info()).run()
+    configure_logging(log_level, job=JobConfig.of(config).name, container=str(index))
+    executor = _executor_info()
+    log.info(
+        "container %s runs as Spark task %s (stage %s, partition %s, attempt %s)",
+        index,
+        executor.get("task_attempt_id", "-"),
+        executor.get("stage", "-"),
+        executor.get("partition", "-"),
+        executor.get("spark_attempt", "-"),
+    )
+    result = Container(config, JobModel.from_bytes(model_bytes), str(index), executor=executor).run()
     yield orjson.dumps(dataclasses.asdict(result))
 
 

@@ -125,14 +125,31 @@ class SparkJobRunner:
 
     def _launch(self, spark: SparkSession, model: bytes, count: int, group: str, outcome: dict[str, Any]) -> None:
         sc = spark.sparkContext
-        sc.setJobGroup(group, f"millstream job {group}", interruptOnCancel=True)
+        generation = JobModel.from_bytes(model).generation
+        sc.setJobGroup(group, job_description(self.config, generation, count), interruptOnCancel=True)
         task = functools.partial(
-            container_partition, self.config.to_dict(), self.config.source, model, _python_paths(self.config)
+            container_partition,
+            self.config.to_dict(),
+            self.config.source,
+            model,
+            _python_paths(self.config),
+            os.environ.get("MILLSTREAM_LOG_LEVEL", "INFO"),
         )
+        containers = sc.parallelize(range(count), count).setName(f"millstream containers 0-{count - 1}")
         try:
-            outcome["rows"] = sc.parallelize(range(count), count).mapPartitionsWithIndex(task).collect()
+            outcome["rows"] = containers.mapPartitionsWithIndex(task).collect()
         except Exception as error:
             outcome["error"] = spark_failure_cause(error)
+
+
+def job_description(config: Config, generation: int, containers: int) -> str:
+    """What the Spark UI shows for the job: its name, generation and containers; task ``i`` of its one
+    stage (partition ``i``) is container ``i``."""
+    plural = "" if containers == 1 else "s"
+    return (
+        f"millstream job {JobConfig.of(config).name} generation {generation}: {containers} container{plural} "
+        f"(Spark partition i runs container i)"
+    )
 
 
 def _python_paths(config: Config) -> list[str]:
