@@ -7,7 +7,7 @@ running, 2 the job could not start (bad config, missing stream, unknown factory)
 
 from __future__ import annotations
 
-import logging
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -24,9 +24,11 @@ from millstream.cli.drain import drain
 from millstream.cli.plan import plan
 from millstream.cli.startpoint import startpoint_app
 from millstream.cli.version import root
-from millstream.config import Config, parse_override
+from millstream.config import Config, JobConfig, parse_override
 from millstream.config.views import parse_stream
 from millstream.errors import ConfigError, MillstreamError
+from millstream.job_model import JobModel
+from millstream.log_context import configure_logging
 from millstream.model import SystemStream
 from millstream.systems.base import StreamSpec, SystemAdmin
 from millstream.systems.registry import system_factory
@@ -63,12 +65,15 @@ def main() -> None:
         sys.exit(failed(error).exit_code)
 
 
-def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+def _setup_logging(verbose: bool, config: Config) -> None:
+    """The driver logs warnings (``-v``: INFO) in the documented format; so do the containers, which read
+    ``MILLSTREAM_LOG_LEVEL``: without ``-v`` their INFO lines stay out of the progress line."""
+    level = "INFO" if verbose else "WARNING"
+    if verbose:
+        os.environ["MILLSTREAM_LOG_LEVEL"] = level
+    else:
+        os.environ.setdefault("MILLSTREAM_LOG_LEVEL", level)
+    configure_logging(level, job=JobConfig.of(config).name)
 
 
 @app.command()
@@ -77,27 +82,33 @@ def run(
     overrides: Overrides = None,
     master: Annotated[str | None, typer.Option(help="Spark master URL; default local[containers + 1]")] = None,
     in_process: Annotated[bool, typer.Option("--in-process", help="Run containers as threads, without Spark")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log INFO lines, the containers' too")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line while the job runs")] = False,
     stage: Annotated[int | None, typer.Option(help="Run only this stage of the application (app.stage)")] = None,
 ) -> None:
     """Run a job until its inputs end (bounded), until Ctrl-C / SIGTERM (containers commit first), or until
-    `millstream job drain` drains it (outcome `drained`, exit 0)."""
-    _setup_logging(verbose)
+    `millstream job drain` drains it (outcome `drained`, exit 0). A progress line shows what it processed."""
+    from millstream.cli.progress import run_progress
+
     cfg = load(config, [*(overrides or []), *([f"app.stage={stage}"] if stage is not None else [])])
-    if in_process:
-        from millstream.testing import InProcessRunner
+    _setup_logging(verbose, cfg)
+    model = guarded(lambda: _preflight(cfg))  # a missing stream or task class fails before the JVM starts
+    with run_progress(cfg, model, err, quiet) as progress:
+        if in_process:
+            from millstream.testing import InProcessRunner
 
-        runner = InProcessRunner(cfg)
-        try:
-            result = guarded(lambda: runner.run(handle_signals=True))
-        except KeyboardInterrupt:  # a second signal: stop without waiting for the commit
-            runner.request_stop()
-            raise typer.Exit(130) from None
-    else:
-        from millstream.spark.runner import SparkJobRunner
+            runner = InProcessRunner(cfg)
+            try:
+                result = guarded(lambda: runner.run(handle_signals=True))
+            except KeyboardInterrupt:  # a second signal: stop without waiting for the commit
+                runner.request_stop()
+                raise typer.Exit(130) from None
+        else:
+            from millstream.spark.runner import SparkJobRunner
 
-        guarded(lambda: _preflight(cfg))  # a missing stream or task class fails before the JVM starts
-        result = guarded(lambda: SparkJobRunner(cfg, master=master).run(handle_signals=True))
+            result = guarded(lambda: SparkJobRunner(cfg, master=master).run(handle_signals=True))
+        if progress is not None:
+            progress.finish(result)
     if result.outcome == "failed":
         err.print(f"[bold red]job failed:[/] {result.error}", highlight=False)
         raise typer.Exit(1)
@@ -126,15 +137,16 @@ def run(
     out.print(table)
 
 
-def _preflight(cfg: Config) -> None:
+def _preflight(cfg: Config) -> JobModel:
     """Plan the job without publishing it: input streams, task class and systems are checked in
-    well under a second, where the Spark runner would only find out after starting Spark's JVM."""
+    well under a second, where the Spark runner would only find out after starting Spark's JVM.
+    The plan also tells the progress line which partitions the job reads."""
     from millstream.coordinator.job_coordinator import JobCoordinator
     from millstream.metadata.factory import metadata_store
 
     store = metadata_store(cfg)
     try:
-        JobCoordinator(cfg, store).plan()
+        return JobCoordinator(cfg, store).plan().model
     finally:
         store.close()
 
@@ -356,11 +368,22 @@ def checkpoint_show(config: ConfigPath, overrides: Overrides = None) -> None:
 
 
 @job_app.command("status")
-def job_status(config: ConfigPath, overrides: Overrides = None) -> None:
+def job_status(
+    config: ConfigPath,
+    overrides: Overrides = None,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="Redraw live until Ctrl-C")] = False,
+    interval: Annotated[float, typer.Option(help="--watch: seconds between redraws", min=0.2)] = 2.0,
+) -> None:
     """Job model, generation, container states and lag per partition (upcoming - next to process)."""
     from millstream.coordinator.status import job_status as compute_status
 
     cfg = load(config, overrides)
+    if watch:
+        from millstream.cli.live import watch as watch_live
+        from millstream.coordinator.status_document import status_document
+
+        watch_live(lambda: guarded(lambda: status_document(cfg)), interval)
+        return
     status = guarded(lambda: compute_status(cfg))
     if status.model is None:
         out.print("the job has never run (no job model)")

@@ -355,6 +355,7 @@ def test_in_process_run_of_a_bounded_job_exits_0_then_checkpoint_show_and_job_st
     result = millstream("run", path, "--in-process")
     assert result.returncode == 0, result.stderr
     assert "generation 1: finished" in result.stdout
+    assert result.stderr.splitlines()[-1].startswith("job cli-test ") and "100/100 messages" in result.stderr
     assert set(output_origins(config)) == written and len(output_origins(config)) == 100
 
     checkpoints = millstream("checkpoint", "show", path)
@@ -373,12 +374,23 @@ def test_in_process_run_of_a_bounded_job_exits_0_then_checkpoint_show_and_job_st
     ]
 
 
+def test_run_quiet_prints_no_progress_line_only_the_container_table(tmp_path):
+    path, _, _ = bounded_input(tmp_path, per_partition=10)
+    result = millstream("run", path, "--in-process", "--quiet")
+    assert result.returncode == 0, result.stderr
+    assert "generation 1: finished" in result.stdout
+    assert result.stderr == ""
+
+
 @pytest.mark.spark
 def test_spark_run_of_a_bounded_two_partition_job_exits_0_and_prints_the_container_table(tmp_path):
     path, config, written = bounded_input(tmp_path, {"job.container.count": 2, **SPARK}, per_partition=200)
     result = millstream("run", path)  # default master: local[containers + headroom]
     assert result.returncode == 0, result.stderr
     assert "job cli-test generation 1: finished" in result.stdout
+    progress = [line for line in result.stderr.splitlines() if line.startswith("job cli-test ")]
+    assert len(progress) == 1 and "400/400 messages" in progress[0] and "finished" in progress[0], result.stderr
+    assert " INFO [" not in result.stderr  # without -v the containers' INFO lines stay out of the progress line
     rows = table_rows(result.stdout)  # container, tasks, messages, commits, seconds, pid
     assert [row[:3] for row in rows] == [["0", "1", "200"], ["1", "1", "200"]]
     assert all(int(row[5]) != 0 for row in rows)
@@ -391,9 +403,12 @@ def test_no_secret_reaches_spark_event_logs_verbose_logs_or_job_status(tmp_path)
     events = tmp_path / "spark-events"
     events.mkdir()
     spark = {**SPARK, "spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri()}
-    path, _, _ = bounded_input(tmp_path, spark, per_partition=20)
+    path, _, _ = bounded_input(tmp_path, {**spark, "task.class": "tests.jobs:LoggingPassThrough"}, per_partition=20)
     ran = millstream("run", path, "--verbose")  # millstream() fails the test if a secret is in the output
     assert ran.returncode == 0, ran.stderr
+    # the documented format: a container's lines name the job, the container and the task that logged them
+    assert "INFO [cli-test 0 Partition 1] tests.jobs: first message of partition 1" in ran.stderr
+    assert "INFO [cli-test 0 -] millstream.spark.container_task: container 0 runs as Spark task" in ran.stderr
     assert millstream("job", "status", path).returncode == 0
     logs = [f for f in events.rglob("*") if f.is_file()]
     assert logs, "Spark wrote no event log"

@@ -1,0 +1,141 @@
+"""The line ``millstream run`` keeps up to date while the job runs: messages processed, rate, elapsed time.
+
+When every input partition is sealed (a bounded input) the total is known before the job starts — what
+lies between each partition's checkpoint and its end — and the line is a progress bar of processed of that
+total. Otherwise it counts. The count comes from the containers' metrics snapshots when metrics are on
+(every ``metrics.snapshot.interval.ms``), else from their checkpoints (every commit); the last figure is
+the containers' own result, so a finished job's line is exact either way.
+
+It draws on stderr; on a terminal rich keeps it below any log line, elsewhere (a pipe, a file) only the
+final line is written.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from millstream.config import Config, JobConfig
+from millstream.coordinator.job_result import JobResult
+from millstream.coordinator.status import PartitionLag, partition_lags
+from millstream.job_model import JobModel
+from millstream.metadata import coordination
+from millstream.metadata.factory import metadata_store
+from millstream.metrics.reporters import total
+from millstream.metrics.snapshot import current_snapshots
+from millstream.model import SystemStreamPartition
+
+_POLL_SECONDS = 0.5
+_CHECKPOINT_POLL_SECONDS = 2.0
+
+
+def _next_offsets(lags: list[PartitionLag]) -> dict[SystemStreamPartition, int]:
+    """Per partition with numeric offsets, the next offset its task reads when the run starts."""
+    starts = {}
+    for lag in lags:
+        try:
+            if lag.checkpointed is not None:
+                starts[lag.ssp] = int(lag.checkpointed) + 1
+            elif lag.upcoming is not None and lag.lag is not None:
+                starts[lag.ssp] = int(lag.upcoming) - lag.lag
+        except ValueError:
+            continue
+    return starts
+
+
+class RunProgress:
+    """Polls the metadata store on a thread of its own and redraws the line; :meth:`finish` ends it."""
+
+    def __init__(self, config: Config, model: JobModel, console: Console) -> None:
+        self.config = config
+        self.model = model
+        lags = partition_lags(config, model)
+        bounded = bool(lags) and all(lag.sealed for lag in lags)
+        self.total = sum(lag.lag or 0 for lag in lags) if bounded else None
+        self._starts = _next_offsets(lags)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, name="millstream-progress", daemon=True)
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("messages  {task.fields[rate]}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
+        name = JobConfig.of(config).name
+        self._task: TaskID = self._progress.add_task(f"job {name}", total=self.total, rate="")
+        self._last: tuple[float, float] | None = None
+
+    def start(self) -> RunProgress:
+        self._progress.start()
+        self._thread.start()
+        return self
+
+    def update(self, processed: float) -> None:
+        now = time.monotonic()
+        rate = ""
+        if self._last is not None and now > self._last[0]:
+            rate = f"{max(0.0, processed - self._last[1]) / (now - self._last[0]):,.0f} msg/s"
+        self._last = (now, processed)
+        self._progress.update(self._task, completed=processed, rate=rate)
+
+    def finish(self, result: JobResult | None) -> None:
+        """Stop polling; the last line shows what the containers report they processed. Without a result
+        (the run raised: its error is the message that matters) the line goes away. Idempotent."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join()
+        if result is not None:
+            processed = sum(container.messages for container in result.containers)
+            self._progress.update(self._task, completed=processed, rate=result.outcome)
+        else:
+            self._progress.live.transient = True
+        self._progress.stop()
+
+    def _poll(self) -> None:
+        with metadata_store(self.config) as store:
+            first = coordination.current_generation(store)
+            checked = 0.0
+            while not self._stop.wait(_POLL_SECONDS):
+                generation = coordination.current_generation(store)
+                if generation <= first and first > 0:
+                    continue  # the job has not published its generation yet: earlier snapshots are stale
+                snapshots = current_snapshots(store, generation)
+                if snapshots:
+                    self.update(sum(total(snapshot.samples, "processed") for snapshot in snapshots))
+                elif time.monotonic() - checked >= _CHECKPOINT_POLL_SECONDS:
+                    checked = time.monotonic()
+                    self.update(self._checkpointed())
+
+    def _checkpointed(self) -> float:
+        processed = 0
+        for lag in partition_lags(self.config, self.model):
+            start = self._starts.get(lag.ssp)
+            try:
+                if start is not None and lag.checkpointed is not None:
+                    processed += max(0, int(lag.checkpointed) + 1 - start)
+            except ValueError:
+                continue
+        return processed
+
+
+@contextmanager
+def run_progress(config: Config, model: JobModel | None, console: Console, quiet: bool) -> Iterator[RunProgress | None]:
+    """The progress line while the block runs (None with ``quiet``); the block calls ``finish`` with
+    the result, and the line is closed either way."""
+    if quiet or model is None:
+        yield None
+        return
+    progress = RunProgress(config, model, console).start()
+    try:
+        yield progress
+    finally:
+        progress.finish(None)
