@@ -59,10 +59,23 @@ def configure_logging(level: int | str, *, job: str | None = None, container: st
         _process_wide["job"] = job
     if container is not None:
         _process_wide["container"] = container
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
     handler.addFilter(LogContextFilter())
     logging.basicConfig(level=level, handlers=[handler], force=True)
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at the time: while ``millstream run`` draws its progress line,
+    rich puts a proxy there that prints each log line above the line instead of through it."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
 
 
 @contextmanager

@@ -12,13 +12,22 @@ final line is written.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from millstream.config import Config, JobConfig
 from millstream.coordinator.job_result import JobResult
@@ -29,6 +38,8 @@ from millstream.metadata.factory import metadata_store
 from millstream.metrics.reporters import total
 from millstream.metrics.snapshot import current_snapshots
 from millstream.model import SystemStreamPartition
+
+log = logging.getLogger(__name__)
 
 _POLL_SECONDS = 0.5
 _CHECKPOINT_POLL_SECONDS = 2.0
@@ -60,10 +71,12 @@ class RunProgress:
         self._starts = _next_offsets(lags)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, name="millstream-progress", daemon=True)
+        counted: tuple[ProgressColumn, ...] = (
+            (BarColumn(), MofNCompleteColumn()) if bounded else (TextColumn("{task.completed:.0f}"),)
+        )
         self._progress = Progress(
             TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
+            *counted,
             TextColumn("messages  {task.fields[rate]}"),
             TimeElapsedColumn(),
             console=console,
@@ -101,6 +114,12 @@ class RunProgress:
         self._progress.stop()
 
     def _poll(self) -> None:
+        try:
+            self._follow()
+        except Exception as error:  # the line is informational: the job goes on, the final figure still comes
+            log.warning("progress line stopped following the job: %s: %s", type(error).__name__, error)
+
+    def _follow(self) -> None:
         with metadata_store(self.config) as store:
             first = coordination.current_generation(store)
             checked = 0.0
