@@ -9,16 +9,16 @@ record, so the same :data:`LOG_FORMAT` reads the same in-process and on Spark::
     2026-11-25 10:41:07,123 INFO [wordcount 0 Partition 3] millstream.runtime.container: ...
 
 A field that does not apply is ``-`` (the driver has no container, a container's own phases no task).
-Context variables keep the fields per thread: containers of the in-process runner are threads of one
-process. A Spark worker runs one container, so the container is also set process-wide there
-(``process_wide``): its helper threads (commit uploads, metrics) then carry it too.
+The fields are kept per thread: containers of the in-process runner are threads of one process. A Spark
+worker runs one container, so there the job and container are also the process-wide defaults
+(:func:`configure_logging`): its helper threads (commit uploads, metrics) then carry them too.
 """
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import wraps
@@ -29,9 +29,19 @@ LOG_FORMAT = "%(asctime)s %(levelname)s [%(job)s %(container)s %(task)s] %(name)
 
 UNSET = "-"
 
-_job: contextvars.ContextVar[str | None] = contextvars.ContextVar("millstream_job", default=None)
-_container: contextvars.ContextVar[str | None] = contextvars.ContextVar("millstream_container", default=None)
-_task: contextvars.ContextVar[str | None] = contextvars.ContextVar("millstream_task", default=None)
+_FIELDS = ("job", "container", "task")
+
+
+class _ThreadFields(threading.local):
+    """The fields of the current thread; a task instance sets ``task`` once per batch, so this is a plain
+    attribute write (a context variable's set and reset cost several times more)."""
+
+    job: str | None = None
+    container: str | None = None
+    task: str | None = None
+
+
+_current = _ThreadFields()
 _process_wide: dict[str, str] = {}
 
 P = ParamSpec("P")
@@ -46,9 +56,9 @@ class LogContextFilter(logging.Filter):
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        for name, variable in (("job", _job), ("container", _container), ("task", _task)):
+        for name in _FIELDS:
             if not hasattr(record, name):
-                setattr(record, name, variable.get() or _process_wide.get(name, UNSET))
+                setattr(record, name, getattr(_current, name) or _process_wide.get(name, UNSET))
         return True
 
 
@@ -81,23 +91,22 @@ class _StderrHandler(logging.StreamHandler):
 @contextmanager
 def container_log_context(job: str, container: str) -> Iterator[None]:
     """Lines logged by this thread inside the block name ``job`` and ``container``."""
-    job_token = _job.set(job)
-    container_token = _container.set(container)
+    previous = _current.job, _current.container
+    _current.job, _current.container = job, container
     try:
         yield
     finally:
-        _container.reset(container_token)
-        _job.reset(job_token)
+        _current.job, _current.container = previous
 
 
 @contextmanager
 def task_log_context(task: str) -> Iterator[None]:
     """Lines logged by this thread inside the block name ``task``."""
-    token = _task.set(task)
+    previous, _current.task = _current.task, task
     try:
         yield
     finally:
-        _task.reset(token)
+        _current.task = previous
 
 
 class _NamedTask(Protocol):
@@ -112,10 +121,11 @@ def in_task_log_context(method: Callable[Concatenate[_Owner, P], R]) -> Callable
 
     @wraps(method)
     def logged(self: _Owner, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        token = _task.set(str(self.task_name))
+        fields = _current
+        previous, fields.task = fields.task, self.task_name
         try:
             return method(self, *args, **kwargs)
         finally:
-            _task.reset(token)
+            fields.task = previous
 
     return logged
