@@ -82,3 +82,42 @@ def test_with_metrics_off_the_watch_view_shows_checkpoints_and_dashes_for_live_f
         ["Partition 0", "log.in.0", "39", "40", "-", "0"],
         ["Partition 1", "log.in.1", "39", "40", "-", "0"],
     ]
+
+
+def test_the_watch_view_shows_start_up_progress_watermarks_and_failures_when_the_document_has_them() -> None:
+    document = {
+        "job": {"name": "clicks", "id": "1"},
+        "generation": 4,
+        "model": {"generation": 4, "containers": {"0": {"tasks": {"Partition 0": ["log.in.0"]}}}},
+        "containers": {
+            "0": {
+                "state": "failed",
+                "attempt": 2,
+                "error": "TaskProcessError: boom at log.in.0 offset 17",
+                "executor": {"task_attempt_id": 9, "partition": 0, "spark_attempt": 1},
+                "pid": 42,
+                "tasks": {"Partition 0": {"processed": 17, "lag": 3, "commits": 2}},
+                "progress": [{"name": "store_restore_bytes", "labels": {"store": "counts"}, "value": 1200.0}],
+                "failures": {"dead_lettered": 2.0, "process_errors_skipped": 0.0},
+            }
+        },
+        "partitions": [],
+        "startpoints": {"pending": [], "failures": {"Partition 0": {"log.in.0": "offset 99 is past the end"}}},
+        "watermarks": [{"container": "0", "name": "watermark", "labels": {"partition": "0"}, "value": 5000.0}],
+    }
+    text = _text(LiveView(), document)
+
+    assert "job clicks generation 4: 1 container(s), 1 task(s)" in text
+    assert _section(text, "containers", "tasks")[0][:4] == [
+        "0",
+        "failed",
+        "2",
+        "Spark task 9 (partition 0, attempt 1) pid 42",
+    ]
+    assert _section(text, "restore and bootstrap", "watermarks") == [
+        ["0", "store_restore_bytes", "store=counts", "1,200"]
+    ]
+    assert _section(text, "watermarks")[0][:4] == ["0", "watermark", "partition=0", "5000"]
+    assert "container 0 failed: TaskProcessError: boom at log.in.0 offset 17" in text
+    assert "container 0: dead lettered: 2" in text and "process errors skipped" not in text
+    assert "startpoint of Partition 0 log.in.0 could not be applied: offset 99 is past the end" in text
