@@ -71,4 +71,4 @@ def test_the_status_document_and_the_spark_job_name_the_job_its_generation_and_c
     description = job_data.description().get()
     assert description == "millstream job test generation 1: 2 containers (Spark partition i runs container i)"
     stage = sc.statusTracker().getStageInfo(sc.statusTracker().getJobInfo(job_ids[0]).stageIds[0])
-    assert stage is None or stage.numTasks == 2
+    assert stage is not None and stage.numTasks == 2  # one Spark task per container
