@@ -71,9 +71,11 @@ def avro_job(bootstrap: str, registry: str, tmp_path, source: str, sink: str, **
         systems__kafka__samza__msg__serde="pageview",
         serializers__registry__pageview__class="avro",
         serializers__registry__pageview__schema=json.dumps(V2),
-        serializers__registry__pageview__schema__registry__url=registry,
-        serializers__registry__pageview__auto__register__schemas="true",
-        **extra,
+        **{
+            "serializers__registry__pageview__schema__registry__url": registry,
+            "serializers__registry__pageview__auto__register__schemas": "true",
+            **extra,
+        },
     )
 
 
@@ -176,3 +178,24 @@ def test_a_spark_job_round_trips_protobuf_through_the_registry(bootstrap, schema
         result = job.stop()
     assert result.outcome == "stopped", result.error
     assert output() == views
+
+
+def test_a_job_whose_output_schema_is_not_registered_fails_naming_subject_and_stream(
+    bootstrap, schema_registry: SchemaRegistryServer, topic_name, tmp_path
+):
+    source, sink = setup(bootstrap, topic_name)
+    produce_avro_v1(bootstrap, schema_registry.url, source, ["a"])
+    config = avro_job(
+        bootstrap,
+        schema_registry.url,
+        tmp_path,
+        source,
+        sink,
+        serializers__registry__pageview__auto__register__schemas="false",  # the default, spelt out
+        task__drop__serialization__errors="true",  # a refused schema is not a per-message error
+    )
+    result = Running(InProcessRunner(config)).wait()
+    assert result.outcome == "failed"
+    assert "SchemaRegistryRefusedError" in str(result.error)
+    assert f"subject '{sink}-value'" in str(result.error) and f"stream 'kafka.{sink}'" in str(result.error)
+    assert read_all(bootstrap, sink, 1) == []
