@@ -62,9 +62,7 @@ class AvroSerde:
         settings = serde_config(config, name)
         text = schema_text(settings, name)
         if settings.registry_url:
-            from millstream.serde.schema_registry import avro_registry_serde
-
-            return avro_registry_serde(name, settings, text, config)
+            return _registry_serde(name, settings, text, config)
         if text is None:
             raise ConfigError(
                 f"serde '{name}': set serializers.registry.{name}.schema or .schema.path "
@@ -96,6 +94,35 @@ class AvroSerde:
                 f"{_name(self.schema)} (written with another schema or format?)"
             )
         return record
+
+
+def _registry_serde(name: str, settings: SerdeConfig, schema: str | None, config: Config) -> Serde:
+    """Avro behind the registry. Without a schema the serde only reads (with each value's writer schema),
+    unless ``use.latest.version`` lets it write with the subject's latest one. The registry client is
+    imported here, so plain Avro needs only fastavro."""
+    from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+
+    from millstream.serde.schema_registry import (
+        SchemaRegistrySerde,
+        deserializer_conf,
+        registry_client,
+        serializer_conf,
+    )
+
+    record_name = None
+    if schema is not None:
+        record_name = _name(parse_schema(schema, f"serializers.registry.{name}.schema"))
+    client = registry_client(name, settings, config)
+    try:
+        serializer = (
+            AvroSerializer(client, schema, conf=serializer_conf(settings))
+            if schema is not None or settings.use_latest_version
+            else None
+        )
+        deserializer = AvroDeserializer(client, schema, conf=deserializer_conf(settings))
+    except (ValueError, TypeError) as error:
+        raise ConfigError(f"serde '{name}': {error}") from None
+    return SchemaRegistrySerde(name, "avro", settings, serializer, deserializer, record_name)
 
 
 def _name(schema: Schema) -> str:

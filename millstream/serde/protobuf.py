@@ -13,7 +13,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError, EncodeError, Message
 
 from millstream.config.core import Config
-from millstream.config.views import serde_config
+from millstream.config.views import SerdeConfig, serde_config
 from millstream.errors import ConfigError
 from millstream.plugins import load_object
 from millstream.serde.base import Serde, SerdeError
@@ -57,9 +57,7 @@ class ProtobufSerde:
         settings = serde_config(config, name)
         message_type = message_class(name, settings.message_class)
         if settings.registry_url:
-            from millstream.serde.schema_registry import protobuf_registry_serde
-
-            return protobuf_registry_serde(name, settings, message_type, config)
+            return _registry_serde(name, settings, message_type, config)
         return cls(message_type, name)
 
     def to_bytes(self, obj: Any) -> bytes:
@@ -76,3 +74,34 @@ class ProtobufSerde:
             raise SerdeError(
                 f"protobuf serde '{self.name}': not a {self.message_type.DESCRIPTOR.full_name}: {error}"
             ) from None
+
+
+def _registry_serde(name: str, settings: SerdeConfig, message_type: type[Message], config: Config) -> Serde:
+    """Protobuf behind the registry: values are instances of ``message_type`` (dicts are parsed into it).
+    The registry client is imported here, so plain Protobuf needs only protobuf."""
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
+
+    from millstream.serde.schema_registry import (
+        VALUE_ERRORS,
+        SchemaRegistrySerde,
+        deserializer_conf,
+        registry_client,
+        serializer_conf,
+    )
+
+    client = registry_client(name, settings, config)
+    try:
+        serializer = ProtobufSerializer(message_type, client, conf=serializer_conf(settings))
+        deserializer = ProtobufDeserializer(message_type, conf=deserializer_conf(settings))
+    except (ValueError, TypeError) as error:
+        raise ConfigError(f"serde '{name}': {error}") from None
+    return SchemaRegistrySerde(
+        name,
+        "protobuf",
+        settings,
+        serializer,
+        deserializer,
+        message_type.DESCRIPTOR.full_name,
+        value_errors=(*VALUE_ERRORS, DecodeError),
+        prepare=lambda obj: as_message(obj, message_type, name),
+    )

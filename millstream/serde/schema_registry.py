@@ -30,16 +30,12 @@ from confluent_kafka.schema_registry import (
     topic_record_subject_name_strategy,
     topic_subject_name_strategy,
 )
-from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
-from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
-from google.protobuf.message import DecodeError, Message
 
 from millstream.config.core import SENSITIVE_PREFIX, Config
 from millstream.config.views import SerdeConfig
 from millstream.errors import ConfigError, MillstreamError
 from millstream.model import SystemStream
-from millstream.serde.avro import parse_schema
 from millstream.serde.base import SerdeError
 
 STRATEGIES: dict[str, Callable[[SerializationContext | None, str | None], str | None]] = {
@@ -47,7 +43,16 @@ STRATEGIES: dict[str, Callable[[SerializationContext | None, str | None], str | 
     "RecordNameStrategy": record_subject_name_strategy,
     "TopicRecordNameStrategy": topic_record_subject_name_strategy,
 }
-_VALUE_ERRORS = (SerializationError, ValueError, TypeError, KeyError, IndexError, EOFError, OverflowError, DecodeError)
+# What the serializers raise for a value, or bytes, that do not fit: the value's fault, not the registry's.
+VALUE_ERRORS: tuple[type[Exception], ...] = (
+    SerializationError,
+    ValueError,
+    TypeError,
+    KeyError,
+    IndexError,
+    EOFError,
+    OverflowError,
+)
 _SCHEMA_NOT_FOUND = 40403
 
 
@@ -73,7 +78,8 @@ def registry_client(name: str, settings: SerdeConfig, config: Config) -> SchemaR
         raise ConfigError(f"serde '{name}': invalid schema registry settings: {error}") from None
 
 
-def _serializer_conf(settings: SerdeConfig) -> dict[str, Any]:
+def serializer_conf(settings: SerdeConfig) -> dict[str, Any]:
+    """confluent-kafka's serializer settings from ours."""
     return {
         "auto.register.schemas": settings.auto_register_schemas,
         "use.latest.version": settings.use_latest_version,
@@ -81,43 +87,10 @@ def _serializer_conf(settings: SerdeConfig) -> dict[str, Any]:
     }
 
 
-def _deserializer_conf(settings: SerdeConfig) -> dict[str, Any]:
+def deserializer_conf(settings: SerdeConfig) -> dict[str, Any]:
+    """confluent-kafka's deserializer settings from ours: the reader's schema is the configured one, never
+    the subject's latest (which could be newer than the job's code expects)."""
     return {"subject.name.strategy": STRATEGIES[settings.subject_name_strategy]}
-
-
-def avro_registry_serde(name: str, settings: SerdeConfig, schema: str | None, config: Config) -> SchemaRegistrySerde:
-    """Avro behind the registry. Without a schema the serde only reads (with each value's writer schema),
-    unless ``use.latest.version`` lets it write with the subject's latest one."""
-    record_name = None
-    if schema is not None:
-        parsed = parse_schema(schema, f"serializers.registry.{name}.schema")
-        record_name = parsed.get("name") if isinstance(parsed, dict) else None
-    client = registry_client(name, settings, config)
-    try:
-        serializer = (
-            AvroSerializer(client, schema, conf=_serializer_conf(settings))
-            if schema is not None or settings.use_latest_version
-            else None
-        )
-        deserializer = AvroDeserializer(client, schema, conf=_deserializer_conf(settings))
-    except (ValueError, TypeError) as error:
-        raise ConfigError(f"serde '{name}': {error}") from None
-    return SchemaRegistrySerde(name, "avro", settings, serializer, deserializer, record_name)
-
-
-def protobuf_registry_serde(
-    name: str, settings: SerdeConfig, message_type: type[Message], config: Config
-) -> SchemaRegistrySerde:
-    """Protobuf behind the registry: values are instances of ``message_type`` (dicts are parsed into it)."""
-    client = registry_client(name, settings, config)
-    try:
-        serializer = ProtobufSerializer(message_type, client, conf=_serializer_conf(settings))
-        deserializer = ProtobufDeserializer(message_type, conf=_deserializer_conf(settings))
-    except (ValueError, TypeError) as error:
-        raise ConfigError(f"serde '{name}': {error}") from None
-    return SchemaRegistrySerde(
-        name, "protobuf", settings, serializer, deserializer, message_type.DESCRIPTOR.full_name, message_type
-    )
 
 
 class SchemaRegistrySerde:
@@ -136,7 +109,9 @@ class SchemaRegistrySerde:
         serializer: Callable[[Any, SerializationContext], bytes | None] | None,
         deserializer: Callable[[bytes, SerializationContext], Any],
         record_name: str | None,
-        message_type: type[Message] | None = None,
+        *,
+        value_errors: tuple[type[Exception], ...] = VALUE_ERRORS,
+        prepare: Callable[[Any], Any] | None = None,
     ) -> None:
         self.name = name
         self.format_name = format_name
@@ -144,7 +119,8 @@ class SchemaRegistrySerde:
         self._serializer = serializer
         self._deserializer = deserializer
         self.record_name = record_name
-        self.message_type = message_type
+        self._value_errors = value_errors
+        self._prepare = prepare
         self.stream: SystemStream | None = None
         self.field = MessageField.VALUE
 
@@ -160,15 +136,13 @@ class SchemaRegistrySerde:
                 f"{self._what()} has no schema to write with (set serializers.registry.{self.name}.schema, "
                 "or use.latest.version=true)"
             )
-        if self.message_type is not None:
-            from millstream.serde.protobuf import as_message
-
-            obj = as_message(obj, self.message_type, self.name)
+        if self._prepare is not None:
+            obj = self._prepare(obj)
         try:
             data = self._serializer(obj, self._context())
         except SchemaRegistryError as error:
             raise self._refused(error) from None
-        except _VALUE_ERRORS as error:
+        except self._value_errors as error:
             raise SerdeError(f"{self._what()}: cannot encode the value: {error}") from None
         except Exception as error:
             raise self._unavailable(error) from None
@@ -186,7 +160,7 @@ class SchemaRegistrySerde:
                     f"{self.settings.registry_url} does not have: {error.error_message}"
                 ) from None
             raise self._unavailable(error) from None
-        except _VALUE_ERRORS as error:
+        except self._value_errors as error:
             raise SerdeError(
                 f"{self._what()}: not a registry-framed {self.format_name} value "
                 f"(first bytes {data[:6].hex()}): {error}"
