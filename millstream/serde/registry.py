@@ -79,6 +79,11 @@ class SerdeRegistry:
                 "(add serializers.registry.<name>.class)"
             ) from None
 
+    def for_stream(self, name: str, stream: SystemStream, kind: str, where: str = "") -> Serde:
+        """The serde ``name`` as it serves ``stream``'s keys (``kind="key"``) or values (``"msg"``)."""
+        serde = self.get(name, where)
+        return serde.for_stream(stream, kind) if isinstance(serde, StreamBoundSerde) else serde
+
     def key_serde(self, stream: SystemStream) -> Serde | None:
         return self._stream_serde(stream, "key")
 
@@ -96,8 +101,7 @@ class SerdeRegistry:
             if stream_level
             else f"systems.{stream.system}.samza.{kind}.serde"
         )
-        serde = self.get(name, where)
-        return serde.for_stream(stream, kind) if isinstance(serde, StreamBoundSerde) else serde
+        return self.for_stream(name, stream, kind, where)
 
 
 def _configured_serde(name: str, config: Config) -> Serde:
