@@ -138,8 +138,9 @@ class SchemaRegistrySerde:
             )
         if self._prepare is not None:
             obj = self._prepare(obj)
+        context = self._context()
         try:
-            data = self._serializer(obj, self._context())
+            data = self._serializer(obj, context)
         except SchemaRegistryError as error:
             raise self._refused(error) from None
         except self._value_errors as error:
@@ -151,8 +152,9 @@ class SchemaRegistrySerde:
         return data
 
     def from_bytes(self, data: bytes) -> Any:
+        context = self._context()
         try:
-            return self._deserializer(data, self._context())
+            return self._deserializer(data, context)
         except SchemaRegistryError as error:
             if error.error_code == _SCHEMA_NOT_FOUND or error.http_status_code == 404:
                 raise SerdeError(

@@ -32,6 +32,7 @@ class RegistryState:
         self.schemas: dict[int, tuple[str, str]] = {}  # id -> (schema type, schema text)
         self.subjects: dict[str, Subject] = {}
         self.requests: list[str] = []
+        self.authorizations: list[str] = []  # the Authorization header of each request that had one
 
     def id_of(self, schema_type: str, text: str) -> int | None:
         for schema_id, (kind, existing) in self.schemas.items():
@@ -117,6 +118,8 @@ class _Handler(BaseHTTPRequestHandler):
         state = self.server.state
         with state.lock:
             state.requests.append(f"{method} {path}")
+            if authorization := self.headers.get("Authorization"):
+                state.authorizations.append(authorization)
             status, reply = route(state, method, path, body)
         data = json.dumps(reply).encode()
         self.send_response(status)

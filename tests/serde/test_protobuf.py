@@ -4,6 +4,8 @@ what is not such a message is a SerdeError naming the serde and the message type
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from millstream.config.core import Config
 from millstream.errors import ConfigError
@@ -60,3 +62,10 @@ def test_bytes_that_are_not_the_message_are_a_serde_error_naming_the_type() -> N
 def test_the_message_class_must_name_a_generated_message(message_class: str, fragment: str) -> None:
     with pytest.raises(ConfigError, match=fragment):
         protobuf_serde(message_class)
+
+
+@given(st.text(), st.text(), st.integers(min_value=-(2**63), max_value=2**63 - 1))
+def test_every_message_round_trips(user: str, page: str, ts: int) -> None:
+    serde = ProtobufSerde(PageView, "pv")
+    view = PageView(user=user, page=page, ts=ts)
+    assert serde.from_bytes(serde.to_bytes(view)) == view

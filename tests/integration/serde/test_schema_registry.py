@@ -5,6 +5,7 @@ surfacing as what it is (a bad value, a refused schema, an unreachable registry)
 
 from __future__ import annotations
 
+import base64
 import json
 import struct
 from typing import Any
@@ -201,3 +202,39 @@ def test_an_unreachable_registry_fails_the_container_instead_of_skipping_records
     url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(SchemaRegistryUnavailableError, match=f"registry at {url} could not be asked"):
         avro(url, topic).from_bytes(b"\x00\x00\x00\x00\x01\x06ada\x02")
+
+
+def test_credentials_from_the_sensitive_key_reach_the_registry(schema_registry: SchemaRegistryServer, topic):
+    secret_key = "sensitive.serializers.registry.s.schema.registry.basic.auth.user.info"
+    values = {
+        "serializers.registry.s.class": "avro",
+        "serializers.registry.s.schema": json.dumps(V1),
+        "serializers.registry.s.schema.registry.url": schema_registry.url,
+        "serializers.registry.s.auto.register.schemas": "true",
+        f"systems.kafka.streams.{topic}.samza.msg.serde": "s",
+        secret_key: "ada:s3cret",
+    }
+    serde = SerdeRegistry.from_config(Config(values)).msg_serde(SystemStream("kafka", topic))
+    assert serde is not None
+    serde.to_bytes({"user": "ada", "ts": 1})
+    assert "Basic " + base64.b64encode(b"ada:s3cret").decode() in schema_registry.state.authorizations
+
+
+def test_a_topic_named_subject_needs_a_stream_but_a_record_named_one_serves_stores_too(
+    schema_registry: SchemaRegistryServer,
+):
+    def unbound(**settings: str) -> Serde:
+        values = {
+            "serializers.registry.s.class": "avro",
+            "serializers.registry.s.schema": json.dumps(V1),
+            "serializers.registry.s.schema.registry.url": schema_registry.url,
+            "serializers.registry.s.auto.register.schemas": "true",
+        }
+        values.update({f"serializers.registry.s.{key.replace('__', '.')}": value for key, value in settings.items()})
+        return SerdeRegistry.from_config(Config(values)).get("s")
+
+    with pytest.raises(SerdeError, match="uses TopicNameStrategy, which needs a stream's topic"):
+        unbound().to_bytes({"user": "ada", "ts": 1})
+    store_serde = unbound(subject__name__strategy="RecordNameStrategy")
+    assert store_serde.from_bytes(store_serde.to_bytes({"user": "ada", "ts": 1})) == {"user": "ada", "ts": 1}
+    assert "shop.PageView" in schema_registry.state.subjects
