@@ -9,6 +9,7 @@ import json
 import threading
 from typing import Any
 
+import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
@@ -146,6 +147,7 @@ def test_an_undecodable_record_fails_the_job_naming_its_offset_or_is_skipped_whe
     assert [record["user"] for record in read_avro(bootstrap, schema_registry.url, sink)] == ["a", "b", "c"]
 
 
+@pytest.mark.spark
 def test_a_spark_job_round_trips_protobuf_through_the_registry(bootstrap, schema_registry, topic_name, tmp_path):
     spark = build_session(Config({"job.container.retry.count": "3"}), master="local[4]")  # the shared session
     source, sink = setup(bootstrap, topic_name)
