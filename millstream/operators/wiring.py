@@ -97,6 +97,6 @@ def _stream_info(stream: IntermediateStream, admin: SystemAdmin, serdes: SerdeRe
         spec,
         target,
         metadata.partition_count,
-        serdes.get(spec.key_serde, f"key_serde of partition_by '{spec.name}'"),
-        serdes.get(spec.msg_serde, f"msg_serde of partition_by '{spec.name}'"),
+        serdes.for_stream(spec.key_serde, target, "key", f"key_serde of partition_by '{spec.name}'"),
+        serdes.for_stream(spec.msg_serde, target, "msg", f"msg_serde of partition_by '{spec.name}'"),
     )

@@ -12,6 +12,10 @@ class SerdeError(MillstreamError):
 
 
 class Serde(Protocol):
+    """Bytes to a value and back, for a stream's keys or values or a store's. ``to_bytes`` and ``from_bytes``
+    raise ``SerdeError`` for a value or bytes they cannot convert, so the runtime can name the message and
+    apply the error policies; any other exception fails the container."""
+
     def to_bytes(self, obj: Any) -> bytes: ...
 
     def from_bytes(self, data: bytes) -> Any: ...

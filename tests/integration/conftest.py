@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tests.integration.kafka_broker import KafkaBroker
+from tests.integration.schema_registry import SchemaRegistryServer
 
 
 class ExternalBroker:
@@ -53,3 +54,13 @@ def topic_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
         return f"t-{test}-{suffix}-{uuid.uuid4().hex[:8]}"
 
     return make
+
+
+@pytest.fixture(scope="session")
+def schema_registry() -> Iterator[SchemaRegistryServer]:
+    """A Confluent-compatible schema registry (see ``schema_registry.py`` for why it is a stand-in)."""
+    server = SchemaRegistryServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -152,3 +152,33 @@ def test_unknown_stream_level_serde_names_the_stream_key() -> None:
 def test_unknown_system_level_serde_names_the_system_key() -> None:
     with pytest.raises(ConfigError, match=r"'nosuch'.*systems\.log\.samza\.key\.serde"):
         registry({"systems.log.samza.key.serde": "nosuch"}).key_serde(STREAM)
+
+
+class TopicSerde:
+    """Writes the topic it was bound to, as a registry serde names its subject after it."""
+
+    def __init__(self, topic: str = "") -> None:
+        self.topic = topic
+
+    def for_stream(self, stream: SystemStream, kind: str) -> TopicSerde:
+        return TopicSerde(f"{stream.stream}-{kind}")
+
+    def to_bytes(self, obj: Any) -> bytes:
+        return self.topic.encode()
+
+    def from_bytes(self, data: bytes) -> Any:
+        return data
+
+
+def test_a_stream_bound_serde_is_bound_to_each_stream_it_serves() -> None:
+    serdes = registry(
+        {
+            "serializers.registry.t.class": f"{__name__}:TopicSerde",
+            "systems.log.samza.msg.serde": "t",
+            "systems.log.streams.in.samza.key.serde": "t",
+        }
+    )
+    other, key = serdes.msg_serde(SystemStream("log", "other")), serdes.key_serde(STREAM)
+    assert other is not None and other.to_bytes(1) == b"other-msg"
+    assert key is not None and key.to_bytes(1) == b"in-key"
+    assert serdes.for_stream("t", SystemStream("log", "mid"), "msg").to_bytes(1) == b"mid-msg"

@@ -27,6 +27,7 @@ from millstream.config.views import (
     JobConfig,
     MetadataConfig,
     MetricsConfig,
+    SerdeConfig,
     StartpointConfig,
     StoreConfig,
     StoresConfig,
@@ -86,6 +87,13 @@ SECTIONS = (
         KinesisSystemConfig,
         "A system whose `samza.factory` is `kinesis`. Secrets go under `sensitive.systems.<s>.aws.secretKey` "
         "(and `.aws.sessionToken`).",
+    ),
+    Section(
+        "Serdes",
+        "serializers.registry.<name>.",
+        SerdeConfig,
+        "A named serde that streams and stores refer to by `<name>` ([Serdes and formats](../guides/serdes.md)). "
+        "Names have no dots.",
     ),
     Section("Stores, job-wide", "stores.", StoresConfig, "Defaults for every store of the job."),
     Section("Store", "stores.<s>.", StoreConfig, "One key-value store of every task; `<s>` is the store's name."),

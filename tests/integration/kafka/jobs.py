@@ -47,3 +47,16 @@ class KafkaEnrich(StreamTask, InitableTask):
         value = {"p": envelope.ssp.partition, "v": envelope.message, "key": envelope.key}
         value["rate"] = self.rates.get(envelope.key)
         collector.send(OutgoingMessageEnvelope(self.output, value, key=envelope.key))
+
+
+class KafkaCopy(StreamTask, InitableTask):
+    """Copies every message, decoded by the input's serde, to ``kafka.<test.output>`` to be encoded by the
+    output's serde."""
+
+    def init(self, context: TaskContext) -> None:
+        self.output = SystemStream("kafka", context.config["test.output"])
+
+    def process(
+        self, envelope: IncomingMessageEnvelope, collector: MessageCollector, coordinator: TaskCoordinator
+    ) -> None:
+        collector.send(OutgoingMessageEnvelope(self.output, envelope.message, key=envelope.key))
