@@ -39,6 +39,7 @@ from millstream.job_model import JobModel
 from millstream.metadata import coordination
 from millstream.metadata.base import FencedError, MetadataStore
 from millstream.metadata.factory import metadata_store
+from millstream.metrics.registry import NOOP_METRICS
 from millstream.model import SystemStream, SystemStreamPartition, TaskName
 from millstream.plugins import load_object
 from millstream.runtime.collector import TaskCollector
@@ -258,9 +259,11 @@ class Container:
         self.checkpoints = make_checkpoint_manager(config, self.store, self.fence)
         self.checkpoints.start()
         self._hold(self.checkpoints)
-        self.storage = self._hold(
-            ContainerStorageManager(config, self.job_model, self.container_id, self.store, self.producers, self.serdes)
+        metrics = self.metering.registry or NOOP_METRICS
+        storage = ContainerStorageManager(
+            config, self.job_model, self.container_id, self.store, self.producers, self.serdes, metrics
         )
+        self.storage = self._hold(storage)
         self.adjunct: AdjunctDataStoreManager | None = None
         if adjunct_store_names(config):
             # The adjunct loop's own connection: it runs on its own thread.

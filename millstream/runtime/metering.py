@@ -41,6 +41,10 @@ class MeteredTask(Protocol):
     commit_failures_skipped: int
 
 
+COMMIT_PHASES = ("flush", "snapshot", "upload", "checkpoint", "cleanup")
+"""A commit's phases in order: flush producers, snapshot stores, upload, write checkpoints, clean up."""
+
+
 def ssp_labels(ssp: SystemStreamPartition) -> dict[str, str]:
     return {"system": ssp.system, "stream": ssp.stream, "partition": str(ssp.partition)}
 
@@ -48,7 +52,7 @@ def ssp_labels(ssp: SystemStreamPartition) -> dict[str, str]:
 class TaskMeters:
     """The instruments a task instance updates on its hot path, looked up once at start."""
 
-    __slots__ = ("_commit", "_process", "_ssps")
+    __slots__ = ("_commit", "_phases", "_process", "_ssps")
 
     def __init__(self, registry: Registry, task_name: TaskName, ssps: frozenset[SystemStreamPartition]) -> None:
         task = str(task_name)
@@ -61,6 +65,7 @@ class TaskMeters:
         }
         self._process = registry.timer("process", task=task)
         self._commit = registry.timer("commit", task=task)
+        self._phases = {phase: registry.timer("commit_phase", task=task, phase=phase) for phase in COMMIT_PHASES}
 
     def batch(self, ssp: SystemStreamPartition, envelopes: Sequence[Any], seconds: float) -> None:
         """``envelopes`` were processed from ``ssp`` in ``seconds``."""
@@ -72,6 +77,11 @@ class TaskMeters:
     def committed(self, seconds: float) -> None:
         """A commit completed ``seconds`` after it started (its asynchronous upload included)."""
         self._commit.update(seconds)
+
+    def commit_phase(self, phase: str, seconds: float) -> None:
+        """One phase of a commit took ``seconds``: flush and snapshot on the task's thread, upload,
+        checkpoint and cleanup on a commit thread when the task has backups."""
+        self._phases[phase].update(seconds)
 
 
 class ContainerMetering:
@@ -101,6 +111,9 @@ class ContainerMetering:
 
     @contextmanager
     def restoring(self) -> Iterator[None]:
+        """Time the container's restore, shipping snapshots already while it runs: a long restore's
+        progress (``RestoreProgress``) is what an operator waits to see."""
+        self._start_reporting()
         started = time.perf_counter()
         yield
         if self.registry is not None:
@@ -123,11 +136,17 @@ class ContainerMetering:
             registry.derived(name, "counter", read)
         self._lag = LagGauges(self.config, registry, tasks, starts)
         registry.before_snapshot(self._lag.refresh)
+        self._start_reporting()
+
+    def _start_reporting(self) -> None:
+        """Start the snapshot thread, once: at the restore when there is one, else when the tasks start."""
+        if self.registry is None or self._loop is not None:
+            return
         self._store = metadata_store(self.config)
         reporters: list[MetricsReporter] = [StoreReporter(self._store)]
         if "log" in self.settings.reporters:
             reporters.append(LogReporter())
-        self._loop = SnapshotLoop(registry, self.header, reporters, self.settings.snapshot_interval_ms / 1000)
+        self._loop = SnapshotLoop(self.registry, self.header, reporters, self.settings.snapshot_interval_ms / 1000)
         self._loop.start()
 
     def close(self, state: str = "stopped") -> None:
