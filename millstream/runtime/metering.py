@@ -15,11 +15,12 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 from millstream.config import Config
-from millstream.config.views import MetricsConfig
+from millstream.config.views import JobConfig, MetricsConfig
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import metadata_store
 from millstream.metrics.registry import NOOP_METRICS, MetricsRegistry, Registry, ScopedRegistry
 from millstream.metrics.reporters import LogReporter, MetricsReporter, SnapshotHeader, SnapshotLoop, StoreReporter
+from millstream.metrics.stream_reporter import SnapshotStreamReporter
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.systems.base import SystemAdmin
 from millstream.systems.registry import system_factory
@@ -94,6 +95,7 @@ class ContainerMetering:
         self.registry: Registry | None = None
         self._loop: SnapshotLoop | None = None
         self._store: MetadataStore | None = None
+        self._stream_reporter: SnapshotStreamReporter | None = None
         self._lag = LagGauges()
         if self.settings.active:
             self.registry = Registry({"container": container_id})
@@ -146,6 +148,11 @@ class ContainerMetering:
         reporters: list[MetricsReporter] = [StoreReporter(self._store)]
         if "log" in self.settings.reporters:
             reporters.append(LogReporter())
+        if (stream := self.settings.snapshot_stream()) is not None:
+            producer = system_factory(self.config, stream.system).get_producer(stream.system, self.config)
+            job = JobConfig.of(self.config)
+            self._stream_reporter = SnapshotStreamReporter(producer, stream, job.name, job.id)
+            reporters.append(self._stream_reporter)
         self._loop = SnapshotLoop(self.registry, self.header, reporters, self.settings.snapshot_interval_ms / 1000)
         self._loop.start()
 
@@ -160,6 +167,9 @@ class ContainerMetering:
             if self._store is not None:
                 self._store.close()
                 self._store = None
+            if self._stream_reporter is not None:
+                self._stream_reporter.close()
+                self._stream_reporter = None
 
 
 def _derive_task_series(registry: Registry, task: MeteredTask) -> None:
