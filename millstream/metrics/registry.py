@@ -15,10 +15,10 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, TypeVar
+from typing import Literal, Protocol, TypeVar, runtime_checkable
 
 Kind = Literal["counter", "gauge", "timer"]
 Labels = tuple[tuple[str, str], ...]
@@ -108,6 +108,16 @@ class MetricsRegistry(Protocol):
 
     def scoped(self, **labels: str) -> MetricsRegistry:
         """The same registry, adding ``labels`` to every metric registered through it."""
+        ...
+
+
+@runtime_checkable
+class MeasuredTask(Protocol):
+    """A task with gauges of its own state, read when a snapshot is taken (on the reporter's thread), so
+    measuring them costs its hot path nothing: the high-level engine's watermarks per input and operator."""
+
+    def measurements(self) -> Iterable[tuple[str, Mapping[str, str], float]]:
+        """``(name, labels, value)`` of each gauge now; a gauge missing from one call keeps its last value."""
         ...
 
 

@@ -12,13 +12,14 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, Protocol
 
 from millstream.config import Config
 from millstream.config.views import JobConfig, MetricsConfig
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import metadata_store
-from millstream.metrics.registry import NOOP_METRICS, MetricsRegistry, Registry, ScopedRegistry
+from millstream.metrics.registry import NOOP_METRICS, MeasuredTask, MetricsRegistry, Registry, ScopedRegistry
 from millstream.metrics.reporters import LogReporter, MetricsReporter, SnapshotHeader, SnapshotLoop, StoreReporter
 from millstream.metrics.stream_reporter import SnapshotStreamReporter
 from millstream.model import SystemStreamPartition, TaskName
@@ -32,8 +33,10 @@ class MeteredTask(Protocol):
     """The counts a task instance keeps anyway, read at snapshot time."""
 
     task_name: TaskName
+    task: Any
     ssps: frozenset[SystemStreamPartition]
     last_processed: dict[SystemStreamPartition, str]
+    end_of_stream: set[SystemStreamPartition]
     processed: int
     commits: int
     commits_skipped: int
@@ -179,6 +182,32 @@ def _derive_task_series(registry: Registry, task: MeteredTask) -> None:
     registry.derived("commits_blocked", "counter", lambda: task.commits_blocked, task=name)
     registry.derived("commits_timed_out", "counter", lambda: task.commits_timed_out, task=name)
     registry.derived("commit_failures_skipped", "counter", lambda: task.commit_failures_skipped, task=name)
+    for ssp in task.ssps:
+        registry.derived("input_end_of_stream", "gauge", partial(_ended, task, ssp), task=name, **ssp_labels(ssp))
+    if isinstance(task.task, MeasuredTask):
+        registry.before_snapshot(TaskMeasurements(registry, name, task.task).refresh)
+
+
+def _ended(task: MeteredTask, ssp: SystemStreamPartition) -> float:
+    return float(ssp in task.end_of_stream)
+
+
+class TaskMeasurements:
+    """Copies a task's own gauges (``MeasuredTask``) into the registry before each snapshot."""
+
+    def __init__(self, registry: Registry, task_name: str, task: MeasuredTask) -> None:
+        self.registry = registry
+        self.task_name = task_name
+        self.task = task
+
+    def refresh(self) -> None:
+        try:
+            measured = list(self.task.measurements())
+        except Exception as error:  # read while the task's thread changes it: the gauges keep their last values
+            log.debug("metrics: task %s measurements skipped: %s: %s", self.task_name, type(error).__name__, error)
+            return
+        for name, labels, value in measured:
+            self.registry.gauge(name, **{**labels, "task": self.task_name}).set(value)
 
 
 class LagGauges:

@@ -8,7 +8,7 @@ from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId
 from millstream.config import Config
 from millstream.metrics.registry import Registry, Sample
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition, TaskName
-from millstream.runtime.metering import TaskMeters
+from millstream.runtime.metering import TaskMeasurements, TaskMeters
 from millstream.runtime.task_instance import ContainerContext, TaskInstance
 from tests.runtime.fakes import DiscardingCollector
 from tests.runtime.test_run_loop import SSP, TASK, ManualClock, NoCheckpoints, TimedProducers, TimedTask
@@ -143,3 +143,28 @@ def test_a_commit_times_each_of_its_phases_apart() -> None:
     # the checkpoint phase writes both versions (task.checkpoint.write.versions defaults to 1,2): 2 x 8
     assert phases == {"flush": (1, 1), "snapshot": (1, 2), "upload": (1, 4), "checkpoint": (1, 16), "cleanup": (1, 16)}
     assert {sample.name: sample.value for sample in registry.snapshot()}["commit"] == 39
+
+
+class Measured:
+    def __init__(self) -> None:
+        self.values: list[tuple[str, Mapping[str, str], float]] | None = [("wm", {"operator": "map"}, 12.5)]
+
+    def measurements(self) -> list[tuple[str, Mapping[str, str], float]]:
+        if self.values is None:
+            raise RuntimeError("dictionary changed size during iteration")
+        return self.values
+
+
+def test_a_tasks_own_gauges_are_read_at_snapshot_time_and_keep_their_value_when_a_read_fails() -> None:
+    registry = Registry({"container": "0"})
+    task = Measured()
+    registry.before_snapshot(TaskMeasurements(registry, "Partition 0", task).refresh)
+
+    (sample,) = registry.snapshot()
+    assert (sample.name, dict(sample.labels), sample.value) == (
+        "wm",
+        {"container": "0", "task": "Partition 0", "operator": "map"},
+        12.5,
+    )
+    task.values = None
+    assert [s.value for s in registry.snapshot()] == [12.5]
