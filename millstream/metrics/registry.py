@@ -111,13 +111,18 @@ class MetricsRegistry(Protocol):
         ...
 
 
-@runtime_checkable
-class MeasuredTask(Protocol):
-    """A task with gauges of its own state, read when a snapshot is taken (on the reporter's thread), so
-    measuring them costs its hot path nothing: the high-level engine's watermarks per input and operator."""
+Measurement = tuple[str, Literal["counter", "gauge"], Mapping[str, str], float]
+"""``(name, kind, labels, value)``: one series a component keeps itself, as it stands now."""
 
-    def measurements(self) -> Iterable[tuple[str, Mapping[str, str], float]]:
-        """``(name, labels, value)`` of each gauge now; a gauge missing from one call keeps its last value."""
+
+@runtime_checkable
+class Measured(Protocol):
+    """A component with counts or gauges of its own, read when a snapshot is taken (on the reporter's
+    thread), so measuring them costs its hot path nothing: the high-level engine's watermarks per input
+    and operator, a Kinesis consumer's lag behind the shard's tip, throttled calls and leases."""
+
+    def measurements(self) -> Iterable[Measurement]:
+        """Each series now; a series missing from one call keeps its last value."""
         ...
 
 

@@ -73,6 +73,7 @@ from millstream.control.protocol import (
 from millstream.control.replay import Comparator, ReplayFilter
 from millstream.control.state import ControlStateStore
 from millstream.errors import MillstreamError
+from millstream.metrics.registry import Measurement
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.operators.graph import GraphContext, InputImpl, OperatorError, OperatorGraph
 from millstream.operators.state import InMemoryState, KeyValueState
@@ -354,20 +355,22 @@ class TaskGraph:
 
     # --- state ------------------------------------------------------------------------------------
 
-    def measurements(self) -> list[tuple[str, dict[str, str], float]]:
+    def measurements(self) -> list[Measurement]:
         """Gauges of where event time stands, read by the metrics reporter's thread at snapshot time (so
         the hot path pays nothing): the watermark of each input partition and each operator's input
         watermark, in seconds since the epoch; a watermark not known yet or final (end-of-stream) is left
         out, so its gauge keeps the last finite value."""
-        values: list[tuple[str, dict[str, str], float]] = []
+        values: list[Measurement] = []
         for ssp, mark in self.control.partition_watermarks().items():
             if MIN_WATERMARK < mark < MAX_WATERMARK:
                 labels = {"system": ssp.system, "stream": ssp.stream, "partition": str(ssp.partition)}
-                values.append(("input_watermark_timestamp_seconds", labels, mark / 1000))
+                values.append(("input_watermark_timestamp_seconds", "gauge", labels, mark / 1000))
         for operator in list(self.graph.operators):
             mark = operator.input_watermark
             if MIN_WATERMARK < mark < MAX_WATERMARK:
-                values.append(("operator_watermark_timestamp_seconds", {"operator": operator.op_id}, mark / 1000))
+                values.append(
+                    ("operator_watermark_timestamp_seconds", "gauge", {"operator": operator.op_id}, mark / 1000)
+                )
         return values
 
     @property
@@ -573,7 +576,7 @@ class OperatorGraphTask(
     def on_drain(self, collector: MessageCollector, coordinator: TaskCoordinator) -> None:
         """Every partition ended or drained: each input already finished its operators as drained."""
 
-    def measurements(self) -> list[tuple[str, dict[str, str], float]]:
+    def measurements(self) -> list[Measurement]:
         """The engine's own gauges (watermarks per input and operator): see ``TaskGraph.measurements``."""
         return [] if self.graph is None else self.graph.measurements()
 

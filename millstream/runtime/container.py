@@ -419,7 +419,7 @@ class Container:
             "dead_lettered": lambda: self.dead_letters.dropped,
             "process_errors_skipped": lambda: self.process_errors.skipped,
         }
-        self.metering.start(tasks, self.registered, skipped)
+        self.metering.start(tasks, self.registered, skipped, self.consumers.consumers.values())
         self._report("running")
         log.info("container %s running %d task(s) over %d partition(s)", self.container_id, len(tasks), len(self.ssps))
         self._loop = loop

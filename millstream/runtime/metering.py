@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import partial
 from typing import Any, Protocol
@@ -19,7 +19,7 @@ from millstream.config import Config
 from millstream.config.views import JobConfig, MetricsConfig
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import metadata_store
-from millstream.metrics.registry import NOOP_METRICS, MeasuredTask, MetricsRegistry, Registry, ScopedRegistry
+from millstream.metrics.registry import NOOP_METRICS, Measured, MetricsRegistry, Registry, ScopedRegistry
 from millstream.metrics.reporters import LogReporter, MetricsReporter, SnapshotHeader, SnapshotLoop, StoreReporter
 from millstream.metrics.stream_reporter import SnapshotStreamReporter
 from millstream.model import SystemStreamPartition, TaskName
@@ -129,14 +129,18 @@ class ContainerMetering:
         tasks: Sequence[MeteredTask],
         starts: Mapping[SystemStreamPartition, str],
         counters: Mapping[str, Callable[[], float]],
+        consumers: Iterable[object] = (),
     ) -> None:
-        """Derive the series the runtime counts anyway (``counters``: the container's own, by name), then
-        start shipping snapshots."""
+        """Derive the series the runtime counts anyway (``counters``: the container's own, by name), read
+        those that tasks and ``consumers`` keep themselves (``Measured``), then start shipping snapshots."""
         registry = self.registry
         if registry is None:
             return
         for task in tasks:
             _derive_task_series(registry, task)
+        for consumer in consumers:
+            if isinstance(consumer, Measured):
+                registry.before_snapshot(Measurements(registry, consumer).refresh)
         for name, read in counters.items():
             registry.derived(name, "counter", read)
         self._lag = LagGauges(self.config, registry, tasks, starts)
@@ -184,30 +188,35 @@ def _derive_task_series(registry: Registry, task: MeteredTask) -> None:
     registry.derived("commit_failures_skipped", "counter", lambda: task.commit_failures_skipped, task=name)
     for ssp in task.ssps:
         registry.derived("input_end_of_stream", "gauge", partial(_ended, task, ssp), task=name, **ssp_labels(ssp))
-    if isinstance(task.task, MeasuredTask):
-        registry.before_snapshot(TaskMeasurements(registry, name, task.task).refresh)
+    if isinstance(task.task, Measured):
+        registry.before_snapshot(Measurements(registry, task.task, {"task": name}).refresh)
 
 
 def _ended(task: MeteredTask, ssp: SystemStreamPartition) -> float:
     return float(ssp in task.end_of_stream)
 
 
-class TaskMeasurements:
-    """Copies a task's own gauges (``MeasuredTask``) into the registry before each snapshot."""
+class Measurements:
+    """Copies a component's own series (``Measured``: a task, a consumer) into the registry before each
+    snapshot, adding ``labels`` (its task); a counter is mirrored, being counted by the component."""
 
-    def __init__(self, registry: Registry, task_name: str, task: MeasuredTask) -> None:
+    def __init__(self, registry: Registry, component: Measured, labels: Mapping[str, str] | None = None) -> None:
         self.registry = registry
-        self.task_name = task_name
-        self.task = task
+        self.component = component
+        self.labels = dict(labels or {})
 
     def refresh(self) -> None:
         try:
-            measured = list(self.task.measurements())
-        except Exception as error:  # read while the task's thread changes it: the gauges keep their last values
-            log.debug("metrics: task %s measurements skipped: %s: %s", self.task_name, type(error).__name__, error)
+            measured = list(self.component.measurements())
+        except Exception as error:  # read while its own thread changes it: the series keep their last values
+            log.debug("metrics: %s skipped: %s: %s", type(self.component).__name__, type(error).__name__, error)
             return
-        for name, labels, value in measured:
-            self.registry.gauge(name, **{**labels, "task": self.task_name}).set(value)
+        for name, kind, labels, value in measured:
+            merged = {**labels, **self.labels}
+            if kind == "counter":
+                self.registry.counter(name, **merged).value = value
+            else:
+                self.registry.gauge(name, **merged).set(value)
 
 
 class LagGauges:

@@ -6,9 +6,9 @@ from collections.abc import Mapping
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId
 from millstream.config import Config
-from millstream.metrics.registry import Registry, Sample
+from millstream.metrics.registry import Measurement, Registry, Sample
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition, TaskName
-from millstream.runtime.metering import TaskMeasurements, TaskMeters
+from millstream.runtime.metering import Measurements, TaskMeters
 from millstream.runtime.task_instance import ContainerContext, TaskInstance
 from tests.runtime.fakes import DiscardingCollector
 from tests.runtime.test_run_loop import SSP, TASK, ManualClock, NoCheckpoints, TimedProducers, TimedTask
@@ -147,24 +147,26 @@ def test_a_commit_times_each_of_its_phases_apart() -> None:
 
 class Measured:
     def __init__(self) -> None:
-        self.values: list[tuple[str, Mapping[str, str], float]] | None = [("wm", {"operator": "map"}, 12.5)]
+        self.values: list[Measurement] | None = [("wm", "gauge", {"operator": "map"}, 12.5), ("n", "counter", {}, 3)]
 
-    def measurements(self) -> list[tuple[str, Mapping[str, str], float]]:
+    def measurements(self) -> list[Measurement]:
         if self.values is None:
             raise RuntimeError("dictionary changed size during iteration")
         return self.values
 
 
-def test_a_tasks_own_gauges_are_read_at_snapshot_time_and_keep_their_value_when_a_read_fails() -> None:
+def test_a_components_own_series_are_read_at_snapshot_time_and_keep_their_value_when_a_read_fails() -> None:
     registry = Registry({"container": "0"})
     task = Measured()
-    registry.before_snapshot(TaskMeasurements(registry, "Partition 0", task).refresh)
+    registry.before_snapshot(Measurements(registry, task, {"task": "Partition 0"}).refresh)
 
-    (sample,) = registry.snapshot()
-    assert (sample.name, dict(sample.labels), sample.value) == (
+    gauge, counter = registry.snapshot()
+    assert (gauge.name, gauge.kind, dict(gauge.labels), gauge.value) == (
         "wm",
+        "gauge",
         {"container": "0", "task": "Partition 0", "operator": "map"},
         12.5,
     )
+    assert (counter.name, counter.kind, counter.value) == ("n", "counter", 3)
     task.values = None
-    assert [s.value for s in registry.snapshot()] == [12.5]
+    assert [s.value for s in registry.snapshot()] == [12.5, 3]

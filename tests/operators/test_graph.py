@@ -476,7 +476,7 @@ def test_measurements_give_each_input_partitions_and_operators_watermark_in_seco
     driver.source(A1, "b", 40_000)
     driver.tick()
 
-    measured = {(name, tuple(sorted(labels.items()))): value for name, labels, value in driver.graph.measurements()}
+    measured = {(name, tuple(sorted(labels.items()))): value for name, _, labels, value in driver.graph.measurements()}
     inputs = {
         labels: value for (name, labels), value in measured.items() if name == "input_watermark_timestamp_seconds"
     }
