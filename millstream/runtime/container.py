@@ -336,6 +336,7 @@ class Container:
             commit_ms=self.task_config.commit_ms,
             poll_interval_ms=self.task_config.poll_interval_ms,
         )
+        self.metering.watch(loop)
         loop.bootstrap(stop_probe)
         loop.start()
         self._resources.callback(_quietly, loop.stop)

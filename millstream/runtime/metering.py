@@ -124,6 +124,14 @@ class ContainerMetering:
         if self.registry is not None:
             self.registry.timer("store_restore").update(time.perf_counter() - started)
 
+    def watch(self, component: Measured) -> None:
+        """Read ``component``'s own series at every snapshot from now on (the adjunct loop, from its
+        bootstrap: whose progress is what an operator waits to see), shipping snapshots already."""
+        if self.registry is None:
+            return
+        self.registry.before_snapshot(Measurements(self.registry, component).refresh)
+        self._start_reporting()
+
     def start(
         self,
         tasks: Sequence[MeteredTask],
