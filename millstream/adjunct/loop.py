@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from millstream.adjunct.manager import AdjunctDataStoreManager
+from millstream.metrics.registry import Measurement
 from millstream.model import SystemStreamPartition
 from millstream.systems.base import SystemAdmin, SystemStreamPartitionMetadata
 from millstream.systems.consumers import SystemConsumers
@@ -53,6 +54,10 @@ class AdjunctLoop:
             order = None if newest is None else admins[ssp.system].offset_comparator(starts[ssp], newest)
             if newest is not None and (order is None or order <= 0):
                 self._targets[ssp] = newest
+        self._remaining = {ssp: _distance(starts[ssp], target, inclusive=True) for ssp, target in self._targets.items()}
+        """Bootstrap partition → messages still to read before it caught up (when offsets are numbers)."""
+        self._versions_shown: dict[tuple[str, str], str] = {}
+        self.bootstrapping = False
         self.bootstrap_seconds = 0.0
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -73,6 +78,7 @@ class AdjunctLoop:
         started = time.monotonic()
         log.info("adjunct stores: bootstrapping %d partition(s) before processing", len(self._targets))
         next_check = started + check_every_s
+        self.bootstrapping = True
         while not self.caught_up:
             self.step()
             if time.monotonic() >= next_check:
@@ -80,6 +86,7 @@ class AdjunctLoop:
                     return False
                 next_check = time.monotonic() + check_every_s
         self.manager.commit()
+        self.bootstrapping = False
         self.bootstrap_seconds = time.monotonic() - started
         log.info("adjunct stores: bootstrapped %d message(s) in %.2fs", self.stored, self.bootstrap_seconds)
         return True
@@ -119,9 +126,38 @@ class AdjunctLoop:
             log.info("adjunct partition %s reached its end", ssp)
         target = self._targets.get(ssp)
         if target is not None and consumed:
-            order = self.admins[ssp.system].offset_comparator(messages[consumed - 1].offset, target)
+            last = messages[consumed - 1].offset
+            self._remaining[ssp] = _distance(last, target, inclusive=False)
+            order = self.admins[ssp.system].offset_comparator(last, target)
             if order is None or order >= 0:
                 del self._targets[ssp]
+                self._remaining[ssp] = 0
+
+    # --- what the container's metrics read, on the reporter's thread -------------------------------
+
+    def measurements(self) -> list[Measurement]:
+        """Bootstrap progress (messages still to read per bootstrap partition, whether it runs, how long
+        it took), messages stored, and each store's serving version as an info gauge: 1 for the version
+        serving, 0 for the one it replaced."""
+        values: list[Measurement] = [
+            ("adjunct_bootstrapping", "gauge", {}, float(self.bootstrapping)),
+            ("adjunct_bootstrap_duration_seconds", "gauge", {}, self.bootstrap_seconds),
+            ("adjunct_stored_messages", "counter", {}, self.stored),
+        ]
+        for ssp, remaining in dict(self._remaining).items():
+            if remaining is not None:
+                labels = {"system": ssp.system, "stream": ssp.stream, "partition": str(ssp.partition)}
+                values.append(("adjunct_bootstrap_remaining_messages", "gauge", labels, remaining))
+        for (store, owner), version in self.manager.serving_versions().items():
+            shown = self._versions_shown.get((store, owner))
+            if version is None or version == shown:
+                continue
+            store_labels = {"store": store, "owner": owner}
+            if shown is not None:
+                values.append(("adjunct_serving_version", "gauge", {**store_labels, "version": shown}, 0))
+            values.append(("adjunct_serving_version", "gauge", {**store_labels, "version": version}, 1))
+            self._versions_shown[(store, owner)] = version
+        return values
 
     # --- beside the tasks, on a thread ------------------------------------------------------------
 
@@ -149,3 +185,12 @@ class AdjunctLoop:
             self._thread = None
         if self._failure is None:
             self.manager.commit()
+
+
+def _distance(offset: str, target: str, inclusive: bool) -> int | None:
+    """Messages from ``offset`` (itself included or not) through ``target``; None when offsets are not
+    numbers (Kinesis sequence numbers)."""
+    try:
+        return max(0, int(target) - int(offset) + (1 if inclusive else 0))
+    except ValueError:
+        return None

@@ -124,6 +124,10 @@ class AdjunctDataStoreManager(ABC):
         """Adjunct stores the task has none of: ``get_store``'s error for each."""
         return {}
 
+    def serving_versions(self) -> dict[tuple[str, str], str | None]:
+        """(store, owner) → the version its readers see now (None: not versioned, or none yet)."""
+        return {}
+
     @abstractmethod
     def close(self) -> None: ...
 
@@ -427,6 +431,9 @@ class StreamAdjunctDataStoreManager(AdjunctDataStoreManager):
             store.install(record.version, files)
         finally:
             delete_path(target)
+
+    def serving_versions(self) -> dict[tuple[str, str], str | None]:
+        return {(store.name, store.owner): store.serving_version for store in self.stores}
 
     def stores_for(self, task_name: TaskName) -> dict[str, KeyValueStore]:
         return dict(self._views.get(task_name, {}))

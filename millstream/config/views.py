@@ -413,14 +413,29 @@ class MetricsConfig(ConfigView):
     snapshot_interval_ms: int = Field(5000, alias="snapshot.interval.ms", ge=10)
     """How often each container ships its metrics to the driver (and refreshes its lag)."""
     reporters: Annotated[list[MetricsReporterName], BeforeValidator(_split_list)] = Field(default_factory=list)
-    """``log``: a one-line summary per container every interval. Snapshots for the driver are always
-    shipped while metrics are on."""
+    """``log``: a one-line summary per container every interval; ``snapshot``: a JSON snapshot per
+    container every interval to ``metrics.reporter.snapshot.stream`` (Samza's MetricsSnapshotReporter).
+    Snapshots for the driver are always shipped while metrics are on."""
+    reporter_snapshot_stream: str | None = Field(None, alias="reporter.snapshot.stream")
+    """The ``system.stream`` the ``snapshot`` reporter sends to, e.g. ``kafka.metrics``; each message is
+    one container's snapshot as JSON, keyed by its container id."""
 
     @property
     def active(self) -> bool:
         if self.enabled is not None:
             return self.enabled
         return self.prometheus_port > 0 or bool(self.reporters)
+
+    def snapshot_stream(self) -> SystemStream | None:
+        """Where the ``snapshot`` reporter sends; None when it is not configured."""
+        if "snapshot" not in self.reporters:
+            return None
+        if self.reporter_snapshot_stream is None:
+            raise ConfigError(
+                "config key 'metrics.reporters' includes 'snapshot': set metrics.reporter.snapshot.stream too "
+                "(the system.stream it sends to, e.g. kafka.metrics)"
+            )
+        return parse_stream(self.reporter_snapshot_stream, "metrics.reporter.snapshot.stream")
 
 
 class MetadataConfig(ConfigView):

@@ -254,11 +254,18 @@ class ControlProtocol:
     @property
     def task_watermark(self) -> int:
         """The minimum watermark over the task's input partitions."""
-        marks = [
-            self.source_marks[stream].watermark(ssp) for stream, source in self.sources.items() for ssp in source.ssps
-        ]
-        marks.extend(self.reconciler.watermark(ssp) for stream in self.consumed.values() for ssp in stream.ssps)
-        return min(marks, default=MAX_WATERMARK)
+        return min(self.partition_watermarks().values(), default=MAX_WATERMARK)
+
+    def partition_watermarks(self) -> dict[SystemStreamPartition, int]:
+        """Each input partition's watermark: a source's from its newest event time, an intermediate
+        stream's as reconciled over its producers (``MAX_WATERMARK`` once ended or drained)."""
+        marks = {
+            ssp: self.source_marks[stream].watermark(ssp)
+            for stream, source in self.sources.items()
+            for ssp in source.ssps
+        }
+        marks.update((ssp, self.reconciler.watermark(ssp)) for stream in self.consumed.values() for ssp in stream.ssps)
+        return marks
 
     def _stream_watermark(self, consumed: ConsumedStream) -> int:
         return min(self.reconciler.watermark(ssp) for ssp in consumed.ssps)

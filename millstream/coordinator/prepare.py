@@ -56,7 +56,7 @@ def _validate(config: Config) -> None:
     JobConfig.of(config)
     TaskConfig.of(config).broadcast_ssps()
     MetadataConfig.of(config)
-    MetricsConfig.of(config)
+    MetricsConfig.of(config).snapshot_stream()
     StartpointConfig.of(config)
     AppConfig.of(config)
     task = TaskConfig.of(config)

@@ -15,10 +15,10 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, TypeVar
+from typing import Literal, Protocol, TypeVar, runtime_checkable
 
 Kind = Literal["counter", "gauge", "timer"]
 Labels = tuple[tuple[str, str], ...]
@@ -108,6 +108,21 @@ class MetricsRegistry(Protocol):
 
     def scoped(self, **labels: str) -> MetricsRegistry:
         """The same registry, adding ``labels`` to every metric registered through it."""
+        ...
+
+
+Measurement = tuple[str, Literal["counter", "gauge"], Mapping[str, str], float]
+"""``(name, kind, labels, value)``: one series a component keeps itself, as it stands now."""
+
+
+@runtime_checkable
+class Measured(Protocol):
+    """A component with counts or gauges of its own, read when a snapshot is taken (on the reporter's
+    thread), so measuring them costs its hot path nothing: the high-level engine's watermarks per input
+    and operator, a Kinesis consumer's lag behind the shard's tip, throttled calls and leases."""
+
+    def measurements(self) -> Iterable[Measurement]:
+        """Each series now; a series missing from one call keeps its last value."""
         ...
 
 

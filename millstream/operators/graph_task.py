@@ -59,6 +59,7 @@ from millstream.api.task import (
 )
 from millstream.control.errors import UnknownMessageTypeError
 from millstream.control.framing import MessageType, frame_user_message, unframe
+from millstream.control.messages import MAX_WATERMARK, MIN_WATERMARK
 from millstream.control.protocol import (
     NO_EVENTS,
     ConsumedStream,
@@ -72,6 +73,7 @@ from millstream.control.protocol import (
 from millstream.control.replay import Comparator, ReplayFilter
 from millstream.control.state import ControlStateStore
 from millstream.errors import MillstreamError
+from millstream.metrics.registry import Measurement
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.operators.graph import GraphContext, InputImpl, OperatorError, OperatorGraph
 from millstream.operators.state import InMemoryState, KeyValueState
@@ -353,6 +355,24 @@ class TaskGraph:
 
     # --- state ------------------------------------------------------------------------------------
 
+    def measurements(self) -> list[Measurement]:
+        """Gauges of where event time stands, read by the metrics reporter's thread at snapshot time (so
+        the hot path pays nothing): the watermark of each input partition and each operator's input
+        watermark, in seconds since the epoch; a watermark not known yet or final (end-of-stream) is left
+        out, so its gauge keeps the last finite value."""
+        values: list[Measurement] = []
+        for ssp, mark in self.control.partition_watermarks().items():
+            if MIN_WATERMARK < mark < MAX_WATERMARK:
+                labels = {"system": ssp.system, "stream": ssp.stream, "partition": str(ssp.partition)}
+                values.append(("input_watermark_timestamp_seconds", "gauge", labels, mark / 1000))
+        for operator in list(self.graph.operators):
+            mark = operator.input_watermark
+            if MIN_WATERMARK < mark < MAX_WATERMARK:
+                values.append(
+                    ("operator_watermark_timestamp_seconds", "gauge", {"operator": operator.op_id}, mark / 1000)
+                )
+        return values
+
     @property
     def task_watermark(self) -> int:
         """The minimum watermark over this task's input partitions."""
@@ -555,6 +575,10 @@ class OperatorGraphTask(
 
     def on_drain(self, collector: MessageCollector, coordinator: TaskCoordinator) -> None:
         """Every partition ended or drained: each input already finished its operators as drained."""
+
+    def measurements(self) -> list[Measurement]:
+        """The engine's own gauges (watermarks per input and operator): see ``TaskGraph.measurements``."""
+        return [] if self.graph is None else self.graph.measurements()
 
     def before_checkpoint(self) -> None:
         assert self.graph is not None and self.state_store is not None

@@ -39,6 +39,7 @@ from millstream.job_model import JobModel
 from millstream.metadata import coordination
 from millstream.metadata.base import FencedError, MetadataStore
 from millstream.metadata.factory import metadata_store
+from millstream.metrics.registry import NOOP_METRICS
 from millstream.model import SystemStream, SystemStreamPartition, TaskName
 from millstream.plugins import load_object
 from millstream.runtime.collector import TaskCollector
@@ -258,9 +259,11 @@ class Container:
         self.checkpoints = make_checkpoint_manager(config, self.store, self.fence)
         self.checkpoints.start()
         self._hold(self.checkpoints)
-        self.storage = self._hold(
-            ContainerStorageManager(config, self.job_model, self.container_id, self.store, self.producers, self.serdes)
+        metrics = self.metering.registry or NOOP_METRICS
+        storage = ContainerStorageManager(
+            config, self.job_model, self.container_id, self.store, self.producers, self.serdes, metrics
         )
+        self.storage = self._hold(storage)
         self.adjunct: AdjunctDataStoreManager | None = None
         if adjunct_store_names(config):
             # The adjunct loop's own connection: it runs on its own thread.
@@ -333,6 +336,7 @@ class Container:
             commit_ms=self.task_config.commit_ms,
             poll_interval_ms=self.task_config.poll_interval_ms,
         )
+        self.metering.watch(loop)
         loop.bootstrap(stop_probe)
         loop.start()
         self._resources.callback(_quietly, loop.stop)
@@ -416,7 +420,7 @@ class Container:
             "dead_lettered": lambda: self.dead_letters.dropped,
             "process_errors_skipped": lambda: self.process_errors.skipped,
         }
-        self.metering.start(tasks, self.registered, skipped)
+        self.metering.start(tasks, self.registered, skipped, self.consumers.consumers.values())
         self._report("running")
         log.info("container %s running %d task(s) over %d partition(s)", self.container_id, len(tasks), len(self.ssps))
         self._loop = loop

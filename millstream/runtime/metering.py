@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, Protocol
 
 from millstream.config import Config
-from millstream.config.views import MetricsConfig
+from millstream.config.views import JobConfig, MetricsConfig
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import metadata_store
-from millstream.metrics.registry import NOOP_METRICS, MetricsRegistry, Registry, ScopedRegistry
+from millstream.metrics.registry import NOOP_METRICS, Measured, MetricsRegistry, Registry, ScopedRegistry
 from millstream.metrics.reporters import LogReporter, MetricsReporter, SnapshotHeader, SnapshotLoop, StoreReporter
+from millstream.metrics.stream_reporter import SnapshotStreamReporter
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.systems.base import SystemAdmin
 from millstream.systems.registry import system_factory
@@ -31,14 +33,20 @@ class MeteredTask(Protocol):
     """The counts a task instance keeps anyway, read at snapshot time."""
 
     task_name: TaskName
+    task: Any
     ssps: frozenset[SystemStreamPartition]
     last_processed: dict[SystemStreamPartition, str]
+    end_of_stream: set[SystemStreamPartition]
     processed: int
     commits: int
     commits_skipped: int
     commits_blocked: int
     commits_timed_out: int
     commit_failures_skipped: int
+
+
+COMMIT_PHASES = ("flush", "snapshot", "upload", "checkpoint", "cleanup")
+"""A commit's phases in order: flush producers, snapshot stores, upload, write checkpoints, clean up."""
 
 
 def ssp_labels(ssp: SystemStreamPartition) -> dict[str, str]:
@@ -48,7 +56,7 @@ def ssp_labels(ssp: SystemStreamPartition) -> dict[str, str]:
 class TaskMeters:
     """The instruments a task instance updates on its hot path, looked up once at start."""
 
-    __slots__ = ("_commit", "_process", "_ssps")
+    __slots__ = ("_commit", "_phases", "_process", "_ssps")
 
     def __init__(self, registry: Registry, task_name: TaskName, ssps: frozenset[SystemStreamPartition]) -> None:
         task = str(task_name)
@@ -61,6 +69,7 @@ class TaskMeters:
         }
         self._process = registry.timer("process", task=task)
         self._commit = registry.timer("commit", task=task)
+        self._phases = {phase: registry.timer("commit_phase", task=task, phase=phase) for phase in COMMIT_PHASES}
 
     def batch(self, ssp: SystemStreamPartition, envelopes: Sequence[Any], seconds: float) -> None:
         """``envelopes`` were processed from ``ssp`` in ``seconds``."""
@@ -73,6 +82,11 @@ class TaskMeters:
         """A commit completed ``seconds`` after it started (its asynchronous upload included)."""
         self._commit.update(seconds)
 
+    def commit_phase(self, phase: str, seconds: float) -> None:
+        """One phase of a commit took ``seconds``: flush and snapshot on the task's thread, upload,
+        checkpoint and cleanup on a commit thread when the task has backups."""
+        self._phases[phase].update(seconds)
+
 
 class ContainerMetering:
     """The container's metrics from start to its last snapshot; inert when metrics are off."""
@@ -84,6 +98,7 @@ class ContainerMetering:
         self.registry: Registry | None = None
         self._loop: SnapshotLoop | None = None
         self._store: MetadataStore | None = None
+        self._stream_reporter: SnapshotStreamReporter | None = None
         self._lag = LagGauges()
         if self.settings.active:
             self.registry = Registry({"container": container_id})
@@ -101,33 +116,59 @@ class ContainerMetering:
 
     @contextmanager
     def restoring(self) -> Iterator[None]:
+        """Time the container's restore, shipping snapshots already while it runs: a long restore's
+        progress (``RestoreProgress``) is what an operator waits to see."""
+        self._start_reporting()
         started = time.perf_counter()
         yield
         if self.registry is not None:
             self.registry.timer("store_restore").update(time.perf_counter() - started)
+
+    def watch(self, component: Measured) -> None:
+        """Read ``component``'s own series at every snapshot from now on (the adjunct loop, from its
+        bootstrap: whose progress is what an operator waits to see), shipping snapshots already."""
+        if self.registry is None:
+            return
+        self.registry.before_snapshot(Measurements(self.registry, component).refresh)
+        self._start_reporting()
 
     def start(
         self,
         tasks: Sequence[MeteredTask],
         starts: Mapping[SystemStreamPartition, str],
         counters: Mapping[str, Callable[[], float]],
+        consumers: Iterable[object] = (),
     ) -> None:
-        """Derive the series the runtime counts anyway (``counters``: the container's own, by name), then
-        start shipping snapshots."""
+        """Derive the series the runtime counts anyway (``counters``: the container's own, by name), read
+        those that tasks and ``consumers`` keep themselves (``Measured``), then start shipping snapshots."""
         registry = self.registry
         if registry is None:
             return
         for task in tasks:
             _derive_task_series(registry, task)
+        for consumer in consumers:
+            if isinstance(consumer, Measured):
+                registry.before_snapshot(Measurements(registry, consumer).refresh)
         for name, read in counters.items():
             registry.derived(name, "counter", read)
         self._lag = LagGauges(self.config, registry, tasks, starts)
         registry.before_snapshot(self._lag.refresh)
+        self._start_reporting()
+
+    def _start_reporting(self) -> None:
+        """Start the snapshot thread, once: at the restore when there is one, else when the tasks start."""
+        if self.registry is None or self._loop is not None:
+            return
         self._store = metadata_store(self.config)
         reporters: list[MetricsReporter] = [StoreReporter(self._store)]
         if "log" in self.settings.reporters:
             reporters.append(LogReporter())
-        self._loop = SnapshotLoop(registry, self.header, reporters, self.settings.snapshot_interval_ms / 1000)
+        if (stream := self.settings.snapshot_stream()) is not None:
+            producer = system_factory(self.config, stream.system).get_producer(stream.system, self.config)
+            job = JobConfig.of(self.config)
+            self._stream_reporter = SnapshotStreamReporter(producer, stream, job.name, job.id)
+            reporters.append(self._stream_reporter)
+        self._loop = SnapshotLoop(self.registry, self.header, reporters, self.settings.snapshot_interval_ms / 1000)
         self._loop.start()
 
     def close(self, state: str = "stopped") -> None:
@@ -141,6 +182,9 @@ class ContainerMetering:
             if self._store is not None:
                 self._store.close()
                 self._store = None
+            if self._stream_reporter is not None:
+                self._stream_reporter.close()
+                self._stream_reporter = None
 
 
 def _derive_task_series(registry: Registry, task: MeteredTask) -> None:
@@ -150,6 +194,37 @@ def _derive_task_series(registry: Registry, task: MeteredTask) -> None:
     registry.derived("commits_blocked", "counter", lambda: task.commits_blocked, task=name)
     registry.derived("commits_timed_out", "counter", lambda: task.commits_timed_out, task=name)
     registry.derived("commit_failures_skipped", "counter", lambda: task.commit_failures_skipped, task=name)
+    for ssp in task.ssps:
+        registry.derived("input_end_of_stream", "gauge", partial(_ended, task, ssp), task=name, **ssp_labels(ssp))
+    if isinstance(task.task, Measured):
+        registry.before_snapshot(Measurements(registry, task.task, {"task": name}).refresh)
+
+
+def _ended(task: MeteredTask, ssp: SystemStreamPartition) -> float:
+    return float(ssp in task.end_of_stream)
+
+
+class Measurements:
+    """Copies a component's own series (``Measured``: a task, a consumer) into the registry before each
+    snapshot, adding ``labels`` (its task); a counter is mirrored, being counted by the component."""
+
+    def __init__(self, registry: Registry, component: Measured, labels: Mapping[str, str] | None = None) -> None:
+        self.registry = registry
+        self.component = component
+        self.labels = dict(labels or {})
+
+    def refresh(self) -> None:
+        try:
+            measured = list(self.component.measurements())
+        except Exception as error:  # read while its own thread changes it: the series keep their last values
+            log.debug("metrics: %s skipped: %s: %s", type(self.component).__name__, type(error).__name__, error)
+            return
+        for name, kind, labels, value in measured:
+            merged = {**labels, **self.labels}
+            if kind == "counter":
+                self.registry.counter(name, **merged).value = value
+            else:
+                self.registry.gauge(name, **merged).set(value)
 
 
 class LagGauges:

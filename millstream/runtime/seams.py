@@ -101,3 +101,6 @@ class TaskMeter(Protocol):
     def batch(self, ssp: SystemStreamPartition, envelopes: Sequence[Any], seconds: float) -> None: ...
 
     def committed(self, seconds: float) -> None: ...
+
+    def commit_phase(self, phase: str, seconds: float) -> None:
+        """One phase of a commit (flush, snapshot, upload, checkpoint, cleanup) took ``seconds``."""

@@ -361,7 +361,9 @@ class TaskInstance:
         self.producers.flush(self.task_name)
         if isinstance(self.task, CheckpointListener):
             self.task.before_checkpoint()
+        phase = self._timed("flush", started)
         markers = storage.snapshot(checkpoint_id) if storage is not None else {}
+        self._timed("snapshot", phase)
         self._snapshotted = offsets
         self._commit_started = started
         self.commit_settings.pause("after-snapshot")
@@ -395,7 +397,9 @@ class TaskInstance:
     ) -> None:
         """Upload → write checkpoints → startpoints → cleanup: the asynchronous stage of a commit."""
         storage = self.storage
+        phase = self._clock()
         uploaded = storage.upload(checkpoint_id, markers) if storage is not None else {}
+        phase = self._timed("upload", phase)
         self.commit_settings.pause("after-upload")
         checkpoints: list[Checkpoint] = []
         for version in self.commit_settings.write_versions:
@@ -410,6 +414,7 @@ class TaskInstance:
             storage.write_local_checkpoint(checkpoint_id, checkpoints)
         for checkpoint in checkpoints:
             self.checkpoint_manager.write_checkpoint(self.task_name, checkpoint)
+        self._timed("checkpoint", phase)
         self._last_written = offsets
         self.last_checkpoint = checkpoints[-1] if checkpoints else None
         self.commits += 1
@@ -419,9 +424,18 @@ class TaskInstance:
             self.purger.after_checkpoint(offsets)
         self.commit_settings.pause("after-checkpoint")
         if storage is not None:
+            phase = self._clock()
             storage.cleanup(checkpoint_id, uploaded)
+            self._timed("cleanup", phase)
         if self.meters is not None:
             self.meters.committed(self._clock() - self._commit_started)
+
+    def _timed(self, phase: str, since: float) -> float:
+        """Record commit ``phase`` as having run from ``since`` until now; return now, where the next starts."""
+        now = self._clock()
+        if self.meters is not None:
+            self.meters.commit_phase(phase, now - since)
+        return now
 
     def _wait_for_commit(self, tolerate_timeout: bool = False) -> bool:
         """Wait for the commit in flight; False when it outlasted ``task.commit.timeout.ms`` and the timeout

@@ -10,7 +10,8 @@ from millstream.metrics.reporters import total
 from millstream.metrics.snapshot import METRICS_NAMESPACE, read_snapshots
 from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.systems.registry import system_factory
-from millstream.testing import InProcessRunner
+from millstream.testing import InProcessRunner, write_stream
+from tests.api.apps import app_config, messages
 from tests.helpers import create_stream, fill, job_config, seal
 from tests.integration.processes import free_port
 from tests.metrics.job_metrics import check_running_job
@@ -114,3 +115,35 @@ def test_a_stateful_job_times_its_store_restore(tmp_path) -> None:
         (snapshot,) = read_snapshots(store).values()
     (restore,) = [s for s in snapshot.samples if s.name == "store_restore"]
     assert restore.kind == "timer" and restore.count == 1 and restore.value >= 0
+
+
+def test_a_high_level_job_shows_watermarks_per_input_and_operator_and_its_ended_inputs(tmp_path) -> None:
+    config = app_config(
+        tmp_path,
+        "tests.api.apps:WindowedCount",
+        metrics__enabled="true",
+        metrics__snapshot__interval__ms=50,
+        test__delay__seconds=0.02,  # 0.4 s per partition: snapshots while the inputs still have watermarks
+    )
+    create_stream(config, "in", 2)
+    create_stream(config, "out", 1)
+    for partition in range(2):
+        write_stream(config, SystemStream("log", "in"), messages(partition, 20, start=100), partition=partition)
+    seal(config, "in")
+
+    result = InProcessRunner(config).run(timeout=90)
+
+    assert result.outcome == "finished", result.error
+    with metadata_store(config) as store:
+        samples = [sample for snapshot in read_snapshots(store).values() for sample in snapshot.samples]
+    inputs = {
+        dict(s.labels)["partition"]: s.value
+        for s in samples
+        if s.name == "input_watermark_timestamp_seconds" and dict(s.labels)["stream"] == "in"
+    }
+    # the newest event time of each partition in seconds, as the last snapshot before its end saw it
+    assert set(inputs) == {"0", "1"} and all(100 <= value <= 119 for value in inputs.values()), inputs
+    operators = {dict(s.labels)["operator"] for s in samples if s.name == "operator_watermark_timestamp_seconds"}
+    assert any("per-10s" in operator for operator in operators), operators
+    ended = [s for s in samples if s.name == "input_end_of_stream" and dict(s.labels)["stream"] == "in"]
+    assert len(ended) == 2 and all(s.value == 1 for s in ended)

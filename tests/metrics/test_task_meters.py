@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId
 from millstream.config import Config
-from millstream.metrics.registry import Registry, Sample
-from millstream.model import IncomingMessageEnvelope
-from millstream.runtime.metering import TaskMeters
+from millstream.metrics.registry import Measurement, Registry, Sample
+from millstream.model import IncomingMessageEnvelope, SystemStreamPartition, TaskName
+from millstream.runtime.metering import Measurements, TaskMeters
 from millstream.runtime.task_instance import ContainerContext, TaskInstance
 from tests.runtime.fakes import DiscardingCollector
 from tests.runtime.test_run_loop import SSP, TASK, ManualClock, NoCheckpoints, TimedProducers, TimedTask
@@ -66,3 +69,104 @@ def test_without_meters_a_task_instance_records_nothing_anywhere() -> None:
     )
     assert instance.meters is None and not instance.context.metrics.enabled
     assert instance.process(SSP, [IncomingMessageEnvelope(SSP, "0", None, b"x")]) == 1
+
+
+class TimedStorage:
+    """Stores whose snapshot, upload and cleanup each cost a known time on the manual clock."""
+
+    has_backups = False
+    dirty = True
+
+    def __init__(self, clock: ManualClock, snapshot: float, upload: float, cleanup: float) -> None:
+        self.clock = clock
+        self.costs = {"snapshot": snapshot, "upload": upload, "cleanup": cleanup}
+
+    def _spend(self, phase: str) -> None:
+        self.clock.now += self.costs[phase]
+
+    def snapshot(self, checkpoint_id: CheckpointId) -> dict[str, dict[str, str]]:
+        self._spend("snapshot")
+        return {}
+
+    def upload(
+        self, checkpoint_id: CheckpointId, markers: Mapping[str, Mapping[str, str]]
+    ) -> dict[str, dict[str, str]]:
+        self._spend("upload")
+        return {}
+
+    def changelog_offsets(
+        self, checkpoint_id: CheckpointId, markers: Mapping[str, Mapping[str, str]]
+    ) -> dict[SystemStreamPartition, str]:
+        return {}
+
+    def write_local_checkpoint(self, checkpoint_id: CheckpointId, checkpoints: list[Checkpoint]) -> None:
+        pass
+
+    def cleanup(self, checkpoint_id: CheckpointId, markers: Mapping[str, Mapping[str, str]]) -> None:
+        self._spend("cleanup")
+
+
+class TimedCheckpoints:
+    def __init__(self, clock: ManualClock, cost: float) -> None:
+        self.clock = clock
+        self.cost = cost
+
+    def write_checkpoint(self, task_name: TaskName, checkpoint: Checkpoint) -> None:
+        self.clock.now += self.cost
+
+
+def test_a_commit_times_each_of_its_phases_apart() -> None:
+    clock = ManualClock()
+    registry = Registry({"container": "0"})
+    instance = TaskInstance(
+        TASK,
+        TimedTask(clock),
+        frozenset({SSP}),
+        ContainerContext(TASK, Config({}), frozenset({SSP}), "0"),
+        TimedProducers(clock, cost=1),
+        DiscardingCollector(),
+        TimedCheckpoints(clock, cost=8),
+        {},
+        {},
+        storage=TimedStorage(clock, snapshot=2, upload=4, cleanup=16),
+        clock=clock.monotonic,
+        meters=TaskMeters(registry, TASK, frozenset({SSP})),
+    )
+    instance.process(SSP, [IncomingMessageEnvelope(SSP, "0", None, b"x")])
+    instance.commit()
+
+    phases = {
+        dict(sample.labels)["phase"]: (sample.count, sample.value)
+        for sample in registry.snapshot()
+        if sample.name == "commit_phase"
+    }
+    # the checkpoint phase writes both versions (task.checkpoint.write.versions defaults to 1,2): 2 x 8
+    assert phases == {"flush": (1, 1), "snapshot": (1, 2), "upload": (1, 4), "checkpoint": (1, 16), "cleanup": (1, 16)}
+    assert {sample.name: sample.value for sample in registry.snapshot()}["commit"] == 39
+
+
+class Measured:
+    def __init__(self) -> None:
+        self.values: list[Measurement] | None = [("wm", "gauge", {"operator": "map"}, 12.5), ("n", "counter", {}, 3)]
+
+    def measurements(self) -> list[Measurement]:
+        if self.values is None:
+            raise RuntimeError("dictionary changed size during iteration")
+        return self.values
+
+
+def test_a_components_own_series_are_read_at_snapshot_time_and_keep_their_value_when_a_read_fails() -> None:
+    registry = Registry({"container": "0"})
+    task = Measured()
+    registry.before_snapshot(Measurements(registry, task, {"task": "Partition 0"}).refresh)
+
+    gauge, counter = registry.snapshot()
+    assert (gauge.name, gauge.kind, dict(gauge.labels), gauge.value) == (
+        "wm",
+        "gauge",
+        {"container": "0", "task": "Partition 0", "operator": "map"},
+        12.5,
+    )
+    assert (counter.name, counter.kind, counter.value) == ("n", "counter", 3)
+    task.values = None
+    assert [s.value for s in registry.snapshot()] == [12.5, 3]

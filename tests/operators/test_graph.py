@@ -463,3 +463,29 @@ def test_an_idle_producer_stops_holding_the_window_back_once_its_timeout_passed(
     clock[0] += 1.5
     driver.tick()
     assert values(driver) == [WindowPane("u", 0, 10, [1])]
+
+
+def test_measurements_give_each_input_partitions_and_operators_watermark_in_seconds():
+    hooked = Hooked()
+    app = application(
+        lambda app: app.input(InputDescriptor("log.in", max_out_of_orderness_ms=5)).map(hooked).sink(lambda *a: None)
+    )
+    driver = Driver(task_graph(app, [A0, A1]))
+    assert driver.graph.measurements() == []  # no event time seen: no watermark to show yet
+    driver.source(A0, "a", 100_000)
+    driver.source(A1, "b", 40_000)
+    driver.tick()
+
+    measured = {(name, tuple(sorted(labels.items()))): value for name, _, labels, value in driver.graph.measurements()}
+    inputs = {
+        labels: value for (name, labels), value in measured.items() if name == "input_watermark_timestamp_seconds"
+    }
+    assert inputs == {
+        (("partition", "0"), ("stream", "in"), ("system", "log")): 99.995,
+        (("partition", "1"), ("stream", "in"), ("system", "log")): 39.995,
+    }
+    operators = {
+        labels: value for (name, labels), value in measured.items() if name != "input_watermark_timestamp_seconds"
+    }
+    assert len(operators) == len(driver.graph.graph.operators) >= 3
+    assert set(operators.values()) == {39.995}  # the minimum of the partitions feeding them

@@ -12,6 +12,7 @@ from millstream.config import Config
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.job_model import JobModel
 from millstream.metadata.factory import metadata_store
+from millstream.metrics.registry import NOOP_METRICS, MetricsRegistry
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.storage.managers.resources import prepare_state_resources
 from millstream.storage.managers.stores import ContainerStorageManager, TaskStorageManager
@@ -100,9 +101,11 @@ class StateHarness:
         return v2
 
 
-def restored_contents(config: Config, task: TaskName, fresh_dir: Path, store: str = "counts") -> dict[Any, Any]:
-    """Restore ``task``'s store from the job's last checkpoint into ``fresh_dir`` (as a new host would)
-    and return what it holds."""
+def restored_contents(
+    config: Config, task: TaskName, fresh_dir: Path, store: str = "counts", metrics: MetricsRegistry = NOOP_METRICS
+) -> dict[Any, Any]:
+    """Restore ``task``'s store from the job's last checkpoint into ``fresh_dir`` (as a new host would),
+    reporting its progress to ``metrics``, and return what it holds."""
     from millstream.checkpoint.factory import checkpoint_manager
     from millstream.metadata.coordination import latest_job_model
 
@@ -115,7 +118,7 @@ def restored_contents(config: Config, task: TaskName, fresh_dir: Path, store: st
     assert model is not None
     checkpoint = checkpoint_manager(config, metadata).read_last_checkpoint(task)
     producers = ProducerPool(config)
-    container = ContainerStorageManager(config, model, model.container_of(task), metadata, producers)
+    container = ContainerStorageManager(config, model, model.container_of(task), metadata, producers, metrics=metrics)
     storage = container.task_storage(task, model.tasks[task])
     assert storage is not None
     try:

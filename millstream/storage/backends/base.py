@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
+from millstream.metrics.registry import NOOP_METRICS, MetricsRegistry
 from millstream.model import SystemStreamPartition, TaskName
 
 if TYPE_CHECKING:
@@ -78,6 +79,8 @@ class TaskBackendContext:
     """Opens (once) a store's engine on its directory; restore managers that replay records use it."""
     pause: Callable[[str], None] = field(default=lambda point: None, repr=False)
     """Testing hook: a named point of a commit where a test may stop the process."""
+    metrics: MetricsRegistry = field(default=NOOP_METRICS, repr=False)
+    """The container's metrics: restore managers report their progress to it (``RestoreProgress``)."""
 
 
 class TaskBackupManager(ABC):

@@ -30,6 +30,7 @@ from millstream.config.core import Config
 from millstream.config.views import JobConfig, parse_stream, store_config, task_store_names
 from millstream.job_model import JobModel, TaskModel
 from millstream.metadata.base import MetadataStore
+from millstream.metrics.registry import NOOP_METRICS, MetricsRegistry
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.serde.registry import SerdeRegistry
 from millstream.storage.backends.base import (
@@ -143,6 +144,7 @@ class TaskStorageManager:
             container.systems,
             self.open_engine,
             container.pause,
+            container.metrics,
         )
 
     def open_engine(self, store: str) -> KeyValueStorageEngine:
@@ -316,8 +318,11 @@ class ContainerStorageManager:
         metadata_store: MetadataStore,
         producers: ProducerPool,
         serdes: SerdeRegistry | None = None,
+        metrics: MetricsRegistry = NOOP_METRICS,
     ) -> None:
         self.config = config
+        self.metrics = metrics
+        """Where restores report their progress; the no-op registry when metrics are off."""
         self.job_model = job_model
         self.container_id = container_id
         self.metadata_store = metadata_store

@@ -40,6 +40,7 @@ from collections.abc import Callable, Set
 from typing import Any
 
 from millstream.metadata.base import MetadataStore
+from millstream.metrics.registry import Measurement
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition
 from millstream.systems.base import SystemConsumer
 from millstream.systems.kinesis.admin import KinesisSystemAdmin
@@ -180,6 +181,25 @@ class KinesisSystemConsumer(SystemConsumer):
     def slot_mapping(self) -> dict[SystemStreamPartition, list[str]]:
         """Slot → the shards mapped to it now (several: a shared slot)."""
         return self._keeper.slot_mapping()
+
+    def measurements(self) -> list[Measurement]:
+        """What the container's metrics read at snapshot time (``Measured``): the shard leases held per
+        stream, each held shard's lag behind its tip (``MillisBehindLatest``, in seconds) and the calls
+        Kinesis throttled, by operation. Sequence numbers are not offsets one can subtract, so this is
+        Kinesis's lag where other systems count messages."""
+        system = self.system
+        behind = self.metrics.behind_latest()
+        values: list[Measurement] = []
+        for stream, shards in self.owned_shards().items():
+            values.append(("kinesis_shard_leases", "gauge", {"system": system, "stream": stream}, len(shards)))
+            for shard in shards:
+                if (millis := behind.get((stream, shard))) is not None:
+                    labels = {"system": system, "stream": stream, "shard": shard}
+                    values.append(("kinesis_lag_seconds", "gauge", labels, millis / 1000))
+        for operation, count in self.metrics.throttled_counts().items():
+            labels = {"system": system, "operation": operation}
+            values.append(("kinesis_throttled_calls", "counter", labels, count))
+        return values
 
 
 def committed_offsets_from(manager: Any) -> CommittedOffsets:

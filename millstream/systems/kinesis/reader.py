@@ -136,6 +136,8 @@ class ShardReader:
                 self._transient(error)
                 continue
             self.backoff.reset()
+            if (behind := response.get("MillisBehindLatest")) is not None:
+                self.metrics.behind(shard.stream, shard.shard_id, int(behind))
             records = response.get("Records", [])
             size = 0
             for record in records:

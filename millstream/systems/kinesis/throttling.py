@@ -107,6 +107,8 @@ class KinesisMetrics:
     shards_finished: int = 0
     checkpoints_written: int = 0
     throttled_by_operation: dict[str, int] = field(default_factory=dict)
+    _behind_latest_ms: dict[tuple[str, str], int] = field(default_factory=dict, repr=False, compare=False)
+    """(stream, shard) → ``MillisBehindLatest`` of the shard's last GetRecords: how far its reader trails."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, name: str, amount: float = 1) -> None:
@@ -117,6 +119,18 @@ class KinesisMetrics:
         with self._lock:
             self.throttled_calls += 1
             self.throttled_by_operation[operation] = self.throttled_by_operation.get(operation, 0) + 1
+
+    def behind(self, stream: str, shard: str, millis: int) -> None:
+        with self._lock:
+            self._behind_latest_ms[(stream, shard)] = millis
+
+    def behind_latest(self) -> dict[tuple[str, str], int]:
+        with self._lock:
+            return dict(self._behind_latest_ms)
+
+    def throttled_counts(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.throttled_by_operation)
 
     def snapshot(self) -> dict[str, float | dict[str, int]]:
         with self._lock:

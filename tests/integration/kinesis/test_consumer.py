@@ -284,12 +284,22 @@ def test_throttled_and_expired_reads_back_off_retry_and_lose_nothing(
         driver.run_until(consumer, slots(stream, [0]), lambda: len(driver.envelopes) >= 30)
         wait_for_reads(consumer, 2)
         driver.poll(consumer, slots(stream, [0]))
+        measured = {
+            (name, kind, tuple(sorted(labels.items()))): value for name, kind, labels, value in consumer.measurements()
+        }
     finally:
         consumer.stop()
     assert driver.payloads() == [data for _, data in records(30)], "no loss, no duplicate"
     metrics = consumer.metrics.snapshot()
     assert metrics["throttled_by_operation"] == {"GetRecords": 2}
     assert metrics["expired_iterators"] == 1
+    # what the container's metrics read: leases held, lag behind the shard's tip, throttled calls
+    (shard,) = consumer.metrics.behind_latest()
+    assert measured.pop(("kinesis_shard_leases", "gauge", (("stream", stream), ("system", SYSTEM)))) == 1
+    assert measured.pop(("kinesis_throttled_calls", "counter", (("operation", "GetRecords"), ("system", SYSTEM)))) == 2
+    labels = (("shard", shard[1]), ("stream", stream), ("system", SYSTEM))
+    assert measured.pop(("kinesis_lag_seconds", "gauge", labels)) >= 0
+    assert measured == {}
 
 
 def test_each_shard_reader_stays_under_its_getrecords_calls_per_second(kinesis_endpoint, tmp_path, stream_name):

@@ -23,7 +23,7 @@ from millstream.storage.backends.base import StoreSpec, TaskBackendContext, Task
 from millstream.storage.backends.blobstore.diff import are_same_dir, same_file
 from millstream.storage.backends.blobstore.index import SnapshotIndex
 from millstream.storage.backends.blobstore.recovery import local_checkpoint_of, recovery_enabled, report_missing
-from millstream.storage.backends.blobstore.transfer import BlobTransfer, MissingBlobsError
+from millstream.storage.backends.blobstore.transfer import BlobTransfer, MissingBlobsError, snapshot_size
 from millstream.storage.errors import StateRestoreError
 from millstream.storage.layout import (
     LOCAL_CHECKPOINT_FILES,
@@ -32,6 +32,7 @@ from millstream.storage.layout import (
     delete_checkpoint_dirs,
     delete_path,
 )
+from millstream.storage.restore_progress import RestoreProgress
 
 log = logging.getLogger(__name__)
 
@@ -127,8 +128,13 @@ class BlobStoreTaskRestoreManager(TaskRestoreManager):
         started = time.monotonic()
         staging = spec.store_dir.with_name(f"{spec.store_dir.name}.restoring")
         delete_path(staging)
+        progress = RestoreProgress(
+            self.context.metrics, str(self.context.task_name), store, bytes_expected=snapshot_size(index.dir_index)
+        )
         try:
-            files = self.transfer.download_dir(index.dir_index, staging, where)
+            files = self.transfer.download_dir(
+                index.dir_index, staging, where, lambda size: progress.advance(size=size)
+            )
         except MissingBlobsError as error:
             delete_path(staging)
             report_missing(self.recover, str(error), "the store starts empty")
@@ -140,6 +146,7 @@ class BlobStoreTaskRestoreManager(TaskRestoreManager):
             delete_path(staging)
             raise StateRestoreError(f"{where}: the restored snapshot (index '{blob_id}') does not verify: {reason}")
         os.replace(staging, spec.store_dir)
+        progress.finish()
         log.info(
             "%s: restored %d file(s) of snapshot %s from %s in %.2fs",
             where, files, self.checkpoint.checkpoint_id, self.transfer.blob_store.describe(),

@@ -174,11 +174,14 @@ class BlobTransfer:
                 raise StateBackupError(f"{where}: cannot delete blob: {error}") from error
         return len(ids)
 
-    def download_dir(self, index: DirIndex, target: Path, where: str) -> int:
-        """Recreate ``index`` under ``target`` (files and empty directories), verifying every file."""
+    def download_dir(
+        self, index: DirIndex, target: Path, where: str, progress: Callable[[int], None] = lambda size: None
+    ) -> int:
+        """Recreate ``index`` under ``target`` (files and empty directories), verifying every file;
+        ``progress`` hears each file's size once it is downloaded (from the transfer threads)."""
         jobs: list[tuple[FileIndex, Path]] = []
         _plan(index, target, jobs)
-        futures = [self.executor.submit(self._download_file, file, path, where) for file, path in jobs]
+        futures = [self.executor.submit(self._download_file, file, path, where, progress) for file, path in jobs]
         failure: BaseException | None = None
         missing: list[MissingBlobsError] = []
         for future in futures:
@@ -195,7 +198,7 @@ class BlobTransfer:
             raise MissingBlobsError("; ".join(str(error) for error in missing), blob_ids)
         return len(jobs)
 
-    def _download_file(self, file: FileIndex, path: Path, where: str) -> None:
+    def _download_file(self, file: FileIndex, path: Path, where: str, progress: Callable[[int], None]) -> None:
         blobs = sorted(file.blobs, key=lambda blob: blob.offset)
 
         def attempt() -> tuple[int, int]:
@@ -224,6 +227,7 @@ class BlobTransfer:
                 f"bytes with CRC32 {file.checksum}, downloaded {size} bytes with CRC32 {crc}"
             )
         os.chmod(path, _mode(file.metadata.permissions))
+        progress(size)
 
 
 def _built(diff: DirDiff, uploaded: dict[Path, FileIndex]) -> DirIndex:
@@ -234,6 +238,13 @@ def _built(diff: DirDiff, uploaded: dict[Path, FileIndex]) -> DirIndex:
         tuple(diff.files_removed),
         tuple(_built(sub_dir, uploaded) for sub_dir in (*diff.sub_dirs_added, *diff.sub_dirs_retained)),
         tuple(diff.sub_dirs_removed),
+    )
+
+
+def snapshot_size(index: DirIndex) -> int:
+    """The bytes a download of ``index`` writes: every file present, subdirectories included."""
+    return sum(file.metadata.size for file in index.files_present) + sum(
+        snapshot_size(sub_dir) for sub_dir in index.sub_dirs_present
     )
 
 

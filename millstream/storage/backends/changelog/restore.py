@@ -51,6 +51,7 @@ from millstream.storage.layout import (
     read_checkpoint_file,
     read_offset_file,
 )
+from millstream.storage.restore_progress import RestoreProgress
 from millstream.storage.rocksdb import RocksDbKeyValueStorageEngine
 from millstream.systems.base import SystemAdmin
 
@@ -251,11 +252,15 @@ class ChangelogTaskRestoreManager(TaskRestoreManager):
         engine = self.context.open_engine(spec.name)
         admin = self.context.systems.admin(plan.ssp.system)
         replayed = reverted = 0
+        progress = RestoreProgress(
+            self.context.metrics, str(self.context.task_name), spec.name, records_expected=_replay_length(plan)
+        )
         if plan.start is not None and plan.target is not None:
-            replayed = self._replay(engine, admin, plan)
+            replayed = self._replay(engine, admin, plan, progress)
         if plan.revert_from is not None and plan.newest is not None:
             reverted = self._revert(engine, admin, plan)
             self.reverted += reverted
+        progress.finish()
         log.info(
             "%s restored from %s in %.2fs: %d record(s) replayed%s, %d key(s) reverted (%s)",
             self._where(spec.name), plan.ssp, time.monotonic() - started, replayed,
@@ -289,13 +294,16 @@ class ChangelogTaskRestoreManager(TaskRestoreManager):
             plan.start = plan.oldest
             plan.reason += "; the local checkpoint directory was unreadable: full replay"
 
-    def _replay(self, engine: KeyValueStorageEngine, admin: SystemAdmin, plan: StoreRestorePlan) -> int:
+    def _replay(
+        self, engine: KeyValueStorageEngine, admin: SystemAdmin, plan: StoreRestorePlan, progress: RestoreProgress
+    ) -> int:
         count = 0
 
         def apply(batch: list[IncomingMessageEnvelope]) -> None:
             nonlocal count
             engine.put_all([(envelope.key, envelope.message) for envelope in batch if envelope.key is not None])
             count += len(batch)
+            progress.advance(len(batch), sum(envelope.size for envelope in batch))
 
         assert plan.start is not None and plan.target is not None
         self._read(admin, plan, plan.start, plan.target, apply)
@@ -368,6 +376,17 @@ class ChangelogTaskRestoreManager(TaskRestoreManager):
                     return
         finally:
             consumer.stop()
+
+
+def _replay_length(plan: StoreRestorePlan) -> int | None:
+    """Records a replay reads at most: its offset range when offsets are numbers (log, Kafka; compaction
+    may leave gaps), else unknown."""
+    if plan.start is None or plan.target is None:
+        return 0
+    try:
+        return max(0, int(plan.target) - int(plan.start) + 1)
+    except ValueError:
+        return None
 
 
 def _verify_store(directory: Path) -> None:
