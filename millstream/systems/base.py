@@ -62,15 +62,11 @@ class WriterFencedError(FencedError):
     Raised by every later ``send`` and ``flush`` of the fenced producer as well, so a caller that set one
     failure aside (a skip policy) still stops at the next."""
 
-    def __init__(self, system: str, stream: str, partition: int, writer: WriterToken, detail: str) -> None:
-        self.system = system
-        self.stream = stream
-        self.partition = partition
+    def __init__(self, target: str, writer: WriterToken, detail: str) -> None:
+        self.target = target
+        """What refused the write: ``<system>.<stream> partition <n>``."""
         self.writer = writer
-        super().__init__(
-            f"{system}.{stream} partition {partition}: {writer.describe()} was fenced off ({detail}); "
-            "a newer attempt owns its writes"
-        )
+        super().__init__(f"{target}: {writer.describe()} was fenced off ({detail}); a newer attempt owns its writes")
 
 
 class OffsetOutOfRangeError(MillstreamError):

@@ -28,7 +28,7 @@ INPUT = SystemStreamPartition("log", "in", 0)
 KEYS = 10
 
 
-def zombie_job(tmp_path: Path, factory: str, records: int, hold_at: int, commit_at: int) -> Config:
+def zombie_job(tmp_path: Path, factory: str, records: int, hold_at: int, commit_at: int, **extra: Any) -> Config:
     hold = tmp_path / "hold"
     hold.mkdir()
     config = prepare(
@@ -40,6 +40,7 @@ def zombie_job(tmp_path: Path, factory: str, records: int, hold_at: int, commit_
             test__hold__dir=hold,
             test__hold__offset=hold_at,
             test__hold__commit__offset=commit_at,
+            **extra,
         )
     )
     create_stream(config, "in", 1)
@@ -85,11 +86,13 @@ def reported_stores(config: Config) -> list[dict[str, int]]:
     return [value["store"] for _, value in messages if "store" in value]
 
 
-def run_with_a_zombie(tmp_path: Path, factory: str) -> tuple[Config, BaseException | None, ContainerResult]:
+def run_with_a_zombie(
+    tmp_path: Path, factory: str, **extra: Any
+) -> tuple[Config, BaseException | None, ContainerResult]:
     """Attempt 1 is held at offset 100 of 200; attempt 2 starts, restores and processes everything; then
     attempt 1 goes on (behind attempt 2, so its counts are stale) and commits at offset 150; attempt 2
     commits later records; a third attempt restores from attempt 2's last checkpoint."""
-    config = zombie_job(tmp_path, factory, records=200, hold_at=100, commit_at=150)
+    config = zombie_job(tmp_path, factory, records=200, hold_at=100, commit_at=150, **extra)
     with metadata_store(config) as store:
         model = JobCoordinator(config, store).start()
     zombie, zombie_outcome = in_background(config, model)

@@ -343,7 +343,9 @@ class LogPartition:
         self._recorded = writer
 
     def _fenced(self, writer: WriterToken, detail: str) -> WriterFencedError:
-        return WriterFencedError("log", self.stream, self.partition, writer, f"{detail}; file '{self.path}'")
+        return WriterFencedError(
+            f"log.{self.stream} partition {self.partition}", writer, f"{detail}; file '{self.path}'"
+        )
 
     def read(self, start: int, limit: int) -> Records | None:
         """Up to ``limit`` records at offsets ``start, start + 1, ...``, read in one statement.
