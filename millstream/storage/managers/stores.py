@@ -170,7 +170,8 @@ class TaskStorageManager:
         if writer is None:
             return
         for entry in self._stores.values():
-            claim(entry.spec.store_dir, writer)
+            if entry.spec.persistent:
+                claim(entry.spec.store_dir, writer)
             if entry.spec.changelog is not None:
                 self.container.systems.producer(entry.spec.changelog.system).claim(entry.spec.changelog)
 
