@@ -46,6 +46,9 @@ class WriterToken:
     container_id: str
     generation: int
     epoch: int
+    pooled: bool = True
+    """The container's shared producer (``ProducerPool``): a Kafka system runs its writes in transactions
+    under the container's ``transactional.id``, which only one producer may hold."""
 
     @property
     def order(self) -> tuple[int, int]:
@@ -276,6 +279,12 @@ class SystemConsumer(ABC):
         self, ssps: Set[SystemStreamPartition], timeout: float
     ) -> dict[SystemStreamPartition, list[IncomingMessageEnvelope]]:
         """Up to a batch of envelopes for each of ``ssps``, waiting at most ``timeout`` seconds for any."""
+
+    def position(self, ssp: SystemStreamPartition) -> str | None:
+        """The offset the next envelope of ``ssp`` would have, once every one polled so far was returned;
+        None when the system cannot tell. It moves past offsets that hold no record a reader sees (Kafka's
+        transaction markers and aborted records), which a reader waiting for a given offset needs to know."""
+        return None
 
     @abstractmethod
     def stop(self) -> None: ...

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Self
 
 from millstream.config import Config
@@ -27,18 +28,18 @@ class ProducerPool:
         writers refuse them once a newer attempt took over (see ``SystemProducer.set_writer``)."""
         self._producers: dict[str, SystemProducer] = {}
 
-    def new_producer(self, system: str) -> SystemProducer:
+    def new_producer(self, system: str, *, pooled: bool = False) -> SystemProducer:
         """A started producer of ``system`` outside the pool (the caller stops it), writing as the pool's writer."""
         producer = system_factory(self.config, system).get_producer(system, self.config)
         if self.writer is not None:
-            producer.set_writer(self.writer)
+            producer.set_writer(replace(self.writer, pooled=pooled))
         producer.start()
         return producer
 
     def producer(self, system: str) -> SystemProducer:
         producer = self._producers.get(system)
         if producer is None:
-            producer = self.new_producer(system)
+            producer = self.new_producer(system, pooled=True)
             self._producers[system] = producer
         return producer
 

@@ -49,4 +49,5 @@ class KafkaSystemFactory(SystemFactory):
             auto_create_streams=kafka.settings.auto_create_streams,
             default_partitions=kafka.settings.default_partitions,
             default_replication_factor=kafka.settings.default_replication_factor,
+            transactional=kafka.settings.transactional_writes,
         )
