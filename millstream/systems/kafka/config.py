@@ -64,8 +64,9 @@ class KafkaSystemConfig(ConfigView):
     ``millstream-producer-<job.name>-<job.id>-<container>``, committed at each commit: a newer attempt of the
     container fences the older one, whose writes since its last commit are aborted, so a superseded attempt
     that keeps running can never add records behind the offsets the newer attempt checkpoints. Output becomes
-    visible to ``read_committed`` consumers at each commit. ``false``: an idempotent producer, output visible
-    at once, and a zombie attempt's writes are not fenced."""
+    visible to ``read_committed`` consumers at each commit. A transaction's timeout is three commit intervals
+    (at least a minute, at most the brokers' default ``transaction.max.timeout.ms``, 15 minutes). ``false``: an
+    idempotent producer, output visible at once, and a zombie attempt's writes are not fenced."""
 
     @classmethod
     def for_system(cls, config: Config, system: str) -> KafkaSystemConfig:

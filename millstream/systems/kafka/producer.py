@@ -57,9 +57,11 @@ class KafkaSystemProducer(SystemProducer):
         default_partitions: int = 1,
         default_replication_factor: int = -1,
         transactional: bool = False,
+        transaction_timeout_ms: int = 60_000,
     ) -> None:
         self.system = system
         self._transactional = transactional
+        self._transaction_timeout_ms = transaction_timeout_ms
         self._writer: WriterToken | None = None
         self._transactions: ProducerTransactions | None = None
         self.kafka = kafka
@@ -89,6 +91,7 @@ class KafkaSystemProducer(SystemProducer):
         if self._transactional and self._writer is not None and self._writer.pooled:
             transactions = ProducerTransactions(self.system, self._writer, self.kafka.settings.operation_timeout_ms)
             overrides["transactional.id"] = transactions.transactional_id
+            overrides["transaction.timeout.ms"] = self._transaction_timeout_ms
         producer = create_client(Producer, self.kafka.producer(**overrides), "producer", self.kafka)
         check_brokers(producer, self.kafka)
         if transactions is not None:
@@ -199,8 +202,12 @@ class KafkaSystemProducer(SystemProducer):
         self, error: KafkaException, topic: str, partition: int, value: Any
     ) -> KafkaProduceError | WriterFencedError:
         inner = kafka_error(error)
-        if inner is not None and self._transactions is not None and (fenced := self._transactions.fenced_by(inner)):
-            return fenced
+        transactions = self._transactions
+        if inner is not None and transactions is not None:
+            if inner.code() == KafkaError._FATAL and self._producer is not None:
+                self._producer.poll(0)  # the delivery report that says why (a fenced producer) comes first
+            if (fenced := transactions.fenced or transactions.fenced_by(inner)) is not None:
+                return fenced
         detail = inner.str() if inner is not None else str(error)
         if inner is not None and inner.code() in _TOO_LARGE:
             size = len(value) if value is not None else 0

@@ -24,7 +24,11 @@ from millstream.systems.base import WriterFencedError, WriterToken
 from millstream.systems.kafka.client import kafka_error
 from millstream.systems.kafka.errors import KafkaProduceError
 
-FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
+FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED})
+"""A newer producer with the same ``transactional.id`` started. ``INVALID_PRODUCER_EPOCH`` means it only
+when librdkafka says the producer was fenced: the broker's abort of a timed-out transaction also causes
+it, and then the transaction is aborted (the commit fails and the container is retried) but no newer
+attempt exists."""
 
 
 def transactional_id(writer: WriterToken) -> str:
@@ -84,13 +88,16 @@ class ProducerTransactions:
 
     def fenced_by(self, error: KafkaError) -> WriterFencedError | None:
         """The fencing error a delivery failure or produce error means, if it is one (then kept for good)."""
-        if error.code() in FENCED_CODES:
+        code = error.code()
+        if code in FENCED_CODES or (code == KafkaError.INVALID_PRODUCER_EPOCH and "fenced" in error.str()):
             target = f"Kafka system '{self.system}' transactional.id {self.transactional_id}"
             self.fenced = WriterFencedError(target, self.writer, error.str())
             return self.fenced
         return None
 
     def _raise_fenced(self, error: KafkaException) -> None:
+        if self.fenced is not None:  # a delivery report said so while the call flushed
+            raise self.fenced from None
         inner = kafka_error(error)
         if inner is not None and (fenced := self.fenced_by(inner)) is not None:
             raise fenced from None

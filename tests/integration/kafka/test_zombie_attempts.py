@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from millstream.systems.base import WriterFencedError
+from millstream.systems.kafka.factory import MAX_TRANSACTION_TIMEOUT_MS, transaction_timeout_ms
 from tests.runtime.test_zombie_attempts import KEYS, reported_stores, run_with_a_zombie
 
 pytestmark = pytest.mark.integration
@@ -36,3 +37,9 @@ def test_a_zombie_attempts_kafka_changelog_writes_are_aborted_and_a_restore_give
     assert restored_store == dict(Counter(f"k{value % KEYS}" for value in range(200)) | Counter({"late": 5}))
     assert isinstance(zombie_error, WriterFencedError), zombie_error
     assert f"transactional.id millstream-producer-{job}-1-0: container 0 attempt 1 of generation 1" in str(zombie_error)
+
+
+def test_a_containers_transaction_outlives_its_commit_interval_within_what_brokers_accept() -> None:
+    assert transaction_timeout_ms(60_000) == 180_000  # the default task.commit.ms
+    assert transaction_timeout_ms(200) == 60_000
+    assert transaction_timeout_ms(3_600_000) == MAX_TRANSACTION_TIMEOUT_MS
