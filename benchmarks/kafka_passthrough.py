@@ -9,7 +9,9 @@ Every figure comes from the same topic in the same run, so the ratios hold whate
   raw copy       confluent-kafka alone consuming and producing every message (a reference for pass-through)
   no-op job      millstream reading every message into a task that does nothing (1 container)
   count per key  millstream counting messages per key in a dict (1 container)
-  pass-through   millstream copying every message to another topic (1 container, in-process)
+  pass-through   millstream copying every message to another topic (1 container, in-process), its
+                 output written in a transaction per commit (as every container's), and again without
+                 transactions (``systems.kafka.transactional.writes=false``)
   spark          the pass-through through the Spark runner with 2 containers (2 Python workers)
 Jobs keep their checkpoints and metadata in Kafka. Kafka never ends a stream, so each task counts
 its partition's messages and the container shuts itself down when all of its tasks are done.
@@ -94,10 +96,13 @@ class BytesPassThrough(_BoundedTask):
         self._count(coordinator)
 
 
-def job_config(root: Path, bootstrap: str, task: str, containers: int, run: str, per_partition: int) -> Config:
+def job_config(
+    root: Path, bootstrap: str, task: str, containers: int, run: str, per_partition: int, **extra: Any
+) -> Config:
     return prepare(
         Config(
             {
+                **extra,
                 "job.name": f"bench-{run}-{RUN_ID}",
                 "job.data.dir": str(root / "data"),
                 "job.container.count": containers,
@@ -247,15 +252,17 @@ def run_benchmarks(bootstrap: str, args: Any, root: Path) -> None:
     print(f"{'raw consumer (confluent-kafka)':<30}{raw:>12,.0f} msgs/s  {1:>6.0%}", flush=True)
     copy = raw_passthrough_rate(bootstrap, args.partitions, messages)
     print(f"{'raw consume → produce':<30}{copy:>12,.0f} msgs/s  {copy / raw:>6.0%} of raw consumer", flush=True)
-    runs = [
-        ("no-op job, 1 container", "NoOp", 1),
-        ("count per key, 1 container", "CountPerKey", 1),
-        ("pass-through, 1 container", "BytesPassThrough", 1),
+    not_transactional = {"systems.kafka.transactional.writes": "false"}
+    runs: list[tuple[str, str, int, dict[str, Any]]] = [
+        ("no-op job, 1 container", "NoOp", 1, {}),
+        ("count per key, 1 container", "CountPerKey", 1, {}),
+        ("pass-through, 1 container", "BytesPassThrough", 1, {}),
+        ("pass-through, not transactional", "BytesPassThrough", 1, not_transactional),
     ]
-    for index, (name, task, containers) in enumerate(runs):
+    for index, (name, task, containers, extra) in enumerate(runs):
         recreate_topic(bootstrap, SINK, args.partitions)
         _unfinished_tasks.clear()
-        config = job_config(root, bootstrap, task, containers, str(index), per_partition)
+        config = job_config(root, bootstrap, task, containers, str(index), per_partition, **extra)
         started = time.perf_counter()
         result = InProcessRunner(config).run()
         report(name, result, time.perf_counter() - started, raw)

@@ -1,7 +1,10 @@
 """A container: hosts the tasks the JobModel gives it, from startup to a committed stop.
 
 Startup fences off every earlier attempt of this container (a new epoch in the metadata store), so a
-zombie attempt left behind by a retried Spark task can never overwrite this attempt's checkpoints.
+zombie attempt left behind by a retried Spark task can never overwrite this attempt's checkpoints. The
+same attempt token fences its other writes: producers write on its behalf (the embedded log refuses an
+older attempt's appends once a newer one claimed the partition), and the stores work in the attempt's own
+directories (see ``storage.ownership``).
 An attempt that user code failed records the failure; when the same failure ends
 ``job.container.failure.repeat.limit`` attempts it is deterministic: the job fails with it, and the retries
 Spark still makes return at once instead of failing at the same offset again.
@@ -51,7 +54,7 @@ from millstream.runtime.task_instance import AppliedStartpoints, CommitSettings,
 from millstream.serde.registry import SerdeRegistry
 from millstream.startpoint.manager import STARTPOINT_STATUS_NAMESPACE, StartpointManager
 from millstream.storage.managers.stores import ContainerStorageManager, TaskStorageManager
-from millstream.systems.base import SystemAdmin
+from millstream.systems.base import SystemAdmin, WriterToken
 from millstream.systems.consumers import SystemConsumers
 from millstream.systems.producers import ProducerPool
 from millstream.systems.registry import system_factory
@@ -253,7 +256,8 @@ class Container:
             admin = system_factory(config, system).get_admin(system, config)
             admin.start()
             self.admins[system] = self._hold(admin)
-        self.producers = self._hold(ProducerPool(config))
+        writer = WriterToken(JobConfig.of(config).job_key, self.container_id, self.generation, self.epoch)
+        self.producers = self._hold(ProducerPool(config, writer))
         task_config = self.task_config
         self.process_errors = ProcessErrorPolicy(task_config.process_errors, task_config.dead_letter(), self.producers)
         self.checkpoints = make_checkpoint_manager(config, self.store, self.fence)

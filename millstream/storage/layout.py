@@ -6,6 +6,12 @@ checkpoints (RocksDB checkpoints: hard links to the SST files). ``<base>`` is
 others. A checkpoint directory may also hold ``OFFSET-v2`` (the changelog offsets at that commit) and
 ``CHECKPOINT-V2`` (the commit's V2 checkpoint), which tell a restart what the directory contains;
 they are written atomically (temporary file, fsync, rename) and never uploaded.
+
+A container attempt's engines work in ``<base>/<store>/<task>@<generation>.<epoch>`` (``attempt_dir``), its
+own directory, so a superseded attempt still running cannot write into or delete from the new attempt's
+store; ``<task>@owner`` names the attempt that owns the task's directories (see ``ownership``). Checkpoint
+directories keep the attempt-free name: a later attempt reuses them. ``@`` never occurs in a task's
+directory name, so these names cannot collide with a task's.
 """
 
 from __future__ import annotations
@@ -32,6 +38,9 @@ CHECKPOINT_V2_FILE = "CHECKPOINT-V2"
 LOCAL_CHECKPOINT_FILES = frozenset({OFFSET_FILE, OFFSET_V2_FILE, SIDE_INPUT_OFFSETS_FILE, CHECKPOINT_V2_FILE})
 """Files describing a checkpoint directory; never part of what a backend backs up or compares."""
 
+ATTEMPT_SEPARATOR = "@"
+OWNER_SUFFIX = "@owner"
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -57,14 +66,39 @@ class StoreLayout:
         return (self.logged_base if logged else self.non_logged_base) / store / task_dir_name(task_name)
 
 
+def attempt_dir(store_dir: Path, generation: int, epoch: int) -> Path:
+    """The working directory of one attempt of a container for the store directory ``store_dir``."""
+    return store_dir.with_name(f"{base_dir(store_dir).name}{ATTEMPT_SEPARATOR}{generation}.{epoch}")
+
+
+def base_dir(store_dir: Path) -> Path:
+    """``<base>/<store>/<task>`` of a store directory, whichever attempt's it is."""
+    return store_dir.with_name(store_dir.name.split(ATTEMPT_SEPARATOR, 1)[0])
+
+
+def stale_attempt_dirs(store_dir: Path) -> list[Path]:
+    """The working directories of the task's other attempts (and a pre-attempt ``<task>`` directory, and
+    half-made restores of any attempt): what the owner of ``store_dir`` deletes."""
+    base = base_dir(store_dir)
+    if not base.parent.is_dir():
+        return []
+    prefix = base.name + ATTEMPT_SEPARATOR
+    return sorted(
+        entry
+        for entry in base.parent.iterdir()
+        if entry != store_dir
+        and (entry.name == base.name or (entry.name.startswith(prefix) and entry.name != base.name + OWNER_SUFFIX))
+    )
+
+
 def checkpoint_dir(store_dir: Path, checkpoint_id: CheckpointId) -> Path:
-    return store_dir.with_name(f"{store_dir.name}-{checkpoint_id}")
+    return store_dir.with_name(f"{base_dir(store_dir).name}-{checkpoint_id}")
 
 
 def checkpoint_dirs(store_dir: Path) -> dict[CheckpointId, Path]:
     """The store's checkpoint directories by CheckpointId (leftovers that are not one are left out)."""
     found = {}
-    pattern = re.compile(re.escape(store_dir.name) + r"-(\d+-\d+)")
+    pattern = re.compile(re.escape(base_dir(store_dir).name) + r"-(\d+-\d+)")
     if store_dir.parent.is_dir():
         for entry in store_dir.parent.iterdir():
             match = pattern.fullmatch(entry.name)
@@ -76,7 +110,7 @@ def checkpoint_dirs(store_dir: Path) -> dict[CheckpointId, Path]:
 def delete_checkpoint_dirs(store_dir: Path, keep: CheckpointId | None = None) -> None:
     """Delete every ``<store dir>-*`` sibling but ``keep``'s, including half-made ones (``.tmp``)."""
     keep_name = None if keep is None else checkpoint_dir(store_dir, keep).name
-    prefix = store_dir.name + "-"
+    prefix = base_dir(store_dir).name + "-"
     if not store_dir.parent.is_dir():
         return
     for entry in store_dir.parent.iterdir():

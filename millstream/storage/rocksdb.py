@@ -119,7 +119,11 @@ class RocksDbKeyValueStorageEngine(KeyValueStorageEngine):
         # gets rocksdict's DbClosedError, which readers of replaced versions retry
         if not getattr(self, "_closed", True):
             self._closed = True
-            self._db.close()
+            try:
+                self._db.close()
+            except Exception as error:  # rocksdict raises plain exceptions with RocksDB's status text
+                # e.g. a superseded attempt whose directory the new owner deleted: its memtable has nowhere to go
+                raise StoreError(f"cannot close RocksDB store at '{self.path}': {error}") from None
 
 
 def _scan(iterator: rocksdict.RdictIter, start: bytes | None, end: bytes | None) -> Iterator[Entry]:

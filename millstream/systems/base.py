@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Self
 
 from millstream.errors import MillstreamError
+from millstream.metadata.base import FencedError
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStreamPartition
 
 if TYPE_CHECKING:
@@ -28,6 +29,47 @@ if TYPE_CHECKING:
 
 class SystemOperationError(MillstreamError):
     """A system failed an operation; the message names the system, stream and partition."""
+
+
+@dataclass(frozen=True)
+class WriterToken:
+    """Who writes through a producer: one attempt (``epoch``) of one container of one generation of a job.
+
+    Systems that can refuse a stale writer (the embedded log checks it at every append) keep, per
+    partition, the newest token each job's containers wrote with: an append is refused when the same
+    container wrote with a newer ``(generation, epoch)``, or any container of the job with a newer
+    generation. A zombie attempt therefore cannot add records to a partition its successor has claimed.
+    """
+
+    job: str
+    """``<job.name>-<job.id>``: jobs sharing a stream never fence each other."""
+    container_id: str
+    generation: int
+    epoch: int
+    pooled: bool = True
+    """The container's shared producer (``ProducerPool``): a Kafka system runs its writes in transactions
+    under the container's ``transactional.id``, which only one producer may hold."""
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """Newer generations win; within one generation, newer attempts of the container win."""
+        return (self.generation, self.epoch)
+
+    def describe(self) -> str:
+        return f"container {self.container_id} attempt {self.epoch} of generation {self.generation} of job {self.job}"
+
+
+class WriterFencedError(FencedError):
+    """A newer attempt (or generation) claimed the partition: this writer is a zombie and must stop.
+
+    Raised by every later ``send`` and ``flush`` of the fenced producer as well, so a caller that set one
+    failure aside (a skip policy) still stops at the next."""
+
+    def __init__(self, target: str, writer: WriterToken, detail: str) -> None:
+        self.target = target
+        """What refused the write: ``<system>.<stream> partition <n>``."""
+        self.writer = writer
+        super().__init__(f"{target}: {writer.describe()} was fenced off ({detail}); a newer attempt owns its writes")
 
 
 class OffsetOutOfRangeError(MillstreamError):
@@ -238,6 +280,12 @@ class SystemConsumer(ABC):
     ) -> dict[SystemStreamPartition, list[IncomingMessageEnvelope]]:
         """Up to a batch of envelopes for each of ``ssps``, waiting at most ``timeout`` seconds for any."""
 
+    def position(self, ssp: SystemStreamPartition) -> str | None:
+        """The offset the next envelope of ``ssp`` would have, once every one polled so far was returned;
+        None when the system cannot tell. It moves past offsets that hold no record a reader sees (Kafka's
+        transaction markers and aborted records), which a reader waiting for a given offset needs to know."""
+        return None
+
     @abstractmethod
     def stop(self) -> None: ...
 
@@ -258,6 +306,16 @@ class SystemProducer(ABC):
 
     def register(self, source: str) -> None:  # noqa: B027 - optional hook
         """Declare a source (a task name) that will send; flush is per source."""
+
+    def set_writer(self, writer: WriterToken) -> None:  # noqa: B027 - optional hook
+        """Called before ``start`` by a container: every write of this producer is on behalf of ``writer``.
+
+        A system that fences writers refuses this producer's writes, with ``WriterFencedError``, once a
+        newer attempt of the container (or a newer generation) has written or claimed the partition."""
+
+    def claim(self, ssp: SystemStreamPartition) -> None:  # noqa: B027 - optional hook
+        """Fence off older writers of ``ssp`` now, before the caller reads its end (a store's restore):
+        nothing a zombie appends afterwards can land behind the offsets the caller's checkpoints name."""
 
     @abstractmethod
     def start(self) -> None: ...

@@ -16,6 +16,7 @@ from millstream.metrics.registry import NOOP_METRICS, MetricsRegistry
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.storage.managers.resources import prepare_state_resources
 from millstream.storage.managers.stores import ContainerStorageManager, TaskStorageManager
+from millstream.systems.base import WriterToken
 from millstream.systems.producers import ProducerPool
 from tests.helpers import create_stream, job_config
 
@@ -67,8 +68,11 @@ class StateHarness:
         """The last commit's V2 checkpoint (its V1 is ``v1``)."""
         self.offset = 0
 
-    def open(self, checkpoint: Checkpoint | None = None, task: TaskName = TASK) -> Opened:
-        producers = ProducerPool(self.config)
+    def open(
+        self, checkpoint: Checkpoint | None = None, task: TaskName = TASK, writer: WriterToken | None = None
+    ) -> Opened:
+        """``writer``: open as that container attempt would (its own directories, claimed partitions)."""
+        producers = ProducerPool(self.config, writer)
         container = ContainerStorageManager(self.config, self.model, "0", self.metadata, producers)
         storage = container.task_storage(task, self.model.tasks[task])
         assert storage is not None

@@ -10,12 +10,14 @@ from millstream.config import Config
 from millstream.model import SystemStreamPartition
 from millstream.storage.layout import (
     StoreLayout,
+    attempt_dir,
     checkpoint_dir,
     checkpoint_dirs,
     copy_dir,
     delete_checkpoint_dirs,
     read_checkpoint_file,
     read_offset_file,
+    stale_attempt_dirs,
     task_dir_name,
     write_checkpoint_file,
     write_offset_file,
@@ -76,3 +78,31 @@ def test_copy_links_sst_files_and_copies_the_rest(tmp_path: Path) -> None:
     copy_dir(source, tmp_path / "dst")
     assert (tmp_path / "dst" / "000001.sst").stat().st_ino == (source / "000001.sst").stat().st_ino
     assert (tmp_path / "dst" / "MANIFEST-000001").stat().st_ino != (source / "MANIFEST-000001").stat().st_ino
+
+
+def test_an_attempts_directory_shares_the_tasks_checkpoint_directories_and_finds_the_others_stale(
+    tmp_path: Path,
+) -> None:
+    base = tmp_path / "counts" / "Partition_0"
+    mine = attempt_dir(base, 2, 5)
+    assert mine.name == "Partition_0@2.5"
+    checkpoint_id = CheckpointId.create()
+    assert checkpoint_dir(mine, checkpoint_id) == checkpoint_dir(base, checkpoint_id)
+    for directory in (
+        base,
+        mine,
+        attempt_dir(base, 2, 4),
+        checkpoint_dir(base, checkpoint_id),
+        tmp_path / "counts" / "Partition_01",
+    ):
+        directory.mkdir(parents=True)
+    (tmp_path / "counts" / "Partition_0@1.9.restoring").mkdir()
+    (tmp_path / "counts" / "Partition_0@owner").touch()
+    assert checkpoint_dirs(mine) == {checkpoint_id: checkpoint_dir(base, checkpoint_id)}
+    assert [path.name for path in stale_attempt_dirs(mine)] == [
+        "Partition_0",
+        "Partition_0@1.9.restoring",
+        "Partition_0@2.4",
+    ]
+    delete_checkpoint_dirs(mine)
+    assert not checkpoint_dir(base, checkpoint_id).exists() and mine.is_dir()

@@ -23,6 +23,7 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Self
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
@@ -46,6 +47,7 @@ from millstream.storage.factory import StorageEngineFactory, storage_engine_fact
 from millstream.storage.kv import ChangelogWriter, KeyValueStorageEngine, TaskKeyValueStore
 from millstream.storage.layout import (
     StoreLayout,
+    attempt_dir,
     checkpoint_dir,
     delete_checkpoint_dirs,
     delete_path,
@@ -55,6 +57,7 @@ from millstream.storage.layout import (
 from millstream.storage.managers.dropped import DroppedStoreSweep
 from millstream.storage.managers.faults import CommitPauses
 from millstream.storage.managers.systems import ContainerSystems
+from millstream.storage.ownership import claim, owned
 from millstream.systems.producers import ProducerPool
 
 log = logging.getLogger(__name__)
@@ -95,6 +98,8 @@ class TaskStorageManager:
                     partition = changelog_partition(container.metadata_store, task_name)
                 changelog = parse_stream(own.changelog, f"stores.{name}.changelog").partition(partition)
             store_dir = container.layout.store_dir(name, task_name, logged)
+            if container.writer is not None:
+                store_dir = attempt_dir(store_dir, container.writer.generation, container.writer.epoch)
             spec = StoreSpec(name, own, store_dir, engine_factory.persistent, changelog)
             self._stores[name] = _Store(spec, engine_factory, backups, logged)
         self.engines: dict[str, KeyValueStorageEngine] = {}
@@ -159,9 +164,23 @@ class TaskStorageManager:
                 self.engines[store] = engine
             return engine
 
+    def claim(self) -> None:
+        """Fence off older attempts before anything is read or deleted: take the task's store directories
+        (deleting the other attempts' working directories) and its changelog partitions, so nothing a
+        zombie writes lands behind the offsets this attempt's checkpoints will name."""
+        writer = self.container.writer
+        if writer is None:
+            return
+        for entry in self._stores.values():
+            if entry.spec.persistent:
+                claim(entry.spec.store_dir, writer)
+            if entry.spec.changelog is not None:
+                self.container.systems.producer(entry.spec.changelog.system).claim(entry.spec.changelog)
+
     def restore(self, checkpoint: Checkpoint | None) -> None:
         """Bring every store to the state ``checkpoint`` names (runs on a restore thread)."""
         started = time.monotonic()
+        self.claim()
         groups: dict[str, tuple[type[StateBackendFactory], list[str]]] = {}
         for name, entry in self._stores.items():
             if entry.spec.persistent and not entry.logged:
@@ -234,7 +253,8 @@ class TaskStorageManager:
         self.revert_unsealed = False
         for name, entry in self._stores.items():
             if entry.spec.persistent and entry.backups:
-                self.engines[name].checkpoint(checkpoint_dir(entry.spec.store_dir, checkpoint_id))
+                with owned(entry.spec.store_dir, self.container.writer):
+                    self.engines[name].checkpoint(checkpoint_dir(entry.spec.store_dir, checkpoint_id))
         return {key: manager.snapshot(checkpoint_id) for key, manager in self.backup_managers.items()}
 
     def upload(
@@ -258,17 +278,20 @@ class TaskStorageManager:
             directory = checkpoint_dir(entry.spec.store_dir, checkpoint_id)
             if not directory.is_dir():
                 continue
-            for checkpoint in checkpoints:
-                if isinstance(checkpoint, CheckpointV2):
-                    write_checkpoint_file(directory, checkpoint)
-                elif isinstance(checkpoint, CheckpointV1) and entry.spec.changelog is not None:
-                    ssp = entry.spec.changelog
-                    # Samza's OFFSET-v2 holds the changelog offset itself, and no file for an empty changelog.
-                    _, offset = parse_v1_entry(
-                        checkpoint.offsets.get(ssp), f"changelog offset of store {entry.spec.name}"
-                    )
-                    if offset is not None:
-                        write_offset_file(directory, {ssp: offset})
+            with owned(entry.spec.store_dir, self.container.writer):
+                self._write_local_checkpoint(entry, directory, checkpoints)
+
+    @staticmethod
+    def _write_local_checkpoint(entry: _Store, directory: Path, checkpoints: list[Checkpoint]) -> None:
+        for checkpoint in checkpoints:
+            if isinstance(checkpoint, CheckpointV2):
+                write_checkpoint_file(directory, checkpoint)
+            elif isinstance(checkpoint, CheckpointV1) and entry.spec.changelog is not None:
+                ssp = entry.spec.changelog
+                # Samza's OFFSET-v2 holds the changelog offset itself, and no file for an empty changelog.
+                _, offset = parse_v1_entry(checkpoint.offsets.get(ssp), f"changelog offset of store {entry.spec.name}")
+                if offset is not None:
+                    write_offset_file(directory, {ssp: offset})
 
     def cleanup(self, checkpoint_id: CheckpointId, markers: Mapping[str, Mapping[str, str]]) -> None:
         """After ``checkpoint_id`` is durable: backends delete what it no longer needs, then the older
@@ -277,7 +300,8 @@ class TaskStorageManager:
             manager.cleanup(checkpoint_id, markers.get(key, {}))
         for entry in self._stores.values():
             if entry.spec.persistent and entry.logged:
-                delete_checkpoint_dirs(entry.spec.store_dir, keep=checkpoint_id)
+                with owned(entry.spec.store_dir, self.container.writer):
+                    delete_checkpoint_dirs(entry.spec.store_dir, keep=checkpoint_id)
         self._dropped.after_checkpoint(checkpoint_id)
 
     def close(self) -> None:
@@ -329,6 +353,9 @@ class ContainerStorageManager:
         self.serdes = serdes or SerdeRegistry.from_config(config)
         self.systems = ContainerSystems(config, producers)
         self.layout = StoreLayout.of(config)
+        self.writer = producers.writer
+        """The container attempt the stores belong to (None outside a container): it works in its own
+        directories, owns the task's checkpoint directories and claims its changelog partitions."""
         self.store_names = task_store_names(config)
         self.pause = CommitPauses.of(config)
         self._factories: dict[str, StateBackendFactory] = {}

@@ -38,9 +38,7 @@ class ContainerSystems:
         return system_factory(self.config, system).get_consumer(system, self.config)
 
     def new_producer(self, system: str) -> SystemProducer:
-        producer = system_factory(self.config, system).get_producer(system, self.config)
-        producer.start()
-        return producer
+        return self.producers.new_producer(system)
 
     def stop(self) -> None:
         with self._lock:

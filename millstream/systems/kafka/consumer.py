@@ -239,6 +239,14 @@ class KafkaSystemConsumer(SystemConsumer):
             self._last_warning = now
             log.warning("Kafka system '%s': %s (retrying)", self.system, error.str())
 
+    def position(self, ssp: SystemStreamPartition) -> str | None:
+        """librdkafka's position past what it handed over (control records and aborted transactions
+        included), once nothing of ``ssp`` waits in this consumer's buffer."""
+        if self._consumer is None or self._buffers.get(ssp):
+            return None
+        (position,) = self._consumer.position([TopicPartition(ssp.stream, ssp.partition)])
+        return str(position.offset) if position.offset >= 0 else None
+
     def positions(self) -> dict[SystemStreamPartition, Any]:
         """librdkafka's fetch position of each partition (for tools and tests)."""
         if self._consumer is None:

@@ -49,4 +49,17 @@ class KafkaSystemFactory(SystemFactory):
             auto_create_streams=kafka.settings.auto_create_streams,
             default_partitions=kafka.settings.default_partitions,
             default_replication_factor=kafka.settings.default_replication_factor,
+            transactional=kafka.settings.transactional_writes,
+            transaction_timeout_ms=transaction_timeout_ms(TaskConfig.of(config).commit_ms),
         )
+
+
+MAX_TRANSACTION_TIMEOUT_MS = 900_000
+"""The brokers' default ``transaction.max.timeout.ms``: a producer asking for more is refused."""
+
+
+def transaction_timeout_ms(commit_ms: int) -> int:
+    """A container's transaction stays open from one commit to the next: the broker must not abort it as timed
+    out meanwhile (librdkafka's default, 60 s, equals the default ``task.commit.ms``). Three commit intervals,
+    at least a minute, at most what brokers accept by default."""
+    return max(60_000, min(3 * commit_ms, MAX_TRANSACTION_TIMEOUT_MS))

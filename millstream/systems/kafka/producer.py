@@ -8,6 +8,10 @@
   replicas (``acks=all``), and raises if any failed: this is what the runtime's commit waits for
   before it checkpoints, so output is at-least-once. The producer is idempotent: librdkafka's
   retries (a broker restarting, a leader moving) never duplicate or reorder a partition's messages.
+* **Fencing.** A container's pooled producer writes in transactions (``transactions``): a newer attempt of
+  the container aborts and fences the older one's, whose every later send and flush raises
+  ``WriterFencedError``. Sends and flushes of a transactional producer come from one thread at a time
+  (the container's run loop).
 * **Errors are never lost.** librdkafka reports failures asynchronously; the delivery callback only
   fires for failures (``delivery.report.only.error``) and records them, and the next ``flush``
   raises the first one, naming topic and partition. A record too large for the producer is refused
@@ -26,11 +30,12 @@ from confluent_kafka.admin import AdminClient
 
 from millstream.errors import StreamNotFoundError
 from millstream.model import OutgoingMessageEnvelope, SystemStream
-from millstream.systems.base import SystemProducer
+from millstream.systems.base import SystemProducer, WriterFencedError, WriterToken
 from millstream.systems.kafka.client import check_brokers, create_client, create_topic, kafka_error, topic_partitions
 from millstream.systems.kafka.config import KafkaClientSettings
 from millstream.systems.kafka.errors import KafkaProduceError, KafkaRecordTooLargeError, KafkaSystemError
 from millstream.systems.kafka.partitioner import partition_for_key
+from millstream.systems.kafka.transactions import ProducerTransactions
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +56,14 @@ class KafkaSystemProducer(SystemProducer):
         auto_create_streams: bool = False,
         default_partitions: int = 1,
         default_replication_factor: int = -1,
+        transactional: bool = False,
+        transaction_timeout_ms: int = 60_000,
     ) -> None:
         self.system = system
+        self._transactional = transactional
+        self._transaction_timeout_ms = transaction_timeout_ms
+        self._writer: WriterToken | None = None
+        self._transactions: ProducerTransactions | None = None
         self.kafka = kafka
         self._auto_create = auto_create_streams
         self._default_partitions = default_partitions
@@ -67,13 +78,25 @@ class KafkaSystemProducer(SystemProducer):
         self._lock = threading.Lock()
         self._unserved = 0
 
+    def set_writer(self, writer: WriterToken) -> None:
+        self._writer = writer
+
     def start(self) -> None:
-        """Connect, failing within ``startup.timeout.ms`` (naming the brokers) when none answers."""
+        """Connect, failing within ``startup.timeout.ms`` (naming the brokers) when none answers; a
+        container's pooled producer then takes over its transactional id, fencing earlier attempts."""
         if self._producer is not None:
             return
-        settings = self.kafka.producer(**{"delivery.report.only.error": True, "on_delivery": self._on_delivery})
-        producer = create_client(Producer, settings, "producer", self.kafka)
+        overrides: dict[str, Any] = {"delivery.report.only.error": True, "on_delivery": self._on_delivery}
+        transactions = None
+        if self._transactional and self._writer is not None and self._writer.pooled:
+            transactions = ProducerTransactions(self.system, self._writer, self.kafka.settings.operation_timeout_ms)
+            overrides["transactional.id"] = transactions.transactional_id
+            overrides["transaction.timeout.ms"] = self._transaction_timeout_ms
+        producer = create_client(Producer, self.kafka.producer(**overrides), "producer", self.kafka)
         check_brokers(producer, self.kafka)
+        if transactions is not None:
+            transactions.start(producer)
+        self._transactions = transactions
         self._producer = producer
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
@@ -82,6 +105,8 @@ class KafkaSystemProducer(SystemProducer):
         topic = message.topic() or "?"
         partition = message.partition()
         offset = message.offset()
+        if self._transactions is not None and self._transactions.fenced_by(error) is not None:
+            return  # raised by the next send or flush
         kind = KafkaRecordTooLargeError if error.code() in _TOO_LARGE else KafkaProduceError
         size = len(message.value() or b"")
         failure = kind(self.system, topic, partition, offset, f"{error.str()} (record of {size} bytes)")
@@ -99,6 +124,8 @@ class KafkaSystemProducer(SystemProducer):
         producer = self._producer
         if producer is None:
             raise KafkaSystemError(f"the producer of Kafka system '{self.system}' is not started")
+        if self._transactions is not None:
+            self._transactions.check()
         stream = envelope.system_stream
         last = self._last
         if last[0] is stream:  # a task usually sends to one stream object: skip hashing it
@@ -171,8 +198,16 @@ class KafkaSystemProducer(SystemProducer):
             )
         return partition_for_key(bytes(partition_key), count)
 
-    def _produce_error(self, error: KafkaException, topic: str, partition: int, value: Any) -> KafkaProduceError:
+    def _produce_error(
+        self, error: KafkaException, topic: str, partition: int, value: Any
+    ) -> KafkaProduceError | WriterFencedError:
         inner = kafka_error(error)
+        transactions = self._transactions
+        if inner is not None and transactions is not None:
+            if inner.code() == KafkaError._FATAL and self._producer is not None:
+                self._producer.poll(0)  # the delivery report that says why (a fenced producer) comes first
+            if (fenced := transactions.fenced or transactions.fenced_by(inner)) is not None:
+                return fenced
         detail = inner.str() if inner is not None else str(error)
         if inner is not None and inner.code() in _TOO_LARGE:
             size = len(value) if value is not None else 0
@@ -208,6 +243,10 @@ class KafkaSystemProducer(SystemProducer):
         if producer is None:
             return
         self._unserved = 0
+        if self._transactions is not None:
+            self._transactions.commit(producer)  # flushes, then commits: everything sent is durable and visible
+            self._raise_failures()
+            return
         waited = time.monotonic()
         while producer.flush(1.0) > 0:
             if time.monotonic() - waited > 30:

@@ -4,6 +4,11 @@ A partition's buffer is appended (one transaction, one stored batch) when it rea
 ``systems.<s>.producer.batch.size`` records and on ``flush``. A failed append leaves its records in
 the buffer, so the error surfaces again at the next ``flush`` instead of the records vanishing.
 
+A container's producer writes on behalf of a ``WriterToken`` (``set_writer``): every append checks it
+in the append's transaction (see ``storage``), and once one is refused the producer is fenced for good —
+every later ``send`` and ``flush`` raises the same ``WriterFencedError`` and nothing more is appended,
+so a zombie attempt stops at its next write.
+
 A buffer is one flat list, ``timestamp, key, value, headers`` after one another for each record:
 extending it costs a send less than appending a tuple, and its columns come out for the append as
 four strided slices instead of a ``zip`` over every record.
@@ -19,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from millstream.errors import StreamNotFoundError
-from millstream.model import OutgoingMessageEnvelope
-from millstream.systems.base import SystemProducer
+from millstream.model import OutgoingMessageEnvelope, SystemStreamPartition
+from millstream.systems.base import SystemProducer, WriterFencedError, WriterToken
 from millstream.systems.log.errors import LogSystemError
 from millstream.systems.log.layout import LogLayout
 from millstream.systems.log.partitioner import Partitioner, round_robin
@@ -72,6 +77,8 @@ class LogSystemProducer(SystemProducer):
         self._writers: dict[str, _StreamWriter] = {}
         self._partitioner = Partitioner()
         self._lock = threading.Lock()
+        self._writer: WriterToken | None = None
+        self._fenced: WriterFencedError | None = None
 
     @property
     def batch_size(self) -> int:
@@ -85,11 +92,33 @@ class LogSystemProducer(SystemProducer):
     def start(self) -> None:
         pass
 
+    def set_writer(self, writer: WriterToken) -> None:
+        self._writer = writer
+
+    def claim(self, ssp: SystemStreamPartition) -> None:
+        """Record this producer's writer on ``ssp`` now; without a writer there is nothing to fence."""
+        if self._writer is None:
+            return
+        with self._lock:
+            self._raise_if_fenced()
+            writer = self._writers.get(ssp.stream) or self._open_stream(ssp.stream)
+            try:
+                self._partition(writer, ssp.partition).claim(self._writer)
+            except WriterFencedError as fenced:
+                self._fenced = fenced
+                raise
+
+    def _raise_if_fenced(self) -> None:
+        if self._fenced is not None:
+            raise self._fenced
+
     def stop(self) -> None:
-        """Flush everything, then close the partition files (even when the flush fails)."""
+        """Flush everything, then close the partition files (even when the flush fails). A fenced
+        producer drops what it buffered: a zombie's records are never written."""
         with self._lock:
             try:
-                self._flush_all()
+                if self._fenced is None:
+                    self._flush_all()
             finally:
                 for writer in self._writers.values():
                     for partition in writer.partitions.values():
@@ -119,6 +148,8 @@ class LogSystemProducer(SystemProducer):
         lock = self._lock
         lock.acquire()  # twice as fast as ``with lock`` in CPython 3.11
         try:
+            if self._fenced is not None:
+                raise self._fenced
             writer = self._writers.get(stream) or self._open_stream(stream)
             count = writer.partition_count
             partition = envelope.partition
@@ -155,6 +186,7 @@ class LogSystemProducer(SystemProducer):
     def flush(self, source: str) -> None:
         """Commit every buffered record, of every source: flushing more than asked is still correct."""
         with self._lock:
+            self._raise_if_fenced()
             self._flush_all()
 
     def _flush_all(self) -> None:
@@ -163,13 +195,25 @@ class LogSystemProducer(SystemProducer):
                 if buffer:
                     self._append(writer, partition)
 
-    def _append(self, writer: _StreamWriter, partition: int) -> None:
+    def _partition(self, writer: _StreamWriter, partition: int) -> LogPartition:
         log = writer.partitions.get(partition)
         if log is None:
             path = self.layout.partition_path(writer.stream, partition)
             log = writer.partitions[partition] = LogPartition(path, writer.stream, partition, fsync=self._fsync)
+        return log
+
+    def _append(self, writer: _StreamWriter, partition: int) -> None:
+        log = writer.partitions.get(partition) or self._partition(writer, partition)
         buffer = writer.buffers[partition]
-        log.append_columns(buffer[0::_FIELDS], buffer[1::_FIELDS], buffer[2::_FIELDS], buffer[3::_FIELDS])
+        try:
+            log.append_columns(
+                buffer[0::_FIELDS], buffer[1::_FIELDS], buffer[2::_FIELDS], buffer[3::_FIELDS], self._writer
+            )
+        except WriterFencedError as fenced:
+            self._fenced = fenced
+            for stale in writer.buffers:  # a zombie's records are never appended, by this flush or a later one
+                stale.clear()
+            raise
         writer.buffers[partition] = []
 
     def _open_stream(self, stream: str) -> _StreamWriter:

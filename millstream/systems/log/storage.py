@@ -30,6 +30,12 @@ The file format (``PRAGMA user_version`` = ``FORMAT_VERSION``)::
             base_offset, count, min_ts, max_ts,
             payload BLOB)                    -- msgpack [timestamps, keys, values, headers]
     meta(id = 0, next_offset, oldest_offset, sealed)
+    writers(job, container, generation, epoch)  -- optional: the newest writer token per container
+
+``writers`` exists once a container's producer wrote or claimed the partition (older files have none,
+which reads as no writer yet). An append by a writer checks it in the append's own transaction and is
+refused when the job has a newer generation there or the container a newer attempt: a superseded attempt
+(a zombie) can never add records behind the offsets its successor's checkpoints name.
 
 ``payload`` is a msgpack array of four columns, one entry per record in offset order:
 ``timestamps`` (ints, ms), ``keys`` (bin or nil; the whole column nil when no record has a key),
@@ -50,6 +56,7 @@ from typing import Any, NamedTuple
 
 import msgpack
 
+from millstream.systems.base import WriterFencedError, WriterToken
 from millstream.systems.log.errors import LogStorageError, PartitionSealedError
 
 BUSY_TIMEOUT_MS = 30_000
@@ -101,6 +108,12 @@ _READ = (
 )
 _INSERT = "INSERT INTO batches (end_offset, base_offset, count, min_ts, max_ts, payload) VALUES (?, ?, ?, ?, ?, ?)"
 _META = "SELECT oldest_offset, next_offset, sealed FROM meta WHERE id = 0"
+_WRITERS = (
+    "CREATE TABLE IF NOT EXISTS writers (job TEXT NOT NULL, container TEXT NOT NULL, generation INTEGER NOT NULL, "
+    "epoch INTEGER NOT NULL, PRIMARY KEY (job, container))"
+)
+_WRITERS_OF_JOB = "SELECT container, generation, epoch FROM writers WHERE job = ?"
+_RECORD_WRITER = "INSERT OR REPLACE INTO writers (job, container, generation, epoch) VALUES (?, ?, ?, ?)"
 # Candidates for offset_for_timestamp, in offset order: only batches holding a recent enough record.
 _BY_TIMESTAMP = (
     "SELECT base_offset, min_ts, payload FROM batches WHERE end_offset > ?1 AND max_ts >= ?2 ORDER BY end_offset"
@@ -146,7 +159,7 @@ class Records(NamedTuple):
 class LogPartition:
     """Append, read, trim and seal one partition file; see the module docstring for guarantees."""
 
-    __slots__ = ("_connection", "_identity", "partition", "path", "stream")
+    __slots__ = ("_connection", "_identity", "_recorded", "partition", "path", "stream")
 
     def __init__(self, path: Path, stream: str, partition: int, *, fsync: bool = False, create: bool = False) -> None:
         """Open the partition file; with ``create`` make a new one (which must not exist yet)."""
@@ -167,6 +180,8 @@ class LogPartition:
         except sqlite3.Error as error:
             raise self._error(f"cannot open the partition file: {error}") from None
         self._connection = connection
+        self._recorded: WriterToken | None = None
+        """The last writer this connection checked: once set, the ``writers`` table is known to exist."""
         try:
             connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             self._identity = _identity(path)
@@ -248,12 +263,15 @@ class LogPartition:
         keys: Sequence[Any] | None,
         values: Sequence[Any],
         headers: Sequence[Any] | None,
+        writer: WriterToken | None = None,
     ) -> int:
         """``append`` of records given column by column, as the producer buffers them.
 
         One entry per record in each column; ``keys`` or ``headers`` may be None when every record
         has none. The records become one stored batch, or several (committed together) when they
-        pack to more than ``MAX_BATCH_BYTES``.
+        pack to more than ``MAX_BATCH_BYTES``. With ``writer``, the append is refused
+        (``WriterFencedError``, nothing appended) when a newer attempt or generation wrote or claimed
+        the partition; the check and the append are one transaction.
         """
         count = len(values)
         if not count:
@@ -270,6 +288,8 @@ class LogPartition:
                 _, first, sealed = connection.execute(_META).fetchone()
                 if sealed:
                     raise PartitionSealedError(self.stream, self.partition, self.path)
+                if writer is not None:
+                    self._check_writer(writer)
                 end = first
                 for size, lowest, highest, payload in batches:
                     connection.execute(_INSERT, (end + size, end, size, lowest, highest, payload))
@@ -283,6 +303,49 @@ class LogPartition:
         except sqlite3.Error as error:
             raise self._error(f"cannot append {count} records: {error}") from None
         return int(first)
+
+    def claim(self, writer: WriterToken) -> None:
+        """Record ``writer`` as the partition's current writer for its container without appending:
+        from now on appends of older attempts (and generations) of the job are refused. Raises
+        ``WriterFencedError`` when ``writer`` itself is older than what is recorded."""
+        self._check_file()
+        connection = self._connection
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                self._check_writer(writer)
+                connection.execute("COMMIT")
+            except BaseException:
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as error:
+            raise self._error(f"cannot record {writer.describe()} as its writer: {error}") from None
+
+    def _check_writer(self, writer: WriterToken) -> None:
+        """Inside a write transaction: refuse a stale ``writer``, record a newer one. One query when the
+        token is already recorded (every append of an attempt but its first)."""
+        connection = self._connection
+        if self._recorded is None:
+            connection.execute(_WRITERS)
+        newest_generation = writer.generation
+        own: tuple[int, int] | None = None
+        for container, generation, epoch in connection.execute(_WRITERS_OF_JOB, (writer.job,)).fetchall():
+            newest_generation = max(newest_generation, generation)
+            if container == writer.container_id:
+                own = (generation, epoch)
+        if newest_generation > writer.generation:
+            raise self._fenced(writer, f"generation {newest_generation} of the job writes here now")
+        if own is not None and own > writer.order:
+            raise self._fenced(writer, f"attempt {own[1]} of generation {own[0]} of the container writes here now")
+        if own != writer.order:
+            connection.execute(_RECORD_WRITER, (writer.job, writer.container_id, writer.generation, writer.epoch))
+        self._recorded = writer
+
+    def _fenced(self, writer: WriterToken, detail: str) -> WriterFencedError:
+        return WriterFencedError(
+            f"log.{self.stream} partition {self.partition}", writer, f"{detail}; file '{self.path}'"
+        )
 
     def read(self, start: int, limit: int) -> Records | None:
         """Up to ``limit`` records at offsets ``start, start + 1, ...``, read in one statement.

@@ -343,7 +343,11 @@ class ChangelogTaskRestoreManager(TaskRestoreManager):
         end: str,
         handle: Callable[[list[IncomingMessageEnvelope]], None],
     ) -> None:
-        """Hand every changelog record from ``start`` through ``end`` (inclusive) to ``handle``, in batches."""
+        """Hand every changelog record from ``start`` through ``end`` (inclusive) to ``handle``, in batches.
+
+        Done at a record past ``end``, at ``end`` itself, or when nothing is left to read and the consumer's
+        position is past ``end``: on a transactional changelog (Kafka) the last offsets may hold no record a
+        reader sees (transaction markers, aborted records)."""
         ssp = plan.ssp
         compare = admin.offset_comparator
         if not _le(compare, start, end):
@@ -356,6 +360,8 @@ class ChangelogTaskRestoreManager(TaskRestoreManager):
             while True:
                 batch = consumer.poll({ssp}, 0.5).get(ssp)
                 if not batch:
+                    if (position := consumer.position(ssp)) is not None and not _le(compare, position, end):
+                        return  # what lies between the last record and ``end`` is no record (a transaction marker)
                     if time.monotonic() > stalled_at:
                         raise StateRestoreError(
                             f"{self._where(plan.store.name)}: changelog {ssp} stopped delivering records before "

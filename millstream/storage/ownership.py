@@ -1,0 +1,100 @@
+"""An attempt of a container owns its tasks' store directories; a zombie attempt never touches them.
+
+A superseded attempt (an older attempt of the container, or a container of an older generation) may
+keep running for a while: a Spark task that hangs, a host cut off from the driver. Two things keep it
+away from the new attempt's files:
+
+* **Each attempt works in its own directory.** A store's engine opens ``<task>@<generation>.<epoch>``
+  (``layout.attempt_dir``), never the directory of another attempt, so a zombie's RocksDB — its flushes,
+  compactions and deletion of obsolete files, which it does by file name — can only reach its own files.
+  Nothing is lost by it: a restart never trusts the previous current directory anyway (logged stores
+  are restored, unlogged ones start empty). The new owner deletes the other attempts' directories.
+* **Checkpoint directories are shared, so their operations are fenced.** ``<task>-<CheckpointId>``
+  directories outlive attempts (a restart reuses the newest local checkpoint), so creating, completing
+  and cleaning them up happen under an exclusive lock of ``<task>@owner``, which names the owning
+  attempt: the new attempt claims it before its restore touches anything, and a zombie's next snapshot or
+  cleanup finds a newer owner and raises ``StoreDirectoryFencedError`` instead of deleting the new
+  attempt's checkpoints.
+
+The lock is ``flock`` on the owner file: two attempts on one host (or two containers in one process)
+exclude each other; a store base on a shared network file system is not supported by Samza either.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import orjson
+
+from millstream.metadata.base import FencedError
+from millstream.storage.layout import OWNER_SUFFIX, base_dir, delete_path, stale_attempt_dirs, sync_dir
+from millstream.systems.base import WriterToken
+
+
+class StoreDirectoryFencedError(FencedError):
+    """A newer attempt owns the store directory: this attempt is a zombie and must not touch it."""
+
+    def __init__(self, directory: Path, writer: WriterToken, owner: tuple[int, int]) -> None:
+        self.directory = directory
+        self.writer = writer
+        super().__init__(
+            f"store directory '{directory}': {writer.describe()} was fenced off; attempt {owner[1]} of "
+            f"generation {owner[0]} owns it now (if the job's metadata store was deleted and recreated, delete "
+            f"'{directory}{OWNER_SUFFIX}' and the store directories with it)"
+        )
+
+
+def owner_file(store_dir: Path) -> Path:
+    return base_dir(store_dir).with_name(base_dir(store_dir).name + OWNER_SUFFIX)
+
+
+@contextmanager
+def owned(store_dir: Path, writer: WriterToken | None, *, claim: bool = False) -> Iterator[None]:
+    """Run the block while ``writer`` owns ``store_dir``'s directories, holding the owner lock.
+
+    With ``claim`` a writer at least as new as the recorded owner records itself as the owner. Raises
+    ``StoreDirectoryFencedError`` when a newer attempt owns them. Without a writer (tools, tests of a
+    store without a container) there is no owner to check."""
+    if writer is None:
+        yield
+        return
+    path = owner_file(store_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as file:
+        fcntl.flock(file.fileno(), fcntl.LOCK_EX)
+        file.seek(0)
+        owner = _owner(file.read())
+        if owner is not None and owner > writer.order:
+            raise StoreDirectoryFencedError(base_dir(store_dir), writer, owner)
+        if claim and owner != writer.order:
+            file.seek(0)
+            file.truncate()
+            record = {"generation": writer.generation, "epoch": writer.epoch, "container": writer.container_id}
+            file.write(orjson.dumps(record))
+            file.flush()
+            os.fsync(file.fileno())
+            sync_dir(path.parent)
+        yield
+
+
+def claim(store_dir: Path, writer: WriterToken | None) -> None:
+    """Take ``store_dir``'s directories for ``writer`` and delete every other attempt's working directory
+    (a zombie still working in one fails at its next write there)."""
+    with owned(store_dir, writer, claim=True):
+        if writer is not None:
+            for stale in stale_attempt_dirs(store_dir):
+                delete_path(stale)
+
+
+def _owner(raw: bytes) -> tuple[int, int] | None:
+    """The recorded owner's ``(generation, epoch)``; None when unclaimed or unreadable (a crash while
+    claiming), which the next claim overwrites."""
+    try:
+        document = orjson.loads(raw)
+        return (int(document["generation"]), int(document["epoch"]))
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return None
