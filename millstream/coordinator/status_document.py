@@ -28,6 +28,9 @@ _CONTAINER_FIELDS = (
     "error",
     "executor_pid",
     "spark_attempt",
+    "restarts",
+    "backoff-ms",
+    "backoff-until",
 )
 
 
