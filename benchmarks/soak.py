@@ -2,6 +2,7 @@
 
     python -m benchmarks.soak [--backend changelog] [--backend blobstore] [--runs 1] [--kills 10] [--seed 1]
                               [--partitions 4] [--records 2500] [--delay-ms 1] [--commit-ms 300]
+                              [--kafka] [--bootstrap host:port]
 
 A count-per-key job (``benchmarks.soak_tasks:CountPerKey``, RocksDB, asynchronous commit) reads
 ``--partitions`` sealed partitions of ``--records`` each, two containers on Spark local mode. While it
@@ -17,15 +18,23 @@ stores and resumes from its checkpoint. Each run then checks what a user relies 
 * each task's final store equals the fault-free result;
 * no task's checkpointed offset ever went backwards (sampled while the job runs).
 
+``--kafka`` keeps the checkpoints in Kafka (``task.checkpoint.factory: kafka``) and restarts the broker once
+in the middle of each run, when the checkpoints cover half the input, while the killer goes on; the run
+must then also find no ``FencedError`` in the containers' logs, and its ``restart`` column is the time from
+the broker being up again to the next checkpoint. Without ``--bootstrap`` the broker is started from the
+test harness's JARs (``make kafka-jars``), which is also what makes it restartable.
+
 It prints one row per run: backend, seed, commit point, kills, container retries, duplicate ratio
-(outputs re-emitted after a kill, per input), seconds and the problems found; exit code 1 on any problem.
-The long soak is ``--runs 10 --kills 10`` with both backends; ``tests/spark/test_soak.py`` runs a
-short one in CI.
+(outputs re-emitted after a kill, per input), seconds, the broker restart's stall and the problems found;
+exit code 1 on any problem. The long soak is ``--runs 10 --kills 10`` with both backends plus a ``--kafka``
+run; ``tests/spark/test_soak.py`` runs a short one in CI.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import os
 import random
 import signal
@@ -33,9 +42,11 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
@@ -67,6 +78,8 @@ class Settings:
     delay_ms: float = 1.0
     commit_ms: int = 300
     containers: int = 2
+    bootstrap: str | None = None
+    """The Kafka broker holding the checkpoints (``--kafka``); None: checkpoints in the metadata store."""
 
 
 @dataclass
@@ -78,10 +91,13 @@ class SoakResult:
     retries: int = 0
     duplicates: float = 0.0
     seconds: float = 0.0
+    restart_stall: float | None = None
+    """Seconds from the broker being up again to the next checkpoint (``--kafka``)."""
     problems: list[str] = field(default_factory=list)
 
 
-def soak_config(root: Path, backend: str, settings: Settings, commit_point: str) -> Config:
+def soak_config(root: Path, backend: str, settings: Settings, commit_point: str | None) -> Config:
+    """The soak job's config; ``commit_point`` None: no pause at a commit point (nothing kills it there)."""
     values = {
         "job.name": "soak",
         "job.data.dir": str(root / "data"),
@@ -90,9 +106,6 @@ def soak_config(root: Path, backend: str, settings: Settings, commit_point: str)
         "task.class": "benchmarks.soak_tasks:CountPerKey",
         "task.inputs": f"log.{INPUT.stream}",
         "task.commit.ms": str(settings.commit_ms),
-        "task.commit.testing.pause.at": commit_point,
-        "task.commit.testing.pause.ms": "60000",
-        "task.commit.testing.marker.dir": str(root / "markers"),
         "systems.log.samza.offset.default": "oldest",
         "systems.log.samza.key.serde": "string",
         "systems.log.samza.msg.serde": "json",
@@ -102,6 +115,20 @@ def soak_config(root: Path, backend: str, settings: Settings, commit_point: str)
         "soak.delay.ms": str(settings.delay_ms),
         "spark.ui.enabled": "false",
     }
+    if commit_point is not None:
+        values["task.commit.testing.pause.at"] = commit_point
+        values["task.commit.testing.pause.ms"] = "60000"
+        values["task.commit.testing.marker.dir"] = str(root / "markers")
+    if settings.bootstrap is not None:
+        values.update(
+            {
+                "job.id": uuid.uuid4().hex[:12],  # a checkpoint topic of its own on a shared broker
+                "task.checkpoint.factory": "kafka",
+                "task.checkpoint.system": "kafka",
+                "systems.kafka.samza.factory": "kafka",
+                "systems.kafka.bootstrap.servers": settings.bootstrap,
+            }
+        )
     if backend == "changelog":
         values["stores.counts.changelog"] = "log.soak-counts-changelog"
     else:
@@ -157,25 +184,82 @@ class Killer(threading.Thread):
 
 
 class CheckpointWatch(threading.Thread):
-    """Samples every task's checkpointed offsets while the job runs; any offset that moves back is a problem."""
+    """Samples every task's checkpointed offsets while the job runs; any offset that moves back is a problem.
+
+    It notes when the checkpoints last moved forward (the broker restart's stall is measured from it), and a
+    container reporting a fenced or superseded attempt, which nothing in a soak should cause: a killed
+    container reports nothing, its retry fences a dead process."""
 
     def __init__(self, config: Config) -> None:
         super().__init__(daemon=True)
-        self.manager = checkpoint_manager(config, metadata_store(config))
+        self.store = metadata_store(config)
+        self.manager = checkpoint_manager(config, self.store)
         self.highest: dict[tuple[str, str], int] = {}
+        self.advanced: list[float] = []
         self.problems: list[str] = []
         self.done = threading.Event()
 
     def run(self) -> None:
         while not self.done.wait(0.25):
-            for task, checkpoint in self.manager.read_all().items():
-                for ssp, offset in checkpoint.offsets.items():
-                    if offset is None or ssp.system_stream != INPUT:
-                        continue
-                    key, value = (str(task), ssp.key()), int(offset)
-                    if value < self.highest.get(key, -1):
-                        self.problems.append(f"{task}: checkpoint of {ssp.key()} went back to {value}")
-                    self.highest[key] = max(value, self.highest.get(key, -1))
+            try:
+                self._sample()
+            except Exception as error:  # the broker is restarting, say: sample again
+                print(f"checkpoint watch: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+
+    def checkpointed(self) -> int:
+        """Input messages the checkpoints cover."""
+        return sum(offset + 1 for offset in self.highest.values())
+
+    def _sample(self) -> None:
+        if not self.highest:  # a Kafka checkpoint topic appears with the first checkpoint
+            self.manager.start()
+        moved = False
+        for task, checkpoint in self.manager.read_all().items():
+            for ssp, offset in checkpoint.offsets.items():
+                if offset is None or ssp.system_stream != INPUT:
+                    continue
+                key, value = (str(task), ssp.key()), int(offset)
+                if value < self.highest.get(key, -1):
+                    self.problems.append(f"{task}: checkpoint of {ssp.key()} went back to {value}")
+                moved = moved or value > self.highest.get(key, -1)
+                self.highest[key] = max(value, self.highest.get(key, -1))
+        if moved:
+            self.advanced.append(time.monotonic())
+        for container, status in coordination.container_statuses(self.store).items():
+            error = str(status.get("error", ""))
+            if status.get("state") == "failed" and ("Fenced" in error or "superseded" in error):
+                problem = f"container {container} attempt {status.get('attempt')} was fenced: {error[:200]}"
+                if problem not in self.problems:
+                    self.problems.append(problem)
+
+
+class RestartableBroker(Protocol):
+    def restart(self, down_seconds: float = 0.0, timeout: float = 120.0) -> None: ...
+
+
+class BrokerRestart(threading.Thread):
+    """Restarts the Kafka broker once, when the checkpoints cover half the input, and notes when it was up."""
+
+    def __init__(self, broker: RestartableBroker, watch: CheckpointWatch, total: int) -> None:
+        super().__init__(daemon=True)
+        self.broker = broker
+        self.watch = watch
+        self.total = total
+        self.up_at: float | None = None
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.2):
+            if self.watch.checkpointed() * 2 >= self.total:
+                self.broker.restart(down_seconds=3)
+                self.up_at = time.monotonic()
+                self.done.wait()  # the broker dies with the thread that started it (its parent-death signal)
+                return
+
+    def stall(self) -> float | None:
+        """Seconds from the broker being up to the next checkpoint; None if there was none."""
+        after = [moment for moment in self.watch.advanced if self.up_at is not None and moment >= self.up_at]
+        return after[0] - self.up_at if after and self.up_at is not None else None
 
 
 def check_output(config: Config, settings: Settings) -> tuple[list[str], float]:
@@ -200,24 +284,28 @@ def check_output(config: Config, settings: Settings) -> tuple[list[str], float]:
     return problems, (len(counts) - total) / total
 
 
-def run_once(backend: str, seed: int, settings: Settings, root: Path) -> SoakResult:
+def run_once(
+    backend: str, seed: int, settings: Settings, root: Path, broker: RestartableBroker | None = None
+) -> SoakResult:
     commit_point = random.Random(seed).choice(COMMIT_POINTS[backend])
-    result = SoakResult(backend, seed, commit_point)
+    result = SoakResult(backend if broker is None else f"{backend}+kafka", seed, commit_point)
     config = soak_config(root, backend, settings, commit_point)
     write_input(config, settings)
     spark = build_session(config, master=f"local[{settings.containers + 1}]")
     killer = Killer(config, seed, settings.kills, root / "markers" / commit_point)
     watch = CheckpointWatch(config)
+    restart = BrokerRestart(broker, watch, settings.partitions * settings.records) if broker is not None else None
     started = time.monotonic()
-    killer.start()
-    watch.start()
+    threads: list[Killer | CheckpointWatch | BrokerRestart] = [killer, watch, *([restart] if restart else [])]
+    for thread in threads:
+        thread.start()
     try:
         job: JobResult = SparkJobRunner(config, spark=spark).run()
     finally:
-        killer.done.set()
-        watch.done.set()
-        killer.join()
-        watch.join()
+        for thread in threads:
+            thread.done.set()
+        for thread in threads:
+            thread.join()
     result.seconds = time.monotonic() - started
     result.kills = len(killer.killed)
     result.retries = sum(container.epoch - 1 for container in job.containers)
@@ -228,6 +316,12 @@ def run_once(backend: str, seed: int, settings: Settings, root: Path) -> SoakRes
     result.problems += watch.problems[:5] + output_problems
     if result.kills < settings.kills:
         result.problems.append(f"only {result.kills} kill(s) before the job ended: raise --records or --delay-ms")
+    if restart is not None:
+        result.restart_stall = restart.stall()
+        if restart.up_at is None:
+            result.problems.append("the broker was not restarted before the job ended: raise --records")
+        if result.retries > result.kills:
+            result.problems.append(f"{result.retries - result.kills} attempt(s) ended without being killed")
     return result
 
 
@@ -241,6 +335,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, Settings]:
     parser.add_argument("--records", type=int, default=Settings.records, help="messages per partition")
     parser.add_argument("--delay-ms", type=float, default=Settings.delay_ms, help="processing time per message")
     parser.add_argument("--commit-ms", type=int, default=Settings.commit_ms)
+    parser.add_argument("--kafka", action="store_true", help="checkpoints in Kafka, the broker restarted once per run")
+    parser.add_argument("--bootstrap", help="with --kafka: a broker the harness can restart (default: start one)")
     args = parser.parse_args(argv)
     settings = Settings(args.kills, args.partitions, args.records, args.delay_ms, args.commit_ms)
     return args, settings
@@ -248,16 +344,33 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, Settings]:
 
 def main(argv: list[str] | None = None) -> int:
     args, settings = parse_args(sys.argv[1:] if argv is None else argv)
+    with contextlib.ExitStack() as resources:
+        broker: RestartableBroker | None = None
+        if args.kafka:
+            from tests.integration.kafka_broker import KafkaBroker  # the harness's broker restarts on its ports
+
+            root = Path(resources.enter_context(tempfile.TemporaryDirectory(prefix="millstream-soak-broker-")))
+            broker = resources.enter_context(KafkaBroker(root, log_level="WARN"))
+            settings = dataclasses.replace(settings, bootstrap=broker.bootstrap_servers)
+        return run_all(args, settings, broker)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def run_all(args: argparse.Namespace, settings: Settings, broker: RestartableBroker | None) -> int:
     results = []
-    print(f"{'backend':<10} {'seed':>4} {'commit point':<17} {'kills':>5} {'retries':>7} {'dup':>6} {'s':>6}  problems")
+    print(
+        f"{'backend':<16} {'seed':>4} {'commit point':<17} {'kills':>5} {'retries':>7} {'dup':>6} {'s':>6} "
+        f"{'restart':>7}  problems"
+    )
     for backend in args.backend or sorted(COMMIT_POINTS):
         for seed in range(args.seed, args.seed + args.runs):
             with tempfile.TemporaryDirectory(prefix="millstream-soak-") as directory:
-                result = run_once(backend, seed, settings, Path(directory))
+                result = run_once(backend, seed, settings, Path(directory), broker)
             results.append(result)
+            stall = "-" if result.restart_stall is None else f"{result.restart_stall:.1f}"
             print(
-                f"{result.backend:<10} {result.seed:>4} {result.commit_point:<17} {result.kills:>5} "
-                f"{result.retries:>7} {result.duplicates:>6.3f} {result.seconds:>6.1f}  "
+                f"{result.backend:<16} {result.seed:>4} {result.commit_point:<17} {result.kills:>5} "
+                f"{result.retries:>7} {result.duplicates:>6.3f} {result.seconds:>6.1f} {stall:>7}  "
                 f"{'; '.join(result.problems) or 'none'}",
                 flush=True,
             )

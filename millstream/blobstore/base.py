@@ -89,12 +89,15 @@ def blob_store(config: Config) -> BlobStore:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """``blob.store.retry.policy.*``: exponential backoff with jitter, bounded by count and duration."""
+    """``blob.store.retry.policy.*``: exponential backoff with jitter, bounded by count and duration.
+
+    The longest delay is 5 s, not Samza's 312.5 s: an operation retried through an outage resumes within a
+    few seconds of the store coming back, instead of sleeping through a backoff that grew during it."""
 
     max_retries: int = -1
     max_duration_ms: int = 900_000
     delay_ms: int = 100
-    max_delay_ms: int = 312_500
+    max_delay_ms: int = 5_000
     factor: float = 5.0
     jitter: float = 0.1
 

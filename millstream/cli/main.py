@@ -367,6 +367,14 @@ def checkpoint_show(config: ConfigPath, overrides: Overrides = None) -> None:
     out.print(table)
 
 
+def _backoff(info: dict[str, Any]) -> str:
+    """The restart delay: how much of it is left while the container waits (``backoff``), else the last one."""
+    if info.get("state") == "backoff" and "backoff-until" in info:
+        left = max(0.0, int(info["backoff-until"]) / 1000 - time.time())
+        return f"{left:.1f}s left of {int(info.get('backoff-ms', 0)) / 1000:.1f}s"
+    return f"{int(info['backoff-ms']) / 1000:.1f}s" if "backoff-ms" in info else "-"
+
+
 @job_app.command("status")
 def job_status(
     config: ConfigPath,
@@ -394,7 +402,7 @@ def job_status(
         highlight=False,
     )
     containers = Table(title="containers")
-    for column in ("container", "state", "attempt", "pid", "host"):
+    for column in ("container", "state", "attempt", "restarts", "backoff", "pid", "host"):
         containers.add_column(column)
     for cid in sorted(status.model.containers, key=int):
         info = status.containers.get(cid, {})
@@ -402,6 +410,8 @@ def job_status(
             cid,
             str(info.get("state", "-")),
             str(info.get("attempt", "-")),
+            str(info.get("restarts", "-")),
+            _backoff(info),
             str(info.get("pid", "-")),
             str(info.get("host", "-")),
         )

@@ -124,6 +124,10 @@ def _config_error(cls: type[BaseModel], error: ValidationError, prefix: str) -> 
     return ConfigError("; ".join(problems))
 
 
+UNBOUNDED_ATTEMPTS = 1_000_000
+"""Spark's attempts of a container when ``job.container.restart.failure.rate.max`` is its limit instead."""
+
+
 class JobConfig(ConfigView):
     PREFIX: ClassVar[str] = "job."
 
@@ -135,7 +139,27 @@ class JobConfig(ConfigView):
     """Containers, each one long-running Spark task hosting several tasks."""
     container_retry_count: int = Field(3, alias="container.retry.count", ge=0)
     """Times Spark retries a failed container (``spark.task.maxFailures`` follows it); each retry resumes from its
-    checkpoint."""
+    checkpoint. Not applied when ``container.restart.failure.rate.max`` limits the failures instead."""
+    container_restart_backoff_initial_ms: int = Field(0, alias="container.restart.backoff.initial.ms", ge=0)
+    """Delay before a failed container's next attempt starts restoring (0: at once). Each restart that follows
+    within ``container.restart.backoff.reset.ms`` waits ``container.restart.backoff.multiplier`` times longer, so
+    a container failing in a loop does not hammer its stores and brokers (Flink's exponential-delay strategy)."""
+    container_restart_backoff_max_ms: int = Field(60_000, alias="container.restart.backoff.max.ms", ge=0)
+    """Longest delay between a container's failure and its next attempt."""
+    container_restart_backoff_multiplier: float = Field(2.0, alias="container.restart.backoff.multiplier", ge=1)
+    """Factor by which the delay grows from one restart to the next; 1: a fixed delay."""
+    container_restart_backoff_jitter: float = Field(0.1, alias="container.restart.backoff.jitter", ge=0, le=1)
+    """Random share of each delay (±), so containers failing together do not restart in step."""
+    container_restart_backoff_reset_ms: int = Field(300_000, alias="container.restart.backoff.reset.ms", ge=0)
+    """An attempt that ran this long before failing was stable: the next delay starts again from the initial one."""
+    container_restart_failure_rate_max: int = Field(0, alias="container.restart.failure.rate.max", ge=0)
+    """Failures of one container allowed within ``container.restart.failure.rate.interval.ms``; one more fails the
+    job, naming this limit (Flink's failure-rate strategy). It replaces ``container.retry.count``: a container that
+    fails now and then is restarted for as long as the job runs. 0: off, ``container.retry.count`` applies."""
+    container_restart_failure_rate_interval_ms: int = Field(
+        60_000, alias="container.restart.failure.rate.interval.ms", ge=1
+    )
+    """The sliding window in which ``container.restart.failure.rate.max`` counts a container's failures."""
     container_failure_repeat_limit: int = Field(2, alias="container.failure.repeat.limit", ge=0)
     """After how many identical failures of a container's user code (same task, stream, partition, offset and
     exception type, or the same ``init()``/``window()`` exception) the failure is deterministic and the job fails
@@ -178,6 +202,13 @@ class JobConfig(ConfigView):
     @property
     def job_key(self) -> str:
         return f"{self.name}-{self.id}"
+
+    @property
+    def container_max_attempts(self) -> int:
+        """Spark's ``spark.task.maxFailures``: the retry count, or unbounded when the failure rate is the limit."""
+        if self.container_restart_failure_rate_max:
+            return UNBOUNDED_ATTEMPTS
+        return self.container_retry_count + 1
 
     @property
     def job_dir(self) -> Path:
@@ -586,8 +617,9 @@ class BlobStoreConfig(ConfigView):
     """How long a blob operation is retried before it fails."""
     retry_backoff_delay_ms: int = Field(100, alias="retry.policy.backoff.delay.millis", ge=0)
     """First delay between retries of a blob operation."""
-    retry_backoff_max_delay_ms: int = Field(312_500, alias="retry.policy.backoff.max.delay.millis", ge=0)
-    """Longest delay between retries of a blob operation."""
+    retry_backoff_max_delay_ms: int = Field(5_000, alias="retry.policy.backoff.max.delay.millis", ge=0)
+    """Longest delay between retries of a blob operation. It bounds how long after the store comes back an
+    operation retried through an outage resumes (Samza's 312500 let a 60 s outage cost minutes more)."""
     retry_backoff_factor: float = Field(5.0, alias="retry.policy.backoff.delay.factor", ge=1)
     """Factor by which the delay between retries grows."""
     retry_jitter_factor: float = Field(0.1, alias="retry.policy.jitter.factor", ge=0, le=1)

@@ -28,6 +28,9 @@ _CONTAINER_FIELDS = (
     "error",
     "executor_pid",
     "spark_attempt",
+    "restarts",
+    "backoff-ms",
+    "backoff-until",
 )
 _EXECUTOR_FIELDS = ("executor_pid", "worker_pid", "stage", "partition", "spark_attempt", "task_attempt_id")
 """Where a Spark runner's container runs; absent for the in-process runner, whose containers are threads."""

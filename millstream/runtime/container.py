@@ -49,6 +49,7 @@ from millstream.runtime.collector import TaskCollector
 from millstream.runtime.drain import DrainMonitor
 from millstream.runtime.metering import ContainerMetering
 from millstream.runtime.process_errors import ProcessErrorPolicy, TaskCallbackError, TaskProcessError
+from millstream.runtime.restart import RestartSettings, RestartStrategy, read_restarts, write_restarts
 from millstream.runtime.run_loop import DeadLetterPolicy, Decoder, RunLoop, RunLoopSettings
 from millstream.runtime.task_instance import AppliedStartpoints, CommitSettings, ContainerContext, TaskInstance
 from millstream.serde.registry import SerdeRegistry
@@ -222,8 +223,44 @@ class Container:
         self._resources.callback(_quietly, lambda: self.metering.close("failed"))  # no-op once closed
         self._status = {"pid": os.getpid(), "host": socket.gethostname(), "attempt": self.epoch, "run-id": self.run_id}
         self._status.update(generation=self.generation, **self._executor)
+        self._back_off()
         self._report("starting")
         log.info("container %s (generation %s, attempt %s) starting", self.container_id, self.generation, self.epoch)
+
+    def _back_off(self) -> None:
+        """Apply the restart strategy (``job.container.restart.*``): a new attempt after a failure waits its delay
+        (in state ``backoff``, visible in ``job status`` and the metrics) or, past the failure-rate limit,
+        fails the job at once naming the limit and the last failure."""
+        strategy = RestartStrategy(RestartSettings.of(self.config), lambda: int(time.time() * 1000))
+        last = coordination.container_statuses(self.store).get(self.container_id, {})
+        decision = strategy.on_attempt(self.container_id, self.generation, read_restarts(self.store, self.container_id))
+        write_restarts(self.store, self.container_id, self.epoch, decision.record)
+        if decision.exceeded is not None:
+            cause = f"; its last failure: {str(last['error']).splitlines()[0]}" if last.get("error") else ""
+            message = decision.exceeded + cause
+            coordination.record_deterministic_failure(
+                self.store, self.container_id, self.generation, self.epoch, message
+            )
+            raise DeterministicFailureError(message)
+        self._status.update({"restarts": decision.record.restarts, "backoff-ms": decision.delay_ms})
+        self.metering.restarted(decision.record.restarts, decision.delay_ms / 1000, self.store)
+        if decision.delay_ms:
+            log.warning(
+                "container %s: restart %d of generation %s waits %.1fs (job.container.restart.backoff.*)",
+                self.container_id, decision.record.restarts, self.generation, decision.delay_ms / 1000,
+            )  # fmt: skip
+            self._report("backoff", **{"backoff-until": decision.record.running_from_ms})
+            self._wait(decision.delay_ms / 1000)
+
+    def _wait(self, seconds: float) -> None:
+        """Sleep through a restart delay, cut short by a stop request: a stopping job does not wait for it."""
+        deadline = time.monotonic() + seconds
+        while (remaining := deadline - time.monotonic()) > 0:
+            if coordination.stop_requested(self.store, self.generation) or (
+                self._stop_event is not None and self._stop_event.is_set()
+            ):
+                return
+            time.sleep(min(remaining, 0.25))
 
     def _record_failure(self, error: BaseException) -> None:
         """Count a failure of user code; at ``job.container.failure.repeat.limit`` identical ones it is
@@ -576,7 +613,8 @@ def _adjunct_checked(probe: Callable[[], bool], loop: AdjunctLoop) -> Callable[[
 
 
 class DeterministicFailureError(MillstreamError):
-    """The container's generation already failed deterministically: a retry would fail the same way."""
+    """The container's generation already failed for good — deterministically (a retry would fail the same way),
+    or past the restart strategy's failure-rate limit."""
 
 
 class SupersededError(MillstreamError):

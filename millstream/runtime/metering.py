@@ -114,6 +114,17 @@ class ContainerMetering:
     def task_meters(self, task_name: TaskName, ssps: frozenset[SystemStreamPartition]) -> TaskMeters | None:
         return None if self.registry is None else TaskMeters(self.registry, task_name, ssps)
 
+    def restarted(self, restarts: int, backoff_seconds: float, store: MetadataStore) -> None:
+        """The attempt is restart number ``restarts`` of its container and waits ``backoff_seconds`` first.
+        Reported at once when it waits: the snapshot thread only starts once the tasks run, and the delay is
+        what an operator looks for while the container is not running."""
+        if self.registry is None:
+            return
+        self.registry.counter("container_restarts").inc(restarts)
+        self.registry.gauge("container_restart_backoff_seconds").set(backoff_seconds)
+        if backoff_seconds > 0:
+            SnapshotLoop(self.registry, self.header, [StoreReporter(store)], 0).report_once("backoff")
+
     @contextmanager
     def restoring(self) -> Iterator[None]:
         """Time the container's restore, shipping snapshots already while it runs: a long restore's

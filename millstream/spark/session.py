@@ -70,7 +70,7 @@ def resolve_master(config: Config, master: str | None) -> str:
     A ``local[N]`` without a failure count gets one, so failed containers are retried as on a cluster.
     """
     job = JobConfig.of(config)
-    failures = job.container_retry_count + 1
+    failures = job.container_max_attempts
     chosen = master or config.get("spark.master")
     if not chosen:
         return f"local[{requirement(config).slots},{failures}]"
@@ -96,7 +96,7 @@ def build_session(config: Config, master: str | None = None) -> SparkSession:
     builder = SparkSession.builder.master(resolve_master(config, master)).appName(f"millstream-{job.job_key}")
     settings = {
         "spark.speculation": "false",
-        "spark.task.maxFailures": str(job.container_retry_count + 1),
+        "spark.task.maxFailures": str(job.container_max_attempts),
         "spark.pyspark.python": sys.executable,
         "spark.ui.showConsoleProgress": "false",
         "spark.executorEnv.PYSPARK_PYTHON": sys.executable,

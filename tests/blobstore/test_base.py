@@ -98,3 +98,19 @@ def test_retry_policy_does_not_retry_other_failures() -> None:
     with pytest.raises(BlobNotFoundError):
         RetryPolicy().run(failing, "get", sleep=lambda s: None)
     assert calls == [1]
+
+
+def test_the_default_retry_policy_resumes_within_a_few_seconds_of_a_long_outage_ending() -> None:
+    """Samza's 312.5 s longest delay made a 60 s outage cost minutes more: the next try after the store came
+    back could be that far away. The default caps each delay at 5 s (plus its jitter)."""
+    sleeps: list[float] = []
+
+    def down_for_twelve_tries() -> str:
+        if len(sleeps) < 12:
+            raise BlobStoreRetriableError("connection refused")
+        return "ok"
+
+    policy = RetryPolicy.of(Config({}))
+    assert policy.run(down_for_twelve_tries, "put x", sleep=sleeps.append) == "ok"
+    assert sum(sleeps) > 30, "the delays still grow through a long outage"
+    assert max(sleeps) <= 5.0 * 1.1

@@ -366,7 +366,8 @@ def test_in_process_run_of_a_bounded_job_exits_0_then_checkpoint_show_and_job_st
     assert status.returncode == 0, status.stderr
     assert "generation 1: 1 container(s), 2 task(s)" in status.stdout
     containers, lag = status.stdout.split("lag", 1)
-    assert [row[:3] for row in table_rows(containers)] == [["0", "finished", "1"]]  # container, state, attempt
+    # container, state, attempt, restarts, backoff (the restart strategy's last delay)
+    assert [row[:5] for row in table_rows(containers)] == [["0", "finished", "1", "0", "0.0s"]]
     # task, partition, checkpointed, upcoming, lag
     assert table_rows(lag) == [
         ["Partition 0", "log.in.0", "49", "50", "0"],
@@ -525,3 +526,12 @@ def wait_for(probe: Callable[[], bool], timeout: float, process: subprocess.Pope
             return
         time.sleep(0.1)
     raise AssertionError(f"condition not met within {timeout}s:\n{log.read_text()}")
+
+
+def test_job_status_shows_how_much_of_a_waiting_containers_restart_delay_is_left() -> None:
+    from millstream.cli.main import _backoff
+
+    until = int(time.time() * 1000) + 4_000
+    assert _backoff({"state": "backoff", "backoff-ms": 8000, "backoff-until": until}).endswith("s left of 8.0s")
+    assert _backoff({"state": "running", "backoff-ms": 8000, "backoff-until": until}) == "8.0s"
+    assert _backoff({"state": "running"}) == "-"

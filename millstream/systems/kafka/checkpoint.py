@@ -40,8 +40,10 @@ exactly the accepted checkpoints. A plain idempotent producer could not do this:
 taken back once the check after it fails, and a check before it races with the fence.
 
 Transient failures (brokers restarting, a coordinator moving) are retried with exponential
-backoff (0.2 s up to 10 s) for :data:`WRITE_TIMEOUT_S`; a producer made unusable is replaced, after
-checking the fence again, so a replacement never fences a newer attempt.
+backoff (0.2 s up to 2 s) for :data:`WRITE_TIMEOUT_S`; a producer made unusable is replaced, after
+checking the fence again, so a replacement never fences a newer attempt. A producer the brokers fenced
+(a transaction timed out while they restarted) is such an unusable producer, not a ``FencedError``: only a
+newer attempt or generation in the metadata store fences a writer.
 """
 
 from __future__ import annotations
@@ -95,7 +97,9 @@ SAMZA_GROUPERS = {
 TRANSACTION_TIMEOUT_MS = 30_000
 WRITE_TIMEOUT_S = 300.0
 READ_TIMEOUT_S = 120.0
-BACKOFF_S = (0.2, 10.0)
+BACKOFF_S = (0.2, 2.0)
+"""Backoff between attempts of a checkpoint write: capped low, so a write resumes within seconds of the
+brokers coming back instead of sleeping through most of a long backoff."""
 
 
 class CheckpointWriteError(MillstreamError):
@@ -344,7 +348,7 @@ class KafkaCheckpointManager(CheckpointManager):
                 if kind == "fenced":
                     if writer is not None:
                         writer.discard()
-                    raise self._fenced(fence, f"{what} refused") from None
+                    kind = self._fenced_by_broker(fence, what, error)
                 if kind == "other" and not isinstance(error, MillstreamError):
                     raise
                 if time.monotonic() + backoff > deadline:
@@ -356,6 +360,17 @@ class KafkaCheckpointManager(CheckpointManager):
                 self._reset_writer(writer, kind, deadline)
                 time.sleep(backoff)
                 backoff = min(backoff * 2, BACKOFF_S[1])
+
+    def _fenced_by_broker(self, fence: WriterFence, what: str, error: BaseException) -> str:
+        """A producer fenced while this attempt is still the container's current one was fenced by the brokers,
+        not by a newer attempt (which raises the epoch in the metadata store before it starts its producer):
+        a transaction the restarted coordinator timed out bumps the producer epoch. That is transient — a new
+        producer is started (after checking the fence again) and the write is done again; only a real fence
+        is a ``FencedError``."""
+        if not fence.is_current(self.store):
+            raise self._fenced(fence, f"{what} refused") from None
+        log.warning("%s: the producer was fenced by the brokers, not by a newer attempt (%s)", what, error)
+        return "fatal"
 
     def _reset_writer(self, writer: TransactionalWriter | None, kind: str, deadline: float) -> None:
         if writer is None or not writer.is_open:

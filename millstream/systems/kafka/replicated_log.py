@@ -53,6 +53,9 @@ FETCH_WAIT_MAX_MS = 10
 """How long the broker holds a reader's fetch when it has nothing new. A reader waiting for a
 transaction to be decided is not woken by the decision, only by this timeout (500 ms by default),
 so it is short; the partition is unassigned between reads so an idle reader does not fetch at all."""
+RECONNECT_BACKOFF_MAX_MS = 1000
+"""librdkafka waits up to 10 s between reconnects to a broker that is down; a log writer or reader blocks a commit
+or a start meanwhile, so after a broker restart it reconnects within a second instead."""
 SEGMENT_BYTES = 26_214_400
 """Segment size of the log topics, as Samza's checkpoint and coordinator topics: small enough for the
 cleaner to compact them long before the default 1 GiB segment would roll."""
@@ -126,6 +129,7 @@ class LogReader:
                 "auto.offset.reset": "earliest",
                 "client.id": f"millstream-{kafka.system}-{client}",
                 "fetch.wait.max.ms": FETCH_WAIT_MAX_MS,
+                "reconnect.backoff.max.ms": RECONNECT_BACKOFF_MAX_MS,
             }
         )
         self._consumer = create_client(Consumer, settings, "consumer", kafka)
@@ -256,6 +260,7 @@ class TransactionalWriter:
                 "transaction.timeout.ms": transaction_timeout_ms,
                 "client.id": f"millstream-{kafka.system}-{client}",
                 "linger.ms": 0,
+                "reconnect.backoff.max.ms": RECONNECT_BACKOFF_MAX_MS,
             }
         )
         self._producer: Producer | None = None

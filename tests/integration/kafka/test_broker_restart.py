@@ -3,6 +3,7 @@ once it is back, and nothing written before or during the outage is lost."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -13,7 +14,9 @@ from millstream.checkpoint.base import WriterFence
 from millstream.checkpoint.checkpoint import CheckpointV1
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.metadata import coordination
+from millstream.metadata.sqlite import SqliteMetadataStore
 from millstream.model import SystemStreamPartition, TaskName
+from millstream.systems.kafka import checkpoint as kafka_checkpoint
 from millstream.systems.kafka.metadata import KafkaMetadataStore
 from tests.integration.kafka.helpers import kafka_config
 
@@ -77,4 +80,58 @@ def test_metadata_and_checkpoint_writes_survive_a_broker_restart(kafka_broker, b
     finally:
         fresh.close()
         checkpoints.stop()
+        store.close()
+
+
+class RestartingBrokerStore(SqliteMetadataStore):
+    """A metadata store that restarts the broker the first time a checkpoint write checks its fence — while the
+    write's transaction is open on the broker — once armed."""
+
+    def __init__(self, path, broker, down_seconds: float) -> None:
+        super().__init__(path)
+        self.broker = broker
+        self.down_seconds = down_seconds
+        self.armed = False
+        self.up_at: float | None = None
+
+    def get(self, namespace: str, key: str) -> bytes | None:
+        if self.armed and namespace == coordination.CONTAINER_EPOCH_NAMESPACE:
+            self.armed = False
+            self.broker.restart(down_seconds=self.down_seconds)
+            self.up_at = time.monotonic()
+        return super().get(namespace, key)
+
+
+def test_a_checkpoint_transaction_the_restarted_broker_timed_out_is_written_again_not_fenced(
+    kafka_broker, bootstrap, tmp_path, monkeypatch, caplog
+):
+    """The broker aborts a transaction older than its timeout when it comes back and bumps the producer's epoch,
+    which librdkafka reports as a fence. No newer attempt exists, so the write starts a new producer and is done
+    again — a ``FencedError`` here failed the container for nothing."""
+    monkeypatch.setattr(kafka_checkpoint, "TRANSACTION_TIMEOUT_MS", 3000)
+    config = kafka_config(bootstrap, job__name=f"txn-timeout-{uuid.uuid4().hex[:8]}").with_overrides(
+        {"task.checkpoint.factory": "kafka"}
+    )
+    store = RestartingBrokerStore(tmp_path / "metadata.db", kafka_broker, down_seconds=4)
+    coordination.publish_generation(store, 1)
+    epoch = coordination.start_container_attempt(store, "0")
+    checkpoints = checkpoint_manager(config, store, WriterFence(1, "0", epoch))
+    checkpoints.start()
+    task = TaskName("Partition 0")
+    ssp = SystemStreamPartition("kafka", "in", 0)
+    checkpoints.write_checkpoint(task, CheckpointV1({ssp: "1"}))
+    store.armed = True
+    with caplog.at_level(logging.WARNING, logger="millstream.systems.kafka.checkpoint"):
+        checkpoints.write_checkpoint(task, CheckpointV1({ssp: "2"}))
+    written_at = time.monotonic()
+    checkpoints.stop()
+    assert store.up_at is not None, "the broker restarted while the transaction was open"
+    assert "fenced by the brokers, not by a newer attempt" in caplog.text
+    assert written_at - store.up_at < 20, "the write resumed within seconds of the broker being back"
+    reader = checkpoint_manager(config, store)
+    reader.start()
+    try:
+        assert reader.read_last_checkpoint(task) == CheckpointV1({ssp: "2"})
+    finally:
+        reader.stop()
         store.close()
