@@ -1,6 +1,6 @@
 """Split and merge the shards of a Kinesis stream under a running job; nothing is lost or reordered.
 
-    make kinesalite && .venv/bin/python -m tests.integration.kinesis.emulator   # from a checkout: prints its URL
+    make kinesalite && .venv/bin/python -m tests.integration.kinesis.emulator run   # from a checkout: prints its URL
     cd examples/kinesis_resharding
     python run.py --endpoint http://127.0.0.1:4567   # exits 1 if a record is lost or out of order
 
