@@ -95,7 +95,7 @@ def run_with_a_crash(config: Config, spark: Any) -> tuple[JobResult, Counter[str
     pid = wait_for(lambda: checkpointed_container(config), "the first half to be counted and checkpointed")
     expected += write_half(config, 1)
     os.kill(pid, signal.SIGKILL)
-    print(f"SIGKILLed container 0 (pid {pid}) while it reads the second half")
+    print(f"SIGKILLed container 0 (pid {pid}) as the second half arrived")
     admin_do(config, lambda admin: admin.seal_stream(WORDS.stream))
     job.join()
     return outcome[0], expected
