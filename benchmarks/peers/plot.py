@@ -1,36 +1,60 @@
-"""The docs page's plot: each contender's W1 and W2 steady-state rate, with the copy limit marked."""
+"""The docs page's plot: each contender's W1 and W2 steady-state rate and CPU per message, side by side
+(on a loaded machine the CPU per message is the steadier of the two), the copy limit marked."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+from matplotlib.ticker import FuncFormatter
 
-from benchmarks.peers.report import LIMIT_COPY, Outcome
+from benchmarks.peers.report import LIMIT_COPY, Outcome, outcomes_from_json
+
+WORKLOADS = (("w1", "W1 pass-through", "#3f51b5"), ("w2", "W2 count per key", "#ff9800"))
+HEIGHT = 0.38
+
+
+def _bars(axes: Axes, outcomes: Sequence[Outcome], names: list[str], value: Callable[[Outcome], float]) -> None:
+    by_key = {(o.contender, o.workload): o for o in outcomes}
+    for index, (workload, label, colour) in enumerate(WORKLOADS):
+        offset = (index - 0.5) * HEIGHT
+        ran = [by_key.get((n, workload)) for n in names]
+        values = [value(o) if o is not None and o.runs and not o.not_run else 0 for o in ran]
+        bars = axes.barh([i + offset for i in range(len(names))], values, HEIGHT, color=colour, label=label)
+        for bar, outcome in zip(bars, ran, strict=True):
+            if outcome is not None and outcome.not_run:
+                axes.text(0, bar.get_y() + HEIGHT / 2, " not run", va="center", fontsize=8, color="grey")
+    axes.set_yticks(range(len(names)), names)
 
 
 def plot_rates(outcomes: Sequence[Outcome], title: str, target: Path) -> None:
     names = list(dict.fromkeys(o.contender for o in outcomes))
-    by_key = {(o.contender, o.workload): o for o in outcomes if o.runs and not o.not_run}
-    figure, axes = plt.subplots(figsize=(9, 0.55 * len(names) + 1.6))
-    height = 0.38
-    for offset, workload, colour in ((-height / 2, "w1", "#3f51b5"), (height / 2, "w2", "#ff9800")):
-        rates = [by_key[(n, workload)].rate if (n, workload) in by_key else 0 for n in names]
-        bars = axes.barh([i + offset for i in range(len(names))], rates, height, color=colour, label=workload.upper())
-        for bar, name in zip(bars, names, strict=True):
-            if (name, workload) not in by_key:
-                axes.text(0, bar.get_y() + height / 2, " not run", va="center", fontsize=8, color="grey")
-    if (LIMIT_COPY, "w1") in by_key:
-        axes.axvline(by_key[(LIMIT_COPY, "w1")].rate, color="grey", linestyle="--", linewidth=1, label="copy limit")
-    axes.set_yticks(range(len(names)), names)
-    axes.invert_yaxis()
-    axes.set_xlabel("steady-state messages / s (median of runs)")
-    axes.set_title(title, fontsize=10)
-    axes.legend(loc="lower right")
-    figure.tight_layout()
+    figure, (rates, cpu) = plt.subplots(1, 2, figsize=(12, 0.5 * len(names) + 1.8), sharey=True)
+    _bars(rates, outcomes, names, lambda o: o.rate)
+    copy = next((o for o in outcomes if o.contender == LIMIT_COPY and o.runs and not o.not_run), None)
+    if copy is not None:
+        rates.axvline(copy.rate, color="grey", linestyle="--", linewidth=1, label="copy limit")
+    rates.invert_yaxis()  # once: the axes share it
+    rates.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x / 1000:,.0f}k"))
+    rates.set_xlabel("steady-state messages / s (higher is better)")
+    _bars(cpu, outcomes, names, lambda o: o.cpu_per_million)
+    cpu.set_xlabel("CPU seconds per million messages (lower is better)")
+    figure.suptitle(title, fontsize=10)
+    handles, labels = rates.get_legend_handles_labels()
+    figure.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    figure.tight_layout(rect=(0, 0.06, 1, 1))
     figure.savefig(target, dpi=110)
     plt.close(figure)
+
+
+if __name__ == "__main__":  # python -m benchmarks.peers.plot <peers.json>: redraw peers.png beside it
+    source = Path(sys.argv[1])
+    data = json.loads(source.read_text())
+    plot_rates(outcomes_from_json(data), data["title"], source.with_name("peers.png"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 LIMIT_READ = "raw read (limit)"
 LIMIT_COPY = "raw copy (limit)"
@@ -57,6 +58,21 @@ class Outcome:
     @property
     def peak_rss_mib(self) -> float:
         return statistics.median(run.peak_rss_bytes for run in self.runs) / 2**20
+
+
+def outcomes_from_json(data: dict[str, Any]) -> list[Outcome]:
+    """The outcomes of a run's ``peers.json`` (``dataclasses.asdict`` of each), to redraw or re-tabulate."""
+    return [
+        Outcome(
+            o["contender"],
+            o["workload"],
+            o["messages"],
+            tuple(Measurement(**run) for run in o["runs"]),
+            o["not_run"],
+            o["runs_wanted"],
+        )
+        for o in data["outcomes"]
+    ]
 
 
 def _cells(outcome: Outcome | None, limit: float | None) -> list[str]:
