@@ -116,7 +116,7 @@ def write_results(outcomes: list[Outcome], args: argparse.Namespace, final: bool
     (args.out / "peers.json").write_text(
         json.dumps({"title": title, "outcomes": [asdict(o) for o in outcomes]}, indent=1)
     )
-    (args.out / "peers.md").write_text(
+    (args.out / "peers.txt").write_text(
         f"{title}\n\n{table}\n\n" + "".join(f"- {line}\n" for line in summary.splitlines())
     )
     from benchmarks.peers.plot import plot_rates
