@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # The extras `make install` adds; every other target installs just the extras it needs (see the stamps below).
 EXTRAS ?= test
 
-.PHONY: install example test test-fast kafka-jars blob-emulators kinesalite lint docs bench clean
+.PHONY: install example test test-fast kafka-jars blob-emulators kinesalite lint docs bench bench-peers clean
 
 # One stamp per set of extras, so `make example` installs only the package and `make test` afterwards adds the
 # test extra on top of the same venv. "base" is the package alone. A stamp older than pyproject.toml reinstalls.
@@ -67,6 +67,11 @@ bench: $(BIN)/.installed-test
 	$(BIN)/python -m benchmarks.commit_pause
 	$(BIN)/python -m benchmarks.stateful_throughput
 	$(BIN)/python -m benchmarks.kinesis_passthrough
+
+## The peer benchmark (docs/performance.md): millstream against the raw client, Quix Streams, Bytewax, Faust and
+## Spark Structured Streaming on one broker; the peers install into their own venvs under ~/.cache/millstream/peers.
+bench-peers: $(BIN)/.installed-bench kafka-jars
+	$(BIN)/python -m benchmarks.peers $(PEERS_ARGS)
 
 clean:
 	rm -rf $(VENV) examples/*/.millstream .pytest_cache site

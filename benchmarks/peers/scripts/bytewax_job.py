@@ -1,0 +1,45 @@
+"""Bytewax (0.21): W1 and W2 over the input topic, with recovery on (its SQLite snapshots every 10 s,
+its default durable state); the Kafka source stops at the end of each partition (``tail=False``)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import bytewax.operators as op
+from bytewax.connectors.kafka import KafkaSink, KafkaSinkMessage, KafkaSource
+from bytewax.dataflow import Dataflow
+from bytewax.recovery import RecoveryConfig, init_db_dir
+from bytewax.run import cli_main
+from common import parse_args
+
+
+def count(state: int | None, _value: object) -> tuple[int, bytes]:
+    new = (state or 0) + 1
+    return new, b"%d" % new
+
+
+def main() -> None:
+    args = parse_args()
+    flow = Dataflow(args.name)
+    messages = op.input("in", flow, KafkaSource([args.bootstrap], [args.input], tail=False, batch_size=1000))
+    if args.workload == "w1":
+        out = op.map("copy", messages, lambda m: KafkaSinkMessage(m.key, m.value))
+    else:
+        keyed = op.key_on("key", messages, lambda m: m.key.decode())
+        counts = op.stateful_map("count", keyed, count)
+        out = op.map("emit", counts, lambda kv: KafkaSinkMessage(kv[0].encode(), kv[1]))
+    op.output("out", out, KafkaSink([args.bootstrap], args.output))
+    recovery = Path(args.workdir) / "recovery"
+    recovery.mkdir(parents=True)
+    init_db_dir(recovery, 1)
+    cli_main(
+        flow,
+        workers_per_process=args.containers,
+        epoch_interval=timedelta(seconds=10),
+        recovery_config=RecoveryConfig(str(recovery), backup_interval=timedelta(0)),
+    )
+
+
+if __name__ == "__main__":
+    main()
