@@ -67,6 +67,11 @@ class TaskStorage(Protocol):
         ...
 
     @property
+    def restorable_from_v1(self) -> bool:
+        """Whether a V1 checkpoint can restore every backed-up store (false for blob-store backups)."""
+        ...
+
+    @property
     def dirty(self) -> bool:
         """Whether a store changed since the last snapshot, so a commit is due even without new offsets."""
         ...

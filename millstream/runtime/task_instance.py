@@ -210,6 +210,8 @@ class TaskInstance:
         """Partitions that processed a message (or reached end-of-stream) since start."""
         self.storage = storage
         self.commit_settings = commit_settings or CommitSettings()
+        self._resumes_from_v2 = storage is not None and not storage.restorable_from_v1
+        """The task resumes from its last V2 checkpoint (see ``_write_order``)."""
         self.commit_executor = commit_executor
         self.purger = purger
         self.process_errors = process_errors or ProcessErrorPolicy()
@@ -412,7 +414,7 @@ class TaskInstance:
                 checkpoints.append(CheckpointV2(checkpoint_id, offsets, uploaded))
         if storage is not None:
             storage.write_local_checkpoint(checkpoint_id, checkpoints)
-        for checkpoint in checkpoints:
+        for checkpoint in self._write_order(checkpoints):
             self.checkpoint_manager.write_checkpoint(self.task_name, checkpoint)
         self._timed("checkpoint", phase)
         self._last_written = offsets
@@ -429,6 +431,14 @@ class TaskInstance:
             self._timed("cleanup", phase)
         if self.meters is not None:
             self.meters.committed(self._clock() - self._commit_started)
+
+    def _write_order(self, checkpoints: list[Checkpoint]) -> list[Checkpoint]:
+        """The version the task resumes from is written first: a crash between the writes then leaves that
+        version the newer one, so the restart resumes from this commit instead of from the one before it
+        (or, before any V2 existed, from no checkpoint at all)."""
+        if not self._resumes_from_v2:
+            return checkpoints
+        return sorted(checkpoints, key=lambda checkpoint: checkpoint.version, reverse=True)
 
     def _timed(self, phase: str, since: float) -> float:
         """Record commit ``phase`` as having run from ``since`` until now; return now, where the next starts."""

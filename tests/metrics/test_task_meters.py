@@ -75,6 +75,7 @@ class TimedStorage:
     """Stores whose snapshot, upload and cleanup each cost a known time on the manual clock."""
 
     has_backups = False
+    restorable_from_v1 = True
     dirty = True
 
     def __init__(self, clock: ManualClock, snapshot: float, upload: float, cleanup: float) -> None:

@@ -63,6 +63,7 @@ class FakeStorage:
     """Records the commit steps; ``gate`` holds uploads back until a test releases it."""
 
     has_backups = True
+    restorable_from_v1 = True
 
     def __init__(self, events: Events, gate: threading.Event | None = None, fail: Exception | None = None) -> None:
         self.events = events
@@ -295,6 +296,17 @@ def test_write_versions_choose_which_checkpoints_are_written_and_in_what_order(e
     task.commit()
     task.finish_commits()
     assert [c.version for c in checkpoints.written] == expected
+
+
+def test_a_task_that_resumes_from_v2_writes_v2_first_so_a_crash_between_the_writes_keeps_this_commit(executor):
+    events = Events()
+    storage = FakeStorage(events)
+    storage.restorable_from_v1 = False  # blob-store backups: only a V2 checkpoint restores them
+    task, checkpoints = make_task(events, storage, executor=executor)
+    task.process(SSP, [envelope(0)])
+    task.commit()
+    task.finish_commits()
+    assert [c.version for c in checkpoints.written] == [2, 1]
 
 
 def test_a_task_without_stores_checkpoints_synchronously():
