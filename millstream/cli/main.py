@@ -113,12 +113,9 @@ def run(
         err.print(f"[bold red]job failed:[/] {result.error}", highlight=False)
         raise typer.Exit(1)
     if result.outcome == "superseded":
-        from millstream.coordinator.status import job_status as compute_status
-
-        newer = guarded(lambda: compute_status(cfg).generation)
         err.print(
-            f"job {cfg.get('job.name', 'millstream-job')} generation {result.generation} was superseded by "
-            f"generation {newer}, started by another run of the same job; this run stopped after committing",
+            f"job {cfg.get('job.name', 'millstream-job')} {result.error}, by another run of the same job; this run "
+            "handed over without a final commit, and the newer run resumes from its last checkpoint",
             highlight=False,
         )
         raise typer.Exit(SUPERSEDED_EXIT_CODE)

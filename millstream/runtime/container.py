@@ -202,11 +202,11 @@ class Container:
         if (current := coordination.current_generation(self.store)) > self.generation:
             # before taking an attempt: a late retry of an old generation must not fence the newer one's container
             self.epoch = coordination.container_epoch(self.store, self.container_id)
-            raise SupersededError(f"generation {self.generation} was superseded by generation {current}")
+            raise SupersededError(coordination.superseded_message(self.store, self.generation, current))
         self.epoch = coordination.start_container_attempt(self.store, self.container_id)
         current = coordination.current_generation(self.store)
         if current > self.generation:
-            raise SupersededError(f"generation {self.generation} was superseded by generation {current}")
+            raise SupersededError(coordination.superseded_message(self.store, self.generation, current))
         if current != self.generation:
             raise FencedError(
                 f"container {self.container_id} belongs to generation {self.generation}, but the job is at "
@@ -442,9 +442,12 @@ class Container:
     def _hand_over(self, loop: RunLoop, tasks: list[TaskInstance], why: Exception) -> ContainerResult:
         """Stop without committing: a newer generation owns the checkpoints now (this one's writes are
         refused) and resumes from the last one this run wrote, so nothing acknowledged is lost."""
-        log.warning("container %s: superseded (%s); stopping without a final commit", self.container_id, why)
+        newer = coordination.current_generation(self.store)
+        message = coordination.superseded_message(self.store, self.generation, newer)
+        log.warning("container %s: %s; stopping without a final commit", self.container_id, message)
+        log.debug("container %s: noticed by: %s", self.container_id, why)
         self.metering.close("superseded")
-        self._report("superseded")
+        self._report("superseded", error=message)
         return self._result(loop, tasks, "superseded")
 
     # -- helpers --------------------------------------------------------------------------------------
@@ -580,7 +583,7 @@ def _stop_probe(store: MetadataStore, generation: int, stop_event: threading.Eve
         if stop_event is not None and stop_event.is_set():
             return True
         if (current := coordination.current_generation(store)) > generation:
-            raise SupersededError(f"generation {generation} was superseded by generation {current}")
+            raise SupersededError(coordination.superseded_message(store, generation, current))
         return coordination.stop_requested(store, generation)
 
     return stop_requested

@@ -27,7 +27,7 @@ from pyspark.sql import SparkSession
 
 from millstream.config import Config, JobConfig
 from millstream.coordinator.job_coordinator import JobCoordinator
-from millstream.coordinator.job_result import JobResult, combined_outcome
+from millstream.coordinator.job_result import JobResult, generation_result
 from millstream.coordinator.prepare import prepare
 from millstream.coordinator.signals import graceful_stop_on_signals
 from millstream.coordinator.status_document import status_document
@@ -117,7 +117,7 @@ class SparkJobRunner:
             coordination.request_stop(self.store, model.generation)  # let any surviving container commit
             return JobResult(model.generation, "failed", error=outcome["error"]), None
         results = [ContainerResult(**orjson.loads(row)) for row in outcome["rows"]]
-        return JobResult(model.generation, combined_outcome(results), results), restart
+        return generation_result(self.store, model.generation, results), restart
 
     def request_stop(self) -> None:
         """Ask every container to commit and stop; :meth:`run` then returns ``stopped``."""

@@ -4,13 +4,17 @@ containers flush, commit and return, the command exits 0, and a rerun resumes af
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
 
 import pytest
 
+from millstream.config import Config
 from millstream.coordinator.prepare import load_job_config
+from millstream.metadata import coordination
+from millstream.metadata.factory import metadata_store
 from tests.cli.test_main import (
     _running_with_a_checkpoint,
     by_input_partition,
@@ -66,7 +70,12 @@ def test_a_second_run_of_the_same_job_supersedes_the_first_which_says_so_and_exi
         second, _, second_err = start_job(path, tmp_path / "second", "--in-process")
         code = first.wait(timeout=60)
         assert code == 3, first_err.read_text()
-        assert "generation 1 was superseded by generation 2" in first_err.read_text()
+        started = coordination_started(config, 2)
+        assert (
+            f"job cli-test generation 1 was superseded by generation 2 started at {started}, by another run of the "
+            "same job" in first_err.read_text()
+        )
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", started)
         assert "Traceback" not in first_err.read_text()
         second.send_signal(signal.SIGTERM)
         assert second.wait(timeout=60) == 0, second_err.read_text()
@@ -74,3 +83,14 @@ def test_a_second_run_of_the_same_job_supersedes_the_first_which_says_so_and_exi
         for job in (first, second):
             if job is not None and job.poll() is None:
                 os.killpg(job.pid, signal.SIGKILL)
+
+
+def coordination_started(config: Config, generation: int) -> str:
+    """When ``generation`` of the job in ``config`` was published, as the metadata store records it."""
+    store = metadata_store(config)
+    try:
+        started = coordination.generation_started(store, generation)
+    finally:
+        store.close()
+    assert started is not None, f"no start time recorded for generation {generation}"
+    return started
