@@ -1,5 +1,6 @@
 """``millstream run --in-process`` stops as gracefully as the Spark runner: on Ctrl-C or SIGTERM its
-containers flush, commit and return, the command exits 0, and a rerun resumes after the checkpoint."""
+containers flush, commit and return, the command exits 0, and a rerun resumes after the checkpoint. A second
+signal stops at once with exit 130, on Spark without a Java or Python stack trace."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from tests.cli.test_main import (
     wait_for,
     write_config,
 )
-from tests.helpers import create_stream, fill
+from tests.helpers import create_stream, fill, wait_until
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
@@ -85,6 +86,37 @@ def test_a_second_run_of_the_same_job_supersedes_the_first_which_says_so_and_exi
                 os.killpg(job.pid, signal.SIGKILL)
 
 
+@pytest.mark.spark
+def test_a_second_sigint_while_a_spark_job_stops_exits_130_at_once_without_java_or_python_stack_traces(tmp_path: Path):
+    """Ctrl-C in a terminal reaches the whole process group (the command, Spark's JVM, its Python workers);
+    the second one must end them all quietly while the containers are still finishing their slow messages."""
+    path = write_config(
+        tmp_path,
+        {"task.class": "tests.jobs:SlowPassThrough", "test.delay.seconds": 2, "spark.ui.enabled": "false"},
+    )
+    config = load_job_config(path)
+    create_stream(config, "in", 1)
+    create_stream(config, "out", 1)
+    fill(config, "in", 1, 100)  # unbounded: not sealed; 2 s a message, so stopping takes up to 2 s
+    job, _, stderr = start_job(path, tmp_path)
+    try:
+        wait_for(lambda: _running_with_a_checkpoint(config), timeout=120, process=job, log=stderr)
+        os.killpg(job.pid, signal.SIGINT)
+        wait_for(lambda: "stopping containers gracefully" in stderr.read_text(), timeout=10, process=job, log=stderr)
+        os.killpg(job.pid, signal.SIGINT)
+        code = job.wait(timeout=10)
+        wait_until(lambda: not _group_alive(job.pid), 30, "the JVM and the Python workers to end")
+    finally:
+        if _group_alive(job.pid):
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+    text = stderr.read_text()
+    assert code == 130, text
+    assert "second signal: stopping without waiting" in text
+    for trace in ("py4j", "java.", "Traceback", "\tat ", "Exception"):
+        assert trace not in text, text
+
+
 def coordination_started(config: Config, generation: int) -> str:
     """When ``generation`` of the job in ``config`` was published, as the metadata store records it."""
     store = metadata_store(config)
@@ -94,3 +126,11 @@ def coordination_started(config: Config, generation: int) -> str:
         store.close()
     assert started is not None, f"no start time recorded for generation {generation}"
     return started
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
