@@ -30,7 +30,7 @@ from millstream.api.task import StreamTask
 from millstream.checkpoint.base import WriterFence
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointV1, CheckpointV2
 from millstream.checkpoint.factory import checkpoint_manager as make_checkpoint_manager
-from millstream.checkpoint.offset_manager import OffsetManager, keep_earliest
+from millstream.checkpoint.offset_manager import OffsetManager, TrimmedOffsetError, keep_earliest
 from millstream.checkpoint.purge import CommittedMessagePurger
 from millstream.config import Config, JobConfig, TaskConfig
 from millstream.config.views import StartpointConfig, adjunct_store_names, stream_samza
@@ -224,23 +224,29 @@ class Container:
     def _record_failure(self, error: BaseException) -> None:
         """Count a failure of user code; at ``job.container.failure.repeat.limit`` identical ones it is
         deterministic (a retry resumes from the same checkpoint and fails again) and the job fails with it.
+        A resume point already deleted (``TrimmedOffsetError``) is deterministic at once: deleted records never
+        come back, so every retry would fail the same way.
         Recording never replaces the error that ended the attempt: a store that refuses is only logged."""
-        if not isinstance(error, TaskProcessError | TaskCallbackError):
+        trimmed = isinstance(error, TrimmedOffsetError)
+        if not (trimmed or isinstance(error, TaskProcessError | TaskCallbackError)):
             return
         limit = JobConfig.of(self.config).container_failure_repeat_limit
         try:
-            count = coordination.record_container_failure(
-                self.store, self.container_id, self.generation, self.epoch, error.failure()
-            )
-            if not limit or count < limit:
+            count = 1
+            if isinstance(error, TaskProcessError | TaskCallbackError):
+                count = coordination.record_container_failure(
+                    self.store, self.container_id, self.generation, self.epoch, error.failure()
+                )
+            if not limit or (count < limit and not trimmed):
                 return
             message = f"{type(error).__module__}.{type(error).__qualname__}: {error}"
             if coordination.record_deterministic_failure(
                 self.store, self.container_id, self.generation, self.epoch, message
             ):
+                why = "records it must read were deleted" if trimmed else f"the same failure ended {count} attempts"
                 log.error(
-                    "container %s: the same failure ended %d attempts; it is deterministic, the job fails "
-                    "(job.container.failure.repeat.limit=%d)", self.container_id, count, limit,
+                    "container %s: %s; it is deterministic, the job fails (job.container.failure.repeat.limit=%d)",
+                    self.container_id, why, limit,
                 )  # fmt: skip
         except (MillstreamError, OSError) as record_error:
             log.warning("container %s: could not record its failure: %s", self.container_id, record_error)
