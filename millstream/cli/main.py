@@ -85,7 +85,9 @@ def run(
     overrides: Overrides = None,
     master: Annotated[str | None, typer.Option(help="Spark master URL; default local[containers + 1]")] = None,
     in_process: Annotated[bool, typer.Option("--in-process", help="Run containers as threads, without Spark")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log INFO lines, the containers' too")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Log INFO lines, the containers' and Spark's failed attempts too")
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line while the job runs")] = False,
     stage: Annotated[int | None, typer.Option(help="Run only this stage of the application (app.stage)")] = None,
 ) -> None:
