@@ -26,7 +26,7 @@ from typing import Any
 from millstream.config import Config, JobConfig
 from millstream.config.views import parse_stream
 from millstream.coordinator.job_coordinator import JobCoordinator
-from millstream.coordinator.job_result import JobResult, combined_outcome
+from millstream.coordinator.job_result import JobResult, generation_result
 from millstream.coordinator.prepare import prepare
 from millstream.coordinator.signals import graceful_stop_on_signals
 from millstream.coordinator.status_document import status_document
@@ -112,7 +112,7 @@ class InProcessRunner:
             cid, error = sorted(errors.items())[0]
             failure = f"container {cid}: {type(error).__name__}: {error}"
             return JobResult(model.generation, "failed", ordered, failure), None
-        return JobResult(model.generation, combined_outcome(ordered), ordered), restart
+        return generation_result(store, model.generation, ordered), restart
 
     def request_stop(self) -> None:
         self._stop.set()

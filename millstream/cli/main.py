@@ -2,7 +2,9 @@
 
 Exit codes: 0 success (``run``: the job finished, was stopped, or drained), 1 the job failed while
 running, 2 the job could not start (bad config, missing stream, unknown factory) or a request was refused
-(``job drain`` of a job that is not running). ``sensitive.*`` values are never printed.
+(``job drain`` of a job that is not running), 3 (``run``) another run of the job superseded this one, 130
+(``run``) a second Ctrl-C / SIGTERM stopped it without waiting for the final commits. ``sensitive.*`` values
+are never printed.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ app.command("plan")(plan)
 job_app.command("drain")(drain)
 
 SUPERSEDED_EXIT_CODE = 3
+FORCED_STOP_EXIT_CODE = 130  # a second Ctrl-C / SIGTERM: stopped without waiting for the final commits
 
 StreamArg = Annotated[str, typer.Argument(help="system.stream (a bare name means the log system)")]
 
@@ -82,7 +85,9 @@ def run(
     overrides: Overrides = None,
     master: Annotated[str | None, typer.Option(help="Spark master URL; default local[containers + 1]")] = None,
     in_process: Annotated[bool, typer.Option("--in-process", help="Run containers as threads, without Spark")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log INFO lines, the containers' too")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Log INFO lines, the containers' and Spark's failed attempts too")
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line while the job runs")] = False,
     stage: Annotated[int | None, typer.Option(help="Run only this stage of the application (app.stage)")] = None,
 ) -> None:
@@ -102,23 +107,23 @@ def run(
                 result = guarded(lambda: runner.run(handle_signals=True))
             except KeyboardInterrupt:  # a second signal: stop without waiting for the commit
                 runner.request_stop()
-                raise typer.Exit(130) from None
+                raise typer.Exit(FORCED_STOP_EXIT_CODE) from None
         else:
             from millstream.spark.runner import SparkJobRunner
 
-            result = guarded(lambda: SparkJobRunner(cfg, master=master).run(handle_signals=True))
+            try:
+                result = guarded(lambda: SparkJobRunner(cfg, master=master, verbose=verbose).run(handle_signals=True))
+            except KeyboardInterrupt:  # a second signal: Spark's JVM was killed, the containers did not commit
+                raise typer.Exit(FORCED_STOP_EXIT_CODE) from None
         if progress is not None:
             progress.finish(result)
     if result.outcome == "failed":
         err.print(f"[bold red]job failed:[/] {result.error}", highlight=False)
         raise typer.Exit(1)
     if result.outcome == "superseded":
-        from millstream.coordinator.status import job_status as compute_status
-
-        newer = guarded(lambda: compute_status(cfg).generation)
         err.print(
-            f"job {cfg.get('job.name', 'millstream-job')} generation {result.generation} was superseded by "
-            f"generation {newer}, started by another run of the same job; this run stopped after committing",
+            f"job {cfg.get('job.name', 'millstream-job')} {result.error}, by another run of the same job; this run "
+            "handed over without a final commit, and the newer run resumes from its last checkpoint",
             highlight=False,
         )
         raise typer.Exit(SUPERSEDED_EXIT_CODE)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from millstream.metadata import coordination
+from millstream.metadata.base import MetadataStore
 from millstream.runtime.container import ContainerResult
 
 
@@ -17,6 +19,7 @@ class JobResult:
     exits 3) or ``failed``."""
     containers: list[ContainerResult] = field(default_factory=list)
     error: str | None = None
+    """Why it failed; for ``superseded``, which generation took over and when it started."""
 
     @property
     def messages(self) -> int:
@@ -31,3 +34,12 @@ def combined_outcome(containers: list[ContainerResult]) -> str:
     """The job's outcome from its containers': superseded over stopped over drained over finished."""
     outcomes = {container.outcome for container in containers}
     return next((outcome for outcome in ("superseded", "stopped", "drained") if outcome in outcomes), "finished")
+
+
+def generation_result(store: MetadataStore, generation: int, containers: list[ContainerResult]) -> JobResult:
+    """The result of a generation whose containers all returned; a superseded one says who took over and when."""
+    outcome = combined_outcome(containers)
+    if outcome != "superseded":
+        return JobResult(generation, outcome, containers)
+    newer = coordination.current_generation(store)
+    return JobResult(generation, outcome, containers, coordination.superseded_message(store, generation, newer))

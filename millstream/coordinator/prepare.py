@@ -77,9 +77,42 @@ def _validate(config: Config) -> None:
             if serde_name:
                 serdes.get(serde_name, f"systems.{system}.samza.{kind}.serde")
         _validate_system_keys(config, system, factory, serdes)
+        _refuse_intermediate_streams_without_fixed_partitions(config, system, factory)
     for key in config:
         if key.startswith("serializers.") and not (key.startswith("serializers.registry.") and key.count(".") >= 3):
             raise ConfigError(f"unknown config key '{key}' (expected serializers.registry.<name>.class)")
+
+
+def _refuse_intermediate_streams_without_fixed_partitions(config: Config, system: str, factory: Any) -> None:
+    """An intermediate stream needs fixed partitions numbered from a fixed origin: ``partition_by`` routes each
+    key to one partition for good, and a downstream stage that starts fresh knows the stream is complete only
+    if its first record is still at the origin. Kinesis shards come and go and their sequence numbers have no
+    origin, so the planner's streams cannot live there; the admin is created only to read its class's traits."""
+    suffix = ".samza.intermediate"
+    prefix = f"systems.{system}.streams."
+    streams = sorted(
+        key[len(prefix) : -len(suffix)]
+        for key in config
+        if key.startswith(prefix)
+        and key.endswith(suffix)
+        and stream_samza(config, SystemStream(system, key[len(prefix) : -len(suffix)])).intermediate
+    )
+    if not streams:
+        return
+    admin = factory.get_admin(system, config)
+    if admin.partitions_are_fixed and admin.origin_offset is not None:
+        return
+    key = (
+        "app.intermediate.system"
+        if AppConfig.of(config).intermediate_system == system
+        else f"{prefix}{streams[0]}{suffix}"
+    )
+    raise ConfigError(
+        f"config key '{key}': system '{system}' cannot hold the intermediate stream '{system}.{streams[0]}': its "
+        "partitions come and go at run time and its offsets have no fixed origin, so partition_by could not keep a "
+        "key in one partition and a downstream stage could not tell a complete stream from one that lost records; "
+        "put intermediate streams on a Kafka or log system (app.intermediate.system)"
+    )
 
 
 def _refuse_misspelt_sections(config: Config) -> None:

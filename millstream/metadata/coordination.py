@@ -2,6 +2,8 @@
 
 * ``job-coordinator/generation``: the job model generation the driver has published. A container
   started for an older generation is a zombie; its fenced writes are refused.
+* ``generation-started/<generation>``: when the generation was published (ISO 8601, UTC), written before it
+  becomes current, so a superseded run can say which run took over: "superseded by generation N started at …".
 * ``container-epoch/<container id>``: how many attempts of the container have started. Each new
   attempt increments it, which fences every earlier attempt of the same container.
 * ``job-coordinator/stop``: a request that containers of a generation (and older ones) stop.
@@ -26,6 +28,7 @@ import os
 import socket
 import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -43,6 +46,7 @@ GENERATION_KEY = "generation"
 STOP_KEY = "stop"
 CONTAINER_EPOCH_NAMESPACE = "container-epoch"
 CONTAINER_STATUS_NAMESPACE = "container-status"
+GENERATION_STARTED_NAMESPACE = "generation-started"
 
 
 class CoordinationRecordError(MillstreamError):
@@ -85,6 +89,8 @@ def publish_generation(store: MetadataStore, generation: int) -> None:
             raise FencedError(f"cannot publish generation {generation}: generation {current} is already published")
         if current == generation:
             return
+        started = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        store.put(GENERATION_STARTED_NAMESPACE, str(generation), started.encode())
         expected = {(JOB_COORDINATOR_NAMESPACE, GENERATION_KEY): raw}
         if store.compare_and_put(JOB_COORDINATOR_NAMESPACE, GENERATION_KEY, _encode(generation), expected):
             return
@@ -96,6 +102,18 @@ def current_generation(store: MetadataStore) -> int:
         store.get(JOB_COORDINATOR_NAMESPACE, GENERATION_KEY), f"{JOB_COORDINATOR_NAMESPACE}/{GENERATION_KEY}"
     )
     return current or 0
+
+
+def generation_started(store: MetadataStore, generation: int) -> str | None:
+    """When ``generation`` was published (ISO 8601, UTC); None for a generation published before this was kept."""
+    raw = store.get(GENERATION_STARTED_NAMESPACE, str(generation))
+    return raw.decode(errors="replace") if raw is not None else None
+
+
+def superseded_message(store: MetadataStore, generation: int, newer: int) -> str:
+    """What a run of ``generation`` says when another run of the job published ``newer``."""
+    started = generation_started(store, newer)
+    return f"generation {generation} was superseded by generation {newer} started at {started or 'an unknown time'}"
 
 
 def start_container_attempt(store: MetadataStore, container_id: str) -> int:

@@ -33,7 +33,7 @@ from millstream.api.task import StreamTask
 from millstream.checkpoint.base import WriterFence
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointV1, CheckpointV2
 from millstream.checkpoint.factory import checkpoint_manager as make_checkpoint_manager
-from millstream.checkpoint.offset_manager import OffsetManager, keep_earliest
+from millstream.checkpoint.offset_manager import OffsetManager, TrimmedOffsetError, keep_earliest
 from millstream.checkpoint.purge import CommittedMessagePurger
 from millstream.config import Config, JobConfig, TaskConfig
 from millstream.config.views import StartpointConfig, adjunct_store_names, stream_samza
@@ -207,11 +207,11 @@ class Container:
         if (current := coordination.current_generation(self.store)) > self.generation:
             # before taking an attempt: a late retry of an old generation must not fence the newer one's container
             self.epoch = coordination.container_epoch(self.store, self.container_id)
-            raise SupersededError(f"generation {self.generation} was superseded by generation {current}")
+            raise SupersededError(coordination.superseded_message(self.store, self.generation, current))
         self.epoch = coordination.start_container_attempt(self.store, self.container_id)
         current = coordination.current_generation(self.store)
         if current > self.generation:
-            raise SupersededError(f"generation {self.generation} was superseded by generation {current}")
+            raise SupersededError(coordination.superseded_message(self.store, self.generation, current))
         if current != self.generation:
             raise FencedError(
                 f"container {self.container_id} belongs to generation {self.generation}, but the job is at "
@@ -265,23 +265,29 @@ class Container:
     def _record_failure(self, error: BaseException) -> None:
         """Count a failure of user code; at ``job.container.failure.repeat.limit`` identical ones it is
         deterministic (a retry resumes from the same checkpoint and fails again) and the job fails with it.
+        A resume point already deleted (``TrimmedOffsetError``) is deterministic at once: deleted records never
+        come back, so every retry would fail the same way.
         Recording never replaces the error that ended the attempt: a store that refuses is only logged."""
-        if not isinstance(error, TaskProcessError | TaskCallbackError):
+        trimmed = isinstance(error, TrimmedOffsetError)
+        if not (trimmed or isinstance(error, TaskProcessError | TaskCallbackError)):
             return
         limit = JobConfig.of(self.config).container_failure_repeat_limit
         try:
-            count = coordination.record_container_failure(
-                self.store, self.container_id, self.generation, self.epoch, error.failure()
-            )
-            if not limit or count < limit:
+            count = 1
+            if isinstance(error, TaskProcessError | TaskCallbackError):
+                count = coordination.record_container_failure(
+                    self.store, self.container_id, self.generation, self.epoch, error.failure()
+                )
+            if not limit or (count < limit and not trimmed):
                 return
             message = f"{type(error).__module__}.{type(error).__qualname__}: {error}"
             if coordination.record_deterministic_failure(
                 self.store, self.container_id, self.generation, self.epoch, message
             ):
+                why = "records it must read were deleted" if trimmed else f"the same failure ended {count} attempts"
                 log.error(
-                    "container %s: the same failure ended %d attempts; it is deterministic, the job fails "
-                    "(job.container.failure.repeat.limit=%d)", self.container_id, count, limit,
+                    "container %s: %s; it is deterministic, the job fails (job.container.failure.repeat.limit=%d)",
+                    self.container_id, why, limit,
                 )  # fmt: skip
         except (MillstreamError, OSError) as record_error:
             log.warning("container %s: could not record its failure: %s", self.container_id, record_error)
@@ -487,9 +493,12 @@ class Container:
     def _hand_over(self, loop: RunLoop, tasks: list[TaskInstance], why: Exception) -> ContainerResult:
         """Stop without committing: a newer generation owns the checkpoints now (this one's writes are
         refused) and resumes from the last one this run wrote, so nothing acknowledged is lost."""
-        log.warning("container %s: superseded (%s); stopping without a final commit", self.container_id, why)
+        newer = coordination.current_generation(self.store)
+        message = coordination.superseded_message(self.store, self.generation, newer)
+        log.warning("container %s: %s; stopping without a final commit", self.container_id, message)
+        log.debug("container %s: noticed by: %s", self.container_id, why)
         self.metering.close("superseded")
-        self._report("superseded")
+        self._report("superseded", error=message)
         return self._result(loop, tasks, "superseded")
 
     # -- helpers --------------------------------------------------------------------------------------
@@ -626,7 +635,7 @@ def _stop_probe(store: MetadataStore, generation: int, stop_event: threading.Eve
         if stop_event is not None and stop_event.is_set():
             return True
         if (current := coordination.current_generation(store)) > generation:
-            raise SupersededError(f"generation {generation} was superseded by generation {current}")
+            raise SupersededError(coordination.superseded_message(store, generation, current))
         return coordination.stop_requested(store, generation)
 
     return stop_requested

@@ -20,6 +20,7 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -27,7 +28,7 @@ from pyspark.sql import SparkSession
 
 from millstream.config import Config, JobConfig
 from millstream.coordinator.job_coordinator import JobCoordinator
-from millstream.coordinator.job_result import JobResult, combined_outcome
+from millstream.coordinator.job_result import JobResult, generation_result
 from millstream.coordinator.prepare import prepare
 from millstream.coordinator.signals import graceful_stop_on_signals
 from millstream.coordinator.status_document import status_document
@@ -37,7 +38,14 @@ from millstream.metadata.factory import metadata_store
 from millstream.metrics.server import metrics_endpoint
 from millstream.runtime.container import ContainerResult
 from millstream.spark.container_task import container_partition
-from millstream.spark.session import build_session, check_local_slots, check_slots, requirement, resolve_master
+from millstream.spark.session import (
+    abandon_session,
+    build_session,
+    check_local_slots,
+    check_slots,
+    requirement,
+    resolve_master,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +54,12 @@ _PYTHON_ERROR = re.compile(r"^(?:[\w.]+\.)?(?P<name>\w*(?:Error|Exception|Exit))
 
 
 class SparkJobRunner:
-    def __init__(self, config: Config, *, master: str | None = None, spark: SparkSession | None = None) -> None:
+    def __init__(
+        self, config: Config, *, master: str | None = None, spark: SparkSession | None = None, verbose: bool = False
+    ) -> None:
         self.config = prepare(config)
         self.master = master
+        self.verbose = verbose
         self._spark = spark
         self._stop = threading.Event()
         self.store = metadata_store(config)
@@ -59,17 +70,52 @@ class SparkJobRunner:
 
         A restart request (``millstream startpoint set --apply``) stops the containers gracefully,
         publishes a new generation (fanning out the new startpoints) and launches them again.
+
+        With ``handle_signals``, a second Ctrl-C raises ``KeyboardInterrupt`` at once; a JVM this runner started is
+        killed first, quietly, so that neither Spark's shutdown nor py4j prints stack traces on the way out.
         """
-        if self._spark is None:
-            check_local_slots(resolve_master(self.config, self.master), requirement(self.config))
-        spark = self._spark or build_session(self.config, self.master)
+        signals = graceful_stop_on_signals if handle_signals else _no_signals
+        with signals(self._stop):  # from the start: a Ctrl-C while Spark's JVM starts is a stop request too
+            try:
+                if self._spark is None:
+                    check_local_slots(resolve_master(self.config, self.master), requirement(self.config))
+                spark = self._spark or self._start_session(on_own_thread=handle_signals)
+                return self._run_generations(spark)
+            except KeyboardInterrupt:
+                if self._spark is None:
+                    abandon_session()
+                raise
+
+    def _start_session(self, *, on_own_thread: bool) -> SparkSession:
+        """A SparkContext created on the main thread installs its own SIGINT handler, which calls into the JVM
+        through py4j from inside the signal handler (a reentrant call that prints py4j tracebacks) and replaces
+        ours; created on another thread, it leaves signals to us, and the main thread stays interruptible."""
+        if not on_own_thread:
+            return build_session(self.config, self.master, verbose=self.verbose)
+        built: dict[str, Any] = {}
+
+        def build() -> None:
+            try:
+                built["session"] = build_session(self.config, self.master, verbose=self.verbose)
+            except BaseException as error:  # handed to the main thread
+                built["error"] = error
+
+        thread = threading.Thread(target=build, name="millstream-spark-session", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.2)
+        if "error" in built:
+            raise built["error"]
+        session: SparkSession = built["session"]
+        return session
+
+    def _run_generations(self, spark: SparkSession) -> JobResult:
         check_slots(spark.sparkContext, requirement(self.config))
         containers: list[ContainerResult] = []
-        with (
-            graceful_stop_on_signals(self._stop) if handle_signals else contextlib.nullcontext(),
-            metrics_endpoint(self.config, functools.partial(status_document, self.config)),
-        ):
+        with metrics_endpoint(self.config, functools.partial(status_document, self.config)):
             while True:
+                if self._stop.is_set() and not containers:  # stopped before any container started
+                    return JobResult(self.generation, "stopped")
                 model = JobCoordinator(self.config, self.store).start()
                 self.generation = model.generation
                 result, restart = self._run_generation(spark, model)
@@ -101,7 +147,7 @@ class SparkJobRunner:
                     coordination.clear_restart(self.store)
                 failure = coordination.deterministic_failure(self.store, model.generation)
                 if failure is not None:
-                    log.error("a container failed the same way again; failing the job: %s", failure.splitlines()[0])
+                    log.info("a container failed the same way again; failing the job: %s", failure.splitlines()[0])
             if (self._stop.is_set() or restart is not None or failure is not None) and deadline is None:
                 coordination.request_stop(self.store, model.generation)
                 deadline = now + JobConfig.of(self.config).stop_timeout_ms / 1000
@@ -117,7 +163,7 @@ class SparkJobRunner:
             coordination.request_stop(self.store, model.generation)  # let any surviving container commit
             return JobResult(model.generation, "failed", error=outcome["error"]), None
         results = [ContainerResult(**orjson.loads(row)) for row in outcome["rows"]]
-        return JobResult(model.generation, combined_outcome(results), results), restart
+        return generation_result(self.store, model.generation, results), restart
 
     def request_stop(self) -> None:
         """Ask every container to commit and stop; :meth:`run` then returns ``stopped``."""
@@ -150,6 +196,11 @@ def job_description(config: Config, generation: int, containers: int) -> str:
         f"millstream job {JobConfig.of(config).name} generation {generation}: {containers} container{plural} "
         f"(Spark partition i runs container i)"
     )
+
+
+@contextlib.contextmanager
+def _no_signals(_stop: threading.Event) -> Iterator[None]:
+    yield
 
 
 def _python_paths(config: Config) -> list[str]:

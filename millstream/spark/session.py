@@ -7,6 +7,7 @@ mode come only from ``local[N,F]``; speculation would run a container twice.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -88,8 +89,20 @@ def local_slots(master: str) -> int | None:
     return os.cpu_count() or 1 if threads == "*" else int(threads)
 
 
-def build_session(config: Config, master: str | None = None) -> SparkSession:
-    """Create (or join) the SparkSession for ``config``; ``spark.*`` keys pass through to Spark."""
+# Spark logs every failed attempt of a task in these loggers, each time with the Python worker's whole traceback
+# and a Java stack: the runner reports the failure itself, once, naming task, stream, partition and offset.
+FAILED_ATTEMPT_LOGGERS = (
+    "org.apache.spark.executor.Executor",
+    "org.apache.spark.scheduler.TaskSetManager",
+    "org.apache.spark.api.python",
+)
+
+
+def build_session(config: Config, master: str | None = None, *, verbose: bool = False) -> SparkSession:
+    """Create (or join) the SparkSession for ``config``; ``spark.*`` keys pass through to Spark.
+
+    Unless ``verbose``, Spark's own reports of failed task attempts are silenced, so that a failing job reads as
+    one error rather than one traceback per attempt."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     job = JobConfig.of(config)
@@ -111,8 +124,22 @@ def build_session(config: Config, master: str | None = None) -> SparkSession:
     if SparkContext._active_spark_context is None:  # joining a running session needs no new JVM
         find_java()
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel(config.get("spark.log.level", "WARN"))
+    level = config.get("spark.log.level", "WARN")
+    session.sparkContext.setLogLevel(level)
+    set_failed_attempt_logging(session.sparkContext, level if verbose else "OFF")
     return session
+
+
+def set_failed_attempt_logging(sc: SparkContext, level: str) -> None:
+    """Spark's loggers of failed task attempts at ``level``: Spark's own (``spark.log.level``) with ``-v``, else OFF.
+
+    The levels are set in the driver's JVM, which in local mode also runs the executors; on a cluster the
+    executors' logs stay in their own log files, where Spark's per-attempt lines belong."""
+    jvm = sc._jvm
+    assert jvm is not None
+    log4j = jvm.org.apache.logging.log4j
+    for name in FAILED_ATTEMPT_LOGGERS:
+        log4j.core.config.Configurator.setLevel(name, log4j.Level.toLevel(level, log4j.Level.WARN))
 
 
 def check_local_slots(master: str, need: SlotRequirement) -> None:
@@ -155,3 +182,20 @@ def _cluster_slots(sc: SparkContext) -> int:
     except Exception:  # not a coarse-grained backend: trust Spark's own estimate
         cores = sc.defaultParallelism
     return cores // cpus_per_task
+
+
+def abandon_session() -> None:
+    """End the JVM this process started for Spark at once and without a word: the user asked twice to stop.
+
+    A graceful ``stop()`` would wait for the containers; letting the interpreter exit instead leaves the JVM to
+    shut down on its own, logging every task it kills with a Java stack trace, while the thread waiting in
+    py4j logs a traceback of its own. Killing the JVM leaves nothing to log, and Python's logging is switched
+    off first so the waiting thread's py4j error is not printed either. Checkpoints are unaffected: a
+    container killed between commits resumes from its last one.
+    """
+    logging.disable(logging.CRITICAL)
+    gateway = SparkContext._gateway
+    process = getattr(gateway, "proc", None) if gateway is not None else None
+    if process is not None:
+        process.kill()
+        process.wait()

@@ -492,7 +492,31 @@ def test_a_task_that_raises_fails_the_job_with_exit_1_and_stderr_names_the_cause
     assert result.returncode == 1, result.stderr
     assert "job failed:" in result.stderr
     assert "ValueError: poison message at offset 1" in result.stderr
+    assert result.stderr.count("Traceback (most recent call last)") == 1, result.stderr  # the user's, once
     assert "generation" not in result.stdout  # no result table for a failed job
+
+
+@pytest.mark.spark
+def test_a_spark_job_whose_task_raises_prints_task_stream_partition_offset_and_the_traceback_once(tmp_path):
+    """Spark retries the container (job.container.retry.count defaults to 3) and logs every failed attempt with
+    the worker's traceback and a Java stack; millstream run prints the failure once, without Spark's lines."""
+    path, config, _ = bounded_input(
+        tmp_path, {"task.class": "tests.jobs:FailingOnSome", "test.fail.values": "3", **SPARK}, 1, 6
+    )
+    result = millstream("run", path)
+    assert result.returncode == 1, result.stderr
+    header = (
+        "job failed: millstream.runtime.process_errors.TaskProcessError: task 'Partition 0' failed processing "
+        "offset 3 of stream 'log.in' partition 0: ValueError: cannot handle 3"
+    )
+    assert result.stderr.count(header) == 1, result.stderr
+    assert result.stderr.count("Traceback (most recent call last)") == 1, result.stderr
+    assert result.stderr.count("ValueError: cannot handle 3") == 2  # the header and the traceback's last line
+    assert 'tests/jobs.py", line' in result.stderr
+    for spark_line in ("TaskSetManager", "Executor:", "PythonException", "\tat org.apache", "SQLSTATE"):
+        assert spark_line not in result.stderr, result.stderr
+    # everything before the failing offset, nothing from it on (a retry may repeat what was not committed)
+    assert {value for _, value in output_origins(config)} == {0, 1, 2}
 
 
 def _running_with_a_checkpoint(config: Config) -> bool:

@@ -1,16 +1,21 @@
 """``millstream run --in-process`` stops as gracefully as the Spark runner: on Ctrl-C or SIGTERM its
-containers flush, commit and return, the command exits 0, and a rerun resumes after the checkpoint."""
+containers flush, commit and return, the command exits 0, and a rerun resumes after the checkpoint. A second
+signal stops at once with exit 130, on Spark without a Java or Python stack trace."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
 
 import pytest
 
+from millstream.config import Config
 from millstream.coordinator.prepare import load_job_config
+from millstream.metadata import coordination
+from millstream.metadata.factory import metadata_store
 from tests.cli.test_main import (
     _running_with_a_checkpoint,
     by_input_partition,
@@ -20,7 +25,7 @@ from tests.cli.test_main import (
     wait_for,
     write_config,
 )
-from tests.helpers import create_stream, fill
+from tests.helpers import create_stream, fill, wait_until
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
@@ -66,7 +71,12 @@ def test_a_second_run_of_the_same_job_supersedes_the_first_which_says_so_and_exi
         second, _, second_err = start_job(path, tmp_path / "second", "--in-process")
         code = first.wait(timeout=60)
         assert code == 3, first_err.read_text()
-        assert "generation 1 was superseded by generation 2" in first_err.read_text()
+        started = coordination_started(config, 2)
+        assert (
+            f"job cli-test generation 1 was superseded by generation 2 started at {started}, by another run of the "
+            "same job" in first_err.read_text()
+        )
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", started)
         assert "Traceback" not in first_err.read_text()
         second.send_signal(signal.SIGTERM)
         assert second.wait(timeout=60) == 0, second_err.read_text()
@@ -74,3 +84,53 @@ def test_a_second_run_of_the_same_job_supersedes_the_first_which_says_so_and_exi
         for job in (first, second):
             if job is not None and job.poll() is None:
                 os.killpg(job.pid, signal.SIGKILL)
+
+
+@pytest.mark.spark
+def test_a_second_sigint_while_a_spark_job_stops_exits_130_at_once_without_java_or_python_stack_traces(tmp_path: Path):
+    """Ctrl-C in a terminal reaches the whole process group (the command, Spark's JVM, its Python workers);
+    the second one must end them all quietly while the containers are still finishing their slow messages."""
+    path = write_config(
+        tmp_path,
+        {"task.class": "tests.jobs:SlowPassThrough", "test.delay.seconds": 2, "spark.ui.enabled": "false"},
+    )
+    config = load_job_config(path)
+    create_stream(config, "in", 1)
+    create_stream(config, "out", 1)
+    fill(config, "in", 1, 100)  # unbounded: not sealed; 2 s a message, so stopping takes up to 2 s
+    job, _, stderr = start_job(path, tmp_path)
+    try:
+        wait_for(lambda: _running_with_a_checkpoint(config), timeout=120, process=job, log=stderr)
+        os.killpg(job.pid, signal.SIGINT)
+        wait_for(lambda: "stopping containers gracefully" in stderr.read_text(), timeout=10, process=job, log=stderr)
+        os.killpg(job.pid, signal.SIGINT)
+        code = job.wait(timeout=10)
+        wait_until(lambda: not _group_alive(job.pid), 30, "the JVM and the Python workers to end")
+    finally:
+        if _group_alive(job.pid):
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+    text = stderr.read_text()
+    assert code == 130, text
+    assert "second signal: stopping without waiting" in text
+    for trace in ("py4j", "java.", "Traceback", "\tat ", "Exception"):
+        assert trace not in text, text
+
+
+def coordination_started(config: Config, generation: int) -> str:
+    """When ``generation`` of the job in ``config`` was published, as the metadata store records it."""
+    store = metadata_store(config)
+    try:
+        started = coordination.generation_started(store, generation)
+    finally:
+        store.close()
+    assert started is not None, f"no start time recorded for generation {generation}"
+    return started
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
@@ -19,11 +20,13 @@ from millstream.metadata.coordination import (
     container_epoch,
     container_statuses,
     current_generation,
+    generation_started,
     publish_generation,
     report_container_status,
     request_stop,
     start_container_attempt,
     stop_requested,
+    superseded_message,
     writer_expectation,
 )
 from millstream.metadata.sqlite import SqliteMetadataStore
@@ -58,6 +61,22 @@ def test_publishing_an_older_generation_is_refused(store: SqliteMetadataStore) -
     with pytest.raises(FencedError, match=r"generation 4.*generation 5"):
         publish_generation(store, 4)
     assert current_generation(store) == 5
+
+
+def test_publishing_a_generation_records_when_it_started_so_a_superseded_run_can_name_it(
+    store: SqliteMetadataStore,
+) -> None:
+    before = datetime.now(UTC).replace(microsecond=0)
+    publish_generation(store, 1)
+    publish_generation(store, 2)
+    after = datetime.now(UTC)
+    started = generation_started(store, 2)
+    assert started is not None and started.endswith("Z")
+    assert before <= datetime.fromisoformat(started.replace("Z", "+00:00")) <= after
+    publish_generation(store, 2)  # republishing the current generation does not move its start
+    assert generation_started(store, 2) == started
+    assert superseded_message(store, 1, 2) == f"generation 1 was superseded by generation 2 started at {started}"
+    assert superseded_message(store, 1, 7) == "generation 1 was superseded by generation 7 started at an unknown time"
 
 
 def test_a_corrupt_generation_record_is_reported_by_name(store: SqliteMetadataStore) -> None:

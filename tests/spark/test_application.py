@@ -19,11 +19,13 @@ from millstream.control.state import CONTROL_STATE_NAMESPACE
 from millstream.coordinator.job_result import JobResult
 from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
-from millstream.model import SystemStream, TaskName
+from millstream.model import SystemStream, SystemStreamPartition, TaskName
 from millstream.spark.runner import SparkJobRunner
+from millstream.systems.registry import system_factory
 from millstream.testing import read_stream, write_stream
 from tests.api.apps import app_config, messages, reference_counts
 from tests.api.test_in_process import assert_panes_fired_exactly_when_the_watermark_reached_their_end
+from tests.api.test_intermediate_streams import INTERMEDIATE, staged
 from tests.helpers import create_stream, seal, wait_until
 
 pytestmark = pytest.mark.spark
@@ -154,3 +156,23 @@ def wait_for(probe, timeout: float):
             return value
         time.sleep(0.02)
     raise AssertionError(f"condition not met within {timeout}s")
+
+
+def test_a_fresh_stage_on_an_intermediate_stream_that_lost_records_fails_through_spark_naming_them(
+    spark_local, tmp_path
+):
+    _, downstream, _ = staged(tmp_path)
+    with system_factory(downstream, "log").get_admin("log", downstream) as admin:
+        admin.delete_messages({SystemStreamPartition("log", INTERMEDIATE, 1): "3"})
+
+    runner = SparkJobRunner(downstream, spark=spark_local)
+    result = runner.run()
+    assert result.outcome == "failed"
+    assert max(coordination.container_epoch(runner.store, cid) for cid in ("0", "1")) == 1, (
+        "deleted is deleted: no retry"
+    )
+    assert (
+        f"stream 'log.{INTERMEDIATE}' partition 1: reading the intermediate stream from its start, but offsets 0 up "
+        "to 3 (exclusive) were already deleted" in (result.error or "")
+    ), result.error
+    assert not [r for r in output(downstream) if "count" in r], "no window was emitted from the partial stream"

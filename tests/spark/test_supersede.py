@@ -15,6 +15,7 @@ from millstream.coordinator.prepare import prepare
 from millstream.spark.runner import SparkJobRunner
 from tests.api.test_in_process import run_in_background
 from tests.cli.test_main import _running_with_a_checkpoint
+from tests.cli.test_run_signals import coordination_started
 from tests.helpers import create_stream, fill, job_config, output_origins, wait_until
 
 pytestmark = pytest.mark.spark
@@ -40,6 +41,8 @@ def test_a_spark_run_superseded_by_a_second_run_ends_superseded_and_the_second_l
     spark_run.join(120)
     assert not spark_run.is_alive(), "the superseded run did not end"
     assert first["result"].outcome == "superseded", first["result"].error
+    started = coordination_started(config, first["result"].generation + 1)
+    assert first["result"].error == f"generation 1 was superseded by generation 2 started at {started}"
 
     def everything_or_ended() -> bool:
         return set(output_origins(config)) == written or not thread.is_alive()

@@ -60,3 +60,18 @@ class KafkaCopy(StreamTask, InitableTask):
         self, envelope: IncomingMessageEnvelope, collector: MessageCollector, coordinator: TaskCoordinator
     ) -> None:
         collector.send(OutgoingMessageEnvelope(self.output, envelope.message, key=envelope.key))
+
+
+class KafkaFailingOnSome(KafkaPassThrough):
+    """The pass-through raising ``ValueError`` on the values in ``test.fail.values`` (comma-separated)."""
+
+    def init(self, context: TaskContext) -> None:
+        super().init(context)
+        self.failing = {int(value) for value in context.config.get("test.fail.values", "").split(",") if value}
+
+    def process(
+        self, envelope: IncomingMessageEnvelope, collector: MessageCollector, coordinator: TaskCoordinator
+    ) -> None:
+        if envelope.message in self.failing:
+            raise ValueError(f"cannot handle {envelope.message}")
+        super().process(envelope, collector, coordinator)
