@@ -32,12 +32,11 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from benchmarks.tasks import BoundedTask, unfinished_tasks
 from millstream import (
     IncomingMessageEnvelope,
-    InitableTask,
     MessageCollector,
     OutgoingMessageEnvelope,
-    StreamTask,
     SystemStream,
     TaskContext,
     TaskCoordinator,
@@ -51,34 +50,14 @@ SOURCE = "bench-in"
 SINK = "bench-out"
 RUN_ID = uuid.uuid4().hex[:8]
 """Job names are unique per invocation: a job must not resume from a previous invocation's checkpoints."""
-_unfinished_tasks: set[str] = set()
-"""Tasks of this process's container(s) that have not read all their messages yet."""
 
 
-class _BoundedTask(StreamTask, InitableTask):
-    """Reads ``bench.messages.per.partition`` messages of each of its partitions; the last task of the
-    container to finish shuts the container down (every task's ``init`` runs before any ``process``)."""
-
-    def init(self, context: TaskContext) -> None:
-        per_partition = int(context.config["bench.messages.per.partition"])
-        self.task_name = str(context.task_name)
-        self.left = per_partition * len(context.system_stream_partitions)
-        _unfinished_tasks.add(self.task_name)
-
-    def _count(self, coordinator: TaskCoordinator) -> None:
-        self.left -= 1
-        if self.left == 0:
-            _unfinished_tasks.discard(self.task_name)
-            if not _unfinished_tasks:
-                coordinator.shutdown()
-
-
-class NoOp(_BoundedTask):
+class NoOp(BoundedTask):
     def process(self, envelope: IncomingMessageEnvelope, collector: MessageCollector, coordinator: TaskCoordinator):
         self._count(coordinator)
 
 
-class CountPerKey(_BoundedTask):
+class CountPerKey(BoundedTask):
     def init(self, context: TaskContext) -> None:
         super().init(context)
         self.counts: Counter[Any] = Counter()
@@ -88,7 +67,7 @@ class CountPerKey(_BoundedTask):
         self._count(coordinator)
 
 
-class BytesPassThrough(_BoundedTask):
+class BytesPassThrough(BoundedTask):
     OUTPUT = SystemStream("kafka", SINK)
 
     def process(self, envelope: IncomingMessageEnvelope, collector: MessageCollector, coordinator: TaskCoordinator):
@@ -261,7 +240,7 @@ def run_benchmarks(bootstrap: str, args: Any, root: Path) -> None:
     ]
     for index, (name, task, containers, extra) in enumerate(runs):
         recreate_topic(bootstrap, SINK, args.partitions)
-        _unfinished_tasks.clear()
+        unfinished_tasks.clear()
         config = job_config(root, bootstrap, task, containers, str(index), per_partition, **extra)
         started = time.perf_counter()
         result = InProcessRunner(config).run()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from millstream import OutgoingMessageEnvelope, StreamTask, SystemStream
+from millstream import InitableTask, OutgoingMessageEnvelope, StreamTask, SystemStream, TaskContext, TaskCoordinator
 
 OUTPUT = SystemStream("log", "bench-out")
+unfinished_tasks: set[str] = set()
+"""Tasks of this process's container(s) that have not read all their messages yet (``BoundedTask``)."""
 
 
 class NoOp(StreamTask):
@@ -19,3 +21,22 @@ class BytesPassThrough(StreamTask):
 
     def process(self, envelope, collector, coordinator):
         collector.send(OutgoingMessageEnvelope(OUTPUT, envelope.message, envelope.key))
+
+
+class BoundedTask(StreamTask, InitableTask):
+    """Reads ``bench.messages.per.partition`` messages of each of its partitions; the last task of the
+    container to finish shuts the container down (every task's ``init`` runs before any ``process``).
+    Kafka never ends a stream: this is how a Kafka benchmark's job ends."""
+
+    def init(self, context: TaskContext) -> None:
+        per_partition = int(context.config["bench.messages.per.partition"])
+        self.task_name = str(context.task_name)
+        self.left = per_partition * len(context.system_stream_partitions)
+        unfinished_tasks.add(self.task_name)
+
+    def _count(self, coordinator: TaskCoordinator) -> None:
+        self.left -= 1
+        if self.left == 0:
+            unfinished_tasks.discard(self.task_name)
+            if not unfinished_tasks:
+                coordinator.shutdown()

@@ -11,8 +11,12 @@ without ``--in-process``) still apply; this only adds the ones its location and 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 TESTS = Path(__file__).parent
 
@@ -39,3 +43,22 @@ def implied_markers(item: pytest.Item) -> list[str]:
     if parts[:1] == ("spark",) or SPARK_FIXTURES & set(getattr(item, "fixturenames", ())):
         markers.append("spark")
     return markers
+
+
+@pytest.fixture
+def spark_local() -> SparkSession:
+    """The shared local-mode session: 4 slots, failed tasks retried (local[4,4]).
+
+    Got (or created again) per test: a module that needs another master (the standalone cluster)
+    stops the active session, and the next test must not receive a stopped one.
+    """
+    from millstream.config import Config
+    from millstream.spark.session import build_session
+
+    return build_session(Config({"job.container.retry.count": "3"}), master="local[4]")
+
+
+@pytest.fixture
+def spark(spark_local: SparkSession) -> SparkSession:
+    """The shared session, under the name the modules that run on a standalone cluster override."""
+    return spark_local

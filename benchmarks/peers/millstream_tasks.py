@@ -1,44 +1,30 @@
 """The peer benchmark's millstream tasks (importable by Spark workers as
 ``benchmarks.peers.millstream_tasks:<Name>``).
 
-Kafka never ends a stream, so each task reads ``bench.messages.per.partition`` messages of each of its
-partitions and the last task of its container to finish shuts the container down, as
-``benchmarks.kafka_passthrough`` does. The output stream is ``bench.output`` (a Kafka topic).
+Each is a ``benchmarks.tasks.BoundedTask``, as ``benchmarks.kafka_passthrough``'s are: Kafka never ends a
+stream, so the container shuts down once its tasks read their messages. The output stream is
+``bench.output`` (a Kafka topic).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from benchmarks.tasks import BoundedTask
 from millstream import (
     IncomingMessageEnvelope,
-    InitableTask,
     MessageCollector,
     OutgoingMessageEnvelope,
-    StreamTask,
     SystemStream,
     TaskContext,
     TaskCoordinator,
 )
 
-_unfinished_tasks: set[str] = set()
-"""Tasks of this process's container that have not read all their messages yet."""
 
-
-class _BoundedTask(StreamTask, InitableTask):
+class _BoundedTask(BoundedTask):
     def init(self, context: TaskContext) -> None:
-        per_partition = int(context.config["bench.messages.per.partition"])
+        super().init(context)
         self.output = SystemStream("kafka", str(context.config["bench.output"]))
-        self.task_name = str(context.task_name)
-        self.left = per_partition * len(context.system_stream_partitions)
-        _unfinished_tasks.add(self.task_name)
-
-    def _count(self, coordinator: TaskCoordinator) -> None:
-        self.left -= 1
-        if self.left == 0:
-            _unfinished_tasks.discard(self.task_name)
-            if not _unfinished_tasks:
-                coordinator.shutdown()
 
 
 class PassThrough(_BoundedTask):

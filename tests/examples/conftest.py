@@ -11,7 +11,6 @@ from types import ModuleType
 import pytest
 
 from tests.integration.kinesis.conftest import kinesis_endpoint  # noqa: F401  (kinesalite, started on demand)
-from tests.spark.conftest import spark_local  # noqa: F401  (the shared local-mode session)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

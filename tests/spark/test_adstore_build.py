@@ -30,7 +30,6 @@ from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStream
 from millstream.serde.builtin import JsonSerde
 from millstream.spark.adstore_build import DatasetError, DatasetSchemaError, build_version
-from millstream.spark.session import build_session
 from millstream.testing import read_stream, write_stream
 from tests.helpers import create_stream, job_config
 
@@ -41,12 +40,6 @@ PARTITIONS = 3
 ROWS: list[dict[str, Any]] = [
     {"key": f"city-{i:03d}", "country": ["fr", "de", "it"][i % 3], "population": i * 1000} for i in range(120)
 ]
-
-
-@pytest.fixture(scope="module")
-def spark() -> SparkSession:
-    """One local session for the module, as ``tests/spark/conftest.py`` builds it (a cold one costs ~5 s)."""
-    return build_session(Config({"job.container.retry.count": "3", "spark.ui.enabled": "false"}), master="local[4]")
 
 
 def adjunct_config(tmp_path: Path, **extra: Any) -> Config:

@@ -14,17 +14,11 @@ from pyspark.sql import SparkSession
 
 from millstream.config import Config
 from millstream.spark.runner import SparkJobRunner
-from millstream.spark.session import build_session
 from tests.helpers import fill, seal
 from tests.storage.test_corrupt_local_checkpoints import corrupt_ssts, local_checkpoint_dirs
 from tests.storage.test_stateful_jobs import config_for, final_stores, prepare, read_everything, reference
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture
-def spark_local() -> SparkSession:
-    return build_session(Config({"job.container.retry.count": "3"}), master="local[4]")
 
 
 def run_on_spark_until_read(config: Config, spark: SparkSession, total: int) -> None:

@@ -14,7 +14,7 @@ from millstream.adjunct.markers import write_end_of_version
 from millstream.config import Config
 from millstream.model import SystemStream
 from tests.integration.kafka.helpers import TopicTail, create_topic, job_config, produce
-from tests.integration.kafka.test_spark_local import RunningJob, no_sqlite_files, spark  # noqa: F401 - fixture
+from tests.integration.kafka.test_spark_local import RunningJob, no_sqlite_files
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -65,7 +65,7 @@ def enrich_job(bootstrap: str, topic_name: Any, data_dir: Any, **extra: Any) -> 
 
 
 def test_a_kafka_fed_adjunct_store_bootstraps_updates_and_continues_after_a_restart(
-    spark,  # noqa: F811 - the module fixture
+    spark,
     bootstrap,
     topic_name,
     tmp_path,
@@ -103,7 +103,7 @@ def test_a_kafka_fed_adjunct_store_bootstraps_updates_and_continues_after_a_rest
 
 
 def test_a_versioned_kafka_fed_store_switches_at_end_of_version_markers(
-    spark,  # noqa: F811 - the module fixture
+    spark,
     bootstrap,
     topic_name,
     tmp_path,

@@ -13,16 +13,10 @@ from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
 from millstream.metadata.factory import metadata_store
 from millstream.spark.runner import SparkJobRunner
-from millstream.spark.session import build_session
 from tests.api.apps import app_config, messages, reference_counts
 from tests.spark.test_application import output, setup
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
-
-
-@pytest.fixture(scope="module")
-def spark() -> SparkSession:
-    return build_session(Config({"job.container.retry.count": "3"}), master="local[4]")
 
 
 def stages(tmp_path, bootstrap: str, app_id: str) -> tuple[Config, Config]:

@@ -18,7 +18,6 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from millstream.config import Config
 from millstream.coordinator.job_result import JobResult
 from millstream.spark.runner import SparkJobRunner
-from millstream.spark.session import build_session
 from millstream.testing import InProcessRunner
 from tests.helpers import wait_until
 from tests.integration.kafka.helpers import create_topic, job_config, produce, read_all
@@ -148,8 +147,7 @@ def test_an_undecodable_record_fails_the_job_naming_its_offset_or_is_skipped_whe
 
 
 @pytest.mark.spark
-def test_a_spark_job_round_trips_protobuf_through_the_registry(bootstrap, schema_registry, topic_name, tmp_path):
-    spark = build_session(Config({"job.container.retry.count": "3"}), master="local[4]")  # the shared session
+def test_a_spark_job_round_trips_protobuf_through_the_registry(bootstrap, schema_registry, topic_name, tmp_path, spark):
     source, sink = setup(bootstrap, topic_name)
     serializer = ProtobufSerializer(PageView, SchemaRegistryClient({"url": schema_registry.url}))
     views = [PageView(user=f"u{i}", page=f"/p{i}", ts=i) for i in range(30)]

@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from benchmarks.soak import CheckpointWatch, Settings, check_output, soak_config, write_input
 from millstream.config import Config
 from millstream.spark.runner import SparkJobRunner
-from millstream.spark.session import build_session
 from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -24,12 +24,11 @@ RESUMED_WITHIN_S = 30.0
 
 
 def test_a_broker_restart_while_a_stateful_job_commits_checkpoints_to_kafka_is_transient(
-    kafka_broker, bootstrap, tmp_path: Path
+    kafka_broker, bootstrap, tmp_path: Path, spark: SparkSession
 ) -> None:
     settings = Settings(kills=0, partitions=4, records=1500, delay_ms=1.0, commit_ms=300, bootstrap=bootstrap)
     config: Config = soak_config(tmp_path, "changelog", settings, None)
     write_input(config, settings)
-    spark = build_session(Config({"job.container.retry.count": "3"}), master="local[4]")
     watch = CheckpointWatch(config)
     outcome: dict = {}
     job = threading.Thread(target=lambda: outcome.update(result=SparkJobRunner(config, spark=spark).run()))

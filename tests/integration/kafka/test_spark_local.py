@@ -20,16 +20,9 @@ from millstream.coordinator.job_result import JobResult
 from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
 from millstream.spark.runner import SparkJobRunner
-from millstream.spark.session import build_session
 from tests.integration.kafka.helpers import TopicTail, create_topic, job_config, produce_numbers
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
-
-
-@pytest.fixture(scope="module")
-def spark() -> SparkSession:
-    """Local mode with 4 slots and failed tasks retried (local[4,4]); shared with tests/spark if it exists."""
-    return build_session(Config({"job.container.retry.count": "3"}), master="local[4]")
 
 
 class RunningJob:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,7 +16,6 @@ from millstream.coordinator.job_result import JobResult
 from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
 from millstream.spark.runner import SparkJobRunner
-from millstream.spark.session import build_session
 from millstream.systems.kinesis.leases import LEASE_NAMESPACE, Lease
 from tests.integration.kinesis.helpers import create_stream, started_admin
 from tests.integration.kinesis.jobs_support import (
@@ -31,13 +29,6 @@ from tests.integration.kinesis.jobs_support import (
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    session = build_session(Config({"job.container.retry.count": "3"}), master="local[4]")
-    yield session
-    session.stop()
 
 
 class BackgroundJob:
