@@ -97,6 +97,17 @@ class FailsOnPoison(PassThrough):
         super().process(envelope, collector, coordinator)
 
 
+class FailsQuotingSecrets(PassThrough, InitableTask):
+    """Raises on its first message with every value of ``test.quoted.keys`` in the message, as a client
+    library refusing credentials may: what the container reports must still not show them."""
+
+    def init(self, context: TaskContext) -> None:
+        self.quoted = [context.config[key] for key in context.config.get_list("test.quoted.keys")]
+
+    def process(self, envelope, collector, coordinator):
+        raise PermissionError(f"login refused with {' and '.join(self.quoted)}")
+
+
 class CommitsEachMessageFailsOnPoison(FailsOnPoison):
     """Requests a commit after every message (``coordinator.commit()``), and raises on ``"poison"``."""
 

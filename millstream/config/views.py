@@ -15,7 +15,8 @@ from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from millstream.config.core import SENSITIVE_PREFIX, Config
+from millstream.config.core import Config
+from millstream.config.secrets import SENSITIVE_PREFIX
 from millstream.errors import ConfigError, MillstreamError
 from millstream.model import SystemStream, SystemStreamPartition
 
