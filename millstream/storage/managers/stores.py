@@ -43,6 +43,7 @@ from millstream.storage.backends.base import (
 from millstream.storage.backends.changelog.marker import parse_v1_entry
 from millstream.storage.backends.registry import backup_factories, restore_factories, restore_factory_for
 from millstream.storage.changelog_partitions import changelog_partition
+from millstream.storage.errors import StateBackupError
 from millstream.storage.factory import StorageEngineFactory, storage_engine_factory
 from millstream.storage.kv import ChangelogWriter, KeyValueStorageEngine, TaskKeyValueStore
 from millstream.storage.layout import (
@@ -247,15 +248,40 @@ class TaskStorageManager:
 
     def snapshot(self, checkpoint_id: CheckpointId) -> dict[str, dict[str, str]]:
         """Synchronous part of a commit: the stores' state as of now; backend → store → marker."""
-        for store in self.stores.values():
-            store.flush()
+        for name, store in self.stores.items():
+            try:
+                store.flush()
+            except Exception as error:
+                raise StateBackupError(
+                    f"task '{self.task_name}': cannot flush store '{name}' in '{self._stores[name].spec.store_dir}' "
+                    f"for a snapshot: {error}"
+                ) from error
             store.dirty = False
         self.revert_unsealed = False
         for name, entry in self._stores.items():
             if entry.spec.persistent and entry.backups:
                 with owned(entry.spec.store_dir, self.container.writer):
-                    self.engines[name].checkpoint(checkpoint_dir(entry.spec.store_dir, checkpoint_id))
+                    self._checkpoint_store(name, checkpoint_dir(entry.spec.store_dir, checkpoint_id))
         return {key: manager.snapshot(checkpoint_id) for key, manager in self.backup_managers.items()}
+
+    def _checkpoint_store(self, name: str, directory: Path) -> None:
+        """Make one store's checkpoint directory, or fail the commit naming the store and the directory.
+
+        A full disk or a directory that is no longer writable stops the snapshot half-way; what was written
+        goes, so no later start mistakes the half directory for a snapshot, and the commit fails before any
+        checkpoint could name it."""
+        try:
+            self.engines[name].checkpoint(directory)
+        except Exception as error:
+            try:
+                delete_path(directory)
+            except OSError as cleanup_error:
+                log.warning(
+                    "task '%s': cannot delete the failed snapshot '%s': %s", self.task_name, directory, cleanup_error
+                )
+            raise StateBackupError(
+                f"task '{self.task_name}': cannot snapshot store '{name}' into '{directory}': {error}"
+            ) from error
 
     def upload(
         self, checkpoint_id: CheckpointId, markers: Mapping[str, Mapping[str, str]]
