@@ -36,8 +36,8 @@ from tests.storage.harness import restored_contents, state_config
 
 pytestmark = pytest.mark.spark
 
-OUTAGE_SECONDS = 8.0
-"""How long the store stays unreachable: well past ``task.commit.max.delay.ms`` (2 s), so commits are
+OUTAGE_SECONDS = 5.0
+"""How long the store stays unreachable: well past ``task.commit.max.delay.ms`` (1 s), so commits are
 first skipped, then blocked, for most of it."""
 
 
@@ -59,7 +59,7 @@ def outage_job(tmp_path: Path, server: MotoS3Server) -> Config:
         task="tests.storage.jobs:CountPerKeyReportingAtEnd",
         job__container__count=1,
         task__commit__ms=200,
-        task__commit__max__delay__ms=2000,
+        task__commit__max__delay__ms=1000,
         test__delay__seconds=0.002,
         metrics__enabled="true",
         metrics__snapshot__interval__ms=200,
@@ -95,7 +95,7 @@ def test_an_unreachable_blob_store_skips_then_blocks_commits_which_resume_and_th
     spark_local: Any, tmp_path: Path, s3: MotoS3Server
 ) -> None:
     config = outage_job(tmp_path, s3)
-    written = fill(config, "in", 2, 500)  # unsealed: the job runs until the input is sealed after the outage
+    written = fill(config, "in", 2, 200)  # unsealed: the job runs until the input is sealed after the outage
     runner = SparkJobRunner(config, spark=spark_local)
     outcome: dict[str, JobResult] = {}
     job = threading.Thread(target=lambda: outcome.setdefault("result", runner.run()))
@@ -105,7 +105,7 @@ def test_an_unreachable_blob_store_skips_then_blocks_commits_which_resume_and_th
         wait_until(lambda: checkpointed(config) > 0, 120, "no checkpoint before the outage")
         os.kill(s3.process.pid, signal.SIGSTOP)
         stopped = time.monotonic()
-        written |= fill(config, "in", 2, 300, start=500)  # work for the commits the outage holds up
+        written |= fill(config, "in", 2, 300, start=200)  # work for the commits the outage holds up
         wait_until(lambda: commit_counter(config, "commits_skipped") > 0, 60, "no commit was skipped")
         wait_until(lambda: commit_counter(config, "commits_blocked") > 0, 60, "no commit blocked")
         during = checkpointed(config)
@@ -115,7 +115,7 @@ def test_an_unreachable_blob_store_skips_then_blocks_commits_which_resume_and_th
         resumed = time.monotonic()
         wait_until(lambda: checkpointed(config) > during, 120, "commits did not resume after the outage")
         recovery = time.monotonic() - resumed
-        written |= fill(config, "in", 2, 200, start=800)
+        written |= fill(config, "in", 2, 50, start=500)
         seal(config, "in")
         job.join(300)
     finally:
