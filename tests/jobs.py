@@ -97,15 +97,19 @@ class FailsOnPoison(PassThrough):
         super().process(envelope, collector, coordinator)
 
 
-class FailsQuotingSecrets(PassThrough, InitableTask):
-    """Raises on its first message with every value of ``test.quoted.keys`` in the message, as a client
-    library refusing credentials may: what the container reports must still not show them."""
+class FailsQuotingSecrets(SlowPassThrough):
+    """A slow pass-through that raises on the message ``"quote-secrets"`` with every value of
+    ``test.quoted.keys`` in its message, as a client library refusing credentials may: what the container
+    reports must still not show them."""
 
     def init(self, context: TaskContext) -> None:
+        super().init(context)
         self.quoted = [context.config[key] for key in context.config.get_list("test.quoted.keys")]
 
     def process(self, envelope, collector, coordinator):
-        raise PermissionError(f"login refused with {' and '.join(self.quoted)}")
+        if envelope.message == "quote-secrets":
+            raise PermissionError(f"login refused with {' and '.join(self.quoted)}")
+        super().process(envelope, collector, coordinator)
 
 
 class CommitsEachMessageFailsOnPoison(FailsOnPoison):

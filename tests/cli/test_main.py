@@ -28,7 +28,7 @@ from millstream.coordinator.status import job_status
 from millstream.coordinator.status_document import status_document
 from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.systems.registry import system_factory
-from millstream.testing import read_stream
+from millstream.testing import read_stream, write_stream
 from tests.helpers import create_stream, fill, output_origins, seal
 from tests.integration.processes import free_port
 from tests.metrics.scrape import fetch
@@ -427,6 +427,7 @@ def _leaked(text: str) -> list[str]:
 
 @pytest.mark.spark
 def test_no_secret_reaches_logs_cli_output_job_status_status_json_or_spark_event_logs(tmp_path):
+    """A running job, then its failure with an error that quotes every secret, all in one Spark run."""
     events = tmp_path / "spark-events"
     events.mkdir()
     port = free_port()
@@ -436,8 +437,10 @@ def test_no_secret_reaches_logs_cli_output_job_status_status_json_or_spark_event
         "spark.eventLog.enabled": "true",
         "spark.eventLog.dir": events.as_uri(),
         "spark.eventLog.compress": "false",  # Spark 4 compresses by default: a grep would find nothing
-        "task.class": "tests.jobs:SlowPassThrough",
+        "task.class": "tests.jobs:FailsQuotingSecrets",
         "test.delay.seconds": 0.001,
+        "test.quoted.keys": ",".join(SECRETS),
+        "job.container.retry.count": 0,
         "metrics.prometheus.port": port,
         "metrics.snapshot.interval.ms": 200,
     }
@@ -445,7 +448,7 @@ def test_no_secret_reaches_logs_cli_output_job_status_status_json_or_spark_event
     config = load_job_config(path)
     create_stream(config, "in", 2)
     create_stream(config, "out", 2)
-    fill(config, "in", 2, 3000)
+    fill(config, "in", 2, 200)  # never sealed: the job runs until the message that fails it
     job, stdout, stderr = start_job(path, tmp_path / "run", "--verbose")
     try:
         wait_for(lambda: _running_with_a_checkpoint(config), timeout=120, process=job, log=stderr)
@@ -456,8 +459,8 @@ def test_no_secret_reaches_logs_cli_output_job_status_status_json_or_spark_event
             millstream("streams", "list", path),
             millstream("run", path, "--set", "job.container.count=zero"),  # a config error quotes values
         ]
-        job.send_signal(signal.SIGTERM)
-        assert job.wait(timeout=60) == 0, stderr.read_text()
+        write_stream(config, SystemStream("log", "in"), [("k0", "quote-secrets")], partition=0)
+        assert job.wait(timeout=120) == 1, stderr.read_text()
     finally:
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
@@ -465,42 +468,16 @@ def test_no_secret_reaches_logs_cli_output_job_status_status_json_or_spark_event
     assert "running" in served["/status.json"] and "millstream_" in served["/metrics"]
     for route, body in served.items():
         assert not _leaked(body), f"{route} shows {_leaked(body)}"
-    assert [c.returncode for c in commands] == [0, 0, 0, 2]
+    commands.append(millstream("job", "status", path))
+    assert [c.returncode for c in commands] == [0, 0, 0, 2, 0]
     for command in commands:
         assert not _leaked(command.stdout + command.stderr), f"{command.args[3:]} printed {_leaked(command.stdout)}"
     run_output = stdout.read_text() + stderr.read_text()
     assert "INFO" in run_output  # --verbose: the driver's and the containers' logs are in it
+    assert "login refused with ********" in run_output  # the cause is shown, the secrets masked
     assert not _leaked(run_output), f"the run's logs show {_leaked(run_output)}"
-    logs = [f for f in events.rglob("*") if f.is_file()]
-    assert logs, "Spark wrote no event log"
-    for log in logs:
-        assert not _leaked(log.read_text(errors="replace")), f"{log.name} holds {_leaked(log.read_text())}"
-
-
-@pytest.mark.spark
-def test_a_failure_whose_message_quotes_secrets_shows_none_of_them_in_logs_cli_status_or_event_logs(tmp_path):
-    events = tmp_path / "spark-events"
-    events.mkdir()
-    values = {
-        **SPARK,
-        **WITH_SECRETS,
-        "spark.eventLog.enabled": "true",
-        "spark.eventLog.dir": events.as_uri(),
-        "spark.eventLog.compress": "false",  # Spark 4 compresses by default: a grep would find nothing
-        "task.class": "tests.jobs:FailsQuotingSecrets",
-        "test.quoted.keys": ",".join(SECRETS),
-        "job.container.retry.count": 0,
-    }
-    path, config, _ = bounded_input(tmp_path, values, per_partition=5)
-    ran = millstream("run", path, "--verbose")
-    assert ran.returncode == 1, ran.stderr
-    assert "login refused with ********" in ran.stderr  # the cause is shown, the secrets masked
-    status = millstream("job", "status", path)
-    document = orjson.dumps(status_document(config)).decode()
-    assert "login refused" in document
-    for text, where in ((ran.stdout + ran.stderr, "the run"), (status.stdout + status.stderr, "job status"),
-                        (document, "/status.json")):  # fmt: skip
-        assert not _leaked(text), f"{where} shows {_leaked(text)}"
+    document = orjson.dumps(status_document(config)).decode()  # what /status.json serves
+    assert "login refused" in document and not _leaked(document), _leaked(document)
     logs = [f for f in events.rglob("*") if f.is_file()]
     assert logs and "login refused" in "".join(f.read_text(errors="replace") for f in logs)
     for log in logs:
