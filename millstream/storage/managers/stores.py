@@ -43,7 +43,7 @@ from millstream.storage.backends.base import (
 from millstream.storage.backends.changelog.marker import parse_v1_entry
 from millstream.storage.backends.registry import backup_factories, restore_factories, restore_factory_for
 from millstream.storage.changelog_partitions import changelog_partition
-from millstream.storage.errors import StateBackupError
+from millstream.storage.errors import StateBackupError, StateRestoreError
 from millstream.storage.factory import StorageEngineFactory, storage_engine_factory
 from millstream.storage.kv import ChangelogWriter, KeyValueStorageEngine, TaskKeyValueStore
 from millstream.storage.layout import (
@@ -179,7 +179,16 @@ class TaskStorageManager:
                 self.container.systems.producer(entry.spec.changelog.system).claim(entry.spec.changelog)
 
     def restore(self, checkpoint: Checkpoint | None) -> None:
-        """Bring every store to the state ``checkpoint`` names (runs on a restore thread)."""
+        """Bring every store to the state ``checkpoint`` names (runs on a restore thread); a filesystem that
+        refuses (a full disk, a store directory replaced by a file) fails naming the task and its stores."""
+        try:
+            self._restore(checkpoint)
+        except OSError as error:
+            names = sorted(self._stores)
+            stores = f"store{'s' if len(names) > 1 else ''} {', '.join(repr(name) for name in names)}"
+            raise StateRestoreError(f"task '{self.task_name}': cannot restore {stores}: {error}") from error
+
+    def _restore(self, checkpoint: Checkpoint | None) -> None:
         started = time.monotonic()
         self.claim()
         groups: dict[str, tuple[type[StateBackendFactory], list[str]]] = {}
