@@ -473,7 +473,9 @@ def test_no_secret_reaches_logs_cli_output_job_status_status_json_or_spark_event
     for command in commands:
         assert not _leaked(command.stdout + command.stderr), f"{command.args[3:]} printed {_leaked(command.stdout)}"
     run_output = stdout.read_text() + stderr.read_text()
-    assert "INFO" in run_output  # --verbose: the driver's and the containers' logs are in it
+    # --verbose, in the documented format: a container's lines name the job, the container and the task
+    assert "INFO [cli-test 0 Partition 1] tests.jobs: first message of partition 1" in run_output
+    assert "INFO [cli-test 0 -] millstream.spark.container_task: container 0 runs as Spark task" in run_output
     assert "login refused with ********" in run_output  # the cause is shown, the secrets masked
     assert not _leaked(run_output), f"the run's logs show {_leaked(run_output)}"
     document = orjson.dumps(status_document(config)).decode()  # what /status.json serves
