@@ -333,10 +333,16 @@ class TaskStorageManager:
         checkpoint directories go."""
         for key, manager in self.backup_managers.items():
             manager.cleanup(checkpoint_id, markers.get(key, {}))
-        for entry in self._stores.values():
+        for name, entry in self._stores.items():
             if entry.spec.persistent and entry.logged:
-                with owned(entry.spec.store_dir, self.container.writer):
-                    delete_checkpoint_dirs(entry.spec.store_dir, keep=checkpoint_id)
+                try:
+                    with owned(entry.spec.store_dir, self.container.writer):
+                        delete_checkpoint_dirs(entry.spec.store_dir, keep=checkpoint_id)
+                except OSError as error:
+                    raise StateBackupError(
+                        f"task '{self.task_name}': cannot delete the checkpoint directories of store '{name}' "
+                        f"older than {checkpoint_id}: {error}"
+                    ) from error
         self._dropped.after_checkpoint(checkpoint_id)
 
     def close(self) -> None:
