@@ -153,3 +153,18 @@ class LoggingPassThrough(PassThrough):
         if envelope.ssp.partition not in self.seen:
             self.seen.add(envelope.ssp.partition)
             logging.getLogger("tests.jobs").info("first message of partition %d", envelope.ssp.partition)
+
+
+class FailsQuotingSecrets(LoggingPassThrough, SlowPassThrough):
+    """A slow, logging pass-through that raises on the message ``"quote-secrets"`` with every value of
+    ``test.quoted.keys`` in its message, as a client library refusing credentials may: what the container
+    reports must still not show them."""
+
+    def init(self, context: TaskContext) -> None:
+        super().init(context)
+        self.quoted = [context.config[key] for key in context.config.get_list("test.quoted.keys")]
+
+    def process(self, envelope, collector, coordinator):
+        if envelope.message == "quote-secrets":
+            raise PermissionError(f"login refused with {' and '.join(self.quoted)}")
+        super().process(envelope, collector, coordinator)

@@ -27,6 +27,7 @@ from millstream.cli.plan import plan
 from millstream.cli.startpoint import startpoint_app
 from millstream.cli.version import root
 from millstream.config import Config, JobConfig, parse_override
+from millstream.config.secrets import mask_secrets_in_logs
 from millstream.config.views import parse_stream
 from millstream.errors import ConfigError, MillstreamError
 from millstream.job_model import JobModel
@@ -97,6 +98,7 @@ def run(
 
     cfg = load(config, [*(overrides or []), *([f"app.stage={stage}"] if stage is not None else [])])
     _setup_logging(verbose, cfg)
+    mask_secrets_in_logs(cfg)
     model = guarded(lambda: _preflight(cfg))  # a missing stream or task class fails before the JVM starts
     with run_progress(cfg, model, err, quiet) as progress:
         if in_process:

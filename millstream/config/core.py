@@ -15,10 +15,8 @@ from typing import Any
 
 import yaml
 
+from millstream.config.secrets import REDACTED, is_secret_key, shown_value
 from millstream.errors import ConfigError
-
-SENSITIVE_PREFIX = "sensitive."
-REDACTED = "********"
 
 
 class Config(Mapping[str, str]):
@@ -59,8 +57,8 @@ class Config(Mapping[str, str]):
         return dict(self._values)
 
     def redacted(self) -> dict[str, str]:
-        """The config safe to print or log: ``sensitive.*`` values masked."""
-        return {k: (REDACTED if k.startswith(SENSITIVE_PREFIX) else v) for k, v in self._values.items()}
+        """The config safe to print or log: secret values (``sensitive.*``, passed-through passwords) masked."""
+        return {k: shown_value(k, v) for k, v in self._values.items()}
 
     def get_bool(self, key: str, default: bool) -> bool:
         raw = self._values.get(key)
@@ -89,20 +87,6 @@ def parse_int(key: str, raw: str) -> int:
         return int(raw.strip())
     except ValueError:
         raise ConfigError(f"config key '{key}' must be an integer, got '{shown_value(key, raw)}'") from None
-
-
-def shown_value(key: str, value: str) -> str:
-    """``value`` as an error message may show it: masked under ``sensitive.``."""
-    return REDACTED if key.startswith(SENSITIVE_PREFIX) else value
-
-
-def mask_secrets(text: str, config: Mapping[str, str]) -> str:
-    """``text`` with every ``sensitive.*`` value of ``config`` masked: for what is served or logged whole
-    (the status page, metrics labels), where a secret could arrive inside an error message or a name."""
-    for key, value in config.items():
-        if key.startswith(SENSITIVE_PREFIX) and len(value) >= 4 and value in text:
-            text = text.replace(value, REDACTED)
-    return text
 
 
 def _to_text(key: str, value: Any) -> str:
@@ -149,7 +133,7 @@ def parse_properties(text: str, source: str) -> dict[str, str]:
                 values[line[:index].strip()] = line[index + 1 :].strip()
                 break
         else:
-            shown = REDACTED if line.startswith(SENSITIVE_PREFIX) else raw.strip()
+            shown = REDACTED if is_secret_key(line.split()[0]) else raw.strip()
             raise ConfigError(f"{source}:{number}: expected 'key=value', got '{shown}'")
     return values
 

@@ -15,7 +15,8 @@ from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from millstream.config.core import SENSITIVE_PREFIX, Config
+from millstream.config.core import Config
+from millstream.config.secrets import REDACTED, is_secret_key
 from millstream.errors import ConfigError, MillstreamError
 from millstream.model import SystemStream, SystemStreamPartition
 
@@ -119,7 +120,7 @@ def _config_error(cls: type[BaseModel], error: ValidationError, prefix: str) -> 
         if detail["type"] == "extra_forbidden":
             problems.append(f"unknown config key '{key}' (accepted under '{prefix}': {accepted_keys(cls)})")
         else:
-            shown = "********" if key.startswith(SENSITIVE_PREFIX) else detail.get("input")
+            shown = REDACTED if is_secret_key(key) else detail.get("input")
             problems.append(f"config key '{key}' has invalid value {shown!r}: {detail['msg']}")
     return ConfigError("; ".join(problems))
 

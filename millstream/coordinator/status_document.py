@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from millstream.config import Config, JobConfig
-from millstream.config.core import mask_secrets
+from millstream.config.secrets import mask_secrets
 from millstream.coordinator.status import JobStatus, job_status
 from millstream.metadata.factory import metadata_store
 from millstream.metrics.snapshot import ContainerSnapshot, current_snapshots

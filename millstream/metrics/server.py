@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from millstream.config import Config, JobConfig
-from millstream.config.core import mask_secrets
+from millstream.config.secrets import mask_secrets
 from millstream.config.views import MetricsConfig
 from millstream.errors import ConfigError
 from millstream.metadata import coordination

@@ -36,6 +36,7 @@ from millstream.checkpoint.factory import checkpoint_manager as make_checkpoint_
 from millstream.checkpoint.offset_manager import OffsetManager, TrimmedOffsetError, keep_earliest
 from millstream.checkpoint.purge import CommittedMessagePurger
 from millstream.config import Config, JobConfig, TaskConfig
+from millstream.config.secrets import mask_secrets, masked_error, masked_traceback
 from millstream.config.views import StartpointConfig, adjunct_store_names, stream_samza
 from millstream.errors import ConfigError, MillstreamError, StreamNotFoundError
 from millstream.job_model import JobModel
@@ -185,9 +186,13 @@ class Container:
                     raise  # fenced by a newer attempt of this container, or before running: Spark retries it
                 return self._hand_over(self._loop, tasks, error)
             except BaseException as error:
-                self._report("failed", error=str(error))
                 self._record_failure(error)
-                raise
+                reported = masked_error(error, self.config)
+                self._report("failed", error=str(reported))
+                if reported is error:
+                    raise
+                log.error("container %s failed:\n%s", self.container_id, masked_traceback(error, self.config))
+                raise reported from None
         raise AssertionError("unreachable: the with block returns or raises")  # pragma: no cover
 
     # -- phases ---------------------------------------------------------------------------------------
@@ -280,7 +285,7 @@ class Container:
                 )
             if not limit or (count < limit and not trimmed):
                 return
-            message = f"{type(error).__module__}.{type(error).__qualname__}: {error}"
+            message = mask_secrets(f"{type(error).__module__}.{type(error).__qualname__}: {error}", self.config)
             if coordination.record_deterministic_failure(
                 self.store, self.container_id, self.generation, self.epoch, message
             ):

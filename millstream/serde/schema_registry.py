@@ -32,7 +32,8 @@ from confluent_kafka.schema_registry import (
 )
 from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
 
-from millstream.config.core import SENSITIVE_PREFIX, Config
+from millstream.config.core import Config
+from millstream.config.secrets import SENSITIVE_PREFIX
 from millstream.config.views import SerdeConfig
 from millstream.errors import ConfigError, MillstreamError
 from millstream.model import SystemStream

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from millstream.config import Config, JobConfig
+from millstream.config.secrets import mask_secrets_in_logs
 from millstream.job_model import JobModel
 from millstream.log_context import configure_logging
 from millstream.runtime.container import Container
@@ -43,6 +44,7 @@ def container_partition(
             sys.path.insert(0, path)
     config = Config(config_items, config_source)
     configure_logging(log_level, job=JobConfig.of(config).name, container=str(index))
+    mask_secrets_in_logs(config)
     executor = _executor_info()
     log.info(
         "container %s runs as Spark task %s (stage %s, partition %s, attempt %s)",

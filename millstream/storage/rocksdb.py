@@ -71,17 +71,25 @@ class RocksDbKeyValueStorageEngine(KeyValueStorageEngine):
         self._db.delete(key)
 
     def range(self, start: bytes | None, end: bytes | None) -> Iterator[Entry]:
-        return _scan(self._db.iter(), start, end)
+        return _scan(self._db.iter(), start, end, self.path)
 
     def snapshot(self, start: bytes | None, end: bytes | None) -> Iterable[Entry]:
-        return _Snapshot(self._db.iter(), start, end)
+        return _Snapshot(self._db.iter(), start, end, self.path)
 
     def flush(self) -> None:
-        self._db.flush()
+        try:
+            self._db.flush()
+        except Exception as error:  # rocksdict raises plain exceptions with RocksDB's status text
+            raise StoreError(f"cannot flush RocksDB store at '{self.path}': {error}") from None
 
     def checkpoint(self, path: Path) -> None:
-        self._db.flush()
-        rocksdict.Checkpoint(self._db).create_checkpoint(str(path))
+        self.flush()
+        try:
+            rocksdict.Checkpoint(self._db).create_checkpoint(str(path))
+        except Exception as error:  # rocksdict raises plain exceptions with RocksDB's status text
+            raise StoreError(
+                f"cannot make a checkpoint of RocksDB store at '{self.path}' in '{path}': {error}"
+            ) from None
 
     def ingest(self, files: Sequence[Path]) -> None:
         """Copies the files in (RocksDB's ``move_files`` would delete them from where they are)."""
@@ -126,7 +134,7 @@ class RocksDbKeyValueStorageEngine(KeyValueStorageEngine):
                 raise StoreError(f"cannot close RocksDB store at '{self.path}': {error}") from None
 
 
-def _scan(iterator: rocksdict.RdictIter, start: bytes | None, end: bytes | None) -> Iterator[Entry]:
+def _scan(iterator: rocksdict.RdictIter, start: bytes | None, end: bytes | None, path: Path) -> Iterator[Entry]:
     """Entries from ``start`` to before ``end``; the RocksDB iterator reads one consistent version."""
     if start is None:
         iterator.seek_to_first()
@@ -142,7 +150,7 @@ def _scan(iterator: rocksdict.RdictIter, start: bytes | None, end: bytes | None)
     try:
         iterator.status()
     except Exception as error:  # rocksdict raises plain exceptions with RocksDB's status text
-        raise StoreError(f"reading RocksDB failed: {error}") from None
+        raise StoreError(f"reading RocksDB store at '{path}' failed: {error}") from None
 
 
 class _Snapshot:
@@ -154,8 +162,9 @@ class _Snapshot:
     while another is still going raises ``StoreError``.
     """
 
-    def __init__(self, iterator: rocksdict.RdictIter, start: bytes | None, end: bytes | None) -> None:
+    def __init__(self, iterator: rocksdict.RdictIter, start: bytes | None, end: bytes | None, path: Path) -> None:
         self._iterator: rocksdict.RdictIter | None = iterator
+        self._path = path
         self._start = start
         self._end = end
         self._active = False
@@ -170,7 +179,7 @@ class _Snapshot:
     def _iterate(self, iterator: rocksdict.RdictIter) -> Iterator[Entry]:
         self._active = True
         try:
-            yield from _scan(iterator, self._start, self._end)
+            yield from _scan(iterator, self._start, self._end, self._path)
         finally:
             self._active = False
 

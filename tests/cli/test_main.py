@@ -25,10 +25,13 @@ import yaml
 from millstream.config import Config
 from millstream.coordinator.prepare import load_job_config
 from millstream.coordinator.status import job_status
+from millstream.coordinator.status_document import status_document
 from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.systems.registry import system_factory
-from millstream.testing import read_stream
+from millstream.testing import read_stream, write_stream
 from tests.helpers import create_stream, fill, output_origins, seal
+from tests.integration.processes import free_port
+from tests.metrics.scrape import fetch
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "hunter2"
@@ -399,21 +402,88 @@ def test_spark_run_of_a_bounded_two_partition_job_exits_0_and_prints_the_contain
     assert len(origins) == 400 and set(origins) == written
 
 
+# every kind of secret a job config carries, each with a value no output may show
+SECRETS = {
+    "sensitive.password": SECRET,
+    "sensitive.blob.store.s3.access.key.id": "AKIAMILLSTREAMTESTID",
+    "sensitive.blob.store.s3.secret.access.key": "s3-secret-never-shown",
+    "sensitive.blob.store.azure.account.key": "azure-key-never-shown",
+    "systems.kafka.consumer.sasl.password": "sasl-plain-never-shown",  # passed through to librdkafka as is
+    "sensitive.systems.kafka.producer.sasl.password": "sasl-sensitive-never-shown",
+}
+WITH_SECRETS = {
+    **SECRETS,
+    "systems.kafka.samza.factory": "kafka",  # configured, never reached: the job reads and writes the log
+    "systems.kafka.bootstrap.servers": "127.0.0.1:9",
+    "systems.kafka.consumer.security.protocol": "SASL_PLAINTEXT",
+    "systems.kafka.consumer.sasl.mechanism": "PLAIN",
+    "systems.kafka.consumer.sasl.username": "millstream",
+}
+
+
+def _leaked(text: str) -> list[str]:
+    return [key for key, value in SECRETS.items() if value in text]
+
+
 @pytest.mark.spark
-def test_no_secret_reaches_spark_event_logs_verbose_logs_or_job_status(tmp_path):
+def test_no_secret_reaches_logs_cli_output_job_status_status_json_or_spark_event_logs(tmp_path):
+    """A running job, then its failure with an error that quotes every secret, all in one Spark run."""
     events = tmp_path / "spark-events"
     events.mkdir()
-    spark = {**SPARK, "spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri()}
-    path, _, _ = bounded_input(tmp_path, {**spark, "task.class": "tests.jobs:LoggingPassThrough"}, per_partition=20)
-    ran = millstream("run", path, "--verbose")  # millstream() fails the test if a secret is in the output
-    assert ran.returncode == 0, ran.stderr
-    # the documented format: a container's lines name the job, the container and the task that logged them
-    assert "INFO [cli-test 0 Partition 1] tests.jobs: first message of partition 1" in ran.stderr
-    assert "INFO [cli-test 0 -] millstream.spark.container_task: container 0 runs as Spark task" in ran.stderr
-    assert millstream("job", "status", path).returncode == 0
+    port = free_port()
+    values = {
+        **SPARK,
+        **WITH_SECRETS,
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": events.as_uri(),
+        "spark.eventLog.compress": "false",  # Spark 4 compresses by default: a grep would find nothing
+        "task.class": "tests.jobs:FailsQuotingSecrets",
+        "test.delay.seconds": 0.001,
+        "test.quoted.keys": ",".join(SECRETS),
+        "job.container.retry.count": 0,
+        "metrics.prometheus.port": port,
+        "metrics.snapshot.interval.ms": 200,
+    }
+    path = write_config(tmp_path, values)
+    config = load_job_config(path)
+    create_stream(config, "in", 2)
+    create_stream(config, "out", 2)
+    fill(config, "in", 2, 200)  # never sealed: the job runs until the message that fails it
+    job, stdout, stderr = start_job(path, tmp_path / "run", "--verbose")
+    try:
+        wait_for(lambda: _running_with_a_checkpoint(config), timeout=120, process=job, log=stderr)
+        served = {route: fetch(port, route)[2].decode() for route in ("/status.json", "/metrics", "/")}
+        commands = [
+            millstream("job", "status", path),
+            millstream("checkpoint", "show", path),
+            millstream("streams", "list", path),
+            millstream("run", path, "--set", "job.container.count=zero"),  # a config error quotes values
+        ]
+        write_stream(config, SystemStream("log", "in"), [("k0", "quote-secrets")], partition=0)
+        assert job.wait(timeout=120) == 1, stderr.read_text()
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+    assert "running" in served["/status.json"] and "millstream_" in served["/metrics"]
+    for route, body in served.items():
+        assert not _leaked(body), f"{route} shows {_leaked(body)}"
+    commands.append(millstream("job", "status", path))
+    assert [c.returncode for c in commands] == [0, 0, 0, 2, 0]
+    for command in commands:
+        assert not _leaked(command.stdout + command.stderr), f"{command.args[3:]} printed {_leaked(command.stdout)}"
+    run_output = stdout.read_text() + stderr.read_text()
+    # --verbose, in the documented format: a container's lines name the job, the container and the task
+    assert "INFO [cli-test 0 Partition 1] tests.jobs: first message of partition 1" in run_output
+    assert "INFO [cli-test 0 -] millstream.spark.container_task: container 0 runs as Spark task" in run_output
+    assert "login refused with ********" in run_output  # the cause is shown, the secrets masked
+    assert not _leaked(run_output), f"the run's logs show {_leaked(run_output)}"
+    document = orjson.dumps(status_document(config)).decode()  # what /status.json serves
+    assert "login refused" in document and not _leaked(document), _leaked(document)
     logs = [f for f in events.rglob("*") if f.is_file()]
-    assert logs, "Spark wrote no event log"
-    assert all(SECRET not in f.read_text(errors="replace") for f in logs)
+    assert logs and "login refused" in "".join(f.read_text(errors="replace") for f in logs)
+    for log in logs:
+        assert not _leaked(log.read_text(errors="replace")), f"{log.name} holds {_leaked(log.read_text())}"
 
 
 @pytest.mark.spark

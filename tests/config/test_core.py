@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from millstream.config.core import (
-    REDACTED,
     Config,
     flatten,
     load_config,
     parse_override,
     parse_properties,
 )
+from millstream.config.secrets import REDACTED
 from millstream.config.views import resolve_paths
 from millstream.errors import ConfigError
 

@@ -43,6 +43,7 @@ from millstream.storage.backends.base import (
 from millstream.storage.backends.changelog.marker import parse_v1_entry
 from millstream.storage.backends.registry import backup_factories, restore_factories, restore_factory_for
 from millstream.storage.changelog_partitions import changelog_partition
+from millstream.storage.errors import StateBackupError, StateRestoreError
 from millstream.storage.factory import StorageEngineFactory, storage_engine_factory
 from millstream.storage.kv import ChangelogWriter, KeyValueStorageEngine, TaskKeyValueStore
 from millstream.storage.layout import (
@@ -178,7 +179,16 @@ class TaskStorageManager:
                 self.container.systems.producer(entry.spec.changelog.system).claim(entry.spec.changelog)
 
     def restore(self, checkpoint: Checkpoint | None) -> None:
-        """Bring every store to the state ``checkpoint`` names (runs on a restore thread)."""
+        """Bring every store to the state ``checkpoint`` names (runs on a restore thread); a filesystem that
+        refuses (a full disk, a store directory replaced by a file) fails naming the task and its stores."""
+        try:
+            self._restore(checkpoint)
+        except OSError as error:
+            names = sorted(self._stores)
+            stores = f"store{'s' if len(names) > 1 else ''} {', '.join(repr(name) for name in names)}"
+            raise StateRestoreError(f"task '{self.task_name}': cannot restore {stores}: {error}") from error
+
+    def _restore(self, checkpoint: Checkpoint | None) -> None:
         started = time.monotonic()
         self.claim()
         groups: dict[str, tuple[type[StateBackendFactory], list[str]]] = {}
@@ -247,15 +257,40 @@ class TaskStorageManager:
 
     def snapshot(self, checkpoint_id: CheckpointId) -> dict[str, dict[str, str]]:
         """Synchronous part of a commit: the stores' state as of now; backend → store → marker."""
-        for store in self.stores.values():
-            store.flush()
+        for name, store in self.stores.items():
+            try:
+                store.flush()
+            except Exception as error:
+                raise StateBackupError(
+                    f"task '{self.task_name}': cannot flush store '{name}' in '{self._stores[name].spec.store_dir}' "
+                    f"for a snapshot: {error}"
+                ) from error
             store.dirty = False
         self.revert_unsealed = False
         for name, entry in self._stores.items():
             if entry.spec.persistent and entry.backups:
                 with owned(entry.spec.store_dir, self.container.writer):
-                    self.engines[name].checkpoint(checkpoint_dir(entry.spec.store_dir, checkpoint_id))
+                    self._checkpoint_store(name, checkpoint_dir(entry.spec.store_dir, checkpoint_id))
         return {key: manager.snapshot(checkpoint_id) for key, manager in self.backup_managers.items()}
+
+    def _checkpoint_store(self, name: str, directory: Path) -> None:
+        """Make one store's checkpoint directory, or fail the commit naming the store and the directory.
+
+        A full disk or a directory that is no longer writable stops the snapshot half-way; what was written
+        goes, so no later start mistakes the half directory for a snapshot, and the commit fails before any
+        checkpoint could name it."""
+        try:
+            self.engines[name].checkpoint(directory)
+        except Exception as error:
+            try:
+                delete_path(directory)
+            except OSError as cleanup_error:
+                log.warning(
+                    "task '%s': cannot delete the failed snapshot '%s': %s", self.task_name, directory, cleanup_error
+                )
+            raise StateBackupError(
+                f"task '{self.task_name}': cannot snapshot store '{name}' into '{directory}': {error}"
+            ) from error
 
     def upload(
         self, checkpoint_id: CheckpointId, markers: Mapping[str, Mapping[str, str]]
@@ -298,10 +333,16 @@ class TaskStorageManager:
         checkpoint directories go."""
         for key, manager in self.backup_managers.items():
             manager.cleanup(checkpoint_id, markers.get(key, {}))
-        for entry in self._stores.values():
+        for name, entry in self._stores.items():
             if entry.spec.persistent and entry.logged:
-                with owned(entry.spec.store_dir, self.container.writer):
-                    delete_checkpoint_dirs(entry.spec.store_dir, keep=checkpoint_id)
+                try:
+                    with owned(entry.spec.store_dir, self.container.writer):
+                        delete_checkpoint_dirs(entry.spec.store_dir, keep=checkpoint_id)
+                except OSError as error:
+                    raise StateBackupError(
+                        f"task '{self.task_name}': cannot delete the checkpoint directories of store '{name}' "
+                        f"older than {checkpoint_id}: {error}"
+                    ) from error
         self._dropped.after_checkpoint(checkpoint_id)
 
     def close(self) -> None:

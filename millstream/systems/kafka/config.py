@@ -19,7 +19,8 @@ from typing import Any
 
 from pydantic import Field
 
-from millstream.config.core import REDACTED, SENSITIVE_PREFIX, Config
+from millstream.config.core import Config
+from millstream.config.secrets import REDACTED, SENSITIVE_PREFIX, secret_values
 from millstream.config.views import Bool, ConfigView, system_names
 from millstream.errors import ConfigError
 
@@ -112,7 +113,8 @@ class KafkaClientSettings:
         prefix = f"systems.{system}."
         plain = config.subset(prefix)
         secret = config.subset(SENSITIVE_PREFIX + prefix)
-        self._secrets = {value for value in secret.values() if value}
+        own = {value for value in secret.values() if value}  # masked however short: librdkafka quotes them
+        self._secrets = sorted(own.union(secret_values(config)), key=len, reverse=True)
         merged = {**plain, **secret}
         self._clients: dict[str, dict[str, str]] = {}
         for client in CLIENT_PREFIXES:

@@ -22,7 +22,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from millstream.config.core import SENSITIVE_PREFIX, Config
+from millstream.config.core import Config
+from millstream.config.secrets import SENSITIVE_PREFIX
 from millstream.config.views import Bool, ConfigView, JobConfig, TaskConfig, offset_default
 from millstream.instants import parse_epoch_ms
 from millstream.model import SystemStream
