@@ -20,7 +20,7 @@ pytestmark = pytest.mark.spark
 
 def _caught_up(port: int, produced: int) -> dict[str, Any] | None:
     document = status_json(port)
-    live = [c for c in document["containers"].values() if c.get("state") == "running" and "processed" in c]
+    live = [c for c in document.get("containers", {}).values() if c.get("state") == "running" and "processed" in c]
     return document if len(live) == 2 and sum(c["processed"] for c in live) == produced else None
 
 
