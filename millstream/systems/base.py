@@ -166,6 +166,15 @@ class SystemAdmin(ABC):
                 result[ssp] = stream.partitions[ssp.partition]
         return result
 
+    def get_written_ssp_metadata(
+        self, ssps: Iterable[SystemStreamPartition]
+    ) -> dict[SystemStreamPartition, SystemStreamPartitionMetadata]:
+        """``get_ssp_metadata`` as the partitions' writer sees them: ``newest`` is the last record written,
+        including a just committed transaction whose end the partition may not show readers yet (Kafka
+        writes commit markers after the commit returns). A changelog snapshot taken right after its
+        producer committed must cover those records. Systems without transactions need not override it."""
+        return self.get_ssp_metadata(ssps)
+
     @abstractmethod
     def offsets_after(self, offsets: Mapping[SystemStreamPartition, str]) -> dict[SystemStreamPartition, str]:
         """The offset following each given offset: where to resume after a checkpointed one."""

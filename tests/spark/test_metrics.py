@@ -114,6 +114,9 @@ def _commit_phases_timed(port: int, produced: int) -> Series | None:
 
 
 def _restored_after_restart(port: int) -> Series | None:
+    """Container 0's second attempt has finished restoring both stores. Its snapshots ship from the start
+    of the restore on, so an earlier one shows the download still under way."""
     series = scrape(port)
     restarted = total(series, "millstream_container_attempt", container="0") >= 2
-    return series if restarted and present(series, "millstream_store_restore_expected_bytes") else None
+    finished = total(series, "millstream_store_restore_duration_seconds_count", container="0") >= 2
+    return series if restarted and finished else None

@@ -93,14 +93,15 @@ class KafkaSystemAdmin(SystemAdmin):
                 counts[topic] = count
         return counts
 
-    def _list_offsets(self, specs: Mapping[TopicPartition, Any], what: str) -> dict[tuple[str, int], int]:
+    def _list_offsets(
+        self, specs: Mapping[TopicPartition, Any], what: str, isolation: IsolationLevel | None = None
+    ) -> dict[tuple[str, int], int]:
         """ListOffsets, retried. A failed attempt replaces the admin client: librdkafka's keeps sending a
         partition's old leader epoch after a broker restart (FENCED_LEADER_EPOCH) until recreated."""
+        level = self._isolation if isolation is None else isolation
 
         def attempt() -> dict[tuple[str, int], int]:
-            futures = self._client().list_offsets(
-                dict(specs), isolation_level=self._isolation, request_timeout=self._timeout
-            )
+            futures = self._client().list_offsets(dict(specs), isolation_level=level, request_timeout=self._timeout)
             return {(tp.topic, tp.partition): future.result().offset for tp, future in futures.items()}
 
         def renew(_: BaseException) -> None:
@@ -110,11 +111,13 @@ class KafkaSystemAdmin(SystemAdmin):
             return {}
         return retry(attempt, f"Kafka system '{self.system}': {what}", self._timeout, on_retry=renew)
 
-    def get_system_stream_metadata(self, streams: Iterable[str]) -> dict[str, SystemStreamMetadata]:
+    def get_system_stream_metadata(
+        self, streams: Iterable[str], isolation: IsolationLevel | None = None
+    ) -> dict[str, SystemStreamMetadata]:
         counts = self.partition_counts(streams)
         partitions = [TopicPartition(topic, p) for topic, count in counts.items() for p in range(count)]
         oldest = self._list_offsets({tp: OffsetSpec.earliest() for tp in partitions}, "reading oldest offsets")
-        upcoming = self._list_offsets({tp: OffsetSpec.latest() for tp in partitions}, "reading end offsets")
+        upcoming = self._list_offsets({tp: OffsetSpec.latest() for tp in partitions}, "reading end offsets", isolation)
         result = {}
         for topic, count in counts.items():
             by_partition = {}
@@ -126,6 +129,22 @@ class KafkaSystemAdmin(SystemAdmin):
                     by_partition[partition] = SystemStreamPartitionMetadata(str(start), str(end - 1), str(end))
             result[topic] = SystemStreamMetadata(topic, by_partition)
         return result
+
+    def get_written_ssp_metadata(
+        self, ssps: Iterable[SystemStreamPartition]
+    ) -> dict[SystemStreamPartition, SystemStreamPartitionMetadata]:
+        """The high watermark, not the last stable offset: right after a producer's transaction commits,
+        the broker may not have written its commit markers yet, and the last stable offset still stops
+        before the transaction's records."""
+        ssps = list(ssps)
+        by_stream = self.get_system_stream_metadata(
+            {ssp.stream for ssp in ssps}, isolation=IsolationLevel.READ_UNCOMMITTED
+        )
+        return {
+            ssp: by_stream[ssp.stream].partitions[ssp.partition]
+            for ssp in ssps
+            if ssp.stream in by_stream and ssp.partition in by_stream[ssp.stream].partitions
+        }
 
     def offsets_after(self, offsets: Mapping[SystemStreamPartition, str]) -> dict[SystemStreamPartition, str]:
         return {ssp: str(parse_offset(ssp.stream, ssp.partition, offset) + 1) for ssp, offset in offsets.items()}

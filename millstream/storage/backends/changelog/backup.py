@@ -42,7 +42,7 @@ class ChangelogTaskBackupManager(TaskBackupManager):
     def snapshot(self, checkpoint_id: CheckpointId) -> dict[str, str]:
         markers = {}
         for store, ssp in self.stores.items():
-            metadata = self.context.systems.admin(ssp.system).get_ssp_metadata([ssp]).get(ssp)
+            metadata = self.context.systems.admin(ssp.system).get_written_ssp_metadata([ssp]).get(ssp)
             if metadata is None:
                 raise StateBackupError(
                     f"task '{self.context.task_name}' store '{store}': changelog partition {ssp} does not exist"
