@@ -72,11 +72,5 @@ class CheckpointManager(ABC):
     @abstractmethod
     def clear_checkpoints(self) -> None: ...
 
-    def last_written_ms(self, task_name: TaskName) -> int | None:
-        """When the task's newest checkpoint record was written (epoch milliseconds), read with
-        :meth:`read_all`; None when the manager does not know. The status shows it as the task's last
-        commit, so it is there with metrics off."""
-        return None
-
     def stop(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""

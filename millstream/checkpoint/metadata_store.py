@@ -154,14 +154,6 @@ class MetadataStoreCheckpointManager(CheckpointManager):
                 result[TaskName(task)] = checkpoint
         return result
 
-    def last_written_ms(self, task_name: TaskName) -> int | None:
-        written = [
-            self._written_at(task_name, checkpoint)
-            for version in self.read_versions
-            if (checkpoint := self._read_version(task_name, version)) is not None
-        ]
-        return max((at for at in written if at > 0), default=None)
-
     def clear_checkpoints(self) -> None:
         """Delete every task's checkpoints of every version. An operator's action on a stopped job, so
         it is not fenced (the metadata store has no fenced delete); a fenced manager still refuses it

@@ -40,7 +40,6 @@ class LiveView:
             (cid, task): figures["processed"]
             for cid, container in document["containers"].items()
             for task, figures in container.get("tasks", {}).items()
-            if figures.get("processed") is not None
         }
         rates: dict[tuple[str, str], float] = {}
         if self._previous is not None and now > self._previous[0]:
@@ -96,8 +95,7 @@ def _containers(document: Document, rates: dict[tuple[str, str], float]) -> Tabl
 
 def _tasks(document: Document, rates: dict[tuple[str, str], float]) -> Table:
     table = Table(title="tasks", title_justify="left")
-    columns = ("container", "task", "processed", "msg/s", "lag", "commits", "last commit", "commit mean", "commit max")
-    for column in columns:
+    for column in ("container", "task", "processed", "msg/s", "lag", "commits", "commit mean", "commit max"):
         table.add_column(column, justify="left" if column in ("container", "task") else "right")
     for cid, container in sorted(document["model"]["containers"].items(), key=lambda item: int(item[0])):
         live = document["containers"].get(cid, {}).get("tasks", {})
@@ -112,24 +110,10 @@ def _tasks(document: Document, rates: dict[tuple[str, str], float]) -> Table:
                 "-" if rate is None else f"{rate:,.0f}",
                 _shown(figures.get("lag")),
                 _shown(figures.get("commits")),
-                last_commit(figures),
                 "-" if "mean" not in timer else f"{timer['mean']:.3f}s",
                 "-" if "max" not in timer else f"{timer['max']:.3f}s",
             )
     return table
-
-
-def last_commit(figures: Document) -> str:
-    """``12 s ago, 0.31 s`` (``4.2 ms`` when short): the age of the task's last commit and, with metrics
-    on, how long it took."""
-    last = figures.get("last_commit")
-    if not last:
-        return "-"
-    age = f"{last['age_seconds']:.0f} s ago"
-    seconds = figures.get("last_commit_seconds")
-    if seconds is None:
-        return age
-    return f"{age}, {seconds * 1000:.1f} ms" if seconds < 0.01 else f"{age}, {seconds:.2f} s"
 
 
 def _partitions(document: Document) -> Table:

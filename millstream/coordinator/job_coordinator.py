@@ -2,8 +2,8 @@
 
 It reads the input streams' partitions from their systems, groups partitions into tasks and tasks
 into containers, and publishes the model under the next generation number. Publishing a new
-generation fences every container of the previous one: their checkpoint writes are refused and they
-stop at their next stop check.
+generation fences every container of the previous one: their checkpoint writes are refused, every
+system fences their producers (``SystemAdmin.fence_writers``), and they stop at their next stop check.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 
 from millstream.config import Config, JobConfig, TaskConfig
-from millstream.config.views import StartpointConfig, adjunct_streams
+from millstream.config.views import StartpointConfig, adjunct_streams, system_names
 from millstream.coordinator.groupers import group_containers, group_tasks, grouper_for
 from millstream.errors import ConfigError, StreamNotFoundError
 from millstream.job_model import JOB_MODEL_NAMESPACE, JobModel
@@ -107,11 +107,27 @@ class JobCoordinator:
         startpoints out to the new model's tasks (``job.startpoint.enabled``)."""
         plan = self.plan()
         prepare_state_resources(self.config, self.store, plan.model)
+        previous = coordination.latest_job_model(self.store)
         self.publish(plan.model)
+        if previous is not None:
+            self.fence_writers(previous)
         if JobConfig.of(self.config).startpoint_enabled:
             manager = StartpointManager(self.store, StartpointConfig.of(self.config).max_age_ms)
             manager.fan_out(plan.model.task_to_ssps())
         return plan.model
+
+    def fence_writers(self, previous: JobModel) -> None:
+        """Fence every producer of the previous generation's containers in every system, before any
+        container of the new generation restores. A task the new model moved to another container would
+        otherwise keep a zombie writer: Kafka fences a producer only when a producer of the same
+        ``transactional.id`` (the same container id) starts, so the zombie could commit changelog records
+        that the new owner's next checkpoint covers. Done after publishing, so no attempt of the previous
+        generation starts (and takes its id back) afterwards."""
+        job = JobConfig.of(self.config).job_key
+        for system in system_names(self.config):
+            admin = system_factory(self.config, system).get_admin(system, self.config)
+            admin.fence_writers(job, sorted(previous.containers))
+        log.info("fenced the writers of generation %s's %d container(s)", previous.generation, len(previous.containers))
 
     def _ensure_dead_letter_stream(self) -> None:
         dead_letter = TaskConfig.of(self.config).dead_letter()

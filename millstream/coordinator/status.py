@@ -58,8 +58,6 @@ class JobStatus:
     """Adjunct partitions are not checkpointed with the tasks: their positions come from the stores."""
     startpoint_failures: dict[str, dict[str, str]] = field(default_factory=dict)
     """Per task, startpoints its last start could not resolve (it started from its checkpoint instead)."""
-    last_commit_ms: dict[str, int] = field(default_factory=dict)
-    """Per task, when its newest checkpoint was written (epoch ms), where the checkpoint manager knows."""
 
 
 def job_status(config: Config) -> JobStatus:
@@ -72,7 +70,7 @@ def job_status(config: Config) -> JobStatus:
         }
         if model is None:
             return status
-        status.lag, metadata, status.last_commit_ms = _partition_lags(config, store, model)
+        status.lag, metadata = _partition_lags(config, store, model)
         status.adjunct = _adjunct_positions(store, metadata)
         return status
     finally:
@@ -87,15 +85,11 @@ def partition_lags(config: Config, model: JobModel) -> list[PartitionLag]:
 
 def _partition_lags(
     config: Config, store: MetadataStore, model: JobModel
-) -> tuple[list[PartitionLag], dict[SystemStreamPartition, Any], dict[str, int]]:
-    """The lags, the partitions' metadata, and when each task's checkpoint was written."""
+) -> tuple[list[PartitionLag], dict[SystemStreamPartition, Any]]:
     manager = checkpoint_manager(config, store, None)
     manager.start()
-    try:
-        checkpoints = manager.read_all()
-        written = {str(task): at for task in checkpoints if (at := manager.last_written_ms(task)) is not None}
-    finally:
-        manager.stop()
+    checkpoints = manager.read_all()
+    manager.stop()
     ssps = {ssp for task in model.tasks.values() for ssp in task.ssps}
     metadata = {}
     for system in sorted({ssp.system for ssp in ssps}):
@@ -117,7 +111,7 @@ def _partition_lags(
             upcoming = info.upcoming_offset if info else None
             sealed = bool(info and info.sealed)
             lags.append(PartitionLag(str(task_name), ssp, offset, upcoming, _lag(offset, upcoming, info), sealed))
-    return lags, metadata, written
+    return lags, metadata
 
 
 def _adjunct_positions(store: MetadataStore, metadata: dict[SystemStreamPartition, Any]) -> list[AdjunctPosition]:

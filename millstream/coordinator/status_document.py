@@ -7,8 +7,6 @@ goes through :func:`mask_secrets`: a container's error message may quote a ``sen
 
 from __future__ import annotations
 
-import time
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -39,8 +37,6 @@ _EXECUTOR_FIELDS = ("executor_pid", "worker_pid", "stage", "partition", "spark_a
 _PROGRESS = ("restore", "bootstrap")
 """Series whose name has one of these words are a container's start-up progress (stores, adjunct stores)."""
 _FAILURES = ("dead_lettered", "process_errors_skipped", "commit_failures_skipped", "commits_timed_out")
-_LAST_COMMIT_AT = "last_commit_timestamp_seconds"
-_LAST_COMMIT_SECONDS = "last_commit_duration_seconds"
 
 
 def status_document(config: Config) -> dict[str, Any]:
@@ -92,9 +88,7 @@ def _model(status: JobStatus) -> dict[str, Any] | None:
 
 
 def _containers(status: JobStatus, snapshots: list[ContainerSnapshot]) -> dict[str, dict[str, Any]]:
-    """Each container's record and live figures; per task of the model, its last commit too (metrics or not)."""
     reported = {s.container_id: s for s in snapshots}
-    now_ms = time.time() * 1000
     containers: dict[str, dict[str, Any]] = {}
     for container_id, record in sorted(status.containers.items()):
         shown = {key: record[key] for key in _CONTAINER_FIELDS if key in record}
@@ -104,34 +98,8 @@ def _containers(status: JobStatus, snapshots: list[ContainerSnapshot]) -> dict[s
         snapshot = reported.get(container_id)
         if snapshot is not None:
             shown.update(_live(snapshot))
-        if status.model is not None and container_id in status.model.containers:
-            tasks = shown.setdefault("tasks", {})
-            for name in status.model.containers[container_id].tasks:
-                tasks.setdefault(str(name), {"processed": None, "lag": None, "commits": None})
-        for task, figures in shown.get("tasks", {}).items():
-            _last_commit(figures, status.last_commit_ms.get(task), now_ms)
         containers[container_id] = shown
     return containers
-
-
-def _last_commit(figures: dict[str, Any], checkpointed_ms: int | None, now_ms: float) -> None:
-    """Put the task's last commit into ``figures``: when (ISO time and age in seconds) and how long it took.
-
-    The time is the newer of the checkpoint's write time (known with metrics off) and the commit gauge of
-    the container's last snapshot; the duration needs metrics and is that of the last commit the snapshot
-    saw, None without one.
-    """
-    metered_ms = figures.pop(_LAST_COMMIT_AT, None)
-    seconds = figures.pop(_LAST_COMMIT_SECONDS, None)
-    figures["last_commit_seconds"] = None if metered_ms is None or seconds is None else round(seconds, 6)
-    at_ms = max((ms for ms in (checkpointed_ms, metered_ms) if ms is not None), default=None)
-    if at_ms is None:
-        figures["last_commit"] = None
-        return
-    figures["last_commit"] = {
-        "at": datetime.fromtimestamp(at_ms / 1000, UTC).isoformat(timespec="milliseconds"),
-        "age_seconds": round(max(0.0, now_ms - at_ms) / 1000, 3),
-    }
 
 
 def _live(snapshot: ContainerSnapshot) -> dict[str, Any]:
@@ -155,10 +123,6 @@ def _live(snapshot: ContainerSnapshot) -> dict[str, Any]:
             figures["lag"] = int(sample.value) + (figures["lag"] or 0)
         elif sample.name == "commits":
             figures["commits"] = int(sample.value)
-        elif sample.name == _LAST_COMMIT_AT and sample.value > 0:
-            figures[_LAST_COMMIT_AT] = sample.value * 1000
-        elif sample.name == _LAST_COMMIT_SECONDS:
-            figures[_LAST_COMMIT_SECONDS] = sample.value
         elif sample.name == "commit" and sample.kind == "timer" and sample.count:
             figures["commit_seconds"] = {"count": sample.count, "mean": sample.value / sample.count, "max": sample.max}
     return {

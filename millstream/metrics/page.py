@@ -1,8 +1,7 @@
 """The status page served at ``/``: one HTML file whose inline script renders ``/status.json``.
 
 No CDN and no build step, so it works on a cluster without internet access: the page fetches the
-document every two seconds and redraws four tables (containers, tasks with their last commit, partitions,
-pending startpoints).
+document every two seconds and redraws three tables (containers, partitions, pending startpoints).
 Values are inserted as text, never as HTML.
 """
 
@@ -24,7 +23,6 @@ th { background: #f3f3f3; } td.num { text-align: right; font-variant-numeric: ta
 <h1>Job <span id="job">…</span> <span class="muted">generation <span id="generation">…</span></span></h1>
 <p id="error"></p>
 <h2>Containers</h2><table id="containers"></table>
-<h2>Tasks</h2><table id="tasks"></table>
 <h2>Partitions</h2><table id="partitions"></table>
 <h2>Pending startpoints</h2><table id="startpoints"></table>
 <p class="muted">Refreshed every 2 s from <a href="status.json">status.json</a>;
@@ -60,14 +58,6 @@ async function refresh() {
     document.getElementById("generation").textContent = status.generation;
     const containers = Object.entries(status.containers).map(([id, c]) => Object.assign({container: id}, c));
     fill("containers", ["container", "state", "attempt", "generation", "host", "pid", "error"], containers);
-    const tasks = Object.entries(status.containers).flatMap(([id, c]) =>
-      Object.entries(c.tasks || {}).map(([task, t]) => ({
-        container: id, task: task, processed: t.processed, lag: t.lag, commits: t.commits,
-        "last commit": t.last_commit ? t.last_commit.at + " (" + Math.round(t.last_commit.age_seconds) + " s ago)"
-                                     : null,
-        "last commit s": t.last_commit_seconds,
-      })));
-    fill("tasks", ["container", "task", "processed", "lag", "commits", "last commit", "last commit s"], tasks);
     fill("partitions", ["task", "system", "stream", "partition", "processed", "lag", "checkpointed", "upcoming",
                         "checkpoint_lag"], status.partitions);
     fill("startpoints", ["task", "ssp", "startpoint"], status.startpoints.pending);

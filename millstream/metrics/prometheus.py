@@ -27,8 +27,6 @@ HELP = {
     "process": "Time spent processing batches, per task",
     "commit": "Commit duration from its start to its checkpoint (asynchronous upload included), per task",
     "commits": "Commits written, per task",
-    "last_commit_timestamp_seconds": "When the task's last commit completed, seconds since the epoch",
-    "last_commit_duration_seconds": "How long the task's last commit took (asynchronous upload included)",
     "commits_skipped": "Commits skipped because the previous one was still uploading",
     "commits_blocked": "Commits that blocked processing until the previous one finished uploading",
     "commits_timed_out": "Blocked commits that gave up waiting (task.commit.skip.commit.*)",

@@ -56,15 +56,9 @@ def ssp_labels(ssp: SystemStreamPartition) -> dict[str, str]:
 class TaskMeters:
     """The instruments a task instance updates on its hot path, looked up once at start."""
 
-    __slots__ = ("_commit", "_last_commit_at", "_last_commit_seconds", "_phases", "_process", "_ssps", "_wall_clock")
+    __slots__ = ("_commit", "_phases", "_process", "_ssps")
 
-    def __init__(
-        self,
-        registry: Registry,
-        task_name: TaskName,
-        ssps: frozenset[SystemStreamPartition],
-        wall_clock: Callable[[], float] = time.time,
-    ) -> None:
+    def __init__(self, registry: Registry, task_name: TaskName, ssps: frozenset[SystemStreamPartition]) -> None:
         task = str(task_name)
         self._ssps = {
             ssp: (
@@ -76,9 +70,6 @@ class TaskMeters:
         self._process = registry.timer("process", task=task)
         self._commit = registry.timer("commit", task=task)
         self._phases = {phase: registry.timer("commit_phase", task=task, phase=phase) for phase in COMMIT_PHASES}
-        self._last_commit_at = registry.gauge("last_commit_timestamp_seconds", task=task)
-        self._last_commit_seconds = registry.gauge("last_commit_duration_seconds", task=task)
-        self._wall_clock = wall_clock
 
     def batch(self, ssp: SystemStreamPartition, envelopes: Sequence[Any], seconds: float) -> None:
         """``envelopes`` were processed from ``ssp`` in ``seconds``."""
@@ -88,11 +79,8 @@ class TaskMeters:
         self._process.update(seconds)
 
     def committed(self, seconds: float) -> None:
-        """A commit completed ``seconds`` after it started (its asynchronous upload included): the timer
-        sums all commits, the gauges keep the last one, which is what an operator watching the job asks."""
+        """A commit completed ``seconds`` after it started (its asynchronous upload included)."""
         self._commit.update(seconds)
-        self._last_commit_at.set(self._wall_clock())
-        self._last_commit_seconds.set(seconds)
 
     def commit_phase(self, phase: str, seconds: float) -> None:
         """One phase of a commit took ``seconds``: flush and snapshot on the task's thread, upload,

@@ -225,6 +225,16 @@ class SystemAdmin(ABC):
         past them (Samza's ``deleteMessages``); False when this system cannot delete records."""
         return False
 
+    def fence_writers(self, job: str, container_ids: Iterable[str]) -> None:  # noqa: B027 - optional hook
+        """Stop these containers' producers (of any older generation of ``job``, ``<job.name>-<job.id>``) from
+        writing anything more, before a new generation's containers restore state.
+
+        The coordinator calls it when it publishes a generation, on an admin it has not started, with the
+        previous generation's containers: a task moved to another container is no longer fenced by its
+        successor taking over the same writer identity. Systems that check each write's ``WriterToken``
+        (the embedded log refuses older generations) need nothing; Kafka fences each container's
+        ``transactional.id``."""
+
     def seal_stream(self, stream: str) -> None:
         """Mark ``stream`` bounded and complete, for systems that have bounded streams."""
         raise SystemOperationError(f"{type(self).__name__} has no bounded streams: cannot seal '{stream}'")

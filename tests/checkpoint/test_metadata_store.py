@@ -60,19 +60,6 @@ def test_written_checkpoint_reads_back(store: SqliteMetadataStore, fence: Writer
     assert MetadataStoreCheckpointManager(store).read_last_checkpoint(TASK) == checkpoint("9")
 
 
-def test_last_written_ms_is_the_write_time_of_the_tasks_newest_checkpoint(
-    store: SqliteMetadataStore, fence: WriterFence
-) -> None:
-    times = iter([1_000, 2_500])
-    manager = MetadataStoreCheckpointManager(store, fence, clock_ms=lambda: next(times))
-    manager.write_checkpoint(TASK, checkpoint("5"))
-    manager.write_checkpoint(TASK, checkpoint("9"))
-
-    reader = MetadataStoreCheckpointManager(store)
-    assert reader.last_written_ms(TASK) == 2_500
-    assert reader.last_written_ms(TaskName("Partition 9")) is None  # never checkpointed
-
-
 def test_checkpoint_is_stored_as_samza_v1_under_the_task_name(store: SqliteMetadataStore, fence: WriterFence) -> None:
     MetadataStoreCheckpointManager(store, fence).write_checkpoint(TASK, checkpoint("42"))
     assert store.get(CHECKPOINT_V1_NAMESPACE, "Partition 0") == checkpoint("42").to_bytes()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from millstream.coordinator.status_document import status_document
 from millstream.metadata.factory import metadata_store
 from millstream.metrics.registry import Sample
@@ -60,38 +58,3 @@ def test_restore_progress_failures_and_watermarks_in_a_containers_snapshot_reach
         "containers": {"0": {"tasks": {"Partition 0": ["log.in.0"], "Partition 1": ["log.in.1"]}}},
     }
     assert "executor" not in container  # in process: no Spark executor
-
-
-def _finished(tmp_path, **extra: str) -> dict:
-    config = job_config(tmp_path, task="tests.jobs:MeteredPassThrough", **extra)
-    create_stream(config, "in", 2)
-    create_stream(config, "out", 2)
-    fill(config, "in", 2, 10)
-    seal(config, "in")
-    before = datetime.now(UTC)
-    assert InProcessRunner(config).run(timeout=60).outcome == "finished"
-    document = status_document(config)
-    after = datetime.now(UTC)
-    tasks = document["containers"]["0"]["tasks"]
-    assert sorted(tasks) == ["Partition 0", "Partition 1"]
-    for name, figures in tasks.items():
-        at = datetime.fromisoformat(figures["last_commit"]["at"])
-        assert before <= at <= after, (name, figures)
-        assert 0 <= figures["last_commit"]["age_seconds"] <= (after - at).total_seconds() + 0.001
-    return tasks
-
-
-def test_each_tasks_last_commit_time_and_duration_reach_the_status_document(tmp_path):
-    tasks = _finished(tmp_path, metrics__enabled="true", metrics__snapshot__interval__ms="100")
-
-    for figures in tasks.values():
-        assert 0 < figures["last_commit_seconds"] < 10
-        assert figures["commits"] >= 1
-
-
-def test_with_metrics_off_the_last_commit_time_comes_from_the_checkpoint_without_a_duration(tmp_path):
-    tasks = _finished(tmp_path)
-
-    for figures in tasks.values():
-        assert figures["last_commit_seconds"] is None
-        assert figures["processed"] is None  # a live figure: metrics are off

@@ -53,36 +53,6 @@ def test_a_batch_counts_messages_and_bytes_per_partition_and_times_the_processin
     assert (samples["commit"].count, samples["commit"].value) == (1, 0.25)
 
 
-def test_a_commit_sets_the_last_commit_gauges_to_its_wall_clock_end_and_its_duration() -> None:
-    clock = ManualClock()
-    wall = iter([1_700_000_000.5, 1_700_000_030.25])
-    registry = Registry({"container": "0"})
-    instance = TaskInstance(
-        TASK,
-        TimedTask(clock, cost=0.125),
-        frozenset({SSP}),
-        ContainerContext(TASK, Config({}), frozenset({SSP}), "0"),
-        TimedProducers(clock, cost=0.25),
-        DiscardingCollector(),
-        NoCheckpoints(),
-        {},
-        {},
-        clock=clock.monotonic,
-        meters=TaskMeters(registry, TASK, frozenset({SSP}), wall_clock=lambda: next(wall)),
-    )
-    assert instance.process(SSP, [IncomingMessageEnvelope(SSP, "0", None, b"x")]) == 1
-    instance.commit()
-    assert instance.process(SSP, [IncomingMessageEnvelope(SSP, "1", None, b"x")] * 2) == 2
-    instance.commit()
-
-    samples = _samples(registry)
-    assert samples["last_commit_timestamp_seconds"].value == 1_700_000_030.25  # the second commit's, not the first's
-    assert samples["last_commit_timestamp_seconds"].kind == "gauge"
-    assert dict(samples["last_commit_duration_seconds"].labels) == {"container": "0", "task": str(TASK)}
-    assert samples["last_commit_duration_seconds"].value == 0.25
-    assert samples["commit"].count == 2
-
-
 def test_without_meters_a_task_instance_records_nothing_anywhere() -> None:
     clock = ManualClock()
     instance = TaskInstance(

@@ -54,24 +54,24 @@ def write_keys(config: Config, values: range, key: str | None = None) -> None:
     write_stream(config, SystemStream("log", "in"), pairs, partition=0)
 
 
-def checkpointed_offset(config: Config) -> int:
+def checkpointed_offset(config: Config, task: TaskName = TASK, ssp: SystemStreamPartition = INPUT) -> int:
     with metadata_store(config) as store:
         reader = checkpoint_manager(config, store, None)
         reader.start()
         try:
-            last = reader.read_last_checkpoint(TASK)
+            last = reader.read_last_checkpoint(task)
         finally:
             reader.stop()
-    offset = last.offsets.get(INPUT) if last is not None else None
+    offset = last.offsets.get(ssp) if last is not None else None
     return int(offset) if offset is not None else -1
 
 
-def in_background(config: Config, model: JobModel) -> tuple[threading.Thread, dict[str, Any]]:
+def in_background(config: Config, model: JobModel, container_id: str = "0") -> tuple[threading.Thread, dict[str, Any]]:
     outcome: dict[str, Any] = {}
 
     def run() -> None:
         try:
-            outcome["result"] = Container(config, model, "0").run()
+            outcome["result"] = Container(config, model, container_id).run()
         except BaseException as error:  # what ended the attempt is what the test checks
             outcome["error"] = error
 

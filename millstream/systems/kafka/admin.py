@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
@@ -38,6 +39,7 @@ from millstream.systems.kafka.client import (
 )
 from millstream.systems.kafka.config import KafkaClientSettings
 from millstream.systems.kafka.errors import KafkaSystemError
+from millstream.systems.kafka.transactions import fence_transactional_id
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,10 @@ UNLIMITED_RETENTION = {"retention.ms": "-1", "retention.bytes": "-1"}
 """An intermediate topic's retention (as Kafka Streams' repartition topics and Samza's intermediate
 streams): records carry their event time, so a backfill's would expire within minutes under the
 broker's default; the consuming stage deletes them once it has checkpointed past them."""
+
+
+FENCING_THREADS = 8
+"""Producers ``fence_writers`` runs at once, each taking over one container's ``transactional.id``."""
 
 
 class KafkaSystemAdmin(SystemAdmin):
@@ -254,6 +260,18 @@ class KafkaSystemAdmin(SystemAdmin):
             ) from None
         wait_for_topic(admin, self.kafka, topic, present=False)
         return True
+
+    def fence_writers(self, job: str, container_ids: Iterable[str]) -> None:
+        """With transactional writes, take over each container's ``transactional.id``: a zombie of an older
+        generation has its open transaction aborted and fails its next commit with ``WriterFencedError``. Up to
+        ``FENCING_THREADS`` ids at once: each takes from tens of milliseconds to half a second (a new id's
+        transaction coordinator loads), and the job start waits for all of them."""
+        ids = list(container_ids)
+        if not self.kafka.settings.transactional_writes or not ids:
+            return
+        with ThreadPoolExecutor(min(FENCING_THREADS, len(ids)), thread_name_prefix="fence-writers") as pool:
+            for fenced in [pool.submit(fence_transactional_id, self.system, self.kafka, cid, job) for cid in ids]:
+                fenced.result()  # the first failure, naming its transactional.id
 
     def list_streams(self) -> list[str]:
         """Every topic but Kafka's and millstream's internal ones (names starting with ``__``)."""

@@ -234,11 +234,6 @@ class KafkaCheckpointManager(CheckpointManager):
         chosen = {task: self._select(task) for task in self._latest}
         return {task: checkpoint for task, checkpoint in chosen.items() if checkpoint is not None}
 
-    def last_written_ms(self, task_name: TaskName) -> int | None:
-        """The append time of the task's newest record of a version it reads (as of the last read)."""
-        records = self._latest.get(task_name, {})
-        return max((records[v][1] for v in self.read_versions if v in records and records[v][1] > 0), default=None)
-
     def _select(self, task_name: TaskName) -> Checkpoint | None:
         records = sorted(self._latest.get(task_name, {}).values(), key=lambda record: record[0])
         return select_checkpoint(

@@ -16,13 +16,18 @@ producer, visible at once, and no fencing of zombies' writes).
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Callable
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from millstream.systems.base import WriterFencedError, WriterToken
-from millstream.systems.kafka.client import kafka_error
+from millstream.systems.kafka.client import create_client, kafka_error
+from millstream.systems.kafka.config import KafkaClientSettings
 from millstream.systems.kafka.errors import KafkaProduceError
+
+log = logging.getLogger(__name__)
 
 FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED})
 """A newer producer with the same ``transactional.id`` started. ``INVALID_PRODUCER_EPOCH`` means it only
@@ -31,8 +36,45 @@ it, and then the transaction is aborted (the commit fails and the container is r
 attempt exists."""
 
 
-def transactional_id(writer: WriterToken) -> str:
-    return f"millstream-producer-{writer.job}-{writer.container_id}"
+def transactional_id(job: str, container_id: str) -> str:
+    """The ``transactional.id`` of a container's producer: every generation's container of that id shares it."""
+    return f"millstream-producer-{job}-{container_id}"
+
+
+def init_transactions(producer: Producer, timeout_s: float, on_error: Callable[[KafkaException], None]) -> None:
+    """Take over the producer's ``transactional.id``, aborting what an earlier holder left open and bumping
+    the epoch so that holder's next produce or commit fails; retried while the broker says so (a transaction
+    coordinator loading), ``on_error`` first sees every failure and may raise its own."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            producer.init_transactions(max(1.0, deadline - time.monotonic()))
+            return
+        except KafkaException as error:
+            on_error(error)
+            if not _retriable(error) or time.monotonic() >= deadline:
+                raise
+
+
+def fence_transactional_id(system: str, kafka: KafkaClientSettings, container_id: str, job: str) -> None:
+    """Fence whatever producer holds ``container_id``'s ``transactional.id`` (a superseded generation's
+    container that keeps running): its open transaction is aborted and its next commit raises
+    ``WriterFencedError``. The fencing producer writes nothing and is closed at once."""
+    tid = transactional_id(job, container_id)
+    producer = create_client(Producer, kafka.producer(**{"transactional.id": tid}), "producer", kafka)
+    try:
+        init_transactions(producer, kafka.settings.operation_timeout_ms / 1000, lambda _: None)
+    except KafkaException as error:
+        inner = kafka_error(error)
+        if inner is not None and inner.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+            log.info(
+                "Kafka system '%s': not allowed to use transactional.id %s, so no container wrote with it", system, tid
+            )
+            return
+        detail = inner.str() if inner is not None else str(error)
+        raise KafkaProduceError(system, "*", None, None, f"cannot fence transactional.id {tid}: {detail}") from None
+    finally:
+        producer.close()
 
 
 class ProducerTransactions:
@@ -41,22 +83,17 @@ class ProducerTransactions:
     def __init__(self, system: str, writer: WriterToken, timeout_ms: int) -> None:
         self.system = system
         self.writer = writer
-        self.transactional_id = transactional_id(writer)
+        self.transactional_id = transactional_id(writer.job, writer.container_id)
         self._timeout_s = timeout_ms / 1000
         self._open = False
         self.fenced: WriterFencedError | None = None
 
     def start(self, producer: Producer) -> None:
         """Take over the transactional id (fencing and aborting earlier attempts), then begin."""
-        deadline = time.monotonic() + self._timeout_s
-        while True:
-            try:
-                producer.init_transactions(max(1.0, deadline - time.monotonic()))
-                break
-            except KafkaException as error:
-                self._raise_fenced(error)
-                if not _retriable(error) or time.monotonic() >= deadline:
-                    raise KafkaProduceError(self.system, "*", None, None, self._describe(error)) from None
+        try:
+            init_transactions(producer, self._timeout_s, self._raise_fenced)
+        except KafkaException as error:
+            raise KafkaProduceError(self.system, "*", None, None, self._describe(error)) from None
         producer.begin_transaction()
         self._open = True
 

@@ -110,20 +110,6 @@ def test_a_new_manager_reads_the_last_checkpoint_of_every_task_by_scanning_the_t
     ckpt.stop()
 
 
-def test_last_written_ms_is_the_append_time_of_the_tasks_newest_record(config, store):
-    ckpt = writer(config, store)
-    before = time.time() * 1000
-    ckpt.write_checkpoint(TASK, offsets("1"))
-    after = time.time() * 1000
-    ckpt.stop()
-    reader = manager(config, store)
-    assert reader.read_all() == {TASK: offsets("1")}
-    written = reader.last_written_ms(TASK)
-    assert written is not None and before - 1_000 <= written <= after + 1_000  # the broker's clock, not ours
-    assert reader.last_written_ms(OTHER) is None
-    reader.stop()
-
-
 def test_v2_and_unknown_record_types_are_skipped_when_reading_v1(config, store, bootstrap):
     ckpt = writer(config, store)
     ckpt.write_checkpoint(TASK, offsets("10"))
