@@ -83,8 +83,13 @@ def fetch_jars(quiet: bool = True) -> Path:
 
 
 def cluster_id() -> str:
-    """A random cluster id in Kafka's format: 16 bytes, URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
+    """A random cluster id in Kafka's format: 16 bytes, URL-safe base64 without padding. Like Kafka's own
+    ``Uuid.randomUuid``, never one starting with ``-``: ``kafka-storage format -t`` would take it for an
+    option (about 1 id in 64)."""
+    while True:
+        candidate = base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
+        if not candidate.startswith("-"):
+            return candidate
 
 
 BROKER_SETTINGS: Mapping[str, str] = {
