@@ -40,6 +40,7 @@ from millstream.errors import MillstreamError
 from millstream.model import IncomingMessageEnvelope, SystemStream
 from millstream.serde.base import Serde
 from millstream.serde.registry import SerdeRegistry
+from millstream.spark.checkpoints_datasource import MillstreamCheckpointsDataSource
 from millstream.spark.stream_read import OffsetRange, StreamReadError, plan_ranges, read_range
 
 if TYPE_CHECKING:
@@ -203,5 +204,7 @@ class RecordBatchBuilder:
 
 
 def register(spark: SparkSession) -> None:
-    """Make format ``millstream`` known to ``spark`` (the sessions millstream builds register it themselves)."""
+    """Make formats ``millstream`` and ``millstream-checkpoints`` known to ``spark`` (the sessions millstream
+    builds register them themselves)."""
     spark.dataSource.register(MillstreamDataSource)
+    spark.dataSource.register(MillstreamCheckpointsDataSource)
