@@ -80,8 +80,11 @@ class ReadOptions:
     @classmethod
     def parse(cls, options: dict[str, str]) -> ReadOptions:
         path, stream = options.get("config"), options.get("stream")
-        if not stream:
-            raise StreamReadError("format 'millstream' needs option 'stream' (system.stream, e.g. log.page-views)")
+        if not stream or not path:
+            raise StreamReadError(
+                "format 'millstream' needs options 'config' (the job's config file, which names the systems and "
+                "serdes) and 'stream' (system.stream, e.g. log.page-views)"
+            )
         return cls(
             config=load_config(path).to_dict(),
             stream=SystemStream.parse(stream),

@@ -100,3 +100,8 @@ def test_a_value_no_serde_decodes_is_an_error_naming_partition_and_offset(spark_
     assert [
         row.value for row in load(spark_local, job_file(config, tmp_path), stream="log.blobs", raw="true").collect()
     ] == [b"\x00\x01"]
+
+
+def test_a_read_without_config_or_stream_is_refused_naming_both_options(spark_local, page_views):
+    with pytest.raises(PySparkException, match=r"'config'.*'stream'"):
+        spark_local.read.format("millstream").option("stream", str(VIEWS)).load().collect()
