@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from millstream.config import Config
 from millstream.model import SystemStream
-from millstream.testing import write_stream
+from millstream.testing import iter_stream, write_stream
 from tests.helpers import create_stream, job_config
 
 pytestmark = pytest.mark.spark
@@ -57,7 +57,8 @@ def test_every_record_is_a_row_with_key_and_value_decoded_as_json(spark_local, p
         [(0, str(i), "u0", {"p": 0, "n": i}) for i in range(5)]
         + [(1, str(i), "u1", {"p": 1, "n": i}) for i in range(3)]
     )
-    assert all(r.timestamp is not None for r in rows)
+    stored = {(p, e.offset): e.timestamp for p, envelopes in iter_stream(page_views[0], VIEWS) for e in envelopes}
+    assert {(r.partition, r.offset): round(r.timestamp.timestamp() * 1000) for r in rows} == stored
 
 
 def test_spark_sql_takes_the_json_value_apart(spark_local, page_views):
