@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 
 from millstream.config import Config, JobConfig
 from millstream.errors import ConfigError, MillstreamError
+from millstream.spark.datasource import register as register_data_sources
 
 _LOCAL = re.compile(r"^local\[(?P<threads>\d+|\*)(?:,\s*(?P<failures>\d+))?\]$")
 
@@ -102,7 +103,8 @@ def build_session(config: Config, master: str | None = None, *, verbose: bool = 
     """Create (or join) the SparkSession for ``config``; ``spark.*`` keys pass through to Spark.
 
     Unless ``verbose``, Spark's own reports of failed task attempts are silenced, so that a failing job reads as
-    one error rather than one traceback per attempt."""
+    one error rather than one traceback per attempt. The session knows format ``millstream``
+    (``spark.read.format("millstream")``), so a job's streams can be inspected in the session that runs it."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     job = JobConfig.of(config)
@@ -124,6 +126,7 @@ def build_session(config: Config, master: str | None = None, *, verbose: bool = 
     if SparkContext._active_spark_context is None:  # joining a running session needs no new JVM
         find_java()
     session = builder.getOrCreate()
+    register_data_sources(session)
     level = config.get("spark.log.level", "WARN")
     session.sparkContext.setLogLevel(level)
     set_failed_attempt_logging(session.sparkContext, level if verbose else "OFF")

@@ -1,0 +1,213 @@
+"""Format ``millstream``: read a stream of any millstream system as a Spark DataFrame (Python Data Source API).
+
+::
+
+    millstream.spark.datasource.register(spark)
+    df = spark.read.format("millstream").option("config", "job.yaml").option("stream", "log.page-views").load()
+
+One row per record, one Spark partition per stream partition, read by the system's own consumer (see
+:mod:`millstream.spark.stream_read` for how a read is bounded). Rows leave the Python worker as Arrow
+record batches, which Spark takes without converting row by row.
+
+The ``key`` and ``value`` columns are strings of JSON: serdes decode bytes to any Python object (a str,
+a number, a dict from JSON or Avro, a message from Protobuf turned into a dict...), and JSON text is the
+one column type every such object fits, which Spark SQL then takes apart with ``from_json`` or
+``get_json_object``. With ``raw`` the columns are the bytes as stored, undecoded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from millstream.config import Config
+from millstream.config.core import load_config, parse_bool
+from millstream.errors import MillstreamError
+from millstream.model import IncomingMessageEnvelope, SystemStream
+from millstream.serde.base import Serde
+from millstream.serde.registry import SerdeRegistry
+from millstream.spark.checkpoints_datasource import MillstreamCheckpointsDataSource
+from millstream.spark.stream_read import OffsetRange, StreamReadError, plan_ranges, read_range
+
+if TYPE_CHECKING:
+    import pyarrow
+
+FORMAT = "millstream"
+DEFAULT_IDLE_TIMEOUT_MS = 60_000
+
+
+def stream_schema(raw: bool) -> StructType:
+    """The columns of a stream read: JSON text for decoded keys and values, bytes for raw ones."""
+    payload = BinaryType() if raw else StringType()
+    return StructType(
+        [
+            StructField("partition", IntegerType(), nullable=False),
+            StructField("offset", StringType(), nullable=False),
+            StructField("timestamp", TimestampType(), nullable=True),
+            StructField("key", payload, nullable=True),
+            StructField("value", payload, nullable=True),
+            StructField("headers", MapType(StringType(), BinaryType()), nullable=True),
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """The options of ``spark.read.format("millstream")``, checked on the driver before any task runs."""
+
+    config: dict[str, str]
+    stream: SystemStream
+    raw: bool
+    starting_offsets: str | None
+    ending_offsets: str | None
+    idle_timeout: float
+    batch_size: int
+
+    @classmethod
+    def parse(cls, options: dict[str, str]) -> ReadOptions:
+        path, stream = options.get("config"), options.get("stream")
+        if not stream or not path:
+            raise StreamReadError(
+                "format 'millstream' needs options 'config' (the job's config file, which names the systems and "
+                "serdes) and 'stream' (system.stream, e.g. log.page-views)"
+            )
+        return cls(
+            config=load_config(path).to_dict(),
+            stream=SystemStream.parse(stream),
+            raw=parse_bool("raw", options.get("raw", "false")),
+            starting_offsets=options.get("startingoffsets"),
+            ending_offsets=options.get("endingoffsets"),
+            idle_timeout=_positive_int(options, "idleTimeoutMs", DEFAULT_IDLE_TIMEOUT_MS) / 1000,
+            batch_size=_positive_int(options, "batchSize", 10_000),
+        )
+
+
+def _positive_int(options: dict[str, str], name: str, default: int) -> int:
+    text = options.get(name.lower(), str(default))
+    if not text.isdigit() or int(text) <= 0:
+        raise StreamReadError(f"option '{name}' must be a positive integer, not {text!r}")
+    return int(text)
+
+
+class MillstreamDataSource(DataSource):
+    """Spark's entry point for format ``millstream``; Spark hands it the options, case-insensitively."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> StructType:
+        return stream_schema(parse_bool("raw", self.options.get("raw", "false")))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return StreamDataFrameReader(ReadOptions.parse(dict(self.options)))
+
+
+@dataclass(frozen=True)
+class StreamInputPartition(InputPartition):
+    """One stream partition's offset range: what one Spark task reads."""
+
+    range: OffsetRange
+
+
+class StreamDataFrameReader(DataSourceReader):
+    """Plans one Spark partition per stream partition (offsets fixed at planning), reads each in a task."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        config = Config(self.options.config)
+        ranges = plan_ranges(config, self.options.stream, self.options.starting_offsets, self.options.ending_offsets)
+        return [StreamInputPartition(offsets) for offsets in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pyarrow.RecordBatch]:
+        assert isinstance(partition, StreamInputPartition)
+        config = Config(self.options.config)
+        rows = RecordBatchBuilder(self.options, config)
+        for envelopes in read_range(config, partition.range, self.options.idle_timeout):
+            for envelope in envelopes:
+                rows.add(envelope)
+                if len(rows) >= self.options.batch_size:
+                    yield rows.flush()
+        if len(rows):
+            yield rows.flush()
+
+
+class RecordBatchBuilder:
+    """Collects envelopes column by column and turns them into Arrow record batches of the read's schema."""
+
+    def __init__(self, options: ReadOptions, config: Config) -> None:
+        import pyarrow
+
+        self._pa = pyarrow
+        self._arrow_schema = pyarrow.schema(
+            [
+                pyarrow.field("partition", pyarrow.int32(), nullable=False),
+                pyarrow.field("offset", pyarrow.string(), nullable=False),
+                pyarrow.field("timestamp", pyarrow.timestamp("us", tz="UTC")),
+                pyarrow.field("key", pyarrow.binary() if options.raw else pyarrow.string()),
+                pyarrow.field("value", pyarrow.binary() if options.raw else pyarrow.string()),
+                pyarrow.field("headers", pyarrow.map_(pyarrow.string(), pyarrow.binary())),
+            ]
+        )
+        self._stream = options.stream
+        serdes = None if options.raw else SerdeRegistry.from_config(config)
+        self._key_serde = serdes.key_serde(options.stream) if serdes else None
+        self._msg_serde = serdes.msg_serde(options.stream) if serdes else None
+        self._raw = options.raw
+        self._columns: list[list[Any]] = [[] for _ in range(6)]
+
+    def __len__(self) -> int:
+        return len(self._columns[0])
+
+    def add(self, envelope: IncomingMessageEnvelope) -> None:
+        partition, offset, timestamp, key, value, headers = self._columns
+        partition.append(envelope.ssp.partition)
+        offset.append(envelope.offset)
+        timestamp.append(envelope.timestamp * 1000 if envelope.timestamp else None)
+        key.append(self._payload(envelope, envelope.key, self._key_serde, "key"))
+        value.append(self._payload(envelope, envelope.message, self._msg_serde, "value"))
+        headers.append(list(envelope.headers.items()) if envelope.headers else None)
+
+    def _payload(self, envelope: IncomingMessageEnvelope, data: Any, serde: Serde | None, column: str) -> Any:
+        if data is None or self._raw:
+            return data
+        try:
+            decoded = serde.from_bytes(data) if serde is not None else data
+            return orjson.dumps(decoded, option=orjson.OPT_NON_STR_KEYS).decode()
+        except (MillstreamError, orjson.JSONEncodeError, ValueError, TypeError) as error:
+            raise StreamReadError(
+                f"{self._stream} partition {envelope.ssp.partition} offset {envelope.offset}: cannot turn the "
+                f"{column} into JSON ({type(error).__name__}: {error}); configure the stream's serde or read "
+                "with .option('raw', 'true')"
+            ) from None
+
+    def flush(self) -> pyarrow.RecordBatch:
+        arrays = [
+            self._pa.array(column, type=field.type)
+            for column, field in zip(self._columns, self._arrow_schema, strict=True)
+        ]
+        self._columns = [[] for _ in range(6)]
+        return self._pa.RecordBatch.from_arrays(arrays, schema=self._arrow_schema)
+
+
+def register(spark: SparkSession) -> None:
+    """Make formats ``millstream`` and ``millstream-checkpoints`` known to ``spark`` (the sessions millstream
+    builds register them themselves)."""
+    spark.dataSource.register(MillstreamDataSource)
+    spark.dataSource.register(MillstreamCheckpointsDataSource)

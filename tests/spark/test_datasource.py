@@ -1,0 +1,108 @@
+"""Format ``millstream`` on Spark local mode over the embedded log: rows, ranges, raw bytes and errors.
+
+No test registers the format: the session millstream builds (the shared one) knows it already.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+import yaml
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
+
+from millstream.config import Config
+from millstream.model import SystemStream
+from millstream.testing import iter_stream, write_stream
+from tests.helpers import create_stream, job_config
+
+pytestmark = pytest.mark.spark
+
+VIEWS = SystemStream("log", "page-views")
+
+
+def job_file(config: Config, tmp_path: Path) -> str:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(dict(config.items())), encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture
+def page_views(tmp_path: Path) -> tuple[Config, str]:
+    """Three partitions of 5, 3 and 0 records: keys ``u<p>``, values ``{"p": partition, "n": i}``."""
+    config = job_config(tmp_path)
+    create_stream(config, VIEWS.stream, 3)
+    for partition, count in ((0, 5), (1, 3)):
+        write_stream(
+            config, VIEWS, [(f"u{partition}", {"p": partition, "n": i}) for i in range(count)], partition=partition
+        )
+    return config, job_file(config, tmp_path)
+
+
+def load(spark: SparkSession, config_file: str, stream: str = str(VIEWS), **options: str) -> DataFrame:
+    reader = spark.read.format("millstream").option("config", config_file).option("stream", stream)
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return reader.load()
+
+
+def test_every_record_is_a_row_with_key_and_value_decoded_as_json(spark_local, page_views):
+    df = load(spark_local, page_views[1])
+    assert df.columns == ["partition", "offset", "timestamp", "key", "value", "headers"]
+    assert df.rdd.getNumPartitions() == 3
+    rows = df.collect()
+    assert sorted((r.partition, r.offset, orjson.loads(r.key), orjson.loads(r.value)) for r in rows) == sorted(
+        [(0, str(i), "u0", {"p": 0, "n": i}) for i in range(5)]
+        + [(1, str(i), "u1", {"p": 1, "n": i}) for i in range(3)]
+    )
+    stored = {(p, e.offset): e.timestamp for p, envelopes in iter_stream(page_views[0], VIEWS) for e in envelopes}
+    assert {(r.partition, r.offset): round(r.timestamp.timestamp() * 1000) for r in rows} == stored
+
+
+def test_spark_sql_takes_the_json_value_apart(spark_local, page_views):
+    df = load(spark_local, page_views[1])
+    df.createOrReplaceTempView("views")
+    total = spark_local.sql("SELECT sum(get_json_object(value, '$.n')) AS n FROM views WHERE partition = 0").first()
+    assert total is not None and total.n == 0 + 1 + 2 + 3 + 4
+
+
+def test_offsets_given_per_partition_bound_the_read_start_inclusive_end_exclusive(spark_local, page_views):
+    df = load(spark_local, page_views[1], startingOffsets='{"0": "2"}', endingOffsets='{"0": "4", "1": "2"}')
+    assert sorted((r.partition, r.offset) for r in df.collect()) == [(0, "2"), (0, "3"), (1, "0"), (1, "1")]
+
+
+def test_starting_at_upcoming_reads_nothing(spark_local, page_views):
+    assert load(spark_local, page_views[1], startingOffsets='{"0": "upcoming", "1": "upcoming"}').count() == 0
+
+
+def test_raw_gives_the_bytes_as_stored(spark_local, page_views):
+    rows = load(spark_local, page_views[1], raw="true").where("partition = 1").orderBy("offset").collect()
+    assert [(bytes(r.key), orjson.loads(bytes(r.value))) for r in rows] == [(b"u1", {"p": 1, "n": i}) for i in range(3)]
+
+
+def test_a_stream_that_does_not_exist_is_an_error_naming_it(spark_local, page_views):
+    with pytest.raises(PySparkException, match=r"log\.no-such-stream"):
+        load(spark_local, page_views[1], stream="log.no-such-stream").collect()
+
+
+def test_an_offset_option_naming_a_missing_partition_is_an_error_naming_it(spark_local, page_views):
+    with pytest.raises(PySparkException, match=r"startingOffsets.*\[7\].*page-views"):
+        load(spark_local, page_views[1], startingOffsets='{"7": "0"}').collect()
+
+
+def test_a_value_no_serde_decodes_is_an_error_naming_partition_and_offset(spark_local, tmp_path):
+    config = job_config(tmp_path, systems__log__samza__msg__serde="bytes")
+    create_stream(config, "blobs", 1)
+    write_stream(config, SystemStream("log", "blobs"), [("k", b"\x00\x01")])
+    with pytest.raises(PySparkException, match=r"log.blobs partition 0 offset 0.*raw"):
+        load(spark_local, job_file(config, tmp_path), stream="log.blobs").collect()
+    assert [
+        row.value for row in load(spark_local, job_file(config, tmp_path), stream="log.blobs", raw="true").collect()
+    ] == [b"\x00\x01"]
+
+
+def test_a_read_without_config_or_stream_is_refused_naming_both_options(spark_local, page_views):
+    with pytest.raises(PySparkException, match=r"'config'.*'stream'"):
+        spark_local.read.format("millstream").option("stream", str(VIEWS)).load().collect()
