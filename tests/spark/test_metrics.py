@@ -114,9 +114,13 @@ def _commit_phases_timed(port: int, produced: int) -> Series | None:
 
 
 def _restored_after_restart(port: int) -> Series | None:
-    """Container 0's second attempt has finished restoring both stores. Its snapshots ship from the start
-    of the restore on, so an earlier one shows the download still under way."""
+    """Container 0's second attempt has downloaded its blob-backed stores whole. Its snapshots ship from the
+    start of the restore on, so an earlier one shows a download still under way (a restore that never
+    reaches its expected bytes times the wait out)."""
     series = scrape(port)
     restarted = total(series, "millstream_container_attempt", container="0") >= 2
-    finished = total(series, "millstream_store_restore_duration_seconds_count", container="0") >= 2
-    return series if restarted and finished else None
+    expected = total(series, "millstream_store_restore_expected_bytes", container="0", store="totals")
+    downloaded = (
+        expected > 0 and total(series, "millstream_store_restored_bytes", container="0", store="totals") == expected
+    )
+    return series if restarted and downloaded else None
