@@ -33,6 +33,8 @@ HELP = {
     "commit_failures_skipped": "Failed commits tolerated (task.commit.skip.commit.*)",
     "dead_lettered": "Undecodable messages skipped (task.drop.deserialization.errors), per container",
     "process_errors_skipped": "Messages and window calls whose exception task.process.errors skipped or dead-lettered",
+    "polls": "Polls of the container's consumers (processed / polls is the mean poll size)",
+    "batches": "Batches handed to tasks, one per polled partition with messages (processed / batches: mean batch)",
     "store_restore": "Time the container's stores took to restore at start",
     "commit_phase": "Commit phases, per task: flush, snapshot (stores), upload, checkpoint (write), cleanup",
     "input_end_of_stream": "1 once the input partition reached end-of-stream (or drained), else 0",

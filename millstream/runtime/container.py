@@ -468,11 +468,13 @@ class Container:
                 self.config, self.store, self.run_id, tasks, JobConfig.of(self.config).drain_poll_interval_ms
             ),
         )
-        skipped = {
+        counted = {
             "dead_lettered": lambda: self.dead_letters.dropped,
             "process_errors_skipped": lambda: self.process_errors.skipped,
+            "polls": lambda: loop.stats.polls,
+            "batches": lambda: loop.stats.batches,
         }
-        self.metering.start(tasks, self.registered, skipped, self.consumers.consumers.values())
+        self.metering.start(tasks, self.registered, counted, self.consumers.consumers.values())
         self._report("running")
         log.info("container %s running %d task(s) over %d partition(s)", self.container_id, len(tasks), len(self.ssps))
         self._loop = loop

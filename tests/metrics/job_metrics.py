@@ -33,6 +33,8 @@ def check_running_job(port: int, produced: int, partitions: int, timeout: float 
     assert total(series, "millstream_container_attempt") >= 1
     assert total(series, "millstream_container_generation") >= 1
     assert total(series, "millstream_dead_lettered_total") == 0
+    assert 0 < total(series, "millstream_batches_total") <= produced  # a batch holds one message or more
+    assert total(series, "millstream_polls_total") > 0
     timed = wait_until(lambda: _with(scrape(port), "millstream_commit_seconds_count"), timeout, "a timed commit")
     assert timed is not None
     assert total(timed, "millstream_commits_total") > 0
