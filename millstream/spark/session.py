@@ -154,7 +154,10 @@ def check_local_slots(master: str, need: SlotRequirement) -> None:
 
 
 def check_slots(sc: SparkContext, need: SlotRequirement, wait_seconds: float = 30.0) -> int:
-    """Fail fast, never hang: the cluster must offer a task slot per container plus headroom."""
+    """Fail fast, never hang: the cluster must offer a task slot per container plus headroom.
+
+    Executors register with the driver some time after the session starts, so a cluster is given
+    ``wait_seconds`` to offer the slots before the job is refused, naming what it offers and the keys to change."""
     master = str(sc.master)
     fixed = local_slots(master)
     if fixed is not None:
@@ -162,26 +165,31 @@ def check_slots(sc: SparkContext, need: SlotRequirement, wait_seconds: float = 3
         return fixed
     deadline = time.monotonic() + wait_seconds
     while True:
-        slots = _cluster_slots(sc)
+        slots = cluster_slots(sc)
         if slots >= need.slots:
             return slots
         if time.monotonic() >= deadline:
             raise ConfigError(
-                f"Spark master '{master}' offers {slots} task slot(s) after waiting {wait_seconds:.0f}s, but the job "
-                f"needs {need.slots} ({need.containers} container(s) + {need.headroom} headroom)"
+                f"Spark master '{master}' offers {slots} task slot(s) after waiting {wait_seconds:g}s, but the job "
+                f"needs {need.slots} ({need.containers} container(s) + {need.headroom} headroom; a slot is "
+                f"spark.task.cpus={_task_cpus(sc)} executor core(s)): give the job more executor cores "
+                "(spark.executor.cores, spark.executor.instances, spark.cores.max), or lower job.container.count / "
+                "job.coordinator.slots.headroom, or wait longer with job.coordinator.slots.wait.ms"
             )
         time.sleep(0.5)
 
 
-def _cluster_slots(sc: SparkContext) -> int:
-    """Task slots of the registered executors: their total cores divided by ``spark.task.cpus``."""
-    cpus_per_task = int(sc.getConf().get("spark.task.cpus", "1"))
-    backend = sc._jsc.sc().schedulerBackend()
-    try:
-        cores = int(backend.totalCoreCount().get())
-    except Exception:  # not a coarse-grained backend: trust Spark's own estimate
-        cores = sc.defaultParallelism
-    return cores // cpus_per_task
+def cluster_slots(sc: SparkContext) -> int:
+    """Tasks the registered executors can run at once under the default resource profile: Spark's own count
+    (each executor's cores divided by ``spark.task.cpus``, and by any other task resource), the figure its
+    scheduler uses to place tasks, so a container counted here is never left waiting for a slot."""
+    context = sc._jsc.sc()
+    profile = context.resourceProfileManager().defaultResourceProfile()
+    return int(context.maxNumConcurrentTasks(profile))
+
+
+def _task_cpus(sc: SparkContext) -> int:
+    return int(sc.getConf().get("spark.task.cpus", "1") or "1")
 
 
 def abandon_session() -> None:
