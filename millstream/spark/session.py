@@ -15,7 +15,8 @@ import sys
 import time
 from dataclasses import dataclass
 
-from pyspark import SparkContext
+from pyspark import SparkConf, SparkContext
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from millstream.config import Config, JobConfig
@@ -106,8 +107,9 @@ def build_session(config: Config, master: str | None = None, *, verbose: bool = 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     job = JobConfig.of(config)
-    builder = SparkSession.builder.master(resolve_master(config, master)).appName(f"millstream-{job.job_key}")
     settings = {
+        "spark.master": resolve_master(config, master),
+        "spark.app.name": f"millstream-{job.job_key}",
         "spark.speculation": "false",
         "spark.task.maxFailures": str(job.container_max_attempts),
         "spark.pyspark.python": sys.executable,
@@ -119,15 +121,34 @@ def build_session(config: Config, master: str | None = None, *, verbose: bool = 
         raise ConfigError(
             "config key 'spark.speculation' must be false: a speculative copy would run a container twice"
         )
+    builder = SparkSession.builder
     for key, value in settings.items():
         builder = builder.config(key, value)
     if SparkContext._active_spark_context is None:  # joining a running session needs no new JVM
         find_java()
+        launch_driver_jvm(SparkConf(loadDefaults=False).setAll(list(settings.items())))
     session = builder.getOrCreate()
     level = config.get("spark.log.level", "WARN")
     session.sparkContext.setLogLevel(level)
     set_failed_attempt_logging(session.sparkContext, level if verbose else "OFF")
     return session
+
+
+def launch_driver_jvm(conf: SparkConf) -> None:
+    """Start Spark's driver JVM in a session of its own, unless this process already has one (or was started by
+    ``spark-submit``, which made the JVM first).
+
+    pyspark starts the JVM in the CLI's process group, so a SIGTERM to the group (``timeout``, systemd, a
+    scheduler) killed the JVM while the CLI was still asking its containers to commit: the job failed without its
+    final commit. Out of the group, the JVM only ends when the CLI stops it or exits (it watches its stdin), and a
+    group SIGTERM is as graceful as a SIGTERM to the CLI alone."""
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    with SparkContext._lock:
+        if SparkContext._gateway is None:
+            gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
+            SparkContext._gateway = gateway
+            SparkContext._jvm = gateway.jvm
 
 
 def set_failed_attempt_logging(sc: SparkContext, level: str) -> None:
