@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
+import yaml
 from pyspark.sql import SparkSession
 
+import millstream.spark.submit
 from millstream.errors import ConfigError
 from millstream.spark.runner import SparkJobRunner
 from millstream.spark.session import build_session, cluster_slots
@@ -86,3 +92,54 @@ def test_a_cluster_too_small_for_the_job_is_refused_within_the_slot_wait_naming_
     for key in ("spark.task.cpus=1", "spark.executor.cores", "job.container.count", "job.coordinator.slots.wait.ms"):
         assert key in message
     assert 3 <= waited < 10
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_spark_submit_runs_a_job_on_the_standalone_cluster_in_client_mode_with_the_submitted_master(cluster, tmp_path):
+    # executors of a fresh application take 20 s and more to register on a loaded 2-core machine
+    config = job_config(
+        tmp_path,
+        job__container__count=2,
+        job__coordinator__slots__headroom=0,
+        job__coordinator__slots__wait__ms=120_000,
+    )
+    create_stream(config, "in", 4)
+    create_stream(config, "out", 4)
+    written = fill(config, "in", 4, 100)
+    seal(config, "in")
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(config.to_dict()), encoding="utf-8")
+    submitted = subprocess.run(
+        [
+            str(cluster.spark_home / "bin" / "spark-submit"),
+            "--master",
+            cluster.master_url,
+            "--deploy-mode",
+            "client",
+            "--conf",
+            "spark.driver.host=127.0.0.1",
+            "--conf",
+            "spark.driver.bindAddress=127.0.0.1",
+            "--conf",
+            "spark.executor.memory=512m",
+            "--conf",
+            "spark.ui.enabled=false",
+            "--conf",
+            f"spark.pyspark.python={sys.executable}",
+            "--conf",
+            f"spark.pyspark.driver.python={sys.executable}",
+            millstream.spark.submit.__file__,
+            str(path),
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},  # the task class is tests.jobs:PassThrough
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    errors = [line for line in submitted.stderr.splitlines() if line.startswith(("error:", "job failed:"))]
+    assert submitted.returncode == 0, "\n".join(errors) or submitted.stderr[-3000:]
+    assert f"generation 1: finished on {cluster.master_url}" in submitted.stdout, submitted.stdout
+    assert set(output_origins(config)) == written
