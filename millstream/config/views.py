@@ -178,6 +178,9 @@ class JobConfig(ConfigView):
     """How often each container looks for a drain request (``millstream job drain``) in the metadata store."""
     slots_headroom: int = Field(1, alias="coordinator.slots.headroom", ge=0)
     """Spark task slots kept free beside the containers for the driver's own jobs."""
+    slots_wait_ms: int = Field(30_000, alias="coordinator.slots.wait.ms", ge=0)
+    """How long the driver waits for a cluster's executors to register enough task slots (containers + headroom)
+    before refusing to start, exit 2: a container without a slot would stay pending forever."""
     startpoint_enabled: Bool = Field(True, alias="startpoint.enabled")
     """Fan out and apply startpoints (``millstream startpoint set``) when a job model is published."""
     logged_store_base_dir: str | None = Field(None, alias="logged.store.base.dir")

@@ -110,7 +110,8 @@ class SparkJobRunner:
         return session
 
     def _run_generations(self, spark: SparkSession) -> JobResult:
-        check_slots(spark.sparkContext, requirement(self.config))
+        wait = JobConfig.of(self.config).slots_wait_ms / 1000
+        check_slots(spark.sparkContext, requirement(self.config), wait_seconds=wait)
         containers: list[ContainerResult] = []
         with metrics_endpoint(self.config, functools.partial(status_document, self.config)):
             while True:

@@ -15,7 +15,8 @@ import sys
 import time
 from dataclasses import dataclass
 
-from pyspark import SparkContext
+from pyspark import SparkConf, SparkContext
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from millstream.config import Config, JobConfig
@@ -108,8 +109,9 @@ def build_session(config: Config, master: str | None = None, *, verbose: bool = 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     job = JobConfig.of(config)
-    builder = SparkSession.builder.master(resolve_master(config, master)).appName(f"millstream-{job.job_key}")
     settings = {
+        "spark.master": resolve_master(config, master),
+        "spark.app.name": f"millstream-{job.job_key}",
         "spark.speculation": "false",
         "spark.task.maxFailures": str(job.container_max_attempts),
         "spark.pyspark.python": sys.executable,
@@ -121,16 +123,35 @@ def build_session(config: Config, master: str | None = None, *, verbose: bool = 
         raise ConfigError(
             "config key 'spark.speculation' must be false: a speculative copy would run a container twice"
         )
+    builder = SparkSession.builder
     for key, value in settings.items():
         builder = builder.config(key, value)
     if SparkContext._active_spark_context is None:  # joining a running session needs no new JVM
         find_java()
+        launch_driver_jvm(SparkConf(loadDefaults=False).setAll(list(settings.items())))
     session = builder.getOrCreate()
     register_data_sources(session)
     level = config.get("spark.log.level", "WARN")
     session.sparkContext.setLogLevel(level)
     set_failed_attempt_logging(session.sparkContext, level if verbose else "OFF")
     return session
+
+
+def launch_driver_jvm(conf: SparkConf) -> None:
+    """Start Spark's driver JVM in a session of its own, unless this process already has one (or was started by
+    ``spark-submit``, which made the JVM first).
+
+    pyspark starts the JVM in the CLI's process group, so a SIGTERM to the group (``timeout``, systemd, a
+    scheduler) killed the JVM while the CLI was still asking its containers to commit: the job failed without its
+    final commit. Out of the group, the JVM only ends when the CLI stops it or exits (it watches its stdin), and a
+    group SIGTERM is as graceful as a SIGTERM to the CLI alone."""
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    with SparkContext._lock:
+        if SparkContext._gateway is None:
+            gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
+            SparkContext._gateway = gateway
+            SparkContext._jvm = gateway.jvm
 
 
 def set_failed_attempt_logging(sc: SparkContext, level: str) -> None:
@@ -157,7 +178,10 @@ def check_local_slots(master: str, need: SlotRequirement) -> None:
 
 
 def check_slots(sc: SparkContext, need: SlotRequirement, wait_seconds: float = 30.0) -> int:
-    """Fail fast, never hang: the cluster must offer a task slot per container plus headroom."""
+    """Fail fast, never hang: the cluster must offer a task slot per container plus headroom.
+
+    Executors register with the driver some time after the session starts, so a cluster is given
+    ``wait_seconds`` to offer the slots before the job is refused, naming what it offers and the keys to change."""
     master = str(sc.master)
     fixed = local_slots(master)
     if fixed is not None:
@@ -165,26 +189,31 @@ def check_slots(sc: SparkContext, need: SlotRequirement, wait_seconds: float = 3
         return fixed
     deadline = time.monotonic() + wait_seconds
     while True:
-        slots = _cluster_slots(sc)
+        slots = cluster_slots(sc)
         if slots >= need.slots:
             return slots
         if time.monotonic() >= deadline:
             raise ConfigError(
-                f"Spark master '{master}' offers {slots} task slot(s) after waiting {wait_seconds:.0f}s, but the job "
-                f"needs {need.slots} ({need.containers} container(s) + {need.headroom} headroom)"
+                f"Spark master '{master}' offers {slots} task slot(s) after waiting {wait_seconds:g}s, but the job "
+                f"needs {need.slots} ({need.containers} container(s) + {need.headroom} headroom; a slot is "
+                f"spark.task.cpus={_task_cpus(sc)} executor core(s)): give the job more executor cores "
+                "(spark.executor.cores, spark.executor.instances, spark.cores.max), or lower job.container.count / "
+                "job.coordinator.slots.headroom, or wait longer with job.coordinator.slots.wait.ms"
             )
         time.sleep(0.5)
 
 
-def _cluster_slots(sc: SparkContext) -> int:
-    """Task slots of the registered executors: their total cores divided by ``spark.task.cpus``."""
-    cpus_per_task = int(sc.getConf().get("spark.task.cpus", "1"))
-    backend = sc._jsc.sc().schedulerBackend()
-    try:
-        cores = int(backend.totalCoreCount().get())
-    except Exception:  # not a coarse-grained backend: trust Spark's own estimate
-        cores = sc.defaultParallelism
-    return cores // cpus_per_task
+def cluster_slots(sc: SparkContext) -> int:
+    """Tasks the registered executors can run at once under the default resource profile: Spark's own count
+    (each executor's cores divided by ``spark.task.cpus``, and by any other task resource), the figure its
+    scheduler uses to place tasks, so a container counted here is never left waiting for a slot."""
+    context = sc._jsc.sc()
+    profile = context.resourceProfileManager().defaultResourceProfile()
+    return int(context.maxNumConcurrentTasks(profile))
+
+
+def _task_cpus(sc: SparkContext) -> int:
+    return int(sc.getConf().get("spark.task.cpus", "1") or "1")
 
 
 def abandon_session() -> None:

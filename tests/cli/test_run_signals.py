@@ -14,6 +14,7 @@ import pytest
 
 from millstream.config import Config
 from millstream.coordinator.prepare import load_job_config
+from millstream.coordinator.status import job_status
 from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
 from tests.cli.test_main import (
@@ -115,6 +116,40 @@ def test_a_second_sigint_while_a_spark_job_stops_exits_130_at_once_without_java_
     assert "second signal: stopping without waiting" in text
     for trace in ("py4j", "java.", "Traceback", "\tat ", "Exception"):
         assert trace not in text, text
+
+
+@pytest.mark.spark
+def test_a_sigterm_to_the_whole_process_group_stops_a_spark_job_as_gracefully_as_one_to_the_command(
+    tmp_path: Path,
+):
+    """``timeout``, systemd and schedulers signal the whole process group: Spark's driver JVM must survive it,
+    so the containers make their final commit and the command exits 0."""
+    path = write_config(
+        tmp_path,
+        {"task.class": "tests.jobs:SlowPassThrough", "test.delay.seconds": 0.001, "spark.ui.enabled": "false"},
+    )
+    config = load_job_config(path)
+    create_stream(config, "in", 2)
+    create_stream(config, "out", 2)
+    fill(config, "in", 2, 3000)  # unbounded: not sealed, the job would run forever
+    job, stdout, stderr = start_job(path, tmp_path)  # in a new session: its pid is the group's id
+    try:
+        wait_for(lambda: _running_with_a_checkpoint(config), timeout=120, process=job, log=stderr)
+        os.killpg(job.pid, signal.SIGTERM)
+        code = job.wait(timeout=60)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+    assert code == 0, stderr.read_text()
+    assert "SIGTERM: stopping containers gracefully" in stderr.read_text()
+    assert "generation 1: stopped" in stdout.read_text()
+    checkpointed = {row[1]: int(row[2]) for row in table_rows(millstream("checkpoint", "show", path).stdout)}
+    output = by_input_partition(config)
+    for partition in (0, 1):  # the final commit covers exactly what the job wrote
+        assert max(output[partition]) == checkpointed[f"log.in.{partition}"]
+    states = {cid: info.get("state") for cid, info in job_status(config).containers.items()}
+    assert states and "running" not in states.values(), states
 
 
 def coordination_started(config: Config, generation: int) -> str:

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
+import yaml
 from pyspark.sql import SparkSession
 
+import millstream.spark.submit
+from millstream.errors import ConfigError
 from millstream.spark.runner import SparkJobRunner
-from millstream.spark.session import build_session
-from tests.helpers import create_stream, fill, job_config, output_origins, seal
+from millstream.spark.session import build_session, cluster_slots
+from tests.helpers import create_stream, fill, job_config, output_origins, seal, wait_until
 from tests.spark.standalone import StandaloneCluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -49,3 +58,88 @@ def test_job_runs_on_a_standalone_cluster_with_containers_in_different_executors
     executors = {c.container_id: (c.executor["executor_pid"], c.executor["cwd"]) for c in result.containers}
     assert executors["0"] != executors["1"], executors
     assert all("/worker-" in cwd for _, cwd in executors.values())
+
+
+def test_a_cluster_too_small_for_the_job_is_refused_within_the_slot_wait_naming_needed_and_offered_slots(
+    cluster, tmp_path
+):
+    config = job_config(
+        tmp_path,
+        job__container__count=3,
+        job__coordinator__slots__headroom=0,
+        job__coordinator__slots__wait__ms=3000,
+        spark__driver__host="127.0.0.1",
+        spark__driver__bindAddress="127.0.0.1",
+        spark__executor__memory="512m",
+        spark__default__parallelism="200",  # Spark's estimate of parallelism must not pass for task slots
+    )
+    create_stream(config, "in", 4)
+    create_stream(config, "out", 4)
+    spark = build_session(config, master=cluster.master_url)
+    try:
+        # two workers of one core each: two slots once both executors registered, whatever defaultParallelism says
+        wait_until(lambda: cluster_slots(spark.sparkContext) == 2, 60, "both executors to register", interval=0.2)
+        started = time.monotonic()
+        with pytest.raises(ConfigError) as refused:
+            SparkJobRunner(config, spark=spark).run()
+        waited = time.monotonic() - started
+    finally:
+        spark.stop()
+    assert refused.value.exit_code == 2
+    message = str(refused.value)
+    assert f"Spark master '{cluster.master_url}' offers 2 task slot(s) after waiting 3s" in message
+    assert "needs 3 (3 container(s) + 0 headroom" in message
+    for key in ("spark.task.cpus=1", "spark.executor.cores", "job.container.count", "job.coordinator.slots.wait.ms"):
+        assert key in message
+    assert 3 <= waited < 10
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_spark_submit_runs_a_job_on_the_standalone_cluster_in_client_mode_with_the_submitted_master(cluster, tmp_path):
+    # executors of a fresh application take 20 s and more to register on a loaded 2-core machine
+    config = job_config(
+        tmp_path,
+        job__container__count=2,
+        job__coordinator__slots__headroom=0,
+        job__coordinator__slots__wait__ms=120_000,
+    )
+    create_stream(config, "in", 4)
+    create_stream(config, "out", 4)
+    written = fill(config, "in", 4, 100)
+    seal(config, "in")
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(config.to_dict()), encoding="utf-8")
+    submitted = subprocess.run(
+        [
+            str(cluster.spark_home / "bin" / "spark-submit"),
+            "--master",
+            cluster.master_url,
+            "--deploy-mode",
+            "client",
+            "--conf",
+            "spark.driver.host=127.0.0.1",
+            "--conf",
+            "spark.driver.bindAddress=127.0.0.1",
+            "--conf",
+            "spark.executor.memory=512m",
+            "--conf",
+            "spark.ui.enabled=false",
+            "--conf",
+            f"spark.pyspark.python={sys.executable}",
+            "--conf",
+            f"spark.pyspark.driver.python={sys.executable}",
+            millstream.spark.submit.__file__,
+            str(path),
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},  # the task class is tests.jobs:PassThrough
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    errors = [line for line in submitted.stderr.splitlines() if line.startswith(("error:", "job failed:"))]
+    assert submitted.returncode == 0, "\n".join(errors) or submitted.stderr[-3000:]
+    assert f"generation 1: finished on {cluster.master_url}" in submitted.stdout, submitted.stdout
+    assert set(output_origins(config)) == written

@@ -1,0 +1,90 @@
+"""Run a job under ``spark-submit``: ``spark-submit [options] millstream/spark/submit.py job.yaml [--stage N]``.
+
+``millstream run`` builds its own SparkSession (a ``local[N]`` master unless told otherwise, the driver's
+interpreter for the Python workers). Under ``spark-submit`` the session is the user's: its master, deploy mode,
+``--py-files``, ``--archives`` and ``spark.pyspark.python`` (a packed venv) come from the submit command and the
+cluster's defaults, and are used as they are. What the runner relies on is verified instead of set, because a
+running SparkContext cannot change it: no speculation (a speculative copy would run a container twice) and
+``spark.task.maxFailures`` matching the job's container retries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from pyspark import SparkConf
+from pyspark.sql import SparkSession
+
+from millstream.config import Config, JobConfig
+from millstream.coordinator.prepare import load_job_config
+from millstream.errors import ConfigError, MillstreamError
+from millstream.log_context import configure_logging
+from millstream.spark.runner import SparkJobRunner
+from millstream.spark.session import local_slots, set_failed_attempt_logging
+
+SUPERSEDED_EXIT_CODE = 3  # as ``millstream run``: another run of the same job took over
+
+
+def check_submitted_conf(conf: SparkConf, config: Config) -> None:
+    """Refuse, naming the ``--conf`` to pass, a submitted session the runner cannot run this job in safely."""
+    if (conf.get("spark.speculation") or "false").lower() != "false":
+        raise ConfigError(
+            "spark.speculation is enabled in the submitted session: a speculative copy would run a container "
+            "twice; submit with --conf spark.speculation=false"
+        )
+    master = conf.get("spark.master") or ""
+    if local_slots(master) is not None:
+        return  # local masters retry through local[N,F], not spark.task.maxFailures
+    needed = JobConfig.of(config).container_max_attempts
+    submitted = int(conf.get("spark.task.maxFailures") or "4")
+    if submitted != needed:
+        raise ConfigError(
+            f"the submitted session has spark.task.maxFailures={submitted}, but the job allows {needed} attempt(s) "
+            f"per container (job.container.retry.count / job.container.restart.failure.rate.max): submit with "
+            f"--conf spark.task.maxFailures={needed}"
+        )
+
+
+def submit(config: Config, spark: SparkSession) -> int:
+    """Run ``config`` in the submitted session; the exit code ``millstream run`` would give."""
+    check_submitted_conf(spark.sparkContext.getConf(), config)
+    set_failed_attempt_logging(spark.sparkContext, "OFF")
+    result = SparkJobRunner(config, spark=spark).run(handle_signals=True)
+    name = JobConfig.of(config).name
+    if result.outcome == "failed":
+        print(f"job failed: {result.error}", file=sys.stderr)
+        return 1
+    if result.outcome == "superseded":
+        print(f"job {name} {result.error}, by another run of the same job", file=sys.stderr)
+        return SUPERSEDED_EXIT_CODE
+    print(f"job {name} generation {result.generation}: {result.outcome} on {spark.sparkContext.master}")
+    for container in result.containers:
+        print(f"  container {container.container_id}: {container.messages} message(s), {container.commits} commit(s)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="submit.py", description="Run a millstream job under spark-submit.")
+    parser.add_argument("config", help="the job's config file (YAML or properties)")
+    parser.add_argument("--stage", type=int, default=None, help="run only this stage of the application (app.stage)")
+    args = parser.parse_args(argv)
+    try:
+        config = load_job_config(args.config, {"app.stage": str(args.stage)} if args.stage is not None else None)
+        configure_logging("WARNING", job=JobConfig.of(config).name)
+        spark = SparkSession.builder.getOrCreate()  # the session spark-submit configured, as it is
+        try:
+            return submit(config, spark)
+        finally:
+            spark.stop()
+    except MillstreamError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2 if getattr(error, "exit_code", 1) == 2 else 1
+    except KeyboardInterrupt:  # a second signal: stopped without waiting for the final commits
+        logging.disable(logging.CRITICAL)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
