@@ -4,6 +4,11 @@ Each package defines its own subclasses next to the code that raises them; every
 thing at fault (key, stream, partition, offset, file) in its message so an operator can act on it.
 """
 
+SUPERSEDED_EXIT_CODE = 3
+"""How ``millstream run`` and the spark-submit entry point exit when another run of the job took over."""
+FORCED_STOP_EXIT_CODE = 130
+"""A second Ctrl-C / SIGTERM: stopped without waiting for the final commits."""
+
 
 class MillstreamError(Exception):
     """Base class of all millstream errors."""

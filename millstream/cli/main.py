@@ -29,7 +29,7 @@ from millstream.cli.version import root
 from millstream.config import Config, JobConfig, parse_override
 from millstream.config.secrets import mask_secrets_in_logs
 from millstream.config.views import parse_stream
-from millstream.errors import ConfigError, MillstreamError
+from millstream.errors import FORCED_STOP_EXIT_CODE, SUPERSEDED_EXIT_CODE, ConfigError, MillstreamError
 from millstream.job_model import JobModel
 from millstream.log_context import configure_logging
 from millstream.model import SystemStream
@@ -54,8 +54,6 @@ app.add_typer(adstore_app, name="adstore")
 app.command("plan")(plan)
 job_app.command("drain")(drain)
 
-SUPERSEDED_EXIT_CODE = 3
-FORCED_STOP_EXIT_CODE = 130  # a second Ctrl-C / SIGTERM: stopped without waiting for the final commits
 
 StreamArg = Annotated[str, typer.Argument(help="system.stream (a bare name means the log system)")]
 

@@ -19,12 +19,10 @@ from pyspark.sql import SparkSession
 
 from millstream.config import Config, JobConfig
 from millstream.coordinator.prepare import load_job_config
-from millstream.errors import ConfigError, MillstreamError
+from millstream.errors import FORCED_STOP_EXIT_CODE, SUPERSEDED_EXIT_CODE, ConfigError, MillstreamError
 from millstream.log_context import configure_logging
 from millstream.spark.runner import SparkJobRunner
 from millstream.spark.session import local_slots, set_failed_attempt_logging
-
-SUPERSEDED_EXIT_CODE = 3  # as ``millstream run``: another run of the same job took over
 
 
 def check_submitted_conf(conf: SparkConf, config: Config) -> None:
@@ -83,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2 if getattr(error, "exit_code", 1) == 2 else 1
     except KeyboardInterrupt:  # a second signal: stopped without waiting for the final commits
         logging.disable(logging.CRITICAL)
-        return 130
+        return FORCED_STOP_EXIT_CODE
 
 
 if __name__ == "__main__":
