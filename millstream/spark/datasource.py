@@ -17,6 +17,7 @@ one column type every such object fits, which Spark SQL then takes apart with ``
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -206,8 +207,15 @@ class RecordBatchBuilder:
         return self._pa.RecordBatch.from_arrays(arrays, schema=self._arrow_schema)
 
 
+_registered: weakref.WeakSet[SparkSession] = weakref.WeakSet()
+"""Sessions that know the formats already: Spark warns each time a source is registered again."""
+
+
 def register(spark: SparkSession) -> None:
     """Make formats ``millstream`` and ``millstream-checkpoints`` known to ``spark`` (the sessions millstream
-    builds register them themselves)."""
+    builds register them themselves), once per session."""
+    if spark in _registered:
+        return
     spark.dataSource.register(MillstreamDataSource)
     spark.dataSource.register(MillstreamCheckpointsDataSource)
+    _registered.add(spark)

@@ -37,6 +37,9 @@ def test_the_status_document_and_the_spark_job_name_the_job_its_generation_and_c
     create_stream(config, "out", 4)
     fill(config, "in", 4, 30)  # never sealed: the job runs until stopped
     runner = SparkJobRunner(config, spark=spark_local)
+    tracker = spark_local.sparkContext.statusTracker()
+    group = f"millstream-{JobConfig.of(runner.config).job_key}-g1"
+    earlier = set(tracker.getJobIdsForGroup(group))  # the shared session remembers other tests' runs of this job
     outcome: dict[str, JobResult] = {}
     job = threading.Thread(target=lambda: outcome.setdefault("result", runner.run()))
     job.start()
@@ -64,8 +67,7 @@ def test_the_status_document_and_the_spark_job_name_the_job_its_generation_and_c
     assert document["startpoints"]["pending"] == [] and isinstance(document["watermarks"], list)
 
     sc = spark_local.sparkContext
-    group = f"millstream-{JobConfig.of(runner.config).job_key}-g1"
-    job_ids = sc.statusTracker().getJobIdsForGroup(group)
+    job_ids = sorted(set(tracker.getJobIdsForGroup(group)) - earlier)
     assert len(job_ids) == 1
     job_data = sc._jsc.sc().statusStore().job(job_ids[0])
     description = job_data.description().get()
