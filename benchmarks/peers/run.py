@@ -24,7 +24,8 @@ from benchmarks.peers.verify import (
     verify_passthrough,
 )
 from benchmarks.peers.window import SteadyWindow, cpu_between, steady_window
-from benchmarks.peers.workload import create_topic, delete_topics, write_input
+from benchmarks.peers.workload import delete_topics, write_input
+from tests.integration.kafka.helpers import create_topic
 
 RUN_ID = uuid.uuid4().hex[:6]
 INPUT = f"peers-{RUN_ID}-in"
@@ -48,7 +49,7 @@ def measure_once(
     name = f"peers-{RUN_ID}-{_slug(contender.name)}-{workload}-{index}"
     workdir = root / name
     workdir.mkdir()
-    create_topic(args.bootstrap, name, args.partitions, log_append_time=True)
+    create_topic(args.bootstrap, name, args.partitions, **{"message.timestamp.type": "LogAppendTime"})
     command = [str(python), *contender.command, "--bootstrap", args.bootstrap, "--input", INPUT, "--output", name]
     command += ["--workload", workload, "--messages", str(args.messages), "--partitions", str(args.partitions)]
     command += ["--workdir", str(workdir), "--name", name]
@@ -141,7 +142,11 @@ def main(argv: list[str] | None = None) -> None:
         "for a contender too slow for all of them",
     )
     parser.add_argument(
-        "--only", type=lambda s: set(s.split(",")), default=set(), help="contender names, comma-separated"
+        "--only",
+        action="append",
+        choices=[contender.name for contender in CONTENDERS],
+        default=[],
+        help="a contender to run, repeatable (names hold commas, so one per --only); default: all",
     )
     parser.add_argument("--bootstrap", help="an existing broker (default: start one from the test harness)")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "assets" / "performance")

@@ -14,9 +14,10 @@ import json
 import time
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from benchmarks.peers.verify import key_bytes
+from tests.integration.kafka.helpers import create_topic
 
 MESSAGE_BYTES = 100
 
@@ -27,20 +28,6 @@ def message_value(index: int, keys: int) -> bytes:
     raw = json.dumps(body, separators=(",", ":"))
     body["pad"] = "x" * max(0, MESSAGE_BYTES - len(raw))
     return json.dumps(body, separators=(",", ":")).encode()
-
-
-def create_topic(bootstrap: str, topic: str, partitions: int, log_append_time: bool = False) -> None:
-    """Create ``topic`` and wait until every partition has a leader."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    config = {"message.timestamp.type": "LogAppendTime"} if log_append_time else {}
-    admin.create_topics([NewTopic(topic, partitions, 1, config=config)])[topic].result(60)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        info = admin.list_topics(topic=topic, timeout=30).topics.get(topic)
-        if info is not None and info.error is None and all(p.leader >= 0 for p in info.partitions.values()):
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"topic {topic} has partitions without a leader after 60 s")
 
 
 def delete_topics(bootstrap: str, prefix: str) -> None:
