@@ -1,6 +1,6 @@
 """The peer benchmark: millstream against the raw Kafka client and the other Python stream processors.
 
-    python -m benchmarks.peers [--messages 1000000] [--keys 10000] [--runs 3] [--only NAME,...]
+    python -m benchmarks.peers [--messages 1000000] [--keys 10000] [--runs 3] [--only NAME ...]
 
 One Kafka broker (the test harness's), one 4-partition input topic of JSON messages of about 100 bytes
 over ``--keys`` keys, and every contender one after another on that topic, in separate processes:

@@ -6,6 +6,7 @@ is the one function here that talks to Kafka.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -81,17 +82,22 @@ def _compare_per_key(topic: str, got: Counter[bytes], expected: Counter[bytes], 
 
 def read_output(bootstrap: str, topic: str, partitions: int, timeout: float = 60.0) -> list[OutputRecord]:
     """Every message of ``topic`` (end offsets read first, so a contender still writing is an error
-    later, not a wait here), with the broker's append time."""
+    later, not a wait here), with the broker's append time. Reading ends when every partition's position
+    reaches its end offset, not after a count of messages: transactional writers (millstream's, Kafka
+    Streams') leave a commit marker at an offset of its own."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "peer-verify", "enable.auto.commit": False})
     try:
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions)}
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions) if ends[p] > 0])
+        assigned = [TopicPartition(topic, p, 0) for p in range(partitions) if ends[p] > 0]
+        consumer.assign(assigned)
         records: list[OutputRecord] = []
-        remaining = sum(ends.values())
-        while remaining > 0:
-            batch = consumer.consume(min(10_000, remaining), timeout)
-            if not batch:
-                raise OutputMismatchError(f"{topic}: reading back stalled with {remaining:,} messages to go")
+        last_progress = time.monotonic()
+        while behind := _offsets_to_go(consumer, assigned, ends):
+            batch = consumer.consume(min(10_000, behind), 1.0)
+            if batch:
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > timeout:
+                raise OutputMismatchError(f"{topic}: reading back stalled with {behind:,} offsets to go")
             for message in batch:
                 if message.error() is not None:
                     continue
@@ -99,7 +105,11 @@ def read_output(bootstrap: str, topic: str, partitions: int, timeout: float = 60
                 records.append(
                     OutputRecord(key or b"", value or b"", message.timestamp()[1], partition or 0, offset or 0)
                 )
-                remaining -= 1
         return records
     finally:
         consumer.close()
+
+
+def _offsets_to_go(consumer: Consumer, assigned: list[TopicPartition], ends: dict[int, int]) -> int:
+    """Offsets between each partition's position and its end (a position not known yet counts from 0)."""
+    return sum(max(0, ends[tp.partition] - max(tp.offset, 0)) for tp in consumer.position(assigned))
