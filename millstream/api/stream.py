@@ -176,6 +176,11 @@ class MessageStream:
             raise ApplicationError(f"join with table '{other.name}': how must be 'inner' or 'left', not '{how}'")
         if key is None:
             raise ApplicationError(f"join with table '{other.name}': key= is required")
+        if other_key is not None or within_ms is not None or allowed_lateness_ms:
+            raise ApplicationError(
+                f"join with table '{other.name}': other_key, within_ms and allowed_lateness_ms are for joins "
+                "with a stream"
+            )
         return self._then(JoinSpec, "join", name, table=other, key_fn=key, joiner=joiner, how=how)
 
     def _join_stream(

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from millstream.api.application import InputDescriptor
+from millstream.api.application import InputDescriptor, StreamApplicationDescriptor
+from millstream.api.errors import ApplicationError
+from millstream.api.table import InMemoryTableDescriptor
 from millstream.model import SystemStream
 from millstream.operators.stream_join import StreamJoinImpl
 from tests.api.harness import Driver, application, task_graph
@@ -124,6 +127,19 @@ def test_join_buffers_and_purge_index_survive_a_restart():
     send(after, "R", "z", 50, 6)
     after.tick()
     assert outputs(after) == [(1, 4), (5, 6), (3, None)]
+
+
+def test_a_join_is_refused_when_its_arguments_do_not_fit_a_stream_or_a_table_naming_it():
+    app = StreamApplicationDescriptor()
+    left, right = app.input("log.left"), app.input("log.right")
+    with pytest.raises(
+        ApplicationError, match=r"join 'j' of input-log.left with input-log.right: within_ms .* must be >= 0"
+    ):
+        left.join(right, joiner=lambda a, b: a, name="j")
+    with pytest.raises(ApplicationError, match="how must be 'inner' or 'left', not 'outer'"):
+        left.join(right, joiner=lambda a, b: a, within_ms=1, how="outer")
+    with pytest.raises(ApplicationError, match="join with table 'users': other_key, within_ms"):
+        left.join(InMemoryTableDescriptor("users", {}), key=str, joiner=lambda a, b: a, within_ms=5)
 
 
 DISORDER = 20
