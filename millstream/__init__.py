@@ -24,7 +24,7 @@ from millstream.api.task import (
     TaskCoordinator,
     WindowableTask,
 )
-from millstream.api.windows import SlidingWindow, TumblingWindow, WindowPane
+from millstream.api.windows import SessionWindow, SlidingWindow, TumblingWindow, WindowPane
 from millstream.errors import ConfigError, MillstreamError
 from millstream.model import (
     IncomingMessageEnvelope,
@@ -55,6 +55,7 @@ __all__ = [
     "OutgoingMessageEnvelope",
     "OutputDescriptor",
     "Partition",
+    "SessionWindow",
     "SlidingWindow",
     "StreamApplication",
     "StreamApplicationDescriptor",

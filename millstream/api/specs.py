@@ -99,6 +99,39 @@ class WindowSpec(OperatorSpec):
 
 
 @dataclass(eq=False, kw_only=True)
+class StatefulMapSpec(OperatorSpec):
+    """``fn(message, state)`` with the ``ValueState`` of ``key_fn(message)`` (a ``KV``'s key when None);
+    ``flat`` emits each item of the result, else the result itself."""
+
+    fn: Callable[[Any, Any], Any]
+    key_fn: Callable[[Any], Any] | None = None
+    flat: bool = False
+    kind = "map_with_state"
+
+    @property
+    def function(self) -> Any:
+        return self.fn
+
+
+@dataclass(eq=False, kw_only=True)
+class StreamJoinSpec(OperatorSpec):
+    """Joins ``inputs[0]`` (left) with ``inputs[1]`` (right) on equal keys when their event times are at
+    most ``within_ms`` apart; both sides are buffered per key until the watermark passes that interval."""
+
+    key_fn: Callable[[Any], Any] | None
+    other_key_fn: Callable[[Any], Any] | None
+    joiner: Callable[[Any, Any], Any]
+    within_ms: int
+    allowed_lateness_ms: int = 0
+    how: str = "inner"
+    kind = "stream_join"
+
+    @property
+    def function(self) -> Any:
+        return self.joiner
+
+
+@dataclass(eq=False, kw_only=True)
 class JoinSpec(OperatorSpec):
     table: TableDescriptor
     key_fn: Callable[[Any], Any]

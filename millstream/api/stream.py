@@ -20,11 +20,14 @@ from millstream.api.specs import (
     PartitionBySpec,
     SendToSpec,
     SinkSpec,
+    StatefulMapSpec,
+    StreamJoinSpec,
     WindowSpec,
 )
 
 if TYPE_CHECKING:
     from millstream.api.application import OutputDescriptor, StreamApplicationDescriptor
+    from millstream.api.state import ValueState
     from millstream.api.table import TableDescriptor
     from millstream.api.windows import Aggregator, WindowDefinition
 
@@ -47,6 +50,30 @@ class MessageStream:
     def flat_map(self, fn: Callable[[Any], Iterable[Any]], *, name: str | None = None) -> MessageStream:
         """Zero or more outputs per message: each item of ``fn(message)``."""
         return self._then(FlatMapSpec, "flat_map", name, fn=fn)
+
+    def map_with_state(
+        self,
+        fn: Callable[[Any, ValueState], Any],
+        *,
+        key: Callable[[Any], Any] | None = None,
+        name: str | None = None,
+    ) -> MessageStream:
+        """One output per message: ``fn(message, state)``, ``state`` the ``ValueState`` of ``key(message)``
+        (of a ``KV``'s key when ``key`` is None). A running count per user is
+        ``stream.map_with_state(lambda m, s: s.set(s.get(0) + 1) or s.get(), key=lambda m: m["user"])``.
+        Name it: its state is kept under its name across restarts."""
+        return self._then(StatefulMapSpec, "map_with_state", name, fn=fn, key_fn=key)
+
+    def flat_map_with_state(
+        self,
+        fn: Callable[[Any, ValueState], Iterable[Any]],
+        *,
+        key: Callable[[Any], Any] | None = None,
+        name: str | None = None,
+    ) -> MessageStream:
+        """Zero or more outputs per message: each item of ``fn(message, state)`` (see ``map_with_state``);
+        emitting nothing is how a stateful filter or deduplication is written."""
+        return self._then(StatefulMapSpec, "flat_map_with_state", name, fn=fn, key_fn=key, flat=True)
 
     def merge(self, *others: MessageStream, name: str | None = None) -> MessageStream:
         """The messages of this stream and of ``others``; its watermark is their minimum."""
@@ -98,8 +125,16 @@ class MessageStream:
     ) -> MessageStream:
         """Event-time windows per ``key(message)``; emits a ``WindowPane`` per key and window once the
         watermark reaches the window's end (see ``millstream.api.windows``)."""
+        from millstream.api.windows import SessionWindow
+
         if allowed_lateness_ms < 0:
             raise ApplicationError(f"window '{name or 'window'}': allowed_lateness_ms must be >= 0")
+        if isinstance(window, SessionWindow) and not aggregate.can_merge:
+            raise ApplicationError(
+                f"window '{name or 'window'}': a session window merges sessions, but aggregator "
+                f"{type(aggregate).__name__} has no merge (give Aggregate a merge= function, or implement "
+                "Aggregator.merge)"
+            )
         return self._then(
             WindowSpec,
             "window",
@@ -112,18 +147,74 @@ class MessageStream:
 
     def join(
         self,
-        table: TableDescriptor,
+        other: TableDescriptor | MessageStream,
         *,
-        key: Callable[[Any], Any],
+        key: Callable[[Any], Any] | None = None,
         joiner: Callable[[Any, Any], Any],
         how: str = "inner",
+        other_key: Callable[[Any], Any] | None = None,
+        within_ms: int | None = None,
+        allowed_lateness_ms: int = 0,
         name: str | None = None,
     ) -> MessageStream:
-        """Stream-table join: ``joiner(message, table.get(key(message)))``. ``how="inner"`` drops messages
-        without a record; ``"left"`` passes them with ``None``."""
+        """Join with a table or with another stream.
+
+        With a table: ``joiner(message, table.get(key(message)))``; ``how="inner"`` drops messages without
+        a record, ``"left"`` passes them with ``None``.
+
+        With a stream (Samza's stream-stream join with a TTL, Flink's interval join):
+        ``joiner(message, other_message)`` for every pair with ``key(message) == other_key(other_message)``
+        (a ``KV``'s key when a key function is None) whose event times are at most ``within_ms`` apart. Both
+        streams must be co-partitioned by that key (each side comes from a ``partition_by``); both sides are
+        buffered until the watermark passes ``within_ms + allowed_lateness_ms`` beyond them. Messages older
+        than the watermark minus ``allowed_lateness_ms`` are dropped and counted. ``how="left"`` also emits
+        ``joiner(message, None)`` for a message of this stream that found no match once its buffer expires.
+        """
+        if isinstance(other, MessageStream):
+            return self._join_stream(other, key, other_key, joiner, how, within_ms, allowed_lateness_ms, name)
         if how not in ("inner", "left"):
-            raise ApplicationError(f"join with table '{table.name}': how must be 'inner' or 'left', not '{how}'")
-        return self._then(JoinSpec, "join", name, table=table, key_fn=key, joiner=joiner, how=how)
+            raise ApplicationError(f"join with table '{other.name}': how must be 'inner' or 'left', not '{how}'")
+        if key is None:
+            raise ApplicationError(f"join with table '{other.name}': key= is required")
+        if other_key is not None or within_ms is not None or allowed_lateness_ms:
+            raise ApplicationError(
+                f"join with table '{other.name}': other_key, within_ms and allowed_lateness_ms are for joins "
+                "with a stream"
+            )
+        return self._then(JoinSpec, "join", name, table=other, key_fn=key, joiner=joiner, how=how)
+
+    def _join_stream(
+        self,
+        other: MessageStream,
+        key: Callable[[Any], Any] | None,
+        other_key: Callable[[Any], Any] | None,
+        joiner: Callable[[Any, Any], Any],
+        how: str,
+        within_ms: int | None,
+        allowed_lateness_ms: int,
+        name: str | None,
+    ) -> MessageStream:
+        label = f"join '{name or 'stream_join'}' of {self.spec.op_id} with {other.spec.op_id}"
+        other._same_app(self.app)
+        if how not in ("inner", "left"):
+            raise ApplicationError(f"{label}: how must be 'inner' or 'left', not '{how}'")
+        if within_ms is None or within_ms < 0:
+            raise ApplicationError(f"{label}: within_ms (the interval of event time a match may span) must be >= 0")
+        if allowed_lateness_ms < 0:
+            raise ApplicationError(f"{label}: allowed_lateness_ms must be >= 0")
+        spec = self.app.add(
+            StreamJoinSpec,
+            "stream_join",
+            name,
+            inputs=(self.spec, other.spec),
+            key_fn=key,
+            other_key_fn=other_key,
+            joiner=joiner,
+            within_ms=within_ms,
+            allowed_lateness_ms=allowed_lateness_ms,
+            how=how,
+        )
+        return MessageStream(self.app, spec)
 
     def send_to(self, output: OutputDescriptor | str, *, key: Callable[[Any], Any] | None = None) -> None:
         """Write every message to ``output``. A ``KV`` is written as its key and value; otherwise the key

@@ -7,6 +7,10 @@ that much longer: a late message still updates it and re-emits the pane (``updat
 late messages are dropped and counted.
 
 Panes carry the event time ``end - 1``, so a window downstream of a window sees them on time.
+
+A ``SessionWindow`` has no fixed bounds: each message opens a window ``[ts, ts + gap)`` that merges with
+every session of its key it overlaps or touches, so a session ends ``gap_ms`` after its last message.
+Merging combines accumulators with ``Aggregator.merge``, so only aggregators that can merge are accepted.
 """
 
 from __future__ import annotations
@@ -73,10 +77,30 @@ class SlidingWindow(WindowDefinition):
         return windows
 
 
+@dataclass(frozen=True)
+class SessionWindow(WindowDefinition):
+    """Sessions per key separated by at least ``gap_ms`` of event time without a message.
+
+    ``assign`` gives the window one message opens on its own; the session window operator merges it with
+    the key's sessions it overlaps or touches (a message exactly ``gap_ms`` after the last one still joins
+    its session, as in Flink and Kafka Streams).
+    """
+
+    gap_ms: int
+
+    def __post_init__(self) -> None:
+        if self.gap_ms <= 0:
+            raise ValueError(f"a session window needs a positive gap, got {self.gap_ms} ms")
+
+    def assign(self, timestamp: int) -> list[tuple[int, int]]:
+        return [(timestamp, timestamp + self.gap_ms)]
+
+
 class Aggregator(ABC):
     """How a window folds messages: ``initial()``, then ``add(accumulator, message)`` per message, and
     ``result(accumulator)`` for the pane. Accumulators are kept with the task's state, so they must be
-    picklable."""
+    picklable. Session windows also need ``merge(a, b)``: the accumulator of two sessions that became one,
+    ``a`` the earlier; ``can_merge`` says whether an aggregator has it."""
 
     @abstractmethod
     def initial(self) -> Any: ...
@@ -87,6 +111,13 @@ class Aggregator(ABC):
     def result(self, accumulator: Any) -> Any:
         return accumulator
 
+    @property
+    def can_merge(self) -> bool:
+        return type(self).merge is not Aggregator.merge
+
+    def merge(self, first: Any, second: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} cannot merge accumulators")
+
 
 class Count(Aggregator):
     def initial(self) -> int:
@@ -94,6 +125,9 @@ class Count(Aggregator):
 
     def add(self, accumulator: Any, message: Any) -> int:
         return int(accumulator) + 1
+
+    def merge(self, first: Any, second: Any) -> int:
+        return int(first) + int(second)
 
 
 class Sum(Aggregator):
@@ -105,6 +139,9 @@ class Sum(Aggregator):
 
     def add(self, accumulator: Any, message: Any) -> Any:
         return accumulator + (self.value(message) if self.value else message)
+
+    def merge(self, first: Any, second: Any) -> Any:
+        return first + second
 
 
 class Collect(Aggregator):
@@ -120,19 +157,35 @@ class Collect(Aggregator):
         accumulator.append(self.value(message) if self.value else message)
         return accumulator
 
+    def merge(self, first: list[Any], second: list[Any]) -> list[Any]:
+        """The earlier session's messages, then the later's (each in arrival order)."""
+        return [*first, *second]
+
 
 class Aggregate(Aggregator):
-    """An aggregator from functions: ``Aggregate(lambda: 0, lambda acc, m: acc + m["n"])``."""
+    """An aggregator from functions: ``Aggregate(lambda: 0, lambda acc, m: acc + m["n"])``; with
+    ``merge=lambda a, b: a + b`` it also serves session windows."""
 
     def __init__(
         self,
         initial: Callable[[], Any],
         add: Callable[[Any, Any], Any],
         result: Callable[[Any], Any] | None = None,
+        merge: Callable[[Any, Any], Any] | None = None,
     ) -> None:
         self._initial = initial
         self._add = add
         self._result = result
+        self._merge = merge
+
+    @property
+    def can_merge(self) -> bool:
+        return self._merge is not None
+
+    def merge(self, first: Any, second: Any) -> Any:
+        if self._merge is None:
+            raise NotImplementedError("this Aggregate has no merge= function")
+        return self._merge(first, second)
 
     def initial(self) -> Any:
         return self._initial()

@@ -36,6 +36,8 @@ from millstream.api.specs import (
     PartitionBySpec,
     SendToSpec,
     SinkSpec,
+    StatefulMapSpec,
+    StreamJoinSpec,
     WindowSpec,
 )
 from millstream.api.table import ReadableTable
@@ -377,6 +379,44 @@ class PartitionByImpl(OperatorImpl):
 StateFactory = Callable[[str], Any]
 
 
+def _build_impl(
+    spec: OperatorSpec,
+    context: GraphContext,
+    state_factory: StateFactory,
+    intermediate_outputs: Mapping[str, IntermediateOutput],
+) -> OperatorImpl:
+    """The operator of ``spec``; stateful ones get their state from ``state_factory(op_id)``."""
+    from millstream.api.windows import SessionWindow
+    from millstream.operators.keyed import StatefulMapImpl
+    from millstream.operators.sessions import SessionWindowImpl
+    from millstream.operators.stream_join import StreamJoinImpl
+    from millstream.operators.windows import WindowImpl
+
+    stateless: dict[type[OperatorSpec], Callable[[Any, GraphContext], OperatorImpl]] = {
+        MapSpec: MapImpl,
+        FilterSpec: FilterImpl,
+        FlatMapSpec: FlatMapImpl,
+        MergeSpec: MergeImpl,
+        JoinSpec: JoinImpl,
+        SendToSpec: SendToImpl,
+        SinkSpec: SinkImpl,
+    }
+    build = stateless.get(type(spec))
+    if build is not None:
+        return build(spec, context)
+    if isinstance(spec, WindowSpec):
+        if isinstance(spec.window, SessionWindow):
+            return SessionWindowImpl(spec, context, state_factory(spec.op_id))
+        return WindowImpl(spec, context, state_factory(spec.op_id))
+    if isinstance(spec, StatefulMapSpec):
+        return StatefulMapImpl(spec, context, state_factory(spec.op_id))
+    if isinstance(spec, StreamJoinSpec):
+        return StreamJoinImpl(spec, context, state_factory(spec.op_id))
+    if isinstance(spec, PartitionBySpec):
+        return PartitionByImpl(spec, context, intermediate_outputs[spec.op_id])
+    raise OperatorError(f"operator {spec.op_id}: unknown kind {type(spec).__name__}")
+
+
 class OperatorGraph:
     """The live operators of one task for a run set, built from its specs (see the module docstring)."""
 
@@ -392,8 +432,6 @@ class OperatorGraph:
         """``source_inputs`` maps input op ids, ``intermediate_inputs`` partition_by op ids, to the streams
         this task owns partitions of; ``intermediate_outputs`` gives each produced ``partition_by`` its
         writer."""
-        from millstream.operators.windows import WindowImpl
-
         self.context = context
         self.inputs: dict[SystemStream, InputImpl] = {}
         self.impls: dict[str, OperatorImpl] = {}
@@ -405,39 +443,24 @@ class OperatorGraph:
         for op_id, (partition_spec, stream) in intermediate_inputs.items():
             intermediate = InputImpl(partition_spec, context, stream, f"{op_id}#input")
             self.inputs[stream] = consumed[op_id] = intermediate
+        from millstream.operators.stream_join import StreamJoinImpl
+
         self.operators: list[OperatorImpl] = list(self.inputs.values())
         for spec in operators:
-            upstream = []
-            for feeding in spec.inputs:
-                found = (consumed if isinstance(feeding, PartitionBySpec) else self.impls).get(feeding.op_id)
-                if found is not None:
-                    upstream.append(found)
+            feeding_impls = [
+                (consumed if isinstance(feeding, PartitionBySpec) else self.impls).get(feeding.op_id)
+                for feeding in spec.inputs
+            ]
+            upstream = [found for found in feeding_impls if found is not None]
             if not upstream:
                 continue
-            impl: OperatorImpl
-            if isinstance(spec, MapSpec):
-                impl = MapImpl(spec, context)
-            elif isinstance(spec, FilterSpec):
-                impl = FilterImpl(spec, context)
-            elif isinstance(spec, FlatMapSpec):
-                impl = FlatMapImpl(spec, context)
-            elif isinstance(spec, MergeSpec):
-                impl = MergeImpl(spec, context)
-            elif isinstance(spec, JoinSpec):
-                impl = JoinImpl(spec, context)
-            elif isinstance(spec, SendToSpec):
-                impl = SendToImpl(spec, context)
-            elif isinstance(spec, SinkSpec):
-                impl = SinkImpl(spec, context)
-            elif isinstance(spec, WindowSpec):
-                impl = WindowImpl(spec, context, state_factory(spec.op_id))
-            elif isinstance(spec, PartitionBySpec):
-                impl = PartitionByImpl(spec, context, intermediate_outputs[spec.op_id])
-            else:
-                raise OperatorError(f"operator {spec.op_id}: unknown kind {type(spec).__name__}")
+            impl = _build_impl(spec, context, state_factory, intermediate_outputs)
             impl.upstream = upstream
-            for source_impl in upstream:
-                source_impl.downstream.append(impl)
+            for side, source_impl in enumerate(feeding_impls):
+                if source_impl is None:
+                    continue
+                target = impl.side(side) if isinstance(impl, StreamJoinImpl) else impl
+                source_impl.downstream.append(target)
             self.impls[spec.op_id] = impl
             self.operators.append(impl)
 

@@ -18,6 +18,12 @@ interval, and stream-level serdes: the descriptors' for inputs and outputs, raw 
 streams (the task frames and applies the partition_by serdes itself), read from their oldest offset.
 It runs where every config is resolved (``resolve_paths``), on the driver, so containers receive the
 expanded config and never plan.
+
+**Stream-stream joins** need both sides co-partitioned: partition ``p`` of one side must hold the same
+keys as partition ``p`` of the other, so that one task sees both. The planner accepts a join whose sides
+both come from ``partition_by``s (the intermediate streams of one application share their partition
+count and partitioner), or both from inputs with the same partition count (checked against the streams
+when the job starts); it refuses any other join, naming the streams at fault.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from millstream.api.application import (
     describe_application,
 )
 from millstream.api.errors import ApplicationError
-from millstream.api.specs import InputSpec, JoinSpec, OperatorSpec, PartitionBySpec, SendToSpec
+from millstream.api.specs import InputSpec, JoinSpec, OperatorSpec, PartitionBySpec, SendToSpec, StreamJoinSpec
 from millstream.config import Config, JobConfig
 from millstream.config.views import AppConfig, config_flag
 from millstream.errors import ConfigError, StreamNotFoundError
@@ -185,8 +191,74 @@ def plan_stages(
                 f"partition_by '{intermediate.partition_by.name}' would write '{intermediate.system_stream}', "
                 "which is an input of the application; choose another name"
             )
+    for op in descriptor.graph.operators:
+        if isinstance(op, StreamJoinSpec):
+            _check_co_partitioned(op)
     stage_count = max(stage_of.values(), default=0) + 1
     return ApplicationGraph(app_class, app_name, app_id, descriptor, stage_of, intermediates, stage_count)
+
+
+def join_origins(spec: OperatorSpec) -> list[InputSpec | PartitionBySpec]:
+    """The inputs and ``partition_by``s whose messages reach ``spec`` without crossing a repartitioning."""
+    origins: dict[str, InputSpec | PartitionBySpec] = {}
+    pending = [spec]
+    seen: set[str] = set()
+    while pending:
+        op = pending.pop()
+        if op.op_id in seen:
+            continue
+        seen.add(op.op_id)
+        if isinstance(op, (InputSpec, PartitionBySpec)):
+            origins.setdefault(op.op_id, op)
+        else:
+            pending.extend(op.inputs)
+    return sorted(origins.values(), key=lambda op: op.op_id)
+
+
+def _origin_name(origin: InputSpec | PartitionBySpec) -> str:
+    if isinstance(origin, InputSpec):
+        return f"input '{origin.descriptor.system_stream}'"
+    return f"partition_by '{origin.name}'"
+
+
+def _check_co_partitioned(join: StreamJoinSpec) -> None:
+    kinds: set[type[OperatorSpec]] = set()
+    for side in join.inputs:
+        kinds.update(type(origin) for origin in join_origins(side))
+    if len(kinds) <= 1:
+        return
+    described = "; ".join(
+        f"{label} side {side.op_id} comes from " + ", ".join(_origin_name(o) for o in join_origins(side))
+        for label, side in zip(("left", "right"), join.inputs, strict=True)
+    )
+    raise ApplicationError(
+        f"stream join '{join.op_id}' joins streams that are not co-partitioned: {described}. Repartition both "
+        "sides by the join key with partition_by (or join two inputs with the same partition count)"
+    )
+
+
+def _check_join_partitions(graph: ApplicationGraph, streams: dict[SystemStream, StreamPlan]) -> None:
+    """Both sides of every stream join have the same partition count (the planner checked the rest)."""
+    for op in graph.descriptor.graph.operators:
+        if not isinstance(op, StreamJoinSpec):
+            continue
+        counts: dict[str, int] = {}
+        for side in op.inputs:
+            for origin in join_origins(side):
+                stream = (
+                    origin.descriptor.system_stream
+                    if isinstance(origin, InputSpec)
+                    else graph.intermediates[origin.op_id].system_stream
+                )
+                planned = streams[stream].partitions
+                if planned is not None:
+                    counts[f"'{stream}'"] = planned
+        if len(set(counts.values())) > 1:
+            listed = ", ".join(f"{name} has {count} partitions" for name, count in counts.items())
+            raise ApplicationError(
+                f"stream join '{op.op_id}' joins streams that are not co-partitioned: {listed}; they need the "
+                "same partition count"
+            )
 
 
 def load_application(config: Config) -> ApplicationGraph:
@@ -376,6 +448,7 @@ def execution_plan(config: Config) -> ExecutionPlan:
             streams[stream] = StreamPlan(stream, count, False, role)
         else:
             streams[stream] = StreamPlan(stream, partitions, partitions is not None, role)
+    _check_join_partitions(graph, streams)
     return ExecutionPlan(graph, run, count, streams)
 
 

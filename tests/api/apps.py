@@ -11,7 +11,7 @@ from typing import Any
 
 from millstream.api.application import InputDescriptor, OutputDescriptor, StreamApplication, StreamApplicationDescriptor
 from millstream.api.task import TaskContext
-from millstream.api.windows import Count, TumblingWindow, WindowPane
+from millstream.api.windows import Count, SessionWindow, TumblingWindow, WindowPane
 from millstream.config import Config
 from millstream.control.messages import MAX_WATERMARK
 from millstream.coordinator.prepare import prepare
@@ -132,3 +132,119 @@ def reference_counts(by_partition: dict[int, list[tuple[str, dict[str, Any]]]]) 
             window = (message["user"], message["ts"] - message["ts"] % WINDOW_MS)
             counts[window] = counts.get(window, 0) + 1
     return counts
+
+
+SESSION_GAP_MS = 3_000
+JOIN_WITHIN_MS = 3_500
+
+
+class JoinedInputs(StreamApplication):
+    """Clicks on ``log.left`` joined with views on ``log.right`` by user, both inputs as they are: allowed
+    only when the two have the same partition count."""
+
+    def describe(self, app: StreamApplicationDescriptor) -> None:
+        left = app.input(InputDescriptor("log.left", msg_serde="json", timestamp=lambda m: m["ts"]))
+        right = app.input(InputDescriptor("log.right", msg_serde="json", timestamp=lambda m: m["ts"]))
+        left.join(
+            right, key=lambda m: m["user"], other_key=lambda m: m["user"], joiner=lambda a, b: [a, b], within_ms=1
+        ).send_to(OutputDescriptor("log.out", msg_serde="json"))
+
+
+class SessionsJoinAndCounts(StreamApplication):
+    """The stateful operators of the high-level API in one job, each writing tagged records to ``log.out``:
+    session counts per user (``SESSION_GAP_MS``), a running count per user (``map_with_state``), and
+    messages with even ``n`` joined with odd ones of the same user within ``JOIN_WITHIN_MS``, each side
+    through its own repartitioning."""
+
+    def describe(self, app: StreamApplicationDescriptor) -> None:
+        out = OutputDescriptor("log.out", msg_serde="json")
+        messages = source(app).map(Slow(app.config))
+        by_user = messages.partition_by(lambda m: m["user"], name="by-user")
+        by_user.window(SessionWindow(SESSION_GAP_MS), key=lambda kv: kv.key, aggregate=Count(), name="sessions").map(
+            lambda pane: {
+                "kind": "session",
+                "user": pane.key,
+                "start": pane.start,
+                "end": pane.end,
+                "count": pane.value,
+            }
+        ).send_to(out)
+        by_user.map_with_state(running_count, name="running").send_to(out)
+        evens = messages.filter(lambda m: m["n"] % 2 == 0).partition_by(lambda m: m["user"], name="evens")
+        odds = messages.filter(lambda m: m["n"] % 2 == 1).partition_by(lambda m: m["user"], name="odds")
+        evens.join(
+            odds,
+            joiner=lambda even, odd: {"kind": "join", "even": even.value["n"], "odd": odd.value["n"]},
+            within_ms=JOIN_WITHIN_MS,
+            name="pairs",
+        ).send_to(out)
+
+
+def running_count(kv: Any, state: Any) -> dict[str, Any]:
+    state.set(state.get(0) + 1)
+    return {"kind": "running", "user": kv.key, "n": kv.value["n"], "count": state.get()}
+
+
+def reference_stateful(by_partition: dict[int, list[tuple[str, dict[str, Any]]]]) -> set[tuple[Any, ...]]:
+    """What ``SessionsJoinAndCounts`` writes, in plain Python, as a set of tuples (order across users and
+    duplicates from a restart aside). A running count is per user in partition order: within one input
+    partition a user's messages keep their order, and ``user_messages`` gives each user one partition."""
+    records: set[tuple[Any, ...]] = set()
+    by_user: dict[str, list[dict[str, Any]]] = {}
+    for pairs in by_partition.values():
+        for _, message in pairs:
+            by_user.setdefault(message["user"], []).append(message)
+    for user, user_messages in by_user.items():
+        for count, message in enumerate(user_messages, start=1):
+            records.add(("running", user, message["n"], count))
+        stamps = sorted(m["ts"] for m in user_messages)
+        start = last = stamps[0]
+        count = 0
+        for ts in stamps:
+            if ts - last > SESSION_GAP_MS:
+                records.add(("session", user, start, last + SESSION_GAP_MS, count))
+                start, count = ts, 0
+            last = ts
+            count += 1
+        records.add(("session", user, start, last + SESSION_GAP_MS, count))
+        evens = [m for m in user_messages if m["n"] % 2 == 0]
+        odds = [m for m in user_messages if m["n"] % 2 == 1]
+        for even in evens:
+            for odd in odds:
+                if abs(even["ts"] - odd["ts"]) <= JOIN_WITHIN_MS:
+                    records.add(("join", even["n"], odd["n"]))
+    return records
+
+
+def stateful_records(values: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
+    """``SessionsJoinAndCounts``' output in the reference's form."""
+    records: set[tuple[Any, ...]] = set()
+    for value in values:
+        if value["kind"] == "session":
+            records.add(("session", value["user"], value["start"], value["end"], value["count"]))
+        elif value["kind"] == "running":
+            records.add(("running", value["user"], value["n"], value["count"]))
+        else:
+            records.add(("join", value["even"], value["odd"]))
+    return records
+
+
+def user_messages(partition: int, count: int) -> list[tuple[str, dict[str, Any]]]:
+    """Three users per partition, each only in it (so a user's running count follows the partition's
+    order); a message every second, and a 10 s pause every 12 messages, which ends every session."""
+    return [
+        (
+            f"k{partition}",
+            {"user": f"p{partition}u{i % 3}", "n": 1000 * partition + i, "ts": i * 1000 + (i // 12) * 10_000},
+        )
+        for i in range(count)
+    ]
+
+
+def assert_running_counts_are_exact(values: list[dict[str, Any]]) -> None:
+    """Every message has one running count (a replay after a restart repeats it, never changes it)."""
+    counts: dict[int, set[int]] = {}
+    for value in values:
+        if value["kind"] == "running":
+            counts.setdefault(value["n"], set()).add(value["count"])
+    assert {n: c for n, c in counts.items() if len(c) > 1} == {}

@@ -19,8 +19,12 @@ from millstream.testing import InProcessRunner, TestRunner, read_stream, write_s
 from tests.api.apps import (
     RepartitionPassThrough,
     app_config,
+    assert_running_counts_are_exact,
     messages,
     reference_counts,
+    reference_stateful,
+    stateful_records,
+    user_messages,
 )
 from tests.helpers import create_stream, seal, wait_until
 
@@ -74,6 +78,18 @@ def test_two_repartitionings_in_a_row_deliver_every_message_and_end(tmp_path):
     assert result.outcome == "finished", result.error
     assert sorted(m["n"] for m in output(config)) == sorted(m["n"] for pairs in data.values() for _, m in pairs)
     assert len(result.containers) == 2 and result.messages > 60  # source + two intermediate streams + control
+
+
+def test_sessions_a_stream_join_and_keyed_state_across_repartitionings_equal_the_plain_python_reference(tmp_path):
+    config = app_config(tmp_path, "tests.api.apps:SessionsJoinAndCounts", job__container__count=2)
+    data = {p: user_messages(p, 40) for p in range(2)}
+    setup(config, data)
+    result = InProcessRunner(config).run(timeout=60)
+    assert result.outcome == "finished", result.error
+    values = output(config)
+    assert stateful_records(values) == reference_stateful(data)
+    assert_running_counts_are_exact(values)
+    assert len(values) == len(reference_stateful(data)), "every record exactly once"
 
 
 def test_windowed_counts_across_a_repartitioning_fire_exactly_when_the_minimum_watermark_passes(tmp_path):

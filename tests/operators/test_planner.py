@@ -225,3 +225,47 @@ def test_a_missing_output_is_fine_when_the_system_creates_streams_on_the_first_s
 def test_a_missing_input_stops_the_job_naming_the_stream(tmp_path):
     with pytest.raises(StreamNotFoundError, match=r"'log\.in'"):
         ensure_intermediate_streams(app_config(tmp_path))
+
+
+# --- stream-stream joins ---------------------------------------------------------------------------
+
+
+def test_a_join_of_a_repartitioned_stream_with_an_input_is_refused_naming_both():
+    def describe(app):
+        clicks = app.input("log.clicks").partition_by(lambda m: m["user"], name="clicks-by-user")
+        views = app.input("log.views").map(lambda m: m, name="views-map")
+        clicks.join(views, joiner=lambda a, b: a, within_ms=10, name="j").send_to("log.out")
+
+    with pytest.raises(
+        ApplicationError,
+        match=r"stream join 'j' joins streams that are not co-partitioned: left side clicks-by-user comes from "
+        r"partition_by 'clicks-by-user'; right side views-map comes from input 'log.views'",
+    ):
+        planned(describe)
+
+
+def test_a_join_of_two_repartitioned_streams_runs_in_the_stage_after_both():
+    def describe(app):
+        clicks = app.input("log.clicks").partition_by(lambda m: m["user"], name="clicks-by-user")
+        views = app.input("log.views").partition_by(lambda m: m["user"], name="views-by-user")
+        clicks.map(lambda kv: kv).join(views, joiner=lambda a, b: a, within_ms=10, name="j").send_to("log.out")
+
+    graph = planned(describe)
+    assert graph.stage_of["j"] == 1
+    assert {str(s) for s in graph.run_set([1]).input_streams} == {
+        "log.millstream-job-1-clicks-by-user",
+        "log.millstream-job-1-views-by-user",
+    }
+
+
+def test_a_join_of_inputs_with_different_partition_counts_is_refused_at_start_naming_them(tmp_path):
+    config = app_config(tmp_path, app__class="tests.api.apps:JoinedInputs")
+    create_stream(config, "left", 2)
+    create_stream(config, "right", 3)
+    create_stream(config, "out", 1)
+    with pytest.raises(
+        ApplicationError,
+        match=r"stream join 'stream_join-0' joins streams that are not co-partitioned: 'log.left' has 2 "
+        r"partitions, 'log.right' has 3 partitions",
+    ):
+        ensure_intermediate_streams(config)
