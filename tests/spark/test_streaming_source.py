@@ -1,0 +1,92 @@
+"""``spark.readStream.format("millstream")`` over the embedded log on Spark local mode: availableNow runs of one
+query read the stream exactly once across runs, and a startpoint moves the query without touching its
+checkpoint, once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from pyspark.errors import PySparkException
+
+from millstream.config import Config
+from millstream.model import SystemStream
+from millstream.startpoint.tools import list_startpoints, set_startpoints
+from millstream.systems.startpoints import StartpointSpecific
+from millstream.testing import write_stream
+from tests.helpers import create_stream, job_config
+from tests.spark.streaming import run_available_now
+
+pytestmark = pytest.mark.spark
+
+QUERY_JOB = "audit"
+"""The job named by option ``job``, whose metadata store holds the query's startpoints."""
+
+
+@pytest.fixture
+def stream(tmp_path: Path) -> tuple[Path, Config]:
+    config = job_config(tmp_path)
+    create_stream(config, "in", 2)
+    config_file = tmp_path / "job.yaml"
+    config_file.write_text(yaml.safe_dump(dict(config.items())), encoding="utf-8")
+    return config_file, config
+
+
+def append(config: Config, partition: int, values: range) -> None:
+    write_stream(config, SystemStream("log", "in"), [(f"k{partition}", v) for v in values], partition=partition)
+
+
+def test_available_now_runs_read_every_record_once_across_runs_with_appends_between(
+    spark_local, stream, tmp_path: Path
+):
+    config_file, config = stream
+    checkpoint = tmp_path / "query-checkpoint"
+    for partition in range(2):
+        append(config, partition, range(0, 3))
+    first = run_available_now(spark_local, config_file, "log.in", checkpoint, QUERY_JOB)
+    assert first == [(p, v) for p in range(2) for v in range(0, 3)]
+
+    for partition in range(2):
+        append(config, partition, range(3, 5))
+    second = run_available_now(spark_local, config_file, "log.in", checkpoint, QUERY_JOB)
+    assert second == [(p, v) for p in range(2) for v in range(3, 5)]
+
+    assert run_available_now(spark_local, config_file, "log.in", checkpoint, QUERY_JOB) == []
+
+
+def test_a_startpoint_set_between_runs_moves_the_next_run_not_the_checkpoint_and_is_deleted(
+    spark_local, stream, tmp_path: Path
+):
+    config_file, config = stream
+    checkpoint = tmp_path / "query-checkpoint"
+    for partition in range(2):
+        append(config, partition, range(0, 4))
+    assert len(run_available_now(spark_local, config_file, "log.in", checkpoint, QUERY_JOB)) == 8
+
+    for partition in range(2):
+        append(config, partition, range(4, 6))
+    query_job = config.with_overrides({"job.name": QUERY_JOB})
+    set_startpoints(query_job, "log.in", StartpointSpecific("1"), partitions=[0])
+
+    moved = run_available_now(spark_local, config_file, "log.in", checkpoint, QUERY_JOB)
+    assert moved == [(0, v) for v in range(1, 6)] + [(1, v) for v in range(4, 6)]
+    assert list_startpoints(query_job).pending == []
+
+    append(config, 0, range(6, 7))
+    assert run_available_now(spark_local, config_file, "log.in", checkpoint, QUERY_JOB) == [(0, 6)]
+
+
+def test_a_startpoint_of_another_job_does_not_move_the_query(spark_local, stream, tmp_path: Path):
+    config_file, config = stream
+    append(config, 0, range(0, 3))
+    set_startpoints(config, "log.in", StartpointSpecific("2"), partitions=[0])
+    read = run_available_now(spark_local, config_file, "log.in", tmp_path / "query-checkpoint", QUERY_JOB)
+    assert read == [(0, 0), (0, 1), (0, 2)]
+    assert len(list_startpoints(config).pending) == 1
+
+
+def test_a_stream_that_does_not_exist_is_an_error_naming_it(spark_local, stream, tmp_path: Path):
+    config_file, _ = stream
+    with pytest.raises(PySparkException, match=r"log\.missing"):
+        run_available_now(spark_local, config_file, "log.missing", tmp_path / "query-checkpoint", QUERY_JOB)
