@@ -6,16 +6,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import pytest
 import yaml
 from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from millstream.config import Config
 from millstream.model import SystemStream
+from millstream.spark.datasource import StreamInputPartition
+from millstream.spark.streaming_source import MillstreamStreamingDataSource, MillstreamStreamReader
 from millstream.startpoint.tools import list_startpoints, set_startpoints
 from millstream.systems.startpoints import StartpointSpecific
 from millstream.testing import write_stream
-from tests.helpers import create_stream, job_config
+from tests.helpers import create_stream, job_config, wait_until
 from tests.spark.streaming import run_available_now
 
 pytestmark = pytest.mark.spark
@@ -90,3 +95,59 @@ def test_a_stream_that_does_not_exist_is_an_error_naming_it(spark_local, stream,
     config_file, _ = stream
     with pytest.raises(PySparkException, match=r"log\.missing"):
         run_available_now(spark_local, config_file, "log.missing", tmp_path / "query-checkpoint", QUERY_JOB)
+
+
+def test_a_running_query_jumps_to_a_startpoint_at_its_next_micro_batch(spark_local, stream, tmp_path: Path):
+    config_file, config = stream
+    append(config, 0, range(0, 3))
+    rows: list[tuple[int, int]] = []
+
+    def collect(batch: DataFrame, batch_id: int) -> None:
+        rows.extend((row.partition, orjson.loads(row.value)) for row in batch.collect())
+
+    df = (
+        spark_local.readStream.format("millstream")
+        .option("config", str(config_file))
+        .option("stream", "log.in")
+        .option("job", QUERY_JOB)
+        .load()
+    )
+    query = (
+        df.writeStream.trigger(processingTime="200 milliseconds")
+        .option("checkpointLocation", str(tmp_path / "query-checkpoint"))
+        .foreachBatch(collect)
+        .start()
+    )
+    query_job = config.with_overrides({"job.name": QUERY_JOB})
+    try:
+        wait_until(lambda: len(rows) == 3, 120, "the running query read the first three records")
+        set_startpoints(query_job, "log.in", StartpointSpecific("1"), partitions=[0])
+        wait_until(lambda: len(rows) == 5, 120, "the running query read from the startpoint again")
+        wait_until(lambda: not list_startpoints(query_job).pending, 60, "the applied startpoint was deleted")
+        append(config, 0, range(3, 4))
+        wait_until(lambda: len(rows) == 6, 120, "the running query read the record appended after the jump")
+    finally:
+        query.stop()
+    assert rows == [(0, 0), (0, 1), (0, 2), (0, 1), (0, 2), (0, 3)]
+
+
+def test_a_batch_replayed_after_its_startpoint_was_deleted_reads_the_same_range(stream):
+    """Spark re-plans an unfinished batch from its offset log: the startpoint recorded in the batch's end offset
+    still moves it, though the startpoint itself is gone from the metadata store."""
+    config_file, config = stream
+    append(config, 0, range(0, 4))
+    reader = MillstreamStreamingDataSource({"config": str(config_file), "stream": "log.in", "job": QUERY_JOB})
+    stream_reader = reader.streamReader(reader.schema())
+    assert isinstance(stream_reader, MillstreamStreamReader)
+    start = stream_reader.latestOffset(stream_reader.initialOffset(), ReadAllAvailable())
+    query_job = config.with_overrides({"job.name": QUERY_JOB})
+    set_startpoints(query_job, "log.in", StartpointSpecific("2"), partitions=[0])
+    end = stream_reader.latestOffset(start, ReadAllAvailable())
+    planned = stream_reader.partitions(start, end)
+    stream_reader.commit(end)
+    assert not list_startpoints(query_job).pending
+
+    replayed = stream_reader.partitions(start, end)
+    assert replayed == planned
+    assert [(p.range.start, p.range.end) for p in replayed if isinstance(p, StreamInputPartition)] == [("2", "3")]
+    assert stream_reader.latestOffset(end, ReadAllAvailable()) == end
