@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
@@ -44,11 +45,11 @@ from millstream.config.views import StartpointConfig
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStreamPartition
 from millstream.spark.datasource import MillstreamDataSource, ReadOptions, StreamDataFrameReader, StreamInputPartition
-from millstream.spark.stream_read import STARTING_WORDS, OffsetRange, StreamReadError, parse_offsets
+from millstream.spark.stream_read import OffsetRange, StreamReadError
 from millstream.startpoint.manager import StartpointManager
 from millstream.systems.base import SystemAdmin
 from millstream.systems.registry import system_factory
-from millstream.systems.startpoints import StartpointOldest, StartpointSpecific
+from millstream.systems.startpoints import Startpoint, StartpointOldest, StartpointSpecific, StartpointUpcoming
 
 if TYPE_CHECKING:
     import pyarrow
@@ -66,7 +67,8 @@ class MillstreamStreamingDataSource(MillstreamDataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - Spark's name
         options = dict(self.options)
-        return MillstreamStreamReader(ReadOptions.parse(options), options.get("job"))
+        starting = parse_starting_offsets(options.get("startingoffsets"))
+        return MillstreamStreamReader(ReadOptions.parse(options), options.get("job"), starting)
 
 
 @dataclass(frozen=True)
@@ -91,9 +93,10 @@ class MillstreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     """Plans micro-batches on the driver (offsets and startpoints); each Spark task reads one partition's range
     with the batch reader. Holds only options, so Spark can ship it to its workers."""
 
-    def __init__(self, options: ReadOptions, job: str | None) -> None:
+    def __init__(self, options: ReadOptions, job: str | None, starting: StartingOffsets) -> None:
         self.options = options
         self.job = job
+        self.starting = starting
         self.target: tuple[Positions, Newest] | None = None
         """With ``Trigger.AvailableNow``: the upcoming offsets when the query started, which it reads up to."""
 
@@ -111,18 +114,16 @@ class MillstreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's name
         """Where a query without a checkpoint starts: ``startingOffsets`` (a word for every partition, or JSON per
         partition), the oldest offsets by default."""
-        text = (self.options.starting_offsets or "oldest").strip()
-        given = {} if text.lower() in STARTING_WORDS else parse_offsets(text, "startingOffsets")
-        default = STARTING_WORDS.get(text.lower(), StartpointOldest())
+        default, given = self.starting
         with _admin(self.config, self.options.stream.system) as admin:
-            positions = {
-                str(p): admin.resolve_startpoint(
-                    self._ssp(p), STARTING_WORDS.get(given[p].lower(), StartpointSpecific(given[p]))
+            partitions = self._partitions(admin)
+            unknown = sorted(set(given) - set(partitions))
+            if unknown:
+                raise StreamReadError(
+                    f"option 'startingOffsets' names partition(s) {unknown} of stream '{self.options.stream}', "
+                    f"which has partitions {partitions}"
                 )
-                if p in given
-                else admin.resolve_startpoint(self._ssp(p), default)
-                for p in self._partitions(admin)
-            }
+            positions = {str(p): admin.resolve_startpoint(self._ssp(p), given.get(p, default)) for p in partitions}
         return SourceOffset(positions, {}, {}).to_json()
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's name
@@ -209,6 +210,41 @@ class MillstreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         partitions = sorted(admin.get_system_stream_metadata([stream.stream])[stream.stream].partitions.items())
         upcoming = {str(p): info.upcoming_offset for p, info in partitions}
         return upcoming, {str(p): info.newest_offset for p, info in partitions if info.newest_offset is not None}
+
+
+StartingOffsets = tuple[Startpoint, dict[int, Startpoint]]
+"""Where a new query starts: every partition's default, and those given per partition."""
+
+_WORDS: dict[str, Startpoint] = {
+    "oldest": StartpointOldest(),
+    "earliest": StartpointOldest(),
+    "-2": StartpointOldest(),
+    "upcoming": StartpointUpcoming(),
+    "latest": StartpointUpcoming(),
+    "-1": StartpointUpcoming(),
+}
+"""Millstream's words and Spark's Kafka source's (``earliest``/``latest``, -2/-1 in its JSON)."""
+
+
+def parse_starting_offsets(text: str | None) -> StartingOffsets:
+    """``oldest`` / ``upcoming`` for every partition, or JSON per partition (``{"0": "15", "1": "latest"}``)."""
+    if not text or not text.strip():
+        return StartpointOldest(), {}
+    word = text.strip().lower()
+    if word in _WORDS:
+        return _WORDS[word], {}
+    try:
+        given = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        given = None
+    if not isinstance(given, dict) or not all(key.isdigit() and isinstance(v, str | int) for key, v in given.items()):
+        raise StreamReadError(
+            f"option 'startingOffsets' must be oldest, upcoming or JSON mapping partitions to offsets "
+            f'(e.g. {{"0": "15", "1": "oldest"}}), not {text!r}'
+        )
+    return StartpointOldest(), {
+        int(key): _WORDS.get(str(value).lower(), StartpointSpecific(str(value))) for key, value in given.items()
+    }
 
 
 def _later(admin: SystemAdmin, ssp: SystemStreamPartition, first: str, second: str) -> str:

@@ -16,6 +16,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 from millstream.config import Config
 from millstream.model import SystemStream
 from millstream.spark.datasource import StreamInputPartition
+from millstream.spark.stream_read import StreamReadError
 from millstream.spark.streaming_source import MillstreamStreamingDataSource, MillstreamStreamReader
 from millstream.startpoint.tools import list_startpoints, set_startpoints
 from millstream.systems.startpoints import StartpointSpecific
@@ -136,18 +137,37 @@ def test_a_batch_replayed_after_its_startpoint_was_deleted_reads_the_same_range(
     still moves it, though the startpoint itself is gone from the metadata store."""
     config_file, config = stream
     append(config, 0, range(0, 4))
-    reader = MillstreamStreamingDataSource({"config": str(config_file), "stream": "log.in", "job": QUERY_JOB})
-    stream_reader = reader.streamReader(reader.schema())
-    assert isinstance(stream_reader, MillstreamStreamReader)
-    start = stream_reader.latestOffset(stream_reader.initialOffset(), ReadAllAvailable())
+    reader = stream_reader(config_file, job=QUERY_JOB)
+    start = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
     query_job = config.with_overrides({"job.name": QUERY_JOB})
     set_startpoints(query_job, "log.in", StartpointSpecific("2"), partitions=[0])
-    end = stream_reader.latestOffset(start, ReadAllAvailable())
-    planned = stream_reader.partitions(start, end)
-    stream_reader.commit(end)
+    end = reader.latestOffset(start, ReadAllAvailable())
+    planned = reader.partitions(start, end)
+    reader.commit(end)
     assert not list_startpoints(query_job).pending
 
-    replayed = stream_reader.partitions(start, end)
+    replayed = reader.partitions(start, end)
     assert replayed == planned
     assert [(p.range.start, p.range.end) for p in replayed if isinstance(p, StreamInputPartition)] == [("2", "3")]
-    assert stream_reader.latestOffset(end, ReadAllAvailable()) == end
+    assert reader.latestOffset(end, ReadAllAvailable()) == end
+
+
+def stream_reader(config_file: Path, **options: str) -> MillstreamStreamReader:
+    source = MillstreamStreamingDataSource({"config": str(config_file), "stream": "log.in", **options})
+    reader = source.streamReader(source.schema())
+    assert isinstance(reader, MillstreamStreamReader)
+    return reader
+
+
+def test_a_new_query_starts_where_starting_offsets_say(stream):
+    config_file, config = stream
+    for partition in range(2):
+        append(config, partition, range(0, 3))
+    assert stream_reader(config_file).initialOffset()["offsets"] == {"0": "0", "1": "0"}
+    assert stream_reader(config_file, startingoffsets="latest").initialOffset()["offsets"] == {"0": "3", "1": "3"}
+    per_partition = stream_reader(config_file, startingoffsets='{"1": "2", "0": -1}')
+    assert per_partition.initialOffset()["offsets"] == {"0": "3", "1": "2"}
+    with pytest.raises(StreamReadError, match=r"partition\(s\) \[5\]"):
+        stream_reader(config_file, startingoffsets='{"5": "0"}').initialOffset()
+    with pytest.raises(StreamReadError, match="option 'startingOffsets'"):
+        stream_reader(config_file, startingoffsets="yesterday")
