@@ -9,7 +9,6 @@ from pathlib import Path
 import orjson
 import pytest
 import yaml
-from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
@@ -83,19 +82,25 @@ def test_a_startpoint_set_between_runs_moves_the_next_run_not_the_checkpoint_and
     assert run_available_now(spark_local, config_file, "log.in", checkpoint, QUERY_JOB) == [(0, 6)]
 
 
-def test_a_startpoint_of_another_job_does_not_move_the_query(spark_local, stream, tmp_path: Path):
+def test_a_startpoint_of_another_job_does_not_move_the_query(stream):
     config_file, config = stream
     append(config, 0, range(0, 3))
     set_startpoints(config, "log.in", StartpointSpecific("2"), partitions=[0])
-    read = run_available_now(spark_local, config_file, "log.in", tmp_path / "query-checkpoint", QUERY_JOB)
-    assert read == [(0, 0), (0, 1), (0, 2)]
+    reader = stream_reader(config_file, job=QUERY_JOB)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end["startpoints"] == {}
+    assert [
+        (p.range.start, p.range.end) for p in reader.partitions(start, end) if isinstance(p, StreamInputPartition)
+    ] == [("0", "2")]
     assert len(list_startpoints(config).pending) == 1
 
 
-def test_a_stream_that_does_not_exist_is_an_error_naming_it(spark_local, stream, tmp_path: Path):
+def test_a_stream_that_does_not_exist_is_an_error_naming_it(stream):
     config_file, _ = stream
-    with pytest.raises(PySparkException, match=r"log\.missing"):
-        run_available_now(spark_local, config_file, "log.missing", tmp_path / "query-checkpoint", QUERY_JOB)
+    source = MillstreamStreamingDataSource({"config": str(config_file), "stream": "log.missing"})
+    with pytest.raises(StreamReadError, match=r"log\.missing"):
+        source.streamReader(source.schema()).initialOffset()
 
 
 def test_a_running_query_jumps_to_a_startpoint_at_its_next_micro_batch(spark_local, stream, tmp_path: Path):
