@@ -44,6 +44,19 @@ class CountPerKey(StreamTask, InitableTask):
         collector.send(OutgoingMessageEnvelope(OUTPUT, {**origin, "count": count}, key=envelope.key))
 
 
+class CountPerKeyDeletingOnForget(CountPerKey):
+    """Counts like ``CountPerKey``, but a message ``"forget"`` deletes its key from the store (a tombstone in
+    the changelog)."""
+
+    def process(
+        self, envelope: IncomingMessageEnvelope, collector: MessageCollector, coordinator: TaskCoordinator
+    ) -> None:
+        if envelope.message == "forget":
+            self.store.delete(envelope.key)
+        else:
+            super().process(envelope, collector, coordinator)
+
+
 class CountPerKeyReportingAtEnd(CountPerKey, EndOfStreamListenerTask):
     """Also sends its whole store to ``log.out`` at end-of-stream: ``{"task": name, "store": {key: count}}``."""
 
