@@ -296,7 +296,7 @@ def _run(spark: SparkSession, frame: DataFrame, plan: _Plan, range_files: int | 
             shuffled = encoded.repartition(plan.target.partition_count, "partition")
         else:
             encoded.persist(StorageLevel.MEMORY_AND_DISK)  # the range partitioner samples it before the shuffle
-            shuffled = encoded.repartitionByRange(range_files or _default_parallelism(spark), "key")
+            shuffled = encoded.repartitionByRange(range_files or default_range_files(spark), "key")
         written = shuffled.sortWithinPartitions("partition", "key").mapInArrow(partial(_write, plan), RESULT_SCHEMA)
         return [_FileResult(**row.asDict()) for row in written.collect()]
     except Exception as error:  # Spark reports executor failures as Py4J / PySpark / gRPC exceptions
@@ -318,7 +318,7 @@ def _describe(spark: SparkSession, text: str | None) -> None:
         spark.sparkContext.setJobDescription(text)  # type: ignore[arg-type]  # None clears it
 
 
-def _default_parallelism(spark: SparkSession) -> int:
+def default_range_files(spark: SparkSession) -> int:
     """How many files a broadcast build writes by default: Spark's default parallelism; a Connect client
     cannot ask the scheduler, so it takes ``spark.default.parallelism``, else ``spark.sql.shuffle.partitions``."""
     if not is_connect(spark):

@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 
 from millstream.config import Config
 from millstream.model import SystemStream
-from millstream.spark.adstore_build import build_version
+from millstream.spark.adstore_build import build_version, default_range_files
 from millstream.spark.connect import is_connect
 from millstream.testing import InProcessRunner, write_stream
 from tests.cli.test_adstore import setup as cli_setup
@@ -40,6 +40,7 @@ def test_the_session_is_a_connect_client_without_a_spark_context(spark_connect: 
     assert is_connect(spark_connect)
     with pytest.raises(Exception, match="JVM_ATTRIBUTE_NOT_SUPPORTED"):
         spark_connect.sparkContext  # noqa: B018  # what failed the formats and the bulk build before
+    assert default_range_files(spark_connect) == 4  # a broadcast build's files: the server's shuffle partitions
 
 
 def test_format_millstream_reads_a_stream_through_connect(spark_connect, tmp_path):
