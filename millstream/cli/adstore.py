@@ -8,7 +8,7 @@ or dataset), 1 for a build that failed (bad records, Spark or blob store failure
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.table import Table
@@ -18,6 +18,9 @@ from millstream.cli.common import ConfigPath, Overrides, err, guarded, load, out
 from millstream.config.core import Config
 from millstream.config.views import store_config, store_names
 from millstream.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 adstore_app = typer.Typer(no_args_is_help=True, help="Bulk-build and inspect versions of adjunct data stores.")
 
@@ -34,30 +37,36 @@ def _adjunct_store(config: Config, store: str) -> None:
 def adstore_build(
     config: ConfigPath,
     store: StoreOption,
-    source: Annotated[str, typer.Option("--from", help="Dataset path or URL Spark can read")],
-    fmt: Annotated[str, typer.Option("--format", help="parquet, json (lines) or csv (with a header)")],
+    source: Annotated[str | None, typer.Option("--from", help="Dataset path or URL Spark can read")] = None,
+    fmt: Annotated[
+        str | None, typer.Option("--format", help="With --from: parquet, json (lines) or csv (with a header)")
+    ] = None,
+    table: Annotated[str | None, typer.Option("--table", help="A table of the session's catalog, instead")] = None,
+    sql: Annotated[str | None, typer.Option("--sql", help="A SQL query whose rows are the dataset, instead")] = None,
     key: Annotated[str, typer.Option("--key", help="The key column")] = "key",
     value: Annotated[
         str | None, typer.Option("--value", help="The value column; default 'value', else the row minus the key")
     ] = None,
     master: Annotated[str | None, typer.Option(help="Spark master URL; default spark.master, else local[*]")] = None,
+    remote: Annotated[
+        str | None,
+        typer.Option(envvar="SPARK_REMOTE", help="Build through Spark Connect at this sc://host:port instead"),
+    ] = None,
     overrides: Overrides = None,
 ) -> None:
-    """Build a version from a dataset with Spark and publish it: the running job switches to it."""
-    from millstream.spark.adstore_build import FORMATS, DatasetSchemaError, build_version, resolve_target
+    """Build a version from a dataset, table or query with Spark and publish it: the running job switches to it."""
+    from millstream.spark.adstore_build import DatasetSchemaError, build_version, resolve_target
 
-    if fmt not in FORMATS:
-        err.print(f"[bold red]error:[/] --format must be one of {', '.join(FORMATS)}, not '{fmt}'", highlight=False)
-        raise typer.Exit(2)
+    dataset, kind = _dataset(source, fmt, table, sql)
+    if remote is not None and master is not None:
+        _usage("--master and --remote (or SPARK_REMOTE) exclude each other: Spark Connect runs on its server's master")
     cfg = load(config, overrides)
     guarded(lambda: resolve_target(cfg, store))  # a bad store fails before Spark's JVM starts
-    from millstream.spark.session import build_session
-
-    session = guarded(lambda: build_session(cfg, master or cfg.get("spark.master") or "local[*]"))
+    session = guarded(lambda: _session(cfg, master, remote))
 
     def build() -> PublishedVersion:
         try:
-            return build_version(session, cfg, store, source, fmt, key_column=key, value_column=value)
+            return build_version(session, cfg, store, dataset, kind, key_column=key, value_column=value)
         except DatasetSchemaError as error:  # the request names a dataset or column that is not there: usage
             err.print(f"[bold red]error:[/] {error}", highlight=False)
             raise typer.Exit(2) from None
@@ -66,6 +75,42 @@ def adstore_build(
         record = guarded(build)
     finally:
         session.stop()
+    _print_version(record, store)
+
+
+def _dataset(source: str | None, fmt: str | None, table: str | None, sql: str | None) -> tuple[str, str]:
+    """(source, kind) from the one input given: ``--from`` with ``--format``, ``--table`` or ``--sql``."""
+    from millstream.spark.adstore_build import FORMATS
+
+    given = [name for name, option in (("--from", source), ("--table", table), ("--sql", sql)) if option is not None]
+    if len(given) != 1:
+        shown = ", ".join(given) or "none"
+        _usage(f"give exactly one input: --from PATH --format FMT, --table NAME or --sql QUERY (given: {shown})")
+    if source is not None:
+        if fmt not in FORMATS:
+            _usage(f"--format must be one of {', '.join(FORMATS)}, not '{fmt}'")
+        return source, str(fmt)
+    if fmt is not None:
+        _usage(f"--format applies to --from only, not to {given[0]}")
+    return (table, "table") if table is not None else (str(sql), "sql")
+
+
+def _usage(message: str) -> NoReturn:
+    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(2)
+
+
+def _session(cfg: Config, master: str | None, remote: str | None) -> SparkSession:
+    if remote is not None:
+        from millstream.spark.connect import remote_session
+
+        return remote_session(remote)
+    from millstream.spark.session import build_session
+
+    return build_session(cfg, master or cfg.get("spark.master") or "local[*]")
+
+
+def _print_version(record: PublishedVersion, store: str) -> None:
     out.print(f"published version {record.version} of store '{store}'", highlight=False)
     out.print(f"layout: {record.layout}", highlight=False)
     out.print(f"records: {record.records} (skipped {record.skipped} with a null value)", highlight=False)

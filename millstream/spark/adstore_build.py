@@ -18,6 +18,7 @@ Only the CLI and tests import this module: the runtime must run without Spark (D
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import tempfile
@@ -47,16 +48,20 @@ from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStream
 from millstream.serde.base import Serde
 from millstream.serde.registry import SerdeRegistry
+from millstream.spark.connect import is_connect
 from millstream.storage.factory import storage_engine_factory
 from millstream.storage.rocksdb import RocksDbStorageEngineFactory
 from millstream.systems.registry import system_factory
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
 FORMATS = ("csv", "json", "parquet")
+QUERIES = ("table", "sql")
+"""Inputs that are not files: ``source`` names a table of the session's catalog, or is a SQL query."""
 _ROW_SHOWN = 200
 
 
@@ -129,7 +134,8 @@ def build_version(
     range_files: int | None = None,
 ) -> PublishedVersion:
     """Build a version of ``store`` from the dataset at ``source`` (``csv`` with a header, ``json`` lines,
-    or ``parquet``), publish it, and return its record.
+    or ``parquet``), or from the table or the SQL query ``source`` (``fmt`` ``table`` or ``sql``), publish
+    it, and return its record. ``spark`` may be a classic session or a Spark Connect client.
 
     The value of a record is ``value_column``, else the column ``value``, else the whole row without
     the key column as a dict. Rows whose value is null are skipped (counted in ``skipped``); a null or
@@ -139,9 +145,10 @@ def build_version(
     ``BulkBuildError`` when the build fails; in every case nothing is published.
     """
     target = resolve_target(config, store)
-    if fmt not in FORMATS:
-        raise DatasetSchemaError(f"unknown dataset format '{fmt}' (accepted: {', '.join(FORMATS)})")
+    if fmt not in FORMATS + QUERIES:
+        raise DatasetSchemaError(f"unknown dataset format '{fmt}' (accepted: {', '.join(FORMATS + QUERIES)})")
     frame = _read(spark, source, fmt)
+    source = described_source(source, fmt)
     value_column = _check_columns(config, store, frame, source, key_column, value_column)
     plan = _Plan(config, store, new_version_id(), source, target, key_column, value_column)
     results = _run(spark, frame, plan, range_files)
@@ -216,16 +223,33 @@ def resolve_target(config: Config, store: str) -> _Target:
     return _Target(stream, "partitioned", metadata.partition_count, partitioner)
 
 
+def described_source(source: str, fmt: str) -> str:
+    """How errors and the version's record name the input: a path as it is, a table or query by its kind."""
+    if fmt == "table":
+        return f"table {source}"
+    if fmt == "sql":
+        return f"query {' '.join(source.split())}"
+    return source
+
+
 def _read(spark: SparkSession, source: str, fmt: str) -> DataFrame:
     from pyspark.errors import AnalysisException
 
-    reader = spark.read.format(fmt)
-    if fmt == "csv":
-        reader = reader.option("header", "true").option("inferSchema", "true")
     try:
-        return reader.load(source)
+        if fmt == "table":
+            frame = spark.read.table(source)
+        elif fmt == "sql":
+            frame = spark.sql(source)
+        else:
+            reader = spark.read.format(fmt)
+            if fmt == "csv":
+                reader = reader.option("header", "true").option("inferSchema", "true")
+            frame = reader.load(source)
+        frame.schema  # noqa: B018  # a Connect client analyses lazily: a bad input fails here, not mid-build
     except AnalysisException as error:
-        raise DatasetSchemaError(f"cannot read dataset '{source}' as {fmt}: {_first_line(error)}") from None
+        what = f"dataset '{source}' as {fmt}" if fmt in FORMATS else described_source(source, fmt)
+        raise DatasetSchemaError(f"cannot read {what}: {_first_line(error)}") from None
+    return frame
 
 
 def _check_columns(
@@ -260,28 +284,47 @@ def _check_columns(
 
 
 def _run(spark: SparkSession, frame: DataFrame, plan: _Plan, range_files: int | None) -> list[_FileResult]:
+    """Encode, shuffle each record to its file, sort, write: DataFrame operations only (``mapInArrow``,
+    ``repartition``, ``sortWithinPartitions``), so the build runs alike on a classic session and through
+    Spark Connect, where a session has no ``sparkContext`` and DataFrames no ``rdd``."""
     from pyspark import StorageLevel
 
-    context = spark.sparkContext
-    context.setJobDescription(f"millstream adstore build {plan.store} {plan.version}")
-    encoded = frame.rdd.mapPartitions(partial(_encode, plan))
+    encoded = frame.mapInArrow(partial(_encode, plan), ENCODED_SCHEMA)
+    _describe(spark, f"millstream adstore build {plan.store} {plan.version}")
     try:
         if plan.target.layout == "partitioned":
-            count = plan.target.partition_count
-            shuffled = encoded.repartitionAndSortWithinPartitions(count, _stream_partition)
+            shuffled = encoded.repartition(plan.target.partition_count, "partition")
         else:
-            encoded.persist(StorageLevel.MEMORY_AND_DISK)  # sortByKey reads it to count and sample first
-            shuffled = encoded.sortByKey(True, range_files or context.defaultParallelism)
-        return shuffled.mapPartitionsWithIndex(partial(_write, plan)).collect()
-    except Exception as error:  # Spark reports executor failures as Py4J / PySpark exceptions
+            encoded.persist(StorageLevel.MEMORY_AND_DISK)  # the range partitioner samples it before the shuffle
+            shuffled = encoded.repartitionByRange(range_files or default_range_files(spark), "key")
+        written = shuffled.sortWithinPartitions("partition", "key").mapInArrow(partial(_write, plan), RESULT_SCHEMA)
+        return [_FileResult(**row.asDict()) for row in written.collect()]
+    except Exception as error:  # Spark reports executor failures as Py4J / PySpark / gRPC exceptions
         _delete_version_files(plan)
         raise BulkBuildError(
             f"adjunct store '{plan.store}': the build of version '{plan.version}' from '{plan.source}' failed: "
             f"{_spark_problem(error)}"
         ) from error
     finally:
-        encoded.unpersist()
-        context.setJobDescription(None)  # type: ignore[arg-type]
+        if plan.target.layout == "broadcast":
+            encoded.unpersist()
+        _describe(spark, None)
+
+
+def _describe(spark: SparkSession, text: str | None) -> None:
+    """The description of the build's Spark jobs in the UI; a Connect client cannot set one (the server
+    names the jobs after the client's operations)."""
+    if not is_connect(spark):
+        spark.sparkContext.setJobDescription(text)  # type: ignore[arg-type]  # None clears it
+
+
+def default_range_files(spark: SparkSession) -> int:
+    """How many files a broadcast build writes by default: Spark's default parallelism; a Connect client
+    cannot ask the scheduler, so it takes ``spark.default.parallelism``, else ``spark.sql.shuffle.partitions``."""
+    if not is_connect(spark):
+        return int(spark.sparkContext.defaultParallelism)
+    configured = spark.conf.get("spark.default.parallelism", None) or spark.conf.get("spark.sql.shuffle.partitions")
+    return int(configured or 1)
 
 
 def _record(plan: _Plan, results: list[_FileResult]) -> PublishedVersion:
@@ -320,62 +363,105 @@ def _delete_version_files(plan: _Plan) -> None:
 
 # -- in the executors ---------------------------------------------------------------------------------------
 
-_ShuffleKey = tuple[int, bytes]
-_ShuffleValue = tuple[bytes | None, str | None]
-_PROBLEM_KEY: _ShuffleKey = (0, b"")
+ENCODED_SCHEMA = "partition int, key binary, value binary, problem string"
+"""One encoded record: the stream partition its key goes to (0 in a broadcast build), key and value bytes
+(null: skipped), or, with partition ``_PROBLEM_PARTITION``, the first problem of a share of the dataset."""
+RESULT_SCHEMA = "index int, blob_id string, records long, skipped long, problem string"
+_PROBLEM_PARTITION = -1
+"""Sorts before every stream partition, so the writer that gets a problem reports it before writing."""
 
 
-def _stream_partition(key: _ShuffleKey) -> int:
-    return key[0]
+def _encode(plan: _Plan, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Dataset rows → rows of ``ENCODED_SCHEMA``; the first problem of this share of the dataset ends it as
+    a single problem row."""
+    encoder = _Encoder(plan)
+    for batch in batches:
+        encoded: dict[str, list[Any]] = {"partition": [], "key": [], "value": [], "problem": []}
+        for row in batch.to_pylist(maps_as_pydicts="strict"):
+            partition, key, value, problem = encoder.encode(row)
+            for column, item in zip(encoded, (partition, key, value, problem), strict=True):
+                encoded[column].append(item)
+            if problem is not None:
+                yield _batch(encoded, ENCODED_SCHEMA)
+                return
+        yield _batch(encoded, ENCODED_SCHEMA)
 
 
-def _encode(plan: _Plan, rows: Iterable[Any]) -> Iterator[tuple[_ShuffleKey, _ShuffleValue]]:
-    """Rows → ((stream partition, key bytes), (value bytes or None, None)); the first problem of this
-    share of the dataset becomes a single ``(_PROBLEM_KEY, (None, problem))`` record, which sorts first,
-    so the writer that gets it reports it instead of writing."""
-    serdes = SerdeRegistry.from_config(plan.config)
-    key_name, msg_name = plan.key_serde_name, plan.msg_serde_name
-    key_serde = serdes.get(key_name) if key_name else None
-    msg_serde = serdes.get(msg_name) if msg_name else None
-    stream_key_serde = serdes.key_serde(plan.target.stream)
-    partitioner = plan.target.partitioner
-    count = plan.target.partition_count
-    for row in rows:
+class _Encoder:
+    """The serdes and partitioner of a plan, built once per share of the dataset in the executor."""
+
+    def __init__(self, plan: _Plan) -> None:
+        serdes = SerdeRegistry.from_config(plan.config)
+        key_name, msg_name = plan.key_serde_name, plan.msg_serde_name
+        self.plan = plan
+        self.key_serde = serdes.get(key_name) if key_name else None
+        self.msg_serde = serdes.get(msg_name) if msg_name else None
+        self.stream_key_serde = serdes.key_serde(plan.target.stream)
+
+    def encode(self, row: dict[str, Any]) -> tuple[int, bytes | None, bytes | None, str | None]:
+        """(stream partition, key bytes, value bytes or None, None), or a problem naming the row or key."""
+        plan = self.plan
         key = _plain(row[plan.key_column])
         if key is None:
-            yield (
-                _PROBLEM_KEY,
-                (None, f"row {_shown(row)} of '{plan.source}' has a null key (column '{plan.key_column}')"),
+            return (
+                _PROBLEM_PARTITION,
+                b"",
+                None,
+                (f"row {_shown(row)} of '{plan.source}' has a null key (column '{plan.key_column}')"),
             )
-            return
         try:
-            key_bytes = _encoded(key_serde, key)
+            key_bytes = _encoded(self.key_serde, key)
             if plan.value_column is not None:
                 value = _plain(row[plan.value_column])
             else:
-                value = {name: _plain(item) for name, item in row.asDict().items() if name != plan.key_column}
-            value_bytes = None if value is None else _encoded(msg_serde, value)
+                value = {name: _plain(item) for name, item in row.items() if name != plan.key_column}
+            value_bytes = None if value is None else _encoded(self.msg_serde, value)
             partition = 0
+            partitioner = plan.target.partitioner
             if partitioner is not None:
-                partition_bytes = key_bytes if stream_key_serde is None else stream_key_serde.to_bytes(key)
-                partition = partitioner(partition_bytes, count)
+                serde = self.stream_key_serde
+                partition_bytes = key_bytes if serde is None else serde.to_bytes(key)
+                partition = partitioner(partition_bytes, plan.target.partition_count)
         except Exception as error:  # serdes raise SerdeError, user serdes anything
-            yield _PROBLEM_KEY, (None, f"row with key {key!r} of '{plan.source}' cannot be encoded: {error}")
+            return _PROBLEM_PARTITION, b"", None, f"row with key {key!r} of '{plan.source}' cannot be encoded: {error}"
+        return partition, key_bytes, value_bytes, None
+
+
+def _write(plan: _Plan, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A sorted share of ``ENCODED_SCHEMA`` rows → one table file per stream partition in it (partitioned),
+    or one file (broadcast, named by the Spark partition, which orders the key ranges), uploaded; reports
+    each file's blob id and counts as ``RESULT_SCHEMA`` rows, or the first problem."""
+    from pyspark import TaskContext
+
+    rows = (
+        row
+        for batch in batches
+        for row in zip(
+            *(batch.column(name).to_pylist() for name in ("partition", "key", "value", "problem")), strict=True
+        )
+    )
+    context = TaskContext.get()
+    range_index = context.partitionId() if context is not None else 0
+    for partition, group in itertools.groupby(rows, key=lambda row: row[0]):
+        if partition == _PROBLEM_PARTITION:
+            problem = next(group)[3]
+            yield _batch(_results([_FileResult(partition, None, 0, 0, problem)]), RESULT_SCHEMA)
             return
-        yield (partition, key_bytes), (value_bytes, None)
+        index = partition if plan.target.layout == "partitioned" else range_index
+        result = _write_file(plan, index, group)
+        yield _batch(_results([result]), RESULT_SCHEMA)
+        if result.problem is not None:
+            return
 
 
-def _write(plan: _Plan, index: int, items: Iterable[tuple[_ShuffleKey, _ShuffleValue]]) -> Iterator[_FileResult]:
-    """One sorted share → one table file, uploaded; reports its blob id and counts, or the first problem."""
+def _write_file(plan: _Plan, index: int, rows: Iterable[tuple[int, bytes, bytes | None, str | None]]) -> _FileResult:
+    """Rows of one file, sorted by key → the file, uploaded (no file when every value was null)."""
     problem: list[str] = []
     skipped = [0]
 
     def entries() -> Iterator[tuple[bytes, bytes]]:
         previous: bytes | None = None
-        for (_, key), (value, found) in items:
-            if found is not None:
-                problem.append(found)
-                return
+        for _, key, value, _ in rows:
             if key == previous:
                 problem.append(f"key {_decoded_key(plan, key)!r} appears more than once in '{plan.source}'")
                 return
@@ -391,10 +477,26 @@ def _write(plan: _Plan, index: int, items: Iterable[tuple[_ShuffleKey, _ShuffleV
         path = Path(directory) / file_name
         records = write_sst(path, entries())
         if problem:
-            yield _FileResult(index, None, 0, skipped[0], problem[0])
-            return
+            return _FileResult(index, None, 0, skipped[0], problem[0])
         blob_id = _upload(plan, path, file_name) if records else None
-    yield _FileResult(index, blob_id, records, skipped[0])
+    return _FileResult(index, blob_id, records, skipped[0])
+
+
+def _results(results: list[_FileResult]) -> dict[str, list[Any]]:
+    return {name: [getattr(result, name) for result in results] for name in _FileResult.__dataclass_fields__}
+
+
+def _batch(columns: dict[str, list[Any]], schema: str) -> pa.RecordBatch:
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_pydict(columns, schema=_arrow_schema(schema))
+
+
+def _arrow_schema(schema: str) -> pa.Schema:
+    import pyarrow as pa
+
+    types = {"int": pa.int32(), "long": pa.int64(), "binary": pa.binary(), "string": pa.string()}
+    return pa.schema([(name, types[kind]) for name, kind in (field.split() for field in schema.split(", "))])
 
 
 def _upload(plan: _Plan, path: Path, file_name: str) -> str:

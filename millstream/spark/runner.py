@@ -27,6 +27,7 @@ import orjson
 from pyspark.sql import SparkSession
 
 from millstream.config import Config, JobConfig
+from millstream.config.views import MetricsConfig
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.job_result import JobResult, generation_result
 from millstream.coordinator.prepare import prepare
@@ -38,6 +39,7 @@ from millstream.metadata.factory import metadata_store
 from millstream.metrics.server import metrics_endpoint
 from millstream.runtime.container import ContainerResult
 from millstream.spark.container_task import container_partition
+from millstream.spark.progress import SparkProgress, status_url
 from millstream.spark.session import (
     abandon_session,
     build_session,
@@ -64,6 +66,8 @@ class SparkJobRunner:
         self._stop = threading.Event()
         self.store = metadata_store(config)
         self.generation = 0
+        self._status_url: str | None = None
+        self._progress: SparkProgress | None = None
 
     def run(self, *, handle_signals: bool = False) -> JobResult:
         """Plan, publish and run the job; returns when every container returned, or the job failed.
@@ -113,7 +117,11 @@ class SparkJobRunner:
         wait = JobConfig.of(self.config).slots_wait_ms / 1000
         check_slots(spark.sparkContext, requirement(self.config), wait_seconds=wait)
         containers: list[ContainerResult] = []
-        with metrics_endpoint(self.config, functools.partial(status_document, self.config)):
+        with metrics_endpoint(self.config, functools.partial(status_document, self.config)) as server:
+            if server is not None:
+                self._status_url = status_url(self.config, server.port, spark.sparkContext)
+            if MetricsConfig.of(self.config).active:  # containers ship snapshots only while metrics are on
+                self._progress = SparkProgress(spark.sparkContext, self.config, self.store)
             while True:
                 if self._stop.is_set() and not containers:  # stopped before any container started
                     return JobResult(self.generation, "stopped")
@@ -140,6 +148,8 @@ class SparkJobRunner:
         next_check = 0.0
         while launch.is_alive():
             launch.join(0.2)
+            if self._progress is not None:
+                self._progress.poll(model.generation)
             now = time.monotonic()
             if deadline is None and now >= next_check:
                 next_check = now + 0.5
@@ -156,6 +166,8 @@ class SparkJobRunner:
                 log.warning("containers did not stop within the stop timeout; cancelling the Spark job")
                 sc.cancelJobGroup(group)
                 deadline = float("inf")
+        if self._progress is not None:  # the containers' last snapshots, written as they stopped
+            self._progress.update(model.generation)
         failure = failure or coordination.deterministic_failure(self.store, model.generation)
         if failure is not None:  # the containers that stopped committed; the failed one's retries did not start
             results = [ContainerResult(**orjson.loads(row)) for row in outcome.get("rows", [])]
@@ -173,7 +185,8 @@ class SparkJobRunner:
     def _launch(self, spark: SparkSession, model: bytes, count: int, group: str, outcome: dict[str, Any]) -> None:
         sc = spark.sparkContext
         generation = JobModel.from_bytes(model).generation
-        sc.setJobGroup(group, job_description(self.config, generation, count), interruptOnCancel=True)
+        description = job_description(self.config, generation, count, self._status_url)
+        sc.setJobGroup(group, description, interruptOnCancel=True)
         task = functools.partial(
             container_partition,
             self.config.to_dict(),
@@ -189,13 +202,15 @@ class SparkJobRunner:
             outcome["error"] = spark_failure_cause(error)
 
 
-def job_description(config: Config, generation: int, containers: int) -> str:
-    """What the Spark UI shows for the job: its name, generation and containers; task ``i`` of its one
-    stage (partition ``i``) is container ``i``."""
+def job_description(config: Config, generation: int, containers: int, status: str | None = None) -> str:
+    """What the Spark UI shows for the job: its name, generation and containers (task ``i`` of its one
+    stage, partition ``i``, is container ``i``), and where its live progress is: a Spark job's description
+    is fixed at submission, so it links millstream's status page (``metrics.prometheus.port``)."""
     plural = "" if containers == 1 else "s"
+    link = f"; live progress: {status}" if status else ""
     return (
         f"millstream job {JobConfig.of(config).name} generation {generation}: {containers} container{plural} "
-        f"(Spark partition i runs container i)"
+        f"(Spark partition i runs container i){link}"
     )
 
 

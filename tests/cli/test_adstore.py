@@ -86,6 +86,32 @@ def test_a_build_for_a_store_that_cannot_be_bulk_built_exits_2_before_starting_s
         assert "Spark" not in result.stderr  # refused before a JVM started
 
 
+def test_a_build_takes_exactly_one_input_and_exits_2_for_any_other_combination_before_starting_spark(tmp_path):
+    path, dataset = setup(tmp_path)
+    cases: list[tuple[list[Any], str]] = [
+        ([], "give exactly one input: --from PATH --format FMT, --table NAME or --sql QUERY (given: none)"),
+        (["--from", dataset, "--format", "json", "--table", "t"], "(given: --from, --table)"),
+        (["--table", "t", "--sql", "SELECT 1"], "(given: --table, --sql)"),
+        (["--table", "t", "--format", "json"], "--format applies to --from only, not to --table"),
+        (["--sql", "SELECT 1", "--master", "local[2]", "--remote", "sc://localhost:1"], "exclude each other"),
+    ]
+    for args, message in cases:
+        result = millstream("adstore", "build", path, "--store", "geo", *args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert message in result.stderr, (args, result.stderr)
+        assert "Spark" not in result.stderr.replace("Spark Connect", "")  # refused before a JVM started
+
+
+@pytest.mark.spark
+def test_a_build_takes_a_sql_query_over_files_in_a_local_session(tmp_path):
+    path, dataset = setup(tmp_path)
+    query = f"SELECT key, name AS value FROM json.`{dataset}` WHERE key < 'c05'"
+    build = millstream("adstore", "build", path, "--store", "geo", "--sql", query, "--master", "local[2]")
+    assert build.returncode == 0, build.stderr
+    assert build.stdout.splitlines()[2] == "records: 5 (skipped 0 with a null value)"
+    assert "query SELECT" in millstream("adstore", "versions", path, "--store", "geo").stdout  # the record's source
+
+
 def test_end_version_marks_every_partition_of_the_input_stream(tmp_path):
     path, _ = setup(tmp_path)
     result = millstream("adstore", "end-version", path, "--store", "geo", "--label", "v7")

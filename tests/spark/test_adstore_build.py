@@ -244,3 +244,25 @@ def test_a_store_that_is_not_adjunct_is_a_config_error_naming_the_key(tmp_path, 
     config = job_config(tmp_path / "data", stores__plain__key__serde="string")
     with pytest.raises(ConfigError, match=r"'stores\.plain\.adstore\.input'"):
         build_version(spark, config, "plain", str(tmp_path / "unused"), "json")
+
+
+def test_a_build_takes_a_table_of_the_sessions_catalog_or_a_sql_query(tmp_path, spark):
+    config = adjunct_config(tmp_path)
+    spark.createDataFrame(ROWS).createOrReplaceTempView("geo_rows")
+    from_table = build_version(spark, config, "geo", "geo_rows", "table")
+    assert (from_table.records, from_table.source) == (120, "table geo_rows")
+    query = "SELECT key, population AS value FROM geo_rows\n WHERE country = 'fr'"
+    from_query = build_version(spark, config, "geo", query, "sql")
+    assert from_query.source == "query SELECT key, population AS value FROM geo_rows WHERE country = 'fr'"
+    assert ingested(config, from_query, None, tmp_path / "query") == {
+        row["key"]: row["population"] for row in ROWS if row["country"] == "fr"
+    }
+
+
+def test_a_missing_table_or_a_bad_query_is_an_error_naming_it(tmp_path, spark):
+    config = adjunct_config(tmp_path)
+    with pytest.raises(DatasetSchemaError, match=r"cannot read table no_such_table: .*no_such_table"):
+        build_version(spark, config, "geo", "no_such_table", "table")
+    with pytest.raises(DatasetSchemaError, match=r"cannot read query SELECT nope FROM nowhere: "):
+        build_version(spark, config, "geo", "SELECT nope FROM nowhere", "sql")
+    assert_nothing_published(config)

@@ -1,12 +1,16 @@
-"""What a Spark run shows of itself: the status document and the Spark UI's job name (the progress line and
-the log format through ``millstream run`` are in ``tests/cli/test_main.py``)."""
+"""What a Spark run shows of itself: the status document, the Spark UI's job name with its link to the status
+page, and the job's progress in Spark's metrics system (the progress line and the log format through
+``millstream run`` are in ``tests/cli/test_main.py``)."""
 
 from __future__ import annotations
 
 import threading
+import urllib.request
 from typing import Any
 
+import orjson
 import pytest
+from pyspark.sql import SparkSession
 
 from millstream.config import JobConfig
 from millstream.coordinator.job_result import JobResult
@@ -22,6 +26,15 @@ def _caught_up(port: int, produced: int) -> dict[str, Any] | None:
     document = status_json(port)
     live = [c for c in document.get("containers", {}).values() if c.get("state") == "running" and "processed" in c]
     return document if len(live) == 2 and sum(c["processed"] for c in live) == produced else None
+
+
+def _spark_gauges(spark: SparkSession, runner: SparkJobRunner, processed: int) -> dict[str, int] | None:
+    """The job's figures in Spark's metrics system, as the Spark UI's ``/metrics/json`` serves them."""
+    with urllib.request.urlopen(f"{spark.sparkContext.uiWebUrl}/metrics/json/", timeout=10) as reply:
+        gauges = orjson.loads(reply.read())["gauges"]
+    prefix = f".driver.AccumulatorSource.millstream.{JobConfig.of(runner.config).job_key}."
+    figures = {name.split(prefix, 1)[1]: int(gauge["value"]) for name, gauge in gauges.items() if prefix in name}
+    return figures if figures.get("processed") == processed else None
 
 
 def test_the_status_document_and_the_spark_job_name_the_job_its_generation_and_containers(spark_local, tmp_path):
@@ -45,6 +58,9 @@ def test_the_status_document_and_the_spark_job_name_the_job_its_generation_and_c
     job.start()
     try:
         document = wait_until(lambda: _caught_up(port, 120), 120, "both containers to report 120 messages")
+        gauges = wait_until(
+            lambda: _spark_gauges(spark_local, runner, processed=120), 60, "Spark's metrics to show 120 processed"
+        )
     finally:
         runner.request_stop()
         job.join(120)
@@ -71,6 +87,13 @@ def test_the_status_document_and_the_spark_job_name_the_job_its_generation_and_c
     assert len(job_ids) == 1
     job_data = sc._jsc.sc().statusStore().job(job_ids[0])
     description = job_data.description().get()
-    assert description == "millstream job test generation 1: 2 containers (Spark partition i runs container i)"
+    host = sc.getConf().get("spark.driver.host")
+    assert description == (
+        "millstream job test generation 1: 2 containers (Spark partition i runs container i); "
+        f"live progress: http://{host}:{port}/"
+    )
+    assert gauges is not None
+    assert (gauges["lag"], gauges["containers_reporting"]) == (0, 2)
+    assert gauges["records_per_second"] >= 0
     stage = sc.statusTracker().getStageInfo(sc.statusTracker().getJobInfo(job_ids[0]).stageIds[0])
     assert stage is not None and stage.numTasks == 2  # one Spark task per container
