@@ -42,7 +42,8 @@ from millstream.model import IncomingMessageEnvelope, SystemStream
 from millstream.serde.base import Serde
 from millstream.serde.registry import SerdeRegistry
 from millstream.spark.checkpoints_datasource import MillstreamCheckpointsDataSource
-from millstream.spark.stream_read import OffsetRange, StreamReadError, plan_ranges, read_range
+from millstream.spark.read_bounds import ReadBounds, StreamReadError, parse_bounds
+from millstream.spark.stream_read import OffsetRange, plan_ranges, read_range
 
 if TYPE_CHECKING:
     import pyarrow
@@ -73,8 +74,8 @@ class ReadOptions:
     config: dict[str, str]
     stream: SystemStream
     raw: bool
-    starting_offsets: str | None
-    ending_offsets: str | None
+    bounds: ReadBounds
+    max_records: int | None
     idle_timeout: float
     batch_size: int
 
@@ -90,15 +91,17 @@ class ReadOptions:
             config=load_config(path).to_dict(),
             stream=SystemStream.parse(stream),
             raw=parse_bool("raw", options.get("raw", "false")),
-            starting_offsets=options.get("startingoffsets"),
-            ending_offsets=options.get("endingoffsets"),
+            bounds=parse_bounds(options),
+            max_records=_positive_int(options, "maxRecordsPerPartition", 0) or None,
             idle_timeout=_positive_int(options, "idleTimeoutMs", DEFAULT_IDLE_TIMEOUT_MS) / 1000,
             batch_size=_positive_int(options, "batchSize", 10_000),
         )
 
 
 def _positive_int(options: dict[str, str], name: str, default: int) -> int:
-    text = options.get(name.lower(), str(default))
+    if name.lower() not in options:
+        return default
+    text = options[name.lower()]
     if not text.isdigit() or int(text) <= 0:
         raise StreamReadError(f"option '{name}' must be a positive integer, not {text!r}")
     return int(text)
@@ -133,7 +136,7 @@ class StreamDataFrameReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         config = Config(self.options.config)
-        ranges = plan_ranges(config, self.options.stream, self.options.starting_offsets, self.options.ending_offsets)
+        ranges = plan_ranges(config, self.options.stream, self.options.bounds, self.options.max_records)
         return [StreamInputPartition(offsets) for offsets in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pyarrow.RecordBatch]:
