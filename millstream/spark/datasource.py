@@ -5,8 +5,10 @@
     millstream.spark.datasource.register(spark)
     df = spark.read.format("millstream").option("config", "job.yaml").option("stream", "log.page-views").load()
 
-One row per record, one Spark partition per stream partition, read by the system's own consumer (see
-:mod:`millstream.spark.stream_read` for how a read is bounded). Rows leave the Python worker as Arrow
+One row per record, one Spark partition per stream partition (or offset range of one, with
+``maxRecordsPerPartition``), read by the system's own consumer (see :mod:`millstream.spark.stream_read`
+for how a read is bounded, :mod:`millstream.spark.read_bounds` for the range options); one per shard of
+a Kinesis stream, parents before children (:mod:`millstream.spark.shard_read`). Rows leave the Python worker as Arrow
 record batches, which Spark takes without converting row by row.
 
 The ``key`` and ``value`` columns are strings of JSON: serdes decode bytes to any Python object (a str,
@@ -43,7 +45,9 @@ from millstream.serde.base import Serde
 from millstream.serde.registry import SerdeRegistry
 from millstream.spark.checkpoints_datasource import MillstreamCheckpointsDataSource
 from millstream.spark.read_bounds import ReadBounds, StreamReadError, parse_bounds
+from millstream.spark.shard_read import ShardRange, plan_shard_ranges, read_shard_range
 from millstream.spark.stream_read import OffsetRange, plan_ranges, read_range
+from millstream.systems.registry import system_factory
 
 if TYPE_CHECKING:
     import pyarrow
@@ -125,31 +129,47 @@ class MillstreamDataSource(DataSource):
 class StreamInputPartition(InputPartition):
     """One stream partition's offset range: what one Spark task reads."""
 
-    range: OffsetRange
+    range: OffsetRange | ShardRange
 
 
 class StreamDataFrameReader(DataSourceReader):
-    """Plans one Spark partition per stream partition (offsets fixed at planning), reads each in a task."""
+    """Plans one Spark partition per stream partition or shard (offsets fixed at planning), reads each in a task."""
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
 
     def partitions(self) -> Sequence[InputPartition]:
         config = Config(self.options.config)
-        ranges = plan_ranges(config, self.options.stream, self.options.bounds, self.options.max_records)
+        stream = self.options.stream
+        ranges: Sequence[OffsetRange | ShardRange]
+        if _partitions_are_fixed(config, stream):
+            ranges = plan_ranges(config, stream, self.options.bounds, self.options.max_records)
+        else:
+            ranges = plan_shard_ranges(config, stream, self.options.bounds)
         return [StreamInputPartition(offsets) for offsets in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pyarrow.RecordBatch]:
         assert isinstance(partition, StreamInputPartition)
         config = Config(self.options.config)
         rows = RecordBatchBuilder(self.options, config)
-        for envelopes in read_range(config, partition.range, self.options.idle_timeout):
+        offsets, idle_timeout = partition.range, self.options.idle_timeout
+        batches = (
+            read_range(config, offsets, idle_timeout)
+            if isinstance(offsets, OffsetRange)
+            else read_shard_range(config, offsets, idle_timeout)
+        )
+        for envelopes in batches:
             for envelope in envelopes:
                 rows.add(envelope)
                 if len(rows) >= self.options.batch_size:
                     yield rows.flush()
         if len(rows):
             yield rows.flush()
+
+
+def _partitions_are_fixed(config: Config, stream: SystemStream) -> bool:
+    """Log and Kafka partitions are planned as offset ranges; Kinesis shards, which come and go, by shard."""
+    return system_factory(config, stream.system).get_admin(stream.system, config).partitions_are_fixed
 
 
 class RecordBatchBuilder:
