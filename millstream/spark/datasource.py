@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 from pyspark.sql import SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter, InputPartition
 from pyspark.sql.types import (
     BinaryType,
     IntegerType,
@@ -47,6 +47,7 @@ from millstream.spark.checkpoints_datasource import MillstreamCheckpointsDataSou
 from millstream.spark.read_bounds import ReadBounds, StreamReadError, parse_bounds
 from millstream.spark.shard_read import ShardRange, plan_shard_ranges, read_shard_range
 from millstream.spark.stream_read import OffsetRange, plan_ranges, read_range
+from millstream.spark.stream_write import StreamDataFrameWriter, WriteOptions
 from millstream.systems.registry import system_factory
 
 if TYPE_CHECKING:
@@ -123,6 +124,9 @@ class MillstreamDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return StreamDataFrameReader(ReadOptions.parse(dict(self.options)))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return StreamDataFrameWriter(WriteOptions.parse(dict(self.options), schema, overwrite))
 
 
 @dataclass(frozen=True)
