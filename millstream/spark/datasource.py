@@ -163,10 +163,9 @@ class StreamDataFrameReader(DataSourceReader):
             else read_shard_range(config, offsets, idle_timeout)
         )
         for envelopes in batches:
-            for envelope in envelopes:
-                rows.add(envelope)
-                if len(rows) >= self.options.batch_size:
-                    yield rows.flush()
+            rows.extend(envelopes)
+            if len(rows) >= self.options.batch_size:
+                yield rows.flush()
         if len(rows):
             yield rows.flush()
 
@@ -174,6 +173,10 @@ class StreamDataFrameReader(DataSourceReader):
 def _partitions_are_fixed(config: Config, stream: SystemStream) -> bool:
     """Log and Kafka partitions are planned as offset ranges; Kinesis shards, which come and go, by shard."""
     return system_factory(config, stream.system).get_admin(stream.system, config).partitions_are_fixed
+
+
+def _identity(data: Any) -> Any:
+    return data
 
 
 class RecordBatchBuilder:
@@ -203,17 +206,36 @@ class RecordBatchBuilder:
     def __len__(self) -> int:
         return len(self._columns[0])
 
-    def add(self, envelope: IncomingMessageEnvelope) -> None:
+    def extend(self, envelopes: list[IncomingMessageEnvelope]) -> None:
+        """Adds a batch of one partition's envelopes, column by column (a comprehension per column costs
+        a fraction of a method call per record)."""
+        if not envelopes:
+            return
         partition, offset, timestamp, key, value, headers = self._columns
-        partition.append(envelope.ssp.partition)
-        offset.append(envelope.offset)
-        timestamp.append(envelope.timestamp * 1000 if envelope.timestamp else None)
-        key.append(self._payload(envelope, envelope.key, self._key_serde, "key"))
-        value.append(self._payload(envelope, envelope.message, self._msg_serde, "value"))
-        headers.append(list(envelope.headers.items()) if envelope.headers else None)
+        partition.extend([envelopes[0].ssp.partition] * len(envelopes))
+        offset.extend([envelope.offset for envelope in envelopes])
+        timestamp.extend([envelope.timestamp * 1000 if envelope.timestamp else None for envelope in envelopes])
+        key.extend(self._payloads(envelopes, [envelope.key for envelope in envelopes], self._key_serde, "key"))
+        value.extend(self._payloads(envelopes, [e.message for e in envelopes], self._msg_serde, "value"))
+        headers.extend([list(envelope.headers.items()) if envelope.headers else None for envelope in envelopes])
+
+    def _payloads(
+        self, envelopes: list[IncomingMessageEnvelope], data: list[Any], serde: Serde | None, column: str
+    ) -> list[Any]:
+        if self._raw:
+            return data
+        decode = serde.from_bytes if serde is not None else _identity
+        dumps, option = orjson.dumps, orjson.OPT_NON_STR_KEYS
+        try:
+            return [None if item is None else dumps(decode(item), option=option).decode() for item in data]
+        except (MillstreamError, orjson.JSONEncodeError, ValueError, TypeError):
+            for envelope, item in zip(envelopes, data, strict=True):
+                self._payload(envelope, item, serde, column)
+            raise
 
     def _payload(self, envelope: IncomingMessageEnvelope, data: Any, serde: Serde | None, column: str) -> Any:
-        if data is None or self._raw:
+        """One payload as JSON text, or an error naming the stream, partition and offset of the record."""
+        if data is None:
             return data
         try:
             decoded = serde.from_bytes(data) if serde is not None else data

@@ -128,8 +128,13 @@ def read_range(config: Config, offsets: OffsetRange, idle_timeout: float) -> Ite
 def _within(
     admin: SystemAdmin, batch: list[IncomingMessageEnvelope], offsets: OffsetRange
 ) -> tuple[list[IncomingMessageEnvelope], bool]:
-    """The envelopes of ``batch`` inside the range, and whether the range is complete."""
+    """The envelopes of ``batch`` inside the range, and whether the range is complete; one comparison
+    when the batch's last envelope lies inside, as all but a range's last batch do."""
     assert offsets.end is not None
+    if batch and not batch[-1].is_end_of_stream:
+        order = admin.offset_comparator(batch[-1].offset, offsets.end)
+        if order is not None and (order < 0 or (order == 0 and offsets.end_inclusive)):
+            return batch, order == 0
     for index, envelope in enumerate(batch):
         if envelope.is_end_of_stream:
             return batch[:index], True
