@@ -162,44 +162,76 @@ def read_shard_range(config: Config, shard: ShardRange, idle_timeout: float) -> 
     ``idle_timeout`` seconds before its range ends (its records expired), rather than returning part of it."""
     if shard.start is None:
         return
-    from millstream.systems.kinesis.slots import SEQUENCE_NUMBER_HEADER, SHARD_ID_HEADER, arrival_millis
-
     ssp = shard.ssp
     with system_factory(config, ssp.system).get_admin(ssp.system, config) as admin:
         kinesis = _kinesis_admin(admin, SystemStream(ssp.system, ssp.stream))
-        start = dict(shard.start)
-        if "Timestamp" in start:
-            start["Timestamp"] = datetime.fromtimestamp(start["Timestamp"] / 1000, tz=UTC)
-        call = kinesis.clients.call
-        iterator = call("GetShardIterator", stream=ssp.stream, StreamName=ssp.stream, ShardId=shard.shard_id, **start)[
-            "ShardIterator"
-        ]
         reached: str | None = None
-        last_data, shard_header = time.monotonic(), shard.shard_id.encode()
-        while iterator is not None:
-            response = call("GetRecords", kinesis.metrics, stream=ssp.stream, ShardIterator=iterator, Limit=10_000)
-            batch: list[IncomingMessageEnvelope] = []
-            for record in response.get("Records", []):
-                sequence, arrival = record["SequenceNumber"], arrival_millis(record.get("ApproximateArrivalTimestamp"))
-                if shard.ends_before(sequence, arrival):
-                    yield batch
-                    return
-                key = record.get("PartitionKey")
-                headers = {SHARD_ID_HEADER: shard_header, SEQUENCE_NUMBER_HEADER: sequence.encode()}
-                data = record["Data"]
-                batch.append(
-                    IncomingMessageEnvelope(ssp, sequence, key and key.encode(), data, arrival, headers, len(data))
-                )
+        last_data = time.monotonic()
+        for response in _responses(kinesis, shard):
+            batch, done = _envelopes(shard, response.get("Records", []))
             if batch:
                 reached, last_data = batch[-1].offset, time.monotonic()
                 yield batch
-                if shard.last_sequence is not None and reached == shard.last_sequence:
-                    return
-            iterator = response.get("NextShardIterator")
+            if done or (shard.last_sequence is not None and reached == shard.last_sequence):
+                return
             if not batch and shard.last_sequence is not None and response.get("MillisBehindLatest", 0) == 0:
                 if _past_tip(shard, reached, time.monotonic() - last_data, idle_timeout):
                     return
                 time.sleep(TIP_WAIT_S)
+
+
+def _responses(kinesis: KinesisSystemAdmin, shard: ShardRange) -> Iterator[dict[str, Any]]:
+    """``GetRecords`` answers from the range's start to the end of the shard; Kinesis's refusals (an
+    expired shard, a sequence number it does not hold) as errors naming the shard."""
+    from botocore.exceptions import ClientError
+
+    assert shard.start is not None
+    ssp, start = shard.ssp, dict(shard.start)
+    if "Timestamp" in start:
+        start["Timestamp"] = datetime.fromtimestamp(start["Timestamp"] / 1000, tz=UTC)
+    try:
+        iterator = kinesis.clients.call(
+            "GetShardIterator",
+            kinesis.metrics,
+            stream=ssp.stream,
+            StreamName=ssp.stream,
+            ShardId=shard.shard_id,
+            **start,
+        )["ShardIterator"]
+        while iterator is not None:
+            response = kinesis.clients.call(
+                "GetRecords", kinesis.metrics, stream=ssp.stream, ShardIterator=iterator, Limit=10_000
+            )
+            yield response
+            iterator = response.get("NextShardIterator")
+    except ClientError as error:
+        raise StreamReadError(
+            f"{ssp} (shard '{shard.shard_id}'): Kinesis refused the read from {_describe(shard.start)}: {error}"
+        ) from None
+
+
+def _describe(start: dict[str, Any]) -> str:
+    position = start["ShardIteratorType"]
+    detail = start.get("StartingSequenceNumber") or start.get("Timestamp")
+    return f"{position} {detail}" if detail is not None else position
+
+
+def _envelopes(shard: ShardRange, records: list[dict[str, Any]]) -> tuple[list[IncomingMessageEnvelope], bool]:
+    """The records inside the range as envelopes (as a job's consumer builds them), and whether it ended."""
+    from millstream.systems.kinesis.slots import SEQUENCE_NUMBER_HEADER, SHARD_ID_HEADER, arrival_millis
+
+    shard_header = shard.shard_id.encode()
+    envelopes: list[IncomingMessageEnvelope] = []
+    for record in records:
+        sequence, arrival = record["SequenceNumber"], arrival_millis(record.get("ApproximateArrivalTimestamp"))
+        if shard.ends_before(sequence, arrival):
+            return envelopes, True
+        key, data = record.get("PartitionKey"), record["Data"]
+        headers = {SHARD_ID_HEADER: shard_header, SEQUENCE_NUMBER_HEADER: sequence.encode()}
+        envelopes.append(
+            IncomingMessageEnvelope(shard.ssp, sequence, key and key.encode(), data, arrival, headers, len(data))
+        )
+    return envelopes, False
 
 
 def _past_tip(shard: ShardRange, reached: str | None, idle_s: float, idle_timeout: float) -> bool:

@@ -12,7 +12,9 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 from millstream.config import Config
-from millstream.spark.shard_read import parents_first
+from millstream.model import SystemStream
+from millstream.spark.read_bounds import StreamReadError
+from millstream.spark.shard_read import ShardRange, _past_tip, parents_first
 from millstream.systems.kinesis.shards import Shard
 from tests.integration.kinesis.helpers import create_stream, kinesis_config, put, started_admin
 
@@ -109,3 +111,24 @@ def test_parents_come_before_children_whatever_the_shard_ids():
 
     ordered = parents_first([shard("a-9"), shard("a-1", "a-7", "a-9"), shard("a-7"), shard("a-0", "a-1")])
     assert [s.shard_id for s in ordered] == ["a-7", "a-9", "a-1", "a-0"]
+
+
+def test_a_sequence_number_kinesis_does_not_hold_is_an_error_naming_shard_and_sequence_number(
+    spark_local, kinesis_endpoint, stream_name, tmp_path: Path
+):
+    stream = stream_name("refused")
+    create_stream(kinesis_endpoint, stream, 1)
+    put(kinesis_endpoint, stream, [("k", b"1")])
+    config_file = job_file(kinesis_config(kinesis_endpoint, tmp_path, **KEYS), tmp_path)
+    with pytest.raises(PySparkException, match=r"shard 'shardId-000000000000'.*AT_SEQUENCE_NUMBER 12345"):
+        load(spark_local, config_file, stream, raw="true", startingOffsets='{"0": "12345"}').collect()
+
+
+def test_a_shard_that_ends_before_its_planned_last_record_is_an_error_not_part_of_the_range():
+    ssp = SystemStream("kinesis", "views").partition(3)
+    shard = ShardRange(ssp, "shardId-000000000003", {"ShardIteratorType": "TRIM_HORIZON"}, last_sequence="900")
+    with pytest.raises(StreamReadError, match=r"kinesis, views, 3.*shardId-000000000003.*at sequence number 400.*900"):
+        _past_tip(shard, "400", idle_s=0.0, idle_timeout=60)
+    assert _past_tip(shard, None, idle_s=0.0, idle_timeout=60) is False, "an empty first answer is no proof"
+    after = ShardRange(ssp, shard.shard_id, {"ShardIteratorType": "AT_TIMESTAMP", "Timestamp": 5}, last_sequence="900")
+    assert _past_tip(after, None, idle_s=0.0, idle_timeout=60) is True, "a start after the last record reads nothing"
