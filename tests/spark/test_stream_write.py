@@ -85,11 +85,13 @@ def test_raw_writes_the_bytes_as_given_and_the_read_gives_them_back(spark_local,
     assert [(r.key and bytes(r.key), bytes(r.value)) for r in rows] == [(b"k", b"\x00\x01"), (None, b"\xff")]
 
 
-def test_overwrite_is_refused_naming_the_stream_and_the_mode(spark_local, tmp_path: Path):
+def test_only_append_writes_overwrite_is_refused_naming_the_stream_and_the_mode(spark_local, tmp_path: Path):
     config = job_config(tmp_path)
     create_stream(config, "kept", 1)
     with pytest.raises(PySparkException, match=r"log\.kept.*'overwrite'.*'append'"):
         save(json_rows(spark_local, [("k", 1)]), job_file(config, tmp_path), "log.kept", mode="overwrite")
+    with pytest.raises(PySparkException, match=r"ErrorIfExists"):
+        save(json_rows(spark_local, [("k", 1)]), job_file(config, tmp_path), "log.kept", mode="errorifexists")
     assert read_stream(config, SystemStream("log", "kept")) == {0: []}
 
 
