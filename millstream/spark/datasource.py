@@ -160,7 +160,7 @@ class StreamDataFrameReader(DataSourceReader):
         batches = (
             read_range(config, offsets, idle_timeout)
             if isinstance(offsets, OffsetRange)
-            else read_shard_range(config, offsets, idle_timeout)
+            else read_shard_range(config, offsets)
         )
         for envelopes in batches:
             rows.extend(envelopes)

@@ -2,8 +2,9 @@
 
 A job reads Kinesis through slots and leases, because shards come and go while it runs. A batch read
 needs neither: it lists the shards once, at planning, and reads each with ``GetShardIterator`` /
-``GetRecords`` from its start to an end fixed then — the newest record an open shard holds at
-planning, or a closed shard's last record. Closed parents and their open children are both read, and
+``GetRecords`` from its start to the records that arrived by the instant of planning (Kinesis has no call
+that gives a shard's newest sequence number; finding it by reading would read every shard twice), ending
+at the shard's tip or, for a closed shard, its end. Closed parents and their open children are both read, and
 the Spark partitions are ordered parents before children, so rows collected in partition order keep
 every partition key's records in the order it was written across splits and merges.
 
@@ -16,7 +17,6 @@ each record's arrival time (an end).
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -41,29 +41,27 @@ if TYPE_CHECKING:
     from millstream.systems.kinesis.shards import Shard
 
 _SHARD_NUMBER = re.compile(r"(\d+)$")
-TIP_WAIT_S = 0.2
-"""How long a read at the tip of an open shard waits before asking again (Kinesis: 5 GetRecords/s/shard)."""
 
 
 @dataclass(frozen=True)
 class ShardRange:
     """What one Spark partition reads of a shard: from ``start`` (GetShardIterator arguments) until the
-    first record past any of the ends — ``last_sequence`` (inclusive: the newest at planning of an
-    open shard), ``end_sequence`` and ``end_timestamp_ms`` (exclusive) — or the end of a closed shard."""
+    first record past any of its ends — ``planned_at_ms`` (records that arrived after the read was planned),
+    ``end_sequence`` and ``end_timestamp_ms`` (exclusive) — or the shard's tip, or the end of a closed shard.
+    ``start`` None: nothing to read."""
 
     ssp: SystemStreamPartition
     shard_id: str
     start: dict[str, Any] | None
-    last_sequence: str | None
+    planned_at_ms: int
     end_sequence: str | None = None
     end_timestamp_ms: int | None = None
 
     def ends_before(self, sequence: str, arrival_ms: int) -> bool:
         """True when a record at ``sequence`` that arrived at ``arrival_ms`` lies past the range."""
-        number = int(sequence)
         return (
-            (self.last_sequence is not None and number > int(self.last_sequence))
-            or (self.end_sequence is not None and number >= int(self.end_sequence))
+            arrival_ms > self.planned_at_ms
+            or (self.end_sequence is not None and int(sequence) >= int(self.end_sequence))
             or (self.end_timestamp_ms is not None and arrival_ms >= self.end_timestamp_ms)
         )
 
@@ -119,16 +117,11 @@ def _plan_shard(admin: KinesisSystemAdmin, stream: SystemStream, shard: Shard, b
     ssp = stream.partition(number)
     start = _start(ssp, shard.shard_id, bounds.start_of(number))
     end = bounds.end_of(number)
-    last = None
-    if not shard.closed and start is not None:
-        last = admin.shard_positions(stream.stream, shard.shard_id).newest_sequence_number
-        if last is None:
-            start = None
     if isinstance(end, StartpointOldest):
         start = None
     end_sequence = _sequence(ssp, shard.shard_id, end.specific_offset) if isinstance(end, StartpointSpecific) else None
     end_ms = end.timestamp_offset if isinstance(end, StartpointTimestamp) else None
-    return ShardRange(ssp, shard.shard_id, start, last, end_sequence, end_ms)
+    return ShardRange(ssp, shard.shard_id, start, now_ms(), end_sequence, end_ms)
 
 
 def _start(ssp: SystemStreamPartition, shard_id: str, startpoint: Startpoint) -> dict[str, Any] | None:
@@ -157,27 +150,20 @@ def _sequence(ssp: SystemStreamPartition, shard_id: str, offset: str) -> str:
     return sequence
 
 
-def read_shard_range(config: Config, shard: ShardRange, idle_timeout: float) -> Iterator[list[IncomingMessageEnvelope]]:
-    """The envelopes of ``shard`` in batches, undecoded; raises if an open shard reaches its tip for
-    ``idle_timeout`` seconds before its range ends (its records expired), rather than returning part of it."""
+def read_shard_range(config: Config, shard: ShardRange) -> Iterator[list[IncomingMessageEnvelope]]:
+    """The envelopes of ``shard`` in batches, undecoded, up to the first record past the range or the
+    shard's tip (an empty answer with no lag: every record written until now was delivered)."""
     if shard.start is None:
         return
     ssp = shard.ssp
     with system_factory(config, ssp.system).get_admin(ssp.system, config) as admin:
         kinesis = _kinesis_admin(admin, SystemStream(ssp.system, ssp.stream))
-        reached: str | None = None
-        last_data = time.monotonic()
         for response in _responses(kinesis, shard):
             batch, done = _envelopes(shard, response.get("Records", []))
             if batch:
-                reached, last_data = batch[-1].offset, time.monotonic()
                 yield batch
-            if done or (shard.last_sequence is not None and reached == shard.last_sequence):
+            if done or (not batch and response.get("MillisBehindLatest", 0) == 0):
                 return
-            if not batch and shard.last_sequence is not None and response.get("MillisBehindLatest", 0) == 0:
-                if _past_tip(shard, reached, time.monotonic() - last_data, idle_timeout):
-                    return
-                time.sleep(TIP_WAIT_S)
 
 
 def _responses(kinesis: KinesisSystemAdmin, shard: ShardRange) -> Iterator[dict[str, Any]]:
@@ -232,18 +218,3 @@ def _envelopes(shard: ShardRange, records: list[dict[str, Any]]) -> tuple[list[I
             IncomingMessageEnvelope(shard.ssp, sequence, key and key.encode(), data, arrival, headers, len(data))
         )
     return envelopes, False
-
-
-def _past_tip(shard: ShardRange, reached: str | None, idle_s: float, idle_timeout: float) -> bool:
-    """At the tip of an open shard before the last record planned: True when a timestamp start lies past
-    that record (nothing to read); an error naming the shard when records were lost, rather than part of
-    the range; False to ask again (an empty answer right after GetShardIterator is no proof)."""
-    assert shard.start is not None
-    if reached is None and shard.start["ShardIteratorType"] == "AT_TIMESTAMP":
-        return True
-    if reached is None and idle_s <= idle_timeout:
-        return False
-    raise StreamReadError(
-        f"{shard.ssp} (shard '{shard.shard_id}'): the shard ends at sequence number {reached}, before the last "
-        f"record planned, {shard.last_sequence} (its records may have expired)"
-    )

@@ -13,9 +13,11 @@ from pyspark.sql import DataFrame, SparkSession
 
 from millstream.config import Config
 from millstream.model import SystemStream
-from millstream.spark.read_bounds import StreamReadError
-from millstream.spark.shard_read import ShardRange, _past_tip, parents_first
+from millstream.spark.read_bounds import ReadBounds
+from millstream.spark.shard_read import parents_first, plan_shard_ranges, read_shard_range
 from millstream.systems.kinesis.shards import Shard
+from millstream.systems.startpoints import now_ms
+from tests.helpers import wait_until
 from tests.integration.kinesis.helpers import create_stream, kinesis_config, put, started_admin
 
 KEYS = {"systems__kinesis__samza__key__serde": "string"}
@@ -124,11 +126,12 @@ def test_a_sequence_number_kinesis_does_not_hold_is_an_error_naming_shard_and_se
         load(spark_local, config_file, stream, raw="true", startingOffsets='{"0": "12345"}').collect()
 
 
-def test_a_shard_that_ends_before_its_planned_last_record_is_an_error_not_part_of_the_range():
-    ssp = SystemStream("kinesis", "views").partition(3)
-    shard = ShardRange(ssp, "shardId-000000000003", {"ShardIteratorType": "TRIM_HORIZON"}, last_sequence="900")
-    with pytest.raises(StreamReadError, match=r"kinesis, views, 3.*shardId-000000000003.*at sequence number 400.*900"):
-        _past_tip(shard, "400", idle_s=0.0, idle_timeout=60)
-    assert _past_tip(shard, None, idle_s=0.0, idle_timeout=60) is False, "an empty first answer is no proof"
-    after = ShardRange(ssp, shard.shard_id, {"ShardIteratorType": "AT_TIMESTAMP", "Timestamp": 5}, last_sequence="900")
-    assert _past_tip(after, None, idle_s=0.0, idle_timeout=60) is True, "a start after the last record reads nothing"
+def test_records_that_arrive_after_planning_are_not_read(kinesis_endpoint, stream_name, tmp_path: Path):
+    stream = stream_name("late")
+    create_stream(kinesis_endpoint, stream, 1)
+    config = kinesis_config(kinesis_endpoint, tmp_path)
+    put(kinesis_endpoint, stream, [("k", b"%d" % i) for i in range(3)])
+    (planned,) = plan_shard_ranges(config, SystemStream("kinesis", stream), ReadBounds())
+    wait_until(lambda: now_ms() > planned.planned_at_ms, 5, "the clock to pass the planning instant")
+    put(kinesis_endpoint, stream, [("k", b"late")])
+    assert [e.message for batch in read_shard_range(config, planned) for e in batch] == [b"0", b"1", b"2"]
