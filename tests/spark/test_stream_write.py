@@ -109,3 +109,19 @@ def test_a_column_with_no_place_in_a_record_is_refused_naming_it(spark_local, tm
     df = spark_local.createDataFrame([('"k"', "1", "x")], "key string, value string, colour string")
     with pytest.raises(PySparkException, match=r"\['colour'\]"):
         save(df, job_file(config, tmp_path), "log.strict")
+
+
+def test_a_headers_column_gives_each_record_its_headers(spark_local, tmp_path: Path):
+    config = job_config(tmp_path)
+    create_stream(config, "traced", 1)
+    config_file = job_file(config, tmp_path)
+    df = spark_local.createDataFrame(
+        [("1", {"trace": b"t-1"}), ("2", None)], "value string, headers map<string, binary>"
+    ).coalesce(1)
+    save(df, config_file, "log.traced")
+    back = spark_local.read.format("millstream").option("config", config_file).option("stream", "log.traced").load()
+    rows = back.orderBy("offset").collect()
+    assert [(r.value, r.headers and {k: bytes(v) for k, v in r.headers.items()}) for r in rows] == [
+        ("1", {"trace": b"t-1"}),
+        ("2", None),
+    ]
