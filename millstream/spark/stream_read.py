@@ -13,24 +13,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import orjson
-
 from millstream.config import Config
 from millstream.errors import MillstreamError, StreamNotFoundError
 from millstream.model import IncomingMessageEnvelope, SystemStream, SystemStreamPartition
+from millstream.spark.read_bounds import ReadBounds, StreamReadError
 from millstream.systems.base import SystemAdmin, SystemStreamPartitionMetadata
 from millstream.systems.registry import system_factory
-from millstream.systems.startpoints import StartpointOldest, StartpointSpecific, StartpointUpcoming
-
-OLDEST = "oldest"
-UPCOMING = "upcoming"
-NEWEST = "newest"
-STARTING_WORDS = {OLDEST: StartpointOldest(), UPCOMING: StartpointUpcoming(), "latest": StartpointUpcoming()}
-ENDING_WORDS = {NEWEST, "latest"}
-
-
-class StreamReadError(MillstreamError):
-    """A DataFrame read of a stream cannot be planned or completed; the message names stream and partition."""
+from millstream.systems.startpoints import Startpoint, StartpointUpcoming
 
 
 @dataclass(frozen=True)
@@ -45,61 +34,68 @@ class OffsetRange:
     end_inclusive: bool
 
 
-def parse_offsets(text: str | None, option: str) -> dict[int, str]:
-    """``{"0": "5", "1": "oldest"}`` → ``{0: "5", 1: "oldest"}``, with an error naming the option."""
-    if not text:
-        return {}
-    try:
-        parsed = orjson.loads(text)
-    except orjson.JSONDecodeError as error:
-        raise StreamReadError(f"option '{option}' is not JSON ({error}): {text!r}") from None
-    if not isinstance(parsed, dict) or not all(isinstance(key, str) and key.isdigit() for key in parsed):
-        raise StreamReadError(f'option \'{option}\' must map partition numbers to offsets, e.g. {{"0": "5"}}')
-    return {int(key): str(value) for key, value in parsed.items()}
-
-
-def plan_ranges(config: Config, stream: SystemStream, starting: str | None, ending: str | None) -> list[OffsetRange]:
-    """One range per partition of ``stream``, with the newest offsets as of now where none is given."""
-    starts, ends = parse_offsets(starting, "startingOffsets"), parse_offsets(ending, "endingOffsets")
+def plan_ranges(
+    config: Config, stream: SystemStream, bounds: ReadBounds | None = None, max_records: int | None = None
+) -> list[OffsetRange]:
+    """One range per partition of ``stream`` (several when ``max_records`` splits a long one), from each
+    partition's start in ``bounds`` to its end, the newest offsets as of now by default."""
+    bounds = bounds or ReadBounds()
     with system_factory(config, stream.system).get_admin(stream.system, config) as admin:
         admin.start()
         if not admin.partitions_are_fixed:
             raise StreamReadError(
-                f"stream '{stream}': system '{stream.system}' has partitions that come and go (shards), which "
-                "DataFrame reads do not support yet; read it with a job instead"
+                f"stream '{stream}': system '{stream.system}' has partitions that come and go (shards); "
+                "plan its read by shard instead"
             )
         metadata = admin.get_system_stream_metadata([stream.stream]).get(stream.stream)
         if metadata is None:
             raise StreamNotFoundError(stream.system, stream.stream, "cannot read it as a DataFrame")
-        for option, given in (("startingOffsets", starts), ("endingOffsets", ends)):
-            unknown = sorted(set(given) - set(metadata.partitions))
-            if unknown:
-                raise StreamReadError(
-                    f"option '{option}' names partition(s) {unknown} of stream '{stream}', "
-                    f"which has partitions {sorted(metadata.partitions)}"
-                )
-        return [
-            _plan_partition(admin, stream.partition(p), info, starts.get(p, OLDEST), ends.get(p, NEWEST))
+        bounds.check_partitions(stream, set(metadata.partitions))
+        ranges = [
+            _plan_partition(admin, stream.partition(p), info, bounds.start_of(p), bounds.end_of(p))
             for p, info in sorted(metadata.partitions.items())
         ]
+    return [piece for whole in ranges for piece in split_range(whole, max_records)]
 
 
 def _plan_partition(
-    admin: SystemAdmin, ssp: SystemStreamPartition, info: SystemStreamPartitionMetadata, start: str, end: str
+    admin: SystemAdmin,
+    ssp: SystemStreamPartition,
+    info: SystemStreamPartitionMetadata,
+    start: Startpoint,
+    end: Startpoint,
 ) -> OffsetRange:
-    if end.lower() in ENDING_WORDS:
+    if isinstance(end, StartpointUpcoming):
         if info.newest_offset is None:
             return OffsetRange(ssp, None, None, True)
         end_offset, inclusive = info.newest_offset, True
     else:
-        end_offset, inclusive = end, False
-    startpoint = STARTING_WORDS.get(start.lower(), StartpointSpecific(start))
-    start_offset = admin.resolve_startpoint(ssp, startpoint)
+        end_offset, inclusive = _resolve(admin, ssp, end, "end"), False
+    start_offset = _resolve(admin, ssp, start, "start")
     order = admin.offset_comparator(start_offset, end_offset)
     if order is None:
         raise StreamReadError(f"{ssp}: offsets '{start_offset}' and '{end_offset}' cannot be compared")
     empty = order > 0 or (order == 0 and not inclusive)
     return OffsetRange(ssp, None if empty else start_offset, end_offset, inclusive)
+
+
+def _resolve(admin: SystemAdmin, ssp: SystemStreamPartition, startpoint: Startpoint, which: str) -> str:
+    try:
+        return admin.resolve_startpoint(ssp, startpoint)
+    except MillstreamError as error:
+        raise StreamReadError(f"{ssp}: cannot resolve the read's {which} ({startpoint.describe()}): {error}") from None
+
+
+def split_range(offsets: OffsetRange, max_records: int | None) -> list[OffsetRange]:
+    """``offsets`` cut into ranges of at most ``max_records`` offsets, so one long partition is read by
+    several Spark tasks; only where offsets are integers (log, Kafka), else the range whole."""
+    start, end = offsets.start, offsets.end
+    if max_records is None or start is None or end is None or not (start.isdigit() and end.isdigit()):
+        return [offsets]
+    first, stop = int(start), int(end) + (1 if offsets.end_inclusive else 0)
+    cuts = list(range(first, stop, max_records))
+    pieces = [OffsetRange(offsets.ssp, str(cut), str(cut + max_records), False) for cut in cuts[:-1]]
+    return [*pieces, OffsetRange(offsets.ssp, str(cuts[-1]), end, offsets.end_inclusive)]
 
 
 def read_range(config: Config, offsets: OffsetRange, idle_timeout: float) -> Iterator[list[IncomingMessageEnvelope]]:
@@ -132,8 +128,13 @@ def read_range(config: Config, offsets: OffsetRange, idle_timeout: float) -> Ite
 def _within(
     admin: SystemAdmin, batch: list[IncomingMessageEnvelope], offsets: OffsetRange
 ) -> tuple[list[IncomingMessageEnvelope], bool]:
-    """The envelopes of ``batch`` inside the range, and whether the range is complete."""
+    """The envelopes of ``batch`` inside the range, and whether the range is complete; one comparison
+    when the batch's last envelope lies inside, as all but a range's last batch do."""
     assert offsets.end is not None
+    if batch and not batch[-1].is_end_of_stream:
+        order = admin.offset_comparator(batch[-1].offset, offsets.end)
+        if order is not None and (order < 0 or (order == 0 and offsets.end_inclusive)):
+            return batch, order == 0
     for index, envelope in enumerate(batch):
         if envelope.is_end_of_stream:
             return batch[:index], True

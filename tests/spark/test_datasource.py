@@ -15,8 +15,9 @@ from pyspark.sql import DataFrame, SparkSession
 
 from millstream.config import Config
 from millstream.model import SystemStream
+from millstream.systems.startpoints import now_ms
 from millstream.testing import iter_stream, write_stream
-from tests.helpers import create_stream, job_config
+from tests.helpers import create_stream, job_config, wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -75,6 +76,51 @@ def test_offsets_given_per_partition_bound_the_read_start_inclusive_end_exclusiv
 
 def test_starting_at_upcoming_reads_nothing(spark_local, page_views):
     assert load(spark_local, page_views[1], startingOffsets='{"0": "upcoming", "1": "upcoming"}').count() == 0
+
+
+def test_spark_kafka_offsets_minus_two_and_minus_one_are_earliest_and_latest(spark_local, page_views):
+    df = load(spark_local, page_views[1], startingOffsets='{"0": -1, "1": -2}', endingOffsets='{"1": -1}')
+    assert sorted((r.partition, r.offset) for r in df.collect()) == [(1, "0"), (1, "1"), (1, "2")]
+    assert load(spark_local, page_views[1], endingOffsets="earliest").count() == 0
+
+
+def test_from_names_offsets_per_partition_like_the_startpoint_cli(spark_local, page_views):
+    df = load(spark_local, page_views[1], **{"from": "offset:0=3,1=2"})
+    assert sorted((r.partition, r.offset) for r in df.collect()) == [(0, "3"), (0, "4"), (1, "2")]
+
+
+def test_timestamps_bound_the_read_start_inclusive_end_exclusive(spark_local, tmp_path):
+    config = job_config(tmp_path)
+    create_stream(config, "clicks", 1)
+    clicks = SystemStream("log", "clicks")
+    times: list[int] = []
+    for n in range(3):
+        write_stream(config, clicks, [("k", n)])
+        times.append(max(e.timestamp for _, envelopes in iter_stream(config, clicks) for e in envelopes))
+        wait_until(lambda: now_ms() > times[-1], 5, "the clock to move past the last record's time")
+    config_file = job_file(config, tmp_path)
+
+    def values(**options: str) -> list[int]:
+        rows = load(spark_local, config_file, stream=str(clicks), **options).orderBy("offset").collect()
+        return [orjson.loads(r.value) for r in rows]
+
+    assert values(startingTimestamp=str(times[1])) == [1, 2]
+    assert values(startingTimestamp=str(times[0]), endingTimestamp=str(times[2])) == [0, 1]
+    assert values(**{"from": f"timestamp:{times[2]}"}) == [2]
+    assert values(startingTimestamp=str(times[2] + 1)) == []
+
+
+def test_max_records_per_partition_reads_a_long_partition_in_several_tasks_without_loss(spark_local, page_views):
+    df = load(spark_local, page_views[1], maxRecordsPerPartition="2")
+    assert df.rdd.getNumPartitions() == 3 + 2 + 1
+    assert sorted((r.partition, r.offset) for r in df.collect()) == sorted(
+        [(0, str(i)) for i in range(5)] + [(1, str(i)) for i in range(3)]
+    )
+
+
+def test_two_options_for_the_start_of_a_read_are_refused_naming_both(spark_local, page_views):
+    with pytest.raises(PySparkException, match=r"\['from', 'startingOffsets'\]"):
+        load(spark_local, page_views[1], startingOffsets="earliest", **{"from": "oldest"}).collect()
 
 
 def test_raw_gives_the_bytes_as_stored(spark_local, page_views):

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from millstream.model import SystemStream
-from millstream.spark.stream_read import OffsetRange, StreamReadError, parse_offsets, plan_ranges, read_range
+from millstream.spark.read_bounds import StreamReadError
+from millstream.spark.stream_read import OffsetRange, plan_ranges, read_range, split_range
 from millstream.testing import write_stream
 from tests.helpers import create_stream, job_config
 
@@ -36,7 +37,19 @@ def test_a_partition_that_stops_before_the_end_of_its_range_is_an_error_naming_i
         list(read_range(config, never_written, idle_timeout=0.3))
 
 
-@pytest.mark.parametrize("text", ['{"a": "1"}', "[1]", "{not json"])
-def test_offset_options_that_do_not_map_partitions_to_offsets_are_refused(text: str):
-    with pytest.raises(StreamReadError, match="startingOffsets"):
-        parse_offsets(text, "startingOffsets")
+def test_max_records_cuts_a_range_into_pieces_that_cover_it_once(tmp_path: Path):
+    config = job_config(tmp_path)
+    create_stream(config, IN.stream, 1)
+    write_stream(config, IN, [("k", i) for i in range(7)])
+    pieces = plan_ranges(config, IN, max_records=3)
+    assert [(p.start, p.end, p.end_inclusive) for p in pieces] == [
+        ("0", "3", False),
+        ("3", "6", False),
+        ("6", "6", True),
+    ]
+    assert [offset for piece in pieces for offset in offsets(config, piece)] == [str(i) for i in range(7)]
+
+
+def test_a_range_whose_offsets_are_not_integers_is_not_cut():
+    whole = OffsetRange(IN.partition(0), "shard-1:5", "shard-1:9", end_inclusive=True)
+    assert split_range(whole, 1) == [whole]
