@@ -1,0 +1,40 @@
+"""Read the control state a high-level job's tasks persisted, wherever it lives: the metadata store for a
+job without stateful operators, the operator store's changelog (its latest control-state record per
+partition, written at each commit before the checkpoint) for a job with them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+from millstream.config import Config
+from millstream.config.views import parse_stream, store_config
+from millstream.control.state import CONTROL_STATE_NAMESPACE
+from millstream.errors import StreamNotFoundError
+from millstream.metadata.factory import metadata_store
+from millstream.operators.state import CONTROL_STATE_KEY
+from millstream.operators.stores import OPERATOR_STORE, has_operator_store
+from millstream.testing import iter_stream
+
+
+def persisted_control_states(config: Config) -> list[dict[str, Any]]:
+    if not has_operator_store(config):
+        store = metadata_store(config)
+        store.init()
+        try:
+            raws = list(store.all(CONTROL_STATE_NAMESPACE).values())
+        finally:
+            store.close()
+        return [msgpack.unpackb(raw, strict_map_key=False) for raw in raws]
+    changelog = store_config(config, OPERATOR_STORE).changelog
+    assert changelog is not None, "the operator store has no changelog"
+    latest: dict[int, bytes] = {}
+    try:
+        for partition, envelopes in iter_stream(config, parse_stream(changelog, "changelog"), idle_timeout=0.2):
+            for envelope in envelopes:
+                if envelope.key == CONTROL_STATE_KEY and envelope.message is not None:
+                    latest[partition] = envelope.message
+    except StreamNotFoundError:
+        return []  # the job has not created it yet
+    return [msgpack.unpackb(raw, strict_map_key=False) for raw in latest.values()]
