@@ -15,18 +15,21 @@ from millstream.errors import StreamNotFoundError
 from millstream.metadata.factory import metadata_store
 from millstream.operators.state import CONTROL_STATE_KEY
 from millstream.operators.stores import OPERATOR_STORE, has_operator_store
+from millstream.storage.changelog_partitions import changelog_partitions
 from millstream.testing import iter_stream
 
 
-def persisted_control_states(config: Config) -> list[dict[str, Any]]:
+def persisted_control_states(config: Config) -> dict[str, dict[str, Any]]:
+    """Task name -> the last control state it persisted."""
+    store = metadata_store(config)
+    store.init()
+    try:
+        raws = store.all(CONTROL_STATE_NAMESPACE)
+        tasks = {partition: str(task) for task, partition in changelog_partitions(store).items()}
+    finally:
+        store.close()
     if not has_operator_store(config):
-        store = metadata_store(config)
-        store.init()
-        try:
-            raws = list(store.all(CONTROL_STATE_NAMESPACE).values())
-        finally:
-            store.close()
-        return [msgpack.unpackb(raw, strict_map_key=False) for raw in raws]
+        return {task: msgpack.unpackb(raw, strict_map_key=False) for task, raw in raws.items()}
     changelog = store_config(config, OPERATOR_STORE).changelog
     assert changelog is not None, "the operator store has no changelog"
     latest: dict[int, bytes] = {}
@@ -36,5 +39,5 @@ def persisted_control_states(config: Config) -> list[dict[str, Any]]:
                 if envelope.key == CONTROL_STATE_KEY and envelope.message is not None:
                     latest[partition] = envelope.message
     except StreamNotFoundError:
-        return []  # the job has not created it yet
-    return [msgpack.unpackb(raw, strict_map_key=False) for raw in latest.values()]
+        return {}  # the job has not created it yet
+    return {tasks[partition]: msgpack.unpackb(raw, strict_map_key=False) for partition, raw in latest.items()}

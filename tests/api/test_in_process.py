@@ -156,7 +156,7 @@ def wait_until_every_task_recorded_the_end_of(config: Config, producer: str, tas
     """Until each downstream task's persisted control state holds ``producer``'s end-of-stream."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        states = persisted_control_states(config)
+        states = persisted_control_states(config).values()
         ended = [producer in partition["ended_tasks"] for state in states for partition in state["reconciler"].values()]
         if len(ended) >= tasks and all(ended):
             return
