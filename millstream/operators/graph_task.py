@@ -243,6 +243,11 @@ class TaskGraph:
         make_state = state_factory or InMemoryState
 
         def state_of(op_id: str) -> KeyValueState:
+            if any(getattr(state, "name", None) == op_id for state in self.states):
+                raise MillstreamError(
+                    f"task '{self.task_name}': a second state named '{op_id}' (each state of an operator needs a "
+                    "name of its own: its key prefix in the task's operator store)"
+                )
             state = make_state(op_id)
             self.states.append(state)
             return state
