@@ -23,7 +23,8 @@ from millstream.storage.kv import KeyValueStore
 
 
 class KeyValueState(ABC):
-    """Keys are hashable and picklable; values are picklable."""
+    """Keys are hashable and picklable; values are picklable. A value changed in place must be ``put``
+    again: a store-backed state hands out copies."""
 
     @abstractmethod
     def get(self, key: Hashable) -> Any | None: ...
@@ -203,8 +204,9 @@ class StoreBackedState(KeyValueState):
 class StoreControlState:
     """The task's control state as one entry of its operator store, beside the operators' entries.
 
-    Written at ``before_checkpoint``, after the output flush and before the store's snapshot, so the
-    checkpoint carries operator state and control state of the same instant: a restart restores both to
+    Written at ``before_checkpoint``, after the output flush and before the store's snapshot (the runtime
+    flushes the record to the changelog first), so the checkpoint carries operator state and control
+    state of the same instant: a restart restores both to
     the checkpoint, and the replay filter skips exactly what the restored entries already reflect. Kept
     in the metadata store instead, the control state could be newer than a store restored to an older
     checkpoint (a crash between the two writes), and the replayed messages the filter skips would be
