@@ -25,6 +25,8 @@ class OperatorSpec:
     inputs: tuple[OperatorSpec, ...] = ()
 
     kind = "operator"
+    stateful = False
+    """Whether the operator keeps state per task (the planner gives such a job its operator store)."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.op_id})"
@@ -96,6 +98,7 @@ class WindowSpec(OperatorSpec):
     aggregator: Aggregator
     allowed_lateness_ms: int = 0
     kind = "window"
+    stateful = True
 
 
 @dataclass(eq=False, kw_only=True)
@@ -107,6 +110,7 @@ class StatefulMapSpec(OperatorSpec):
     key_fn: Callable[[Any], Any] | None = None
     flat: bool = False
     kind = "map_with_state"
+    stateful = True
 
     @property
     def function(self) -> Any:
@@ -125,6 +129,7 @@ class StreamJoinSpec(OperatorSpec):
     allowed_lateness_ms: int = 0
     how: str = "inner"
     kind = "stream_join"
+    stateful = True
 
     @property
     def function(self) -> Any:

@@ -145,4 +145,5 @@ class CheckpointListener(ABC):
     def before_checkpoint(self) -> None:
         """Called at every commit after the task's output was flushed and before its checkpoint is written,
         on the task's thread: the place to persist state the checkpoint must not get ahead of. Output sent
-        from here is flushed by the next commit."""
+        from here is flushed by the next commit; writes to the task's stores are part of this commit's
+        checkpoint (their changelog records are flushed before the stores are snapshotted)."""

@@ -16,12 +16,15 @@ Each input operator's watermark is the minimum over the task's partitions of its
 downstream take the minimum over their inputs (``graph``).
 
 **Restarts.** At every commit, after the output was flushed and before the checkpoint, the task writes
-its whole state — the protocol's (reconciliation, event-time progress, ended partitions, control messages
-in flight), watermarks and end-of-stream per operator, window contents, and the offsets of the last
-message each of them reflects — to the metadata store (``control-state/<task>``). A restarted task loads
-it and skips the envelopes a restart replays up to those offsets (``millstream.control.replay``: their
-effects are in the state, and their output was flushed before the state was written), so its state is
-exactly what an uninterrupted run would have, and no producer's end-of-stream is forgotten.
+its control state — the protocol's (reconciliation, event-time progress, ended partitions, control
+messages in flight), watermarks and end-of-stream per operator, and the offsets of the last message each
+of them reflects. A job with stateful operators writes it into the task's operator store, beside the
+operators' entries (``operators.state``), so the store's snapshot in the checkpoint carries both as of
+the same instant; a job without any writes it to the metadata store (``control-state/<task>``). A
+restarted task loads it and skips the envelopes a restart replays up to those offsets
+(``millstream.control.replay``: their effects are in the state, and their output was flushed before the
+state was written), so its state is exactly what an uninterrupted run would have, and no producer's
+end-of-stream is forgotten.
 Reconciliation itself is idempotent as well, so a duplicate control message (an upstream task restarted
 and sent it again) changes nothing.
 
@@ -39,7 +42,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from millstream.api.application import KV
 from millstream.api.specs import InputSpec, OperatorSpec, PartitionBySpec
@@ -71,7 +74,6 @@ from millstream.control.protocol import (
     SourceInput,
 )
 from millstream.control.replay import Comparator, ReplayFilter
-from millstream.control.state import ControlStateStore
 from millstream.errors import MillstreamError
 from millstream.metrics.registry import Measurement
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
@@ -83,6 +85,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "Comparator",
+    "ControlState",
     "ControlStats",
     "GraphSettings",
     "IntermediateSerdeError",
@@ -90,6 +93,15 @@ __all__ = [
     "OperatorGraphTask",
     "TaskGraph",
 ]
+
+
+class ControlState(Protocol):
+    """Where a task's control state persists between runs: the metadata store (``ControlStateStore``) or
+    the task's operator store (``StoreControlState``)."""
+
+    def load(self) -> dict[str, Any] | None: ...
+
+    def save(self, snapshot: Mapping[str, Any]) -> None: ...
 
 
 class IntermediateSerdeError(SerdeError):
@@ -226,13 +238,27 @@ class TaskGraph:
         sources = [spec for spec in source_inputs if spec.descriptor.system_stream in owned]
         consumed = [info for info in intermediate_inputs if info.stream in owned]
         self._outputs = {info.spec.op_id: _Output(self, info) for info in intermediate_outputs}
+        self.states: list[KeyValueState] = []
+        """Every operator's state, flushed before each snapshot of the task's stores."""
+        make_state = state_factory or InMemoryState
+
+        def state_of(op_id: str) -> KeyValueState:
+            if any(getattr(state, "name", None) == op_id for state in self.states):
+                raise MillstreamError(
+                    f"task '{self.task_name}': a second state named '{op_id}' (each state of an operator needs a "
+                    "name of its own: its key prefix in the task's operator store)"
+                )
+            state = make_state(op_id)
+            self.states.append(state)
+            return state
+
         self.graph = OperatorGraph(
             operators,
             {spec.op_id: (spec, spec.descriptor.system_stream) for spec in sources},
             {info.spec.op_id: (info.spec, info.stream) for info in consumed},
             self._outputs,
             self.context,
-            state_factory or InMemoryState,
+            state_of,
         )
         self.producing = set(self.graph.live_partition_bys())
         for op_id in self.producing:
@@ -342,11 +368,18 @@ class TaskGraph:
         self._bind(collector, coordinator)
         self.apply(self.control.on_drain(ssp))
 
+    def flush_state(self) -> None:
+        """Write the operators' cached state changes to where they persist (the task's store)."""
+        for state in self.states:
+            state.flush()
+
     def before_checkpoint(self) -> dict[str, Any] | None:
         """After a flush: control messages sent so far are durable; deferred ones (aggregate mode) go out
-        now. Returns the snapshot to persist, or None when nothing changed since the last one."""
+        now. Returns the snapshot to persist, or None when nothing changed since the last one; the
+        operators' cached state changes are written in any case."""
         changed = self.dirty or self.control.unsaved
         self.apply(self.control.on_flush())
+        self.flush_state()
         if not changed:
             return None
         self.dirty = False
@@ -535,7 +568,7 @@ class OperatorGraphTask(
 
     def __init__(self) -> None:
         self.graph: TaskGraph | None = None
-        self.state_store: ControlStateStore | None = None
+        self.state_store: ControlState | None = None
         self._closers: list[Callable[[], Any]] = []
 
     def init(self, context: TaskContext) -> None:

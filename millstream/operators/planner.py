@@ -47,6 +47,7 @@ from millstream.config import Config, JobConfig
 from millstream.config.views import AppConfig, config_flag
 from millstream.errors import ConfigError, StreamNotFoundError
 from millstream.model import SystemStream
+from millstream.operators.stores import operator_store_config
 from millstream.plugins import load_object
 
 log = logging.getLogger(__name__)
@@ -355,6 +356,9 @@ def expand_application(config: Config) -> Config:
                         f"'{operator.op_id}' sets '{value}'"
                     )
                 updates[key] = value
+    updates.update(
+        operator_store_config(config, run.operators, updates.get("job.name", job.name), job.id, app.intermediate_system)
+    )
     for stream in run.intermediate_streams:
         for kind in ("key", "msg"):
             _set_stream_serde(config, updates, stream.system_stream, kind, "bytes", "an intermediate stream")

@@ -6,6 +6,7 @@ Kept apart from ``graph_task`` so the graph can be built and driven in tests wit
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from millstream.api.task import TaskContext
@@ -15,15 +16,20 @@ from millstream.errors import MillstreamError, StreamNotFoundError
 from millstream.metadata import coordination
 from millstream.metadata.coordination import latest_job_model
 from millstream.metadata.factory import metadata_store
-from millstream.operators.graph_task import GraphSettings, IntermediateStreamInfo, TaskGraph
+from millstream.operators.graph_task import ControlState, GraphSettings, IntermediateStreamInfo, TaskGraph
 from millstream.operators.planner import IntermediateStream, feeding_streams, load_application
+from millstream.operators.state import StoreBackedState, StoreControlState
+from millstream.operators.stores import OPERATOR_STORE, has_operator_store
 from millstream.serde.registry import SerdeRegistry
 from millstream.systems.base import SystemAdmin
 from millstream.systems.registry import system_factory
 
 
-def build_task_graph(context: TaskContext) -> tuple[TaskGraph, ControlStateStore, list[Callable[[], Any]]]:
-    """The task's graph, the store of its control state, and what to close when the task stops."""
+def build_task_graph(context: TaskContext) -> tuple[TaskGraph, ControlState, list[Callable[[], Any]]]:
+    """The task's graph, where its control state persists, and what to close when the task stops.
+
+    A job with stateful operators keeps their entries and the control state in the task's operator
+    store (``operators.stores``); a job without any keeps its control state in the metadata store."""
     config = context.config
     application = load_application(config)
     app = AppConfig.of(config)
@@ -45,6 +51,8 @@ def build_task_graph(context: TaskContext) -> tuple[TaskGraph, ControlStateStore
         if model is None:
             raise MillstreamError(f"task '{context.task_name}': no job model is published")
         serdes = SerdeRegistry.from_config(config)
+        operator_store = context.get_store(OPERATOR_STORE) if has_operator_store(config) else None
+        state_factory = None if operator_store is None else partial(StoreBackedState, operator_store)
         systems = {ssp.system for ssp in context.system_stream_partitions}
         systems.update(stream.system_stream.system for stream in run.intermediate_streams)
         admins: dict[str, SystemAdmin] = {}
@@ -79,8 +87,13 @@ def build_task_graph(context: TaskContext) -> tuple[TaskGraph, ControlStateStore
             ),
             comparators={system: admin.offset_comparator for system, admin in admins.items()},
             run_id=coordination.job_run_id(config, generation),
+            state_factory=state_factory,
         )
-        return graph, ControlStateStore(store, str(context.task_name), fence), closers
+        in_metadata = ControlStateStore(store, str(context.task_name), fence)
+        if operator_store is None:
+            return graph, in_metadata, closers
+        control = StoreControlState(operator_store, str(context.task_name), graph.flush_state, in_metadata.load)
+        return graph, control, closers
     except BaseException:
         for close in closers:
             close()

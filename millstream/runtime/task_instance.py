@@ -1,8 +1,9 @@
 """One task of a container: the user's task object, its partitions, offsets, stores and commits.
 
 Commit order is what makes output at-least-once and state transactional: producers are flushed
-(output and changelogs), the stores are snapshotted (synchronously, exclusive with processing: the
-checkpoint directories and the backends' markers), their snapshots uploaded (asynchronously, on a
+(output and changelogs), the task's ``before_checkpoint`` runs (what it writes to a store is flushed to
+the changelog too, so it is part of this commit), the stores are snapshotted (synchronously, exclusive
+with processing: the checkpoint directories and the backends' markers), their snapshots uploaded (asynchronously, on a
 commit thread, while the task keeps processing), and only then are the checkpoints written — input
 offsets with the markers of exactly the state those offsets produced — and what they no longer need
 cleaned up. A crash anywhere re-processes from the last durable checkpoint, with the stores restored
@@ -349,20 +350,19 @@ class TaskInstance:
                 return  # tolerated: the upload goes on, and the next commit waits for it again
             self._raise_commit_failure()
         storage = self.storage
-        if self.last_processed == self._snapshotted and not (storage is not None and storage.dirty):
-            self.producers.flush(self.task_name)
-            if isinstance(self.task, CheckpointListener):
-                self.task.before_checkpoint()
-            if self.startpoints is not None and self.startpoints.pending:
-                self.startpoints.committed(self._updated)
-            return
         started = self._clock()
-        checkpoint_id = CheckpointId.create()
-        offsets = dict(self.last_processed)
-        updated = set(self._updated)
         self.producers.flush(self.task_name)
         if isinstance(self.task, CheckpointListener):
             self.task.before_checkpoint()
+            if storage is not None and storage.dirty:
+                self.producers.flush(self.task_name)  # the listener's store writes reach their changelog
+        if self.last_processed == self._snapshotted and not (storage is not None and storage.dirty):
+            if self.startpoints is not None and self.startpoints.pending:
+                self.startpoints.committed(self._updated)
+            return
+        checkpoint_id = CheckpointId.create()
+        offsets = dict(self.last_processed)
+        updated = set(self._updated)
         phase = self._timed("flush", started)
         markers = storage.snapshot(checkpoint_id) if storage is not None else {}
         self._timed("snapshot", phase)

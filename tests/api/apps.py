@@ -66,6 +66,26 @@ class WindowedCount(StreamApplication):
         )
 
 
+class SourceWindowedCount(StreamApplication):
+    """Counts per partition and user per 10 s of event time, windowed right at the source (one stage, no
+    intermediate stream): a restart replays only the task's own input, so its windows after a crash must
+    equal a fault-free run's exactly. Pane keys are ``<partition>/<user>``."""
+
+    def describe(self, app: StreamApplicationDescriptor) -> None:
+        (
+            source(app)
+            .map(Slow(app.config))
+            .window(
+                TumblingWindow(WINDOW_MS),
+                key=lambda m: f"{m['n'] // 1000}/{m['user']}",
+                aggregate=Count(),
+                name="per-partition-10s",
+            )
+            .map(PanesAndWatermarks())
+            .send_to(OutputDescriptor("log.out", msg_serde="json"))
+        )
+
+
 class PanesAndWatermarks:
     """Panes as JSON, and a record of every watermark the window passed on, tagged with the task."""
 
@@ -248,3 +268,15 @@ def assert_running_counts_are_exact(values: list[dict[str, Any]]) -> None:
         if value["kind"] == "running":
             counts.setdefault(value["n"], set()).add(value["count"])
     assert {n: c for n, c in counts.items() if len(c) > 1} == {}
+
+
+def reference_counts_per_partition(
+    by_partition: dict[int, list[tuple[str, dict[str, Any]]]],
+) -> dict[tuple[str, int], int]:
+    """``SourceWindowedCount``'s panes computed in plain Python: ``(partition/user, start) -> count``."""
+    counts: dict[tuple[str, int], int] = {}
+    for partition, pairs in by_partition.items():
+        for _, message in pairs:
+            window = (f"{partition}/{message['user']}", message["ts"] - message["ts"] % WINDOW_MS)
+            counts[window] = counts.get(window, 0) + 1
+    return counts

@@ -11,6 +11,7 @@ from millstream.control.messages import ControlMessage
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.operators.graph_task import GraphSettings, IntermediateStreamInfo, TaskGraph
 from millstream.operators.planner import ApplicationGraph, plan_stages
+from millstream.operators.state import KeyValueState
 from millstream.serde.builtin import JsonSerde
 
 SOURCE = SystemStream("log", "in")
@@ -65,6 +66,7 @@ def task_graph(
     producers: int = 2,
     settings: GraphSettings | None = None,
     clock: Callable[[], float] | None = None,
+    state_factory: Callable[[str], KeyValueState] | None = None,
 ) -> TaskGraph:
     run = app.run_set(stages)
     infos = {
@@ -74,6 +76,8 @@ def task_graph(
         for stream in run.intermediate_streams
     }
     extra: dict[str, Any] = {"clock": clock} if clock is not None else {}
+    if state_factory is not None:
+        extra["state_factory"] = state_factory
     return TaskGraph(
         task_name=task_name,
         operators=list(run.operators),

@@ -26,6 +26,7 @@ from tests.api.apps import (
     stateful_records,
     user_messages,
 )
+from tests.api.state_probe import persisted_control_states
 from tests.helpers import create_stream, seal, wait_until
 
 IN = SystemStream("log", "in")
@@ -149,39 +150,34 @@ def test_the_application_split_into_two_jobs_gives_the_single_job_output(tmp_pat
     assert sum(counts(single).values()) == len(reference_counts(data))
 
 
-def downstream_restart_scenario(tmp_path: Path) -> tuple[Config, Config, dict[int, list]]:
+def downstream_restart_scenario(
+    tmp_path: Path, app: str = "tests.api.apps:WindowedCount"
+) -> tuple[Config, Config, dict[int, list]]:
     """A split job whose task 0 upstream ends early and task 1 late; the downstream job is stopped once
     it committed past task 0's end-of-stream, so task 0 will never send it again."""
     data = {0: messages(0, 5), 1: messages(1, 60)}
     upstream = app_config(
         tmp_path,
-        "tests.api.apps:WindowedCount",
+        app,
         app__stage=0,
         test__delay__seconds=0.03,
         test__slow__task="Partition 1",
     )
-    downstream = app_config(tmp_path, "tests.api.apps:WindowedCount", app__stage=1, task__commit__ms=100)
+    downstream = app_config(tmp_path, app, app__stage=1, task__commit__ms=100)
     setup(upstream, data)
     return upstream, downstream, data
 
 
 def wait_until_every_task_recorded_the_end_of(config: Config, producer: str, tasks: int, timeout: float = 30) -> None:
     """Until each downstream task's persisted control state holds ``producer``'s end-of-stream."""
-    store = metadata_store(config)
-    store.init()
-    try:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            states = [msgpack.unpackb(raw, strict_map_key=False) for raw in store.all(CONTROL_STATE_NAMESPACE).values()]
-            ended = [
-                producer in partition["ended_tasks"] for state in states for partition in state["reconciler"].values()
-            ]
-            if len(ended) >= tasks and all(ended):
-                return
-            time.sleep(0.02)
-        raise AssertionError(f"the downstream tasks never recorded the end-of-stream of {producer}")
-    finally:
-        store.close()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = persisted_control_states(config).values()
+        ended = [producer in partition["ended_tasks"] for state in states for partition in state["reconciler"].values()]
+        if len(ended) >= tasks and all(ended):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"the downstream tasks never recorded the end-of-stream of {producer}")
 
 
 def test_a_restarted_downstream_job_continues_where_its_control_state_was(tmp_path):
@@ -202,8 +198,9 @@ def test_a_restarted_downstream_job_continues_where_its_control_state_was(tmp_pa
 
 
 def test_without_its_control_state_a_restarted_downstream_waits_for_ever_as_samza_did(tmp_path):
-    """The failure the persisted state prevents: same scenario, the state deleted before the restart."""
-    upstream, downstream, _ = downstream_restart_scenario(tmp_path)
+    """The failure the persisted state prevents: same scenario, the state deleted before the restart (of a
+    stateless stage, whose control state is a metadata store entry)."""
+    upstream, downstream, _ = downstream_restart_scenario(tmp_path, "tests.api.apps:RepartitionPassThrough")
     _, producer, _ = run_in_background(upstream)
     first, consumer, _ = run_in_background(downstream)
     wait_until_every_task_recorded_the_end_of(downstream, "Partition 0", tasks=2)

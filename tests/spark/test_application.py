@@ -10,12 +10,10 @@ import time
 from collections import Counter
 from typing import Any
 
-import msgpack
 import pytest
 
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
-from millstream.control.state import CONTROL_STATE_NAMESPACE
 from millstream.coordinator.job_result import JobResult
 from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
@@ -24,6 +22,7 @@ from millstream.spark.runner import SparkJobRunner
 from millstream.systems.registry import system_factory
 from millstream.testing import read_stream, write_stream
 from tests.api.apps import app_config, messages, reference_counts
+from tests.api.state_probe import persisted_control_states
 from tests.api.test_in_process import assert_panes_fired_exactly_when_the_watermark_reached_their_end
 from tests.api.test_intermediate_streams import INTERMEDIATE, staged
 from tests.helpers import create_stream, seal, wait_until
@@ -128,19 +127,18 @@ def test_a_sigkilled_downstream_only_container_resumes_where_its_control_state_w
 
 
 def _committed_past_end_of_stream(config: Config, store: Any, task: str, producer: str) -> int | None:
-    """The pid of the running container of ``task`` once its state holds ``producer``'s end-of-stream
-    and its checkpoint covers the offsets that state reflects; else None."""
-    raw = store.get(CONTROL_STATE_NAMESPACE, task)
-    if raw is None:
+    """The pid of the running container of ``task`` once its state (in its operator store's changelog)
+    holds ``producer``'s end-of-stream and its checkpoint covers the offsets that state reflects; else None."""
+    state = persisted_control_states(config).get(task)
+    if state is None:
         return None
-    state = msgpack.unpackb(raw, strict_map_key=False)
     if not all(producer in p["ended_tasks"] for p in state["reconciler"].values()):
         return None
     checkpoint = checkpoint_manager(config, store).read_all().get(TaskName(task))
     offsets = {
         ssp.key(): int(offset)
         for ssp, offset in (checkpoint.offsets.items() if checkpoint else ())
-        if offset is not None
+        if offset is not None and ssp.key() in state["offsets"]  # not the store's changelog entry
     }
     if any(offsets.get(key, -1) < int(offset) for key, offset in state["offsets"].items()):
         return None

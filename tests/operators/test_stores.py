@@ -1,0 +1,52 @@
+"""The operator store is declared from the application, with the job's state backends."""
+
+from __future__ import annotations
+
+from millstream.config.views import store_config, store_names
+from millstream.operators.stores import OPERATOR_STORE
+from millstream.storage.backends.registry import backup_factory_names
+from tests.api.apps import app_config
+
+
+def test_a_windowed_application_gets_a_rocksdb_operator_store_with_a_changelog_by_default(tmp_path):
+    config = app_config(tmp_path, "tests.api.apps:WindowedCount")
+    assert OPERATOR_STORE in store_names(config)
+    own = store_config(config, OPERATOR_STORE)
+    assert own.factory == "rocksdb"
+    assert own.changelog == "log.test-1-operator-state-changelog"
+    assert backup_factory_names(config, OPERATOR_STORE) == [("changelog", f"stores.{OPERATOR_STORE}.changelog")]
+
+
+def test_a_stateless_application_declares_no_store(tmp_path):
+    config = app_config(tmp_path, "tests.api.apps:RepartitionPassThrough")
+    assert store_names(config) == []
+
+
+def test_the_operator_store_takes_the_jobs_blob_backup_without_a_changelog(tmp_path):
+    config = app_config(
+        tmp_path,
+        "tests.api.apps:WindowedCount",
+        stores__backup__factories="blobstore",
+        task__checkpoint__read__versions="2,1",
+    )
+    assert store_config(config, OPERATOR_STORE).changelog is None
+    assert backup_factory_names(config, OPERATOR_STORE) == [("blobstore", "stores.backup.factories")]
+
+
+def test_the_users_own_operator_store_settings_win(tmp_path):
+    config = app_config(
+        tmp_path,
+        "tests.api.apps:WindowedCount",
+        **{"stores__operator-state__factory": "inmemory", "stores__operator-state__changelog": "log.mine"},
+    )
+    own = store_config(config, OPERATOR_STORE)
+    assert (own.factory, own.changelog) == ("inmemory", "log.mine")
+
+
+def test_each_stage_job_gets_its_own_changelog(tmp_path):
+    changelogs = {
+        store_config(app_config(tmp_path, "tests.api.apps:WindowedCount", app__stage=stage), OPERATOR_STORE).changelog
+        for stage in (1,)
+    }
+    assert changelogs == {"log.test-stage-1-1-operator-state-changelog"}
+    assert store_names(app_config(tmp_path, "tests.api.apps:WindowedCount", app__stage=0)) == []
