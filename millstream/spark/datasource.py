@@ -26,7 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 from pyspark.sql import SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceWriter,
+    InputPartition,
+)
 from pyspark.sql.types import (
     BinaryType,
     IntegerType,
@@ -127,6 +133,13 @@ class MillstreamDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return StreamDataFrameWriter(WriteOptions.parse(dict(self.options), schema, overwrite))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - Spark's name
+        """The same format read as a Structured Streaming source (:mod:`millstream.spark.streaming_source`,
+        imported here because it builds on this module's batch reader)."""
+        from millstream.spark.streaming_source import stream_reader
+
+        return stream_reader(dict(self.options))
 
 
 @dataclass(frozen=True)

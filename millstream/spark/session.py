@@ -23,7 +23,6 @@ from millstream.config import Config, JobConfig
 from millstream.errors import ConfigError, MillstreamError
 from millstream.spark.datasource import register as register_data_sources
 from millstream.spark.store_datasource import register as register_store_source
-from millstream.spark.streaming_source import register as register_streaming_source
 
 _LOCAL = re.compile(r"^local\[(?P<threads>\d+|\*)(?:,\s*(?P<failures>\d+))?\]$")
 
@@ -134,7 +133,6 @@ def build_session(config: Config, master: str | None = None, *, verbose: bool = 
     session = builder.getOrCreate()
     register_data_sources(session)
     register_store_source(session)
-    register_streaming_source(session)
     level = config.get("spark.log.level", "WARN")
     session.sparkContext.setLogLevel(level)
     set_failed_attempt_logging(session.sparkContext, level if verbose else "OFF")

@@ -28,23 +28,20 @@ stopped one when it restarts.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
-from pyspark.sql.types import StructType
 
 from millstream.config import Config
 from millstream.config.views import StartpointConfig
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStreamPartition
-from millstream.spark.datasource import MillstreamDataSource, ReadOptions, StreamDataFrameReader, StreamInputPartition
+from millstream.spark.datasource import ReadOptions, StreamDataFrameReader, StreamInputPartition
 from millstream.spark.stream_read import OffsetRange, StreamReadError
 from millstream.startpoint.manager import StartpointManager
 from millstream.systems.base import SystemAdmin
@@ -62,13 +59,10 @@ Applied = dict[str, dict[str, Any]]
 """Partition number → the last startpoint applied there: ``{"created": epoch ms, "offset": resolved offset}``."""
 
 
-class MillstreamStreamingDataSource(MillstreamDataSource):
-    """Format ``millstream`` for batch reads and Structured Streaming alike (Spark asks the same class)."""
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - Spark's name
-        options = dict(self.options)
-        starting = parse_starting_offsets(options.get("startingoffsets"))
-        return MillstreamStreamReader(ReadOptions.parse(options), options.get("job"), starting)
+def stream_reader(options: dict[str, str]) -> DataSourceStreamReader:
+    """The stream reader of format ``millstream`` for ``options`` (lower-cased keys, as Spark hands them)."""
+    starting = parse_starting_offsets(options.get("startingoffsets"))
+    return MillstreamStreamReader(ReadOptions.parse(options), options.get("job"), starting)
 
 
 @dataclass(frozen=True)
@@ -260,38 +254,3 @@ def _admin(config: Config, system: str) -> Iterator[SystemAdmin]:
     with system_factory(config, system).get_admin(system, config) as admin:
         admin.start()
         yield admin
-
-
-_registered: weakref.WeakSet[SparkSession] = weakref.WeakSet()
-
-
-REPLACEMENT_LOGGER = "org.apache.spark.sql.execution.datasources.DataSourceManager"
-"""Spark warns in this logger whenever a data source's name is registered again."""
-
-
-def register(spark: SparkSession) -> None:
-    """Make format ``millstream`` readable as a stream too (``spark.readStream``), once per session.
-
-    The batch-only class of the same name (:func:`millstream.spark.datasource.register`) is replaced on purpose:
-    Spark's warning about the replacement is silenced for that one call, as users could do nothing about it."""
-    if spark in _registered:
-        return
-    with _replacement_unlogged(spark):
-        spark.dataSource.register(MillstreamStreamingDataSource)
-    _registered.add(spark)
-
-
-@contextmanager
-def _replacement_unlogged(spark: SparkSession) -> Iterator[None]:
-    jvm = getattr(spark.sparkContext, "_jvm", None)
-    log4j = jvm.org.apache.logging.log4j if jvm is not None else None
-    if log4j is None:
-        yield
-        return
-    logger = log4j.LogManager.getLogger(REPLACEMENT_LOGGER)
-    level = logger.getLevel()
-    log4j.core.config.Configurator.setLevel(REPLACEMENT_LOGGER, log4j.Level.ERROR)
-    try:
-        yield
-    finally:
-        log4j.core.config.Configurator.setLevel(REPLACEMENT_LOGGER, level)
