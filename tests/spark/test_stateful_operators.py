@@ -8,12 +8,10 @@ import signal
 import threading
 from typing import Any
 
-import msgpack
 import pytest
 
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
-from millstream.control.state import CONTROL_STATE_NAMESPACE
 from millstream.coordinator.job_result import JobResult
 from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
@@ -26,11 +24,13 @@ from tests.api.apps import (
     stateful_records,
     user_messages,
 )
+from tests.api.state_probe import committed_operators, persisted_control_states
 from tests.spark.test_application import output, setup, wait_for
 
 pytestmark = pytest.mark.spark
 
 APP = "tests.api.apps:SessionsJoinAndCounts"
+STATEFUL = ("running", "sessions", "pairs")
 
 
 def test_sessions_a_stream_join_and_keyed_state_equal_the_plain_python_reference(spark_local, tmp_path):
@@ -69,14 +69,11 @@ def test_operator_state_survives_a_sigkilled_container(spark_local, tmp_path):
 
 def _committed_operator_state(config: Config, store: Any, task: str) -> int | None:
     """The pid of the running container of ``task`` once a commit of it holds keyed, session and join
-    state and a checkpoint, while its input is not finished; else None."""
-    raw = store.get(CONTROL_STATE_NAMESPACE, task)
-    if raw is None:
+    state (in its operator store's changelog) and a checkpoint, while its input is not finished; else None."""
+    state = persisted_control_states(config).get(task)
+    if state is None or any(state["operators"].get(op, {}).get("ended") for op in STATEFUL):
         return None
-    operators = msgpack.unpackb(raw, strict_map_key=False).get("operators", {})
-    if not all(operators.get(op, {}).get("state") for op in ("running", "sessions", "pairs")):
-        return None
-    if any(operators.get(op, {}).get("ended") for op in ("running", "sessions", "pairs")):
+    if not committed_operators(config).get(task, set()) >= set(STATEFUL):
         return None
     if checkpoint_manager(config, store).read_all().get(TaskName(task)) is None:
         return None
