@@ -28,7 +28,7 @@ class TaskCollector:
     """The ``MessageCollector`` a task sends through: serializes with the output stream's serdes.
 
     A message that is bytes already (or a stream without serdes) goes to its producer as the task built
-    it: producers never modify or keep what they are given, so nothing is copied. Only a message the
+    it: producers never modify what they are given, so nothing is copied. Only a message the
     serdes encode is re-wrapped, in a new envelope with the bytes. The stream sent to last is
     remembered by identity: a task usually sends to one stream object, which then costs no lookup.
     """
