@@ -125,8 +125,8 @@ class KafkaSystemProducer(SystemProducer):
 
         The hot path makes one positional ``produce`` call: librdkafka's keyword path (timestamp,
         headers) costs several times more, so it is taken only for envelopes that carry either.
-        Everything else an envelope may ask for (a partition, a partition key, a timestamp, headers)
-        is dealt with out of line, in ``_send_special``.
+        Everything else an envelope may ask for (a partition key, a timestamp, headers, a partition
+        the topic lacks) and every failure are dealt with out of line, in ``_send_special``.
         """
         stream = envelope.system_stream
         last_stream, topic, count = self._last
@@ -136,16 +136,18 @@ class KafkaSystemProducer(SystemProducer):
         transactions = self._transactions
         if transactions is not None and transactions.fenced is not None:
             raise transactions.fenced
+        key = envelope.key
+        partition = envelope.partition
         if (
-            envelope.partition is not None
-            or envelope.timestamp is not None
+            envelope.timestamp is not None
             or envelope.headers
-            or (envelope.partition_key is not None and envelope.partition_key != envelope.key)
+            or (envelope.partition_key is not None and envelope.partition_key != key)
+            or (partition is not None and not 0 <= partition < count)
         ):
             self._send_special(envelope, topic, count)
         else:
             try:
-                self._produce(topic, envelope.message, envelope.key, -1)
+                self._produce(topic, envelope.message, key, -1 if partition is None else partition)
             except (BufferError, KafkaException, TypeError):
                 self._send_special(envelope, topic, count)
         self._unserved += 1
