@@ -10,7 +10,6 @@ from millstream.errors import MillstreamError
 from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.serde.base import SerdeError
 from millstream.serde.registry import SerdeRegistry
-from millstream.systems.base import SystemProducer
 from millstream.systems.producers import ProducerPool
 
 log = logging.getLogger(__name__)
@@ -21,32 +20,53 @@ class SerializationError(MillstreamError):
 
 
 Encoder = Callable[[Any], bytes]
+_Send = Callable[[str, OutgoingMessageEnvelope], None]
+_Codec = tuple[Encoder | None, Encoder | None, _Send]
 
 
 class TaskCollector:
-    """The ``MessageCollector`` a task sends through: serializes with the output stream's serdes."""
+    """The ``MessageCollector`` a task sends through: serializes with the output stream's serdes.
 
-    __slots__ = ("_codecs", "_drop_errors", "_pool", "_serdes", "dropped", "sent", "source")
+    A message that is bytes already (or a stream without serdes) goes to its producer as the task built
+    it: producers never modify what they are given, so nothing is copied. Only a message the
+    serdes encode is re-wrapped, in a new envelope with the bytes. The stream sent to last is
+    remembered by identity: a task usually sends to one stream object, which then costs no lookup.
+    """
+
+    __slots__ = ("_codecs", "_drop_errors", "_last", "_pool", "_serdes", "dropped", "source")
 
     def __init__(self, source: str, pool: ProducerPool, serdes: SerdeRegistry, drop_errors: bool) -> None:
         self.source = source
         self._pool = pool
         self._serdes = serdes
         self._drop_errors = drop_errors
-        self._codecs: dict[SystemStream, tuple[Encoder | None, Encoder | None, SystemProducer]] = {}
-        self.sent = 0
+        self._codecs: dict[SystemStream, _Codec] = {}
+        self._last: tuple[SystemStream | None, _Codec] = (None, (None, None, _unset_send))
+        """The stream sent to last and its codec, as one reference."""
         self.dropped = 0
 
     def send(self, envelope: OutgoingMessageEnvelope) -> None:
         stream = envelope.system_stream
-        codec = self._codecs.get(stream)
-        if codec is None:
-            codec = self._codec(stream)
-        key_encode, msg_encode, producer = codec
-        if key_encode is None and msg_encode is None and _all_bytes(envelope):
-            producer.send(self.source, envelope)  # producers never modify what they are given
-            self.sent += 1
-            return
+        last_stream, codec = self._last
+        if stream is not last_stream:
+            codec = self._codecs.get(stream) or self._codec(stream)
+            self._last = (stream, codec)
+        key_encode, msg_encode, send = codec
+        if key_encode is None and msg_encode is None:
+            message, key, partition_key = envelope.message, envelope.key, envelope.partition_key
+            if (
+                (message.__class__ is bytes or message is None)
+                and (key is None or key.__class__ is bytes)
+                and (partition_key is None or partition_key.__class__ is bytes)
+            ):
+                send(self.source, envelope)
+                return
+        self._send_encoded(envelope, key_encode, msg_encode, send)
+
+    def _send_encoded(
+        self, envelope: OutgoingMessageEnvelope, key_encode: Encoder | None, msg_encode: Encoder | None, send: _Send
+    ) -> None:
+        stream = envelope.system_stream
         try:
             key = envelope.key
             message = envelope.message
@@ -67,7 +87,7 @@ class TaskCollector:
             raise SerializationError(
                 f"task '{self.source}' cannot serialize a message for '{stream}': {error}"
             ) from None
-        producer.send(
+        send(
             self.source,
             OutgoingMessageEnvelope(
                 stream,
@@ -79,27 +99,21 @@ class TaskCollector:
                 headers=envelope.headers,
             ),
         )
-        self.sent += 1
 
-    def _codec(self, stream: SystemStream) -> tuple[Encoder | None, Encoder | None, SystemProducer]:
+    def _codec(self, stream: SystemStream) -> _Codec:
         key_serde = self._serdes.key_serde(stream)
         msg_serde = self._serdes.msg_serde(stream)
         codec = (
             key_serde.to_bytes if key_serde else None,
             msg_serde.to_bytes if msg_serde else None,
-            self._pool.producer(stream.system),
+            self._pool.producer(stream.system).send,
         )
         self._codecs[stream] = codec
         return codec
 
 
-def _all_bytes(envelope: OutgoingMessageEnvelope) -> bool:
-    message, key, partition_key = envelope.message, envelope.key, envelope.partition_key
-    return (
-        (type(message) is bytes or message is None)
-        and (key is None or type(key) is bytes)
-        and (partition_key is None or type(partition_key) is bytes)
-    )
+def _unset_send(source: str, envelope: OutgoingMessageEnvelope) -> None:
+    raise AssertionError("no stream was sent to yet")  # never called: no envelope's stream is None
 
 
 def _require_bytes(key: Any, message: Any) -> None:

@@ -251,36 +251,40 @@ class TaskInstance:
 
         Stops early when the task asks to shut down, or at ``deadline`` (on this task's clock, the one
         the run loop's timers run on) so the run loop can serve its timers; the caller hands the rest
-        back later.
+        back later. The partition's offset is recorded once, after the loop, for the last message
+        processed; a request from the task (a commit) records it at once, so the commit covers it.
         """
         skipped = 0
         if ssp in self._catch_up:
             skipped = self._skip_before_start(ssp, batch)
+        messages = batch[skipped:] if skipped else batch
         process = self.task.process
         collector = self.collector
         coordinator = self.coordinator
-        last = self.last_processed
         clock = self._clock
         meters = self.meters
         began = clock() if meters is not None else 0.0
         count = 0
-        for envelope in batch[skipped:] if skipped else batch:
-            try:
-                process(envelope, collector, coordinator)
-            except Exception as error:  # the policy raises, or lets processing go on past this message
-                self.process_errors.on_process_error(self.task_name, envelope, error)
-            last[ssp] = envelope.offset
-            count += 1
-            if coordinator.requested:
-                self._updated.add(ssp)  # a commit the task requests covers this message: its startpoint goes
-                if self._handle_requests() or ssp in self.end_of_stream:
-                    break  # nothing past the message that ended or drained the partition is read
-            if clock() >= deadline:
-                break
-        if count:
-            self._updated.add(ssp)
-            if meters is not None:
-                meters.batch(ssp, batch[skipped : skipped + count], clock() - began)
+        try:
+            for envelope in messages:
+                try:
+                    process(envelope, collector, coordinator)
+                except Exception as error:  # the policy raises, or lets processing go on past this message
+                    self.process_errors.on_process_error(self.task_name, envelope, error)
+                count += 1
+                if coordinator.requested:
+                    self.last_processed[ssp] = envelope.offset  # a commit the task requests covers this message
+                    self._updated.add(ssp)  # and its startpoint goes
+                    if self._handle_requests() or ssp in self.end_of_stream:
+                        break  # nothing past the message that ended or drained the partition is read
+                if clock() >= deadline:
+                    break
+        finally:
+            if count:  # the offset of the last message processed, once per batch (also when the policy raised)
+                self.last_processed[ssp] = messages[count - 1].offset
+                self._updated.add(ssp)
+        if meters is not None and count:
+            meters.batch(ssp, messages[:count], clock() - began)
         self.processed += count
         return skipped + count
 

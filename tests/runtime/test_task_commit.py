@@ -14,6 +14,7 @@ import pytest
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
 from millstream.config import Config
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition, TaskName
+from millstream.runtime.process_errors import TaskProcessError
 from millstream.runtime.task_instance import CommitSettings, ContainerContext, TaskInstance
 from millstream.storage.errors import CommitFailedError, CommitTimeoutError
 from tests.runtime.fakes import DiscardingCollector
@@ -336,3 +337,37 @@ def test_commit_pauses_are_reached_at_their_points_in_order(executor):
         "pause:after-checkpoint",
         "cleanup",
     ]
+
+
+class FailingAt:
+    """Raises at one offset; asks for a commit at another."""
+
+    def __init__(self, fail: str = "", commit: str = "") -> None:
+        self.fail = fail
+        self.commit = commit
+
+    def process(self, envelope: Any, collector: Any, coordinator: Any) -> None:
+        if envelope.offset == self.fail:
+            raise ValueError(f"cannot handle {envelope.offset}")
+        if envelope.offset == self.commit:
+            coordinator.commit()
+
+
+def test_a_message_the_policy_fails_on_is_not_covered_by_the_batchs_offset():
+    events = Events()
+    task, checkpoints = make_task(events, None)
+    task.task = FailingAt(fail="2")
+    with pytest.raises(TaskProcessError, match="offset 2"):
+        task.process(SSP, [envelope(0), envelope(1), envelope(2), envelope(3)])
+    assert task.last_processed[SSP] == "1"
+    task.commit()
+    assert [c.offsets[SSP] for c in checkpoints.written if isinstance(c, CheckpointV2)] == ["1"]
+
+
+def test_a_commit_the_task_requests_mid_batch_covers_the_message_that_requested_it():
+    events = Events()
+    task, checkpoints = make_task(events, None)
+    task.task = FailingAt(commit="1")
+    assert task.process(SSP, [envelope(0), envelope(1), envelope(2)]) == 3
+    assert [c.offsets[SSP] for c in checkpoints.written if isinstance(c, CheckpointV2)] == ["1"]
+    assert task.last_processed[SSP] == "2"

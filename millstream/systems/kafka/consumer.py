@@ -21,6 +21,8 @@ import gc
 import logging
 import time
 from collections.abc import Set
+from itertools import groupby, repeat
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
@@ -48,6 +50,16 @@ _PARTITION_FATAL = frozenset(
     }
 )
 WARN_INTERVAL_S = 10.0
+_error = Message.error
+_topic = Message.topic
+_partition = Message.partition
+_offset = Message.offset
+_key = Message.key
+_value = Message.value
+_headers = Message.headers
+_timestamp = Message.timestamp
+_second = itemgetter(1)
+_ssp_of = attrgetter("ssp")
 
 
 class KafkaSystemConsumer(SystemConsumer):
@@ -131,39 +143,34 @@ class KafkaSystemConsumer(SystemConsumer):
             if buffered:
                 result[ssp] = buffered
                 buffers[ssp] = []
-        messages = consumer.consume(self.batch_size, 0)
-        if not messages and not result and timeout > 0:
-            messages = consumer.consume(1, timeout)
-            if messages and self.batch_size > 1:
-                messages.extend(consumer.consume(self.batch_size - 1, 0))
-        if messages:
-            self._distribute(messages, ssps, result)
-        if self._paused:
-            self._resume_drained()
-        return result
-
-    def _distribute(
-        self,
-        messages: list[Message],
-        wanted: Set[SystemStreamPartition],
-        result: dict[SystemStreamPartition, list[IncomingMessageEnvelope]],
-    ) -> None:
-        """Turn librdkafka's messages into envelopes, in order, into ``result`` or the partition's buffer.
-
-        The cyclic garbage collector is paused meanwhile, as in the log consumer: a batch allocates
-        an envelope per message that outlives the call, and a running collector would walk the young
-        generation many times per batch for nothing (envelopes hold no cycles).
-        """
         collecting = gc.isenabled()
         if collecting:
             gc.disable()
         try:
-            self._build(messages, wanted, result)
+            messages = consumer.consume(self.batch_size, 0)
+            if not messages and not result and timeout > 0:
+                if collecting:
+                    gc.enable()  # not while waiting: another thread may allocate meanwhile
+                messages = consumer.consume(1, timeout)
+                if collecting:
+                    gc.disable()
+                if messages and self.batch_size > 1:
+                    messages.extend(consumer.consume(self.batch_size - 1, 0))
+            fetched = bool(messages)
+            if fetched:
+                self._build(messages, ssps, result)
+            del messages  # freed before the collector runs again, which then has only the envelopes to walk
         finally:
             if collecting:
                 gc.enable()
-        buffers = self._buffers
-        for ssp, buffered in buffers.items():
+        if fetched:
+            self._pause_full()
+        if self._paused:
+            self._resume_drained()
+        return result
+
+    def _pause_full(self) -> None:
+        for ssp, buffered in self._buffers.items():
             if len(buffered) >= self.buffer_size and ssp not in self._paused:
                 self._pause(ssp)
 
@@ -173,43 +180,58 @@ class KafkaSystemConsumer(SystemConsumer):
         wanted: Set[SystemStreamPartition],
         result: dict[SystemStreamPartition, list[IncomingMessageEnvelope]],
     ) -> None:
-        by_partition = self._by_partition
-        lookup = self._lookup
+        """Turn librdkafka's messages into envelopes, in order, into ``result`` or the partition's buffer.
+
+        The envelopes are built column by column with ``map`` over ``Message``'s own methods, as the log
+        consumer builds its batches, so the per-message work stays in C apart from the envelope's
+        ``__init__``; librdkafka hands a partition's messages over in runs, and each run is moved to
+        its partition's list whole. The caller pauses the cyclic garbage collector meanwhile: the
+        ``Message`` objects and the envelopes are container objects, and a running collector would walk
+        the young generation many times per batch for nothing (neither holds cycles).
+        """
+        if any(map(_error, messages)):
+            messages = self._without_errors(messages)
+            if not messages:
+                return
+        count = len(messages)
+        by_partition: Any = self._by_partition
+        lookup: Any = self._lookup
+        ssps: Any
+        if by_partition is not None:
+            ssps = map(by_partition.__getitem__, map(_partition, messages))
+        else:
+            ssps = map(lookup.__getitem__, zip(map(_topic, messages), map(_partition, messages), strict=True))
+        values: Any = list(map(_value, messages))
+        pairs: Any = list(map(_headers, messages))
+        headers: Any = [dict(each) if each else None for each in pairs] if any(pairs) else repeat(None, count)
+        try:
+            sizes: Any = list(map(len, values))
+        except TypeError:  # a value is None (a tombstone), which len refuses
+            sizes = [0 if value is None else len(value) for value in values]
+        envelopes = map(
+            IncomingMessageEnvelope,
+            ssps,
+            map(repr, map(_offset, messages)),  # an int's repr is its str, and a cheaper call
+            map(_key, messages),
+            values,
+            map(_second, map(_timestamp, messages)),
+            headers,
+            sizes,
+        )
         buffers = self._buffers
-        envelope = IncomingMessageEnvelope
-        last: Any = None
-        ssp: Any = None
-        append: Any = None
+        for ssp, run in groupby(envelopes, _ssp_of):
+            (result.setdefault(ssp, []) if ssp in wanted else buffers[ssp]).extend(run)
+
+    def _without_errors(self, messages: list[Message]) -> list[Message]:
+        """The messages that carry data; the errors among them are dealt with (``_on_error``) in order."""
+        kept = []
         for message in messages:
             error = message.error()
-            if error is not None:
-                self._on_error(message, error)
-                continue
-            partition: Any = message.partition()
-            if by_partition is not None:
-                if partition != last:
-                    last = partition
-                    ssp = by_partition[partition]
-                    append = (result.setdefault(ssp, []) if ssp in wanted else buffers[ssp]).append
+            if error is None:
+                kept.append(message)
             else:
-                key: Any = (message.topic(), partition)
-                if key != last:
-                    last = key
-                    ssp = lookup[key]
-                    append = (result.setdefault(ssp, []) if ssp in wanted else buffers[ssp]).append
-            value: Any = message.value()
-            headers: Any = message.headers()
-            append(
-                envelope(
-                    ssp,
-                    str(message.offset()),
-                    message.key(),
-                    value,
-                    message.timestamp()[1],
-                    dict(headers) if headers else None,
-                    len(value) if value else 0,
-                )
-            )
+                self._on_error(message, error)
+        return kept
 
     def _pause(self, ssp: SystemStreamPartition) -> None:
         assert self._consumer is not None

@@ -71,8 +71,11 @@ class KafkaSystemProducer(SystemProducer):
         self._producer: Producer | None = None
         self._partition_counts: dict[str, int] = {}
         self._targets: dict[SystemStream, tuple[str, int]] = {}
-        self._last: tuple[SystemStream | None, tuple[str, int]] = (None, ("", 0))
-        """The stream sent to last and its (topic, partition count): one reference, so threads see a pair."""
+        self._last: tuple[SystemStream | None, str, int] = (None, "", 0)
+        """The stream sent to last, its topic and partition count: one reference, so threads see them together."""
+        self._produce: Any = self._not_started
+        self._poll: Any = self._not_started
+        """The started producer's ``produce`` and ``poll``, bound once."""
         self._failures: list[KafkaProduceError] = []
         self._failed = 0
         self._lock = threading.Lock()
@@ -98,6 +101,8 @@ class KafkaSystemProducer(SystemProducer):
             transactions.start(producer)
         self._transactions = transactions
         self._producer = producer
+        self._produce = producer.produce
+        self._poll = producer.poll
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
         if error is None:
@@ -120,22 +125,40 @@ class KafkaSystemProducer(SystemProducer):
 
         The hot path makes one positional ``produce`` call: librdkafka's keyword path (timestamp,
         headers) costs several times more, so it is taken only for envelopes that carry either.
+        Everything else an envelope may ask for (a partition key, a timestamp, headers, a partition
+        the topic lacks) and every failure are dealt with out of line, in ``_send_special``.
         """
+        stream = envelope.system_stream
+        last_stream, topic, count = self._last
+        if stream is not last_stream:  # a task usually sends to one stream object: skip hashing it
+            topic, count = self._targets.get(stream) or self._target(stream)  # fails when not started
+            self._last = (stream, topic, count)
+        transactions = self._transactions
+        if transactions is not None and transactions.fenced is not None:
+            raise transactions.fenced
+        key = envelope.key
+        partition = envelope.partition
+        if (
+            envelope.timestamp is not None
+            or envelope.headers
+            or (envelope.partition_key is not None and envelope.partition_key != key)
+            or (partition is not None and not 0 <= partition < count)
+        ):
+            self._send_special(envelope, topic, count)
+        else:
+            try:
+                self._produce(topic, envelope.message, key, -1 if partition is None else partition)
+            except (BufferError, KafkaException, TypeError):
+                self._send_special(envelope, topic, count)
+        self._unserved += 1
+        if self._unserved >= SERVE_EVERY:
+            self._unserved = 0
+            self._poll(0)
+
+    def _send_special(self, envelope: OutgoingMessageEnvelope, topic: str, count: int) -> None:
         producer = self._producer
         if producer is None:
             raise KafkaSystemError(f"the producer of Kafka system '{self.system}' is not started")
-        if self._transactions is not None:
-            self._transactions.check()
-        stream = envelope.system_stream
-        last = self._last
-        if last[0] is stream:  # a task usually sends to one stream object: skip hashing it
-            topic, count = last[1]
-        else:
-            target = self._targets.get(stream)
-            if target is None:
-                target = self._target(stream)
-            self._last = (stream, target)
-            topic, count = target
         key: Any = envelope.key
         value: Any = envelope.message
         partition = envelope.partition
@@ -169,10 +192,6 @@ class KafkaSystemProducer(SystemProducer):
                     f"Kafka topic '{topic}': key and message must be bytes (serialized), got "
                     f"{type(key).__name__} and {type(value).__name__}"
                 ) from None
-        self._unserved += 1
-        if self._unserved >= SERVE_EVERY:
-            self._unserved = 0
-            producer.poll(0)
 
     def _unrepresentable_timestamp(self, topic: str, timestamp: int) -> KafkaSystemError:
         """librdkafka takes a timestamp of 0 to mean "now" and Kafka has none before 1970: writing either
@@ -183,7 +202,12 @@ class KafkaSystemProducer(SystemProducer):
             "1970-01-01T00:00:00.001Z"
         )
 
+    def _not_started(self, *args: Any) -> None:
+        raise KafkaSystemError(f"the producer of Kafka system '{self.system}' is not started")
+
     def _target(self, stream: SystemStream) -> tuple[str, int]:
+        if self._producer is None:
+            self._not_started()
         if stream.system != self.system:
             raise KafkaSystemError(f"producer of Kafka system '{self.system}' cannot send to '{stream}'")
         target = (stream.stream, self._topic_partitions(stream.stream))
@@ -270,6 +294,8 @@ class KafkaSystemProducer(SystemProducer):
             self.flush("")
         finally:
             self._producer = None
+            self._produce = self._poll = self._not_started
+            self._last = (None, "", 0)
 
     def partition_count(self, topic: str) -> int:
         """The partition count this producer uses for ``topic`` (fetched once per topic)."""

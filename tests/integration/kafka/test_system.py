@@ -199,6 +199,27 @@ def test_consumer_reads_from_the_registered_offset_with_keys_headers_and_timesta
     assert not any(e.is_end_of_stream for e in envelopes)
 
 
+def test_consumer_of_several_topics_gives_each_partition_its_own_messages_in_order(config, bootstrap, topic_name):
+    """Several topics take the consumer's (topic, partition) lookup instead of the partition number alone."""
+    topics = [topic_name("a"), topic_name("b")]
+    for topic in topics:
+        create_topic(bootstrap, topic, 2)
+        for partition in range(2):
+            produce(
+                bootstrap,
+                topic,
+                [(b"k", b"%s-%d-%d" % (topic.encode(), partition, i)) for i in range(30)],
+                partition=partition,
+            )
+    ssps = [SystemStreamPartition(SYSTEM, topic, partition) for topic in topics for partition in range(2)]
+    got = consume(config, {ssp: "0" for ssp in ssps}, want=120)
+    for ssp in ssps:
+        expected = [b"%s-%d-%d" % (ssp.stream.encode(), ssp.partition, i) for i in range(30)]
+        assert [e.message for e in got[ssp]] == expected, ssp
+        assert [e.offset for e in got[ssp]] == [str(i) for i in range(30)]
+        assert all(e.ssp == ssp and e.size == len(e.message) for e in got[ssp])
+
+
 def test_consumer_serves_only_the_partitions_asked_for_and_buffers_the_rest(config, bootstrap, topic_name):
     topic = topic_name()
     create_topic(bootstrap, topic, 2)

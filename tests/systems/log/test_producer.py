@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,8 @@ from millstream.systems.log.consumer import LogSystemConsumer
 from millstream.systems.log.errors import LogStorageError, LogSystemError, PartitionSealedError
 from millstream.systems.log.factory import LogSystemFactory
 from millstream.systems.log.producer import LogSystemProducer
+from millstream.systems.log.storage import LogPartition
+from tests.helpers import wait_until
 
 from .conftest import SYSTEM, create, envelope, log_config, read_all, ssp
 
@@ -59,9 +62,33 @@ def test_a_partition_buffer_is_appended_when_it_reaches_the_batch_size(admin: Lo
     create(admin, "events")
     for index in range(7):
         producer.send("task", envelope("events", b"%d" % index))
-    assert upcoming(admin, "events") == 6
+    wait_until(lambda: upcoming(admin, "events") == 6, 10, "the two full buffers were not appended in the background")
     producer.stop()
     assert upcoming(admin, "events") == 7
+
+
+def test_a_failed_background_append_keeps_that_batch_and_later_ones_in_order_for_the_next_flush(
+    admin: LogSystemAdmin, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    create(admin, "events")
+    real_append = LogPartition.append_columns
+    failures = [LogStorageError("events", 0, root, "disk full") for _ in range(2)]  # the background's, the flush's
+
+    def failing_once(self: LogPartition, *args: Any, **kwargs: Any) -> int:
+        if failures:
+            raise failures.pop()
+        return real_append(self, *args, **kwargs)
+
+    monkeypatch.setattr(LogPartition, "append_columns", failing_once)
+    producer = LogSystemFactory().get_producer(SYSTEM, log_config(root, producer__batch__size=2))
+    for index in range(7):
+        producer.send("task", envelope("events", b"%d" % index))
+    with pytest.raises(LogStorageError, match="disk full"):
+        producer.flush("task")  # appends the kept batches again, which fails once more
+    assert upcoming(admin, "events") == 0, "nothing after the failed batch may be appended before it"
+    producer.flush("task")
+    producer.stop()
+    assert [e.message for e in read_stream(root, "events")[0]] == [b"%d" % index for index in range(7)]
 
 
 def test_stop_flushes_what_is_buffered(admin: LogSystemAdmin, config: Config) -> None:
