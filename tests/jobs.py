@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import time
 from typing import Any
 
@@ -94,6 +96,18 @@ class FailsOnPoison(PassThrough):
     def process(self, envelope, collector, coordinator):
         if envelope.message == "poison":
             raise ValueError(f"poison message at offset {envelope.offset}")
+        super().process(envelope, collector, coordinator)
+
+
+class CrashesOnPoison(PassThrough):
+    """Its Python worker dies natively on ``"segfault"`` (SIGSEGV) and without a Python exception on ``"exit"``
+    (``os._exit``): a crash in a native library, as Spark reports it."""
+
+    def process(self, envelope, collector, coordinator):
+        if envelope.message == "segfault":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if envelope.message == "exit":
+            os._exit(3)
         super().process(envelope, collector, coordinator)
 
 
