@@ -39,6 +39,7 @@ from millstream.metrics.server import metrics_endpoint
 from millstream.runtime.container import ContainerResult
 from millstream.spark.container_task import container_partition
 from millstream.spark.failures import describe_failure
+from millstream.spark.multi_host import refuse_host_local_state
 from millstream.spark.progress import SparkProgress, status_url
 from millstream.spark.session import (
     abandon_session,
@@ -78,8 +79,12 @@ class SparkJobRunner:
         signals = graceful_stop_on_signals if handle_signals else _no_signals
         with signals(self._stop):  # from the start: a Ctrl-C while Spark's JVM starts is a stop request too
             try:
+                master = (
+                    str(self._spark.sparkContext.master) if self._spark else resolve_master(self.config, self.master)
+                )
+                refuse_host_local_state(self.config, master)
                 if self._spark is None:
-                    check_local_slots(resolve_master(self.config, self.master), requirement(self.config))
+                    check_local_slots(master, requirement(self.config))
                 spark = self._spark or self._start_session(on_own_thread=handle_signals)
                 return self._run_generations(spark)
             except KeyboardInterrupt:
