@@ -82,7 +82,7 @@ class ContainerFailure:
         lines = [self.summary()]
         if log_location:
             lines.append(f"executor log: {log_location}")
-        if verbose and self.detail and self.detail != self.cause:
+        if verbose and self.detail and self.kind != "python":  # a Python traceback is the container's, printed once
             lines.append(self.detail)
         return "\n".join(lines)
 
