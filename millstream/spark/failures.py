@@ -210,7 +210,7 @@ def _report(text: str, limit: int = 60) -> str:
             break
         if _JAVA_FRAME.match(line) or line.startswith("An error occurred while calling"):
             continue
-        kept.append(line.rstrip())
+        kept.append(line.rstrip().removeprefix(": "))  # py4j puts the Java exception after ": "
     while kept and not kept[-1]:
         kept.pop()
     return "\n".join(kept[:limit])

@@ -33,6 +33,7 @@ def test_a_segfault_of_the_python_worker_is_a_native_crash_of_the_container_with
     verbose = failure.message(verbose=True)
     assert 'File "/tmp/capture/capture.py", line 15 in task' in verbose  # the frame it crashed in, under -v
     assert "\tat org.apache.spark" not in verbose
+    assert verbose.splitlines()[1].startswith("org.apache.spark.SparkException: Job aborted due to stage failure")
 
 
 def test_a_worker_that_exits_without_an_exception_is_a_crash_and_without_faulthandler_says_how_to_name_it():
