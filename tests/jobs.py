@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import time
 from typing import Any
 
@@ -94,6 +96,15 @@ class FailsOnPoison(PassThrough):
     def process(self, envelope, collector, coordinator):
         if envelope.message == "poison":
             raise ValueError(f"poison message at offset {envelope.offset}")
+        super().process(envelope, collector, coordinator)
+
+
+class CrashesOnPoison(PassThrough):
+    """Its Python worker dies of SIGSEGV on the message ``"segfault"``: a crash in a native library."""
+
+    def process(self, envelope, collector, coordinator):
+        if envelope.message == "segfault":
+            os.kill(os.getpid(), signal.SIGSEGV)
         super().process(envelope, collector, coordinator)
 
 

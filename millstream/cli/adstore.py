@@ -105,9 +105,12 @@ def _session(cfg: Config, master: str | None, remote: str | None) -> SparkSessio
         from millstream.spark.connect import remote_session
 
         return remote_session(remote)
+    from millstream.spark.multi_host import refuse_host_local_blobs
     from millstream.spark.session import build_session
 
-    return build_session(cfg, master or cfg.get("spark.master") or "local[*]")
+    chosen = master or cfg.get("spark.master") or "local[*]"
+    refuse_host_local_blobs(cfg, chosen)  # before Spark's JVM starts
+    return build_session(cfg, chosen)
 
 
 def _print_version(record: PublishedVersion, store: str) -> None:

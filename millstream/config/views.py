@@ -184,9 +184,11 @@ class JobConfig(ConfigView):
     startpoint_enabled: Bool = Field(True, alias="startpoint.enabled")
     """Fan out and apply startpoints (``millstream startpoint set``) when a job model is published."""
     logged_store_base_dir: str | None = Field(None, alias="logged.store.base.dir")
-    """Where stores with a backup (changelog, blob store) live; default ``<job dir>/stores/logged``."""
+    """Where stores with a backup (changelog, blob store) live; default ``<job dir>/stores/logged``. A value
+    starting with an environment variable (``$LOCAL_DISK/stores``) is expanded on the host that runs the container,
+    so each host of a cluster keeps its stores on a local disk of its own."""
     non_logged_store_base_dir: str | None = Field(None, alias="non-logged.store.base.dir")
-    """Where stores without a backup live; default ``<job dir>/stores/non-logged``."""
+    """Where stores without a backup live; default ``<job dir>/stores/non-logged``; ``$VAR`` as above."""
     commit_thread_pool_size: int = Field(2, alias="container.commit.thread.pool.size", ge=1)
     """Minimum number of commit threads (async uploads) per container."""
     commit_thread_pool_max_size: int = Field(64, alias="container.commit.thread.pool.max.size", ge=1)
@@ -202,6 +204,11 @@ class JobConfig(ConfigView):
     """Default ``__millstream-coordinator-<job.name>-<job.id>``."""
     coordinator_replication_factor: int = Field(-1, alias="coordinator.replication.factor", ge=-1)
     """-1: the broker's ``default.replication.factor``."""
+    shared_filesystem: Bool = Field(False, alias="shared.filesystem")
+    """Declares that every host of a cluster sees the same files at the job's paths (``job.data.dir``, the log
+    system's ``path``, ``metadata.store.path``, ``blob.store.local.dir``): an NFS or similar mount. On a Spark master
+    other than ``local[N]``, the embedded log system, the SQLite metadata store and the ``local`` blob store are
+    refused without it, because each host would otherwise keep its own copy of what must be one."""
 
     @property
     def job_key(self) -> str:
@@ -721,6 +728,8 @@ def resolve_paths(config: Config) -> Config:
     if "job.data.dir" not in config:
         updates["job.data.dir"] = str((base / ".millstream").resolve())
     for key, value in config.items():
+        if value.startswith("$"):
+            continue  # a path on the host that runs the container, expanded there (job.logged.store.base.dir)
         if key.startswith(CLOSED_NAMESPACES) and key.endswith((".dir", ".path")) and value:
             path = Path(value).expanduser()
             updates[key] = str((path if path.is_absolute() else base / path).resolve())

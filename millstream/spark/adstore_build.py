@@ -49,6 +49,7 @@ from millstream.model import SystemStream
 from millstream.serde.base import Serde
 from millstream.serde.registry import SerdeRegistry
 from millstream.spark.connect import is_connect
+from millstream.spark.multi_host import refuse_host_local_blobs
 from millstream.storage.factory import storage_engine_factory
 from millstream.storage.rocksdb import RocksDbStorageEngineFactory
 from millstream.systems.registry import system_factory
@@ -145,6 +146,7 @@ def build_version(
     ``BulkBuildError`` when the build fails; in every case nothing is published.
     """
     target = resolve_target(config, store)
+    refuse_host_local_blobs(config, _master(spark))
     if fmt not in FORMATS + QUERIES:
         raise DatasetSchemaError(f"unknown dataset format '{fmt}' (accepted: {', '.join(FORMATS + QUERIES)})")
     frame = _read(spark, source, fmt)
@@ -316,6 +318,13 @@ def _describe(spark: SparkSession, text: str | None) -> None:
     names the jobs after the client's operations)."""
     if not is_connect(spark):
         spark.sparkContext.setJobDescription(text)  # type: ignore[arg-type]  # None clears it
+
+
+def _master(spark: SparkSession) -> str:
+    """The session's master; a Connect client asks the server's conf ("local" when it does not say)."""
+    if not is_connect(spark):
+        return str(spark.sparkContext.master)
+    return str(spark.conf.get("spark.master", None) or "local")
 
 
 def default_range_files(spark: SparkSession) -> int:

@@ -16,7 +16,6 @@ import contextlib
 import functools
 import logging
 import os
-import re
 import sys
 import threading
 import time
@@ -39,6 +38,8 @@ from millstream.metadata.factory import metadata_store
 from millstream.metrics.server import metrics_endpoint
 from millstream.runtime.container import ContainerResult
 from millstream.spark.container_task import container_partition
+from millstream.spark.failures import describe_failure
+from millstream.spark.multi_host import refuse_host_local_state
 from millstream.spark.progress import SparkProgress, status_url
 from millstream.spark.session import (
     abandon_session,
@@ -50,9 +51,6 @@ from millstream.spark.session import (
 )
 
 log = logging.getLogger(__name__)
-
-_MILLSTREAM_ERROR = re.compile(r"^millstream\.[\w.]+(Error|Exception): ")
-_PYTHON_ERROR = re.compile(r"^(?:[\w.]+\.)?(?P<name>\w*(?:Error|Exception|Exit))\b:?\s*(?P<message>.*)$")
 
 
 class SparkJobRunner:
@@ -81,8 +79,12 @@ class SparkJobRunner:
         signals = graceful_stop_on_signals if handle_signals else _no_signals
         with signals(self._stop):  # from the start: a Ctrl-C while Spark's JVM starts is a stop request too
             try:
+                master = (
+                    str(self._spark.sparkContext.master) if self._spark else resolve_master(self.config, self.master)
+                )
+                refuse_host_local_state(self.config, master)
                 if self._spark is None:
-                    check_local_slots(resolve_master(self.config, self.master), requirement(self.config))
+                    check_local_slots(master, requirement(self.config))
                 spark = self._spark or self._start_session(on_own_thread=handle_signals)
                 return self._run_generations(spark)
             except KeyboardInterrupt:
@@ -199,7 +201,7 @@ class SparkJobRunner:
         try:
             outcome["rows"] = containers.mapPartitionsWithIndex(task).collect()
         except Exception as error:
-            outcome["error"] = spark_failure_cause(error)
+            outcome["error"] = describe_failure(error, sc, verbose=self.verbose)
 
 
 def job_description(config: Config, generation: int, containers: int, status: str | None = None) -> str:
@@ -228,29 +230,3 @@ def _python_paths(config: Config) -> list[str]:
     for path in paths:
         seen.setdefault(os.path.abspath(path), None)
     return list(seen)
-
-
-def spark_failure_cause(error: BaseException) -> str:
-    """The user-meaningful cause inside a Spark job failure: the last millstream error of the failing
-    container's traceback with the lines of its message (a task's error carries the user's traceback),
-    else the last Python exception line, else the first line of Spark's message."""
-    text = str(error)
-    lines = text.splitlines()
-    ours = [i for i, line in enumerate(lines) if _MILLSTREAM_ERROR.match(line.strip())]
-    if ours:
-        kept = [lines[ours[-1]].strip()]
-        for line in lines[ours[-1] + 1 :]:
-            if line.lstrip().startswith(("at ", "Driver stacktrace", "py4j", "org.apache", "Caused by")):
-                break
-            kept.append(line.rstrip())
-        return "\n".join(kept).rstrip()
-    causes = []
-    for line in text.splitlines():
-        stripped = line.strip()
-        match = _PYTHON_ERROR.match(stripped)
-        if match and not stripped.startswith(("py4j", "org.apache", "java.", "Caused by")):
-            causes.append(stripped)
-    if causes:
-        return causes[-1]
-    first = next((line.strip() for line in text.splitlines() if line.strip()), type(error).__name__)
-    return first[:2000]

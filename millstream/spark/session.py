@@ -118,6 +118,9 @@ def build_session(config: Config, master: str | None = None, *, verbose: bool = 
         "spark.pyspark.python": sys.executable,
         "spark.ui.showConsoleProgress": "false",
         "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+        # a Python worker that crashes natively reports its signal and the Python frames it was in, which the
+        # runner names instead of "Python worker exited unexpectedly (crashed)"
+        "spark.python.worker.faulthandler.enabled": "true",
     }
     settings.update({k: v for k, v in config.items() if k.startswith("spark.") and k != "spark.master"})
     if settings.get("spark.speculation", "false").lower() != "false":

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,7 @@ import orjson
 from millstream.checkpoint.checkpoint import CheckpointFormatError, CheckpointId, CheckpointV2
 from millstream.config.core import Config
 from millstream.config.views import JobConfig
-from millstream.errors import MillstreamError
+from millstream.errors import ConfigError, MillstreamError
 from millstream.model import SystemStreamPartition
 
 OFFSET_FILE = "OFFSET"
@@ -58,12 +59,27 @@ class StoreLayout:
     def of(cls, config: Config) -> StoreLayout:
         job = JobConfig.of(config)
         stores = Path(job.job_dir) / "stores"
-        logged = Path(job.logged_store_base_dir) if job.logged_store_base_dir else stores / "logged"
-        non_logged = Path(job.non_logged_store_base_dir) if job.non_logged_store_base_dir else stores / "non-logged"
+        logged = _host_path(job.logged_store_base_dir, "job.logged.store.base.dir") or stores / "logged"
+        non_logged = _host_path(job.non_logged_store_base_dir, "job.non-logged.store.base.dir") or stores / "non-logged"
         return cls(logged.expanduser().resolve(), non_logged.expanduser().resolve())
 
     def store_dir(self, store: str, task_name: str, logged: bool) -> Path:
         return (self.logged_base if logged else self.non_logged_base) / store / task_dir_name(task_name)
+
+
+def _host_path(value: str | None, key: str) -> Path | None:
+    """A base directory as this host knows it: environment variables expanded here, where the container runs,
+    so each host of a cluster can keep its stores on a local disk of its own."""
+    if not value:
+        return None
+    expanded = os.path.expandvars(value)
+    if "$" in expanded:
+        raise ConfigError(
+            f"config key '{key}' is '{value}', but this host ({socket.gethostname()}) does not set the environment "
+            "variable it names: set it on every host that runs containers (spark.executorEnv.<VAR> or the "
+            "worker's environment), or give an absolute path"
+        )
+    return Path(expanded)
 
 
 def attempt_dir(store_dir: Path, generation: int, epoch: int) -> Path:

@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pyspark
@@ -19,8 +20,18 @@ def free_port() -> int:
 
 
 class StandaloneCluster:
-    def __init__(self, work_dir: Path, workers: int = 2, cores: int = 2, memory: str = "1g") -> None:
+    def __init__(
+        self,
+        work_dir: Path,
+        workers: int = 2,
+        cores: int = 2,
+        memory: str = "1g",
+        worker_env: Callable[[int], Mapping[str, str]] | None = None,
+    ) -> None:
+        """``worker_env(i)``: environment variables of worker ``i``, which its executors and Python workers inherit
+        (a per-worker "local disk", as separate hosts would have)."""
         self.work_dir = work_dir
+        self.worker_env = worker_env
         self.workers = workers
         self.cores = cores
         self.memory = memory
@@ -32,8 +43,8 @@ class StandaloneCluster:
     def master_url(self) -> str:
         return f"spark://127.0.0.1:{self.port}"
 
-    def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
+    def _env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        env = {**os.environ, **(extra or {})}
         env.update(
             SPARK_HOME=str(self.spark_home),
             SPARK_LOCAL_IP="127.0.0.1",
@@ -43,10 +54,13 @@ class StandaloneCluster:
         )
         return env
 
-    def _start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+    def _start(self, name: str, *args: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
         log = open(self.work_dir / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
         process = subprocess.Popen(
-            [str(self.spark_home / "bin" / "spark-class"), *args], stdout=log, stderr=subprocess.STDOUT, env=self._env()
+            [str(self.spark_home / "bin" / "spark-class"), *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self._env(env),
         )
         self.processes.append(process)
         return process
@@ -63,7 +77,7 @@ class StandaloneCluster:
                 f"worker-{index}", "org.apache.spark.deploy.worker.Worker",
                 "--host", "127.0.0.1", "--cores", str(self.cores), "--memory", self.memory,
                 "--webui-port", str(free_port()), "--work-dir", str(self.work_dir / f"worker-{index}"),
-                self.master_url,
+                self.master_url, env=self.worker_env(index) if self.worker_env else None,
             )  # fmt: skip
         for index in range(self.workers):
             self._wait_for(f"worker-{index}", "Successfully registered with master", timeout)

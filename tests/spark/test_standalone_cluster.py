@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 
 import millstream.spark.submit
 from millstream.errors import ConfigError
+from millstream.spark.multi_host import HostLocalStateError
 from millstream.spark.runner import SparkJobRunner
 from millstream.spark.session import build_session, cluster_slots
 from tests.helpers import create_stream, fill, job_config, output_origins, seal, wait_until
@@ -38,6 +39,7 @@ def test_job_runs_on_a_standalone_cluster_with_containers_in_different_executors
         tmp_path,
         job__container__count=2,
         job__coordinator__slots__headroom=0,
+        job__shared__filesystem=True,  # the log system and SQLite metadata: the workers share this host's disk
         spark__driver__host="127.0.0.1",
         spark__driver__bindAddress="127.0.0.1",
         spark__executor__memory="512m",
@@ -67,6 +69,7 @@ def test_a_cluster_too_small_for_the_job_is_refused_within_the_slot_wait_naming_
         tmp_path,
         job__container__count=3,
         job__coordinator__slots__headroom=0,
+        job__shared__filesystem=True,  # the log system and SQLite metadata: the workers share this host's disk
         job__coordinator__slots__wait__ms=3000,
         spark__driver__host="127.0.0.1",
         spark__driver__bindAddress="127.0.0.1",
@@ -94,6 +97,33 @@ def test_a_cluster_too_small_for_the_job_is_refused_within_the_slot_wait_naming_
     assert 3 <= waited < 10
 
 
+def test_the_runner_refuses_host_local_state_on_the_cluster_naming_each_key_unless_declared_shared(cluster, tmp_path):
+    config = job_config(
+        tmp_path,
+        job__container__count=2,
+        job__coordinator__slots__headroom=0,
+        stores__counts__backup__factories="blobstore",
+        task__checkpoint__read__versions="2,1",
+        spark__driver__host="127.0.0.1",
+        spark__driver__bindAddress="127.0.0.1",
+        spark__executor__memory="512m",
+    )
+    create_stream(config, "in", 2)
+    spark = build_session(config, master=cluster.master_url)
+    try:
+        with pytest.raises(HostLocalStateError) as refused:
+            SparkJobRunner(config, spark=spark).run()
+    finally:
+        spark.stop()
+    assert refused.value.exit_code == 2
+    assert [setting.key for setting in refused.value.settings] == [
+        "task.inputs",
+        "metadata.store.factory",
+        "blob.store.manager.factory",
+    ]
+    assert f"Spark master '{cluster.master_url}' runs containers on several hosts" in str(refused.value)
+
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -103,6 +133,7 @@ def test_spark_submit_runs_a_job_on_the_standalone_cluster_in_client_mode_with_t
         tmp_path,
         job__container__count=2,
         job__coordinator__slots__headroom=0,
+        job__shared__filesystem=True,  # the log system and SQLite metadata: the workers share this host's disk
         job__coordinator__slots__wait__ms=120_000,
     )
     create_stream(config, "in", 4)

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from millstream.checkpoint.checkpoint import CheckpointId, CheckpointV2
 from millstream.config import Config
+from millstream.coordinator.prepare import prepare
+from millstream.errors import ConfigError
 from millstream.model import SystemStreamPartition
 from millstream.storage.layout import (
     StoreLayout,
@@ -38,6 +42,30 @@ def test_base_dirs_are_configurable(tmp_path: Path) -> None:
     )
     layout = StoreLayout.of(config)
     assert layout.store_dir("s", "Partition 1", logged=False) == tmp_path / "N/s/Partition_1"
+
+
+def test_a_base_dir_starting_with_an_environment_variable_is_expanded_on_the_host_that_runs_the_container(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = prepare(
+        Config(
+            {
+                "job.data.dir": str(tmp_path / "data"),
+                "task.class": "tests.jobs:PassThrough",
+                "task.inputs": "log.in",
+                "job.logged.store.base.dir": "$HOST_DISK/stores",
+                "job.non-logged.store.base.dir": "${HOST_DISK}/scratch",
+            }
+        )
+    )
+    assert config["job.logged.store.base.dir"] == "$HOST_DISK/stores"  # not resolved against the driver's paths
+    monkeypatch.setenv("HOST_DISK", str(tmp_path / "disk-1"))
+    layout = StoreLayout.of(config)
+    assert layout.store_dir("s", "Partition 1", logged=True) == tmp_path / "disk-1/stores/s/Partition_1"
+    assert layout.non_logged_base == tmp_path / "disk-1/scratch"
+    monkeypatch.delenv("HOST_DISK")
+    with pytest.raises(ConfigError, match=r"config key 'job\.logged\.store\.base\.dir' is '\$HOST_DISK/stores', but"):
+        StoreLayout.of(config)
 
 
 def test_task_names_become_safe_directory_names() -> None:

@@ -75,3 +75,23 @@ class KafkaFailingOnSome(KafkaPassThrough):
         if envelope.message in self.failing:
             raise ValueError(f"cannot handle {envelope.message}")
         super().process(envelope, collector, coordinator)
+
+
+class KafkaCountPerKey(StreamTask, InitableTask):
+    """Counts messages per key in the store ``counts`` and sends ``{"p", "v", "key", "count"}`` to
+    ``kafka.<test.output>``, at most one message per ``test.delay.seconds``: state a restart must restore exactly."""
+
+    def init(self, context: TaskContext) -> None:
+        self.store = context.get_store("counts")
+        self.output = SystemStream("kafka", context.config["test.output"])
+        self.delay = float(context.config.get("test.delay.seconds", "0"))
+
+    def process(
+        self, envelope: IncomingMessageEnvelope, collector: MessageCollector, coordinator: TaskCoordinator
+    ) -> None:
+        if self.delay:
+            time.sleep(self.delay)
+        count = (self.store.get(envelope.key) or 0) + 1
+        self.store.put(envelope.key, count)
+        record = {"p": envelope.ssp.partition, "v": envelope.message, "key": envelope.key, "count": count}
+        collector.send(OutgoingMessageEnvelope(self.output, record, key=envelope.key))
