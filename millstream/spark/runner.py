@@ -40,6 +40,12 @@ from millstream.metrics.server import metrics_endpoint
 from millstream.runtime.container import ContainerResult
 from millstream.spark.container_task import container_partition
 from millstream.spark.progress import SparkProgress, status_url
+from millstream.spark.resources import (
+    ContainerResources,
+    check_container_memory,
+    container_resources,
+    explain_memory_failure,
+)
 from millstream.spark.session import (
     abandon_session,
     build_session,
@@ -68,6 +74,7 @@ class SparkJobRunner:
         self.generation = 0
         self._status_url: str | None = None
         self._progress: SparkProgress | None = None
+        self._resources = ContainerResources(None, 1)
 
     def run(self, *, handle_signals: bool = False) -> JobResult:
         """Plan, publish and run the job; returns when every container returned, or the job failed.
@@ -81,6 +88,7 @@ class SparkJobRunner:
         signals = graceful_stop_on_signals if handle_signals else _no_signals
         with signals(self._stop):  # from the start: a Ctrl-C while Spark's JVM starts is a stop request too
             try:
+                check_container_memory(self.config)
                 if self._spark is None:
                     check_local_slots(resolve_master(self.config, self.master), requirement(self.config))
                 spark = self._spark or self._start_session(on_own_thread=handle_signals)
@@ -115,7 +123,8 @@ class SparkJobRunner:
 
     def _run_generations(self, spark: SparkSession) -> JobResult:
         wait = JobConfig.of(self.config).slots_wait_ms / 1000
-        check_slots(spark.sparkContext, requirement(self.config), wait_seconds=wait)
+        self._resources = container_resources(spark.sparkContext, self.config)
+        check_slots(spark.sparkContext, requirement(self.config), wait_seconds=wait, profile=self._resources.profile)
         containers: list[ContainerResult] = []
         with metrics_endpoint(self.config, functools.partial(status_document, self.config)) as server:
             if server is not None:
@@ -195,11 +204,13 @@ class SparkJobRunner:
             _python_paths(self.config),
             os.environ.get("MILLSTREAM_LOG_LEVEL", "INFO"),
         )
-        containers = sc.parallelize(range(count), count).setName(f"millstream containers 0-{count - 1}")
+        containers = self._resources.apply(
+            sc.parallelize(range(count), count).setName(f"millstream containers 0-{count - 1}")
+        )
         try:
             outcome["rows"] = containers.mapPartitionsWithIndex(task).collect()
         except Exception as error:
-            outcome["error"] = spark_failure_cause(error)
+            outcome["error"] = explain_memory_failure(spark_failure_cause(error), error)
 
 
 def job_description(config: Config, generation: int, containers: int, status: str | None = None) -> str:
