@@ -38,6 +38,7 @@ from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
 from millstream.metrics.server import metrics_endpoint
 from millstream.runtime.container import ContainerResult
+from millstream.spark.affinity import PlacementRecorder, container_rdd, launch_locations
 from millstream.spark.container_task import container_partition
 from millstream.spark.progress import SparkProgress, status_url
 from millstream.spark.resources import (
@@ -75,6 +76,7 @@ class SparkJobRunner:
         self._status_url: str | None = None
         self._progress: SparkProgress | None = None
         self._resources = ContainerResources(None, 1)
+        self._locations: dict[int, list[str]] = {}
 
     def run(self, *, handle_signals: bool = False) -> JobResult:
         """Plan, publish and run the job; returns when every container returned, or the job failed.
@@ -147,6 +149,8 @@ class SparkJobRunner:
         sc = spark.sparkContext
         outcome: dict[str, Any] = {}
         group = f"millstream-{JobConfig.of(self.config).job_key}-g{model.generation}"
+        self._locations = launch_locations(sc, self.store, len(model.containers))
+        placements = PlacementRecorder(sc, self.store, group)
         launch = threading.Thread(
             target=self._launch, args=(spark, model.to_bytes(), len(model.containers), group, outcome), daemon=True
         )
@@ -162,6 +166,7 @@ class SparkJobRunner:
             now = time.monotonic()
             if deadline is None and now >= next_check:
                 next_check = now + 0.5
+                placements.poll()
                 restart = coordination.restart_requested(self.store)
                 if restart is not None:
                     coordination.clear_restart(self.store)
@@ -205,7 +210,7 @@ class SparkJobRunner:
             os.environ.get("MILLSTREAM_LOG_LEVEL", "INFO"),
         )
         containers = self._resources.apply(
-            sc.parallelize(range(count), count).setName(f"millstream containers 0-{count - 1}")
+            container_rdd(sc, count, self._locations).setName(f"millstream containers 0-{count - 1}")
         )
         try:
             outcome["rows"] = containers.mapPartitionsWithIndex(task).collect()

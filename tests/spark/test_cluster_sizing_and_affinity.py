@@ -1,5 +1,6 @@
-"""Container sizing on a Spark standalone cluster (two workers of two cores on 127.0.0.1): the containers' stage
-runs under a resource profile of ``job.container.cpus`` cores per task, and the slot check counts its slots."""
+"""On a Spark standalone cluster (two workers of two cores on 127.0.0.1): container sizing (the containers' stage
+runs under a resource profile of ``job.container.cpus`` cores per task, and the slot check counts its slots) and
+host affinity (a container launched again goes to the executor recorded as its placement)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from millstream.errors import ConfigError
+from millstream.metadata import coordination
+from millstream.metadata.factory import metadata_store
 from millstream.spark.runner import SparkJobRunner
 from millstream.spark.session import build_session, cluster_slots
 from tests.helpers import create_stream, fill, job_config, output_origins, seal, wait_until
@@ -92,3 +95,51 @@ def test_the_slot_check_counts_slots_of_job_container_cpus_and_refuses_a_cluster
     assert "offers 2 task slot(s) after waiting 2s" in message
     assert "needs 3 (3 container(s) + 0 headroom; a slot is job.container.cpus=2 executor core(s))" in message
     assert 2 <= waited < 10
+
+
+def _executor_of(container: Any) -> str:
+    """A standalone executor works in ``<worker dir>/<application id>/<executor id>``."""
+    return str(container.executor["cwd"]).rstrip("/").rsplit("/", 1)[-1]
+
+
+def test_a_container_launched_again_runs_on_the_executor_recorded_as_its_placement(cluster, tmp_path):
+    config = job_config(
+        tmp_path,
+        "tests.jobs:SlowPassThrough",
+        job__container__count=2,
+        job__coordinator__slots__headroom=0,
+        job__coordinator__slots__wait__ms=120_000,
+        spark__driver__host="127.0.0.1",
+        spark__driver__bindAddress="127.0.0.1",
+        spark__executor__memory="512m",
+        test__delay__seconds="0.01",
+    )
+    create_stream(config, "in", 4)
+    create_stream(config, "out", 4)
+    fill(config, "in", 4, 100)  # about two seconds per container: the driver sees them running
+    seal(config, "in")
+    spark = build_session(config, master=cluster.master_url)
+    store = metadata_store(config)
+    try:
+        first = SparkJobRunner(config, spark=spark).run()
+        assert first.outcome == "finished", first.error
+        ran = {c.container_id: _executor_of(c) for c in first.containers}
+        recorded = coordination.container_placements(store)
+        assert {cid: p["executor_id"] for cid, p in recorded.items()} == ran  # the driver saw where they ran
+        assert {p["application_id"] for p in recorded.values()} == {spark.sparkContext.applicationId}
+        ids = spark.sparkContext._jsc.sc().getExecutorIds()
+        executors = sorted(str(ids.apply(i)) for i in range(ids.size()))
+        assert len(executors) == 2, executors
+        # both containers are told they last ran on the executor container 0 did not run on: Spark spreads tasks
+        # over the executors that offer slots, so only their preferred locations put both of them there
+        target = next(e for e in executors if e != ran["0"])
+        moved = {cid: target for cid in ran}
+        for cid, executor in moved.items():
+            placement = {**recorded[cid], "executor_id": executor}
+            coordination.record_container_placement(store, cid, placement)
+        second = SparkJobRunner(config, spark=spark).run()
+    finally:
+        store.close()
+        spark.stop()
+    assert second.outcome == "finished", second.error
+    assert {c.container_id: _executor_of(c) for c in second.containers} == moved
