@@ -103,6 +103,9 @@ class ContainerResources:
 
     profile: ResourceProfile | None
     task_cpus: int
+    requests_executors: bool = False
+    """The profile asks for executors of its own (dynamic allocation): Spark requests them when the containers'
+    stage starts, so there are no slots of the profile to count before the launch."""
 
     def apply(self, rdd: RDD[T]) -> RDD[T]:
         return rdd if self.profile is None else rdd.withResources(self.profile)
@@ -147,7 +150,7 @@ def container_resources(sc: SparkContext, config: Config) -> ContainerResources:
     profile = builder.build
     _register(sc, profile)
     log.info("containers run under Spark resource profile %s: %s cpu(s) per container", profile.id, cpus)
-    return ContainerResources(profile, cpus)
+    return ContainerResources(profile, cpus, requests_executors=_dynamic_allocation(conf))
 
 
 def _register(sc: SparkContext, profile: ResourceProfile) -> None:

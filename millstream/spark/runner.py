@@ -125,8 +125,10 @@ class SparkJobRunner:
 
     def _run_generations(self, spark: SparkSession) -> JobResult:
         wait = JobConfig.of(self.config).slots_wait_ms / 1000
-        self._resources = container_resources(spark.sparkContext, self.config)
-        check_slots(spark.sparkContext, requirement(self.config), wait_seconds=wait, profile=self._resources.profile)
+        sc = spark.sparkContext
+        self._resources = container_resources(sc, self.config)
+        if not self._resources.requests_executors:  # else Spark requests the profile's executors at launch
+            check_slots(sc, requirement(self.config), wait_seconds=wait, profile=self._resources.profile)
         containers: list[ContainerResult] = []
         with metrics_endpoint(self.config, functools.partial(status_document, self.config)) as server:
             if server is not None:
@@ -185,7 +187,7 @@ class SparkJobRunner:
         failure = failure or coordination.deterministic_failure(self.store, model.generation)
         if failure is not None:  # the containers that stopped committed; the failed one's retries did not start
             results = [ContainerResult(**orjson.loads(row)) for row in outcome.get("rows", [])]
-            return JobResult(model.generation, "failed", results, failure), None
+            return JobResult(model.generation, "failed", results, explain_memory_failure(failure, failure)), None
         if "error" in outcome:
             coordination.request_stop(self.store, model.generation)  # let any surviving container commit
             return JobResult(model.generation, "failed", error=outcome["error"]), None

@@ -34,17 +34,15 @@ def cluster(tmp_path_factory):
 
 
 def _config(tmp_path: Any, containers: int, **extra: Any) -> Any:
-    return job_config(
-        tmp_path,
-        job__container__count=containers,
-        job__container__cpus=2,
-        job__container__memory__mb=1024,
-        job__coordinator__slots__headroom=0,
-        spark__driver__host="127.0.0.1",
-        spark__driver__bindAddress="127.0.0.1",
-        spark__executor__memory="512m",
-        **extra,
-    )
+    settings: dict[str, Any] = {
+        "job__container__cpus": 2,
+        "job__container__memory__mb": 1024,
+        "job__coordinator__slots__headroom": 0,
+        "spark__driver__host": "127.0.0.1",
+        "spark__driver__bindAddress": "127.0.0.1",
+        "spark__executor__memory": "512m",
+    }
+    return job_config(tmp_path, job__container__count=containers, **{**settings, **extra})
 
 
 def _stage_profiles(spark: SparkSession) -> dict[int, int]:
@@ -143,3 +141,35 @@ def test_a_container_launched_again_runs_on_the_executor_recorded_as_its_placeme
         spark.stop()
     assert second.outcome == "finished", second.error
     assert {c.container_id: _executor_of(c) for c in second.containers} == moved
+
+
+def test_with_dynamic_allocation_containers_get_executors_of_their_own_profile_of_job_container_cpus(cluster, tmp_path):
+    config = _config(
+        tmp_path,
+        2,
+        job__container__cpus=1,
+        job__container__memory__mb=300,
+        spark__dynamicAllocation__enabled="true",
+        spark__dynamicAllocation__shuffleTracking__enabled="true",
+        spark__dynamicAllocation__initialExecutors="0",
+    )
+    create_stream(config, "in", 4)
+    create_stream(config, "out", 4)
+    written = fill(config, "in", 4, 50)
+    seal(config, "in")
+    spark = build_session(config, master=cluster.master_url)
+    try:
+        result = SparkJobRunner(config, spark=spark).run()
+        profiles = _stage_profiles(spark)
+        sc = spark.sparkContext
+        url = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/allexecutors"
+        with urllib.request.urlopen(url, timeout=30) as response:
+            executors = json.load(response)
+    finally:
+        spark.stop()
+    assert result.outcome == "finished", result.error
+    assert set(output_origins(config)) == written
+    stage = result.containers[0].executor["stage"]
+    assert profiles[stage] != 0
+    ran_under = {e["resourceProfileId"] for e in executors if e["id"] != "driver"}
+    assert profiles[stage] in ran_under, f"no executor of the containers' profile was started: {executors}"

@@ -7,7 +7,9 @@ import logging
 import pytest
 from pyspark import SparkConf
 
+from millstream import StreamTask
 from millstream.config import Config
+from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError
 from millstream.spark.resources import (
     check_container_memory,
@@ -19,7 +21,7 @@ from millstream.spark.resources import (
 )
 from millstream.spark.runner import SparkJobRunner
 from millstream.storage.memory import MIB
-from tests.helpers import job_config
+from tests.helpers import create_stream, fill, job_config, seal
 
 pytestmark = pytest.mark.spark
 
@@ -108,3 +110,21 @@ def test_the_memory_budget_is_checked_in_local_mode_too(spark_local):
     config = Config({**STORE, "job.container.memory.mb": f"{200 * MIB // MIB}"})
     with pytest.raises(ConfigError, match="cannot hold"):
         container_resources(spark_local.sparkContext, config)
+
+
+class RunsOutOfMemory(StreamTask):
+    def process(self, envelope, collector, coordinator):
+        raise MemoryError()
+
+
+def test_a_container_that_runs_out_of_memory_fails_the_job_saying_so(tmp_path, spark_local):
+    config = prepare(job_config(tmp_path, task="tests.spark.test_resources:RunsOutOfMemory"))
+    create_stream(config, "in", 1)
+    create_stream(config, "out", 1)
+    fill(config, "in", 1, 3)
+    seal(config, "in")
+    result = SparkJobRunner(config, spark=spark_local).run()
+    assert result.outcome == "failed"
+    error = result.error or ""
+    assert error.startswith("out of memory: the Python worker ran out of memory (MemoryError)"), error
+    assert "offset 0 of stream 'log.in' partition 0" in error  # the container's own error follows
