@@ -197,6 +197,21 @@ class JobConfig(ConfigView):
     """Minimum number of threads restoring stores at container start."""
     restore_thread_pool_max_size: int = Field(64, alias="container.restore.thread.pool.max.size", ge=1)
     """Threads restoring stores at container start = min(max(stores to restore, size), max size)."""
+    container_cpus: int | None = Field(None, alias="container.cpus", ge=1)
+    """Cores each container's Spark task takes (stage-level scheduling: a resource profile with this many task
+    cpus), so a container with several busy tasks gets the cores it needs and the slot check counts them. Unset:
+    ``spark.task.cpus``. Needs a cluster master; in local mode it is not applied, and the driver says so."""
+    container_memory_mb: int | None = Field(None, alias="container.memory.mb", ge=1)
+    """Memory a container may use beside the JVM (RocksDB, the Python interpreter, the task), in MiB: the job is
+    refused at start when the stores' RocksDB budget plus ``container.python.memory.mb`` exceeds it; with dynamic
+    allocation each container's executor is sized with it (``memoryOverhead`` of the resource profile)."""
+    container_python_memory_mb: int = Field(256, alias="container.python.memory.mb", ge=0)
+    """What the sizing check reserves beside RocksDB for the Python worker: interpreter, user code, message
+    batches, serdes. Raise it for tasks that hold much in Python objects."""
+    container_rocksdb_memory_mb: int | None = Field(None, alias="container.rocksdb.memory.mb", ge=1)
+    """One RocksDB memory limit for all the container's stores, in MiB: a block cache of this size shared by
+    every store, with their memtables charged to it (a write buffer manager), replacing the per-store
+    ``container.cache.size.bytes`` and write buffer budgets. Unset: each store has its own cache and memtables."""
     coordinator_system: str | None = Field(None, alias="coordinator.system")
     """The Kafka system holding the coordinator stream (``metadata.store.factory=kafka``); default: the
     only Kafka system configured."""
@@ -535,6 +550,10 @@ class StoreConfig(ConfigView):
     flushes what the memtable holds, so this also bounds the synchronous part of a commit."""
     rocksdb_num_write_buffers: int = Field(3, alias="rocksdb.num.write.buffers", ge=1)
     """RocksDB memtables per store (``max_write_buffer_number``)."""
+    container_cache_size_bytes: int = Field(100 * 1024 * 1024, alias="container.cache.size.bytes", ge=0)
+    """RocksDB block cache per container for this store, split between its tasks (Samza's key); 0: no block
+    cache. With ``container.write.buffer.size.bytes`` x ``rocksdb.num.write.buffers`` it is the store's share of
+    the container's memory budget (``job.container.memory.mb``). Ignored under ``job.container.rocksdb.memory.mb``."""
     changelog_min_compaction_lag_ms: int = Field(4 * 60 * 60 * 1000, alias="changelog.min.compaction.lag.ms", ge=0)
     """A checkpoint older than 0.9 x this is restored to the changelog's end, not reverted: compaction may
     already have removed the committed values of later-overwritten keys."""

@@ -8,6 +8,8 @@
   attempt increments it, which fences every earlier attempt of the same container.
 * ``job-coordinator/stop``: a request that containers of a generation (and older ones) stop.
 * ``container-status/<container id>``: what each container last reported about itself (JSON).
+* ``container-placement/<container id>``: where the driver last saw the container run (JSON: host, executor id,
+  Spark application id): its local state is there, so its next launch prefers that place.
 * ``drain/<run id>``: a request that the containers of that run drain (``millstream job drain``): stop
   reading their inputs, pass a drain through the intermediate streams, commit and stop. Cleared when a
   new generation is published, so a run that reuses ``app.run.id`` is not drained by an old request.
@@ -46,6 +48,7 @@ GENERATION_KEY = "generation"
 STOP_KEY = "stop"
 CONTAINER_EPOCH_NAMESPACE = "container-epoch"
 CONTAINER_STATUS_NAMESPACE = "container-status"
+CONTAINER_PLACEMENT_NAMESPACE = "container-placement"
 GENERATION_STARTED_NAMESPACE = "generation-started"
 
 
@@ -320,6 +323,21 @@ def container_statuses(store: MetadataStore) -> dict[str, dict[str, Any]]:
             continue
         statuses[container_id] = status
     return statuses
+
+
+def record_container_placement(store: MetadataStore, container_id: str, placement: Mapping[str, str]) -> None:
+    """Record where a container runs (host, executor id, application id). Last write wins."""
+    store.put(CONTAINER_PLACEMENT_NAMESPACE, container_id, orjson.dumps(dict(placement)))
+
+
+def container_placements(store: MetadataStore) -> dict[str, dict[str, str]]:
+    """Where each container last ran; an unreadable record is logged and left out (it only guides placement)."""
+    placements: dict[str, dict[str, str]] = {}
+    for container_id, raw in store.all(CONTAINER_PLACEMENT_NAMESPACE).items():
+        placement = _json_object(raw, f"container {container_id}'s placement record")
+        if placement is not None:
+            placements[container_id] = {key: str(value) for key, value in placement.items()}
+    return placements
 
 
 def latest_job_model(store: MetadataStore) -> JobModel | None:

@@ -69,5 +69,6 @@ def _executor_info() -> dict[str, Any]:
             partition=context.partitionId(),
             spark_attempt=context.attemptNumber(),
             task_attempt_id=context.taskAttemptId(),
+            cpus=context.cpus(),
         )
     return info

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
+from millstream.spark.resources import explain_memory_failure
+
 if TYPE_CHECKING:
     from pyspark import SparkContext
 
@@ -254,4 +256,6 @@ def describe_failure(error: BaseException, sc: SparkContext, *, verbose: bool = 
     """What the runner reports for a failed container job: the cause named, the executor's log, the detail with
     ``verbose``."""
     failure = container_failure(str(error), dict(sc.getConf().getAll()))
-    return failure.message(verbose=verbose, log_location=executor_log_location(sc, failure))
+    message = failure.message(verbose=verbose, log_location=executor_log_location(sc, failure))
+    # a memory cause this reading did not name (RocksDB's std::bad_alloc, an ENOMEM...) still leads the message
+    return message if failure.kind == "memory" else explain_memory_failure(message, error)

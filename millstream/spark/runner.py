@@ -37,10 +37,17 @@ from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
 from millstream.metrics.server import metrics_endpoint
 from millstream.runtime.container import ContainerResult
+from millstream.spark.affinity import PlacementRecorder, container_rdd, launch_locations
 from millstream.spark.container_task import container_partition
 from millstream.spark.failures import describe_failure
 from millstream.spark.multi_host import refuse_host_local_state
 from millstream.spark.progress import SparkProgress, status_url
+from millstream.spark.resources import (
+    ContainerResources,
+    check_container_memory,
+    container_resources,
+    explain_memory_failure,
+)
 from millstream.spark.session import (
     abandon_session,
     build_session,
@@ -66,6 +73,8 @@ class SparkJobRunner:
         self.generation = 0
         self._status_url: str | None = None
         self._progress: SparkProgress | None = None
+        self._resources = ContainerResources(None, 1)
+        self._locations: dict[int, list[str]] = {}
 
     def run(self, *, handle_signals: bool = False) -> JobResult:
         """Plan, publish and run the job; returns when every container returned, or the job failed.
@@ -83,6 +92,7 @@ class SparkJobRunner:
                     str(self._spark.sparkContext.master) if self._spark else resolve_master(self.config, self.master)
                 )
                 refuse_host_local_state(self.config, master)
+                check_container_memory(self.config)
                 if self._spark is None:
                     check_local_slots(master, requirement(self.config))
                 spark = self._spark or self._start_session(on_own_thread=handle_signals)
@@ -117,7 +127,10 @@ class SparkJobRunner:
 
     def _run_generations(self, spark: SparkSession) -> JobResult:
         wait = JobConfig.of(self.config).slots_wait_ms / 1000
-        check_slots(spark.sparkContext, requirement(self.config), wait_seconds=wait)
+        sc = spark.sparkContext
+        self._resources = container_resources(sc, self.config)
+        if not self._resources.requests_executors:  # else Spark requests the profile's executors at launch
+            check_slots(sc, requirement(self.config), wait_seconds=wait, profile=self._resources.profile)
         containers: list[ContainerResult] = []
         with metrics_endpoint(self.config, functools.partial(status_document, self.config)) as server:
             if server is not None:
@@ -140,6 +153,8 @@ class SparkJobRunner:
         sc = spark.sparkContext
         outcome: dict[str, Any] = {}
         group = f"millstream-{JobConfig.of(self.config).job_key}-g{model.generation}"
+        self._locations = launch_locations(sc, self.store, len(model.containers))
+        placements = PlacementRecorder(sc, self.store, group)
         launch = threading.Thread(
             target=self._launch, args=(spark, model.to_bytes(), len(model.containers), group, outcome), daemon=True
         )
@@ -155,6 +170,7 @@ class SparkJobRunner:
             now = time.monotonic()
             if deadline is None and now >= next_check:
                 next_check = now + 0.5
+                placements.poll()
                 restart = coordination.restart_requested(self.store)
                 if restart is not None:
                     coordination.clear_restart(self.store)
@@ -173,7 +189,7 @@ class SparkJobRunner:
         failure = failure or coordination.deterministic_failure(self.store, model.generation)
         if failure is not None:  # the containers that stopped committed; the failed one's retries did not start
             results = [ContainerResult(**orjson.loads(row)) for row in outcome.get("rows", [])]
-            return JobResult(model.generation, "failed", results, failure), None
+            return JobResult(model.generation, "failed", results, explain_memory_failure(failure, failure)), None
         if "error" in outcome:
             coordination.request_stop(self.store, model.generation)  # let any surviving container commit
             return JobResult(model.generation, "failed", error=outcome["error"]), None
@@ -197,7 +213,9 @@ class SparkJobRunner:
             _python_paths(self.config),
             os.environ.get("MILLSTREAM_LOG_LEVEL", "INFO"),
         )
-        containers = sc.parallelize(range(count), count).setName(f"millstream containers 0-{count - 1}")
+        containers = self._resources.apply(
+            container_rdd(sc, count, self._locations).setName(f"millstream containers 0-{count - 1}")
+        )
         try:
             outcome["rows"] = containers.mapPartitionsWithIndex(task).collect()
         except Exception as error:

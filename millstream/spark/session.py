@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
+from pyspark.resource import ResourceProfile
 from pyspark.sql import SparkSession
 
 from millstream.config import Config, JobConfig
@@ -182,11 +183,14 @@ def check_local_slots(master: str, need: SlotRequirement) -> None:
         )
 
 
-def check_slots(sc: SparkContext, need: SlotRequirement, wait_seconds: float = 30.0) -> int:
+def check_slots(
+    sc: SparkContext, need: SlotRequirement, wait_seconds: float = 30.0, profile: ResourceProfile | None = None
+) -> int:
     """Fail fast, never hang: the cluster must offer a task slot per container plus headroom.
 
     Executors register with the driver some time after the session starts, so a cluster is given
-    ``wait_seconds`` to offer the slots before the job is refused, naming what it offers and the keys to change."""
+    ``wait_seconds`` to offer the slots before the job is refused, naming what it offers and the keys to change.
+    Slots are those of the containers' resource ``profile`` (``job.container.cpus``) when they run under one."""
     master = str(sc.master)
     fixed = local_slots(master)
     if fixed is not None:
@@ -194,31 +198,36 @@ def check_slots(sc: SparkContext, need: SlotRequirement, wait_seconds: float = 3
         return fixed
     deadline = time.monotonic() + wait_seconds
     while True:
-        slots = cluster_slots(sc)
+        slots = cluster_slots(sc, profile)
         if slots >= need.slots:
             return slots
         if time.monotonic() >= deadline:
             raise ConfigError(
                 f"Spark master '{master}' offers {slots} task slot(s) after waiting {wait_seconds:g}s, but the job "
                 f"needs {need.slots} ({need.containers} container(s) + {need.headroom} headroom; a slot is "
-                f"spark.task.cpus={_task_cpus(sc)} executor core(s)): give the job more executor cores "
+                f"{_slot_cpus(sc, profile)} executor core(s)): give the job more executor cores "
                 "(spark.executor.cores, spark.executor.instances, spark.cores.max), or lower job.container.count / "
                 "job.coordinator.slots.headroom, or wait longer with job.coordinator.slots.wait.ms"
             )
         time.sleep(0.5)
 
 
-def cluster_slots(sc: SparkContext) -> int:
+def cluster_slots(sc: SparkContext, profile: ResourceProfile | None = None) -> int:
     """Tasks the registered executors can run at once under the default resource profile: Spark's own count
     (each executor's cores divided by ``spark.task.cpus``, and by any other task resource), the figure its
-    scheduler uses to place tasks, so a container counted here is never left waiting for a slot."""
+    scheduler uses to place tasks, so a container counted here is never left waiting for a slot. Under a task
+    resource ``profile`` the same count with the profile's cpus per task."""
     context = sc._jsc.sc()
-    profile = context.resourceProfileManager().defaultResourceProfile()
-    return int(context.maxNumConcurrentTasks(profile))
+    if profile is not None and profile._java_resource_profile is not None:
+        return int(context.maxNumConcurrentTasks(profile._java_resource_profile))
+    return int(context.maxNumConcurrentTasks(context.resourceProfileManager().defaultResourceProfile()))
 
 
-def _task_cpus(sc: SparkContext) -> int:
-    return int(sc.getConf().get("spark.task.cpus", "1") or "1")
+def _slot_cpus(sc: SparkContext, profile: ResourceProfile | None) -> str:
+    cpus = profile.taskResources.get("cpus") if profile is not None else None
+    if cpus is not None:
+        return f"job.container.cpus={cpus.amount:g}"
+    return f"spark.task.cpus={int(sc.getConf().get('spark.task.cpus', '1') or '1')}"
 
 
 def abandon_session() -> None:

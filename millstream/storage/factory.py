@@ -38,7 +38,9 @@ def storage_engine_factory(config: Config, store: str) -> StorageEngineFactory:
     name = store_config(config, store).factory
     factory_class = load_object(name, key, STORE_FACTORIES)
     try:
-        factory = factory_class()
+        # a factory that needs more than its store's keys (the container's shared RocksDB memory) reads the config
+        from_config = getattr(factory_class, "from_config", None)
+        factory = from_config(config) if callable(from_config) else factory_class()
     except Exception as error:
         raise ConfigError(f"config key '{key}': cannot create '{name}': {error}") from None
     if not (hasattr(factory, "get_storage_engine") and isinstance(getattr(factory, "persistent", None), bool)):

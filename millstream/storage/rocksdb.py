@@ -14,15 +14,27 @@ from pathlib import Path
 
 import rocksdict
 
+from millstream.config import Config
 from millstream.config.views import StoreConfig
 from millstream.storage.errors import StoreError
 from millstream.storage.kv import Entry, KeyValueStorageEngine
+from millstream.storage.memory import SharedRocksDbMemory, container_rocksdb_memory
 
 
 class RocksDbKeyValueStorageEngine(KeyValueStorageEngine):
     persistent = True
 
-    def __init__(self, path: Path, write_buffer_size: int | None = None, write_buffers: int = 3) -> None:
+    def __init__(
+        self,
+        path: Path,
+        write_buffer_size: int | None = None,
+        write_buffers: int = 3,
+        *,
+        cache_size: int | None = None,
+        shared_memory: SharedRocksDbMemory | None = None,
+    ) -> None:
+        """``cache_size``: the store's own block cache (0: none; None: RocksDB's default); ``shared_memory``: the
+        container's one cache, which then also carries the memtables (and replaces ``cache_size``)."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         options = rocksdict.Options(raw_mode=True)
@@ -32,6 +44,7 @@ class RocksDbKeyValueStorageEngine(KeyValueStorageEngine):
             # only has to flush the one being filled.
             options.set_write_buffer_size(write_buffer_size)
             options.set_max_write_buffer_number(write_buffers)
+        _bound_memory(options, cache_size, shared_memory)
         self._closed = True
         try:
             self._db = rocksdict.Rdict(str(self.path), options)
@@ -187,13 +200,43 @@ class _Snapshot:
         self._iterator = None
 
 
+def _bound_memory(options: rocksdict.Options, cache_size: int | None, shared: SharedRocksDbMemory | None) -> None:
+    if shared is None and cache_size is None:
+        return
+    table = rocksdict.BlockBasedOptions()
+    if shared is not None:
+        table.set_block_cache(shared.cache)
+        options.set_write_buffer_manager(shared.write_buffer_manager)
+    elif cache_size:
+        table.set_block_cache(rocksdict.Cache(cache_size))
+    else:
+        table.disable_cache()
+    options.set_block_based_table_factory(table)
+
+
 class RocksDbStorageEngineFactory:
-    """``stores.<s>.factory=rocksdb``: memtables of ``container.write.buffer.size.bytes`` / tasks."""
+    """``stores.<s>.factory=rocksdb``: memtables of ``container.write.buffer.size.bytes`` / tasks and a block cache
+    of ``container.cache.size.bytes`` / tasks, or the container's shared memory
+    (``job.container.rocksdb.memory.mb``)."""
 
     persistent = True
+
+    def __init__(self, shared_memory: SharedRocksDbMemory | None = None) -> None:
+        self.shared_memory = shared_memory
+
+    @classmethod
+    def from_config(cls, config: Config) -> RocksDbStorageEngineFactory:
+        return cls(container_rocksdb_memory(config))
 
     def get_storage_engine(
         self, store_name: str, store_dir: Path, config: StoreConfig, tasks_in_container: int = 1
     ) -> KeyValueStorageEngine:
-        per_task = max(config.container_write_buffer_size_bytes // max(tasks_in_container, 1), 64 * 1024)
-        return RocksDbKeyValueStorageEngine(store_dir, per_task, config.rocksdb_num_write_buffers)
+        tasks = max(tasks_in_container, 1)
+        per_task = max(config.container_write_buffer_size_bytes // tasks, 64 * 1024)
+        return RocksDbKeyValueStorageEngine(
+            store_dir,
+            per_task,
+            config.rocksdb_num_write_buffers,
+            cache_size=config.container_cache_size_bytes // tasks,
+            shared_memory=self.shared_memory,
+        )

@@ -150,7 +150,7 @@ def test_rocksdb_memtables_split_the_container_write_buffer_between_tasks(tmp_pa
 
     captured: dict[str, int] = {}
 
-    def engine(path: Path, size: int, buffers: int) -> None:
+    def engine(path: Path, size: int, buffers: int, **memory: object) -> None:
         captured.update(size=size, buffers=buffers)
 
     monkeypatch.setattr(rocksdb, "RocksDbKeyValueStorageEngine", engine)

@@ -1,0 +1,175 @@
+"""On a Spark standalone cluster (two workers of two cores on 127.0.0.1): container sizing (the containers' stage
+runs under a resource profile of ``job.container.cpus`` cores per task, and the slot check counts its slots) and
+host affinity (a container launched again goes to the executor recorded as its placement)."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from millstream.errors import ConfigError
+from millstream.metadata import coordination
+from millstream.metadata.factory import metadata_store
+from millstream.spark.runner import SparkJobRunner
+from millstream.spark.session import build_session, cluster_slots
+from tests.helpers import create_stream, fill, job_config, output_origins, seal, wait_until
+from tests.spark.standalone import StandaloneCluster
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()  # one SparkContext per process: the local-mode session goes first
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("spark-sizing"), workers=2, cores=2).start()
+    yield cluster
+    cluster.stop()
+
+
+def _config(tmp_path: Any, containers: int, **extra: Any) -> Any:
+    settings: dict[str, Any] = {
+        "job__container__cpus": 2,
+        "job__container__memory__mb": 1024,
+        "job__coordinator__slots__headroom": 0,
+        "spark__driver__host": "127.0.0.1",
+        "spark__driver__bindAddress": "127.0.0.1",
+        "spark__executor__memory": "512m",
+    }
+    return job_config(tmp_path, job__container__count=containers, **{**settings, **extra})
+
+
+def _stage_profiles(spark: SparkSession) -> dict[int, int]:
+    """Each completed stage's resource profile id, as Spark's REST API reports it."""
+    sc = spark.sparkContext
+    url = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/stages?status=complete"
+    with urllib.request.urlopen(url, timeout=30) as response:
+        stages = json.load(response)
+    return {stage["stageId"]: stage["resourceProfileId"] for stage in stages}
+
+
+def test_containers_run_under_a_resource_profile_of_job_container_cpus_one_per_two_core_executor(cluster, tmp_path):
+    config = _config(tmp_path, 2, job__coordinator__slots__wait__ms=120_000)
+    create_stream(config, "in", 4)
+    create_stream(config, "out", 4)
+    written = fill(config, "in", 4, 100)
+    seal(config, "in")
+    spark = build_session(config, master=cluster.master_url)
+    try:
+        result = SparkJobRunner(config, spark=spark).run()
+        profiles = _stage_profiles(spark)
+    finally:
+        spark.stop()
+    assert result.outcome == "finished", result.error
+    assert set(output_origins(config)) == written
+    assert {c.executor["cpus"] for c in result.containers} == {2}  # each container's task holds two cores
+    executors = {c.executor["executor_pid"] for c in result.containers}
+    assert len(executors) == 2, "a two-core executor holds one two-cpu container"
+    stage = result.containers[0].executor["stage"]
+    assert profiles[stage] != 0, f"the containers' stage ran under Spark's default profile: {profiles}"
+
+
+def test_the_slot_check_counts_slots_of_job_container_cpus_and_refuses_a_cluster_too_small_for_them(cluster, tmp_path):
+    config = _config(tmp_path, 3, job__coordinator__slots__wait__ms=2000)
+    create_stream(config, "in", 4)
+    create_stream(config, "out", 4)
+    spark = build_session(config, master=cluster.master_url)
+    try:
+        # four cores: four slots of one cpu, but two of two cpus
+        wait_until(lambda: cluster_slots(spark.sparkContext) == 4, 120, "both executors to register", interval=0.2)
+        started = time.monotonic()
+        with pytest.raises(ConfigError) as refused:
+            SparkJobRunner(config, spark=spark).run()
+        waited = time.monotonic() - started
+    finally:
+        spark.stop()
+    message = str(refused.value)
+    assert "offers 2 task slot(s) after waiting 2s" in message
+    assert "needs 3 (3 container(s) + 0 headroom; a slot is job.container.cpus=2 executor core(s))" in message
+    assert 2 <= waited < 10
+
+
+def _executor_of(container: Any) -> str:
+    """A standalone executor works in ``<worker dir>/<application id>/<executor id>``."""
+    return str(container.executor["cwd"]).rstrip("/").rsplit("/", 1)[-1]
+
+
+def test_a_container_launched_again_runs_on_the_executor_recorded_as_its_placement(cluster, tmp_path):
+    config = job_config(
+        tmp_path,
+        "tests.jobs:SlowPassThrough",
+        job__container__count=2,
+        job__coordinator__slots__headroom=0,
+        job__coordinator__slots__wait__ms=120_000,
+        spark__driver__host="127.0.0.1",
+        spark__driver__bindAddress="127.0.0.1",
+        spark__executor__memory="512m",
+        test__delay__seconds="0.01",
+    )
+    create_stream(config, "in", 4)
+    create_stream(config, "out", 4)
+    fill(config, "in", 4, 100)  # about two seconds per container: the driver sees them running
+    seal(config, "in")
+    spark = build_session(config, master=cluster.master_url)
+    store = metadata_store(config)
+    try:
+        first = SparkJobRunner(config, spark=spark).run()
+        assert first.outcome == "finished", first.error
+        ran = {c.container_id: _executor_of(c) for c in first.containers}
+        recorded = coordination.container_placements(store)
+        assert {cid: p["executor_id"] for cid, p in recorded.items()} == ran  # the driver saw where they ran
+        assert {p["application_id"] for p in recorded.values()} == {spark.sparkContext.applicationId}
+        ids = spark.sparkContext._jsc.sc().getExecutorIds()
+        executors = sorted(str(ids.apply(i)) for i in range(ids.size()))
+        assert len(executors) == 2, executors
+        # both containers are told they last ran on the executor container 0 did not run on: Spark spreads tasks
+        # over the executors that offer slots, so only their preferred locations put both of them there
+        target = next(e for e in executors if e != ran["0"])
+        moved = {cid: target for cid in ran}
+        for cid, executor in moved.items():
+            placement = {**recorded[cid], "executor_id": executor}
+            coordination.record_container_placement(store, cid, placement)
+        second = SparkJobRunner(config, spark=spark).run()
+    finally:
+        store.close()
+        spark.stop()
+    assert second.outcome == "finished", second.error
+    assert {c.container_id: _executor_of(c) for c in second.containers} == moved
+
+
+def test_with_dynamic_allocation_containers_get_executors_of_their_own_profile_of_job_container_cpus(cluster, tmp_path):
+    config = _config(
+        tmp_path,
+        2,
+        job__container__cpus=1,
+        job__container__memory__mb=300,
+        spark__dynamicAllocation__enabled="true",
+        spark__dynamicAllocation__shuffleTracking__enabled="true",
+        spark__dynamicAllocation__initialExecutors="0",
+    )
+    create_stream(config, "in", 4)
+    create_stream(config, "out", 4)
+    written = fill(config, "in", 4, 50)
+    seal(config, "in")
+    spark = build_session(config, master=cluster.master_url)
+    try:
+        result = SparkJobRunner(config, spark=spark).run()
+        profiles = _stage_profiles(spark)
+        sc = spark.sparkContext
+        url = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/allexecutors"
+        with urllib.request.urlopen(url, timeout=30) as response:
+            executors = json.load(response)
+    finally:
+        spark.stop()
+    assert result.outcome == "finished", result.error
+    assert set(output_origins(config)) == written
+    stage = result.containers[0].executor["stage"]
+    assert profiles[stage] != 0
+    ran_under = {e["resourceProfileId"] for e in executors if e["id"] != "driver"}
+    assert profiles[stage] in ran_under, f"no executor of the containers' profile was started: {executors}"
