@@ -41,31 +41,3 @@ def persisted_control_states(config: Config) -> dict[str, dict[str, Any]]:
     except StreamNotFoundError:
         return {}  # the job has not created it yet
     return {tasks[partition]: msgpack.unpackb(raw, strict_map_key=False) for partition, raw in latest.items()}
-
-
-def committed_operators(config: Config) -> dict[str, set[str]]:
-    """Task name -> the operators that held entries in its operator store when it last persisted its control
-    state (a commit), read from the store's changelog."""
-    changelog = store_config(config, OPERATOR_STORE).changelog
-    assert changelog is not None, "the operator store has no changelog"
-    store = metadata_store(config)
-    store.init()
-    try:
-        tasks = {partition: str(task) for task, partition in changelog_partitions(store).items()}
-    finally:
-        store.close()
-    committed: dict[int, set[str]] = {}
-    live_keys: dict[int, set[bytes]] = {}
-    try:
-        for partition, envelopes in iter_stream(config, parse_stream(changelog, "changelog"), idle_timeout=0.2):
-            live = live_keys.setdefault(partition, set())
-            for envelope in envelopes:
-                if envelope.key == CONTROL_STATE_KEY:
-                    committed[partition] = {key.split(b"\x00", 1)[0].decode() for key in live}
-                elif envelope.message is None:
-                    live.discard(envelope.key)
-                else:
-                    live.add(envelope.key)
-    except StreamNotFoundError:
-        return {}  # the job has not created it yet
-    return {tasks[partition]: operators for partition, operators in committed.items()}
