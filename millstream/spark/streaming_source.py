@@ -62,7 +62,23 @@ Applied = dict[str, dict[str, Any]]
 def stream_reader(options: dict[str, str]) -> DataSourceStreamReader:
     """The stream reader of format ``millstream`` for ``options`` (lower-cased keys, as Spark hands them)."""
     starting = parse_starting_offsets(options.get("startingoffsets"))
-    return MillstreamStreamReader(ReadOptions.parse(options), options.get("job"), starting)
+    parsed = ReadOptions.parse(options)
+    stream = parsed.stream
+    if (
+        not system_factory(Config(parsed.config), stream.system)
+        .get_admin(stream.system, Config(parsed.config))
+        .partitions_are_fixed
+    ):
+        from millstream.spark.shard_stream import KinesisStreamReader
+
+        default, given = starting
+        if given:
+            raise StreamReadError(
+                f"stream '{stream}': option 'startingOffsets' of a stream of shards is a word for every shard "
+                f"(oldest or upcoming), not offsets per partition; move a running query with a startpoint"
+            )
+        return KinesisStreamReader(parsed, options.get("job"), default)
+    return MillstreamStreamReader(parsed, options.get("job"), starting)
 
 
 @dataclass(frozen=True)
