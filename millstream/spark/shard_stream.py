@@ -155,6 +155,9 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     _apply(offset, shards, startpoint, planned_at)
                     offset.startpoint = {"created": startpoint.creation_timestamp}
         _plan(offset, shards, planned_at)
+        moved = (offset.shards, sorted(offset.finished), offset.startpoint)
+        if not offset.read and moved == (begun.shards, sorted(begun.finished), begun.startpoint):
+            return start  # nothing to read and nothing moved: availableNow ends here, without an empty batch
         return offset.to_json()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:

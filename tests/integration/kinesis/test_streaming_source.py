@@ -13,6 +13,9 @@ import yaml
 from pyspark.sql import DataFrame, SparkSession
 
 from millstream.config import Config
+from millstream.spark.shard_stream import KinesisStreamReader
+from millstream.spark.stream_read import StreamReadError
+from millstream.spark.streaming_source import stream_reader
 from millstream.startpoint.tools import list_startpoints, set_startpoints
 from millstream.systems.startpoints import StartpointOldest, StartpointSpecific
 from tests.integration.kinesis.helpers import create_stream, kinesis_config, put, started_admin
@@ -51,6 +54,14 @@ def run_available_now(spark: SparkSession, config_file: Path, stream: str, check
     assert running.awaitTermination(180), "the availableNow query did not end within 180 s"
     assert running.exception() is None
     return rows
+
+
+def test_starting_offsets_per_partition_are_refused_naming_the_stream(kinesis_endpoint, tmp_path: Path):
+    config_file = job_file(kinesis_config(kinesis_endpoint, tmp_path), tmp_path)
+    options = {"config": str(config_file), "stream": "kinesis.views", "startingoffsets": '{"0": "12"}'}
+    with pytest.raises(StreamReadError, match=r"'kinesis.views'.*oldest or upcoming for every shard"):
+        stream_reader(options)
+    assert isinstance(stream_reader({**options, "startingoffsets": "latest"}), KinesisStreamReader)
 
 
 def records(numbers: range) -> list[tuple[str, bytes]]:
