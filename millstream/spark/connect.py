@@ -2,8 +2,9 @@
 instead of a driver in this process.
 
 Through Connect there is no ``sparkContext`` and no RDD: whatever millstream runs through such a session
-(formats ``millstream`` and ``millstream-checkpoints``, ``millstream adstore build``) uses DataFrame
-operations only, and its Python code runs in the server's Python workers, which must import millstream.
+(formats ``millstream``, ``millstream-checkpoints`` and ``millstream-store``, ``millstream adstore build``)
+uses DataFrame operations only, and its Python code runs in the server's Python workers, which must import
+millstream.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pyspark.sql import SparkSession
 
 from millstream.errors import ConfigError
 from millstream.spark.datasource import register as register_data_sources
+from millstream.spark.store_datasource import register as register_store_source
 
 
 def remote_session(url: str) -> SparkSession:
@@ -28,6 +30,7 @@ def remote_session(url: str) -> SparkSession:
 
     session = cast(SparkSession, RemoteSparkSession.builder.remote(url).getOrCreate())
     register_data_sources(session)
+    register_store_source(session)
     return session
 
 

@@ -11,7 +11,8 @@ micro-batch reads up to it, inclusive: not every system's consumer can tell when
 holds no record yet), plus the last startpoint applied to each partition (``{"offsets": {"0": "17"},
 "newest": {"0": "16"}, "startpoints": {"0": {"created": 1700000000000, "offset": "5"}}}``).
 Rows are those of the batch format ``millstream`` (same columns, serdes and ``raw``), read by each system's
-own consumer, one Spark partition per stream partition.
+own consumer, one Spark partition per stream partition. A Kinesis stream, whose shards come and go, is
+planned by :mod:`millstream.spark.shard_stream` instead, with shards in Spark's offset.
 
 **Startpoints.** The source reads the startpoints of its stream's partitions from the metadata store of the
 job named by option ``job`` (the config's own job when absent): ``millstream startpoint set job.yaml --stream
@@ -62,7 +63,24 @@ Applied = dict[str, dict[str, Any]]
 def stream_reader(options: dict[str, str]) -> DataSourceStreamReader:
     """The stream reader of format ``millstream`` for ``options`` (lower-cased keys, as Spark hands them)."""
     starting = parse_starting_offsets(options.get("startingoffsets"))
-    return MillstreamStreamReader(ReadOptions.parse(options), options.get("job"), starting)
+    parsed = ReadOptions.parse(options)
+    if _has_shards(Config(parsed.config), parsed.stream.system):
+        from millstream.spark.shard_stream import KinesisStreamReader
+
+        default, given = starting
+        if given:
+            raise StreamReadError(
+                f"stream '{parsed.stream}': option 'startingOffsets' of a stream of shards is oldest or upcoming "
+                "for every shard, not offsets per partition; start shards at sequence numbers with a startpoint"
+            )
+        return KinesisStreamReader(parsed, options.get("job"), default)
+    return MillstreamStreamReader(parsed, options.get("job"), starting)
+
+
+def _has_shards(config: Config, system: str) -> bool:
+    """Kinesis: partitions that come and go, planned by :mod:`millstream.spark.shard_stream`."""
+    with system_factory(config, system).get_admin(system, config) as admin:
+        return not admin.partitions_are_fixed
 
 
 @dataclass(frozen=True)

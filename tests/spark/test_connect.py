@@ -1,6 +1,6 @@
 """Through Spark Connect (``sc://``), as Databricks serverless and shared clusters require: formats
-``millstream`` and ``millstream-checkpoints`` and ``millstream adstore build`` on a session with no
-``sparkContext``, their Python code running in the server's Python workers.
+``millstream``, ``millstream-checkpoints`` and ``millstream-store`` and ``millstream adstore build`` on a
+session with no ``sparkContext``, their Python code running in the server's Python workers.
 
 One server for the module (``connect_server``, started once per run): each test costs a few seconds.
 """
@@ -24,6 +24,8 @@ from tests.cli.test_main import millstream
 from tests.helpers import create_stream, fill, job_config, seal
 from tests.spark.connect_server import ConnectServer
 from tests.spark.test_adstore_build import ROWS, adjunct_config, ingested, producer_partitions
+from tests.spark.test_store_datasource import EXPECTED as STORE_ROWS
+from tests.spark.test_store_datasource import run_counting_job, store_rows
 
 pytestmark = pytest.mark.spark
 
@@ -70,6 +72,10 @@ def test_format_millstream_checkpoints_reads_a_jobs_checkpoints_through_connect(
         ("Partition 0", "in", 0, "2"),
         ("Partition 1", "in", 1, "2"),
     ]
+
+
+def test_format_millstream_store_reads_a_store_from_its_changelog_through_connect(spark_connect, tmp_path):
+    assert store_rows(spark_connect, run_counting_job(tmp_path, "changelog")) == STORE_ROWS
 
 
 def test_a_bulk_build_through_connect_puts_each_record_in_its_partitions_file(spark_connect, tmp_path):
