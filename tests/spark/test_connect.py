@@ -1,6 +1,6 @@
 """Through Spark Connect (``sc://``), as Databricks serverless and shared clusters require: formats
-``millstream``, ``millstream-checkpoints`` and ``millstream-store`` and ``millstream adstore build`` on a
-session with no ``sparkContext``, their Python code running in the server's Python workers.
+``millstream`` (reads and writes), ``millstream-checkpoints`` and ``millstream-store`` and ``millstream adstore
+build`` on a session with no ``sparkContext``, their Python code running in the server's Python workers.
 
 One server for the module (``connect_server``, started once per run): each test costs a few seconds.
 """
@@ -18,7 +18,7 @@ from millstream.config import Config
 from millstream.model import SystemStream
 from millstream.spark.adstore_build import build_version, default_range_files
 from millstream.spark.connect import is_connect
-from millstream.testing import InProcessRunner, write_stream
+from millstream.testing import InProcessRunner, read_stream, write_stream
 from tests.cli.test_adstore import setup as cli_setup
 from tests.cli.test_main import millstream
 from tests.helpers import create_stream, fill, job_config, seal
@@ -26,6 +26,7 @@ from tests.spark.connect_server import ConnectServer
 from tests.spark.test_adstore_build import ROWS, adjunct_config, ingested, producer_partitions
 from tests.spark.test_store_datasource import EXPECTED as STORE_ROWS
 from tests.spark.test_store_datasource import run_counting_job, store_rows
+from tests.spark.test_stream_write import json_rows, save
 
 pytestmark = pytest.mark.spark
 
@@ -76,6 +77,15 @@ def test_format_millstream_checkpoints_reads_a_jobs_checkpoints_through_connect(
 
 def test_format_millstream_store_reads_a_store_from_its_changelog_through_connect(spark_connect, tmp_path):
     assert store_rows(spark_connect, run_counting_job(tmp_path, "changelog")) == STORE_ROWS
+
+
+def test_format_millstream_writes_a_dataframe_to_a_stream_through_connect(spark_connect, tmp_path):
+    config = job_config(tmp_path)
+    create_stream(config, "seeded", 2)
+    pairs = [(f"u{i}", {"n": i}) for i in range(20)]
+    save(json_rows(spark_connect, pairs), job_file(config, tmp_path), "log.seeded")
+    written = read_stream(config, SystemStream("log", "seeded"))
+    assert sorted(value["n"] for records in written.values() for _, value in records) == list(range(20))
 
 
 def test_a_bulk_build_through_connect_puts_each_record_in_its_partitions_file(spark_connect, tmp_path):
