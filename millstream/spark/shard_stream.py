@@ -154,7 +154,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 else:
                     _apply(offset, shards, startpoint, planned_at)
                     offset.startpoint = {"created": startpoint.creation_timestamp}
-        _plan(offset, shards, planned_at)
+        _plan(offset, shards, planned_at, str(self.stream))
         moved = (offset.shards, sorted(offset.finished), offset.startpoint)
         if not offset.read and moved == (begun.shards, sorted(begun.finished), begun.startpoint):
             return start  # nothing to read and nothing moved: availableNow ends here, without an empty batch
@@ -202,9 +202,19 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 manager.delete_startpoint(ssp)
 
 
-def _plan(offset: ShardOffset, shards: list[Shard], planned_at: int) -> None:
-    """Fill ``offset.read`` from the shards listed at ``planned_at``, then move them on for the next batch."""
+def _plan(offset: ShardOffset, shards: list[Shard], planned_at: int, stream: str) -> None:
+    """Fill ``offset.read`` from the shards listed at ``planned_at``, then move them on for the next batch.
+
+    A shard the query has not read to its end that Kinesis no longer lists (it passed the stream's retention
+    while the query was stopped or behind) is an error, never skipped: its unread records are gone."""
     listed = {shard.shard_id: shard for shard in shards}
+    expired = sorted(shard_id for shard_id in offset.shards if shard_id not in listed)
+    if expired:
+        raise StreamReadError(
+            f"stream '{stream}': shard(s) {', '.join(expired)} left Kinesis (past the stream's retention) before "
+            "this query read them to their end, so their unread records are lost; to go on without them, move "
+            "the query with a startpoint (millstream startpoint set ... --oldest, --timestamp or --upcoming)"
+        )
     offset.finished = [shard_id for shard_id in offset.finished if shard_id in listed]
     for shard in shards:
         if shard.shard_id not in offset.shards and shard.shard_id not in offset.finished:

@@ -3,6 +3,9 @@ the batch after the one that read its parents to their end; startpoints move eve
 
 from __future__ import annotations
 
+import pytest
+
+from millstream.spark.read_bounds import StreamReadError
 from millstream.spark.shard_stream import TRIM_HORIZON, ShardOffset, _apply, _plan
 from millstream.systems.kinesis.shards import Shard
 from millstream.systems.startpoints import StartpointOldest, StartpointSpecific, StartpointUpcoming
@@ -25,7 +28,7 @@ SPLIT = [shard("s-0", closed=True), shard("s-1", "s-0"), shard("s-2", "s-0")]
 
 def planned(start: ShardOffset, shards: list[Shard], at: int) -> ShardOffset:
     offset = ShardOffset(at, {}, [], {k: dict(v) for k, v in start.shards.items()}, list(start.finished))
-    _plan(offset, shards, at)
+    _plan(offset, shards, at, "kinesis.clicks")
     return offset
 
 
@@ -66,3 +69,12 @@ def test_a_specific_startpoint_counts_ancestors_read_and_restarts_descendants():
     plan = planned(offset, SPLIT, 90)
     assert plan.read == {"s-0": {"ShardIteratorType": "AT_SEQUENCE_NUMBER", "StartingSequenceNumber": "5"}}
     assert {shard_id: state["active"] for shard_id, state in plan.shards.items()} == {"s-1": True, "s-2": True}
+
+
+def test_a_shard_that_expired_before_it_was_read_to_its_end_is_an_error_naming_it():
+    offset = ShardOffset(0)
+    _apply(offset, SPLIT, StartpointOldest(), 0)
+    with pytest.raises(StreamReadError, match=r"kinesis\.clicks.*s-0.*lost"):
+        planned(offset, SPLIT[1:], 50)  # the parent left the listing before its records were read
+    first = planned(offset, SPLIT, 50)
+    assert planned(first, SPLIT[1:], 60).read == {"s-1": TRIM_HORIZON, "s-2": TRIM_HORIZON}, "read, then gone: fine"
