@@ -6,14 +6,15 @@ accumulators do (with the task's state at every commit, restored before the firs
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable
 from typing import Any
 
 from millstream.api.application import KV
 from millstream.api.specs import StatefulMapSpec
 from millstream.api.state import ValueState
-from millstream.operators.graph import GraphContext, OperatorImpl, operator_failed
+from millstream.operators.graph import GraphContext, operator_failed
 from millstream.operators.state import KeyValueState
+from millstream.operators.stateful import StatefulOperatorImpl, init_parts
 
 
 class _KeyedValue(ValueState):
@@ -40,19 +41,16 @@ class _KeyedValue(ValueState):
         self._state.delete(self._key)
 
 
-class StatefulMapImpl(OperatorImpl):
+class StatefulMapImpl(StatefulOperatorImpl):
     def __init__(self, spec: StatefulMapSpec, context: GraphContext, state: KeyValueState) -> None:
-        super().__init__(spec, context)
+        super().__init__(spec, context, state)
         self.fn = spec.fn
         self.key_fn = spec.key_fn
         self.flat = spec.flat
-        self.state = state
 
     def init(self, task_context: Any) -> None:
         super().init(task_context)
-        init = getattr(self.key_fn, "init", None)
-        if callable(init):
-            init(task_context)
+        init_parts(task_context, self.key_fn)
 
     def process(self, message: Any, timestamp: int) -> None:
         try:
@@ -72,14 +70,5 @@ class StatefulMapImpl(OperatorImpl):
             return message.key
         raise TypeError(f"message {message!r} is not a KV: give {self.spec.kind} a key= function")
 
-    def snapshot(self) -> dict[str, Any]:
-        document = super().snapshot()
-        data = self.state.snapshot()
-        if data is not None:
-            document["state"] = data
-        return document
-
-    def restore(self, document: Mapping[str, Any]) -> None:
-        super().restore(document)
-        if "state" in document:
-            self.state.restore(document["state"])
+    def rebuild(self) -> None:
+        """Nothing to rebuild: a key's value is read from the state when its message comes."""

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import heapq
 import logging
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable
 from typing import Any
 
 from millstream.api.specs import WindowSpec
 from millstream.api.windows import SessionWindow, WindowPane
 from millstream.control.errors import ControlStateError
-from millstream.operators.graph import GraphContext, OperatorImpl, operator_failed
+from millstream.operators.graph import GraphContext, operator_failed
 from millstream.operators.state import KeyValueState
+from millstream.operators.stateful import StatefulOperatorImpl, init_parts
 
 log = logging.getLogger(__name__)
 
@@ -31,15 +32,14 @@ Session = list[Any]
 """``[start, end, accumulator, fired_end]``."""
 
 
-class SessionWindowImpl(OperatorImpl):
+class SessionWindowImpl(StatefulOperatorImpl):
     def __init__(self, spec: WindowSpec, context: GraphContext, state: KeyValueState) -> None:
-        super().__init__(spec, context)
+        super().__init__(spec, context, state)
         assert isinstance(spec.window, SessionWindow)
         self.gap = spec.window.gap_ms
         self.key_fn = spec.key_fn
         self.aggregator = spec.aggregator
         self.lateness = spec.allowed_lateness_ms
-        self.state = state
         self._timers: dict[int, dict[Hashable, None]] = {}
         """Time -> the keys with a session to fire or purge then, in first-seen order."""
         self._times: list[int] = []
@@ -47,10 +47,7 @@ class SessionWindowImpl(OperatorImpl):
         self.panes = 0
 
     def init(self, task_context: Any) -> None:
-        for part in (self.key_fn, self.aggregator):
-            init = getattr(part, "init", None)
-            if callable(init):
-                init(task_context)
+        init_parts(task_context, self.key_fn, self.aggregator)
 
     def close(self) -> None:
         pass
@@ -142,18 +139,8 @@ class SessionWindowImpl(OperatorImpl):
             heapq.heappush(self._times, time)
         keys[key] = None
 
-    def snapshot(self) -> dict[str, Any]:
-        document = super().snapshot()
-        data = self.state.snapshot()
-        if data is not None:
-            document["state"] = data
-        return document
-
-    def restore(self, document: Mapping[str, Any]) -> None:
-        """Load the sessions and rebuild the timers from them."""
-        super().restore(document)
-        if "state" in document:
-            self.state.restore(document["state"])
+    def rebuild(self) -> None:
+        """The timers, from the sessions."""
         self._timers.clear()
         self._times.clear()
         for key, sessions in self.state.items():

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import heapq
 import logging
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable
 from typing import Any
 
 from millstream.api.application import KV
@@ -26,21 +26,21 @@ from millstream.api.specs import StreamJoinSpec
 from millstream.control.errors import ControlStateError
 from millstream.operators.graph import GraphContext, OperatorImpl, operator_failed
 from millstream.operators.state import KeyValueState
+from millstream.operators.stateful import StatefulOperatorImpl
 
 log = logging.getLogger(__name__)
 
 LEFT, RIGHT = 0, 1
 
 
-class StreamJoinImpl(OperatorImpl):
+class StreamJoinImpl(StatefulOperatorImpl):
     def __init__(self, spec: StreamJoinSpec, context: GraphContext, state: KeyValueState) -> None:
-        super().__init__(spec, context)
+        super().__init__(spec, context, state)
         self.join = spec
         self.key_fns = (spec.key_fn, spec.other_key_fn)
         self.within = spec.within_ms
         self.lateness = spec.allowed_lateness_ms
         self.left_outer = spec.how == "left"
-        self.state = state
         self._expiries: dict[int, dict[tuple[int, Hashable], None]] = {}
         self._times: list[int] = []
         self.late_dropped = 0
@@ -139,18 +139,8 @@ class StreamJoinImpl(OperatorImpl):
             heapq.heappush(self._times, time)
         keys[state_key] = None
 
-    def snapshot(self) -> dict[str, Any]:
-        document = super().snapshot()
-        data = self.state.snapshot()
-        if data is not None:
-            document["state"] = data
-        return document
-
-    def restore(self, document: Mapping[str, Any]) -> None:
-        """Load the buffers and rebuild the purge index from them."""
-        super().restore(document)
-        if "state" in document:
-            self.state.restore(document["state"])
+    def rebuild(self) -> None:
+        """The purge index, from the buffers."""
         self._expiries.clear()
         self._times.clear()
         for state_key, entries in self.state.items():

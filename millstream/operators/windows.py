@@ -11,28 +11,28 @@ from __future__ import annotations
 
 import heapq
 import logging
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable
 from typing import Any
 
 from millstream.api.specs import WindowSpec
 from millstream.api.windows import WindowPane
 from millstream.control.errors import ControlStateError
-from millstream.operators.graph import GraphContext, OperatorImpl, operator_failed
+from millstream.operators.graph import GraphContext, operator_failed
 from millstream.operators.state import KeyValueState
+from millstream.operators.stateful import StatefulOperatorImpl, init_parts
 
 log = logging.getLogger(__name__)
 
 WindowKey = tuple[int, int, Hashable]
 
 
-class WindowImpl(OperatorImpl):
+class WindowImpl(StatefulOperatorImpl):
     def __init__(self, spec: WindowSpec, context: GraphContext, state: KeyValueState) -> None:
-        super().__init__(spec, context)
+        super().__init__(spec, context, state)
         self.window = spec.window
         self.key_fn = spec.key_fn
         self.aggregator = spec.aggregator
         self.lateness = spec.allowed_lateness_ms
-        self.state = state
         self._ends: dict[int, dict[WindowKey, None]] = {}
         """Window end -> the state keys of that end, in first-seen order."""
         self._to_fire: list[int] = []
@@ -43,10 +43,7 @@ class WindowImpl(OperatorImpl):
         self.panes = 0
 
     def init(self, task_context: Any) -> None:
-        for part in (self.key_fn, self.aggregator):
-            init = getattr(part, "init", None)
-            if callable(init):
-                init(task_context)
+        init_parts(task_context, self.key_fn, self.aggregator)
 
     def close(self) -> None:
         pass
@@ -131,18 +128,8 @@ class WindowImpl(OperatorImpl):
             self.state.delete(state_key)
         self._fired.discard(end)
 
-    def snapshot(self) -> dict[str, Any]:
-        document = super().snapshot()
-        data = self.state.snapshot()
-        if data is not None:
-            document["state"] = data
-        return document
-
-    def restore(self, document: Mapping[str, Any]) -> None:
-        """Load the entries and rebuild the index from them (in the state's order)."""
-        super().restore(document)
-        if "state" in document:
-            self.state.restore(document["state"])
+    def rebuild(self) -> None:
+        """The index of window ends, from the entries (in the state's order)."""
         self._ends.clear()
         self._to_fire.clear()
         self._to_purge.clear()
