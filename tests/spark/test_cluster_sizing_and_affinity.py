@@ -38,6 +38,7 @@ def _config(tmp_path: Any, containers: int, **extra: Any) -> Any:
         "job__container__cpus": 2,
         "job__container__memory__mb": 1024,
         "job__coordinator__slots__headroom": 0,
+        "job__shared__filesystem": True,  # the log system and SQLite metadata: the workers share this host's disk
         "spark__driver__host": "127.0.0.1",
         "spark__driver__bindAddress": "127.0.0.1",
         "spark__executor__memory": "512m",
@@ -111,6 +112,7 @@ def test_a_container_launched_again_runs_on_the_executor_recorded_as_its_placeme
         spark__driver__bindAddress="127.0.0.1",
         spark__executor__memory="512m",
         test__delay__seconds="0.01",
+        job__shared__filesystem=True,  # the log system and SQLite metadata: the workers share this host's disk
     )
     create_stream(config, "in", 4)
     create_stream(config, "out", 4)
