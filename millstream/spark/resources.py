@@ -33,7 +33,7 @@ from pyspark.resource import ExecutorResourceRequests, ResourceProfile, Resource
 
 from millstream.config import Config, JobConfig
 from millstream.errors import ConfigError
-from millstream.spark.session import local_slots
+from millstream.spark.session import dynamic_allocation, local_slots
 from millstream.storage.memory import MIB, rocksdb_budget
 
 log = logging.getLogger(__name__)
@@ -111,10 +111,6 @@ class ContainerResources:
         return rdd if self.profile is None else rdd.withResources(self.profile)
 
 
-def _dynamic_allocation(conf: SparkConf) -> bool:
-    return (conf.get("spark.dynamicAllocation.enabled") or "false").lower() == "true"
-
-
 def container_resources(sc: SparkContext, config: Config) -> ContainerResources:
     """Check the container's memory against the session's settings and build its resource profile, if any."""
     job = JobConfig.of(config)
@@ -133,7 +129,7 @@ def container_resources(sc: SparkContext, config: Config) -> ContainerResources:
         )
         return ContainerResources(None, 1)
     builder = ResourceProfileBuilder().require(TaskResourceRequests().cpus(cpus))
-    if _dynamic_allocation(conf):
+    if dynamic_allocation(conf):
         executor = ExecutorResourceRequests().cores(cpus)
         if job.container_memory_mb is not None:
             executor = executor.memoryOverhead(f"{job.container_memory_mb}m")
@@ -150,7 +146,7 @@ def container_resources(sc: SparkContext, config: Config) -> ContainerResources:
     profile = builder.build
     _register(sc, profile)
     log.info("containers run under Spark resource profile %s: %s cpu(s) per container", profile.id, cpus)
-    return ContainerResources(profile, cpus, requests_executors=_dynamic_allocation(conf))
+    return ContainerResources(profile, cpus, requests_executors=dynamic_allocation(conf))
 
 
 def _register(sc: SparkContext, profile: ResourceProfile) -> None:

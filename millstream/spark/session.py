@@ -27,6 +27,8 @@ from millstream.spark.store_datasource import register as register_store_source
 
 _LOCAL = re.compile(r"^local\[(?P<threads>\d+|\*)(?:,\s*(?P<failures>\d+))?\]$")
 
+log = logging.getLogger(__name__)
+
 
 class JavaNotFoundError(MillstreamError):
     """Spark's driver is a JVM: without one, pyspark fails with a traceback that never names Java."""
@@ -196,20 +198,65 @@ def check_slots(
     if fixed is not None:
         check_local_slots(master, need)
         return fixed
+    requested = request_executors(sc, need) if profile is None and dynamic_allocation(sc.getConf()) else None
     deadline = time.monotonic() + wait_seconds
     while True:
         slots = cluster_slots(sc, profile)
         if slots >= need.slots:
             return slots
         if time.monotonic() >= deadline:
+            asked = f" ({requested} executor(s) requested by dynamic allocation)" if requested is not None else ""
             raise ConfigError(
-                f"Spark master '{master}' offers {slots} task slot(s) after waiting {wait_seconds:g}s, but the job "
-                f"needs {need.slots} ({need.containers} container(s) + {need.headroom} headroom; a slot is "
+                f"Spark master '{master}' offers {slots} task slot(s){asked} after waiting {wait_seconds:g}s, but the "
+                f"job needs {need.slots} ({need.containers} container(s) + {need.headroom} headroom; a slot is "
                 f"{_slot_cpus(sc, profile)} executor core(s)): give the job more executor cores "
                 "(spark.executor.cores, spark.executor.instances, spark.cores.max), or lower job.container.count / "
                 "job.coordinator.slots.headroom, or wait longer with job.coordinator.slots.wait.ms"
             )
         time.sleep(0.5)
+
+
+def dynamic_allocation(conf: SparkConf) -> bool:
+    """Whether Spark adds executors as the job asks: the slot check must ask before it counts."""
+    return (conf.get("spark.dynamicAllocation.enabled") or "false").lower() == "true"
+
+
+def request_executors(sc: SparkContext, need: SlotRequirement) -> int:
+    """Ask dynamic allocation for enough executors of the default profile to offer ``need``'s slots, now.
+
+    Left alone, Spark requests executors only once the containers' stage has pending tasks, and then only for
+    the tasks, not the headroom: the slot check would refuse a cluster that could run the job. Executors are
+    counted as ``spark.executor.cores`` (1 unless set, Spark's own assumption for dynamic allocation) divided by
+    ``spark.task.cpus``; a ``spark.dynamicAllocation.maxExecutors`` that cannot reach the slots is refused at
+    once, as no wait would help. Headroom executors idle until a container needs them, and Spark releases them
+    after ``spark.dynamicAllocation.executorIdleTimeout``. Returns the executors requested."""
+    conf = sc.getConf()
+    cores = int(conf.get("spark.executor.cores") or "1")
+    task_cpus = int(conf.get("spark.task.cpus") or "1")
+    per_executor = max(cores // task_cpus, 1)
+    executors = -(-need.slots // per_executor)
+    initial = ("minExecutors", "initialExecutors")  # Spark's own first target, which the request must not lower
+    executors = max(executors, *(int(conf.get(f"spark.dynamicAllocation.{key}") or "0") for key in initial))
+    maximum = conf.get("spark.dynamicAllocation.maxExecutors")
+    if maximum is not None and int(maximum) < executors:
+        raise ConfigError(
+            f"Spark master '{sc.master}' may start at most spark.dynamicAllocation.maxExecutors={maximum} "
+            f"executor(s) of {per_executor} task slot(s) (spark.executor.cores={cores} / spark.task.cpus="
+            f"{task_cpus}), {int(maximum) * per_executor} slot(s), but the job needs {need.slots} "
+            f"({need.containers} container(s) + {need.headroom} headroom): raise spark.dynamicAllocation.maxExecutors "
+            f"to at least {executors} (or spark.executor.cores), or lower job.container.count / "
+            "job.coordinator.slots.headroom"
+        )
+    jvm = sc._jvm
+    assert jvm is not None
+    no_locality = jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(jvm.java.util.HashMap())
+    if not sc._jsc.sc().requestTotalExecutors(executors, 0, no_locality):
+        raise ConfigError(
+            f"Spark master '{sc.master}' does not take executor requests (its scheduler backend is no allocation "
+            "client): unset spark.dynamicAllocation.enabled and give the job executors up front"
+        )
+    log.info("requested %d executor(s) of %d slot(s) for %d task slot(s)", executors, per_executor, need.slots)
+    return executors
 
 
 def cluster_slots(sc: SparkContext, profile: ResourceProfile | None = None) -> int:

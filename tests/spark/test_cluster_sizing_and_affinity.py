@@ -38,6 +38,7 @@ def _config(tmp_path: Any, containers: int, **extra: Any) -> Any:
         "job__container__cpus": 2,
         "job__container__memory__mb": 1024,
         "job__coordinator__slots__headroom": 0,
+        "job__shared__filesystem": True,  # the log system and SQLite metadata: the workers share this host's disk
         "spark__driver__host": "127.0.0.1",
         "spark__driver__bindAddress": "127.0.0.1",
         "spark__executor__memory": "512m",
@@ -111,6 +112,7 @@ def test_a_container_launched_again_runs_on_the_executor_recorded_as_its_placeme
         spark__driver__bindAddress="127.0.0.1",
         spark__executor__memory="512m",
         test__delay__seconds="0.01",
+        job__shared__filesystem=True,  # the log system and SQLite metadata: the workers share this host's disk
     )
     create_stream(config, "in", 4)
     create_stream(config, "out", 4)
@@ -173,3 +175,67 @@ def test_with_dynamic_allocation_containers_get_executors_of_their_own_profile_o
     assert profiles[stage] != 0
     ran_under = {e["resourceProfileId"] for e in executors if e["id"] != "driver"}
     assert profiles[stage] in ran_under, f"no executor of the containers' profile was started: {executors}"
+
+
+def _dynamic_config(tmp_path: Any, containers: int, headroom: int, **extra: Any) -> Any:
+    """Dynamic allocation (shuffle tracking: standalone has no external shuffle service here) with no executors
+    at start and none of millstream's sizing keys: the containers run under Spark's default profile."""
+    return job_config(
+        tmp_path,
+        job__container__count=containers,
+        job__coordinator__slots__headroom=headroom,
+        job__coordinator__slots__wait__ms=120_000,
+        job__shared__filesystem=True,  # the log system and SQLite metadata: the workers share this host's disk
+        spark__driver__host="127.0.0.1",
+        spark__driver__bindAddress="127.0.0.1",
+        spark__executor__memory="512m",
+        spark__executor__cores=1,
+        spark__dynamicAllocation__enabled="true",
+        spark__dynamicAllocation__shuffleTracking__enabled="true",
+        spark__dynamicAllocation__initialExecutors="0",
+        **extra,
+    )
+
+
+def test_with_dynamic_allocation_and_the_default_profile_the_slot_check_requests_executors_for_every_slot(
+    cluster, tmp_path
+):
+    """Spark would request executors only for the containers' pending tasks, after the slot check: the check asks
+    for an executor per slot (one core each), containers and headroom, and the job starts once they registered."""
+    config = _dynamic_config(tmp_path, 2, 1)
+    create_stream(config, "in", 2)
+    create_stream(config, "out", 2)
+    written = fill(config, "in", 2, 20)
+    seal(config, "in")
+    spark = build_session(config, master=cluster.master_url)
+    try:
+        assert cluster_slots(spark.sparkContext) == 0, "no executor before the job asks for them"
+        result = SparkJobRunner(config, spark=spark).run()
+        sc = spark.sparkContext
+        url = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/allexecutors"
+        with urllib.request.urlopen(url, timeout=30) as response:
+            executors = [e for e in json.load(response) if e["id"] != "driver"]
+    finally:
+        spark.stop()
+    assert result.outcome == "finished", result.error
+    assert set(output_origins(config)) == written
+    assert len(executors) >= 3 and {e["totalCores"] for e in executors} == {1}, executors
+
+
+def test_with_dynamic_allocation_a_max_executors_too_low_for_the_slots_is_refused_at_once(cluster, tmp_path):
+    config = _dynamic_config(tmp_path, 2, 1, spark__dynamicAllocation__maxExecutors=2)
+    spark = build_session(config, master=cluster.master_url)
+    try:
+        started = time.monotonic()
+        with pytest.raises(ConfigError) as refused:
+            SparkJobRunner(config, spark=spark).run()
+        waited = time.monotonic() - started
+    finally:
+        spark.stop()
+    message = str(refused.value)
+    assert "at most spark.dynamicAllocation.maxExecutors=2 executor(s) of 1 task slot(s)" in message, message
+    assert (
+        "the job needs 3 (2 container(s) + 1 headroom): raise spark.dynamicAllocation.maxExecutors to at least 3"
+        in (message)
+    )
+    assert waited < 10, "no wait can help: refused before any"

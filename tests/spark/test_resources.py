@@ -49,7 +49,12 @@ def test_a_container_memory_that_holds_the_budget_passes_and_a_shared_limit_coun
 
 def test_the_runner_refuses_an_undersized_container_before_starting_spark(tmp_path):
     config = job_config(
-        tmp_path, **{"stores.counts.changelog": "log.counts-changelog", "job.container.memory.mb": "100"}
+        tmp_path,
+        **{
+            "stores.counts.changelog": "log.counts-changelog",
+            "job.container.memory.mb": "100",
+            "job.shared.filesystem": "true",  # else the multi-host refusal of the log system comes first
+        },
     )
     with pytest.raises(ConfigError, match=r"job\.container\.memory\.mb=100 cannot hold"):
         SparkJobRunner(config, master="no-such-master").run()

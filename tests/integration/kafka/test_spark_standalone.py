@@ -16,6 +16,8 @@ import orjson
 import pytest
 from pyspark.sql import SparkSession
 
+from millstream.metadata import coordination
+from millstream.metadata.factory import metadata_store
 from millstream.spark.session import build_session
 from tests.helpers import wait_until
 from tests.integration.kafka.helpers import (
@@ -89,6 +91,95 @@ def test_kafka_job_on_a_standalone_cluster_with_containers_in_different_executor
     assert all("/worker-" in cwd for _, cwd in executors.values())
     assert checkpointed_offsets(config) == {(p, p): 249 for p in range(4)}
     no_sqlite_files(tmp_path)
+    tail.close()
+
+
+RESTORED = re.compile(r"restored from .+? in [\d.]+s: (\d+) record\(s\) replayed( after local checkpoint \S+)?")
+
+
+def _restores(cluster: StandaloneCluster) -> dict[Path, list[tuple[int, bool]]]:
+    """Per executor directory (``<worker dir>/<application>/<executor>``), each store restore its log shows: the
+    records replayed from the changelog, and whether a local checkpoint was copied into place first."""
+    return {
+        log.parent: [(int(match.group(1)), match.group(2) is not None) for match in RESTORED.finditer(log.read_text())]
+        for log in cluster.work_dir.glob("worker-*/*/*/stderr")
+    }
+
+
+def _new_restores(before: dict[Path, list[tuple[int, bool]]], cluster: StandaloneCluster) -> dict[Path, list]:
+    """The restores logged since ``before``, per executor directory that logged any."""
+    after = _restores(cluster)
+    new = {path: entries[len(before.get(path, [])) :] for path, entries in after.items()}
+    return {path: entries for path, entries in new.items() if entries}
+
+
+def test_a_stateful_container_launched_again_returns_to_its_executor_and_restores_from_its_local_checkpoint(
+    cluster, bootstrap, topic_name, tmp_path
+):
+    """Host affinity measured: a stateful container stopped and launched again (a new generation of the job, in the
+    same Spark application) is placed on the executor where it last ran, whose disk holds its local checkpoint, and
+    each store restores from that checkpoint with 0 records replayed from the changelog. The control launch is sent
+    to the other worker, whose disk has none of its state: it replays the changelog. Counts stay exact throughout."""
+    source, sink, changelog = topic_name("in"), topic_name("out"), topic_name("counts")
+    partitions, keys, batch = 2, 3, 60
+    create_topic(bootstrap, source, partitions)
+    create_topic(bootstrap, sink, partitions)
+    config = job_config(
+        bootstrap,
+        tmp_path,
+        source,
+        sink,
+        task__class="tests.integration.kafka.jobs:KafkaCountPerKey",
+        stores__counts__factory="rocksdb",
+        stores__counts__key__serde="string",
+        stores__counts__msg__serde="json",
+        stores__counts__changelog=f"kafka.{changelog}",
+        job__logged__store__base__dir=f"${DISK}/affinity/logged",  # apart from the other tests' stores
+        **{"job__non-logged__store__base__dir": f"${DISK}/affinity/non-logged"},
+        job__container__count=1,
+        job__coordinator__slots__headroom=2 * CORES - 1,  # every slot: both executors registered before the launch
+        job__coordinator__slots__wait__ms=120_000,
+        spark__driver__host="127.0.0.1",
+        spark__driver__bindAddress="127.0.0.1",
+        spark__executor__memory="512m",
+    )
+    tail = TopicTail(bootstrap, sink, partitions)
+    store = metadata_store(config)
+    spark = build_session(config, master=cluster.master_url)
+
+    def run_once(launch: int) -> tuple[str, dict[Path, list[tuple[int, bool]]]]:
+        """Launch the job, count one more batch of every partition, stop it: where it ran and its restores."""
+        before = _restores(cluster)
+        values = range(launch * batch, (launch + 1) * batch)
+        for partition in range(partitions):
+            produce(bootstrap, source, [(f"k{v % keys}".encode(), b"%d" % v) for v in values], partition=partition)
+        job = RunningJob(config, spark)
+        try:
+            tail.wait_for({(p, v) for p in range(partitions) for v in values}, timeout=180)
+        finally:
+            result = job.stop(timeout=180)
+        assert result.outcome == "stopped", result.error
+        (container,) = result.containers
+        return str(container.executor["cwd"]).rstrip("/"), _new_restores(before, cluster)
+
+    try:
+        first, _ = run_once(0)
+        again, restores = run_once(1)
+        placement = coordination.container_placements(store)["0"]
+        ids = spark.sparkContext._jsc.sc().getExecutorIds()
+        other = next(i for i in (str(ids.apply(n)) for n in range(ids.size())) if i != placement["executor_id"])
+        coordination.record_container_placement(store, "0", {**placement, "executor_id": other})
+        moved, control = run_once(2)
+    finally:
+        spark.stop()
+        store.close()
+    assert again == first, "the container launched again left the executor holding its local state"
+    assert restores == {Path(first): [(0, True)] * partitions}, restores  # each task's store: its local checkpoint
+    assert moved.rsplit("/", 1)[-1] == other and moved.split("/worker-")[1][0] != first.split("/worker-")[1][0]
+    (entries,) = control.values()
+    assert len(entries) == partitions and all(replayed > 0 and not local for replayed, local in entries), control
+    wrong = [r for r in tail.values if r["count"] != int(r["v"]) // keys + 1]
+    assert not wrong, f"{len(wrong)} count(s) wrong after a restore, e.g. {wrong[:3]}"
     tail.close()
 
 
