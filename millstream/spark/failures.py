@@ -255,7 +255,11 @@ def _stderr_url(sc: SparkContext, executor: str) -> str | None:
 def describe_failure(error: BaseException, sc: SparkContext, *, verbose: bool = False) -> str:
     """What the runner reports for a failed container job: the cause named, the executor's log, the detail with
     ``verbose``."""
-    failure = container_failure(str(error), dict(sc.getConf().getAll()))
-    message = failure.message(verbose=verbose, log_location=executor_log_location(sc, failure))
+    try:
+        failure = container_failure(str(error), dict(sc.getConf().getAll()))
+        location = executor_log_location(sc, failure)
+    except Exception:  # Spark's JVM is gone (a second Ctrl-C ends it): the failure is named from its text alone
+        failure, location = container_failure(str(error)), None
+    message = failure.message(verbose=verbose, log_location=location)
     # a memory cause this reading did not name (RocksDB's std::bad_alloc, an ENOMEM...) still leads the message
     return message if failure.kind == "memory" else explain_memory_failure(message, error)

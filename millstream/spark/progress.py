@@ -100,8 +100,12 @@ class SparkProgress:
             log.warning("cannot read the containers' metrics for Spark's metrics system: %s", error)
             return None
         progress = progress_of(snapshots, self.last)
-        for figure in FIGURES:
-            self.gauges[figure].setValue(getattr(progress, figure))
+        try:
+            for figure in FIGURES:
+                self.gauges[figure].setValue(getattr(progress, figure))
+        except Exception as error:  # py4j: Spark's JVM is going away (a stop), the job's own outcome says why
+            log.debug("cannot set the progress gauges in Spark's metrics system: %s", error)
+            return None
         self.last = progress
         return progress
 

@@ -75,7 +75,7 @@ def test_raw_writes_the_bytes_as_given_and_the_read_gives_them_back(spark_local,
     schema = StructType([StructField("key", BinaryType()), StructField("value", BinaryType())])
     config_file = job_file(config, tmp_path)
     save(
-        spark_local.createDataFrame([(b"k", b"\x00\x01"), (None, b"\xff")], schema),
+        spark_local.createDataFrame([(b"k", b"\x00\x01"), (None, b"\xff")], schema).coalesce(1),  # one writer: in order
         config_file,
         "log.blobs",
         raw="true",

@@ -84,6 +84,22 @@ def put(endpoint: str, stream: str, records: Iterable[tuple[str, bytes]]) -> lis
     return [client.put_record(StreamName=stream, PartitionKey=key, Data=data) for key, data in records]
 
 
+def wait_for_arrival_times_to_pass(endpoint: str, stream: str) -> None:
+    """Wait until every record of ``stream`` arrived in the past. kinesalite dates a split's children one second
+    ahead (their creation time is "now + 1 s", and a record put there before then takes it as its arrival
+    time), so a read bounded by "what arrived by now" would leave such records for later."""
+    client = raw_client(endpoint)
+    arrivals: list[float] = []
+    for shard in client.list_shards(StreamName=stream)["Shards"]:
+        iterator = client.get_shard_iterator(
+            StreamName=stream, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        records = client.get_records(ShardIterator=iterator, Limit=10_000)["Records"]
+        arrivals.extend(record["ApproximateArrivalTimestamp"].timestamp() for record in records)
+    newest = max(arrivals, default=0.0)
+    wait_until(lambda: time.time() > newest, 5, "the records' arrival times to pass", interval=0.05)
+
+
 def shard_and_sequence(envelope: IncomingMessageEnvelope) -> tuple[str, str]:
     headers = envelope.headers or {}
     return headers[SHARD_ID_HEADER].decode(), headers[SEQUENCE_NUMBER_HEADER].decode()

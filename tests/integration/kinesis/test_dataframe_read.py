@@ -18,7 +18,13 @@ from millstream.spark.shard_read import parents_first, plan_shard_ranges, read_s
 from millstream.systems.kinesis.shards import Shard
 from millstream.systems.startpoints import now_ms
 from tests.helpers import wait_until
-from tests.integration.kinesis.helpers import create_stream, kinesis_config, put, started_admin
+from tests.integration.kinesis.helpers import (
+    create_stream,
+    kinesis_config,
+    put,
+    started_admin,
+    wait_for_arrival_times_to_pass,
+)
 
 KEYS = {"systems__kinesis__samza__key__serde": "string"}
 """A Kinesis record's key is its partition key, text."""
@@ -54,6 +60,7 @@ def test_a_split_stream_reads_the_closed_parent_then_its_open_children_every_rec
     (parent,) = admin.list_shards(stream)
     admin.split_shard(stream, parent.shard_id)
     put(kinesis_endpoint, stream, [(f"k{i % 5}", orjson.dumps({"n": i, "k": f"k{i % 5}"})) for i in range(20, 40)])
+    wait_for_arrival_times_to_pass(kinesis_endpoint, stream)  # the read takes what arrived by its planning
     df = load(spark_local, job_file(config, tmp_path), stream)
     assert df.rdd.getNumPartitions() == 3
     rows = df.collect()

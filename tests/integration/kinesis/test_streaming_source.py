@@ -18,7 +18,13 @@ from millstream.spark.stream_read import StreamReadError
 from millstream.spark.streaming_source import stream_reader
 from millstream.startpoint.tools import list_startpoints, set_startpoints
 from millstream.systems.startpoints import StartpointOldest, StartpointSpecific
-from tests.integration.kinesis.helpers import create_stream, kinesis_config, put, started_admin
+from tests.integration.kinesis.helpers import (
+    create_stream,
+    kinesis_config,
+    put,
+    started_admin,
+    wait_for_arrival_times_to_pass,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -83,6 +89,7 @@ def test_two_runs_read_every_record_once_across_a_split_parents_before_children(
     admin = started_admin(config)
     admin.split_shard(stream, "shardId-000000000000")
     put(kinesis_endpoint, stream, records(range(15, 30)))
+    wait_for_arrival_times_to_pass(kinesis_endpoint, stream)  # a run reads what arrived by its start
     second = run_available_now(spark_local, config_file, stream, checkpoint)
 
     assert sorted(value["n"] for _, _, value in second) == list(range(9, 30)), "no record twice, none missing"
