@@ -125,15 +125,15 @@ class MessageStream:
     ) -> MessageStream:
         """Event-time windows per ``key(message)``; emits a ``WindowPane`` per key and window once the
         watermark reaches the window's end (see ``millstream.api.windows``)."""
-        from millstream.api.windows import SessionWindow
+        from millstream.api.windows import MergingAggregator, SessionWindow
 
         if allowed_lateness_ms < 0:
             raise ApplicationError(f"window '{name or 'window'}': allowed_lateness_ms must be >= 0")
-        if isinstance(window, SessionWindow) and not aggregate.can_merge:
+        if isinstance(window, SessionWindow) and not isinstance(aggregate, MergingAggregator):
             raise ApplicationError(
                 f"window '{name or 'window'}': a session window merges sessions, but aggregator "
-                f"{type(aggregate).__name__} has no merge (give Aggregate a merge= function, or implement "
-                "Aggregator.merge)"
+                f"{type(aggregate).__name__} has no merge (give Aggregate a merge= function, or make it a "
+                "MergingAggregator)"
             )
         return self._then(
             WindowSpec,

@@ -99,8 +99,7 @@ class SessionWindow(WindowDefinition):
 class Aggregator(ABC):
     """How a window folds messages: ``initial()``, then ``add(accumulator, message)`` per message, and
     ``result(accumulator)`` for the pane. Accumulators are kept with the task's state, so they must be
-    picklable. Session windows also need ``merge(a, b)``: the accumulator of two sessions that became one,
-    ``a`` the earlier; ``can_merge`` says whether an aggregator has it."""
+    picklable."""
 
     @abstractmethod
     def initial(self) -> Any: ...
@@ -111,15 +110,17 @@ class Aggregator(ABC):
     def result(self, accumulator: Any) -> Any:
         return accumulator
 
-    @property
-    def can_merge(self) -> bool:
-        return type(self).merge is not Aggregator.merge
 
+class MergingAggregator(Aggregator):
+    """An aggregator that can also combine two accumulators into one, which session windows need when a
+    message bridges two sessions; only these serve session windows."""
+
+    @abstractmethod
     def merge(self, first: Any, second: Any) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} cannot merge accumulators")
+        """The accumulator of two sessions that became one, ``first`` the earlier."""
 
 
-class Count(Aggregator):
+class Count(MergingAggregator):
     def initial(self) -> int:
         return 0
 
@@ -130,7 +131,7 @@ class Count(Aggregator):
         return int(first) + int(second)
 
 
-class Sum(Aggregator):
+class Sum(MergingAggregator):
     def __init__(self, value: Callable[[Any], Any] | None = None) -> None:
         self.value = value
 
@@ -144,7 +145,7 @@ class Sum(Aggregator):
         return first + second
 
 
-class Collect(Aggregator):
+class Collect(MergingAggregator):
     """Every message (or ``value(message)``) of the window, in arrival order."""
 
     def __init__(self, value: Callable[[Any], Any] | None = None) -> None:
@@ -164,7 +165,11 @@ class Collect(Aggregator):
 
 class Aggregate(Aggregator):
     """An aggregator from functions: ``Aggregate(lambda: 0, lambda acc, m: acc + m["n"])``; with
-    ``merge=lambda a, b: a + b`` it also serves session windows."""
+    ``merge=lambda a, b: a + b`` it is a ``MergingAggregator`` (a ``MergingAggregate``) and also serves
+    session windows."""
+
+    def __new__(cls, *args: Any, merge: Callable[[Any, Any], Any] | None = None, **kwargs: Any) -> Aggregate:
+        return super().__new__(MergingAggregate if merge is not None else cls)
 
     def __init__(
         self,
@@ -178,15 +183,6 @@ class Aggregate(Aggregator):
         self._result = result
         self._merge = merge
 
-    @property
-    def can_merge(self) -> bool:
-        return self._merge is not None
-
-    def merge(self, first: Any, second: Any) -> Any:
-        if self._merge is None:
-            raise NotImplementedError("this Aggregate has no merge= function")
-        return self._merge(first, second)
-
     def initial(self) -> Any:
         return self._initial()
 
@@ -195,3 +191,11 @@ class Aggregate(Aggregator):
 
     def result(self, accumulator: Any) -> Any:
         return self._result(accumulator) if self._result else accumulator
+
+
+class MergingAggregate(Aggregate, MergingAggregator):
+    """An ``Aggregate`` given ``merge=``; ``Aggregate(..., merge=f)`` makes one."""
+
+    def merge(self, first: Any, second: Any) -> Any:
+        assert self._merge is not None  # Aggregate.__new__ makes one only with merge=
+        return self._merge(first, second)

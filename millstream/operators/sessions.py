@@ -4,7 +4,7 @@ State entries are ``key -> [[start, end, accumulator, fired_end], ...]``, the ke
 start; ``fired_end`` is the end the session's last pane was emitted for (None before its first), so a
 session that grew by a merge after firing emits again, as an update, when the watermark reaches its new
 end. A message opens ``[ts, ts + gap)`` and merges with every session of its key that overlaps or touches
-it; accumulators combine with ``Aggregator.merge``, earlier session first.
+it; accumulators combine with ``MergingAggregator.merge``, earlier session first.
 
 Timers live in memory: time -> the keys to look at then (a session's end, or its end plus the allowed
 lateness once it fired, when it is purged). They are rebuilt from the entries at restore, so the state is
@@ -20,7 +20,7 @@ from collections.abc import Hashable
 from typing import Any
 
 from millstream.api.specs import WindowSpec
-from millstream.api.windows import SessionWindow, WindowPane
+from millstream.api.windows import MergingAggregator, SessionWindow, WindowPane
 from millstream.control.errors import ControlStateError
 from millstream.operators.graph import GraphContext, operator_failed
 from millstream.operators.state import KeyValueState
@@ -38,6 +38,7 @@ class SessionWindowImpl(StatefulOperatorImpl):
         assert isinstance(spec.window, SessionWindow)
         self.gap = spec.window.gap_ms
         self.key_fn = spec.key_fn
+        assert isinstance(spec.aggregator, MergingAggregator)  # MessageStream.window refuses the others
         self.aggregator = spec.aggregator
         self.lateness = spec.allowed_lateness_ms
         self._timers: dict[int, dict[Hashable, None]] = {}

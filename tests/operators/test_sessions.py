@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from millstream.api.application import InputDescriptor, StreamApplicationDescriptor
 from millstream.api.errors import ApplicationError
-from millstream.api.windows import Aggregate, Collect, Count, SessionWindow, WindowPane
+from millstream.api.windows import Aggregate, Collect, Count, MergingAggregator, SessionWindow, WindowPane
 from millstream.operators.sessions import SessionWindowImpl
 from tests.api.harness import SOURCE, Driver, application, task_graph
 
@@ -148,6 +148,13 @@ def test_a_session_window_refuses_an_aggregator_that_cannot_merge_naming_it():
     with pytest.raises(ApplicationError, match="session window merges sessions, but aggregator Aggregate has no"):
         stream.window(SessionWindow(5), aggregate=Aggregate(lambda: 0, lambda a, m: a + 1), name="s")
     stream.window(SessionWindow(5), aggregate=Aggregate(lambda: 0, lambda a, m: a + 1, merge=lambda a, b: a + b))
+
+
+def test_an_aggregate_given_merge_is_a_merging_aggregator_and_one_without_is_not():
+    merging = Aggregate(lambda: 0, lambda a, m: a + m, merge=lambda a, b: a + b)
+    assert isinstance(merging, MergingAggregator) and merging.merge(2, 3) == 5
+    assert merging.add(merging.initial(), 4) == 4
+    assert not isinstance(Aggregate(lambda: 0, lambda a, m: a + m), MergingAggregator)
 
 
 events_strategy = st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 200)), min_size=1, max_size=40).map(
