@@ -26,10 +26,10 @@ import time
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from millstream.errors import StreamNotFoundError
-from millstream.model import OutgoingMessageEnvelope, SystemStreamPartition
+from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.systems.base import SystemProducer, WriterFencedError, WriterToken
 from millstream.systems.log.errors import LogSystemError
 from millstream.systems.log.layout import LogLayout
@@ -91,6 +91,8 @@ class LogSystemProducer(SystemProducer):
         self._fenced: WriterFencedError | None = None
         self._appender: _Appender | None = None
         """Started at the first full buffer."""
+        self._last: tuple[SystemStream | None, _StreamWriter] = (None, cast(_StreamWriter, None))
+        """The stream sent to last and its writer, as one reference (see ``_stream_writer``)."""
 
     @property
     def batch_size(self) -> int:
@@ -143,32 +145,29 @@ class LogSystemProducer(SystemProducer):
                     writer.partitions.clear()
 
     def send(self, source: str, envelope: OutgoingMessageEnvelope) -> None:
-        system, stream = envelope.system_stream
+        system_stream = envelope.system_stream
         key = envelope.key
         message = envelope.message
         timestamp = envelope.timestamp
         headers = envelope.headers
-        # The common case (bytes or None, no timestamp or an int one, no headers) costs a few
-        # identity tests; anything else is checked and converted out of line.
-        if (
-            (key is not None and key.__class__ is not bytes)
-            or (message.__class__ is not bytes and message is not None)
-            or system != self.system
-        ):
-            self._check(system, stream, key, message)
+        # The common case (bytes or None, no timestamp or an int one, no headers, the stream sent to
+        # last) costs a few identity tests; anything else is checked and converted out of line.
+        if (key is not None and key.__class__ is not bytes) or (message.__class__ is not bytes and message is not None):
+            self._check(*system_stream, key, message)
         if timestamp is None:
             timestamp = _time_ns() // 1_000_000
         elif timestamp.__class__ is not int:
             timestamp = int(timestamp)
         if headers is not None:
-            headers = _check_headers(stream, headers) if headers else None
+            headers = _check_headers(system_stream[1], headers) if headers else None
         lock = self._lock
         lock.acquire()  # twice as fast as ``with lock`` in CPython 3.11
         try:
             if self._fenced is not None:
                 raise self._fenced
-            writer = self._writers.get(stream) or self._open_stream(stream)
-            count = writer.partition_count
+            last_stream, writer = self._last
+            if system_stream is not last_stream:
+                writer = self._stream_writer(system_stream)
             partition = envelope.partition
             if partition is None:
                 by = envelope.partition_key
@@ -177,17 +176,27 @@ class LogSystemProducer(SystemProducer):
                 if by is None:
                     partition = next(writer.round_robin)
                 elif by.__class__ is bytes:
-                    partition = _crc32(by) % count
+                    partition = _crc32(by) % writer.partition_count
                 else:
-                    partition = self._partitioner.partition(envelope, count)
-            elif partition.__class__ is not int or not 0 <= partition < count:
-                partition = self._partitioner.partition(envelope, count)
+                    partition = self._partitioner.partition(envelope, writer.partition_count)
+            elif partition.__class__ is not int or not 0 <= partition < writer.partition_count:
+                partition = self._partitioner.partition(envelope, writer.partition_count)
             buffer = writer.buffers[partition]
             buffer += (timestamp, key, message, headers)
             if len(buffer) >= self._fill:
                 self._hand_over(writer, partition)
         finally:
             lock.release()
+
+    def _stream_writer(self, system_stream: SystemStream) -> _StreamWriter:
+        """The writer of ``system_stream`` (opened on first use), remembered as the stream sent to last:
+        a task usually sends to one stream object, which then costs one identity test. Under the lock."""
+        system, stream = system_stream
+        if system != self.system:
+            raise LogSystemError(f"producer of system '{self.system}' cannot send to '{system}.{stream}'")
+        writer = self._writers.get(stream) or self._open_stream(stream)
+        self._last = (system_stream, writer)
+        return writer
 
     def _check(self, system: str, stream: str, key: Any, message: Any) -> None:
         if system != self.system:

@@ -250,6 +250,31 @@ def test_sending_to_another_system_is_refused(producer: LogSystemProducer) -> No
         producer.send("task", wrong)
 
 
+def test_another_system_is_refused_right_after_a_send_to_this_one(
+    admin: LogSystemAdmin, producer: LogSystemProducer
+) -> None:
+    create(admin, "events")
+    producer.send("task", envelope("events", b"v"))
+    wrong = envelope("events", b"w")
+    wrong.system_stream = wrong.system_stream._replace(system="kafka")
+    with pytest.raises(LogSystemError, match=r"producer of system 'log' cannot send to 'kafka.events'"):
+        producer.send("task", wrong)
+    producer.flush("task")
+    assert upcoming(admin, "events") == 1
+
+
+def test_sends_alternating_between_streams_each_reach_their_own_stream_in_order(
+    admin: LogSystemAdmin, producer: LogSystemProducer, root: Path
+) -> None:
+    create(admin, "events")
+    create(admin, "audit")
+    for index in range(6):
+        producer.send("task", envelope("events" if index % 2 else "audit", b"%d" % index))
+    producer.flush("task")
+    assert [e.message for e in read_stream(root, "audit")[0]] == [b"0", b"2", b"4"]
+    assert [e.message for e in read_stream(root, "events")[0]] == [b"1", b"3", b"5"]
+
+
 def test_flush_of_one_source_also_commits_what_other_sources_sent(
     admin: LogSystemAdmin, producer: LogSystemProducer, consumer: LogSystemConsumer
 ) -> None:

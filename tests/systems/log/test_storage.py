@@ -136,6 +136,42 @@ def test_append_to_a_sealed_partition_raises_and_appends_nothing(partition: LogP
     assert partition.state() == PartitionState(oldest=0, upcoming=1, sealed=True)
 
 
+def test_an_append_to_a_file_without_its_meta_row_names_the_damage_rather_than_a_seal(tmp_path: Path) -> None:
+    path = tmp_path / "p0.db"
+    LogPartition(path, "events", 0, create=True).close()
+    log = LogPartition(path, "events", 0)
+    log._connection.execute("DELETE FROM meta")
+    with pytest.raises(LogStorageError, match=r"'events' partition 0 .*p0\.db.*meta row is missing") as raised:
+        log.append(records(b"a"))
+    assert not isinstance(raised.value, PartitionSealedError)
+    assert batches(log) == []
+    log.close()
+
+
+def test_appends_alternating_between_two_connections_get_dense_offsets_in_commit_order(
+    partition: LogPartition,
+) -> None:
+    other = LogPartition(partition.path, "events", 0)
+    assert partition.append(records(b"a")) == 0
+    assert partition.append(records(b"b")) == 1
+    assert other.append(records(b"c", b"d")) == 2
+    assert partition.append(records(b"e")) == 4
+    assert other.append(records(b"f")) == 5
+    assert values_of(partition.read(0, 10)) == [b"a", b"b", b"c", b"d", b"e", b"f"]
+    assert partition.state().upcoming == other.state().upcoming == 6
+    other.close()
+
+
+def test_a_seal_through_another_connection_refuses_the_next_append(partition: LogPartition) -> None:
+    partition.append(records(b"a"))
+    other = LogPartition(partition.path, "events", 0)
+    other.seal()
+    with pytest.raises(PartitionSealedError):
+        partition.append(records(b"b"))
+    assert partition.state() == PartitionState(oldest=0, upcoming=1, sealed=True)
+    other.close()
+
+
 def test_a_failed_batch_appends_nothing(partition: LogPartition) -> None:
     partition.append(records(b"a"))
     with pytest.raises(LogStorageError, match=r"cannot append 2 records"):

@@ -88,3 +88,20 @@ def test_a_fenced_producer_raises_at_every_later_send_and_flush_and_drops_what_i
     current.stop()
     written = LogPartition(admin.layout.partition_path("changelog", 0), "changelog", 0).read(0, 10)
     assert written is not None and written.values == [b"before", b"current"]
+
+
+def test_a_zombie_that_appended_before_is_fenced_by_a_claim_made_through_another_connection(tmp_path: Path) -> None:
+    zombie = LogPartition(tmp_path / "p0.db", "changelog", 0, create=True)
+    successor = LogPartition(tmp_path / "p0.db", "changelog", 0)
+    append(zombie, attempt(1), b"a")
+    append(zombie, attempt(1), b"b")  # the partition ends where this connection left it
+    successor.claim(attempt(2))  # which a claim does not move
+    with pytest.raises(WriterFencedError, match="attempt 2 of generation 1 of the container writes here now"):
+        append(zombie, attempt(1), b"stale")
+    successor.claim(attempt(1, generation=2, container="1"))
+    with pytest.raises(WriterFencedError, match="generation 2 of the job writes here now"):
+        append(successor, attempt(2), b"stale")
+    assert zombie.state().upcoming == 2
+    assert append(successor, attempt(1, generation=2, container="1"), b"c") == 2
+    zombie.close()
+    successor.close()
