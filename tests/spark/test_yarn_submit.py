@@ -32,6 +32,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 OUTPUT = SystemStream("log", "out")
+SITE_PACKAGES = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
 
 TASK_MODULE = '''\
 """The job's code: shipped to the driver and the executors with --py-files."""
@@ -42,6 +43,8 @@ import millstream
 from millstream import OutgoingMessageEnvelope, StreamTask, SystemStream
 
 OUTPUT = SystemStream("log", "out")
+# The driver imports this module to check task.class: its log says which environment's Python that was.
+print(f"yarn_tasks imported by the Python of {sys.prefix}", flush=True)
 
 
 class Tagged(StreamTask):
@@ -196,6 +199,33 @@ def test_spark_submit_in_yarn_cluster_mode_runs_the_driver_in_a_container_with_t
     driver = cluster.container_output(app["id"])[am_container(app)]
     assert "job test generation 1: finished on yarn" in driver, driver
     assert len(executor_containers(cluster, app)) == 2
+    # the Python of spark.pyspark.python ran the driver and the tasks (the packed venv's test tells them apart)
+    assert f"imported by the Python of {sys.prefix}\n" in driver, driver
+    assert {value["python"] for pairs in read_stream(config, OUTPUT).values() for _, value in pairs} == {sys.prefix}
+
+
+def test_a_job_refused_in_yarn_cluster_mode_fails_the_application_and_spark_submit_with_the_reason_in_the_driver_log(
+    cluster, job, tmp_path
+):
+    _, path, module, _ = job
+    submitted = spark_submit(
+        cluster,
+        "millstream-yarn-refused",
+        "cluster",
+        [millstream.spark.submit.__file__, "job.yaml"],
+        cwd=tmp_path,
+        conf={"spark.pyspark.python": sys.executable, "spark.speculation": "true"},
+        files=str(path),
+        py_files=str(module),
+    )
+
+    # spark-submit's exit code is the application's final status (1: failed); the driver's 2 is in the diagnostics
+    assert submitted.returncode == 1, submitted.stderr[-3000:]
+    assert "User application exited with status 2" in submitted.stderr
+    app = application(cluster, submitted)
+    assert (app["finalStatus"], app["diagnostics"]) == ("FAILED", "User application exited with status 2")
+    driver = cluster.container_output(app["id"])[am_container(app)]  # the Python driver's stderr joins its stdout
+    assert "error: spark.speculation is enabled in the submitted session" in driver, driver[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -218,7 +248,10 @@ def packed_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
         str(root / "env.tar.gz"),
     ]
     subprocess.run(
-        [*pack, "--exclude", "lib/python*/site-packages/pyspark/jars/*"], check=True, capture_output=True, timeout=600
+        [*pack, "--exclude", "lib/python*/site-packages/pyspark/jars/*", "--exclude", "*/__pycache__/*"],
+        check=True,
+        capture_output=True,
+        timeout=600,
     )
     return root / "env.tar.gz"
 
@@ -251,4 +284,8 @@ def test_spark_submit_in_yarn_cluster_mode_runs_the_driver_and_executors_in_the_
     assert len(ran_in) == 2, ran_in
     for prefix, package in ran_in:
         assert re.search(r"/container_\d+_\d+_\d+_\d+/env$", prefix), prefix
-        assert package == f"{prefix}/lib/python3.11/site-packages/millstream/__init__.py", package
+        assert package == f"{prefix}/{SITE_PACKAGES}/millstream/__init__.py", package
+    # the driver's Python: the venv unpacked into the application master's container
+    driver = cluster.container_output(app["id"])[am_container(app)]
+    assert f"imported by the Python of {cluster.work_dir}/" in driver, driver
+    assert re.search(rf"imported by the Python of \S+/{am_container(app)}/env\n", driver), driver
