@@ -32,6 +32,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 OUTPUT = SystemStream("log", "out")
+# A job refused before any task needs no executors: its session need not wait for them to register.
+NO_EXECUTOR_WAIT = {"spark.scheduler.minRegisteredResourcesRatio": "0"}
 SITE_PACKAGES = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
 
 TASK_MODULE = '''\
@@ -143,7 +145,8 @@ def application(cluster: YarnCluster, submitted: subprocess.CompletedProcess[str
 
 
 def failure(submitted: subprocess.CompletedProcess[str]) -> str:
-    errors = [line for line in submitted.stderr.splitlines() if line.startswith(("error:", "job failed:"))]
+    # spark-submit runs the Python driver with its stderr joined to its stdout
+    errors = [line for line in submitted.stdout.splitlines() if line.startswith(("error:", "job failed:"))]
     return "\n".join(errors) or submitted.stderr[-3000:]
 
 
@@ -165,7 +168,7 @@ def test_spark_submit_in_yarn_client_mode_runs_the_job_with_executors_in_yarn_co
         "client",
         [millstream.spark.submit.__file__, str(path)],
         cwd=tmp_path,
-        conf={"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable},
+        conf={"spark.pyspark.python": sys.executable},  # the driver's Python too, unless spark.pyspark.driver.python
         py_files=str(module),
     )
 
@@ -214,7 +217,7 @@ def test_a_job_refused_in_yarn_cluster_mode_fails_the_application_and_spark_subm
         "cluster",
         [millstream.spark.submit.__file__, "job.yaml"],
         cwd=tmp_path,
-        conf={"spark.pyspark.python": sys.executable, "spark.speculation": "true"},
+        conf={"spark.pyspark.python": sys.executable, "spark.speculation": "true", **NO_EXECUTOR_WAIT},
         files=str(path),
         py_files=str(module),
     )
@@ -289,3 +292,20 @@ def test_spark_submit_in_yarn_cluster_mode_runs_the_driver_and_executors_in_the_
     driver = cluster.container_output(app["id"])[am_container(app)]
     assert f"imported by the Python of {cluster.work_dir}/" in driver, driver
     assert re.search(rf"imported by the Python of \S+/{am_container(app)}/env\n", driver), driver
+
+
+def test_a_job_refused_in_yarn_client_mode_exits_spark_submit_with_the_refusals_exit_code(cluster, job, tmp_path):
+    _, path, module, _ = job
+    submitted = spark_submit(
+        cluster,
+        "millstream-yarn-refused-client",
+        "client",
+        [millstream.spark.submit.__file__, str(path)],
+        cwd=tmp_path,
+        conf={"spark.pyspark.python": sys.executable, "spark.speculation": "true", **NO_EXECUTOR_WAIT},
+        py_files=str(module),
+    )
+
+    # the driver is spark-submit's own process: its exit code is millstream run's
+    assert submitted.returncode == 2, submitted.stderr[-3000:]
+    assert "error: spark.speculation is enabled in the submitted session" in submitted.stdout, submitted.stdout
