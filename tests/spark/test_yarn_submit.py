@@ -1,6 +1,8 @@
 """A job submitted with ``spark-submit --master yarn`` to a mini YARN cluster (a ResourceManager and two
 NodeManagers on 127.0.0.1, tests/spark/yarn.py): client mode, cluster mode, and cluster mode with the job's
-Python environment shipped as a packed venv. These run what docs/spark.md gives as the YARN recipe.
+Python environment shipped as a packed venv, each checked message by message; and the submitted session's
+guard (a refusal) as each deploy mode reports it. These run what docs/spark.md gives as the YARN recipe.
+One cluster for the module; each job is small (400 messages), as the whole module must stay within minutes.
 
 The task module is shipped with ``--py-files`` from a folder of its own (not the config's, which the workers
 also import from), and spark-submit runs without this checkout on PYTHONPATH, so the job finds its code only
