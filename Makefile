@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # The extras `make install` adds; every other target installs just the extras it needs (see the stamps below).
 EXTRAS ?= test
 
-.PHONY: install example test test-fast kafka-jars blob-emulators kinesalite lint docs bench bench-peers clean
+.PHONY: install example test test-fast kafka-jars yarn-jars blob-emulators kinesalite lint docs bench bench-peers clean
 
 # One stamp per set of extras, so `make example` installs only the package and `make test` afterwards adds the
 # test extra on top of the same venv. "base" is the package alone. A stamp older than pyproject.toml reinstalls.
@@ -29,9 +29,9 @@ example: $(BIN)/.installed-base
 	  && ../../$(BIN)/millstream run job.yaml \
 	  && ../../$(BIN)/python show.py
 
-## Run the whole test suite (unit, in-process, Spark local mode and standalone cluster, a real Kafka broker,
-## kinesalite, S3 and Azure blob emulators). Installs what the servers need first (cached after the first run).
-test: $(BIN)/.installed-test kafka-jars blob-emulators kinesalite
+## Run the whole test suite (unit, in-process, Spark local mode, standalone and mini YARN clusters, a real Kafka
+## broker, kinesalite, S3 and Azure blob emulators). Installs what the servers need first (cached after the first run).
+test: $(BIN)/.installed-test kafka-jars yarn-jars blob-emulators kinesalite
 	$(BIN)/pytest -q
 
 ## Run only the tests that start no JVM and no server (tests/conftest.py marks the others spark / integration).
@@ -41,6 +41,10 @@ test-fast: $(BIN)/.installed-test
 ## Download the Kafka broker JARs the integration tests start (Maven Central via ~/.m2, cached; see tools/kafka).
 kafka-jars: $(BIN)/.installed-test
 	$(BIN)/python -m tests.integration.kafka_broker fetch
+
+## Download Hadoop's mini YARN cluster JARs the spark-submit tests on YARN start (Maven Central via ~/.m2, cached; see tools/yarn).
+yarn-jars: $(BIN)/.installed-test
+	$(BIN)/python -m tests.spark.yarn fetch
 
 ## Install the blob store emulators the state integration tests start (Azurite with npm into a cache; moto comes with the test extra).
 blob-emulators: $(BIN)/.installed-test
