@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import hashlib
 import os
 import shutil
 import subprocess
@@ -30,7 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
-from tests.integration.processes import cache_dir, child_setup, free_port
+from tests.integration.processes import cache_dir, child_setup, free_port, maven_libs
 
 REPO = Path(__file__).resolve().parents[2]
 POM = REPO / "tools" / "kafka" / "pom.xml"
@@ -45,41 +44,9 @@ def cache_root() -> Path:
     return cache_dir("MILLSTREAM_KAFKA_CACHE", "kafka")
 
 
-def libs_dir() -> Path:
-    """Where the broker's JARs for the current pom live (whether or not they were fetched yet)."""
-    digest = hashlib.sha256(POM.read_bytes()).hexdigest()[:12]
-    return cache_root() / f"pom-{digest}" / "libs"
-
-
 def fetch_jars(quiet: bool = True) -> Path:
     """The broker's JAR directory, downloaded with Maven first if it is not cached yet."""
-    target = libs_dir()
-    if (target / ".complete").exists():
-        return target
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise KafkaBrokerError("Maven ('mvn') is not on PATH: it fetches the Kafka broker JARs from Maven Central")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix="libs-", dir=target.parent))
-    command = [mvn, "-B", "-f", str(POM), "dependency:copy-dependencies", f"-DoutputDirectory={staging}"]
-    if quiet:
-        command.insert(1, "-q")
-    completed = subprocess.run(command, capture_output=quiet, text=True, check=False)
-    if completed.returncode != 0:
-        shutil.rmtree(staging, ignore_errors=True)
-        output = (completed.stdout or "") + (completed.stderr or "")
-        raise KafkaBrokerError(f"'{' '.join(command)}' failed (exit {completed.returncode}):\n{output[-4000:]}")
-    if not any(staging.glob("kafka_2.13-*.jar")):
-        shutil.rmtree(staging, ignore_errors=True)
-        raise KafkaBrokerError(f"Maven ran but copied no kafka_2.13 JAR into {staging}")
-    (staging / ".complete").write_text(POM.read_text())
-    try:
-        staging.rename(target)
-    except OSError:  # another session finished first; its copy is as good as ours
-        shutil.rmtree(staging, ignore_errors=True)
-        if not (target / ".complete").exists():
-            raise
-    return target
+    return maven_libs(POM, cache_root(), "kafka_2.13-*.jar", "the Kafka broker", quiet=quiet)
 
 
 def cluster_id() -> str:

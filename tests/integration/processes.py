@@ -3,6 +3,7 @@ children that die with the test process, a stop that escalates, and npm installs
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import signal
@@ -59,6 +60,39 @@ def cache_dir(variable: str, name: str) -> Path:
         return Path(configured).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "millstream" / name
+
+
+def maven_libs(pom: Path, cache: Path, marker: str, what: str, *, quiet: bool = True) -> Path:
+    """The directory of ``pom``'s dependency JARs under ``cache``, named after the pom's hash (so a new version
+    fetches again and checkouts share one copy), copied there by Maven first if it is not cached yet. The copy
+    is made in a temporary directory and renamed into place, so concurrent sessions never see a half-filled
+    directory; ``marker`` is a glob one of the JARs must match, or the fetch failed."""
+    target = cache / f"pom-{hashlib.sha256(pom.read_bytes()).hexdigest()[:12]}" / "libs"
+    if (target / ".complete").exists():
+        return target
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise EmulatorError(f"Maven ('mvn') is not on PATH: it fetches {what}'s JARs from Maven Central")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix="libs-", dir=target.parent))
+    command = [mvn, "-B", "-f", str(pom), "dependency:copy-dependencies", f"-DoutputDirectory={staging}"]
+    if quiet:
+        command.insert(1, "-q")
+    completed = subprocess.run(command, capture_output=quiet, text=True, check=False)
+    if completed.returncode != 0 or not any(staging.glob(marker)):
+        shutil.rmtree(staging, ignore_errors=True)
+        output = (completed.stdout or "") + (completed.stderr or "")
+        raise EmulatorError(
+            f"'{' '.join(command)}' (exit {completed.returncode}) did not fetch {what} ({marker}):\n{output[-4000:]}"
+        )
+    (staging / ".complete").write_text(pom.read_text())
+    try:
+        staging.rename(target)
+    except OSError:  # another session finished first; its copy is as good as ours
+        shutil.rmtree(staging, ignore_errors=True)
+        if not (target / ".complete").exists():
+            raise
+    return target
 
 
 def npm_install(

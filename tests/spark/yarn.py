@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,7 +33,7 @@ from typing import Any
 
 import pyspark
 
-from tests.integration.processes import EmulatorError, cache_dir, child_setup
+from tests.integration.processes import EmulatorError, cache_dir, child_setup, maven_libs
 
 REPO = Path(__file__).resolve().parents[2]
 POM = REPO / "tools" / "yarn" / "pom.xml"
@@ -44,38 +42,10 @@ SPARK_HOME = Path(pyspark.__file__).parent
 FINAL_STATES = frozenset({"FINISHED", "FAILED", "KILLED"})
 
 
-def libs_dir() -> Path:
-    """Where the cluster's JARs for the current pom live (whether or not they were fetched yet)."""
-    digest = hashlib.sha256(POM.read_bytes()).hexdigest()[:12]
-    return cache_dir("MILLSTREAM_YARN_CACHE", "yarn") / f"pom-{digest}" / "libs"
-
-
 def fetch_jars(quiet: bool = True) -> Path:
     """The cluster's JAR directory, downloaded with Maven first if it is not cached yet."""
-    target = libs_dir()
-    if (target / ".complete").exists():
-        return target
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise EmulatorError("Maven ('mvn') is not on PATH: it fetches the mini YARN cluster's JARs from Maven Central")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix="libs-", dir=target.parent))
-    command = [mvn, "-B", "-f", str(POM), "dependency:copy-dependencies", f"-DoutputDirectory={staging}"]
-    if quiet:
-        command.insert(1, "-q")
-    completed = subprocess.run(command, capture_output=quiet, text=True, check=False)
-    if completed.returncode != 0 or not any(staging.glob("hadoop-yarn-server-tests-*-tests.jar")):
-        shutil.rmtree(staging, ignore_errors=True)
-        output = (completed.stdout or "") + (completed.stderr or "")
-        raise EmulatorError(f"'{' '.join(command)}' failed (exit {completed.returncode}):\n{output[-4000:]}")
-    (staging / ".complete").write_text(POM.read_text())
-    try:
-        staging.rename(target)
-    except OSError:  # another session finished first; its copy is as good as ours
-        shutil.rmtree(staging, ignore_errors=True)
-        if not (target / ".complete").exists():
-            raise
-    return target
+    cache = cache_dir("MILLSTREAM_YARN_CACHE", "yarn")
+    return maven_libs(POM, cache, "hadoop-yarn-server-tests-*-tests.jar", "the mini YARN cluster", quiet=quiet)
 
 
 def read_hadoop_conf(path: Path) -> dict[str, str]:
