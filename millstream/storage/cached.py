@@ -126,6 +126,11 @@ class CachedStore(KeyValueStore):
         self.write_back()
         self.store.flush()
 
+    @property
+    def pending_writes(self) -> int:
+        """How many keys are dirty (written to the cache only)."""
+        return len(self._dirty)
+
     def write_back(self) -> None:
         """Write every dirty entry to the store (engine and changelog) as one batch, in the order the keys
         became dirty; the entries stay cached, clean."""

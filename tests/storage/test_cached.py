@@ -1,9 +1,11 @@
 """The write-back object cache in front of a task's store: it reads and iterates like the plain store over
 any sequence of operations, and after every write-back the engine and the changelog's last value per key
-both equal what the task sees; a hot key reaches the engine and the changelog once per write-back."""
+both equal what the task sees; a hot key reaches the engine and the changelog once per write-back; a crash
+restores, from the changelog, exactly the last checkpoint's state."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from millstream.storage.errors import StoreError
 from millstream.storage.inmemory import InMemoryKeyValueStorageEngine
 from millstream.storage.kv import KeyValueStorageEngine, TaskKeyValueStore
 from millstream.storage.rocksdb import RocksDbKeyValueStorageEngine
+from tests.storage.harness import TASK, Opened, StateHarness, state_config
 
 
 class CountingEngine(InMemoryKeyValueStorageEngine):
@@ -241,3 +244,49 @@ def test_the_write_batch_defaults_to_the_cache_size_and_0_disables_the_cache(
 ) -> None:
     config = Config({f"stores.s.{key}": value for key, value in keys.items()})
     assert store_config(config, "s").object_cache("s") == expected
+
+
+def crash(opened: Opened) -> None:
+    """The process dies: what the cache wrote back on eviction reached the changelog (the producer flushed),
+    what it still held dirty is lost."""
+    opened.producers.flush(TASK)
+    opened.storage.close()
+    opened.container.close()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_crash_restores_from_the_changelog_exactly_the_last_checkpoint_state_whatever_was_evicted(
+    tmp_path: Path, seed: int
+) -> None:
+    """A cache smaller than the keys writes back on eviction between commits, so the changelog holds records
+    newer than the checkpoint: the restore must revert them, and ending the run after the crash must give
+    what a run without the crash gives."""
+    rng = random.Random(seed)
+    harness = StateHarness(state_config(tmp_path, "changelog", stores__counts__object__cache__size=3))
+    batches = [[(f"k{rng.randrange(6)}", rng.choice([None, *range(5)])) for _ in range(30)] for _ in range(4)]
+    reference: dict[str, int] = {}
+    opened = harness.open()
+    for number, batch in enumerate(batches):
+        for key, value in batch:
+            opened.store.put(key, value)
+        if number < 2:
+            harness.commit(opened)
+            reference = dict(opened.store.all())
+    crash(opened)
+
+    restored = harness.open()
+    assert dict(restored.store.all()) == reference
+    for batch in batches[2:]:  # processed again after the crash
+        for key, value in batch:
+            restored.store.put(key, value)
+    harness.commit(restored)
+    fault_free: dict[str, int] = {}
+    for batch in batches:
+        for key, value in batch:
+            if value is None:
+                fault_free.pop(key, None)
+            else:
+                fault_free[key] = value
+    assert dict(restored.store.all()) == fault_free
+    restored.close()
+    assert harness.open().store.get_all(list(fault_free)) == fault_free

@@ -272,6 +272,12 @@ class TaskStorageManager:
         """Synchronous part of a commit: the stores' state as of now; backend → store → marker. Their object
         caches were written back (``write_back``) and the producers flushed before."""
         for name, store in self.stores.items():
+            if isinstance(store, CachedStore) and store.pending_writes:
+                # written back now, they could miss the changelog offsets this snapshot names
+                raise StateBackupError(
+                    f"task '{self.task_name}': store '{name}' holds {store.pending_writes} writes not written back "
+                    "before the producers' flush: the commit must call write_back first"
+                )
             try:
                 store.flush()
             except Exception as error:
