@@ -14,12 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from millstream.checkpoint.checkpoint import CheckpointId
 from millstream.config import Config
 from millstream.config.views import store_config
 from millstream.errors import ConfigError
 from millstream.serde.builtin import JsonSerde, StringSerde
 from millstream.storage.cached import CachedStore
-from millstream.storage.errors import StoreError
+from millstream.storage.errors import StateBackupError, StoreError
 from millstream.storage.inmemory import InMemoryKeyValueStorageEngine
 from millstream.storage.kv import KeyValueStorageEngine, TaskKeyValueStore
 from millstream.storage.rocksdb import RocksDbKeyValueStorageEngine
@@ -290,3 +291,22 @@ def test_a_crash_restores_from_the_changelog_exactly_the_last_checkpoint_state_w
     assert dict(restored.store.all()) == fault_free
     restored.close()
     assert harness.open().store.get_all(list(fault_free)) == fault_free
+
+
+def test_a_task_store_has_an_object_cache_by_default_and_none_with_size_0(tmp_path: Path) -> None:
+    cached_store = StateHarness(state_config(tmp_path / "a", "changelog")).open()
+    assert isinstance(cached_store.store, CachedStore) and cached_store.store.cache_size == 10_000
+    cached_store.close()
+    plain = StateHarness(state_config(tmp_path / "b", "changelog", stores__counts__object__cache__size=0)).open()
+    assert isinstance(plain.store, TaskKeyValueStore)
+    plain.close()
+
+
+def test_a_snapshot_refuses_a_cache_not_written_back_before_the_producers_flush(tmp_path: Path) -> None:
+    opened = StateHarness(state_config(tmp_path, "changelog")).open()
+    opened.store.put("a", 1)
+    with pytest.raises(StateBackupError, match="store 'counts' holds 1 writes not written back"):
+        opened.storage.snapshot(CheckpointId.create())
+    opened.storage.write_back()
+    opened.storage.snapshot(CheckpointId.create())
+    opened.close()
