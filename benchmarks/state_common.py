@@ -82,6 +82,7 @@ class StateJob:
     @staticmethod
     def commit(state: TaskState, offset: int) -> CheckpointV2:
         checkpoint_id = CheckpointId.create()
+        state.storage.write_back()
         state.producers.flush(TASK)
         markers = state.storage.snapshot(checkpoint_id)
         uploaded: Mapping[str, Mapping[str, str]] = state.storage.upload(checkpoint_id, markers)

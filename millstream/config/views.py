@@ -554,6 +554,14 @@ class StoreConfig(ConfigView):
     """RocksDB block cache per container for this store, split between its tasks (Samza's key); 0: no block
     cache. With ``container.write.buffer.size.bytes`` x ``rocksdb.num.write.buffers`` it is the store's share of
     the container's memory budget (``job.container.memory.mb``). Ignored under ``job.container.rocksdb.memory.mb``."""
+    object_cache_size: int = Field(10_000, alias="object.cache.size", ge=0)
+    """Entries of the store's write-back object cache, per task (Samza's key): recently used keys are read from
+    the objects the task put, and writes reach RocksDB and the changelog once per key per commit (or when
+    ``write.batch.size`` keys are dirty, or a dirty key is evicted), not once per ``put``. 0: no cache, every
+    ``put`` writes through. A value mutated after ``put`` without a new ``put`` is undefined."""
+    write_batch_size: int | None = Field(None, alias="write.batch.size", ge=1)
+    """Dirty entries the object cache holds before it writes them back as one batch (Samza's key); at most
+    ``object.cache.size``; default: ``object.cache.size``, so a hot key is written once per commit."""
     changelog_min_compaction_lag_ms: int = Field(4 * 60 * 60 * 1000, alias="changelog.min.compaction.lag.ms", ge=0)
     """A checkpoint older than 0.9 x this is restored to the changelog's end, not reverted: compaction may
     already have removed the committed values of later-overwritten keys."""
@@ -576,6 +584,17 @@ class StoreConfig(ConfigView):
     @property
     def is_adjunct(self) -> bool:
         return self.adstore_input is not None
+
+    def object_cache(self, store: str) -> tuple[int, int]:
+        """``(object.cache.size, write.batch.size)`` of ``store``, the batch defaulted; ``(0, 0)``: no cache."""
+        size = self.object_cache_size
+        batch = size if self.write_batch_size is None else self.write_batch_size
+        if size and batch > size:
+            raise ConfigError(
+                f"config key 'stores.{store}.write.batch.size' is {batch}, more than "
+                f"'stores.{store}.object.cache.size' ({size}): dirty entries live in the cache"
+            )
+        return (size, batch) if size else (0, 0)
 
     def adjunct_input(self, store: str) -> SystemStream:
         if self.adstore_input is None:

@@ -10,7 +10,9 @@ key prefix (their op id, stable across restarts).
 
 The store takes the job's state backends like any store (``stores.backup.factories``); with none
 configured, or with ``changelog`` among them, it gets a changelog on ``app.intermediate.system``, so its
-state is as durable as the control state that lived in the metadata store before. Any
+state is as durable as the control state that lived in the metadata store before. Its object cache is off
+(``object.cache.size=0``): ``operators.state.StoreBackedState`` already keeps each operator's recent entries
+as objects and writes them back before every snapshot, so a second cache would only copy them. Any
 ``stores.operator-state.*`` key the user sets wins over these defaults (``factory=inmemory``, another
 changelog, its own backup factories).
 """
@@ -45,7 +47,8 @@ def operator_store_config(
     if not any(is_stateful(spec) for spec in operators):
         return {}
     prefix = f"stores.{OPERATOR_STORE}."
-    updates = {f"{prefix}factory": "rocksdb"}
+    # the operators' StoreBackedState caches their deserialized entries itself and writes them at before_checkpoint
+    updates = {f"{prefix}factory": "rocksdb", f"{prefix}object.cache.size": "0"}
     own = store_config(config, OPERATOR_STORE)
     factories = own.backup_factories
     if factories is None:

@@ -76,6 +76,10 @@ class TaskStorage(Protocol):
         """Whether a store changed since the last snapshot, so a commit is due even without new offsets."""
         ...
 
+    def write_back(self) -> None:
+        """Hand the stores' cached writes to their engines and changelogs (before the producers' flush)."""
+        ...
+
     def snapshot(self, checkpoint_id: CheckpointId) -> dict[str, dict[str, str]]: ...
 
     def upload(

@@ -1,8 +1,9 @@
 """One task of a container: the user's task object, its partitions, offsets, stores and commits.
 
-Commit order is what makes output at-least-once and state transactional: producers are flushed
-(output and changelogs), the task's ``before_checkpoint`` runs (what it writes to a store is flushed to
-the changelog too, so it is part of this commit), the stores are snapshotted (synchronously, exclusive
+Commit order is what makes output at-least-once and state transactional: the stores' object caches
+write back what they hold dirty, producers are flushed (output and changelogs), the task's
+``before_checkpoint`` runs (what it writes to a store is written back and flushed to the changelog too,
+so it is part of this commit), the stores are snapshotted (synchronously, exclusive
 with processing: the checkpoint directories and the backends' markers), their snapshots uploaded (asynchronously, on a
 commit thread, while the task keeps processing), and only then are the checkpoints written — input
 offsets with the markers of exactly the state those offsets produced — and what they no longer need
@@ -355,10 +356,13 @@ class TaskInstance:
             self._raise_commit_failure()
         storage = self.storage
         started = self._clock()
+        if storage is not None:
+            storage.write_back()  # the stores' cached writes join the changelog before the flush
         self.producers.flush(self.task_name)
         if isinstance(self.task, CheckpointListener):
             self.task.before_checkpoint()
             if storage is not None and storage.dirty:
+                storage.write_back()
                 self.producers.flush(self.task_name)  # the listener's store writes reach their changelog
         if self.last_processed == self._snapshotted and not (storage is not None and storage.dirty):
             if self.startpoints is not None and self.startpoints.pending:

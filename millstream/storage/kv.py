@@ -171,6 +171,8 @@ class TaskKeyValueStore(KeyValueStore):
         self._msg_to = msg_serde.to_bytes if msg_serde else _require_bytes
         self._msg_from = msg_serde.from_bytes if msg_serde else _identity
         self._changelog = changelog
+        self.has_key_serde = key_serde is not None
+        """False: keys are bytes, stored as they are."""
         self.dirty = False
 
     def __repr__(self) -> str:
@@ -206,6 +208,27 @@ class TaskKeyValueStore(KeyValueStore):
             return self._key_from(entry[0]), self._msg_from(entry[1])
         except (SerdeError, TypeError, ValueError) as error:
             raise self._error("deserialize a stored entry", error) from None
+
+    def encode_key(self, key: Any) -> bytes:
+        """``key`` as the engine stores it (what a cache in front of this store is keyed by)."""
+        return self._key(key)
+
+    def get_encoded(self, data_key: bytes) -> Any:
+        """The value stored under the serialized ``data_key``."""
+        return self._value(self.engine.get(data_key))
+
+    def put_encoded(self, entries: Sequence[tuple[bytes, Any]]) -> None:
+        """Write values under serialized keys (``None`` deletes), in order, to the engine as one batch and to
+        the changelog: how a write-back cache hands over its dirty entries."""
+        encoded = [(key, None if value is None else self._msg(value)) for key, value in entries]
+        self.engine.put_all(encoded)
+        if self._changelog is not None:
+            for key, data in encoded:
+                self._changelog(key, data)
+        self.dirty = True
+
+    def write_back(self) -> None:
+        """Nothing: every write already reached the engine and the changelog (``CachedStore`` overrides it)."""
 
     def get(self, key: Any) -> Any:
         return self._value(self.engine.get(self._key(key)))

@@ -85,6 +85,9 @@ class TimedStorage:
     def _spend(self, phase: str) -> None:
         self.clock.now += self.costs[phase]
 
+    def write_back(self) -> None:
+        pass
+
     def snapshot(self, checkpoint_id: CheckpointId) -> dict[str, dict[str, str]]:
         self._spend("snapshot")
         return {}

@@ -17,6 +17,14 @@ def test_a_windowed_application_gets_a_rocksdb_operator_store_with_a_changelog_b
     assert backup_factory_names(config, OPERATOR_STORE) == [("changelog", f"stores.{OPERATOR_STORE}.changelog")]
 
 
+def test_the_operator_store_has_no_object_cache_of_its_own_since_its_operators_cache_their_entries(tmp_path):
+    assert store_config(app_config(tmp_path, "tests.api.apps:WindowedCount"), OPERATOR_STORE).object_cache(
+        OPERATOR_STORE
+    ) == (0, 0)
+    config = app_config(tmp_path, "tests.api.apps:WindowedCount", **{"stores__operator-state__object__cache__size": 50})
+    assert store_config(config, OPERATOR_STORE).object_cache(OPERATOR_STORE) == (50, 50)
+
+
 def test_a_stateless_application_declares_no_store(tmp_path):
     config = app_config(tmp_path, "tests.api.apps:RepartitionPassThrough")
     assert store_names(config) == []

@@ -74,6 +74,9 @@ class FakeStorage:
         self.upload_threads: list[str] = []
         self.uploading = threading.Event()
 
+    def write_back(self) -> None:
+        self.events.append("write-back")
+
     def snapshot(self, checkpoint_id: CheckpointId) -> dict[str, dict[str, str]]:
         self.events.append("snapshot")
         self.dirty = False
@@ -158,7 +161,7 @@ def executor():
     pool.shutdown(wait=True, cancel_futures=True)
 
 
-def test_commit_flushes_then_snapshots_then_uploads_then_writes_v1_and_v2_then_removes_startpoints_then_cleans_up(
+def test_commit_writes_back_caches_then_flushes_then_snapshots_then_uploads_then_writes_checkpoints_then_cleans_up(
     executor,
 ):
     events = Events()
@@ -168,6 +171,7 @@ def test_commit_flushes_then_snapshots_then_uploads_then_writes_v1_and_v2_then_r
     task.commit()
     task.finish_commits()
     assert events == [
+        "write-back",
         "flush",
         "snapshot",
         "upload",
@@ -176,6 +180,7 @@ def test_commit_flushes_then_snapshots_then_uploads_then_writes_v1_and_v2_then_r
         "checkpoint-v2",
         "startpoints-removed",
         "cleanup",
+        "write-back",
         "flush",
     ]
     v1, v2 = checkpoints.written
@@ -280,7 +285,7 @@ def test_nothing_is_committed_when_neither_offsets_nor_stores_changed(executor):
     storage = FakeStorage(events)
     task, checkpoints = make_task(events, storage, executor=executor)
     task.commit()
-    assert events == ["flush"] and checkpoints.written == []
+    assert events == ["write-back", "flush"] and checkpoints.written == []
     storage.dirty = True  # e.g. a window() wrote to a store without new input
     task.commit()
     task.finish_commits()

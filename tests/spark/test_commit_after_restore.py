@@ -1,6 +1,7 @@
 """Through the Spark runner: a container SIGKILLed after its stores wrote to their changelog, with no
-checkpoint yet, is retried; its restore reverts those writes and it commits at once, sealing the revert,
-long before the timer (an hour) or the end of its input would have."""
+checkpoint yet (its object cache, smaller than its keys, wrote back what it evicted), is retried; its
+restore reverts those writes and it commits at once, sealing the revert, long before the timer (an hour)
+or the end of its input would have."""
 
 from __future__ import annotations
 
@@ -30,7 +31,14 @@ TASK = TaskName("Partition 0")
 def test_a_retried_container_whose_restore_reverted_writes_commits_before_reaching_its_inputs_end(
     spark_local: Any, tmp_path: Path
 ) -> None:
-    config = job(tmp_path, "changelog", task__commit__ms=3_600_000, test__delay__seconds=0.006)
+    config = job(
+        tmp_path,
+        "changelog",
+        task__commit__ms=3_600_000,
+        test__delay__seconds=0.006,
+        stores__counts__object__cache__size=3,  # fewer than the keys: evictions reach the changelog before a commit
+        stores__counts__write__batch__size=2,
+    )
     store = metadata_store(config)
     runner = SparkJobRunner(config, spark=spark_local)
     outcome: dict[str, JobResult] = {}

@@ -141,6 +141,14 @@ def test_sigkill_during_processing(spark_local, tmp_path: Path, backend: str) ->
     check_outcome(config, result, tmp_path, backend)
 
 
+def test_sigkill_during_processing_with_an_object_cache_smaller_than_the_keys(spark_local, tmp_path: Path) -> None:
+    """Evictions write back between commits, so the changelog runs ahead of the checkpoint when the kill comes:
+    the restore reverts to the checkpoint and the end equals a run without faults."""
+    config = job(tmp_path, "changelog", stores__counts__object__cache__size=3, stores__counts__write__batch__size=2)
+    result = run_and_kill(config, spark_local, running_container_with_a_checkpoint(config))
+    check_outcome(config, result, tmp_path, "changelog")
+
+
 @pytest.mark.parametrize(
     ("point", "backend"),
     [

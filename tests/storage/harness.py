@@ -50,6 +50,7 @@ class Opened:
         return self.storage.stores["counts"]
 
     def close(self) -> None:
+        self.storage.write_back()
         self.producers.flush(TASK)
         self.storage.close()
         self.container.close()
@@ -86,6 +87,7 @@ class StateHarness:
         the commit after ``snapshot``, ``upload`` or ``checkpoint`` as a crash there would."""
         self.offset += 1
         checkpoint_id = CheckpointId.create()
+        opened.storage.write_back()
         opened.producers.flush(TASK)
         markers = opened.storage.snapshot(checkpoint_id)
         if stop_after == "snapshot":

@@ -50,6 +50,7 @@ def test_a_zombie_cannot_snapshot_or_clean_up_once_a_newer_attempt_owns_the_dire
     with pytest.raises(StoreDirectoryFencedError):
         zombie.storage.cleanup(CheckpointId.create(), {})
     zombie.store.put("a", 99)
+    zombie.storage.write_back()  # as its next commit would
     with pytest.raises(WriterFencedError, match=r"log\.counts-changelog partition 0: container 0 attempt 1"):
         zombie.producers.flush("Partition 0")
     assert tree(owner_dir.parent) == before

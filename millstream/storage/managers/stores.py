@@ -42,6 +42,7 @@ from millstream.storage.backends.base import (
 )
 from millstream.storage.backends.changelog.marker import parse_v1_entry
 from millstream.storage.backends.registry import backup_factories, restore_factories, restore_factory_for
+from millstream.storage.cached import CachedStore
 from millstream.storage.changelog_partitions import changelog_partition
 from millstream.storage.errors import StateBackupError, StateRestoreError
 from millstream.storage.factory import StorageEngineFactory, storage_engine_factory
@@ -104,7 +105,8 @@ class TaskStorageManager:
             spec = StoreSpec(name, own, store_dir, engine_factory.persistent, changelog)
             self._stores[name] = _Store(spec, engine_factory, backups, logged)
         self.engines: dict[str, KeyValueStorageEngine] = {}
-        self.stores: dict[str, TaskKeyValueStore] = {}
+        self.stores: dict[str, TaskKeyValueStore | CachedStore] = {}
+        """What the task reads and writes: each store behind its object cache, when it has one."""
         self.backup_managers: dict[str, TaskBackupManager] = {}
         self.revert_unsealed = False
         """The restore reverted writes no checkpoint covers, or could not restore the checkpoint's state
@@ -244,7 +246,7 @@ class TaskStorageManager:
         for name in self._stores:
             own = store_config(config, name)
             writers = [w for m in self.backup_managers.values() if (w := m.store_writer(name)) is not None]
-            self.stores[name] = TaskKeyValueStore(
+            store = TaskKeyValueStore(
                 self.task_name,
                 name,
                 self.engines[name],
@@ -252,12 +254,30 @@ class TaskStorageManager:
                 serdes.get(own.msg_serde, f"stores.{name}.msg.serde") if own.msg_serde else None,
                 _combined(writers),
             )
+            cache_size, write_batch_size = own.object_cache(name)
+            self.stores[name] = CachedStore(store, cache_size, write_batch_size) if cache_size else store
         if isinstance(checkpoint, CheckpointV2):
             self.cleanup(checkpoint.checkpoint_id, checkpoint.state_checkpoint_markers)
 
-    def snapshot(self, checkpoint_id: CheckpointId) -> dict[str, dict[str, str]]:
-        """Synchronous part of a commit: the stores' state as of now; backend → store → marker."""
+    def write_back(self) -> None:
+        """Hand what the stores' object caches hold dirty to the engines and the changelogs: a commit calls it
+        before it flushes the task's producers, so the changelog and the snapshot hold every write so far."""
         for name, store in self.stores.items():
+            try:
+                store.write_back()
+            except Exception as error:
+                raise StateBackupError(f"task '{self.task_name}': cannot write back store '{name}': {error}") from error
+
+    def snapshot(self, checkpoint_id: CheckpointId) -> dict[str, dict[str, str]]:
+        """Synchronous part of a commit: the stores' state as of now; backend → store → marker. Their object
+        caches were written back (``write_back``) and the producers flushed before."""
+        for name, store in self.stores.items():
+            if isinstance(store, CachedStore) and store.pending_writes:
+                # written back now, they could miss the changelog offsets this snapshot names
+                raise StateBackupError(
+                    f"task '{self.task_name}': store '{name}' holds {store.pending_writes} writes not written back "
+                    "before the producers' flush: the commit must call write_back first"
+                )
             try:
                 store.flush()
             except Exception as error:

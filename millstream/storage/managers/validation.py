@@ -45,6 +45,7 @@ def validate_state_config(config: Config, serdes: SerdeRegistry) -> None:
         for kind, serde_name in (("key", own.key_serde), ("msg", own.msg_serde)):
             if serde_name:
                 serdes.get(serde_name, f"stores.{store}.{kind}.serde")
+        own.object_cache(store)
         if own.changelog:
             parse_stream(own.changelog, f"stores.{store}.changelog")
         persistent = storage_engine_factory(config, store).persistent

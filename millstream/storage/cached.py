@@ -1,0 +1,150 @@
+"""A write-back object cache in front of a task's store (Samza's ``CachedStore``, Kafka Streams' record cache).
+
+Why: a task that reads and rewrites the same keys over and over (a count, an aggregate per key) would pay a
+serde call, an engine read, an engine write and a changelog record per message. Here the latest value of
+each recently used key is kept as the object the task put; reads of those keys never reach the engine, and
+writes stay *dirty* in the cache until they are written back, as one batch to the engine and one changelog
+record per key. A hot key then costs one engine write and one changelog record per write-back, not per
+message.
+
+When dirty entries are written back:
+
+- at every commit, before the commit flushes the task's producers (``TaskStorageManager.write_back``, called
+  by ``TaskInstance.commit``), and again after the task's ``before_checkpoint``: the changelog and the
+  snapshot the checkpoint names always hold every write made before it, so at-least-once is unchanged;
+- when ``write.batch.size`` keys are dirty, and when a dirty entry is about to be evicted (the whole dirty
+  set goes, as one batch);
+- before anything iterates the engine (``range``, ``all``, ``snapshot``) and at ``flush``.
+
+Guarantees: reads see the task's own writes; the cache holds at most ``object.cache.size`` entries, least
+recently used evicted first; known-absent keys are cached too. Entries are keyed by the serialized key (the
+engine's key), so two keys the serde maps to the same bytes are one entry, as in the engine.
+
+The cache hands out the very objects the task put (no copies, as in Samza): mutating a value after ``put``
+without putting it again is undefined; it may or may not reach the store. A value the store's serde cannot
+serialize fails when it is written back (at the latest, the next commit), naming the store. A store belongs
+to one task and is used from the task's thread only.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from millstream.storage.kv import KeyValueSnapshot, KeyValueStore, TaskKeyValueStore
+
+_MISSING = object()
+
+
+class CachedStore(KeyValueStore):
+    """``store`` behind an LRU cache of ``cache_size`` entries holding at most ``write_batch_size`` dirty ones.
+
+    ``dirty`` says whether anything was written since the last commit's snapshot cleared it (as
+    ``TaskKeyValueStore.dirty``); ``write_back`` empties the dirty set into ``store``.
+    """
+
+    def __init__(self, store: TaskKeyValueStore, cache_size: int, write_batch_size: int) -> None:
+        if cache_size < 1 or not 1 <= write_batch_size <= cache_size:
+            raise ValueError(f"cache size {cache_size}, write batch size {write_batch_size}: need 1 <= batch <= size")
+        self.store = store
+        self.task_name = store.task_name
+        self.store_name = store.store_name
+        self.cache_size = cache_size
+        self.write_batch_size = write_batch_size
+        self.dirty = False
+        self._cache: OrderedDict[bytes, Any] = OrderedDict()
+        """Serialized key → the object put (``None``: absent, deleted or never written)."""
+        self._dirty: dict[bytes, None] = {}
+        """The keys whose cached value the store does not hold yet, in the order they became dirty."""
+        self._raw_keys = not store.has_key_serde
+        self._encode = store.encode_key
+
+    def __repr__(self) -> str:
+        return f"CachedStore({self.store!r}, size={self.cache_size}, write_batch={self.write_batch_size})"
+
+    def get(self, key: Any) -> Any:
+        data_key = key if self._raw_keys and type(key) is bytes else self._encode(key)
+        cache = self._cache
+        value = cache.get(data_key, _MISSING)
+        if value is not _MISSING:
+            cache.move_to_end(data_key)
+            return value
+        value = self.store.get_encoded(data_key)
+        cache[data_key] = value
+        if len(cache) > self.cache_size:
+            self._evict()
+        return value
+
+    def get_all(self, keys: Iterable[Any]) -> dict[Any, Any]:
+        found = {}
+        for key in keys:
+            value = self.get(key)
+            if value is not None:
+                found[key] = value
+        return found
+
+    def put(self, key: Any, value: Any) -> None:
+        data_key = key if self._raw_keys and type(key) is bytes else self._encode(key)
+        cache = self._cache
+        cache[data_key] = value
+        cache.move_to_end(data_key)
+        self.dirty = True
+        dirty = self._dirty
+        if data_key not in dirty:
+            dirty[data_key] = None
+            if len(dirty) >= self.write_batch_size:
+                self.write_back()
+        if len(cache) > self.cache_size:
+            self._evict()
+
+    def put_all(self, entries: Mapping[Any, Any] | Iterable[tuple[Any, Any]]) -> None:
+        pairs = entries.items() if isinstance(entries, Mapping) else entries
+        for key, value in pairs:
+            self.put(key, value)
+
+    def delete(self, key: Any) -> None:
+        self.put(key, None)
+
+    def delete_all(self, keys: Iterable[Any]) -> None:
+        for key in keys:
+            self.put(key, None)
+
+    def range(self, from_key: Any, to_key: Any) -> Iterator[tuple[Any, Any]]:
+        self.write_back()
+        return self.store.range(from_key, to_key)
+
+    def all(self) -> Iterator[tuple[Any, Any]]:
+        self.write_back()
+        return self.store.all()
+
+    def snapshot(self, from_key: Any = None, to_key: Any = None) -> KeyValueSnapshot:
+        self.write_back()
+        return self.store.snapshot(from_key, to_key)
+
+    def flush(self) -> None:
+        self.write_back()
+        self.store.flush()
+
+    @property
+    def pending_writes(self) -> int:
+        """How many keys are dirty (written to the cache only)."""
+        return len(self._dirty)
+
+    def write_back(self) -> None:
+        """Write every dirty entry to the store (engine and changelog) as one batch, in the order the keys
+        became dirty; the entries stay cached, clean."""
+        dirty = self._dirty
+        if not dirty:
+            return
+        cache = self._cache
+        entries = [(data_key, cache[data_key]) for data_key in dirty]
+        dirty.clear()
+        self.store.put_encoded(entries)
+
+    def _evict(self) -> None:
+        cache = self._cache
+        while len(cache) > self.cache_size:
+            if next(iter(cache)) in self._dirty:
+                self.write_back()
+            cache.popitem(last=False)
