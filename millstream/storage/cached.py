@@ -3,9 +3,9 @@
 Why: a task that reads and rewrites the same keys over and over (a count, an aggregate per key) would pay a
 serde call, an engine read, an engine write and a changelog record per message. Here the latest value of
 each recently used key is kept as the object the task put; reads of those keys never reach the engine, and
-writes stay *dirty* in the cache until they are written back, as one batch to the engine and one changelog
-record per key. A hot key then costs one engine write and one changelog record per write-back, not per
-message.
+writes stay *dirty* in the cache (serialized at ``put``) until they are written back, as one batch to the
+engine and one changelog record per key. A hot key then costs one engine write and one changelog record
+per write-back, not per message.
 
 When dirty entries are written back:
 
@@ -20,10 +20,12 @@ Guarantees: reads see the task's own writes; the cache holds at most ``object.ca
 recently used evicted first; known-absent keys are cached too. Entries are keyed by the serialized key (the
 engine's key), so two keys the serde maps to the same bytes are one entry, as in the engine.
 
-The cache hands out the very objects the task put (no copies, as in Samza): mutating a value after ``put``
-without putting it again is undefined; it may or may not reach the store. A value the store's serde cannot
-serialize fails when it is written back (at the latest, the next commit), naming the store. A store belongs
-to one task and is used from the task's thread only.
+The cache hands out the very objects the task put (no copies, as in Samza): the store and its changelog hold
+a value as it was serialized at ``put``, so a value mutated in place and not put again is seen by ``get``
+only while it stays cached. Values are serialized at ``put`` (as Kafka Streams does), not at write-back, so
+a value the store's serde refuses fails in the task's ``process``, where the task's error policy applies and
+the error names the message's offset, rather than at a later commit. A store belongs to one task and is used
+from the task's thread only.
 """
 
 from __future__ import annotations
@@ -55,10 +57,12 @@ class CachedStore(KeyValueStore):
         self.dirty = False
         self._cache: OrderedDict[bytes, Any] = OrderedDict()
         """Serialized key → the object put (``None``: absent, deleted or never written)."""
-        self._dirty: dict[bytes, None] = {}
-        """The keys whose cached value the store does not hold yet, in the order they became dirty."""
+        self._dirty: dict[bytes, bytes | None] = {}
+        """The keys whose cached value the store does not hold yet, in the order they became dirty, with that
+        value serialized at ``put`` (``None``: deleted)."""
         self._raw_keys = not store.has_key_serde
         self._encode = store.encode_key
+        self._encode_value = store.encode_value
 
     def __repr__(self) -> str:
         return f"CachedStore({self.store!r}, size={self.cache_size}, write_batch={self.write_batch_size})"
@@ -86,15 +90,15 @@ class CachedStore(KeyValueStore):
 
     def put(self, key: Any, value: Any) -> None:
         data_key = key if self._raw_keys and type(key) is bytes else self._encode(key)
+        data = None if value is None else self._encode_value(value)
         cache = self._cache
         cache[data_key] = value
         cache.move_to_end(data_key)
         self.dirty = True
         dirty = self._dirty
-        if data_key not in dirty:
-            dirty[data_key] = None
-            if len(dirty) >= self.write_batch_size:
-                self.write_back()
+        dirty[data_key] = data
+        if len(dirty) >= self.write_batch_size:
+            self.write_back()
         if len(cache) > self.cache_size:
             self._evict()
 
@@ -137,10 +141,9 @@ class CachedStore(KeyValueStore):
         dirty = self._dirty
         if not dirty:
             return
-        cache = self._cache
-        entries = [(data_key, cache[data_key]) for data_key in dirty]
+        entries = list(dirty.items())
         dirty.clear()
-        self.store.put_encoded(entries)
+        self.store.put_serialized(entries)
 
     def _evict(self) -> None:
         cache = self._cache

@@ -213,17 +213,21 @@ class TaskKeyValueStore(KeyValueStore):
         """``key`` as the engine stores it (what a cache in front of this store is keyed by)."""
         return self._key(key)
 
+    def encode_value(self, value: Any) -> bytes:
+        """``value`` as the engine stores it: a cache in front of this store serializes at ``put``, so a value
+        the serde refuses fails where the task put it (under the task's error policy), not at a later commit."""
+        return self._msg(value)
+
     def get_encoded(self, data_key: bytes) -> Any:
         """The value stored under the serialized ``data_key``."""
         return self._value(self.engine.get(data_key))
 
-    def put_encoded(self, entries: Sequence[tuple[bytes, Any]]) -> None:
-        """Write values under serialized keys (``None`` deletes), in order, to the engine as one batch and to
-        the changelog: how a write-back cache hands over its dirty entries."""
-        encoded = [(key, None if value is None else self._msg(value)) for key, value in entries]
-        self.engine.put_all(encoded)
+    def put_serialized(self, entries: Sequence[tuple[bytes, bytes | None]]) -> None:
+        """Write serialized entries (``None`` deletes), in order, to the engine as one batch and to the
+        changelog: how a write-back cache hands over its dirty entries."""
+        self.engine.put_all(entries)
         if self._changelog is not None:
-            for key, data in encoded:
+            for key, data in entries:
                 self._changelog(key, data)
         self.dirty = True
 

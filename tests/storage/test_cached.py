@@ -148,11 +148,21 @@ def test_the_objects_put_are_the_objects_handed_out() -> None:
     assert store.get("a") is value
 
 
-def test_an_unserializable_value_fails_at_write_back_naming_task_and_store() -> None:
+def test_an_unserializable_value_fails_at_put_naming_task_and_store_and_leaves_nothing_dirty() -> None:
     store, _ = cached(InMemoryKeyValueStorageEngine())
-    store.put("a", object())
-    with pytest.raises(StoreError, match="task 'Partition 0' store 'counts'"):
-        store.write_back()
+    with pytest.raises(StoreError, match="task 'Partition 0' store 'counts': cannot serialize the value"):
+        store.put("a", object())
+    assert store.pending_writes == 0
+    assert store.get("a") is None
+
+
+def test_the_store_keeps_a_value_as_it_was_serialized_at_put() -> None:
+    store, changelog = cached(InMemoryKeyValueStorageEngine())
+    value = {"n": [1]}
+    store.put("a", value)
+    value["n"].append(2)  # changed in place, not put again
+    store.write_back()
+    assert changelog.records[-1][1] == b'{"n":[1]}'
 
 
 def test_without_a_key_serde_bytes_keys_are_cached_as_they_are() -> None:
