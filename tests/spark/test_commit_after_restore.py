@@ -17,11 +17,11 @@ from millstream.checkpoint.factory import checkpoint_manager
 from millstream.coordinator.job_result import JobResult
 from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
-from millstream.model import SystemStream, TaskName
+from millstream.model import SystemStream, SystemStreamPartition, TaskName
 from millstream.spark.runner import SparkJobRunner
 from millstream.testing import read_stream
 from tests.helpers import wait_until
-from tests.spark.test_state import final_store_dumps, job, reference
+from tests.spark.test_state import PER_PARTITION, final_store_dumps, job, reference
 
 pytestmark = pytest.mark.spark
 
@@ -57,11 +57,13 @@ def test_a_retried_container_whose_restore_reverted_writes_commits_before_reachi
     assert victim is not None
     os.kill(victim, signal.SIGKILL)
 
-    def checkpointed_before_the_end() -> bool:
-        dumped = str(TASK) in final_store_dumps(config)  # the task's end-of-stream report
-        return TASK in checkpoint_manager(config, store).read_all() and not dumped
-
-    wait_until(checkpointed_before_the_end, 120, "a checkpoint of the retried task before its input ended")
+    # The first checkpoint the task writes is read alone (one metadata read per poll, nothing else), so a
+    # loaded machine cannot let the poll miss it; it must name no input offset near the partition's end.
+    checkpoints = checkpoint_manager(config, store)
+    first = wait_until(lambda: checkpoints.read_all().get(TASK), 120, "a checkpoint of the retried task")
+    assert first is not None
+    processed = first.offsets.get(SystemStreamPartition("log", "in", 0))
+    assert processed is None or int(processed) < PER_PARTITION - 1, f"first checkpoint at the input's end: {first}"
     thread.join(300)
     result = outcome["result"]
     assert result.outcome == "finished", result.error
