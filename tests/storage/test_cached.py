@@ -6,7 +6,6 @@ restores, from the changelog, exactly the last checkpoint's state."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,6 @@ from millstream.storage.cached import CachedStore
 from millstream.storage.errors import StateBackupError, StoreError
 from millstream.storage.inmemory import InMemoryKeyValueStorageEngine
 from millstream.storage.kv import KeyValueStorageEngine, TaskKeyValueStore
-from millstream.storage.rocksdb import RocksDbKeyValueStorageEngine
 from tests.storage.harness import TASK, Opened, StateHarness, state_config
 
 
@@ -62,17 +60,6 @@ def cached(engine: KeyValueStorageEngine, size: int = 100, batch: int | None = N
     changelog = Changelog()
     store = TaskKeyValueStore("Partition 0", "counts", engine, StringSerde(), JsonSerde(), changelog)
     return CachedStore(store, size, batch or size), changelog
-
-
-@pytest.fixture(params=["rocksdb", "inmemory"])
-def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KeyValueStorageEngine]:
-    engine: KeyValueStorageEngine = (
-        RocksDbKeyValueStorageEngine(tmp_path / "store")
-        if request.param == "rocksdb"
-        else InMemoryKeyValueStorageEngine()
-    )
-    yield engine
-    engine.close()
 
 
 def test_a_hot_key_costs_one_engine_write_and_one_changelog_record_per_write_back() -> None:

@@ -3,7 +3,6 @@ errors that name the task and store."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,17 +12,6 @@ from millstream.storage.errors import StoreError
 from millstream.storage.inmemory import InMemoryKeyValueStorageEngine
 from millstream.storage.kv import KeyValueStorageEngine, TaskKeyValueStore
 from millstream.storage.rocksdb import RocksDbKeyValueStorageEngine
-
-
-@pytest.fixture(params=["rocksdb", "inmemory"])
-def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KeyValueStorageEngine]:
-    engine: KeyValueStorageEngine = (
-        RocksDbKeyValueStorageEngine(tmp_path / "store")
-        if request.param == "rocksdb"
-        else InMemoryKeyValueStorageEngine()
-    )
-    yield engine
-    engine.close()
 
 
 @pytest.fixture
