@@ -9,6 +9,7 @@ import time
 import uuid
 
 import pytest
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from millstream.checkpoint.base import WriterFence
 from millstream.checkpoint.checkpoint import CheckpointV1
@@ -85,21 +86,47 @@ def test_metadata_and_checkpoint_writes_survive_a_broker_restart(kafka_broker, b
 
 class RestartingBrokerStore(SqliteMetadataStore):
     """A metadata store that restarts the broker the first time a checkpoint write checks its fence — while the
-    write's transaction is open on the broker — once armed."""
+    write's transaction is open on the broker — once armed, and holds the write until the restarted coordinator
+    has aborted that transaction. Without the wait the commit can reach the coordinator before its timeout sweep
+    does, and the test would pass without the broker ever fencing the producer."""
 
     def __init__(self, path, broker, down_seconds: float) -> None:
         super().__init__(path)
         self.broker = broker
         self.down_seconds = down_seconds
-        self.armed = False
+        self.armed_for_topic: str | None = None
         self.up_at: float | None = None
 
     def get(self, namespace: str, key: str) -> bytes | None:
-        if self.armed and namespace == coordination.CONTAINER_EPOCH_NAMESPACE:
-            self.armed = False
+        if self.armed_for_topic is not None and namespace == coordination.CONTAINER_EPOCH_NAMESPACE:
+            topic, self.armed_for_topic = self.armed_for_topic, None
             self.broker.restart(down_seconds=self.down_seconds)
             self.up_at = time.monotonic()
+            wait_until_no_open_transaction(self.broker.bootstrap_servers, topic)
         return super().get(namespace, key)
+
+
+def wait_until_no_open_transaction(bootstrap: str, topic: str, timeout_s: float = 60) -> None:
+    """Partition 0 of ``topic`` has no open transaction once its last stable offset (what a read_committed
+    reader's end is) has caught up with its high watermark."""
+    committed = Consumer({"bootstrap.servers": bootstrap, "group.id": "lso", "isolation.level": "read_committed"})
+    uncommitted = Consumer({"bootstrap.servers": bootstrap, "group.id": "hw", "isolation.level": "read_uncommitted"})
+    partition = TopicPartition(topic, 0)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                stable = committed.get_watermark_offsets(partition, timeout=5)[1]
+                high = uncommitted.get_watermark_offsets(partition, timeout=5)[1]
+            except KafkaException:  # the restarted broker is still electing leaders
+                stable, high = -1, 0
+            if stable == high:
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"the restarted broker did not abort the open transaction on {topic} in {timeout_s}s")
+    finally:
+        committed.close()
+        uncommitted.close()
 
 
 def test_a_checkpoint_transaction_the_restarted_broker_timed_out_is_written_again_not_fenced(
@@ -120,7 +147,7 @@ def test_a_checkpoint_transaction_the_restarted_broker_timed_out_is_written_agai
     task = TaskName("Partition 0")
     ssp = SystemStreamPartition("kafka", "in", 0)
     checkpoints.write_checkpoint(task, CheckpointV1({ssp: "1"}))
-    store.armed = True
+    store.armed_for_topic = checkpoints.topic
     with caplog.at_level(logging.WARNING, logger="millstream.systems.kafka.checkpoint"):
         checkpoints.write_checkpoint(task, CheckpointV1({ssp: "2"}))
     written_at = time.monotonic()
