@@ -333,8 +333,14 @@ class TaskStorageManager:
             directory = checkpoint_dir(entry.spec.store_dir, checkpoint_id)
             if not directory.is_dir():
                 continue
-            with owned(entry.spec.store_dir, self.container.writer):
-                self._write_local_checkpoint(entry, directory, checkpoints)
+            try:
+                with owned(entry.spec.store_dir, self.container.writer):
+                    self._write_local_checkpoint(entry, directory, checkpoints)
+            except OSError as error:  # the directory went or filled up since the snapshot: name the store
+                raise StateBackupError(
+                    f"task '{self.task_name}': cannot record checkpoint {checkpoint_id} of store "
+                    f"'{entry.spec.name}' in '{directory}': {error}"
+                ) from error
 
     @staticmethod
     def _write_local_checkpoint(entry: _Store, directory: Path, checkpoints: list[Checkpoint]) -> None:

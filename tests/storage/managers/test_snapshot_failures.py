@@ -44,3 +44,25 @@ def test_a_full_disk_during_a_snapshot_fails_naming_store_and_directory_and_the_
     reopened = harness.open()
     assert reopened.store.get("k") == 1
     reopened.close()
+
+
+def test_a_checkpoint_file_the_filesystem_refuses_fails_the_commit_naming_store_and_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The directory can go between the snapshot and the files that record what it holds (a cleanup script,
+    a failing disk): the commit fails naming the store, not with a bare ``OSError``."""
+    harness = StateHarness(state_config(tmp_path, "changelog"))
+    opened = harness.open()
+    opened.store.put("k", 1)
+    store_dir = opened.storage._stores["counts"].spec.store_dir
+
+    def gone(directory: Path, document: object) -> None:
+        raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(directory))
+
+    monkeypatch.setattr("millstream.storage.managers.stores.write_checkpoint_file", gone)
+    with pytest.raises(StateBackupError) as failed:
+        harness.commit(opened)
+    message = str(failed.value)
+    assert "task 'Partition 0'" in message and "store 'counts'" in message
+    assert f"in '{store_dir.parent}/" in message and "Not a directory" in message
+    opened.close()
