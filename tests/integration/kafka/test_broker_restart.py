@@ -147,6 +147,7 @@ def test_a_checkpoint_transaction_the_restarted_broker_timed_out_is_written_agai
     task = TaskName("Partition 0")
     ssp = SystemStreamPartition("kafka", "in", 0)
     checkpoints.write_checkpoint(task, CheckpointV1({ssp: "1"}))
+    assert isinstance(checkpoints, kafka_checkpoint.KafkaCheckpointManager)
     store.armed_for_topic = checkpoints.topic
     with caplog.at_level(logging.WARNING, logger="millstream.systems.kafka.checkpoint"):
         checkpoints.write_checkpoint(task, CheckpointV1({ssp: "2"}))
