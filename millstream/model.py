@@ -1,13 +1,18 @@
 """The nouns of a stream job, named as in Samza.
 
-Envelopes are plain ``__slots__`` classes rather than dataclasses: they are created once per message
-on the hot path, and a slotted ``__init__`` is several times cheaper than a frozen dataclass.
+Envelopes are ``msgspec.Struct``s rather than Python classes: they are created once per message on the
+hot path, and a struct's ``__init__`` runs in C, about twice as fast as a slotted Python ``__init__``.
+They are also not tracked by the cyclic garbage collector (``gc=False``), so a batch of envelopes adds
+nothing to the collector's work: an envelope refers to its partition, its offset and the message, never
+back to anything that refers to it. They compare by identity (``eq=False``), as Samza's do.
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any, NamedTuple
+
+import msgspec
 
 from millstream.errors import MillstreamError
 
@@ -88,7 +93,7 @@ class TaskName(str):
         return (prefix, int(digits), self) if digits.isdigit() else (str(self), -1, self)
 
 
-class IncomingMessageEnvelope:
+class IncomingMessageEnvelope(msgspec.Struct, gc=False, eq=False):
     """A message read from a system partition.
 
     Consumers fill ``key`` and ``message`` with bytes; the runtime replaces them in place with the
@@ -96,27 +101,15 @@ class IncomingMessageEnvelope:
     a bytes-only pipeline allocates nothing extra.
     """
 
-    __slots__ = ("headers", "key", "message", "offset", "raw", "size", "ssp", "timestamp")
-
-    def __init__(
-        self,
-        ssp: SystemStreamPartition,
-        offset: str,
-        key: Any,
-        message: Any,
-        timestamp: int = 0,
-        headers: dict[str, bytes] | None = None,
-        size: int = 0,
-    ) -> None:
-        self.ssp = ssp
-        self.offset = offset
-        self.key = key
-        self.message = message
-        self.timestamp = timestamp
-        self.headers = headers
-        self.size = size
-        self.raw: tuple[Any, Any] | None = None
-        """The key and message bytes as read, kept only where a failure policy needs them after decoding."""
+    ssp: SystemStreamPartition
+    offset: str
+    key: Any
+    message: Any
+    timestamp: int = 0
+    headers: dict[str, bytes] | None = None
+    size: int = 0
+    raw: tuple[Any, Any] | None = None
+    """The key and message bytes as read, kept only where a failure policy needs them after decoding."""
 
     @property
     def system_stream_partition(self) -> SystemStreamPartition:
@@ -137,32 +130,24 @@ class IncomingMessageEnvelope:
         )
 
 
-class OutgoingMessageEnvelope:
+class _OutgoingFields(msgspec.Struct, gc=False, eq=False):
+    """The positional fields of ``OutgoingMessageEnvelope``; its own fields are keyword-only."""
+
+    system_stream: SystemStream
+    message: Any
+    key: Any = None
+    partition_key: Any = None
+
+
+class OutgoingMessageEnvelope(_OutgoingFields, kw_only=True, gc=False, eq=False):
     """A message a task sends; the producer serializes it with the stream's serdes.
 
     ``partition_key`` chooses the partition when given (else ``key``); ``partition`` pins it outright.
     """
 
-    __slots__ = ("headers", "key", "message", "partition", "partition_key", "system_stream", "timestamp")
-
-    def __init__(
-        self,
-        system_stream: SystemStream,
-        message: Any,
-        key: Any = None,
-        partition_key: Any = None,
-        *,
-        partition: int | None = None,
-        timestamp: int | None = None,
-        headers: dict[str, bytes] | None = None,
-    ) -> None:
-        self.system_stream = system_stream
-        self.key = key
-        self.message = message
-        self.partition_key = partition_key
-        self.partition = partition
-        self.timestamp = timestamp
-        self.headers = headers
+    partition: int | None = None
+    timestamp: int | None = None
+    headers: dict[str, bytes] | None = None
 
     def __repr__(self) -> str:
         return (
