@@ -14,6 +14,7 @@ from millstream.api.application import (
 )
 from millstream.api.stream import MessageStream
 from millstream.api.task import (
+    BatchStreamTask,
     ClosableTask,
     DrainListenerTask,
     EndOfStreamListenerTask,
@@ -42,6 +43,7 @@ except PackageNotFoundError:  # imported from a source tree that was never insta
 
 __all__ = [
     "KV",
+    "BatchStreamTask",
     "ClosableTask",
     "ConfigError",
     "DrainListenerTask",

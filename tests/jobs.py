@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from millstream import (
+    BatchStreamTask,
     DrainListenerTask,
     EndOfStreamListenerTask,
     IncomingMessageEnvelope,
@@ -34,6 +35,25 @@ class PassThrough(StreamTask):
 
     def process(self, envelope: IncomingMessageEnvelope, collector: MessageCollector, coordinator: TaskCoordinator):
         collector.send(OutgoingMessageEnvelope(OUTPUT, _origin(envelope), key=envelope.key))
+
+
+class BatchPassThrough(BatchStreamTask, InitableTask):
+    """``PassThrough`` a batch at a time, sent with ``send_batch`` (JSON messages, string keys); raises on a
+    batch holding a value in ``test.fail.values`` (comma-separated), and asks for a commit after each batch
+    when ``test.commit.each`` is true."""
+
+    def init(self, context: TaskContext) -> None:
+        listed = context.config.get("test.fail.values", "")
+        self.failing = {int(value) for value in listed.split(",") if value}
+        self.commit_each = context.config.get("test.commit.each", "false") == "true"
+
+    def process_batch(self, envelopes, collector, coordinator):
+        bad = [envelope.message for envelope in envelopes if envelope.message in self.failing]
+        if bad:
+            raise ValueError(f"cannot handle {bad[0]}")
+        collector.send_batch(OUTPUT, [_origin(envelope) for envelope in envelopes], [e.key for e in envelopes])
+        if self.commit_each:
+            coordinator.commit()
 
 
 class SlowPassThrough(PassThrough, InitableTask):

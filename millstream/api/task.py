@@ -10,9 +10,16 @@ so a task declares exactly what it does:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStreamPartition, TaskName
+from millstream.model import (
+    IncomingMessageEnvelope,
+    OutgoingMessageEnvelope,
+    SystemStream,
+    SystemStreamPartition,
+    TaskName,
+)
 
 if TYPE_CHECKING:
     from millstream.config import Config
@@ -23,6 +30,13 @@ class MessageCollector(Protocol):
     """Where a task sends output; buffered, and flushed before every checkpoint."""
 
     def send(self, envelope: OutgoingMessageEnvelope) -> None: ...
+
+    def send_batch(self, stream: SystemStream, messages: Sequence[Any], keys: Sequence[Any] | None = None) -> None:
+        """Send ``messages[i]`` with ``keys[i]`` (no keys: ``None`` each) to ``stream``, in order, as ``send``
+        would one by one, but with no envelope per message: a batch of bytes goes to the producer in one
+        call. For a task that works on batches (``BatchStreamTask``); partition keys, pinned partitions,
+        timestamps and headers take ``send``."""
+        ...
 
 
 class TaskCoordinator(Protocol):
@@ -82,6 +96,33 @@ class StreamTask(ABC):
         self, envelope: IncomingMessageEnvelope, collector: MessageCollector, coordinator: TaskCoordinator
     ) -> None:
         """Handle one message. Raising fails the container; it restarts from the last checkpoint."""
+
+
+class BatchStreamTask(StreamTask):
+    """A task that takes a partition's messages a batch at a time, as Spark users think of data.
+
+    ``process_batch`` gets the messages of one input partition that one poll returned (up to the system's
+    batch size, in order), so the framework's per-message work around the task goes, and a task that sends
+    with ``collector.send_batch`` builds no envelope per output message either.
+
+    The batch is the unit of processing, and so of failure: when ``process_batch`` raises, the job's
+    ``task.process.errors`` policy applies to every message of the batch (``fail`` names its partition and
+    offsets; ``skip`` and ``dead-letter`` go past all of them), and output sent before the raise stays sent.
+    A commit, shutdown or end-of-stream the task asks for takes effect after the batch, and covers it.
+    ``process`` hands one message over as a batch of one, so the task also runs wherever a single message
+    is delivered.
+    """
+
+    @abstractmethod
+    def process_batch(
+        self, envelopes: Sequence[IncomingMessageEnvelope], collector: MessageCollector, coordinator: TaskCoordinator
+    ) -> None:
+        """Handle a batch of one partition's messages, in order."""
+
+    def process(
+        self, envelope: IncomingMessageEnvelope, collector: MessageCollector, coordinator: TaskCoordinator
+    ) -> None:
+        self.process_batch((envelope,), collector, coordinator)
 
 
 class InitableTask(ABC):

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from itertools import repeat
 from typing import Any
 
 from millstream.errors import MillstreamError
@@ -21,7 +22,9 @@ class SerializationError(MillstreamError):
 
 Encoder = Callable[[Any], bytes]
 _Send = Callable[[str, OutgoingMessageEnvelope], None]
-_Codec = tuple[Encoder | None, Encoder | None, _Send]
+_SendBatch = Callable[[str, SystemStream, Sequence[Any], Sequence[Any] | None], None]
+_Codec = tuple[Encoder | None, Encoder | None, _Send, _SendBatch]
+_BYTES_OR_NONE = frozenset({bytes, type(None)})
 
 
 class TaskCollector:
@@ -41,7 +44,7 @@ class TaskCollector:
         self._serdes = serdes
         self._drop_errors = drop_errors
         self._codecs: dict[SystemStream, _Codec] = {}
-        self._last: tuple[SystemStream | None, _Codec] = (None, (None, None, _unset_send))
+        self._last: tuple[SystemStream | None, _Codec] = (None, (None, None, _unset_send, _unset_send_batch))
         """The stream sent to last and its codec, as one reference."""
         self.dropped = 0
 
@@ -51,7 +54,7 @@ class TaskCollector:
         if stream is not last_stream:
             codec = self._codecs.get(stream) or self._codec(stream)
             self._last = (stream, codec)
-        key_encode, msg_encode, send = codec
+        key_encode, msg_encode, send, _ = codec
         if key_encode is None and msg_encode is None:
             message, key, partition_key = envelope.message, envelope.key, envelope.partition_key
             if (
@@ -62,6 +65,24 @@ class TaskCollector:
                 send(self.source, envelope)
                 return
         self._send_encoded(envelope, key_encode, msg_encode, send)
+
+    def send_batch(self, stream: SystemStream, messages: Sequence[Any], keys: Sequence[Any] | None = None) -> None:
+        """Serialize the batch column by column and hand it to the producer in one call. Anything out of
+        the ordinary (a serde that fails, a value that is not bytes on a stream without serdes) takes
+        ``send`` message by message instead, so it fails or is dropped exactly as it would there."""
+        if keys is not None and len(keys) != len(messages):
+            raise ValueError(f"task '{self.source}' sent {len(messages)} messages to '{stream}' with {len(keys)} keys")
+        last_stream, codec = self._last
+        if stream is not last_stream:
+            codec = self._codecs.get(stream) or self._codec(stream)
+            self._last = (stream, codec)
+        key_encode, msg_encode, _, send_batch = codec
+        encoded = _encode_batch(messages, keys, msg_encode, key_encode)
+        if encoded is None:
+            for message, key in zip(messages, repeat(None) if keys is None else keys, strict=False):
+                self.send(OutgoingMessageEnvelope(stream, message, key))
+            return
+        send_batch(self.source, stream, *encoded)
 
     def _send_encoded(
         self, envelope: OutgoingMessageEnvelope, key_encode: Encoder | None, msg_encode: Encoder | None, send: _Send
@@ -103,17 +124,41 @@ class TaskCollector:
     def _codec(self, stream: SystemStream) -> _Codec:
         key_serde = self._serdes.key_serde(stream)
         msg_serde = self._serdes.msg_serde(stream)
+        producer = self._pool.producer(stream.system)
         codec = (
             key_serde.to_bytes if key_serde else None,
             msg_serde.to_bytes if msg_serde else None,
-            self._pool.producer(stream.system).send,
+            producer.send,
+            producer.send_batch,
         )
         self._codecs[stream] = codec
         return codec
 
 
+def _encode_batch(
+    messages: Sequence[Any], keys: Sequence[Any] | None, msg_encode: Encoder | None, key_encode: Encoder | None
+) -> tuple[Sequence[Any], Sequence[Any] | None] | None:
+    """The batch's messages and keys as bytes (``None`` stays ``None``), or None when one of them fails to
+    serialize or is not bytes: the caller then sends message by message, which names the one at fault."""
+    try:
+        values = messages if msg_encode is None else [None if m is None else msg_encode(m) for m in messages]
+        if key_encode is not None and keys is not None:
+            keys = [None if k is None else key_encode(k) for k in keys]
+    except SerdeError:
+        return None
+    if not set(map(type, values)) <= _BYTES_OR_NONE or (
+        keys is not None and not set(map(type, keys)) <= _BYTES_OR_NONE
+    ):
+        return None
+    return values, keys
+
+
 def _unset_send(source: str, envelope: OutgoingMessageEnvelope) -> None:
     raise AssertionError("no stream was sent to yet")  # never called: no envelope's stream is None
+
+
+def _unset_send_batch(source: str, stream: SystemStream, messages: Sequence[Any], keys: Sequence[Any] | None) -> None:
+    raise AssertionError("no stream was sent to yet")  # never called: no stream is None
 
 
 def _require_bytes(key: Any, message: Any) -> None:

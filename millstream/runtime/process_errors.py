@@ -20,6 +20,7 @@ import hashlib
 import logging
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,15 +39,25 @@ WARN_INTERVAL_S = 10.0
 class TaskProcessError(MillstreamError):
     """User code raised while processing a message: where, what, and the user's traceback."""
 
-    def __init__(self, task_name: TaskName, envelope: IncomingMessageEnvelope, error: BaseException) -> None:
+    def __init__(
+        self,
+        task_name: TaskName,
+        envelope: IncomingMessageEnvelope,
+        error: BaseException,
+        last: IncomingMessageEnvelope | None = None,
+    ) -> None:
+        """``last``: the batch task's batch that failed ran from ``envelope`` to ``last``."""
         ssp = envelope.ssp
         self.task_name = task_name
         self.ssp = ssp
         self.offset = envelope.offset
         self.error_type = type(error).__name__
         self.digest = _digest(error)
+        where = f"offset {envelope.offset}"
+        if last is not None:
+            where = f"the batch of offsets {envelope.offset}..{last.offset}"
         super().__init__(
-            f"task '{task_name}' failed processing offset {envelope.offset} of stream '{ssp.system}.{ssp.stream}' "
+            f"task '{task_name}' failed processing {where} of stream '{ssp.system}.{ssp.stream}' "
             f"partition {ssp.partition}: {type(error).__name__}: {error} (task.process.errors=fail; 'skip' or "
             f"'dead-letter' go on past such messages)\n{_traceback(error)}"
         )
@@ -119,6 +130,18 @@ class ProcessErrorPolicy:
         )  # fmt: skip
         if self.mode == "dead-letter":
             self._dead_letter(task_name, envelope, error)
+
+    def on_batch_error(
+        self, task_name: TaskName, envelopes: Sequence[IncomingMessageEnvelope], error: Exception
+    ) -> None:
+        """A ``BatchStreamTask``'s batch is its unit of failure: ``fail`` names the batch's partition and
+        offsets; ``skip`` and ``dead-letter`` go past (and dead-letter) every message of it."""
+        if isinstance(error, MillstreamError) and not isinstance(error, SerdeError):
+            raise error
+        if self.mode == "fail":
+            raise TaskProcessError(task_name, envelopes[0], error, last=envelopes[-1]) from error
+        for envelope in envelopes:
+            self.on_process_error(task_name, envelope, error)
 
     def on_window_error(self, task_name: TaskName, error: Exception) -> None:
         if isinstance(error, MillstreamError) and not isinstance(error, SerdeError):

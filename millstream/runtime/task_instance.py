@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from millstream.api.task import (
+    BatchStreamTask,
     CheckpointListener,
     ClosableTask,
     DrainListenerTask,
@@ -207,6 +208,8 @@ class TaskInstance:
         self.processed = 0
         self.commits = 0
         self._windowable = isinstance(task, WindowableTask)
+        self._process_batch_call = task.process_batch if isinstance(task, BatchStreamTask) else None
+        """A ``BatchStreamTask`` takes each partition's batch whole."""
         self.startpoints = startpoints
         self._updated: set[SystemStreamPartition] = set()
         """Partitions that processed a message (or reached end-of-stream) since start."""
@@ -259,12 +262,25 @@ class TaskInstance:
         if ssp in self._catch_up:
             skipped = self._skip_before_start(ssp, batch)
         messages = batch[skipped:] if skipped else batch
+        clock = self._clock
+        meters = self.meters
+        began = clock() if meters is not None else 0.0
+        if self._process_batch_call is not None:
+            count = self._process_batch(ssp, messages)
+        else:
+            count = self._process_each(ssp, messages, deadline)
+        if meters is not None and count:
+            meters.batch(ssp, messages[:count], clock() - began)
+        self.processed += count
+        return skipped + count
+
+    def _process_each(
+        self, ssp: SystemStreamPartition, messages: list[IncomingMessageEnvelope], deadline: float
+    ) -> int:
         process = self.task.process
         collector = self.collector
         coordinator = self.coordinator
         clock = self._clock
-        meters = self.meters
-        began = clock() if meters is not None else 0.0
         count = 0
         try:
             for envelope in messages:
@@ -284,10 +300,23 @@ class TaskInstance:
             if count:  # the offset of the last message processed, once per batch (also when the policy raised)
                 self.last_processed[ssp] = messages[count - 1].offset
                 self._updated.add(ssp)
-        if meters is not None and count:
-            meters.batch(ssp, messages[:count], clock() - began)
-        self.processed += count
-        return skipped + count
+        return count
+
+    def _process_batch(self, ssp: SystemStreamPartition, messages: list[IncomingMessageEnvelope]) -> int:
+        """A ``BatchStreamTask`` takes the batch whole: no deadline cuts it (a batch is one poll's worth),
+        and a request it makes is served once the batch is done, covering all of it."""
+        process_batch = self._process_batch_call
+        if not messages or process_batch is None:
+            return 0
+        try:
+            process_batch(messages, self.collector, self.coordinator)
+        except Exception as error:  # the policy raises, or lets processing go on past the whole batch
+            self.process_errors.on_batch_error(self.task_name, messages, error)
+        self.last_processed[ssp] = messages[-1].offset
+        self._updated.add(ssp)
+        if self.coordinator.requested:
+            self._handle_requests()
+        return len(messages)
 
     @in_task_log_context
     def window(self) -> None:

@@ -7,13 +7,14 @@ config (``systems.<s>.samza.factory``). Offsets are strings whose order the syst
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import TYPE_CHECKING, ClassVar, Self
 
 from millstream.errors import MillstreamError
 from millstream.metadata.base import FencedError
-from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStreamPartition
+from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 
 if TYPE_CHECKING:
     from millstream.config import Config
@@ -341,6 +342,15 @@ class SystemProducer(ABC):
 
     @abstractmethod
     def send(self, source: str, envelope: OutgoingMessageEnvelope) -> None: ...
+
+    def send_batch(
+        self, source: str, stream: SystemStream, messages: Sequence[bytes | None], keys: Sequence[bytes | None] | None
+    ) -> None:
+        """Send ``messages[i]`` keyed ``keys[i]`` (bytes; no keys: ``None`` each) to ``stream``, in order, as
+        ``send`` would one by one. This default builds the envelopes; a producer with a cheaper path for a
+        batch (Kafka's) overrides it."""
+        for message, key in zip(messages, repeat(None) if keys is None else keys, strict=False):
+            self.send(source, OutgoingMessageEnvelope(stream, message, key))
 
     @abstractmethod
     def flush(self, source: str) -> None: ...

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from millstream.api.application import StreamApplicationDescriptor
@@ -23,6 +23,10 @@ class Collector:
 
     def send(self, envelope: OutgoingMessageEnvelope) -> None:
         self.sent.append(envelope)
+
+    def send_batch(self, stream: SystemStream, messages: Sequence[Any], keys: Sequence[Any] | None = None) -> None:
+        for message, key in zip(messages, keys or [None] * len(messages), strict=True):
+            self.send(OutgoingMessageEnvelope(stream, message, key))
 
     def take(self) -> list[OutgoingMessageEnvelope]:
         sent, self.sent = self.sent, []

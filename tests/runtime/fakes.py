@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from millstream.model import OutgoingMessageEnvelope
+from collections.abc import Sequence
+from typing import Any
+
+from millstream.model import OutgoingMessageEnvelope, SystemStream
 
 
 class DiscardingCollector:
     """A collector for tasks whose output the test does not read."""
 
     def send(self, envelope: OutgoingMessageEnvelope) -> None:
+        pass
+
+    def send_batch(self, stream: SystemStream, messages: Sequence[Any], keys: Sequence[Any] | None = None) -> None:
         pass

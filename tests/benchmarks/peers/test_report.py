@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.peers.report import LIMIT_COPY, MILLSTREAM, Measurement, Outcome, markdown_table, targets
+from benchmarks.peers.report import (
+    LIMIT_COPY,
+    MILLSTREAM,
+    MILLSTREAM_BATCH,
+    Measurement,
+    Outcome,
+    markdown_table,
+    targets,
+)
 from benchmarks.peers.window import cpu_between, steady_window
 
 
@@ -47,6 +55,7 @@ def test_targets_are_ratios_of_medians_and_say_what_is_missing():
         outcome(MILLSTREAM, "w1", [80_000], cpu=10.0),
         outcome("Quix Streams", "w1", [40_000], cpu=30.0),
         outcome("Bytewax", "w1", [50_000], cpu=12.0),
+        outcome(MILLSTREAM_BATCH, "w1", [70_000], cpu=8.0),
     ]
     lines = targets(outcomes)
     assert lines[0] == "W1 millstream / raw copy: 0.80 (target ≥ 0.75) — met"
@@ -55,3 +64,5 @@ def test_targets_are_ratios_of_medians_and_say_what_is_missing():
         "W1 millstream / best Python peer: rate 1.60x (Bytewax), CPU per message 1.20x (Bytewax) "
         "(target ≥ 1.5 each) — not met"
     )
+    assert lines[5] == "W1 millstream batch API / raw copy: 0.70 (target ≥ 0.75) — not met"
+    assert lines[6].startswith("W2 millstream batch API / raw copy: not measured")

@@ -341,6 +341,32 @@ def test_keyed_messages_land_where_the_java_default_partitioner_puts_them(config
     assert len(set(placed.values())) == 7
 
 
+def test_a_batch_lands_as_sends_one_by_one_would_keyed_in_order_with_refusals_named(config, bootstrap, topic_name):
+    """``send_batch`` is ``send``'s hot path once per batch: keyed messages where the Java partitioner puts
+    them, each partition's messages in the batch's order, unkeyed ones all delivered, and a message librdkafka
+    refuses named as ``send`` names it."""
+    topic = topic_name()
+    create_topic(bootstrap, topic, 7)
+    stream = SystemStream(SYSTEM, topic)
+    producer = started_producer(config)
+    keys = [f"user-{i % 50}".encode() for i in range(20_000)]  # more than the producer serves per poll
+    producer.send_batch("task", stream, [b"%d" % i for i in range(20_000)], keys)
+    producer.send_batch("task", stream, [b"unkeyed-%d" % i for i in range(100)], None)
+    with pytest.raises(KafkaSystemError, match=f"Kafka topic '{topic}': key and message must be bytes"):
+        producer.send_batch("task", stream, [42], None)
+    producer.flush("task")
+    producer.stop()
+    messages = read_all(bootstrap, topic, 7)
+    keyed = [m for m in messages if m.key() is not None]
+    assert len(keyed) == 20_000
+    assert all(m.partition() == partition_for_key(m.key(), 7) for m in keyed)
+    for partition in range(7):
+        values = [int(m.value()) for m in keyed if m.partition() == partition]
+        assert values == sorted(values), "a partition keeps the batch's order"
+    unkeyed = [m for m in messages if m.key() is None]
+    assert sorted(m.value() for m in unkeyed) == sorted(b"unkeyed-%d" % i for i in range(100))
+
+
 def test_explicit_partition_and_partition_key_are_honoured(config, bootstrap, topic_name):
     topic = topic_name()
     create_topic(bootstrap, topic, 4)
