@@ -34,9 +34,9 @@ class BoundedTask(StreamTask, InitableTask):
         self.left = per_partition * len(context.system_stream_partitions)
         unfinished_tasks.add(self.task_name)
 
-    def _count(self, coordinator: TaskCoordinator) -> None:
-        self.left -= 1
-        if self.left == 0:
+    def _count(self, coordinator: TaskCoordinator, messages: int = 1) -> None:
+        self.left -= messages
+        if self.left <= 0:
             unfinished_tasks.discard(self.task_name)
             if not unfinished_tasks:
                 coordinator.shutdown()

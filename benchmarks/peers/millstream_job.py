@@ -2,7 +2,9 @@
 through the Spark runner (``--containers 2 --spark``), checkpoints and metadata in Kafka, W2's store
 RocksDB with a Kafka changelog (the durable default). Run by the benchmark as its own process:
 
-    python -m benchmarks.peers.millstream_job --bootstrap ... --workload w1 [--spark --containers 2]
+    python -m benchmarks.peers.millstream_job --bootstrap ... --workload w1 [--spark --containers 2] [--batch]
+
+``--batch`` runs the batch-API tasks (``BatchStreamTask`` with ``send_batch``) instead of the per-message ones.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from millstream.testing import InProcessRunner
 def job_config(args: object, workdir: Path) -> Config:
     values = vars(args)
     tasks = {"w1": "PassThrough", "w2": "CountPerKey"}
+    if values.get("batch"):
+        tasks = {"w1": "PassThroughBatch", "w2": "CountPerKeyBatch"}
     config: dict[str, object] = {
         "job.name": values["name"],
         "job.data.dir": str(workdir / "data"),
@@ -45,7 +49,11 @@ def main() -> None:
     spark = "--spark" in sys.argv
     if spark:
         sys.argv.remove("--spark")
+    batch = "--batch" in sys.argv
+    if batch:
+        sys.argv.remove("--batch")
     args = parse_args()
+    args.batch = batch
     config = job_config(args, Path(args.workdir))
     if spark:
         from millstream.spark.runner import SparkJobRunner

@@ -8,10 +8,12 @@ stream, so the container shuts down once its tasks read their messages. The outp
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from benchmarks.tasks import BoundedTask
 from millstream import (
+    BatchStreamTask,
     IncomingMessageEnvelope,
     MessageCollector,
     OutgoingMessageEnvelope,
@@ -55,3 +57,35 @@ class CountPerKey(_BoundedTask):
         self.store.put(key, data)
         collector.send(OutgoingMessageEnvelope(self.output, data, key))
         self._count(coordinator)
+
+
+class PassThroughBatch(BatchStreamTask, _BoundedTask):
+    """W1 with the batch API: each polled batch to the output topic in one ``send_batch``."""
+
+    def process_batch(
+        self, envelopes: Sequence[IncomingMessageEnvelope], collector: MessageCollector, coordinator: TaskCoordinator
+    ) -> None:
+        collector.send_batch(self.output, [e.message for e in envelopes], [e.key for e in envelopes])
+        self._count(coordinator, len(envelopes))
+
+
+class CountPerKeyBatch(BatchStreamTask, _BoundedTask):
+    """W2 with the batch API: the counts of a batch updated in the store one by one, sent in one ``send_batch``."""
+
+    def init(self, context: TaskContext) -> None:
+        super().init(context)
+        self.store: Any = context.get_store("counts")
+
+    def process_batch(
+        self, envelopes: Sequence[IncomingMessageEnvelope], collector: MessageCollector, coordinator: TaskCoordinator
+    ) -> None:
+        get, put = self.store.get, self.store.put
+        keys = [e.key for e in envelopes]
+        counts = []
+        for key in keys:
+            previous = get(key)
+            data = b"%d" % ((int(previous) if previous else 0) + 1)
+            put(key, data)
+            counts.append(data)
+        collector.send_batch(self.output, counts, keys)
+        self._count(coordinator, len(envelopes))

@@ -13,8 +13,16 @@ from typing import Any
 LIMIT_READ = "raw read (limit)"
 LIMIT_COPY = "raw copy (limit)"
 MILLSTREAM = "millstream, 1 container"
+MILLSTREAM_BATCH = "millstream batch API, 1 container"
 MILLSTREAM_SPARK = "millstream Spark, 2 containers"
-NOT_PYTHON_PEERS = {LIMIT_READ, LIMIT_COPY, MILLSTREAM, MILLSTREAM_SPARK, "Spark Structured Streaming"}
+NOT_PYTHON_PEERS = {
+    LIMIT_READ,
+    LIMIT_COPY,
+    MILLSTREAM,
+    MILLSTREAM_BATCH,
+    MILLSTREAM_SPARK,
+    "Spark Structured Streaming",
+}
 
 
 @dataclass(frozen=True)
@@ -134,4 +142,6 @@ def targets(outcomes: Sequence[Outcome]) -> list[str]:
             f"CPU per message {cpu:.2f}x ({cheapest.contender}) (target ≥ 1.5 each) — "
             f"{'met' if min(rate, cpu) >= 1.5 else 'not met'}"
         )
+    lines.append(ratio((MILLSTREAM_BATCH, "w1"), (LIMIT_COPY, "w1"), 0.75, "W1 millstream batch API / raw copy"))
+    lines.append(ratio((MILLSTREAM_BATCH, "w2"), (LIMIT_COPY, "w1"), 0.5, "W2 millstream batch API / raw copy"))
     return lines
