@@ -6,6 +6,7 @@ Every figure comes from the same data in the same run, so the ratios hold whatev
   raw read      the log consumer's poll loop alone (benchmarks/log_raw_read.py)
   no-op job     millstream reading every message into a task that does nothing (1 container)
   pass-through  millstream copying every message to another log stream (1 container, in-process)
+  batch API     the pass-through as a ``BatchStreamTask`` sending each batch with ``send_batch``
   spark         the pass-through through the Spark runner with 2 containers (2 Python workers)
 Per-container rate = the container's messages / the time from its first to its last message.
 """
@@ -57,6 +58,7 @@ def main() -> None:
         runs = [
             ("no-op job, 1 container", "benchmarks.tasks:NoOp", 1),
             ("pass-through, 1 container", "benchmarks.tasks:BytesPassThrough", 1),
+            ("pass-through, batch API", "benchmarks.tasks:BytesPassThroughBatch", 1),
         ]
         for index, (name, task, containers) in enumerate(runs):
             reset_output(root, args.partitions)

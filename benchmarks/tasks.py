@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from millstream import InitableTask, OutgoingMessageEnvelope, StreamTask, SystemStream, TaskContext, TaskCoordinator
+from millstream import (
+    BatchStreamTask,
+    InitableTask,
+    OutgoingMessageEnvelope,
+    StreamTask,
+    SystemStream,
+    TaskContext,
+    TaskCoordinator,
+)
 
 OUTPUT = SystemStream("log", "bench-out")
 unfinished_tasks: set[str] = set()
@@ -21,6 +29,13 @@ class BytesPassThrough(StreamTask):
 
     def process(self, envelope, collector, coordinator):
         collector.send(OutgoingMessageEnvelope(OUTPUT, envelope.message, envelope.key))
+
+
+class BytesPassThroughBatch(BatchStreamTask):
+    """``BytesPassThrough`` with the batch API: each polled batch in one ``send_batch``."""
+
+    def process_batch(self, envelopes, collector, coordinator):
+        collector.send_batch(OUTPUT, [e.message for e in envelopes], [e.key for e in envelopes])
 
 
 class BoundedTask(StreamTask, InitableTask):

@@ -10,7 +10,7 @@ import pytest
 
 from millstream.config import Config
 from millstream.errors import StreamNotFoundError
-from millstream.model import IncomingMessageEnvelope
+from millstream.model import IncomingMessageEnvelope, SystemStream
 from millstream.systems.base import StreamSpec
 from millstream.systems.log.admin import LogSystemAdmin
 from millstream.systems.log.consumer import LogSystemConsumer
@@ -135,6 +135,37 @@ def test_keyless_records_are_spread_round_robin(admin: LogSystemAdmin, producer:
         producer.send("task", envelope("events", b"v"))
     producer.flush("task")
     assert [len(records) for records in read_stream(root, "events", 3).values()] == [3, 3, 3]
+
+
+def test_a_batch_lands_where_sends_one_by_one_would_in_order(admin: LogSystemAdmin, root: Path) -> None:
+    """``send_batch``: keyed records in the partitions ``send`` chooses, keyless ones round robin, each
+    partition's records in the batch's order, full buffers appended in the background as ``send`` does."""
+    create(admin, "by-send", 4)
+    create(admin, "by-batch", 4)
+    producer = LogSystemFactory().get_producer(SYSTEM, log_config(root, producer__batch__size=7))
+    keys: list[bytes | None] = [None if index % 5 == 0 else b"key-%d" % (index % 13) for index in range(200)]
+    values = [b"%d" % index for index in range(200)]
+    for value, key in zip(values, keys, strict=True):
+        producer.send("task", envelope("by-send", value, key))
+    producer.send_batch("task", SystemStream(SYSTEM, "by-batch"), values[:150], keys[:150])
+    producer.send_batch("task", SystemStream(SYSTEM, "by-batch"), values[150:], keys[150:])
+    producer.stop()
+    by_send, by_batch = read_stream(root, "by-send", 4), read_stream(root, "by-batch", 4)
+    for partition in range(4):
+        keyed = [(e.key, e.message) for e in by_batch[partition] if e.key is not None]
+        assert keyed == [(e.key, e.message) for e in by_send[partition] if e.key is not None]
+        keyless = [int(e.message) for e in by_batch[partition] if e.key is None]
+        assert len(keyless) == 10 and keyless == sorted(keyless), "40 keyless records, round robin, in order"
+
+
+def test_a_batch_with_a_value_that_is_not_bytes_is_refused_naming_the_stream(
+    admin: LogSystemAdmin, producer: LogSystemProducer, root: Path
+) -> None:
+    create(admin, "events")
+    with pytest.raises(LogSystemError, match="log stream 'events': key and message must be bytes"):
+        producer.send_batch("task", SystemStream(SYSTEM, "events"), [b"fine", 42], None)  # type: ignore[list-item]
+    producer.flush("task")
+    assert [e.message for e in read_stream(root, "events")[0]] == [b"fine"], "what came before was sent"
 
 
 def test_the_timestamp_defaults_to_now_and_an_explicit_one_is_kept(
