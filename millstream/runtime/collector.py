@@ -11,6 +11,7 @@ from millstream.errors import MillstreamError
 from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.serde.base import SerdeError
 from millstream.serde.registry import SerdeRegistry
+from millstream.systems.base import all_bytes_or_none
 from millstream.systems.producers import ProducerPool
 
 log = logging.getLogger(__name__)
@@ -24,7 +25,6 @@ Encoder = Callable[[Any], bytes]
 _Send = Callable[[str, OutgoingMessageEnvelope], None]
 _SendBatch = Callable[[str, SystemStream, Sequence[Any], Sequence[Any] | None], None]
 _Codec = tuple[Encoder | None, Encoder | None, _Send, _SendBatch]
-_BYTES_OR_NONE = frozenset({bytes, type(None)})
 
 
 class TaskCollector:
@@ -146,9 +146,7 @@ def _encode_batch(
             keys = [None if k is None else key_encode(k) for k in keys]
     except SerdeError:
         return None
-    if not set(map(type, values)) <= _BYTES_OR_NONE or (
-        keys is not None and not set(map(type, keys)) <= _BYTES_OR_NONE
-    ):
+    if not all_bytes_or_none(values) or (keys is not None and not all_bytes_or_none(keys)):
         return None
     return values, keys
 

@@ -310,6 +310,15 @@ class SystemConsumer(ABC):
     def stop(self) -> None: ...
 
 
+_BYTES_OR_NONE = frozenset({bytes, type(None)})
+
+
+def all_bytes_or_none(values: Iterable[object]) -> bool:
+    """Whether every value is bytes or None, checked in C (the set of the values' types): what a batch
+    must hold to take a producer's batch path."""
+    return set(map(type, values)) <= _BYTES_OR_NONE
+
+
 class SystemProducer(ABC):
     """Writes envelopes whose ``key``, ``message`` and ``partition_key`` are already bytes.
 
@@ -348,7 +357,7 @@ class SystemProducer(ABC):
     ) -> None:
         """Send ``messages[i]`` keyed ``keys[i]`` (bytes; no keys: ``None`` each) to ``stream``, in order, as
         ``send`` would one by one. This default builds the envelopes; a producer with a cheaper path for a
-        batch (Kafka's) overrides it."""
+        batch (Kafka's, the embedded log's) overrides it."""
         for message, key in zip(messages, repeat(None) if keys is None else keys, strict=False):
             self.send(source, OutgoingMessageEnvelope(stream, message, key))
 

@@ -31,7 +31,7 @@ from typing import Any, cast
 
 from millstream.errors import StreamNotFoundError
 from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
-from millstream.systems.base import SystemProducer, WriterFencedError, WriterToken
+from millstream.systems.base import SystemProducer, WriterFencedError, WriterToken, all_bytes_or_none
 from millstream.systems.log.errors import LogSystemError
 from millstream.systems.log.layout import LogLayout
 from millstream.systems.log.partitioner import Partitioner, round_robin
@@ -44,7 +44,6 @@ _FIELDS = 4
 """Entries per record in a buffer: timestamp, key, value, headers."""
 _time_ns = time.time_ns
 _crc32 = zlib.crc32
-_BYTES_OR_NONE = frozenset({bytes, type(None)})
 MAX_PENDING = 4
 """Full buffers waiting for the background appender before ``send`` waits for it."""
 _Batch = tuple[LogPartition, list[Any]]
@@ -196,7 +195,7 @@ class LogSystemProducer(SystemProducer):
         """``send``'s common case once per batch: the batch's partitions computed in one pass, then each
         record appended to its partition's buffer, with one timestamp (the batch's send time) and one lock
         hold. A batch with anything that is not bytes goes message by message, so ``send`` names it."""
-        if set(map(type, messages)) - _BYTES_OR_NONE or (keys is not None and set(map(type, keys)) - _BYTES_OR_NONE):
+        if not all_bytes_or_none(messages) or (keys is not None and not all_bytes_or_none(keys)):
             super().send_batch(source, stream, messages, keys)
             return
         timestamp = _time_ns() // 1_000_000
