@@ -72,6 +72,8 @@ class TaskCollector:
         ``send`` message by message instead, so it fails or is dropped exactly as it would there."""
         if keys is not None and len(keys) != len(messages):
             raise ValueError(f"task '{self.source}' sent {len(messages)} messages to '{stream}' with {len(keys)} keys")
+        if keys is not None and keys.count(None) == len(keys):
+            keys = None  # no key to encode, check or hash: the producer's keyless path
         last_stream, codec = self._last
         if stream is not last_stream:
             codec = self._codecs.get(stream) or self._codec(stream)

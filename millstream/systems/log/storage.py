@@ -67,6 +67,11 @@ PAGE_SIZE = 4096
 writes) and later a checkpoint copy: 16 KiB pages cut the CPU of appending 1000-record batches of
 100 bytes by about a fifth, which is only ~5% of the producer's rate end to end, while cutting the
 rate of small commits by up to a third. Not worth it for now."""
+WAL_CHECKPOINT_BYTES = 1 << 25
+"""WAL a connection's commits let grow before one of them copies it into the file (SQLite's automatic
+checkpoint, 4 MiB by default), and what the WAL is cut back to afterwards. Each checkpoint copies the
+pages and syncs both files: eight times fewer of them made the producer's background appender about a
+tenth faster on 1,000-record batches, for up to 32 MiB of WAL per partition written to that fast."""
 MMAP_SIZE = 1 << 28
 """Bytes of the file mapped into memory for reads: page reads without a copy through the page cache."""
 MAX_BATCH_BYTES = 1 << 22
@@ -207,6 +212,8 @@ class LogPartition:
                 connection.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} COMMIT;")
             connection.execute(f"PRAGMA synchronous = {'FULL' if fsync else 'NORMAL'}")
             connection.execute(f"PRAGMA mmap_size = {MMAP_SIZE}")
+            connection.execute(f"PRAGMA wal_autocheckpoint = {WAL_CHECKPOINT_BYTES // PAGE_SIZE}")
+            connection.execute(f"PRAGMA journal_size_limit = {WAL_CHECKPOINT_BYTES}")
             version = connection.execute("PRAGMA user_version").fetchone()[0]
             if version != FORMAT_VERSION:
                 raise self._error(

@@ -158,6 +158,27 @@ def test_a_batch_lands_where_sends_one_by_one_would_in_order(admin: LogSystemAdm
         assert len(keyless) == 10 and keyless == sorted(keyless), "40 keyless records, round robin, in order"
 
 
+@pytest.mark.parametrize("keys", ["none", "all None"])
+def test_keyless_batches_are_dealt_round_robin_continuing_the_round_across_batches(
+    admin: LogSystemAdmin, root: Path, keys: str
+) -> None:
+    """The keyless fast path deals a batch by slicing: record ``i`` of all those sent goes to partition
+    ``(start + i) % 4`` for one start, whatever the batch sizes (shorter than, equal to, longer than the
+    partition count) and however often a buffer fills (batch size 5)."""
+    create(admin, "events", 4)
+    producer = LogSystemFactory().get_producer(SYSTEM, log_config(root, producer__batch__size=5))
+    values = [b"%d" % index for index in range(60)]
+    sent = 0
+    for size in (7, 1, 4, 10, 3, 0, 2, 33):
+        batch = values[sent : sent + size]
+        producer.send_batch("task", SystemStream(SYSTEM, "events"), batch, None if keys == "none" else [None] * size)
+        sent += size
+    producer.stop()
+    stored = {partition: [e.message for e in records] for partition, records in read_stream(root, "events", 4).items()}
+    start = next(p for p in range(4) if stored[p][:1] == [values[0]])
+    assert stored == {(start + step) % 4: values[step::4] for step in range(4)}
+
+
 def test_a_batch_with_a_value_that_is_not_bytes_is_refused_naming_the_stream(
     admin: LogSystemAdmin, producer: LogSystemProducer, root: Path
 ) -> None:
