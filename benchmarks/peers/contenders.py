@@ -52,6 +52,7 @@ CONTENDERS = (  # Faust last: it is the slowest by far, and results are written 
     Contender("raw read (limit)", (str(SCRIPTS / "raw_job.py"), "--read-only"), ("w1",), verified_output=False),
     Contender("raw copy (limit)", (str(SCRIPTS / "raw_job.py"),), ("w1",)),
     Contender("millstream, 1 container", ("-m", "benchmarks.peers.millstream_job")),
+    Contender("millstream, 1 container, metrics on", ("-m", "benchmarks.peers.millstream_job", "--metrics")),
     Contender("millstream batch API, 1 container", ("-m", "benchmarks.peers.millstream_job", "--batch")),
     Contender(
         "millstream Spark, 2 containers", ("-m", "benchmarks.peers.millstream_job", "--spark", "--containers", "2")

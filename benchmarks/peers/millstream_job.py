@@ -4,7 +4,9 @@ RocksDB with a Kafka changelog (the durable default). Run by the benchmark as it
 
     python -m benchmarks.peers.millstream_job --bootstrap ... --workload w1 [--spark --containers 2] [--batch]
 
-``--batch`` runs the batch-API tasks (``BatchStreamTask`` with ``send_batch``) instead of the per-message ones.
+``--batch`` runs the batch-API tasks (``BatchStreamTask`` with ``send_batch``) instead of the per-message ones;
+``--metrics`` turns metrics on (``metrics.enabled``: every meter, the lag refresh and a snapshot shipped to the
+metadata store every ``metrics.snapshot.interval.ms``, 5 s by default), as a user who watches a job runs it.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ def job_config(args: object, workdir: Path) -> Config:
         "bench.messages.per.partition": values["messages"] // values["partitions"],
         "bench.output": values["output"],
     }
+    if values.get("metrics"):
+        config["metrics.enabled"] = "true"
     if values["workload"] == "w2":
         config["stores.counts.factory"] = "rocksdb"
         config["stores.counts.changelog"] = f"kafka.{values['name']}-counts-changelog"
@@ -52,8 +56,12 @@ def main() -> None:
     batch = "--batch" in sys.argv
     if batch:
         sys.argv.remove("--batch")
+    metrics = "--metrics" in sys.argv
+    if metrics:
+        sys.argv.remove("--metrics")
     args = parse_args()
     args.batch = batch
+    args.metrics = metrics
     config = job_config(args, Path(args.workdir))
     if spark:
         from millstream.spark.runner import SparkJobRunner

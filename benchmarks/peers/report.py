@@ -13,12 +13,14 @@ from typing import Any
 LIMIT_READ = "raw read (limit)"
 LIMIT_COPY = "raw copy (limit)"
 MILLSTREAM = "millstream, 1 container"
+MILLSTREAM_METRICS = "millstream, 1 container, metrics on"
 MILLSTREAM_BATCH = "millstream batch API, 1 container"
 MILLSTREAM_SPARK = "millstream Spark, 2 containers"
 NOT_PYTHON_PEERS = {
     LIMIT_READ,
     LIMIT_COPY,
     MILLSTREAM,
+    MILLSTREAM_METRICS,
     MILLSTREAM_BATCH,
     MILLSTREAM_SPARK,
     "Spark Structured Streaming",
@@ -144,4 +146,11 @@ def targets(outcomes: Sequence[Outcome]) -> list[str]:
         )
     lines.append(ratio((MILLSTREAM_BATCH, "w1"), (LIMIT_COPY, "w1"), 0.75, "W1 millstream batch API / raw copy"))
     lines.append(ratio((MILLSTREAM_BATCH, "w2"), (LIMIT_COPY, "w1"), 0.5, "W2 millstream batch API / raw copy"))
+    for workload in ("w1", "w2"):
+        on, off = ran.get((MILLSTREAM_METRICS, workload)), ran.get((MILLSTREAM, workload))
+        if on is not None and off is not None:  # a cost to report, not a target
+            lines.append(
+                f"{workload.upper()} metrics on / off: rate {on.rate / off.rate:.2f}, "
+                f"CPU per message {on.cpu_per_million / off.cpu_per_million:.2f}"
+            )
     return lines

@@ -9,6 +9,7 @@ from benchmarks.peers.report import (
     LIMIT_COPY,
     MILLSTREAM,
     MILLSTREAM_BATCH,
+    MILLSTREAM_METRICS,
     Measurement,
     Outcome,
     markdown_table,
@@ -66,3 +67,13 @@ def test_targets_are_ratios_of_medians_and_say_what_is_missing():
     )
     assert lines[5] == "W1 millstream batch API / raw copy: 0.70 (target ≥ 0.75) — not met"
     assert lines[6].startswith("W2 millstream batch API / raw copy: not measured")
+    assert len(lines) == 7, "no metrics line without the metrics-on contender"
+
+
+def test_the_cost_of_metrics_is_the_ratio_of_metrics_on_to_off_for_each_workload_measured():
+    outcomes = [
+        outcome(MILLSTREAM, "w1", [80_000], cpu=10.0),
+        outcome(MILLSTREAM_METRICS, "w1", [72_000], cpu=11.0),
+        outcome(MILLSTREAM, "w2", [50_000], cpu=10.0),
+    ]
+    assert targets(outcomes)[-1] == "W1 metrics on / off: rate 0.90, CPU per message 1.10"
