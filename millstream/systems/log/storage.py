@@ -19,7 +19,8 @@ so offsets are never reused. Every offset in ``[oldest, upcoming)`` is readable.
 WAL lets readers proceed while a writer holds the lock; a writer waits for the lock up to
 ``busy_timeout`` (30 s). With ``synchronous=NORMAL`` (the default) a committed append survives a
 crash of the process; with ``synchronous=FULL`` (``systems.<s>.fsync=true``) it also survives
-power loss.
+power loss. The WAL is copied into the file in the background every ``WAL_CHECKPOINT_BYTES`` appended
+(see ``wal``), not by the appends themselves.
 
 A ``LogPartition`` holds one connection and is meant for one thread at a time; open one per
 process (connections must not cross ``fork``).
@@ -51,6 +52,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -58,6 +60,12 @@ import msgpack
 
 from millstream.systems.base import WriterFencedError, WriterToken
 from millstream.systems.log.errors import LogStorageError, PartitionSealedError
+from millstream.systems.log.wal import (
+    WAL_BACKSTOP_BYTES,
+    WAL_CHECKPOINT_BYTES,
+    checkpoint_in_background,
+    finish_checkpoint,
+)
 
 BUSY_TIMEOUT_MS = 30_000
 TRIM_CHUNK = 100_000
@@ -67,11 +75,6 @@ PAGE_SIZE = 4096
 writes) and later a checkpoint copy: 16 KiB pages cut the CPU of appending 1000-record batches of
 100 bytes by about a fifth, which is only ~5% of the producer's rate end to end, while cutting the
 rate of small commits by up to a third. Not worth it for now."""
-WAL_CHECKPOINT_BYTES = 1 << 25
-"""WAL a connection's commits let grow before one of them copies it into the file (SQLite's automatic
-checkpoint, 4 MiB by default), and what the WAL is cut back to afterwards. Each checkpoint copies the
-pages and syncs both files: eight times fewer of them made the producer's background appender about a
-tenth faster on 1,000-record batches, for up to 32 MiB of WAL per partition written to that fast."""
 MMAP_SIZE = 1 << 28
 """Bytes of the file mapped into memory for reads: page reads without a copy through the page cache."""
 MAX_BATCH_BYTES = 1 << 22
@@ -178,7 +181,18 @@ class Records(NamedTuple):
 class LogPartition:
     """Append, read, trim and seal one partition file; see the module docstring for guarantees."""
 
-    __slots__ = ("_connection", "_identity", "_recorded", "_upcoming", "partition", "path", "stream")
+    __slots__ = (
+        "_connection",
+        "_fsync",
+        "_identity",
+        "_recorded",
+        "_upcoming",
+        "_wal_bytes",
+        "_wal_checkpoint",
+        "partition",
+        "path",
+        "stream",
+    )
 
     def __init__(self, path: Path, stream: str, partition: int, *, fsync: bool = False, create: bool = False) -> None:
         """Open the partition file; with ``create`` make a new one (which must not exist yet)."""
@@ -203,6 +217,11 @@ class LogPartition:
         """The last writer this connection checked: once set, the ``writers`` table is known to exist."""
         self._upcoming: int | None = None
         """Where this connection's last append left ``next_offset``: the next append expects it there."""
+        self._fsync = fsync
+        self._wal_bytes = 0
+        """Bytes this connection appended since it last asked for a WAL checkpoint (see ``wal``)."""
+        self._wal_checkpoint: Future[None] | None = None
+        """The background checkpoint it asked for, until it has finished it (see ``wal``)."""
         try:
             connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             self._identity = _identity(path)
@@ -212,8 +231,8 @@ class LogPartition:
                 connection.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} COMMIT;")
             connection.execute(f"PRAGMA synchronous = {'FULL' if fsync else 'NORMAL'}")
             connection.execute(f"PRAGMA mmap_size = {MMAP_SIZE}")
-            connection.execute(f"PRAGMA wal_autocheckpoint = {WAL_CHECKPOINT_BYTES // PAGE_SIZE}")
-            connection.execute(f"PRAGMA journal_size_limit = {WAL_CHECKPOINT_BYTES}")
+            connection.execute(f"PRAGMA wal_autocheckpoint = {WAL_BACKSTOP_BYTES // PAGE_SIZE}")
+            connection.execute(f"PRAGMA journal_size_limit = {WAL_BACKSTOP_BYTES}")
             version = connection.execute("PRAGMA user_version").fetchone()[0]
             if version != FORMAT_VERSION:
                 raise self._error(
@@ -325,7 +344,23 @@ class LogPartition:
         except sqlite3.Error as error:
             raise self._error(f"cannot append {count} records: {error}") from None
         self._upcoming = end
+        self._checkpoint_wal(batches)
         return int(first)
+
+    def _checkpoint_wal(self, appended: list[tuple[int, int, int, bytes]]) -> None:
+        """After an append: ask for a background checkpoint every ``WAL_CHECKPOINT_BYTES``, finish the one
+        asked for once it is done (see ``wal``)."""
+        started = self._wal_checkpoint
+        if started is not None:
+            if started.done():
+                self._wal_checkpoint = None
+                finish_checkpoint(self._connection, started, self)
+            return
+        for batch in appended:
+            self._wal_bytes += len(batch[3])
+        if self._wal_bytes >= WAL_CHECKPOINT_BYTES:
+            self._wal_bytes = 0
+            self._wal_checkpoint = checkpoint_in_background(self.path, self._fsync)
 
     def _advance_as_expected(self, count: int, writer: WriterToken | None) -> int | None:
         """Inside the append's transaction: move ``next_offset`` past ``count`` records in one statement
