@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -34,20 +35,30 @@ WAL_CHECKPOINT_BYTES = 1 << 25
 (each syncs both files) for more WAL on disk beside each busy partition."""
 WAL_BACKSTOP_BYTES = WAL_CHECKPOINT_BYTES * 2
 """WAL at which the appending connection checkpoints by itself (SQLite's automatic checkpoint): reached
-only when background checkpoints fall behind, and the most WAL a partition keeps."""
+only when background checkpoints fall behind; also the size a longer WAL file is cut back to."""
 
 _executor: ThreadPoolExecutor | None = None
-_owner = 0
-"""The process that started ``_executor``: a forked child has the object but not its thread."""
+_starting = threading.Lock()
 
 
 def checkpoint_in_background(path: Path, fsync: bool) -> Future[None]:
     """Start a passive checkpoint of ``path``'s WAL on this process's checkpoint thread."""
-    global _executor, _owner
-    if _executor is None or _owner != os.getpid():
-        _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-wal-checkpoint")
-        _owner = os.getpid()
-    return _executor.submit(_checkpoint, path, fsync)
+    global _executor
+    with _starting:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-wal-checkpoint")
+        executor = _executor
+    return executor.submit(_checkpoint, path, fsync)
+
+
+def _forget_in_child() -> None:
+    """A forked process (a Spark Python worker) has the parent's executor but not its thread: it starts its own."""
+    global _executor, _starting
+    _executor = None
+    _starting = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def finish_checkpoint(connection: sqlite3.Connection, started: Future[None], where: object) -> None:
