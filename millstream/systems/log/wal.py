@@ -51,16 +51,6 @@ def checkpoint_in_background(path: Path, fsync: bool) -> Future[None]:
     return executor.submit(_checkpoint, path, fsync)
 
 
-def _forget_in_child() -> None:
-    """A forked process (a Spark Python worker) has the parent's executor but not its thread: it starts its own."""
-    global _executor, _starting
-    _executor = None
-    _starting = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_in_child)
-
-
 def finish_checkpoint(connection: sqlite3.Connection, started: Future[None], where: object) -> None:
     """After ``started`` is done: the appending ``connection`` copies what was appended meanwhile, so
     that its next append rewinds the WAL. A failure (of either) is logged, not raised."""
@@ -81,3 +71,13 @@ def _checkpoint(path: Path, fsync: bool) -> None:
         connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
     finally:
         connection.close()
+
+
+def _forget_in_child() -> None:
+    """A forked process (a Spark Python worker) has the parent's executor but not its thread: it starts its own."""
+    global _executor, _starting
+    _executor = None
+    _starting = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
