@@ -11,8 +11,10 @@ from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
 import msgpack
+import pytest
 
 from millstream.systems.base import StreamSpec
+from millstream.systems.log import storage
 from millstream.systems.log.factory import LogSystemFactory
 
 from .conftest import SYSTEM, create, envelope, log_config, ssp
@@ -22,11 +24,14 @@ PER_WRITER = 1500
 PRODUCER_BATCH = 37
 
 
-def _write(root: str, writer: int, barrier: Barrier) -> None:
+def _write(root: str, writer: int, barrier: Barrier, checkpoint_bytes: int | None, padding: int) -> None:
+    if checkpoint_bytes is not None:
+        storage.WAL_CHECKPOINT_BYTES = checkpoint_bytes  # this process's own module: spawned, not forked
     producer = LogSystemFactory().get_producer(SYSTEM, log_config(Path(root), producer__batch__size=PRODUCER_BATCH))
     barrier.wait()
     for sequence in range(PER_WRITER):
-        producer.send("task", envelope("shared", f"{writer}:{sequence}".encode(), partition=0))
+        value = f"{writer}:{sequence}:".encode() + b"." * padding
+        producer.send("task", envelope("shared", value, partition=0))
         if sequence % 200 == 0:
             producer.flush("task")
     producer.stop()
@@ -38,12 +43,21 @@ def _create(root: str, barrier: Barrier, results: multiprocessing.Queue) -> None
     results.put(admin.create_stream(StreamSpec(SYSTEM, "raced", 3)))
 
 
-def test_four_writer_processes_and_a_reader_share_a_partition_without_loss_or_duplicates(root: Path) -> None:
+@pytest.mark.parametrize(
+    ("checkpoint_bytes", "padding"),
+    [(None, 0), (16_384, 1_000)],
+    ids=["no checkpoint", "background checkpoints every 16 KiB"],
+)
+def test_four_writer_processes_and_a_reader_share_a_partition_without_loss_or_duplicates(
+    root: Path, checkpoint_bytes: int | None, padding: int
+) -> None:
     config = log_config(root, poll__batch__size=100)
     create(LogSystemFactory().get_admin(SYSTEM, config), "shared")
     context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(WRITERS + 1)
-    writers = [context.Process(target=_write, args=(str(root), w, barrier)) for w in range(WRITERS)]
+    writers = [
+        context.Process(target=_write, args=(str(root), w, barrier, checkpoint_bytes, padding)) for w in range(WRITERS)
+    ]
     for process in writers:
         process.start()
     consumer = LogSystemFactory().get_consumer(SYSTEM, config)
@@ -57,7 +71,7 @@ def test_four_writer_processes_and_a_reader_share_a_partition_without_loss_or_du
         batch = consumer.poll({ssp("shared")}, 5.0).get(ssp("shared"))
         assert batch, f"reader stalled after {len(offsets)} of {total} records"
         for received in batch:
-            writer, sequence = map(int, received.message.decode().split(":"))
+            writer, sequence = map(int, received.message.decode().split(":")[:2])
             assert sequence == next_sequence[writer], "a writer's records were lost, duplicated or reordered"
             next_sequence[writer] += 1
             offsets.append(int(received.offset))
@@ -65,6 +79,8 @@ def test_four_writer_processes_and_a_reader_share_a_partition_without_loss_or_du
         process.join(timeout=60)
         assert process.exitcode == 0
     assert consumer.poll({ssp("shared")}, 0) == {}
+    if checkpoint_bytes is not None:  # the writers' checkpoints copied the records into the file (not only the WAL)
+        assert (root / "shared" / "p0.db").stat().st_size > total * padding / 2
     consumer.stop()
     assert next_sequence == [PER_WRITER] * WRITERS
     assert offsets == list(range(total))
