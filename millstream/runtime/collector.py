@@ -11,7 +11,7 @@ from millstream.errors import MillstreamError
 from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.serde.base import SerdeError
 from millstream.serde.registry import SerdeRegistry
-from millstream.systems.base import all_bytes_or_none
+from millstream.systems.base import all_bytes_or_none, all_none
 from millstream.systems.producers import ProducerPool
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ class TaskCollector:
         ``send`` message by message instead, so it fails or is dropped exactly as it would there."""
         if keys is not None and len(keys) != len(messages):
             raise ValueError(f"task '{self.source}' sent {len(messages)} messages to '{stream}' with {len(keys)} keys")
-        if keys is not None and keys.count(None) == len(keys):
+        if keys is not None and all_none(keys):
             keys = None  # no key to encode, check or hash: the producer's keyless path
         last_stream, codec = self._last
         if stream is not last_stream:

@@ -313,6 +313,12 @@ class SystemConsumer(ABC):
 _BYTES_OR_NONE = frozenset({bytes, type(None)})
 
 
+def all_none(values: Sequence[object]) -> bool:
+    """Whether every value is None (also when there is none): a column of keys or headers that a batch may
+    leave out. The first value decides most columns without counting."""
+    return not values or (values[0] is None and values.count(None) == len(values))
+
+
 def all_bytes_or_none(values: Iterable[object]) -> bool:
     """Whether every value is bytes or None, checked in C (the set of the values' types): what a batch
     must hold to take a producer's batch path."""

@@ -31,7 +31,7 @@ from typing import Any, cast
 
 from millstream.errors import StreamNotFoundError
 from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
-from millstream.systems.base import SystemProducer, WriterFencedError, WriterToken, all_bytes_or_none
+from millstream.systems.base import SystemProducer, WriterFencedError, WriterToken, all_bytes_or_none, all_none
 from millstream.systems.log.errors import LogSystemError
 from millstream.systems.log.layout import LogLayout
 from millstream.systems.log.partitioner import Partitioner, round_robin
@@ -197,7 +197,7 @@ class LogSystemProducer(SystemProducer):
         round the partitions by slicing (``messages[i::count]``), so a keyless batch costs a few C-level
         copies per partition instead of Python work per record; keyed records are appended one by one.
         A batch with anything that is not bytes goes message by message, so ``send`` names it."""
-        if keys is not None and keys.count(None) == len(keys):
+        if keys is not None and all_none(keys):
             keys = None
         if not all_bytes_or_none(messages) or (keys is not None and not all_bytes_or_none(keys)):
             super().send_batch(source, stream, messages, keys)

@@ -58,7 +58,7 @@ from typing import Any, NamedTuple
 
 import msgpack
 
-from millstream.systems.base import WriterFencedError, WriterToken
+from millstream.systems.base import WriterFencedError, WriterToken, all_none
 from millstream.systems.log.errors import LogStorageError, PartitionSealedError
 from millstream.systems.log.wal import (
     WAL_BACKSTOP_BYTES,
@@ -531,9 +531,9 @@ def _pack(
 ) -> list[tuple[int, int, int, bytes]]:
     """``(count, min_ts, max_ts, payload)`` of each batch ``count`` records given column by column
     are stored as: one batch, or several when its payload would exceed ``MAX_BATCH_BYTES``."""
-    if keys is not None and (keys[0] is None and keys.count(None) == count):
+    if keys is not None and len(keys) == count and all_none(keys):
         keys = None
-    if headers is not None and (headers[0] is None and headers.count(None) == count):
+    if headers is not None and len(headers) == count and all_none(headers):
         headers = None
     if (
         not len(timestamps)
@@ -615,7 +615,7 @@ def _concat(parts: tuple[list[Any], ...]) -> list[Any]:
 
 def _concat_sparse(parts: tuple[list[Any] | None, ...], counts: list[int]) -> list[Any] | None:
     """Join a column that a batch leaves out (None) when it is all None; None when every batch does."""
-    if parts.count(None) == len(parts):
+    if all_none(parts):
         return None
     out: list[Any] = []
     for part, count in zip(parts, counts, strict=True):
