@@ -1,11 +1,12 @@
 """Writes envelopes to log streams, buffered per partition and appended in batches.
 
 A partition's buffer is appended (one transaction, one stored batch) when it reaches
-``systems.<s>.producer.batch.size`` records and on ``flush``. Full buffers are appended by a background
-thread (``_Appender``), so the sender goes on while SQLite writes (which releases the GIL): the write
-path was most of a pass-through job's cost. ``flush`` waits for that thread before it appends what is
-left. A failed append keeps its records (and every later batch) for the next ``flush``, so the error
-surfaces there instead of the records vanishing.
+``systems.<s>.producer.batch.size`` records and on ``flush``, by the sending thread itself. A background
+appender thread was measured to cost more than it saved: each SQLite statement gives up the GIL, and the
+appender then waited for the busy sender to hand it back, up to a switch interval each time, so the
+sender ended up waiting for the appender's queue. A failed append keeps its records (and every record
+sent after it) buffered for the next ``flush``, so the error surfaces there instead of the records
+vanishing.
 
 A container's producer writes on behalf of a ``WriterToken`` (``set_writer``): every append checks it
 in the append's transaction (see ``storage``), and once one is refused the producer is fenced for good —
@@ -20,7 +21,6 @@ four strided slices instead of a ``zip`` over every record.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 import zlib
@@ -44,9 +44,6 @@ _FIELDS = 4
 """Entries per record in a buffer: timestamp, key, value, headers."""
 _time_ns = time.time_ns
 _crc32 = zlib.crc32
-MAX_PENDING = 4
-"""Full buffers waiting for the background appender before ``send`` waits for it."""
-_Batch = tuple[LogPartition, list[Any]]
 
 
 @dataclass
@@ -90,8 +87,8 @@ class LogSystemProducer(SystemProducer):
         self._lock = threading.Lock()
         self._writer: WriterToken | None = None
         self._fenced: WriterFencedError | None = None
-        self._appender: _Appender | None = None
-        """Started at the first full buffer."""
+        self._failure: BaseException | None = None
+        """Why an append of a full buffer failed since the last ``flush``: until then nothing more is appended."""
         self._last: tuple[SystemStream | None, _StreamWriter] = (None, cast(_StreamWriter, None))
         """The stream sent to last and its writer, as one reference (see ``_stream_writer``)."""
 
@@ -116,8 +113,6 @@ class LogSystemProducer(SystemProducer):
             return
         with self._lock:
             self._raise_if_fenced()
-            if self._appender is not None:
-                self._appender.drain()  # the partition's connection is the appender's meanwhile
             writer = self._writers.get(ssp.stream) or self._open_stream(ssp.stream)
             try:
                 self._partition(writer, ssp.partition).claim(self._writer)
@@ -137,9 +132,6 @@ class LogSystemProducer(SystemProducer):
                 if self._fenced is None:
                     self._flush_all()
             finally:
-                if self._appender is not None:
-                    self._appender.stop()
-                    self._appender = None
                 for writer in self._writers.values():
                     for partition in writer.partitions.values():
                         partition.close()
@@ -276,31 +268,31 @@ class LogSystemProducer(SystemProducer):
             self._flush_all()
 
     def _hand_over(self, writer: _StreamWriter, partition: int) -> None:
-        """Give a full buffer to the background appender (started now if need be)."""
-        log = writer.partitions.get(partition) or self._partition(writer, partition)
-        buffer = writer.buffers[partition]
-        writer.buffers[partition] = []
-        appender = self._appender
-        if appender is None:
-            appender = self._appender = _Appender(self)
-        appender.submit((log, buffer))
+        """Append a full buffer now, unless an append failed since the last ``flush``: then the records wait
+        for it, so that none is appended ahead of the failed ones. A fenced writer raises."""
+        if self._failure is not None:
+            return
+        try:
+            self._append(writer, partition)
+        except WriterFencedError:
+            raise
+        except Exception as error:  # raised by the next flush, which appends the buffers again
+            self._failure = error
 
     def _flush_all(self) -> None:
-        appender = self._appender
-        if appender is not None:
-            appender.drain()
-            self._raise_if_fenced()
-            failed, failure = appender.failed, appender.failure
-            appender.failed, appender.failure = [], None
-            if failure is not None:
-                log.warning("log system '%s': a background append failed, appending again: %s", self.system, failure)
-            for stored, buffer in reversed(failed):  # back in front of what was sent since, in order
-                writer = self._writers[stored.stream]
-                writer.buffers[stored.partition] = buffer + writer.buffers[stored.partition]
-        for writer in self._writers.values():
-            for partition, buffer in enumerate(writer.buffers):
-                if buffer:
-                    self._append(writer, partition)
+        if self._failure is not None:
+            log.warning("log system '%s': an append failed, appending again: %s", self.system, self._failure)
+        try:
+            for writer in self._writers.values():
+                for partition, buffer in enumerate(writer.buffers):
+                    if buffer:
+                        self._append(writer, partition)
+        except WriterFencedError:
+            raise
+        except Exception as error:
+            self._failure = error
+            raise
+        self._failure = None
 
     def _partition(self, writer: _StreamWriter, partition: int) -> LogPartition:
         log = writer.partitions.get(partition)
@@ -311,8 +303,10 @@ class LogSystemProducer(SystemProducer):
 
     def _append(self, writer: _StreamWriter, partition: int) -> None:
         log = writer.partitions.get(partition) or self._partition(writer, partition)
+        buffer = writer.buffers[partition]
+        columns = buffer[0::_FIELDS], buffer[1::_FIELDS], buffer[2::_FIELDS], buffer[3::_FIELDS]
         try:
-            _append_buffer(log, writer.buffers[partition], self._writer)
+            log.append_columns(*columns, self._writer)
         except WriterFencedError as fenced:
             self._fenced = fenced
             for stale in writer.buffers:  # a zombie's records are never appended, by this flush or a later one
@@ -333,65 +327,6 @@ class LogSystemProducer(SystemProducer):
         writer = _StreamWriter(stream, count, [[] for _ in range(count)], round_robin(count))
         self._writers[stream] = writer
         return writer
-
-
-class _Appender:
-    """The producer's background thread: appends full buffers while the sender goes on.
-
-    Batches are appended in the order they were handed over, so a partition's records stay in send
-    order. After a failure nothing more is appended: the failed batch and every later one are kept, in
-    order, for the producer's next ``flush`` to append again (which raises the failure if it persists).
-    A fenced writer is recorded on the producer and its batches dropped. At most ``MAX_PENDING``
-    batches wait: a sender that outruns the disk waits for the thread.
-    """
-
-    def __init__(self, producer: LogSystemProducer) -> None:
-        self._producer = producer
-        self._queue: queue.Queue[_Batch | None] = queue.Queue(MAX_PENDING)
-        self.failed: list[_Batch] = []
-        """Batches not appended because an append failed, in order (the failed one first)."""
-        self.failure: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name=f"log-appender-{producer.system}", daemon=True)
-        self._thread.start()
-
-    def submit(self, batch: _Batch) -> None:
-        self._queue.put(batch)
-
-    def drain(self) -> None:
-        """Wait until every batch handed over is appended, kept aside as failed, or dropped."""
-        self._queue.join()
-
-    def stop(self) -> None:
-        self._queue.put(None)
-        self._thread.join()
-
-    def _run(self) -> None:
-        while (batch := self._queue.get()) is not None:
-            try:
-                self._append(batch)
-            finally:
-                self._queue.task_done()
-        self._queue.task_done()
-
-    def _append(self, batch: _Batch) -> None:
-        producer = self._producer
-        if producer._fenced is not None:
-            return  # a zombie's records are never appended
-        if self.failure is not None:
-            self.failed.append(batch)
-            return
-        log, buffer = batch
-        try:
-            _append_buffer(log, buffer, producer._writer)
-        except WriterFencedError as fenced:
-            producer._fenced = fenced
-        except BaseException as error:  # raised again by the next flush, which appends the batch again
-            self.failure = error
-            self.failed.append(batch)
-
-
-def _append_buffer(log: LogPartition, buffer: list[Any], writer: WriterToken | None) -> None:
-    log.append_columns(buffer[0::_FIELDS], buffer[1::_FIELDS], buffer[2::_FIELDS], buffer[3::_FIELDS], writer)
 
 
 def _check_headers(stream: str, headers: Mapping[Any, Any]) -> dict[str, Any]:

@@ -118,8 +118,8 @@ _INSERT = "INSERT INTO batches (end_offset, base_offset, count, min_ts, max_ts, 
 _META = "SELECT oldest_offset, next_offset, sealed FROM meta WHERE id = 0"
 # An append's offsets: moves next_offset past ?1 records and returns it, unless the partition is sealed
 # (no row then). One statement instead of reading the meta row and updating it: every statement of a
-# transaction hands the GIL over and back, which costs the producer's background appender up to a switch
-# interval each time the sender is busy.
+# transaction gives up the GIL and has to win it back, which costs up to a switch interval whenever another
+# thread of the process is busy.
 _ADVANCE = "UPDATE meta SET next_offset = next_offset + ?1 WHERE id = 0 AND sealed = 0 RETURNING next_offset"
 # The same for an appender that knows where the partition ends (?1, where its last append left it): one
 # step, no row to fetch. It changes nothing when another process appended since, the partition was sealed

@@ -18,7 +18,6 @@ from millstream.systems.log.errors import LogStorageError, LogSystemError, Parti
 from millstream.systems.log.factory import LogSystemFactory
 from millstream.systems.log.producer import LogSystemProducer
 from millstream.systems.log.storage import LogPartition
-from tests.helpers import wait_until
 
 from .conftest import SYSTEM, create, envelope, log_config, read_all, ssp
 
@@ -62,17 +61,17 @@ def test_a_partition_buffer_is_appended_when_it_reaches_the_batch_size(admin: Lo
     create(admin, "events")
     for index in range(7):
         producer.send("task", envelope("events", b"%d" % index))
-    wait_until(lambda: upcoming(admin, "events") == 6, 10, "the two full buffers were not appended in the background")
+    assert upcoming(admin, "events") == 6, "each full buffer is appended by the send that fills it"
     producer.stop()
     assert upcoming(admin, "events") == 7
 
 
-def test_a_failed_background_append_keeps_that_batch_and_later_ones_in_order_for_the_next_flush(
+def test_a_failed_append_of_a_full_buffer_keeps_its_records_and_later_ones_in_order_for_the_next_flush(
     admin: LogSystemAdmin, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     create(admin, "events")
     real_append = LogPartition.append_columns
-    failures = [LogStorageError("events", 0, root, "disk full") for _ in range(2)]  # the background's, the flush's
+    failures = [LogStorageError("events", 0, root, "disk full") for _ in range(2)]  # the send's, the flush's
 
     def failing_once(self: LogPartition, *args: Any, **kwargs: Any) -> int:
         if failures:
@@ -139,7 +138,7 @@ def test_keyless_records_are_spread_round_robin(admin: LogSystemAdmin, producer:
 
 def test_a_batch_lands_where_sends_one_by_one_would_in_order(admin: LogSystemAdmin, root: Path) -> None:
     """``send_batch``: keyed records in the partitions ``send`` chooses, keyless ones round robin, each
-    partition's records in the batch's order, full buffers appended in the background as ``send`` does."""
+    partition's records in the batch's order, full buffers appended as ``send`` appends them."""
     create(admin, "by-send", 4)
     create(admin, "by-batch", 4)
     producer = LogSystemFactory().get_producer(SYSTEM, log_config(root, producer__batch__size=7))
