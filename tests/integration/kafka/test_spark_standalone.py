@@ -68,7 +68,7 @@ def test_kafka_job_on_a_standalone_cluster_with_containers_in_different_executor
         source,
         sink,
         job__container__count=2,
-        job__coordinator__slots__headroom=0,
+        job__coordinator__slots__headroom=2,  # the job starts once both executors registered: one container on each
         spark__driver__host="127.0.0.1",
         spark__driver__bindAddress="127.0.0.1",
         spark__executor__memory="512m",
