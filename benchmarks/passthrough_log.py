@@ -10,8 +10,8 @@ Every figure comes from the same data in the same run, so the ratios hold whatev
   spark         the pass-through through the Spark runner with 2 containers (2 Python workers)
 Per-container rate = the container's messages / the time from its first to its last message.
 
-At the default 1M messages of 100 B no output partition reaches the 32 MiB after which its WAL is checkpointed;
-``--messages 3000000`` or more measures the steady state, checkpoints included.
+At the default 1M messages of 100 B no output partition fills its first 64 MiB segment; ``--messages 3000000``
+or more measures the steady state, new segments included.
 """
 
 from __future__ import annotations

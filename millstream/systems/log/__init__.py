@@ -1,7 +1,8 @@
 """The embedded ``log`` system: a durable, partitioned, append-only log on local disk, no server.
 
-``<root>/<stream>/stream.json`` describes a stream and ``<root>/<stream>/p<N>.db`` holds partition N
-(a SQLite file, see ``storage``). The root is ``systems.<s>.path``, default ``<job.data.dir>/log``.
+``<root>/<stream>/stream.json`` describes a stream; ``<root>/<stream>/p<N>.db`` indexes partition N (a SQLite
+file, see ``storage``) and ``p<N>-<first offset>.seg`` hold its records (see ``segments``). The root is
+``systems.<s>.path``, default ``<job.data.dir>/log``.
 """
 
 from millstream.systems.log.admin import LogSystemAdmin

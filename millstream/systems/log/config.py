@@ -16,7 +16,8 @@ class LogSystemConfig(ConfigView):
     path: str | None = None
     """Root directory of the log; default ``<job.data.dir>/log``."""
     fsync: Bool = False
-    """``synchronous=FULL``: a flushed write survives power loss, not only a process crash."""
+    """``synchronous=FULL``, and each batch synced to its segment file before its index row commits: a flushed
+    write survives power loss, not only a process crash."""
     poll_batch_size: int = Field(5000, alias="poll.batch.size", ge=1)
     """Most records one ``poll`` reads per partition."""
     producer_batch_size: int = Field(1000, alias="producer.batch.size", ge=1)
@@ -26,7 +27,8 @@ class LogSystemConfig(ConfigView):
     default_partitions: int = Field(1, alias="default.partitions", ge=1)
     """Partitions of a stream created on first send."""
     retention_ms: int = Field(-1, alias="retention.ms", ge=-1)
-    """Age after which ``trim_expired`` removes records; -1 keeps them forever."""
+    """Age after which ``trim_expired`` removes records (and deletes the segment files they filled); -1 keeps
+    them forever."""
 
     @classmethod
     def for_system(cls, config: Config, system: str) -> LogSystemConfig:

@@ -1,4 +1,5 @@
-"""The log's directory tree: ``<root>/<stream>/stream.json`` and ``<root>/<stream>/p<N>.db``.
+"""The log's directory tree: ``<root>/<stream>/stream.json``, ``<root>/<stream>/p<N>.db`` and the segment
+files ``p<N>-<first offset>.seg`` each partition writes beside its file.
 
 A stream exists once its directory holds ``stream.json``. Creation builds the whole directory
 (``stream.json`` and every partition file) under a private staging name and renames it into place;

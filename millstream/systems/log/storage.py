@@ -1,12 +1,14 @@
-"""One partition of a log stream on disk: a SQLite file in WAL mode holding record batches.
+"""One partition of a log stream on disk: a SQLite file in WAL mode indexing record batches, whose
+payloads lie in segment files beside it (see ``segments``).
 
-Each append stores its records as one row of ``batches`` (Kafka's record batch; several rows only
-when they pack to more than ``MAX_BATCH_BYTES``): the records are msgpack-packed column by column
-into ``payload``, and the row is keyed by the batch's exclusive ``end_offset``, so the batch holding
-offset ``o`` is the first row with ``end_offset > o`` — one seek of the table's b-tree. One row per
-batch instead of one per record is what makes the log fast in Python: a row costs about a
-microsecond to hand over from SQLite (and several to insert) whatever its size, while msgpack packs
-or unpacks a record's columns in well under a tenth of that.
+Each append stores its records as one batch (Kafka's record batch; several only when they pack to more
+than ``MAX_BATCH_BYTES``): the records are msgpack-packed column by column into a payload written to the
+partition's current segment, and one row of ``batches`` indexes it, keyed by the batch's exclusive
+``end_offset``, so the batch holding offset ``o`` is the first row with ``end_offset > o`` — one seek of
+the table's b-tree. One batch instead of one row per record is what makes the log fast in Python: a row
+costs about a microsecond to hand over from SQLite (and several to insert) whatever its size, while
+msgpack packs or unpacks a record's columns in well under a tenth of that. A payload is written once, to
+its segment; the row is committed after it, so a committed row always finds its payload.
 
 Offsets are 0-based and dense. The writer assigns them inside a ``BEGIN IMMEDIATE`` transaction
 from the ``next_offset`` of the meta row, and commits the batch and the new ``next_offset``
@@ -18,9 +20,11 @@ so offsets are never reused. Every offset in ``[oldest, upcoming)`` is readable.
 
 WAL lets readers proceed while a writer holds the lock; a writer waits for the lock up to
 ``busy_timeout`` (30 s). With ``synchronous=NORMAL`` (the default) a committed append survives a
-crash of the process; with ``synchronous=FULL`` (``systems.<s>.fsync=true``) it also survives
-power loss. The WAL is copied into the file in the background every ``WAL_CHECKPOINT_BYTES`` appended
-(see ``wal``), not by the appends themselves.
+crash of the process; with ``synchronous=FULL`` (``systems.<s>.fsync=true``, which also syncs each
+payload before its row commits) it also survives power loss. Without it, a crash of the machine may
+lose payloads whose rows survive: reading them then fails on their checksum, naming the segment file.
+The WAL holds only index rows, so SQLite's own automatic checkpoint (every 1,000 pages) copies a few
+distinct pages into the file each time and keeps the WAL at about 4 MiB.
 
 A ``LogPartition`` holds one connection and is meant for one thread at a time; open one per
 process (connections must not cross ``fork``).
@@ -29,8 +33,9 @@ The file format (``PRAGMA user_version`` = ``FORMAT_VERSION``)::
 
     batches(end_offset INTEGER PRIMARY KEY,  -- exclusive: base_offset + count
             base_offset, count, min_ts, max_ts,
-            payload BLOB)                    -- msgpack [timestamps, keys, values, headers]
-    meta(id = 0, next_offset, oldest_offset, sealed)
+            segment, position, length, crc)  -- where the payload lies, and its CRC-32
+    meta(id = 0, next_offset, oldest_offset, sealed,
+         segment, segment_end)               -- the segment appended to, and its committed length
     writers(job, container, generation, epoch)  -- optional: the newest writer token per container
 
 ``writers`` exists once a container's producer wrote or claimed the partition (older files have none,
@@ -38,21 +43,21 @@ which reads as no writer yet). An append by a writer checks it in the append's o
 refused when the job has a newer generation there or the container a newer attempt: a superseded attempt
 (a zombie) can never add records behind the offsets its successor's checkpoints name.
 
-``payload`` is a msgpack array of four columns, one entry per record in offset order:
+A payload is a msgpack array of four columns, one entry per record in offset order:
 ``timestamps`` (ints, ms), ``keys`` (bin or nil; the whole column nil when no record has a key),
 ``values`` (bin or nil) and ``headers`` (maps of str to bin, or nil; the whole column nil when no
 record has headers). Columns rather than one array per record: they unpack in about half the time
 (no per-record arrays to build and take apart) and feed the consumer's column-wise envelope
-construction as they are. A read returns whole batches from SQLite and slices off what lies before
-its start (or before ``oldest``) and beyond its limit.
+construction as they are. A read unpacks whole batches and slices off what lies before its start
+(or before ``oldest``) and beyond its limit. Trimming deletes the segments whose batches are all gone.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 from collections.abc import Sequence
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -60,29 +65,24 @@ import msgpack
 
 from millstream.systems.base import WriterFencedError, WriterToken, all_none
 from millstream.systems.log.errors import LogStorageError, PartitionSealedError
-from millstream.systems.log.wal import (
-    WAL_BACKSTOP_BYTES,
-    WAL_CHECKPOINT_BYTES,
-    checkpoint_in_background,
-    finish_checkpoint,
-)
+from millstream.systems.log.segments import SEGMENT_BYTES, DamagedSegmentError, Segments, checksum
+
+log = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_MS = 30_000
 TRIM_CHUNK = 100_000
 """Most records one trim transaction removes (deleting the batches they fill)."""
 PAGE_SIZE = 4096
-"""SQLite's default. A batch's payload spills into a chain of overflow pages, each a WAL frame (two
-writes) and later a checkpoint copy: 16 KiB pages cut the CPU of appending 1000-record batches of
-100 bytes by about a fifth, which is only ~5% of the producer's rate end to end, while cutting the
-rate of small commits by up to a third. Not worth it for now."""
+"""SQLite's default: the file holds only the small index rows."""
 MMAP_SIZE = 1 << 28
 """Bytes of the file mapped into memory for reads: page reads without a copy through the page cache."""
 MAX_BATCH_BYTES = 1 << 22
 """Largest payload of one stored batch: a bigger append is stored as several batches (in the same
-transaction), so that SQLite's 1 GB limit on a value is never reached and a read that starts or
-ends inside a batch unpacks at most a few MiB it does not return."""
-FORMAT_VERSION = 2
-"""``PRAGMA user_version`` of a partition file in this format (1 was one row per record)."""
+transaction), so that a read that starts or ends inside a batch unpacks at most a few MiB it does
+not return."""
+FORMAT_VERSION = 3
+"""``PRAGMA user_version`` of a partition file in this format (1 was one row per record, 2 held the
+payloads in the file)."""
 
 _SCHEMA = f"""
 PRAGMA user_version = {FORMAT_VERSION};
@@ -92,15 +92,20 @@ CREATE TABLE batches (
     count INTEGER NOT NULL,
     min_ts INTEGER NOT NULL,
     max_ts INTEGER NOT NULL,
-    payload BLOB NOT NULL
+    segment INTEGER NOT NULL,
+    position INTEGER NOT NULL,
+    length INTEGER NOT NULL,
+    crc INTEGER NOT NULL
 );
 CREATE TABLE meta (
     id INTEGER PRIMARY KEY CHECK (id = 0),
     next_offset INTEGER NOT NULL,
     oldest_offset INTEGER NOT NULL,
-    sealed INTEGER NOT NULL
+    sealed INTEGER NOT NULL,
+    segment INTEGER NOT NULL,
+    segment_end INTEGER NOT NULL
 );
-INSERT INTO meta (id, next_offset, oldest_offset, sealed) VALUES (0, 0, 0, 0);
+INSERT INTO meta (id, next_offset, oldest_offset, sealed, segment, segment_end) VALUES (0, 0, 0, 0, 0, 0);
 """
 
 # The batches overlapping [?1, ?1 + ?2): from the one holding ?1 up to and including the first one
@@ -108,27 +113,38 @@ INSERT INTO meta (id, next_offset, oldest_offset, sealed) VALUES (0, 0, 0, 0);
 # cost does not grow with the log. The guard on oldest_offset runs in the same snapshot: a start
 # below it (trimmed, possibly by another process meanwhile) reads nothing rather than later records.
 _READ = (
-    "SELECT base_offset, payload FROM batches "
+    "SELECT base_offset, segment, position, length, crc FROM batches "
     "WHERE end_offset > ?1 AND end_offset <= coalesce("
     "(SELECT end_offset FROM batches WHERE end_offset >= ?1 + ?2 ORDER BY end_offset LIMIT 1), ?1 + ?2) "
     "AND ?1 >= (SELECT oldest_offset FROM meta WHERE id = 0) "
     "ORDER BY end_offset"
 )
-_INSERT = "INSERT INTO batches (end_offset, base_offset, count, min_ts, max_ts, payload) VALUES (?, ?, ?, ?, ?, ?)"
+_INSERT = (
+    "INSERT INTO batches (end_offset, base_offset, count, min_ts, max_ts, segment, position, length, crc) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 _META = "SELECT oldest_offset, next_offset, sealed FROM meta WHERE id = 0"
-# An append's offsets: moves next_offset past ?1 records and returns it, unless the partition is sealed
-# (no row then). One statement instead of reading the meta row and updating it: every statement of a
-# transaction gives up the GIL and has to win it back, which costs up to a switch interval whenever another
-# thread of the process is busy.
-_ADVANCE = "UPDATE meta SET next_offset = next_offset + ?1 WHERE id = 0 AND sealed = 0 RETURNING next_offset"
-# The same for an appender that knows where the partition ends (?1, where its last append left it): one
-# step, no row to fetch. It changes nothing when another process appended since, the partition was sealed
-# or (the second form) a newer attempt of the writer's container (?5) or a newer generation of its job
-# (?3, ?4, ?6) wrote here; the append then takes the general path in the same transaction.
-_ADVANCE_EXPECTED = "UPDATE meta SET next_offset = ?1 + ?2 WHERE id = 0 AND sealed = 0 AND next_offset = ?1"
+# An append's offsets: moves next_offset past ?1 records and returns it with the segment appended to and its
+# committed length, unless the partition is sealed (no row then). One statement instead of reading the meta
+# row and updating it: every statement of a transaction gives up the GIL and has to win it back, which costs
+# up to a switch interval whenever another thread of the process is busy.
+_ADVANCE = (
+    "UPDATE meta SET next_offset = next_offset + ?1 WHERE id = 0 AND sealed = 0 "
+    "RETURNING next_offset, segment, segment_end"
+)
+_PLACE = "UPDATE meta SET segment = ?, segment_end = ? WHERE id = 0"
+# The same for an appender that knows where the partition ends (?1, where its last append left it, and so
+# also which segment it wrote to): one step, no row to fetch, the batch's segment (?3) and that segment's
+# new end (?4) recorded with it. It changes nothing when another process appended since, the partition was
+# sealed or (the second form) a newer attempt of the writer's container (?7) or a newer generation of its
+# job (?5, ?6, ?8) wrote here; the append then takes the general path in the same transaction.
+_ADVANCE_EXPECTED = (
+    "UPDATE meta SET next_offset = ?1 + ?2, segment = ?3, segment_end = ?4 "
+    "WHERE id = 0 AND sealed = 0 AND next_offset = ?1"
+)
 _ADVANCE_EXPECTED_UNFENCED = (
-    f"{_ADVANCE_EXPECTED} AND NOT EXISTS (SELECT 1 FROM writers WHERE job = ?3 "
-    "AND (generation > ?4 OR (container = ?5 AND generation = ?4 AND epoch > ?6)))"
+    f"{_ADVANCE_EXPECTED} AND NOT EXISTS (SELECT 1 FROM writers WHERE job = ?5 "
+    "AND (generation > ?6 OR (container = ?7 AND generation = ?6 AND epoch > ?8)))"
 )
 _WRITERS = (
     "CREATE TABLE IF NOT EXISTS writers (job TEXT NOT NULL, container TEXT NOT NULL, generation INTEGER NOT NULL, "
@@ -138,7 +154,12 @@ _WRITERS_OF_JOB = "SELECT container, generation, epoch FROM writers WHERE job = 
 _RECORD_WRITER = "INSERT OR REPLACE INTO writers (job, container, generation, epoch) VALUES (?, ?, ?, ?)"
 # Candidates for offset_for_timestamp, in offset order: only batches holding a recent enough record.
 _BY_TIMESTAMP = (
-    "SELECT base_offset, min_ts, payload FROM batches WHERE end_offset > ?1 AND max_ts >= ?2 ORDER BY end_offset"
+    "SELECT base_offset, min_ts, segment, position, length, crc FROM batches "
+    "WHERE end_offset > ?1 AND max_ts >= ?2 ORDER BY end_offset"
+)
+# The first segment a trim keeps: the first remaining batch's, or (none left) the one appended to.
+_FIRST_SEGMENT_KEPT = (
+    "SELECT coalesce((SELECT segment FROM batches ORDER BY end_offset LIMIT 1), segment) FROM meta WHERE id = 0"
 )
 
 Record = tuple[int, Any, Any, Any]
@@ -183,12 +204,11 @@ class LogPartition:
 
     __slots__ = (
         "_connection",
-        "_fsync",
         "_identity",
+        "_placed",
         "_recorded",
+        "_segments",
         "_upcoming",
-        "_wal_bytes",
-        "_wal_checkpoint",
         "partition",
         "path",
         "stream",
@@ -217,11 +237,9 @@ class LogPartition:
         """The last writer this connection checked: once set, the ``writers`` table is known to exist."""
         self._upcoming: int | None = None
         """Where this connection's last append left ``next_offset``: the next append expects it there."""
-        self._fsync = fsync
-        self._wal_bytes = 0
-        """Bytes this connection appended since it last asked for a WAL checkpoint (see ``wal``)."""
-        self._wal_checkpoint: Future[None] | None = None
-        """The background checkpoint it asked for, until it has finished it (see ``wal``)."""
+        self._placed = (0, 0)
+        """The segment this connection's last append wrote to and where that segment then ended."""
+        self._segments = Segments(path, fsync=fsync)
         try:
             connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             self._identity = _identity(path)
@@ -231,8 +249,6 @@ class LogPartition:
                 connection.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} COMMIT;")
             connection.execute(f"PRAGMA synchronous = {'FULL' if fsync else 'NORMAL'}")
             connection.execute(f"PRAGMA mmap_size = {MMAP_SIZE}")
-            connection.execute(f"PRAGMA wal_autocheckpoint = {WAL_BACKSTOP_BYTES // PAGE_SIZE}")
-            connection.execute(f"PRAGMA journal_size_limit = {WAL_BACKSTOP_BYTES}")
             version = connection.execute("PRAGMA user_version").fetchone()[0]
             if version != FORMAT_VERSION:
                 raise self._error(
@@ -254,6 +270,7 @@ class LogPartition:
 
     def close(self) -> None:
         self._connection.close()
+        self._segments.close()
 
     def _error(self, detail: str) -> LogStorageError:
         return LogStorageError(self.stream, self.partition, self.path, detail)
@@ -323,17 +340,21 @@ class LogPartition:
             batches = _pack(count, timestamps, keys, values, headers)
         except (TypeError, ValueError, OverflowError) as error:
             raise self._error(f"cannot append {count} records: {error}") from None
+        size = sum(len(batch[3]) for batch in batches)
         connection = self._connection
         try:
             connection.execute("BEGIN IMMEDIATE")
             try:
-                first = self._advance_as_expected(count, writer)
-                if first is None:
-                    first = self._advance(count, writer)
+                placed = self._advance_as_expected(count, size, writer) or self._advance(count, size, writer)
+                first, segment, position = placed
+                self._write_payloads(segment, position, batches)
                 end = first
-                for size, lowest, highest, payload in batches:
-                    connection.execute(_INSERT, (end + size, end, size, lowest, highest, payload))
-                    end += size
+                for records, lowest, highest, payload in batches:
+                    length = len(payload)
+                    row = (end + records, end, records, lowest, highest, segment, position, length, checksum(payload))
+                    connection.execute(_INSERT, row)
+                    end += records
+                    position += length
                 connection.execute("COMMIT")
             except BaseException:
                 self._upcoming = None
@@ -344,50 +365,55 @@ class LogPartition:
         except sqlite3.Error as error:
             raise self._error(f"cannot append {count} records: {error}") from None
         self._upcoming = end
-        self._checkpoint_wal(batches)
-        return int(first)
+        self._placed = (segment, position)
+        return first
 
-    def _checkpoint_wal(self, appended: list[tuple[int, int, int, bytes]]) -> None:
-        """After an append: ask for a background checkpoint every ``WAL_CHECKPOINT_BYTES``, finish the one
-        asked for once it is done (see ``wal``)."""
-        started = self._wal_checkpoint
-        if started is not None:
-            if started.done():
-                self._wal_checkpoint = None
-                finish_checkpoint(self._connection, started, self)
-            return
-        for batch in appended:
-            self._wal_bytes += len(batch[3])
-        if self._wal_bytes >= WAL_CHECKPOINT_BYTES:
-            self._wal_bytes = 0
-            self._wal_checkpoint = checkpoint_in_background(self.path, self._fsync)
+    def _write_payloads(self, segment: int, position: int, batches: list[tuple[int, int, int, bytes]]) -> None:
+        try:
+            self._segments.write(segment, position, [batch[3] for batch in batches])
+        except OSError as error:
+            raise self._error(f"cannot write segment file '{self._segments.path(segment)}': {error}") from None
 
-    def _advance_as_expected(self, count: int, writer: WriterToken | None) -> int | None:
-        """Inside the append's transaction: move ``next_offset`` past ``count`` records in one statement
-        when it is where this connection's last append left it and ``writer`` is the one this connection
-        recorded; the first offset, or None (nothing changed) when that does not hold."""
+    def _advance_as_expected(self, count: int, size: int, writer: WriterToken | None) -> tuple[int, int, int] | None:
+        """Inside the append's transaction: move ``next_offset`` past ``count`` records, and the segment's end
+        past ``size`` bytes, in one statement when ``next_offset`` is where this connection's last append left
+        it and ``writer`` is the one this connection recorded. The first offset, the segment and the position
+        to write at, or None (nothing changed) when that does not hold."""
         expected = self._upcoming
         if expected is None:
             return None
+        segment, position = _placement(expected, size, *self._placed)
         if writer is None:
-            cursor = self._connection.execute(_ADVANCE_EXPECTED, (expected, count))
+            cursor = self._connection.execute(_ADVANCE_EXPECTED, (expected, count, segment, position + size))
         elif writer == self._recorded:
-            parameters = (expected, count, writer.job, writer.generation, writer.container_id, writer.epoch)
+            parameters = (
+                expected,
+                count,
+                segment,
+                position + size,
+                writer.job,
+                writer.generation,
+                writer.container_id,
+                writer.epoch,
+            )
             cursor = self._connection.execute(_ADVANCE_EXPECTED_UNFENCED, parameters)
         else:
             return None
-        return expected if cursor.rowcount == 1 else None
+        return (expected, segment, position) if cursor.rowcount == 1 else None
 
-    def _advance(self, count: int, writer: WriterToken | None) -> int:
+    def _advance(self, count: int, size: int, writer: WriterToken | None) -> tuple[int, int, int]:
         """``_advance_as_expected`` for any state of the file: refuses a sealed partition and a stale
-        ``writer`` and records a new one; the first offset."""
+        ``writer`` and records a new one."""
         advanced = self._connection.execute(_ADVANCE, (count,)).fetchone()
         if advanced is None:
             self._state()  # raises when the meta row is missing, which is not a seal
             raise PartitionSealedError(self.stream, self.partition, self.path)
         if writer is not None:
             self._check_writer(writer)
-        return int(advanced[0]) - count
+        first = int(advanced[0]) - count
+        segment, position = _placement(first, size, int(advanced[1]), int(advanced[2]))
+        self._connection.execute(_PLACE, (segment, position + size))
+        return first, segment, position
 
     def claim(self, writer: WriterToken) -> None:
         """Record ``writer`` as the partition's current writer for its container without appending:
@@ -447,8 +473,19 @@ class LogPartition:
             raise self._error(f"cannot read from offset {start}: {error}") from None
         if not rows:
             return None
+        segments = self._segments
         try:
-            return _unpack(rows, start, limit)
+            payloads = [(row[0], segments.read(*row[1:])) for row in rows]
+        except FileNotFoundError as error:
+            if start < self.state().oldest:
+                return None  # trimmed meanwhile (by another process): its segment is gone
+            raise self._error(f"cannot read from offset {start}: segment file '{error.filename}' is missing") from None
+        except (DamagedSegmentError, OSError) as error:
+            raise self._error(f"cannot read from offset {start}: {error}") from None
+        except (TypeError, ValueError, OverflowError) as error:  # not a segment, position, length and CRC
+            raise self._error(f"cannot read from offset {start}: a batch's index row is corrupt ({error!r})") from None
+        try:
+            return _unpack(payloads, start, limit)
         except (ValueError, TypeError, msgpack.UnpackException) as error:
             raise self._error(f"cannot read from offset {start}: a batch is corrupt ({error!r})") from None
 
@@ -459,10 +496,12 @@ class LogPartition:
         the partition, and the next append still gets the next unused offset. Batches wholly below
         the new ``oldest`` are deleted; one it falls inside stays, its records below ``oldest``
         unreadable. Large trims run in several transactions of at most ``TRIM_CHUNK`` records so
-        appenders wait for the lock only briefly.
+        appenders wait for the lock only briefly. Then the segment files before the first remaining
+        batch's are deleted (the one appended to stays, even when the partition is empty).
         """
         self._check_file()
         connection = self._connection
+        first_kept: int | None = None
         try:
             while True:
                 connection.execute("BEGIN IMMEDIATE")
@@ -472,15 +511,22 @@ class LogPartition:
                     if target > oldest:
                         connection.execute("DELETE FROM batches WHERE end_offset <= ?", (target,))
                         connection.execute("UPDATE meta SET oldest_offset = ? WHERE id = 0", (target,))
+                        first_kept = int(connection.execute(_FIRST_SEGMENT_KEPT).fetchone()[0])
                     connection.execute("COMMIT")
                 except BaseException:
                     if connection.in_transaction:
                         connection.execute("ROLLBACK")
                     raise
                 if target == oldest or target >= min(before, upcoming):
-                    return int(target)
+                    break
         except sqlite3.Error as error:
             raise self._error(f"cannot trim before offset {before}: {error}") from None
+        if first_kept is not None:
+            try:
+                self._segments.remove_below(first_kept)
+            except OSError as error:  # the next trim that deletes batches tries again
+                log.warning("%r: cannot delete trimmed segment files: %s", self, error)
+        return int(target)
 
     def seal(self) -> None:
         """Mark the partition bounded and complete: appends fail, consumers see end-of-stream."""
@@ -504,10 +550,10 @@ class LogPartition:
                 oldest, upcoming, _ = connection.execute(_META).fetchone()
                 cursor = connection.execute(_BY_TIMESTAMP, (oldest, timestamp_ms))
                 try:
-                    for base, min_ts, payload in cursor:
+                    for base, min_ts, *payload in cursor:
                         if min_ts >= timestamp_ms and base >= oldest:
                             return int(base)
-                        timestamps = _timestamps(payload)
+                        timestamps = _timestamps(self._segments.read(*payload))
                         for index in range(max(oldest - base, 0), len(timestamps)):
                             if timestamps[index] >= timestamp_ms:
                                 return int(base + index)
@@ -519,6 +565,8 @@ class LogPartition:
             raise self._error(f"cannot search for timestamp {timestamp_ms}: {error}") from None
         except (ValueError, TypeError, msgpack.UnpackException) as error:
             raise self._error(f"cannot search for timestamp {timestamp_ms}: a batch is corrupt ({error!r})") from None
+        except (DamagedSegmentError, OSError, OverflowError) as error:
+            raise self._error(f"cannot search for timestamp {timestamp_ms}: {error}") from None
         return int(upcoming)
 
 
@@ -567,6 +615,14 @@ def _pack(
     if type(lowest) is not int or type(highest) is not int:
         raise TypeError(f"timestamps must be integers, got {type(lowest).__name__} and {type(highest).__name__}")
     return [(count, lowest, highest, payload)]
+
+
+def _placement(first: int, size: int, segment: int, end: int) -> tuple[int, int]:
+    """The segment and position a batch of ``size`` bytes starting at offset ``first`` is written at, given
+    the segment appended to and its end: a new segment, named ``first``, once it would pass ``SEGMENT_BYTES``."""
+    if end and end + size > SEGMENT_BYTES:
+        return first, 0
+    return segment, end
 
 
 def _unpack(rows: list[tuple[int, bytes]], start: int, limit: int) -> Records:

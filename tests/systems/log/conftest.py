@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from millstream.systems.log.admin import LogSystemAdmin
 from millstream.systems.log.consumer import LogSystemConsumer
 from millstream.systems.log.factory import LogSystemFactory
 from millstream.systems.log.producer import LogSystemProducer
+from millstream.systems.log.segments import Segments
 
 SYSTEM = "log"
 
@@ -24,6 +26,21 @@ def log_config(root: Path, **settings: object) -> Config:
     values = {f"systems.{SYSTEM}.path": str(root)}
     values.update({f"systems.{SYSTEM}.{key.replace('__', '.')}": str(value) for key, value in settings.items()})
     return Config(values)
+
+
+def stored_batches(path: Path) -> list[tuple[int, int, int, bytes]]:
+    """``(base_offset, end_offset, count, payload)`` of every batch of the partition file ``path``, read
+    from its index and segment files directly, bypassing ``LogPartition``."""
+    with sqlite3.connect(path) as connection:
+        rows = connection.execute(
+            "SELECT base_offset, end_offset, count, segment, position, length, crc FROM batches ORDER BY end_offset"
+        ).fetchall()
+    connection.close()
+    segments = Segments(path, fsync=False)
+    try:
+        return [(base, end, count, segments.read(*where)) for base, end, count, *where in rows]
+    finally:
+        segments.close()
 
 
 def ssp(stream: str, partition: int = 0) -> SystemStreamPartition:

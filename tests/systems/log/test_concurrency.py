@@ -17,16 +17,16 @@ from millstream.systems.base import StreamSpec
 from millstream.systems.log import storage
 from millstream.systems.log.factory import LogSystemFactory
 
-from .conftest import SYSTEM, create, envelope, log_config, ssp
+from .conftest import SYSTEM, create, envelope, log_config, ssp, stored_batches
 
 WRITERS = 4
 PER_WRITER = 1500
 PRODUCER_BATCH = 37
 
 
-def _write(root: str, writer: int, barrier: Barrier, checkpoint_bytes: int | None, padding: int) -> None:
-    if checkpoint_bytes is not None:
-        storage.WAL_CHECKPOINT_BYTES = checkpoint_bytes  # this process's own module: spawned, not forked
+def _write(root: str, writer: int, barrier: Barrier, segment_bytes: int | None, padding: int) -> None:
+    if segment_bytes is not None:
+        storage.SEGMENT_BYTES = segment_bytes  # this process's own module: spawned, not forked
     producer = LogSystemFactory().get_producer(SYSTEM, log_config(Path(root), producer__batch__size=PRODUCER_BATCH))
     barrier.wait()
     for sequence in range(PER_WRITER):
@@ -44,19 +44,19 @@ def _create(root: str, barrier: Barrier, results: multiprocessing.Queue) -> None
 
 
 @pytest.mark.parametrize(
-    ("checkpoint_bytes", "padding"),
-    [(None, 0), (16_384, 1_000)],
-    ids=["no checkpoint", "background checkpoints every 16 KiB"],
+    ("segment_bytes", "padding"),
+    [(None, 0), (65_536, 1_000)],
+    ids=["one segment", "a new segment every 64 KiB"],
 )
 def test_four_writer_processes_and_a_reader_share_a_partition_without_loss_or_duplicates(
-    root: Path, checkpoint_bytes: int | None, padding: int
+    root: Path, segment_bytes: int | None, padding: int
 ) -> None:
     config = log_config(root, poll__batch__size=100)
     create(LogSystemFactory().get_admin(SYSTEM, config), "shared")
     context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(WRITERS + 1)
     writers = [
-        context.Process(target=_write, args=(str(root), w, barrier, checkpoint_bytes, padding)) for w in range(WRITERS)
+        context.Process(target=_write, args=(str(root), w, barrier, segment_bytes, padding)) for w in range(WRITERS)
     ]
     for process in writers:
         process.start()
@@ -79,15 +79,16 @@ def test_four_writer_processes_and_a_reader_share_a_partition_without_loss_or_du
         process.join(timeout=60)
         assert process.exitcode == 0
     assert consumer.poll({ssp("shared")}, 0) == {}
-    if checkpoint_bytes is not None:  # the writers' checkpoints copied the records into the file (not only the WAL)
-        assert (root / "shared" / "p0.db").stat().st_size > total * padding / 2
+    segments = len(list((root / "shared").glob("p0-*.seg")))
+    if segment_bytes is None:
+        assert segments == 1
+    else:  # no segment holds more than segment_bytes: the writers rolled them between each other's appends
+        assert segments >= total * padding / segment_bytes
     consumer.stop()
     assert next_sequence == [PER_WRITER] * WRITERS
     assert offsets == list(range(total))
+    stored = stored_batches(root / "shared" / "p0.db")
     with sqlite3.connect(root / "shared" / "p0.db") as connection:
-        stored = connection.execute(
-            "SELECT base_offset, end_offset, count, payload FROM batches ORDER BY end_offset"
-        ).fetchall()
         assert [(base, end) for base, end, _, _ in stored] == list(
             zip([0] + [end for _, end, _, _ in stored[:-1]], [end for _, end, _, _ in stored], strict=True)
         ), "the batches do not tile the offsets without gaps or overlaps"

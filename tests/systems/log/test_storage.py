@@ -20,6 +20,8 @@ from millstream.systems.log import storage
 from millstream.systems.log.errors import LogStorageError, PartitionSealedError
 from millstream.systems.log.storage import BUSY_TIMEOUT_MS, FORMAT_VERSION, LogPartition, PartitionState, Records
 
+from .conftest import stored_batches
+
 
 @pytest.fixture
 def partition(tmp_path: Path) -> Iterator[LogPartition]:
@@ -238,7 +240,7 @@ def test_a_batch_payload_is_msgpack_columns_leaving_out_keys_and_headers_when_al
 ) -> None:
     partition.append(records(b"a", b"b"))
     partition.append([(7, b"k", b"v", None), (8, None, None, {"h": b"\x01"})])
-    payloads = [row[0] for row in partition._connection.execute("SELECT payload FROM batches ORDER BY end_offset")]
+    payloads = [payload for _, _, _, payload in stored_batches(partition.path)]
     assert [msgpack.unpackb(payload) for payload in payloads] == [
         [[1_000, 1_000], None, [b"a", b"b"], None],
         [[7, 8], [b"k", None], [b"v", None], [None, {"h": b"\x01"}]],
@@ -315,7 +317,7 @@ def test_a_file_of_another_format_version_is_refused_naming_both_versions(tmp_pa
     with sqlite3.connect(path) as connection:
         connection.execute("PRAGMA user_version = 1")
     connection.close()
-    with pytest.raises(LogStorageError, match=r"p0\.db.*not a usable log partition file: format version 1.*reads 2"):
+    with pytest.raises(LogStorageError, match=r"p0\.db.*not a usable log partition file: format version 1.*reads 3"):
         LogPartition(path, "events", 0)
 
 
@@ -434,3 +436,13 @@ def test_reads_trims_and_timestamp_lookups_inside_batches_of_mixed_sizes_match_t
                 assert log.offset_for_timestamp(timestamp) == (matches[0] if matches else len(appended))
         finally:
             log.close()
+
+
+def test_the_wal_of_a_busy_partition_stays_small_because_sqlite_checkpoints_it(partition: LogPartition) -> None:
+    """Each append writes a few index pages to the WAL (the records go to segments), and SQLite copies the WAL
+    into the file every 1,000 pages and then starts it over: 4,000 appends stay far below 8,000 pages."""
+    for index in range(4_000):
+        partition.append(records(b"%d" % index))
+    wal = partition.path.with_name(partition.path.name + "-wal")
+    assert wal.stat().st_size < 1_200 * storage.PAGE_SIZE
+    assert values_of(partition.read(3_999, 1)) == [b"3999"]
