@@ -30,6 +30,7 @@ from millstream.checkpoint.checkpoint import CheckpointFormatError, CheckpointId
 from millstream.config.core import Config
 from millstream.config.views import JobConfig
 from millstream.errors import ConfigError, MillstreamError
+from millstream.files import sync_dir
 from millstream.model import SystemStreamPartition
 
 OFFSET_FILE = "OFFSET"
@@ -152,14 +153,6 @@ def write_file_atomically(path: Path, data: bytes) -> None:
         os.fsync(file.fileno())
     os.replace(temporary, path)
     sync_dir(path.parent)
-
-
-def sync_dir(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 def copy_dir(source: Path, target: Path, link: Callable[[Path], bool] = lambda p: p.suffix == ".sst") -> None:

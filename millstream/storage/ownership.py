@@ -30,8 +30,9 @@ from pathlib import Path
 
 import orjson
 
+from millstream.files import sync_dir
 from millstream.metadata.base import FencedError
-from millstream.storage.layout import OWNER_SUFFIX, base_dir, delete_path, stale_attempt_dirs, sync_dir
+from millstream.storage.layout import OWNER_SUFFIX, base_dir, delete_path, stale_attempt_dirs
 from millstream.systems.base import WriterToken
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from millstream.errors import StreamNotFoundError
+from millstream.files import sync_dir
 from millstream.systems.log.errors import CorruptStreamError, InvalidStreamNameError, LogSystemError
 from millstream.systems.log.storage import LogPartition
 
@@ -122,7 +123,7 @@ class LogLayout:
                 if (target / STREAM_FILE).is_file():
                     return False
                 raise CorruptStreamError(stream, target, f"cannot create the stream directory: {error}") from None
-            _sync_dir(self.root)
+            sync_dir(self.root)
             return True
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -165,11 +166,3 @@ def _write_synced(path: Path, text: str) -> None:
         file.write(text)
         file.flush()
         os.fsync(file.fileno())
-
-
-def _sync_dir(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)

@@ -24,6 +24,8 @@ import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
+from millstream.files import sync_dir
+
 SEGMENT_BYTES = 64 << 20
 """Payload bytes after which an append starts a new segment: the unit retention deletes."""
 _MAX_OPEN_FOR_READS = 16
@@ -116,7 +118,7 @@ class Segments:
             descriptor = os.open(path, os.O_WRONLY)
         else:
             if self._fsync:  # the new file's name must survive power loss as its bytes will
-                _sync_directory(self._directory)
+                sync_dir(self._directory)
         self._writing = (segment, descriptor)
         return descriptor
 
@@ -127,11 +129,3 @@ class Segments:
             self._reading.clear()
         descriptor = self._reading[segment] = os.open(self.path(segment), os.O_RDONLY)
         return descriptor
-
-
-def _sync_directory(directory: Path) -> None:
-    descriptor = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)

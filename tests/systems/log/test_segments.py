@@ -26,6 +26,12 @@ def partition(tmp_path: Path) -> Iterator[LogPartition]:
     log.close()
 
 
+@pytest.fixture
+def small_segments(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Segments of 2,000 bytes: two appends of 10 records of 100 bytes do not fit in one."""
+    monkeypatch.setattr(storage, "SEGMENT_BYTES", 2_000)
+
+
 def append(log: LogPartition, count: int, value: bytes = VALUE) -> int:
     return log.append([(1_000, None, value, None)] * count)
 
@@ -46,10 +52,10 @@ def test_payloads_go_to_one_segment_named_by_its_first_offset(partition: LogPart
     assert values(partition) == [VALUE] * 15
 
 
+@pytest.mark.usefixtures("small_segments")
 def test_an_append_that_would_pass_segment_bytes_starts_a_segment_named_by_its_first_offset(
-    partition: LogPartition, monkeypatch: pytest.MonkeyPatch
+    partition: LogPartition,
 ) -> None:
-    monkeypatch.setattr(storage, "SEGMENT_BYTES", 2_000)  # about 15 records of 100 bytes
     for _ in range(4):
         append(partition, 10)
     assert segment_names(partition) == [
@@ -62,10 +68,8 @@ def test_an_append_that_would_pass_segment_bytes_starts_a_segment_named_by_its_f
     assert values(partition, 25) == [VALUE] * 15
 
 
-def test_another_connection_appends_to_the_segment_where_the_last_append_left_it(
-    partition: LogPartition, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(storage, "SEGMENT_BYTES", 2_000)
+@pytest.mark.usefixtures("small_segments")
+def test_another_connection_appends_to_the_segment_where_the_last_append_left_it(partition: LogPartition) -> None:
     other = LogPartition(partition.path, "events", 0)
     append(partition, 5, b"a" * 100)
     append(other, 5, b"b" * 100)  # the general path: reads the segment and its end from the meta row
@@ -76,10 +80,8 @@ def test_another_connection_appends_to_the_segment_where_the_last_append_left_it
     assert segment_names(partition) == ["p0-00000000000000000000.seg", "p0-00000000000000000015.seg"]
 
 
-def test_a_trim_deletes_the_segments_whose_batches_are_all_gone(
-    partition: LogPartition, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(storage, "SEGMENT_BYTES", 2_000)
+@pytest.mark.usefixtures("small_segments")
+def test_a_trim_deletes_the_segments_whose_batches_are_all_gone(partition: LogPartition) -> None:
     for _ in range(4):
         append(partition, 10)
     partition.trim(15)  # inside the second segment's batch: it stays, its first five records hidden
@@ -96,10 +98,10 @@ def test_a_trim_deletes_the_segments_whose_batches_are_all_gone(
     assert values(partition, 40) == [VALUE] * 10
 
 
+@pytest.mark.usefixtures("small_segments")
 def test_a_read_whose_segment_a_trim_deleted_meanwhile_reads_as_trimmed(
     partition: LogPartition, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(storage, "SEGMENT_BYTES", 2_000)
     for _ in range(3):
         append(partition, 10)
     reader = LogPartition(partition.path, "events", 0)
