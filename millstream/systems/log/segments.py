@@ -28,8 +28,8 @@ from millstream.files import sync_dir
 
 SEGMENT_BYTES = 64 << 20
 """Payload bytes after which an append starts a new segment: the unit retention deletes."""
-_MAX_OPEN_FOR_READS = 16
-"""Segments one partition keeps open for reads; a reader moves through them in order."""
+_MAX_OPEN_FOR_READS = 4
+"""Segments one partition keeps open for reads (a reader going back opens earlier ones again)."""
 
 checksum = zlib.crc32
 """The CRC-32 an index row holds for its payload."""
@@ -123,9 +123,12 @@ class Segments:
         return descriptor
 
     def _reader(self, segment: int) -> int:
-        if len(self._reading) >= _MAX_OPEN_FOR_READS:
-            for descriptor in self._reading.values():
-                os.close(descriptor)
-            self._reading.clear()
+        """Open ``segment`` for reads. A reader moves forward through the segments, so the ones before it are
+        closed: retention deletes them, and their disk space is freed only once no descriptor holds them."""
+        stale = [other for other in self._reading if other < segment]
+        if len(self._reading) - len(stale) >= _MAX_OPEN_FOR_READS:  # going back again and again
+            stale = list(self._reading)
+        for other in stale:
+            os.close(self._reading.pop(other))
         descriptor = self._reading[segment] = os.open(self.path(segment), os.O_RDONLY)
         return descriptor

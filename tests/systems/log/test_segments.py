@@ -99,6 +99,20 @@ def test_a_trim_deletes_the_segments_whose_batches_are_all_gone(partition: LogPa
 
 
 @pytest.mark.usefixtures("small_segments")
+def test_a_reader_that_moved_on_holds_no_earlier_segment_open_so_retention_frees_its_space(
+    partition: LogPartition,
+) -> None:
+    for _ in range(4):
+        append(partition, 10)
+    reader = LogPartition(partition.path, "events", 0)
+    for start in range(0, 40, 10):  # as a consumer polls: on from where the last read ended
+        assert reader.read(start, 10) is not None
+    assert list(reader._segments._reading) == [30]
+    assert values(reader, 5)[:1] == [VALUE]  # going back opens the earlier segments again
+    reader.close()
+
+
+@pytest.mark.usefixtures("small_segments")
 def test_a_read_whose_segment_a_trim_deleted_meanwhile_reads_as_trimmed(
     partition: LogPartition, monkeypatch: pytest.MonkeyPatch
 ) -> None:
