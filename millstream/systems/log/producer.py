@@ -269,7 +269,8 @@ class LogSystemProducer(SystemProducer):
 
     def _hand_over(self, writer: _StreamWriter, partition: int) -> None:
         """Append a full buffer now, unless an append failed since the last ``flush``: then the records wait
-        for it, so that none is appended ahead of the failed ones. A fenced writer raises."""
+        for that flush instead of every send trying a failing file again (a partition's records stay in order
+        either way: the failed ones are still at the front of their buffer). A fenced writer raises."""
         if self._failure is not None:
             return
         try:
