@@ -1,14 +1,20 @@
 """Pass-through over the embedded log: millstream vs. a raw read of the same partitions, in one run.
 
-    python -m benchmarks.passthrough_log [--messages 1000000] [--partitions 4] [--size 100] [--no-spark]
+    python -m benchmarks.passthrough_log [--messages 1000000] [--partitions 4] [--size 100] [--rounds 3]
+                                         [--no-spark]
 
 Every figure comes from the same data in the same run, so the ratios hold whatever the machine:
   raw read      the log consumer's poll loop alone (benchmarks/log_raw_read.py)
   no-op job     millstream reading every message into a task that does nothing (1 container)
   pass-through  millstream copying every message to another log stream (1 container, in-process)
   batch API     the pass-through as a ``BatchStreamTask`` sending each batch with ``send_batch``
-  spark         the pass-through through the Spark runner with 2 containers (2 Python workers)
+  spark         the pass-through through the Spark runner with 2 containers (2 Python workers), last round only
 Per-container rate = the container's messages / the time from its first to its last message.
+
+Each round reads the data raw (the faster of two reads: a slow one would flatter the jobs) and then runs
+each job, and a job's ratio is taken against the raw read of its own round: on a shared machine the raw
+read moves by a third from one minute to the next, and a ratio of two figures taken minutes apart moves
+with it. Rates and ratios are the medians over the rounds.
 
 At the default 1M messages of 100 B no output partition fills its first 64 MiB segment; ``--messages 3000000``
 or more measures the steady state, new segments included.
@@ -17,10 +23,11 @@ or more measures the steady state, new segments included.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import tempfile
-import time
 from pathlib import Path
+from statistics import median
 
 from benchmarks.log_jobs import log_job_config, reset_output
 from benchmarks.log_raw_read import raw_read_rate, write_messages
@@ -29,16 +36,34 @@ from millstream.coordinator.job_result import JobResult
 from millstream.systems.log.factory import LogSystemFactory
 from millstream.testing import InProcessRunner
 
+JOBS = (
+    ("no-op job, 1 container", "benchmarks.tasks:NoOp"),
+    ("pass-through, 1 container", "benchmarks.tasks:BytesPassThrough"),
+    ("pass-through, batch API", "benchmarks.tasks:BytesPassThroughBatch"),
+)
 
-def report(name: str, result: JobResult, wall: float, raw: float) -> None:
+
+def rate(result: JobResult) -> float:
+    """The job's messages over its slowest container's processing time."""
     assert result.outcome == "finished", result.error
-    per_container = [c.messages / c.processing_seconds for c in result.containers if c.processing_seconds > 0]
-    aggregate = result.messages / max(c.processing_seconds for c in result.containers)
-    print(
-        f"{name:<28}{aggregate:>12,.0f} msgs/s  {aggregate / raw:>6.0%} of raw read   per container: "
-        + ", ".join(f"{rate:,.0f}" for rate in per_container)
-        + f"   (wall {wall:.1f}s incl. start-up)"
-    )
+    return result.messages / max(c.processing_seconds for c in result.containers)
+
+
+def run_job(root: Path, partitions: int, name: str, task: str, containers: int = 1, spark: bool = False) -> float:
+    """Run ``task`` over the input into an emptied output; its rate."""
+    reset_output(root, partitions)
+    os.sync()
+    config = log_job_config(root, name, task, containers=containers)
+    if spark:
+        from millstream.spark.runner import SparkJobRunner
+
+        return rate(SparkJobRunner(config).run())
+    return rate(InProcessRunner(config).run())
+
+
+def line(name: str, rates: list[float], ratios: list[float]) -> str:
+    spread = ", ".join(f"{ratio:.0%}" for ratio in ratios)
+    return f"{name:<28}{median(rates):>12,.0f} msgs/s  {median(ratios):>6.0%} of raw read   (rounds: {spread})"
 
 
 def main() -> None:
@@ -46,6 +71,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=3, help="raw read then every job, this many times")
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark runner measurement")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="millstream-bench-"))
@@ -56,26 +82,24 @@ def main() -> None:
         print(
             f"{args.messages:,} messages of {args.size} B over {args.partitions} partitions (written at {write:,.0f}/s)"
         )
-        raw = max(raw_read_rate(root / "log", "bench", args.partitions) for _ in range(2))
-        print(f"{'raw read (log consumer)':<28}{raw:>12,.0f} msgs/s  {1:>6.0%}")
-        runs = [
-            ("no-op job, 1 container", "benchmarks.tasks:NoOp", 1),
-            ("pass-through, 1 container", "benchmarks.tasks:BytesPassThrough", 1),
-            ("pass-through, batch API", "benchmarks.tasks:BytesPassThroughBatch", 1),
-        ]
-        for index, (name, task, containers) in enumerate(runs):
-            reset_output(root, args.partitions)
-            started = time.perf_counter()
-            result = InProcessRunner(log_job_config(root, str(index), task, containers=containers)).run()
-            report(name, result, time.perf_counter() - started, raw)
+        figures: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name, _ in JOBS}
+        raws: list[float] = []
+        for round_number in range(args.rounds):
+            os.sync()  # the last job's output written back first, not while the next figure is taken
+            raw = max(raw_read_rate(root / "log", "bench", args.partitions) for _ in range(2))
+            raws.append(raw)
+            for index, (name, task) in enumerate(JOBS):
+                job_rate = run_job(root, args.partitions, f"{round_number}-{index}", task)
+                figures[name][0].append(job_rate)
+                figures[name][1].append(job_rate / raw)
+        print(f"{'raw read (log consumer)':<28}{median(raws):>12,.0f} msgs/s  {1:>6.0%}")
+        for name, (rates, ratios) in figures.items():
+            print(line(name, rates, ratios))
         if not args.no_spark:
-            from millstream.spark.runner import SparkJobRunner
-
-            reset_output(root, args.partitions)
-            config = log_job_config(root, "spark", "benchmarks.tasks:BytesPassThrough", containers=2)
-            started = time.perf_counter()
-            result = SparkJobRunner(config).run()
-            report("pass-through, Spark, 2 ctrs", result, time.perf_counter() - started, raw)
+            task = "benchmarks.tasks:BytesPassThrough"
+            spark = run_job(root, args.partitions, "spark", task, containers=2, spark=True)
+            one = median(figures["pass-through, 1 container"][0])
+            print(f"{'pass-through, Spark, 2 ctrs':<28}{spark:>12,.0f} msgs/s  {spark / one:>6.2f}x one container")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
