@@ -8,7 +8,7 @@ Every figure comes from the same data in the same run, so the ratios hold whatev
   no-op job     millstream reading every message into a task that does nothing (1 container)
   pass-through  millstream copying every message to another log stream (1 container, in-process)
   batch API     the pass-through as a ``BatchStreamTask`` sending each batch with ``send_batch``
-  spark         the pass-through through the Spark runner with 2 containers (2 Python workers), last round only
+  spark         the pass-through through the Spark runner with 2 containers (2 Python workers), once after the rounds
 Per-container rate = the container's messages / the time from its first to its last message.
 
 Each round reads the data raw (the faster of two reads: a slow one would flatter the jobs) and then runs
