@@ -15,11 +15,11 @@ from millstream.config import Config
 from millstream.coordinator.prepare import prepare
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStream
-from millstream.runtime.task_instance import ContainerContext, TaskInstance
+from millstream.runtime.task_instance import TaskInstance
 from millstream.testing import InProcessRunner, read_stream
 from tests.helpers import create_stream, fill, job_config, output_origins, seal
 from tests.runtime.fakes import DiscardingCollector
-from tests.runtime.test_task_commit import SSP, TASK, Events, FakeCheckpoints, FakeProducers, envelope
+from tests.runtime.test_task_commit import SSP, Events, FakeCheckpoints, envelope, make_task
 
 BATCH_TASK = "tests.jobs:BatchPassThrough"
 
@@ -81,12 +81,7 @@ class CommitsAfterEachBatch(BatchStreamTask):
 
 
 def batch_instance(task: BatchStreamTask) -> tuple[TaskInstance, FakeCheckpoints]:
-    checkpoints = FakeCheckpoints(Events())
-    context = ContainerContext(TASK, Config({}), frozenset({SSP}), "0")
-    instance = TaskInstance(
-        TASK, task, frozenset({SSP}), context, FakeProducers(Events()), DiscardingCollector(), checkpoints, {}, {}, None
-    )
-    return instance, checkpoints
+    return make_task(Events(), None, task=task)
 
 
 def test_a_batch_is_taken_whole_past_the_deadline_and_a_commit_it_asks_for_covers_all_of_it():

@@ -132,12 +132,14 @@ def make_task(
     settings: CommitSettings | None = None,
     checkpoints: FakeCheckpoints | None = None,
     startpoints: FakeStartpoints | None = None,
+    task: Any = None,
 ) -> tuple[TaskInstance, FakeCheckpoints]:
+    """A TaskInstance of ``task`` (a ``Recorder`` by default) over ``SSP``, with fakes for the rest."""
     checkpoints = checkpoints or FakeCheckpoints(events)
     context = ContainerContext(TASK, Config({}), frozenset({SSP}), "0")
     instance = TaskInstance(
         TASK,
-        Recorder(),
+        task if task is not None else Recorder(),
         frozenset({SSP}),
         context,
         FakeProducers(events),

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from millstream.config import Config
-from millstream.runtime.task_instance import MAX_STRIDE, ContainerContext, TaskInstance
-from tests.runtime.fakes import DiscardingCollector
-from tests.runtime.test_task_commit import SSP, TASK, Clock, Events, FakeCheckpoints, FakeProducers, envelope
+from millstream.runtime.task_instance import MAX_STRIDE, TaskInstance
+from tests.runtime.test_task_commit import SSP, Clock, Events, envelope, make_task
 
 
 class CountingClock(Clock):
@@ -36,21 +34,8 @@ class TimedTask:
 
 
 def instance_of(task: TimedTask, clock: Clock) -> TaskInstance:
-    context = ContainerContext(TASK, Config({}), frozenset({SSP}), "0")
-    events = Events()
-    return TaskInstance(
-        TASK,
-        task,
-        frozenset({SSP}),
-        context,
-        FakeProducers(events),
-        DiscardingCollector(),
-        FakeCheckpoints(events),
-        {},
-        {},
-        None,
-        clock=clock,
-    )
+    instance, _ = make_task(Events(), None, clock=clock, task=task)
+    return instance
 
 
 def batch(size: int) -> list[Any]:
