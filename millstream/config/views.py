@@ -75,6 +75,7 @@ def config_flag(config: Config, key: str, default: bool = False) -> bool:
 OffsetDefault = Literal["oldest", "upcoming"]
 TrimmedOffsetPolicy = Literal["fail", "oldest", "upcoming"]
 ProcessErrorMode = Literal["fail", "skip", "dead-letter"]
+ChangelogMismatchPolicy = Literal["fail", "reset", "replay"]
 
 View = TypeVar("View", bound="ConfigView")
 
@@ -309,8 +310,9 @@ class TaskConfig(ConfigView):
     transactional_state_retain_existing_state: Bool = Field(True, alias="transactional.state.retain.existing.state")
     """With no checkpointed changelog offset: keep the changelog's state (true) or revert all of it."""
     commit_testing_pause_at: str | None = Field(None, alias="commit.testing.pause.at")
-    """Testing only: a commit point (``after-snapshot``, ``mid-upload``, ``after-upload``,
-    ``after-checkpoint``) where the first commit of a job pauses, so a test can kill the container there."""
+    """Testing only: a commit point (``before-snapshot``, ``after-snapshot``, ``mid-upload``,
+    ``after-upload``, ``after-checkpoint``) where the first commit of a job pauses, so a test can kill the
+    container there."""
     commit_testing_pause_ms: int = Field(0, alias="commit.testing.pause.ms", ge=0)
     """Testing only: how long the pause at ``commit.testing.pause.at`` lasts."""
     commit_testing_marker_dir: str | None = Field(None, alias="commit.testing.marker.dir")
@@ -565,6 +567,12 @@ class StoreConfig(ConfigView):
     changelog_min_compaction_lag_ms: int = Field(4 * 60 * 60 * 1000, alias="changelog.min.compaction.lag.ms", ge=0)
     """A checkpoint older than 0.9 x this is restored to the changelog's end, not reverted: compaction may
     already have removed the committed values of later-overwritten keys."""
+    changelog_checkpoint_mismatch: ChangelogMismatchPolicy = Field("fail", alias="changelog.checkpoint.mismatch")
+    """What a restore does when the checkpoint's changelog marker contradicts the changelog: it says "empty"
+    while the changelog holds records written before the checkpoint, or names an offset while the changelog
+    is empty. ``fail`` (default): the container fails naming the store and the checkpoint; ``reset``: the
+    store starts empty (what the changelog holds is reverted); ``replay``: the store gets everything the
+    changelog holds, nothing reverted. Set it to recover on purpose, then remove it."""
     adstore_input: str | None = Field(None, alias="adstore.input")
     """``system.stream`` that feeds this adjunct data store (at most one): its messages are stored, never
     given to ``process``."""

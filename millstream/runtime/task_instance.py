@@ -407,7 +407,13 @@ class TaskInstance:
         offsets = dict(self.last_processed)
         updated = set(self._updated)
         phase = self._timed("flush", started)
-        markers = storage.snapshot(checkpoint_id) if storage is not None else {}
+        self.commit_settings.pause("before-snapshot")
+        try:
+            markers = storage.snapshot(checkpoint_id) if storage is not None else {}
+        except Exception as error:  # under the commit-failure policy, as a failed upload or checkpoint write
+            self._commit_failure = (checkpoint_id, error)
+            self._raise_commit_failure()
+            return
         self._timed("snapshot", phase)
         self._snapshotted = offsets
         self._commit_started = started

@@ -305,5 +305,6 @@ def test_a_snapshot_refuses_a_cache_not_written_back_before_the_producers_flush(
     with pytest.raises(StateBackupError, match="store 'counts' holds 1 writes not written back"):
         opened.storage.snapshot(CheckpointId.create())
     opened.storage.write_back()
+    opened.producers.flush(TASK)
     opened.storage.snapshot(CheckpointId.create())
     opened.close()

@@ -1,10 +1,10 @@
 """Testing only: pause a commit at a named point so a test can SIGKILL the container exactly there.
 
-``task.commit.testing.pause.at`` names the point (``after-snapshot``, ``mid-upload``, ``after-upload``,
-``after-checkpoint``), ``task.commit.testing.pause.ms`` how long to pause, and
-``task.commit.testing.marker.dir`` where the pause announces itself: it writes ``<point>`` holding
-the pausing process id, then sleeps. The marker also makes the pause happen once per job: a restarted
-container that finds it does not pause again. Off (and free) unless configured.
+``task.commit.testing.pause.at`` names the point (``before-snapshot``, after the producers' flush;
+``after-snapshot``, ``mid-upload``, ``after-upload``, ``after-checkpoint``), ``task.commit.testing.pause.ms``
+how long to pause, and ``task.commit.testing.marker.dir`` where the pause announces itself: it writes
+``<point>`` holding the pausing process id, then sleeps. The marker also makes the pause happen once per
+job: a restarted container that finds it does not pause again. Off (and free) unless configured.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from millstream.config.views import TaskConfig
 
 log = logging.getLogger(__name__)
 
-PAUSE_POINTS = ("after-snapshot", "mid-upload", "after-upload", "after-checkpoint")
+PAUSE_POINTS = ("before-snapshot", "after-snapshot", "mid-upload", "after-upload", "after-checkpoint")
 
 
 class CommitPauses:

@@ -285,13 +285,15 @@ class TaskStorageManager:
                     f"task '{self.task_name}': cannot flush store '{name}' in '{self._stores[name].spec.store_dir}' "
                     f"for a snapshot: {error}"
                 ) from error
-            store.dirty = False
-        self.revert_unsealed = False
         for name, entry in self._stores.items():
             if entry.spec.persistent and entry.backups:
                 with owned(entry.spec.store_dir, self.container.writer):
                     self._checkpoint_store(name, checkpoint_dir(entry.spec.store_dir, checkpoint_id))
-        return {key: manager.snapshot(checkpoint_id) for key, manager in self.backup_managers.items()}
+        markers = {key: manager.snapshot(checkpoint_id) for key, manager in self.backup_managers.items()}
+        for store in self.stores.values():  # only now: a snapshot that failed leaves them for the next commit
+            store.dirty = False
+        self.revert_unsealed = False
+        return markers
 
     def _checkpoint_store(self, name: str, directory: Path) -> None:
         """Make one store's checkpoint directory, or fail the commit naming the store and the directory.

@@ -32,6 +32,7 @@ from millstream.systems.kafka.client import (
     create_client,
     create_topic,
     kafka_error,
+    listed_offset,
     parse_offset,
     retry,
     topic_partitions,
@@ -100,15 +101,25 @@ class KafkaSystemAdmin(SystemAdmin):
         return counts
 
     def _list_offsets(
-        self, specs: Mapping[TopicPartition, Any], what: str, isolation: IsolationLevel | None = None
+        self,
+        specs: Mapping[TopicPartition, Any],
+        what: str,
+        isolation: IsolationLevel | None = None,
+        *,
+        by_time: bool = False,
     ) -> dict[tuple[str, int], int]:
         """ListOffsets, retried. A failed attempt replaces the admin client: librdkafka's keeps sending a
-        partition's old leader epoch after a broker restart (FENCED_LEADER_EPOCH) until recreated."""
+        partition's old leader epoch after a broker restart (FENCED_LEADER_EPOCH) until recreated. An answer
+        without an offset is a failed attempt too (:func:`listed_offset`), never an empty partition: every
+        returned offset is one the broker gave."""
         level = self._isolation if isolation is None else isolation
 
         def attempt() -> dict[tuple[str, int], int]:
             futures = self._client().list_offsets(dict(specs), isolation_level=level, request_timeout=self._timeout)
-            return {(tp.topic, tp.partition): future.result().offset for tp, future in futures.items()}
+            return {
+                (tp.topic, tp.partition): listed_offset(tp.topic, tp.partition, future.result(), by_timestamp=by_time)
+                for tp, future in futures.items()
+            }
 
         def renew(_: BaseException) -> None:
             self._admin = None
@@ -121,20 +132,20 @@ class KafkaSystemAdmin(SystemAdmin):
         self, streams: Iterable[str], isolation: IsolationLevel | None = None
     ) -> dict[str, SystemStreamMetadata]:
         counts = self.partition_counts(streams)
-        partitions = [TopicPartition(topic, p) for topic, count in counts.items() for p in range(count)]
-        oldest = self._list_offsets({tp: OffsetSpec.earliest() for tp in partitions}, "reading oldest offsets")
-        upcoming = self._list_offsets({tp: OffsetSpec.latest() for tp in partitions}, "reading end offsets", isolation)
+        ssps = [SystemStreamPartition(self.system, topic, p) for topic, count in counts.items() for p in range(count)]
+        by_ssp = self._partition_metadata(ssps, isolation)
         result = {}
         for topic, count in counts.items():
-            by_partition = {}
-            for partition in range(count):
-                start, end = oldest[(topic, partition)], upcoming[(topic, partition)]
-                if start >= end:
-                    by_partition[partition] = SystemStreamPartitionMetadata(None, None, str(end))
-                else:
-                    by_partition[partition] = SystemStreamPartitionMetadata(str(start), str(end - 1), str(end))
-            result[topic] = SystemStreamMetadata(topic, by_partition)
+            partitions = {p: by_ssp[SystemStreamPartition(self.system, topic, p)] for p in range(count)}
+            result[topic] = SystemStreamMetadata(topic, partitions)
         return result
+
+    def get_ssp_metadata(
+        self, ssps: Iterable[SystemStreamPartition]
+    ) -> dict[SystemStreamPartition, SystemStreamPartitionMetadata]:
+        """Only the given partitions' offsets: a task's commit asks about its own changelog partition, so
+        its cost does not grow with the number of partitions (and tasks) of the stream."""
+        return self._existing_partition_metadata(ssps, None)
 
     def get_written_ssp_metadata(
         self, ssps: Iterable[SystemStreamPartition]
@@ -142,15 +153,31 @@ class KafkaSystemAdmin(SystemAdmin):
         """The high watermark, not the last stable offset: right after a producer's transaction commits,
         the broker may not have written its commit markers yet, and the last stable offset still stops
         before the transaction's records."""
+        return self._existing_partition_metadata(ssps, IsolationLevel.READ_UNCOMMITTED)
+
+    def _existing_partition_metadata(
+        self, ssps: Iterable[SystemStreamPartition], isolation: IsolationLevel | None
+    ) -> dict[SystemStreamPartition, SystemStreamPartitionMetadata]:
         ssps = list(ssps)
-        by_stream = self.get_system_stream_metadata(
-            {ssp.stream for ssp in ssps}, isolation=IsolationLevel.READ_UNCOMMITTED
-        )
-        return {
-            ssp: by_stream[ssp.stream].partitions[ssp.partition]
-            for ssp in ssps
-            if ssp.stream in by_stream and ssp.partition in by_stream[ssp.stream].partitions
-        }
+        counts = self.partition_counts({ssp.stream for ssp in ssps})
+        return self._partition_metadata([ssp for ssp in ssps if ssp.partition < counts.get(ssp.stream, 0)], isolation)
+
+    def _partition_metadata(
+        self, ssps: list[SystemStreamPartition], isolation: IsolationLevel | None
+    ) -> dict[SystemStreamPartition, SystemStreamPartitionMetadata]:
+        """Oldest, newest and upcoming offsets of existing partitions, each one the broker gave (an empty
+        partition is one whose start the broker said is its end, never one it did not answer for)."""
+        partitions = [TopicPartition(ssp.stream, ssp.partition) for ssp in ssps]
+        oldest = self._list_offsets({tp: OffsetSpec.earliest() for tp in partitions}, "reading oldest offsets")
+        upcoming = self._list_offsets({tp: OffsetSpec.latest() for tp in partitions}, "reading end offsets", isolation)
+        result = {}
+        for ssp in ssps:
+            start, end = oldest[(ssp.stream, ssp.partition)], upcoming[(ssp.stream, ssp.partition)]
+            if start >= end:
+                result[ssp] = SystemStreamPartitionMetadata(None, None, str(end))
+            else:
+                result[ssp] = SystemStreamPartitionMetadata(str(start), str(end - 1), str(end))
+        return result
 
     def offsets_after(self, offsets: Mapping[SystemStreamPartition, str]) -> dict[SystemStreamPartition, str]:
         return {ssp: str(parse_offset(ssp.stream, ssp.partition, offset) + 1) for ssp, offset in offsets.items()}
@@ -164,7 +191,9 @@ class KafkaSystemAdmin(SystemAdmin):
         if ssp.stream not in self.partition_counts([ssp.stream]):
             raise StreamNotFoundError(self.system, ssp.stream)
         tp = TopicPartition(ssp.stream, ssp.partition)
-        found = self._list_offsets({tp: OffsetSpec.for_timestamp(timestamp_ms)}, f"finding offsets by time in {ssp}")
+        found = self._list_offsets(
+            {tp: OffsetSpec.for_timestamp(timestamp_ms)}, f"finding offsets by time in {ssp}", by_time=True
+        )
         offset = found[(ssp.stream, ssp.partition)]
         if offset < 0:
             offset = self._list_offsets({tp: OffsetSpec.latest()}, f"reading the end offset of {ssp}")[

@@ -125,6 +125,29 @@ def future_result(future: Any, timeout_s: float) -> Any:
     return future.result(timeout=timeout_s)
 
 
+NO_OFFSET_FOR_TIMESTAMP = -1
+"""ListOffsets by time: no record at or after the timestamp (Kafka's answer, not a failure)."""
+
+
+def listed_offset(topic: str, partition: int, info: Any, *, by_timestamp: bool = False) -> int:
+    """The offset in one partition's ListOffsets answer, or a retriable ``KafkaException`` when it holds none.
+
+    librdkafka resolves a ListOffsets future whose request timed out with offset -1001 (``OFFSET_INVALID``)
+    instead of an error. Taken as an offset it reads as "the partition is empty" (start >= end), and a
+    changelog snapshot, a checkpoint read or a startpoint built on it is silently wrong. Only a by-time
+    lookup may answer -1 (no record that late); every other negative offset is the missing answer it is."""
+    offset = int(info.offset)
+    if offset >= 0 or (by_timestamp and offset == NO_OFFSET_FOR_TIMESTAMP):
+        return offset
+    raise KafkaException(
+        KafkaError(
+            KafkaError._TIMED_OUT,
+            f"no offset for {topic} partition {partition} in the broker's answer (got {offset}: the request "
+            "timed out or the partition has no leader)",
+        )
+    )
+
+
 def parse_offset(topic: str, partition: int, offset: str) -> int:
     try:
         value = int(offset)

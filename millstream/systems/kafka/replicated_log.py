@@ -41,6 +41,7 @@ from millstream.systems.kafka.client import (
     create_topic,
     is_retriable,
     kafka_error,
+    listed_offset,
     topic_partitions,
 )
 from millstream.systems.kafka.config import KafkaClientSettings
@@ -163,7 +164,7 @@ class LogReader:
                     isolation_level=IsolationLevel.READ_UNCOMMITTED,
                     request_timeout=max(1.0, min(remaining, 30.0)),
                 )
-                return int(futures[self._partition].result().offset)
+                return listed_offset(self.topic, 0, futures[self._partition].result())
             except KafkaException as error:
                 if not is_retriable(error) and kafka_error(error) is not None:
                     inner = kafka_error(error)

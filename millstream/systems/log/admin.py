@@ -68,6 +68,24 @@ class LogSystemAdmin(SystemAdmin):
             result[stream] = SystemStreamMetadata(stream, partitions)
         return result
 
+    def get_ssp_metadata(
+        self, ssps: Iterable[SystemStreamPartition]
+    ) -> dict[SystemStreamPartition, SystemStreamPartitionMetadata]:
+        """Opens only the given partitions: a task's commit asks about its own changelog partition, so its
+        cost does not grow with the stream's partitions (and tasks). A partition whose index cannot be read
+        raises, naming it; it is never reported empty."""
+        result = {}
+        counts: dict[str, int] = {}
+        for ssp in ssps:
+            if ssp.stream not in counts:
+                info = self.layout.read_info(ssp.stream)
+                counts[ssp.stream] = 0 if info is None else info.partition_count
+            if not 0 <= ssp.partition < counts[ssp.stream]:
+                continue
+            with self._partition(ssp.stream, ssp.partition) as log:
+                result[ssp] = partition_metadata(log.state())
+        return result
+
     def offsets_after(self, offsets: Mapping[SystemStreamPartition, str]) -> dict[SystemStreamPartition, str]:
         return {ssp: str(parse_offset(ssp, offset) + 1) for ssp, offset in offsets.items()}
 

@@ -135,11 +135,21 @@ class ChangelogTaskRestoreManager(TaskRestoreManager):
         compare = admin.offset_comparator
         plan = StoreRestorePlan(spec, ssp, None, None, None, newest, oldest)
         if newest is None or oldest is None:
+            if recorded and checkpointed is not None:
+                return self._mismatch(
+                    plan, f"the checkpoint names changelog offset {checkpointed}, but partition {ssp} is empty"
+                )
             plan.reason = "the changelog is empty"
             return plan
         if not self.transactional:
             plan.start, plan.target, plan.reason = oldest, newest, "non-transactional restore: replay everything"
             return plan
+        if recorded and checkpointed is None and self._written_before(admin, ssp, oldest, checkpoint_ms):
+            problem = (
+                f"the checkpoint says changelog partition {ssp} was empty, but it holds records written before "
+                f"the checkpoint (from offset {oldest})"
+            )
+            return self._mismatch(plan, problem)
         if not recorded or checkpointed is None:
             if recorded or checkpoint is None or not self.retain_existing:
                 plan.revert_from = oldest
@@ -179,6 +189,38 @@ class ChangelogTaskRestoreManager(TaskRestoreManager):
                 plan.retained_dir = directory
                 plan.start = None if compare(local, target) == 0 else admin.offsets_after({ssp: local})[ssp]
         plan.reason = plan.reason or "restoring to the checkpointed offset"
+        return plan
+
+    @staticmethod
+    def _written_before(admin: SystemAdmin, ssp: SystemStreamPartition, oldest: str, checkpoint_ms: int | None) -> bool:
+        """Whether the changelog holds a record older than the checkpoint: the checkpoint's id is taken after
+        the task's producers flushed, so every record stamped before it was in the changelog when the
+        snapshot was taken, and a marker saying "empty" then is false."""
+        if checkpoint_ms is None:
+            return False
+        first_not_older = admin.offset_for_timestamp(ssp, checkpoint_ms)
+        order = admin.offset_comparator(first_not_older, oldest)
+        return order is not None and order > 0
+
+    def _mismatch(self, plan: StoreRestorePlan, problem: str) -> StoreRestorePlan:
+        """The checkpoint's marker contradicts the changelog: fail, unless the store's
+        ``changelog.checkpoint.mismatch`` opts into a reset (an empty store) or a replay of the whole changelog."""
+        spec = plan.store
+        key = f"stores.{spec.name}.changelog.checkpoint.mismatch"
+        policy = spec.config.changelog_checkpoint_mismatch
+        if policy == "fail":
+            raise StateRestoreError(
+                f"{self._where(spec.name)}: {problem}; restoring it would silently give the store other state than "
+                f"the checkpoint's. Set '{key}' to 'reset' (start the store empty) or 'replay' (restore everything "
+                "the changelog holds) to go on anyway"
+            )
+        log.warning("%s: %s; %s=%s", self._where(spec.name), problem, key, policy)
+        if plan.newest is not None and plan.oldest is not None:
+            if policy == "reset":
+                plan.revert_from = plan.oldest
+            else:
+                plan.start, plan.target = plan.oldest, plan.newest
+        plan.reason = f"checkpoint and changelog disagree: {key}={policy}"
         return plan
 
     def _retained_dir(
