@@ -10,9 +10,13 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
+import pytest
+
 from millstream.blobstore.base import BlobStore, BlobStoreFactory
 from millstream.blobstore.local import LocalBlobStore
 from millstream.config import Config
+from millstream.systems.log.admin import LogSystemAdmin
+from millstream.systems.log.errors import LogSystemError
 from millstream.testing import InProcessRunner
 from tests.helpers import seal
 from tests.storage.test_stateful_jobs import config_for, final_stores, prepare, reference
@@ -97,3 +101,51 @@ def test_commit_timeouts_are_skipped_up_to_the_limit_then_fail_the_container(tmp
     assert result.outcome == "failed"
     assert "did not finish uploading within task.commit.timeout.ms=100" in (result.error or "")
     assert "after 2 tolerated: task.commit.skip.commit.timeout.max.limit" in (result.error or "")
+
+
+class ChangelogPositionOutage:
+    """The log admin cannot say where the changelog ends for its next ``failures`` calls, as an index that
+    cannot be read or a broker that does not answer; each such call fails the snapshot of its commit."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, failures: int) -> None:
+        self.left = failures
+        self.lock = threading.Lock()
+        original = LogSystemAdmin.get_written_ssp_metadata
+        outage = self
+
+        def written(admin: LogSystemAdmin, ssps: Any) -> Any:
+            ssps = list(ssps)
+            with outage.lock:
+                failing = outage.left > 0 and any(ssp.stream == "counts-changelog" for ssp in ssps)
+                outage.left -= failing
+            if failing:
+                raise LogSystemError("log stream 'counts-changelog': the partition index cannot be read")
+            return original(admin, ssps)
+
+        monkeypatch.setattr(LogSystemAdmin, "get_written_ssp_metadata", written)
+
+
+def test_tolerated_snapshot_failures_are_retried_and_the_state_stays_exact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = config_for(tmp_path, "changelog")
+    written = prepare(config)
+    seal(config, "in")
+    outage = ChangelogPositionOutage(monkeypatch, failures=3)
+    result = InProcessRunner(config.with_overrides(SKIP)).run(timeout=60)
+    assert result.outcome == "finished", result.error
+    assert outage.left == 0
+    assert final_stores(config) == reference(written)
+
+
+def test_an_untolerated_snapshot_failure_fails_the_container_naming_store_and_partition(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = config_for(tmp_path, "changelog")
+    prepare(config)
+    ChangelogPositionOutage(monkeypatch, failures=1)
+    result = InProcessRunner(config).run(timeout=60)
+    assert result.outcome == "failed"
+    error = result.error or ""
+    assert "cannot read the newest offset of changelog partition" in error
+    assert "store(s) 'counts'" in error and "the partition index cannot be read" in error
