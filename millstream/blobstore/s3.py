@@ -1,7 +1,8 @@
 """Blobs in an S3 bucket, through any S3-compatible API (AWS, MinIO, moto): ``pip install millstream[s3]``.
 
 ``blob.store.s3.bucket`` (required), ``blob.store.s3.endpoint.url`` (for anything but AWS; path-style
-addressing is used then), ``blob.store.s3.region``; credentials from
+addressing is used then), ``blob.store.s3.region``, ``blob.store.s3.request.timeout.ms`` (connect and read
+timeout of a request, default 60000); credentials from
 ``sensitive.blob.store.s3.access.key.id`` / ``sensitive.blob.store.s3.secret.access.key``, else boto3's
 usual chain (environment, profile, instance role). Large files go up in multipart uploads.
 """
@@ -42,6 +43,7 @@ class S3BlobStore(BlobStore):
         region: str | None = None,
         access_key: str | None = None,
         secret_key: str | None = None,
+        request_timeout_ms: int = 60_000,
     ) -> None:
         try:
             import boto3
@@ -52,6 +54,7 @@ class S3BlobStore(BlobStore):
         self.bucket = bucket
         self.endpoint_url = endpoint_url
         options: dict[str, Any] = {"retries": {"max_attempts": 3, "mode": "standard"}, "max_pool_connections": 32}
+        options["connect_timeout"] = options["read_timeout"] = request_timeout_ms / 1000
         if endpoint_url:
             options["s3"] = {"addressing_style": "path"}
         self._client = boto3.session.Session().client(
@@ -142,4 +145,5 @@ class S3BlobStoreFactory(BlobStoreFactory):
             region=blob.s3_region,
             access_key=config.get(ACCESS_KEY),
             secret_key=config.get(SECRET_KEY),
+            request_timeout_ms=blob.s3_request_timeout_ms,
         )

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from millstream.config.core import Config
 from millstream.config.secrets import REDACTED, is_secret_key
@@ -76,6 +76,10 @@ OffsetDefault = Literal["oldest", "upcoming"]
 TrimmedOffsetPolicy = Literal["fail", "oldest", "upcoming"]
 ProcessErrorMode = Literal["fail", "skip", "dead-letter"]
 ChangelogMismatchPolicy = Literal["fail", "reset", "replay"]
+ProcessingGuarantee = Literal["at-least-once", "exactly-once"]
+EXACTLY_ONCE_COMMIT_MS = 100
+"""``task.commit.ms`` under exactly-once unless set: output becomes visible only when its transaction commits
+with the checkpoint, so the commit interval is the latency (Kafka Streams commits every 100 ms under EOS)."""
 
 View = TypeVar("View", bound="ConfigView")
 
@@ -254,7 +258,15 @@ class TaskConfig(ConfigView):
     window_ms: int = Field(-1, alias="window.ms")
     """Interval of ``WindowableTask.window()`` calls; -1: never."""
     commit_ms: int = Field(60_000, alias="commit.ms")
-    """Checkpoint interval; 0 or less: only on request, at end-of-stream and on stop."""
+    """Checkpoint interval; 0 or less: only on request, at end-of-stream and on stop. Default 60 s, and 100 ms
+    under ``processing.guarantee=exactly-once``, where output becomes visible only at a commit."""
+    processing_guarantee: ProcessingGuarantee = Field("at-least-once", alias="processing.guarantee")
+    """``at-least-once``: output is visible as soon as it is written; after a crash the input since the last
+    checkpoint is processed again, and what it wrote may appear twice (Samza's guarantee, Kafka Streams'
+    ``at_least_once``). ``exactly-once``: a container's output, changelog writes, control messages and
+    checkpoints are written in one Kafka transaction per commit and become visible together or not at all,
+    so a crash never duplicates output or double-counts (Kafka Streams' ``exactly_once_v2``, Quix Streams'
+    ``exactly-once``); it needs every output, changelog and the checkpoints on one Kafka cluster."""
     poll_interval_ms: int = Field(50, alias="poll.interval.ms", ge=0)
     """Longest time a container's run loop waits in one poll for new messages."""
     shutdown_ms: int = Field(30_000, alias="shutdown.ms", ge=0)
@@ -331,6 +343,18 @@ class TaskConfig(ConfigView):
 
     def dead_letter(self) -> SystemStream | None:
         return parse_stream(self.dead_letter_stream, "task.dead.letter.stream") if self.dead_letter_stream else None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _exactly_once_commits_often(cls, values: Any) -> Any:
+        exactly_once = isinstance(values, dict) and values.get("processing.guarantee") == "exactly-once"
+        if exactly_once and "commit.ms" not in values and "commit_ms" not in values:
+            return {**values, "commit.ms": EXACTLY_ONCE_COMMIT_MS}
+        return values
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.processing_guarantee == "exactly-once"
 
 
 class SystemSamzaConfig(ConfigView):
@@ -662,6 +686,9 @@ class BlobStoreConfig(ConfigView):
     """An S3-compatible endpoint URL (an emulator, MinIO); default: AWS's for the region."""
     s3_region: str | None = Field(None, alias="s3.region")
     """The bucket's region; default: boto3's default chain."""
+    s3_request_timeout_ms: int = Field(60_000, alias="s3.request.timeout.ms", ge=1)
+    """Connect and read timeout of each S3 request (boto3's ``connect_timeout`` and ``read_timeout``): how long a
+    request that gets no answer (an unreachable endpoint, a network partition) waits before it is retried."""
     azure_container: str | None = Field(None, alias="azure.container")
     """The ``azure`` blob store's container."""
     azure_account_url: str | None = Field(None, alias="azure.account.url")

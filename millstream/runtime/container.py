@@ -467,6 +467,7 @@ class Container:
             drain=DrainMonitor.of(
                 self.config, self.store, self.run_id, tasks, JobConfig.of(self.config).drain_poll_interval_ms
             ),
+            output=self.producers,
         )
         counted = {
             "dead_lettered": lambda: self.dead_letters.dropped,

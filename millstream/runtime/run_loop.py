@@ -16,7 +16,7 @@ from millstream.errors import MillstreamError
 from millstream.model import SystemStream, SystemStreamPartition
 from millstream.runtime.dead_letters import send_to_dead_letters
 from millstream.runtime.drain import DrainMonitor
-from millstream.runtime.seams import Clock, ConsumerMultiplexer, ProducerLookup, SystemClock
+from millstream.runtime.seams import Clock, ConsumerMultiplexer, LingeringOutput, ProducerLookup, SystemClock
 from millstream.runtime.task_instance import TaskInstance
 from millstream.serde.base import SerdeError
 
@@ -70,9 +70,12 @@ class RunLoop:
         stop_requested: Callable[[], bool],
         clock: Clock | None = None,
         drain: DrainMonitor | None = None,
+        output: LingeringOutput | None = None,
     ) -> None:
         """``clock`` is what the timers run on. The tasks compare their processing deadline on their own
-        clock, so both must be the same one: the real monotonic clock, unless a test moves time by hand."""
+        clock, so both must be the same one: the real monotonic clock, unless a test moves time by hand.
+        ``output``: the producers, asked between batches to send what they held back for batching long
+        enough (``linger.ms``), so output is visible within milliseconds, not at the next commit."""
         self.consumers = consumers
         self.clock = clock or SystemClock()
         self.tasks = tasks
@@ -81,6 +84,7 @@ class RunLoop:
         self.settings = settings
         self.stop_requested = stop_requested
         self.drain = drain
+        self.output = output
         self.stats = RunLoopStats()
         self.dispatch: dict[SystemStreamPartition, list[TaskInstance]] = {}
         for task in tasks:
@@ -104,10 +108,12 @@ class RunLoop:
         while active:
             now = clock.monotonic()
             deadline = min(next_window, next_commit, next_stop_check)
+            lingering = self.output.send_lingering() if self.output is not None else None
             pollable = active - pending.keys() if pending else active
             batches: Mapping[SystemStreamPartition, list[Any]] = {}
             if pollable:
-                timeout = 0.0 if pending else max(0.0, min(poll_timeout, deadline - now))
+                wait = poll_timeout if lingering is None else min(poll_timeout, lingering)
+                timeout = 0.0 if pending else max(0.0, min(wait, deadline - now))
                 batches = self.consumers.poll(pollable, timeout)
                 self.stats.polls += 1
             work = list(pending.items())

@@ -42,6 +42,12 @@ class OutputFlusher(Protocol):
     def flush(self, source: str) -> None: ...
 
 
+class LingeringOutput(Protocol):
+    """The producer pool as the run loop sees it between batches (``ProducerPool.send_lingering``)."""
+
+    def send_lingering(self) -> float | None: ...
+
+
 class MessageSender(Protocol):
     def send(self, source: str, envelope: OutgoingMessageEnvelope) -> None: ...
 

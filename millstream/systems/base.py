@@ -48,8 +48,9 @@ class WriterToken:
     generation: int
     epoch: int
     pooled: bool = True
-    """The container's shared producer (``ProducerPool``): a Kafka system runs its writes in transactions
-    under the container's ``transactional.id``, which only one producer may hold."""
+    """The container's transactional producer (``ProducerPool.state_producer``: changelogs, and everything under
+    exactly-once): a Kafka system runs its writes in transactions under the container's ``transactional.id``,
+    which only one producer may hold."""
 
     @property
     def order(self) -> tuple[int, int]:
@@ -369,6 +370,12 @@ class SystemProducer(ABC):
 
     @abstractmethod
     def flush(self, source: str) -> None: ...
+
+    def send_lingering(self) -> float | None:
+        """Send what ``send`` held back for batching once it waited ``linger.ms``; the run loop calls this
+        between batches. Returns the seconds until what is still held back must go, None when nothing is
+        (this default: a producer that sends on its own, as Kafka's does in the background)."""
+        return None
 
     @abstractmethod
     def stop(self) -> None:

@@ -1,4 +1,14 @@
-"""The producers of a container: one started producer per system, shared by its tasks and stores."""
+"""The producers of a container: per system, one started producer for output and one for state, shared
+by its tasks and stores.
+
+Output and state (changelog) writes go through different producers under at-least-once, so that output is
+visible as soon as it is written while changelog writes stay fenced: a Kafka system writes changelogs in
+transactions under the container's ``transactional.id`` (a newer attempt aborts and fences a zombie's, so
+nothing it writes lands behind the offsets a restore reads) and output with an idempotent producer, whose
+records consumers see at once. Under exactly-once both are one transactional producer, whose transaction
+a commit ends together with the checkpoints, so output, changelog writes and checkpoints become visible
+together or not at all.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +16,15 @@ from dataclasses import replace
 from typing import Self
 
 from millstream.config import Config
+from millstream.config.views import TaskConfig
 from millstream.errors import MillstreamError
 from millstream.systems.base import SystemProducer, WriterToken
 from millstream.systems.registry import system_factory
 
 
 class ProducerPool:
-    """One started producer per system, created on first use and shared by the container's tasks."""
+    """Per system, a started output producer and a state producer, created on first use and shared by the
+    container's tasks; one and the same producer under exactly-once."""
 
     def __enter__(self) -> Self:
         """Leaving flushes and stops every producer of the pool."""
@@ -26,10 +38,13 @@ class ProducerPool:
         self.writer = writer
         """A container's attempt: every producer of the pool writes on its behalf, so systems that fence
         writers refuse them once a newer attempt took over (see ``SystemProducer.set_writer``)."""
-        self._producers: dict[str, SystemProducer] = {}
+        self.exactly_once = TaskConfig.of(config).exactly_once
+        self._output: dict[str, SystemProducer] = {}
+        self._state: dict[str, SystemProducer] = {}
 
     def new_producer(self, system: str, *, pooled: bool = False) -> SystemProducer:
-        """A started producer of ``system`` outside the pool (the caller stops it), writing as the pool's writer."""
+        """A started producer of ``system`` outside the pool (the caller stops it), writing as the pool's writer;
+        ``pooled``: it holds the container's transactional id (see ``WriterToken.pooled``)."""
         producer = system_factory(self.config, system).get_producer(system, self.config)
         if self.writer is not None:
             producer.set_writer(replace(self.writer, pooled=pooled))
@@ -37,24 +52,47 @@ class ProducerPool:
         return producer
 
     def producer(self, system: str) -> SystemProducer:
-        producer = self._producers.get(system)
+        """The output producer: tasks' output, control messages, dead letters."""
+        if self.exactly_once:
+            return self.state_producer(system)
+        producer = self._output.get(system)
         if producer is None:
-            producer = self.new_producer(system, pooled=True)
-            self._producers[system] = producer
+            producer = self._output[system] = self.new_producer(system)
         return producer
 
+    def state_producer(self, system: str) -> SystemProducer:
+        """The producer of changelog writes; it holds the container's transactional id, so starting it fences
+        the container's earlier attempts."""
+        producer = self._state.get(system)
+        if producer is None:
+            producer = self._state[system] = self.new_producer(system, pooled=True)
+        return producer
+
+    def _all(self) -> list[tuple[str, SystemProducer]]:
+        return [*self._state.items(), *self._output.items()]
+
     def flush(self, source: str) -> None:
-        """Block until everything ``source`` sent is durable; raises the first failure."""
-        for producer in self._producers.values():
+        """Block until everything ``source`` sent is durable (and, in transactions, committed); raises the
+        first failure. State first, so a zombie meets its fence at the changelog; either order is safe, since
+        the checkpoint that covers these writes is written only after both, and a restore reverts changelog
+        records past the last checkpoint."""
+        for _, producer in self._all():
             producer.flush(source)
+
+    def send_lingering(self) -> float | None:
+        """Send what output producers hold back for batching and has waited long enough; returns the seconds
+        until the next such deadline, None when nothing is held back."""
+        deadlines = [d for _, p in self._all() if (d := p.send_lingering()) is not None]
+        return min(deadlines) if deadlines else None
 
     def stop(self) -> None:
         errors = []
-        for system, producer in self._producers.items():
+        for system, producer in self._all():
             try:
                 producer.stop()
             except Exception as error:  # every producer must get its chance to stop
                 errors.append(f"{system}: {error}")
-        self._producers.clear()
+        self._output.clear()
+        self._state.clear()
         if errors:
             raise MillstreamError(f"producers failed to stop cleanly: {'; '.join(errors)}")

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tests.integration.kafka_broker import KafkaBroker
+from tests.integration.network import BlackHoleProxy
+from tests.integration.processes import free_port
 from tests.integration.schema_registry import SchemaRegistryServer
 
 
@@ -64,3 +66,46 @@ def schema_registry() -> Iterator[SchemaRegistryServer]:
         yield server
     finally:
         server.stop()
+
+
+class ProxiedKafka:
+    """A broker of the session's own whose clients all go through a :class:`BlackHoleProxy`: the broker
+    advertises the proxy's port, so every connection (bootstrap and per-broker) can be black-holed."""
+
+    def __init__(self, broker: KafkaBroker, proxy: BlackHoleProxy) -> None:
+        self.broker = broker
+        self.proxy = proxy
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.proxy.address
+
+
+@pytest.fixture(scope="session")
+def proxied_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxiedKafka]:
+    """A second broker behind a black-hole proxy, for network-fault tests; use it through ``kafka_proxy``."""
+    if os.environ.get("MILLSTREAM_TEST_KAFKA"):
+        pytest.skip(
+            "MILLSTREAM_TEST_KAFKA names an external broker: the network-fault tests need a broker of their own "
+            "that advertises a black-hole proxy's port"
+        )
+    proxy_port = free_port()
+    advertised = {"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy_port}"}
+    broker = KafkaBroker(tmp_path_factory.mktemp("proxied-kafka"), settings=advertised)
+    proxy = BlackHoleProxy(broker.port, proxy_port).start()  # before the broker: it advertises the proxy
+    try:
+        broker.start()
+        yield ProxiedKafka(broker, proxy)
+    finally:
+        proxy.heal()
+        broker.stop()
+        proxy.stop()
+
+
+@pytest.fixture
+def kafka_proxy(proxied_kafka: ProxiedKafka) -> Iterator[ProxiedKafka]:
+    """``proxied_kafka``, healed after the test whatever it left black-holed."""
+    try:
+        yield proxied_kafka
+    finally:
+        proxied_kafka.proxy.heal()

@@ -337,6 +337,7 @@ def test_commit_pauses_are_reached_at_their_points_in_order(executor):
     task.commit()
     task.finish_commits()
     assert [e for e in events if e.startswith("pause") or e in ("upload", "checkpoint-v2", "cleanup")] == [
+        "pause:before-snapshot",
         "pause:after-snapshot",
         "upload",
         "pause:after-upload",

@@ -54,7 +54,8 @@ class SystemAccess(Protocol):
         """A started admin, shared and safe to use from several threads."""
 
     def producer(self, system: str) -> SystemProducer:
-        """The container's producer: flushed for the task before every snapshot."""
+        """The container's state producer (it holds the transactional id): flushed for the task before every
+        snapshot."""
 
     def new_consumer(self, system: str) -> SystemConsumer:
         """A fresh consumer the caller registers, starts and stops."""

@@ -32,7 +32,7 @@ class ContainerSystems:
 
     def producer(self, system: str) -> SystemProducer:
         with self._lock:
-            return self.producers.producer(system)
+            return self.producers.state_producer(system)
 
     def new_consumer(self, system: str) -> SystemConsumer:
         return system_factory(self.config, system).get_consumer(system, self.config)

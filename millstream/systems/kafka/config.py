@@ -61,13 +61,15 @@ class KafkaSystemConfig(ConfigView):
     operation_timeout_ms: int = Field(60_000, alias="operation.timeout.ms", ge=1)
     """How long an admin operation (metadata, offsets, topic creation) retries before failing."""
     transactional_writes: Bool = Field(True, alias="transactional.writes")
-    """A container writes its output and changelogs in Kafka transactions under the ``transactional.id``
+    """A container writes its changelogs in Kafka transactions under the ``transactional.id``
     ``millstream-producer-<job.name>-<job.id>-<container>``, committed at each commit: a newer attempt of the
-    container fences the older one, whose writes since its last commit are aborted, so a superseded attempt
-    that keeps running can never add records behind the offsets the newer attempt checkpoints. Output becomes
-    visible to ``read_committed`` consumers at each commit. A transaction's timeout is three commit intervals
-    (at least a minute, at most the brokers' default ``transaction.max.timeout.ms``, 15 minutes). ``false``: an
-    idempotent producer, output visible at once, and a zombie attempt's writes are not fenced."""
+    container fences the older one, whose changelog writes since its last commit are aborted, so a superseded
+    attempt that keeps running can never add records behind the offsets the newer attempt's restore read.
+    Output goes through an idempotent producer and is visible at once; under
+    ``task.processing.guarantee=exactly-once`` it joins the transaction, with the checkpoints. A transaction's
+    timeout is three commit intervals (at least a minute, at most the brokers' default
+    ``transaction.max.timeout.ms``, 15 minutes). ``false``: no transactions, and a zombie attempt's changelog
+    writes are not fenced (refused under exactly-once)."""
 
     @classmethod
     def for_system(cls, config: Config, system: str) -> KafkaSystemConfig:

@@ -8,10 +8,11 @@
   replicas (``acks=all``), and raises if any failed: this is what the runtime's commit waits for
   before it checkpoints, so output is at-least-once. The producer is idempotent: librdkafka's
   retries (a broker restarting, a leader moving) never duplicate or reorder a partition's messages.
-* **Fencing.** A container's pooled producer writes in transactions (``transactions``): a newer attempt of
-  the container aborts and fences the older one's, whose every later send and flush raises
-  ``WriterFencedError``. Sends and flushes of a transactional producer come from one thread at a time
-  (the container's run loop).
+* **Fencing.** A container's transactional producer (``WriterToken.pooled``: its changelog writes, and
+  everything under exactly-once) writes in transactions (``transactions``): a newer attempt of the container
+  aborts and fences the older one's, whose every later send and flush raises ``WriterFencedError``. Its
+  output producer is idempotent and not transactional under at-least-once, so output is visible at once.
+  Sends and flushes of a transactional producer come from one thread at a time (the container's run loop).
 * **Errors are never lost.** librdkafka reports failures asynchronously; the delivery callback only
   fires for failures (``delivery.report.only.error``) and records them, and the next ``flush``
   raises the first one, naming topic and partition. A record too large for the producer is refused

@@ -1,7 +1,8 @@
 """A container's Kafka producer writes in transactions, so a superseded attempt (a zombie) is fenced.
 
-Kafka Streams' exactly-once (v2) model, without the consumer-group part: the container's pooled producer
-has ``transactional.id`` ``millstream-producer-<job.name>-<job.id>-<container>``. A new attempt's
+Kafka Streams' exactly-once (v2) model, without the consumer-group part: the container's transactional
+producer (``ProducerPool.state_producer``: changelog writes, and under exactly-once output, control messages
+and checkpoints too) has ``transactional.id`` ``millstream-producer-<job.name>-<job.id>-<container>``. A new attempt's
 ``init_transactions`` aborts whatever the previous attempt left open and bumps the producer epoch, so the
 zombie's next produce or commit fails with a fencing error: nothing it wrote since its last commit ever
 becomes visible to ``read_committed`` readers (the default of millstream's consumers, and what a
@@ -9,9 +10,10 @@ changelog restore reads), and the offsets a checkpoint names (the last stable of
 Each commit's producer flush commits the open transaction and begins the next, so what a checkpoint
 covers is committed before the checkpoint is written.
 
-Output becomes visible to ``read_committed`` consumers at each commit (``task.commit.ms``), as with
-Kafka Streams' exactly-once; ``systems.<s>.transactional.writes=false`` turns this off (an idempotent
-producer, visible at once, and no fencing of zombies' writes).
+Under at-least-once, output is written by another, idempotent producer and is visible at once; only what a
+restore reads (changelogs) waits for the commit. Under exactly-once everything a commit covers becomes
+visible with its transaction. ``systems.<s>.transactional.writes=false`` turns transactions off (no fencing
+of zombies' changelog writes).
 """
 
 from __future__ import annotations

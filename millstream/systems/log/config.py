@@ -22,6 +22,10 @@ class LogSystemConfig(ConfigView):
     """Most records one ``poll`` reads per partition."""
     producer_batch_size: int = Field(1000, alias="producer.batch.size", ge=1)
     """Records a producer buffers before it writes them in one transaction."""
+    producer_linger_ms: int = Field(5, alias="producer.linger.ms", ge=0)
+    """Longest time a record waits in a producer's buffer before it is written (and readable), as Kafka's
+    ``linger.ms``: a container's run loop writes what waited this long between batches; a buffer that fills
+    up is written at once."""
     auto_create_streams: Bool = Field(False, alias="auto.create.streams")
     """Create a missing output stream on first send instead of failing."""
     default_partitions: int = Field(1, alias="default.partitions", ge=1)

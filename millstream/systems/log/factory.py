@@ -47,6 +47,7 @@ class LogSystemFactory(SystemFactory):
             system_name,
             LogLayout(settings.root(config), system_name),
             batch_size=settings.producer_batch_size,
+            linger_ms=settings.producer_linger_ms,
             fsync=settings.fsync,
             auto_create_streams=settings.auto_create_streams,
             default_partitions=settings.default_partitions,

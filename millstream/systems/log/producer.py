@@ -1,7 +1,9 @@
 """Writes envelopes to log streams, buffered per partition and appended in batches.
 
 A partition's buffer is appended (one transaction, one stored batch) when it reaches
-``systems.<s>.producer.batch.size`` records and on ``flush``, by the sending thread itself. A background
+``systems.<s>.producer.batch.size`` records, when its oldest record waited ``producer.linger.ms``
+(``send_lingering``, which a container's run loop calls between batches, so output is readable within
+milliseconds rather than at the next commit), and on ``flush``, by the sending thread itself. A background
 appender thread was measured to cost more than it saved: each SQLite statement gives up the GIL, and the
 appender then waited for the busy sender to hand it back, up to a switch interval each time, so the
 sender ended up waiting for the appender's queue. A failed append keeps its records (and every record
@@ -43,6 +45,7 @@ _BYTES_LIKE = (bytes, bytearray, memoryview)
 _FIELDS = 4
 """Entries per record in a buffer: timestamp, key, value, headers."""
 _time_ns = time.time_ns
+_monotonic = time.monotonic
 _crc32 = zlib.crc32
 
 
@@ -72,6 +75,7 @@ class LogSystemProducer(SystemProducer):
         layout: LogLayout,
         *,
         batch_size: int = 1000,
+        linger_ms: int = 5,
         fsync: bool = False,
         auto_create_streams: bool = False,
         default_partitions: int = 1,
@@ -79,6 +83,9 @@ class LogSystemProducer(SystemProducer):
         self.system = system
         self.layout = layout
         self.batch_size = batch_size
+        self._linger = linger_ms / 1000
+        self._held_since: float | None = None
+        """When the oldest record still buffered was sent (monotonic seconds); None: nothing is buffered."""
         self._fsync = fsync
         self._auto_create = auto_create_streams
         self._default_partitions = default_partitions
@@ -176,6 +183,8 @@ class LogSystemProducer(SystemProducer):
                 partition = self._partitioner.partition(envelope, writer.partition_count)
             buffer = writer.buffers[partition]
             buffer += (timestamp, key, message, headers)
+            if self._held_since is None:
+                self._held_since = _monotonic()
             if len(buffer) >= self._fill:
                 self._hand_over(writer, partition)
         finally:
@@ -203,6 +212,8 @@ class LogSystemProducer(SystemProducer):
             last_stream, writer = self._last
             if stream is not last_stream:
                 writer = self._stream_writer(stream)
+            if self._held_since is None and messages:
+                self._held_since = _monotonic()
             if keys is None:
                 self._deal(writer, messages, timestamp)
                 return
@@ -267,6 +278,26 @@ class LogSystemProducer(SystemProducer):
             self._raise_if_fenced()
             self._flush_all()
 
+    def send_lingering(self) -> float | None:
+        """Append every buffer once its oldest record waited ``linger.ms``; the seconds left until then, or
+        None when nothing is buffered. A failed append is raised by the next ``flush``, as a full buffer's is."""
+        held = self._held_since
+        if held is None:
+            return None
+        left = held + self._linger - _monotonic()
+        if left > 0:
+            return left
+        with self._lock:
+            self._raise_if_fenced()
+            if self._failure is None:
+                try:
+                    self._flush_all()
+                except WriterFencedError:
+                    raise
+                except Exception:  # kept in self._failure for the next flush
+                    self._held_since = None
+        return None
+
     def _hand_over(self, writer: _StreamWriter, partition: int) -> None:
         """Append a full buffer now, unless an append failed since the last ``flush``: then the records wait
         for that flush instead of every send trying a failing file again (a partition's records stay in order
@@ -294,6 +325,7 @@ class LogSystemProducer(SystemProducer):
             self._failure = error
             raise
         self._failure = None
+        self._held_since = None
 
     def _partition(self, writer: _StreamWriter, partition: int) -> LogPartition:
         log = writer.partitions.get(partition)

@@ -49,6 +49,8 @@ def test_a_zombie_attempts_kafka_changelog_writes_are_aborted_and_a_restore_give
         stores__counts__changelog=f"kafka.{topic_name('changelog')}",
         systems__kafka__samza__factory="kafka",
         systems__kafka__bootstrap__servers=bootstrap,
+        # its output (on the log) waits for the commit, so the zombie meets its fence at the Kafka changelog
+        systems__log__producer__linger__ms="600000",
     )
     assert restored.outcome == "finished"
     *_, restored_store = reported_stores(config)

@@ -23,6 +23,7 @@ def test_config_keys_are_the_documented_settings() -> None:
         "fsync",
         "poll.batch.size",
         "producer.batch.size",
+        "producer.linger.ms",
         "auto.create.streams",
         "default.partitions",
         "retention.ms",

@@ -352,3 +352,29 @@ def test_flush_after_the_stream_was_re_created_fails_instead_of_writing_to_the_o
         producer.flush("task")
     with pytest.raises(LogStorageError):
         producer.stop()
+
+
+def test_a_record_held_for_batching_is_written_once_it_lingered(admin: LogSystemAdmin, root: Path) -> None:
+    create(admin, "t", 2)
+    producer = LogSystemFactory().get_producer(SYSTEM, log_config(root, producer__linger__ms=0))
+    producer.start()
+    assert producer.send_lingering() is None  # nothing held back
+    producer.send("test", envelope("t", b"a", partition=0))
+    producer.send("test", envelope("t", b"b", partition=1))
+    assert upcoming(admin, "t", 0) == 0  # held back for batching, not written yet
+    assert producer.send_lingering() is None
+    assert (upcoming(admin, "t", 0), upcoming(admin, "t", 1)) == (1, 1)
+    producer.stop()
+
+
+def test_a_record_is_held_back_until_its_linger_passes(admin: LogSystemAdmin, root: Path) -> None:
+    create(admin, "t")
+    producer = LogSystemFactory().get_producer(SYSTEM, log_config(root, producer__linger__ms=600_000))
+    producer.start()
+    producer.send("test", envelope("t", b"a"))
+    left = producer.send_lingering()
+    assert left is not None and 0 < left <= 600
+    assert upcoming(admin, "t") == 0
+    producer.flush("test")
+    assert upcoming(admin, "t") == 1 and producer.send_lingering() is None
+    producer.stop()
