@@ -11,13 +11,16 @@ import pytest
 from millstream.blobstore.base import blob_store
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
+from millstream.control.state import CONTROL_STATE_NAMESPACE
 from millstream.coordinator.prepare import prepare
 from millstream.coordinator.reset import ResetRefusedError, reset_job
 from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStream
 from millstream.storage.backends.blobstore.transfer import store_blob_prefix
-from millstream.testing import read_stream
+from millstream.testing import InProcessRunner, read_stream
+from tests.api.apps import app_config, messages
+from tests.api.test_in_process import output, setup
 from tests.helpers import seal
 from tests.storage.test_stateful_jobs import config_for, final_stores, reference, run_to_end
 from tests.storage.test_stateful_jobs import prepare as fill_input
@@ -89,3 +92,21 @@ def test_a_reset_of_a_running_job_is_refused_naming_its_running_containers(tmp_p
     with pytest.raises(ResetRefusedError, match=r"job 'test' is running \(generation 1: container\(s\) 0 "):
         reset_job(config, dry_run=True)
     assert reset_job(config, dry_run=True, force=True).job == "test"
+
+
+def test_a_reset_two_stage_job_keeping_its_control_state_in_the_metadata_store_delivers_everything_again(
+    tmp_path: Path,
+) -> None:
+    config = app_config(tmp_path, "tests.api.apps:RepartitionPassThrough", job__container__count=2)
+    data = {p: messages(p, 10) for p in range(2)}
+    setup(config, data)
+    result = InProcessRunner(config).run(timeout=60)
+    assert result.outcome == "finished", result.error
+    first = sorted(m["n"] for m in output(config))
+
+    plan = reset_job(config)
+    assert CONTROL_STATE_NAMESPACE in plan.metadata, "the tasks' end-of-stream would end the next run at once"
+    assert SystemStream("log", "test-1-by-user") in plan.streams
+    result = InProcessRunner(config).run(timeout=60)
+    assert result.outcome == "finished", result.error
+    assert sorted(m["n"] for m in output(config)) == sorted(first + first), "every message delivered again"
