@@ -43,7 +43,23 @@ from millstream.serde.registry import SerdeRegistry
 from millstream.systems.base import StreamSpec
 from millstream.systems.registry import system_factory
 
-__all__ = ["InProcessRunner", "TestResult", "TestRunner", "read_stream", "write_stream"]
+__all__ = ["EndOfStreamNotReachedError", "InProcessRunner", "TestResult", "TestRunner", "read_stream", "write_stream"]
+
+
+class EndOfStreamNotReachedError(MillstreamError):
+    """A ``TestRunner`` job did not end by itself within its timeout: it was stopped, and its output is only
+    what was written until then. Names every partition a task still waited for end-of-stream of."""
+
+    __test__ = False
+
+    def __init__(self, job: JobResult, timeout: float) -> None:
+        self.job = job
+        waiting = "; ".join(f"task '{task}' on {', '.join(ssps)}" for task, ssps in sorted(job.waiting_for.items()))
+        super().__init__(
+            f"test job did not reach end-of-stream within {timeout:g} s and was {job.outcome}; its output is "
+            f"incomplete. Still waiting for end-of-stream: {waiting or 'nothing reported by the containers'}. "
+            "Give every input the job reads with add_input (inputs are sealed), or run(timeout=...) longer"
+        )
 
 
 class InProcessRunner:
@@ -267,6 +283,12 @@ class TestRunner:
         return self
 
     def run(self, timeout: float = 60.0, *, data_dir: str | Path | None = None) -> TestResult:
+        """Write and seal the inputs, run the job until every task reached end-of-stream, return its output.
+
+        Raises ``EndOfStreamNotReachedError`` (naming the partitions still awaited) when the job did not end
+        by itself within ``timeout`` seconds, rather than hand back partial output, and ``MillstreamError``
+        when it failed.
+        """
         if data_dir is None:
             self._directory = tempfile.TemporaryDirectory(prefix="millstream-test-")
             data_dir = self._directory.name
@@ -294,6 +316,8 @@ class TestRunner:
         job = InProcessRunner(config).run(timeout)
         if job.outcome == "failed":
             raise MillstreamError(f"test job failed: {job.error}")
+        if job.outcome != "finished":
+            raise EndOfStreamNotReachedError(job, timeout)
         return TestResult(config, job, self._directory)
 
     @staticmethod

@@ -2,9 +2,9 @@
 
 Exit codes: 0 success (``run``: the job finished, was stopped, or drained), 1 the job failed while
 running, 2 the job could not start (bad config, missing stream, unknown factory) or a request was refused
-(``job drain`` of a job that is not running), 3 (``run``) another run of the job superseded this one, 130
-(``run``) a second Ctrl-C / SIGTERM stopped it without waiting for the final commits. ``sensitive.*`` values
-are never printed.
+(``job drain`` of a job that is not running, ``job reset`` of one that is), 3 (``run``) another run of the
+job superseded this one, 130 (``run``) a second Ctrl-C / SIGTERM stopped it without waiting for the final
+commits. ``sensitive.*`` values are never printed.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from millstream.cli.adstore import adstore_app
 from millstream.cli.common import ConfigPath, Overrides, err, failed, guarded, load, out
 from millstream.cli.drain import drain
 from millstream.cli.plan import plan
+from millstream.cli.reset import reset
 from millstream.cli.startpoint import startpoint_app
 from millstream.cli.version import root
 from millstream.config import Config, JobConfig, parse_override
@@ -44,7 +45,7 @@ app = typer.Typer(
 )
 streams_app = typer.Typer(no_args_is_help=True, help="Create, inspect, write and read streams of any system.")
 checkpoint_app = typer.Typer(no_args_is_help=True, help="Inspect checkpoints.")
-job_app = typer.Typer(no_args_is_help=True, help="Inspect a job, or drain it.")
+job_app = typer.Typer(no_args_is_help=True, help="Inspect a job, drain it, or reset it.")
 app.callback()(root)
 app.add_typer(streams_app, name="streams")
 app.add_typer(checkpoint_app, name="checkpoint")
@@ -53,6 +54,7 @@ app.add_typer(startpoint_app, name="startpoint")
 app.add_typer(adstore_app, name="adstore")
 app.command("plan")(plan)
 job_app.command("drain")(drain)
+job_app.command("reset")(reset)
 
 
 StreamArg = Annotated[str, typer.Argument(help="system.stream (a bare name means the log system)")]

@@ -26,6 +26,12 @@ class JobResult:
         return sum(container.messages for container in self.containers)
 
     @property
+    def waiting_for(self) -> dict[str, list[str]]:
+        """Per task that had not ended when the job returned, the partitions it still waited for end-of-stream
+        of (``system.stream partition N``); empty when every task ended by itself."""
+        return {task: ssps for container in self.containers for task, ssps in container.waiting_for.items()}
+
+    @property
     def succeeded(self) -> bool:
         return self.outcome in ("finished", "stopped", "drained")
 

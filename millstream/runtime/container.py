@@ -92,6 +92,9 @@ class ContainerResult:
     skipped_process_errors: int = 0
     """Messages ``task.process.errors`` skipped (``skip``) or set aside (``dead-letter``), and window calls it
     skipped."""
+    waiting_for: dict[str, list[str]] = field(default_factory=dict)
+    """Per task that had not finished when the container returned, the partitions it still waited for
+    end-of-stream of (``system.stream partition N``): empty when every task ended by itself."""
 
     @property
     def messages(self) -> int:
@@ -531,6 +534,13 @@ class Container:
             executor=self._executor,
             adjunct_stored=adjunct_loop.stored if adjunct_loop is not None else 0,
             bootstrap_seconds=adjunct_loop.bootstrap_seconds if adjunct_loop is not None else 0.0,
+            waiting_for={
+                str(t.task_name): sorted(
+                    f"{s.system}.{s.stream} partition {s.partition}" for s in t.ssps - t.end_of_stream
+                )
+                for t in tasks
+                if not t.finished
+            },
         )
 
     def _empty_result(self, outcome: str) -> ContainerResult:

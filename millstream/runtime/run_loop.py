@@ -2,7 +2,8 @@
 
 Partitions are served round-robin at batch granularity: every partition with data gets its polled
 batch processed in each pass, and the pass starts one partition later each time, so a busy partition
-cannot starve the others. Timers (window, commit, stop check) run between batches.
+cannot starve the others. Timers (window, commit, stop check) run between batches, and so do the commits
+a task asked for while its previous commit still uploaded (made as soon as that upload ended).
 """
 
 from __future__ import annotations
@@ -135,6 +136,8 @@ class RunLoop:
             if now >= next_commit:
                 self.commit_all()
                 next_commit = clock.monotonic() + settings.commit_ms / 1000
+            else:
+                self._commit_owed()
             if now >= next_stop_check:
                 if self.stop_requested():
                     self.stopped_by_request = True
@@ -154,6 +157,13 @@ class RunLoop:
         for task in self.tasks:
             task.commit()
         self.stats.commit_seconds += self.clock.monotonic() - started
+
+    def _commit_owed(self) -> None:
+        """Make the commits skipped while an upload was in flight once it ended: a task that asked to commit
+        (to flush end-of-stream to an intermediate stream, or as it finished) must not wait ``task.commit.ms``."""
+        for task in self.tasks:
+            if task.commit_owed:
+                task.commit_if_owed()
 
     def _container_shutdown_requested(self) -> bool:
         return any(task.shutdown_requested for task in self.tasks)

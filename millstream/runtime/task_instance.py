@@ -12,7 +12,10 @@ to the state it names.
 
 One commit is in flight per task. A commit due while the previous one still uploads is skipped while
 that one started less than ``task.commit.max.delay.ms`` ago; past that, processing blocks until it
-ends, and fails after ``task.commit.timeout.ms``. A failed asynchronous stage fails the next commit
+ends, and fails after ``task.commit.timeout.ms``. A skipped commit is owed: the run loop makes it as soon
+as the upload ended (``commit_if_owed``), not at the next ``task.commit.ms``, because what the task asked
+to flush (end-of-stream on intermediate streams, a finished task's last output) may be what the job waits
+for to end. A failed asynchronous stage fails the next commit
 (and so the container) with its cause. A task without stores commits synchronously, as before.
 """
 
@@ -228,6 +231,8 @@ class TaskInstance:
         self._commit_started = 0.0
         self._commit_failure: tuple[CheckpointId, BaseException] | None = None
         self.commits_skipped = 0
+        self.commit_owed = False
+        """A commit was skipped while one uploaded: ``commit_if_owed`` makes it once the upload ended."""
         self.commits_blocked = 0
         self.commits_timed_out = 0
         """Blocked commits that gave up waiting and were skipped (``task.commit.skip.commit.*``)."""
@@ -379,6 +384,7 @@ class TaskInstance:
             delay_ms = (self._clock() - self._commit_started) * 1000
             if delay_ms < self.commit_settings.max_delay_ms:
                 self.commits_skipped += 1
+                self.commit_owed = True
                 log.debug("%s: commit skipped, commit %s still uploading", self.task_name, self._in_flight_id)
                 return
             self.commits_blocked += 1
@@ -389,6 +395,7 @@ class TaskInstance:
             if not self._wait_for_commit(tolerate_timeout=True):
                 return  # tolerated: the upload goes on, and the next commit waits for it again
             self._raise_commit_failure()
+        self.commit_owed = False
         storage = self.storage
         started = self._clock()
         if storage is not None:
@@ -425,6 +432,12 @@ class TaskInstance:
             )
         else:
             self._complete_commit(checkpoint_id, offsets, markers, updated)
+
+    def commit_if_owed(self) -> None:
+        """Make the commit skipped while the last one uploaded, once that upload ended. Called by the run
+        loop between batches; free while nothing is owed."""
+        if self.commit_owed and (self._in_flight is None or self._in_flight.done()):
+            self.commit()
 
     def _complete_commit_recording_failure(
         self,

@@ -17,6 +17,7 @@ from millstream.model import IncomingMessageEnvelope, SystemStreamPartition, Tas
 from millstream.runtime.process_errors import TaskProcessError
 from millstream.runtime.task_instance import CommitSettings, ContainerContext, TaskInstance
 from millstream.storage.errors import CommitFailedError, CommitTimeoutError
+from tests.helpers import wait_until
 from tests.runtime.fakes import DiscardingCollector
 
 TASK = TaskName("Partition 0")
@@ -222,6 +223,32 @@ def test_commit_due_during_an_upload_is_skipped_while_within_max_delay(executor)
     gate.set()
     task.finish_commits()
     assert events.count("snapshot") == 2  # the skipped work is committed before the container returns
+
+
+def test_a_commit_skipped_during_an_upload_is_owed_and_made_by_commit_if_owed_once_the_upload_ended(executor):
+    events, gate, clock = Events(), threading.Event(), Clock()
+    task, checkpoints = make_task(
+        events, FakeStorage(events, gate), clock=clock, executor=executor, settings=CommitSettings(max_delay_ms=100)
+    )
+    task.process(SSP, [envelope(0)])
+    task.commit()
+    task.process(SSP, [envelope(1)])
+    task.commit()
+    assert task.commit_owed and task.commits_skipped == 1
+    task.commit_if_owed()
+    assert events.count("snapshot") == 1, "not while the upload runs"
+    gate.set()
+
+    def owed_commit_made() -> bool:
+        task.commit_if_owed()  # what the run loop calls between batches
+        return events.count("snapshot") == 2
+
+    wait_until(owed_commit_made, 10, "the owed commit, once the upload ended")
+    assert not task.commit_owed
+    task.commit_if_owed()
+    assert events.count("snapshot") == 2, "owed once, made once"
+    task.finish_commits()
+    assert [c.offsets[SSP] for c in checkpoints.written if isinstance(c, CheckpointV2)] == ["0", "1"]
 
 
 def test_commit_due_beyond_max_delay_blocks_processing_until_the_upload_ends(executor):

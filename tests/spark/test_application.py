@@ -21,7 +21,7 @@ from millstream.model import SystemStream, SystemStreamPartition, TaskName
 from millstream.spark.runner import SparkJobRunner
 from millstream.systems.registry import system_factory
 from millstream.testing import read_stream, write_stream
-from tests.api.apps import app_config, messages, reference_counts
+from tests.api.apps import app_config, messages, reference_counts, reference_stateful, stateful_records, user_messages
 from tests.api.state_probe import persisted_control_states
 from tests.api.test_in_process import assert_panes_fired_exactly_when_the_watermark_reached_their_end
 from tests.api.test_intermediate_streams import INTERMEDIATE, staged
@@ -55,6 +55,35 @@ def test_a_bounded_two_stage_job_ends_by_itself_with_every_message_delivered(spa
     result = SparkJobRunner(config, spark=spark_local).run()
     assert result.outcome == "finished", result.error
     assert sorted(m["n"] for m in output(config)) == sorted(m["n"] for pairs in data.values() for _, m in pairs)
+
+
+@pytest.mark.timeout(300)
+def test_a_bounded_job_with_a_stream_join_ends_after_its_input_without_waiting_for_the_commit_interval(
+    spark_local, tmp_path
+):
+    """The first commit's upload is held for 2 s (the testing pause) while the input ends, so the commits the
+    tasks ask for at end-of-stream are skipped. They must be made once the upload ended: left to the commit
+    timer (task.commit.ms = 600 s, beyond this test's timeout), end-of-stream would never reach the
+    intermediate streams in time and the test would time out."""
+    config = app_config(
+        tmp_path,
+        "tests.api.apps:SessionsJoinAndCounts",
+        job__container__count=2,
+        task__commit__ms=600_000,
+        test__delay__seconds=0.02,  # the input lasts past the first timer commit, whose upload pauses
+        task__commit__testing__pause__at="after-upload",
+        task__commit__testing__pause__ms=2000,
+        task__commit__testing__marker__dir=tmp_path / "pause",
+    )
+    data = {p: user_messages(p, 40) for p in range(2)}
+    setup(config, data)
+    result = SparkJobRunner(config, spark=spark_local).run()
+    assert result.outcome == "finished", result.error
+    assert result.waiting_for == {}
+    assert (tmp_path / "pause" / "after-upload").exists(), "an upload was in flight at the end, as intended"
+    values = output(config)
+    assert stateful_records(values) == reference_stateful(data)
+    assert len(values) == len(reference_stateful(data)), "every record exactly once"
 
 
 def test_windowed_counts_fire_when_the_minimum_watermark_passes_and_split_jobs_give_the_same_output(
