@@ -18,6 +18,12 @@ stores and resumes from its checkpoint. Each run then checks what a user relies 
 * each task's final store equals the fault-free result;
 * no task's checkpointed offset ever went backwards (sampled while the job runs).
 
+``--exactly-once`` runs the job with ``task.processing.guarantee=exactly-once`` (implies ``--kafka``): its output,
+changelog and checkpoints on the broker, committed in one transaction, and the commit points it pauses at are
+those of an exactly-once commit; the run must then also find no duplicate (``dup`` is 0: every input is in the
+``read_committed`` output exactly once), whatever was killed where. Under exactly-once a broker restart aborts
+the open transaction, which fails the containers writing in it: those extra retries are expected.
+
 ``--kafka`` keeps the checkpoints in Kafka (``task.checkpoint.factory: kafka``) and restarts the broker once
 in the middle of each run, when the checkpoints cover half the input, while the killer goes on; the run
 must then also find no ``FencedError`` in the containers' logs, and its ``restart`` column is the time from
@@ -68,6 +74,8 @@ COMMIT_POINTS = {
     "changelog": ("after-snapshot", "after-upload", "after-checkpoint"),
     "blobstore": ("after-snapshot", "mid-upload", "after-upload", "after-checkpoint"),
 }
+EXACTLY_ONCE_POINTS = ("before-snapshot", "after-snapshot", "after-upload", "after-checkpoint")
+"""Where an exactly-once commit may be cut: before its checkpoints joined the transaction, or after it committed."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +88,11 @@ class Settings:
     containers: int = 2
     bootstrap: str | None = None
     """The Kafka broker holding the checkpoints (``--kafka``); None: checkpoints in the metadata store."""
+    exactly_once: bool = False
+    """``task.processing.guarantee=exactly-once``: output, changelog and checkpoints on the broker."""
+
+    def output(self, job_id: str | None) -> SystemStream:
+        return SystemStream("kafka", f"soak-out-{job_id}") if self.exactly_once else OUTPUT
 
 
 @dataclass
@@ -129,7 +142,14 @@ def soak_config(root: Path, backend: str, settings: Settings, commit_point: str 
                 "systems.kafka.bootstrap.servers": settings.bootstrap,
             }
         )
-    if backend == "changelog":
+    if settings.exactly_once:
+        job_id = values["job.id"]
+        values["task.processing.guarantee"] = "exactly-once"
+        values["soak.output"] = f"kafka.{settings.output(job_id).stream}"
+        values["systems.kafka.samza.key.serde"] = "string"
+        values["systems.kafka.samza.msg.serde"] = "json"
+        values["stores.counts.changelog"] = f"kafka.soak-counts-changelog-{job_id}"
+    elif backend == "changelog":
         values["stores.counts.changelog"] = "log.soak-counts-changelog"
     else:
         values["stores.counts.backup.factories"] = "blobstore"
@@ -146,6 +166,11 @@ def write_input(config: Config, settings: Settings) -> None:
             pairs = [(f"key{i % KEYS}", i) for i in range(settings.records)]
             write_stream(config, INPUT, pairs, partition=partition)
         admin.seal_stream(INPUT.stream)
+    output = settings.output(config.get("job.id"))
+    if output.system != "log":
+        with system_factory(config, output.system).get_admin(output.system, config) as admin:
+            admin.start()
+            admin.create_stream(StreamSpec(output.system, output.stream, 1))
 
 
 class Killer(threading.Thread):
@@ -247,10 +272,12 @@ class BrokerRestart(threading.Thread):
         self.total = total
         self.up_at: float | None = None
         self.done = threading.Event()
+        self.job_ended = threading.Event()
+        """Too late to restart; a restarted broker lives on until ``done`` (the output may be on it)."""
 
     def run(self) -> None:
         while not self.done.wait(0.2):
-            if self.watch.checkpointed() * 2 >= self.total:
+            if not self.job_ended.is_set() and self.watch.checkpointed() * 2 >= self.total:
                 self.broker.restart(down_seconds=3)
                 self.up_at = time.monotonic()
                 self.done.wait()  # the broker dies with the thread that started it (its parent-death signal)
@@ -264,7 +291,7 @@ class BrokerRestart(threading.Thread):
 
 def check_output(config: Config, settings: Settings) -> tuple[list[str], float]:
     """Problems with the output (missing inputs, wrong counts, wrong final stores); the duplicate ratio."""
-    records = [value for _, value in read_stream(config, OUTPUT).get(0, [])]
+    records = [value for _, value in read_stream(config, settings.output(config.get("job.id"))).get(0, [])]
     counts = [r for r in records if "count" in r]
     problems = [
         f"partition {r['p']} message {r['v']} ({r['key']}) emitted count {r['count']}, expected {r['v'] // KEYS + 1}"
@@ -281,13 +308,15 @@ def check_output(config: Config, settings: Settings) -> tuple[list[str], float]:
         if final.get(task) != reference:
             problems.append(f"{task}: final store {final.get(task)} differs from the fault-free {reference}")
     total = settings.partitions * settings.records
+    if settings.exactly_once and len(counts) != total:
+        problems.append(f"exactly-once: {len(counts) - total} duplicate output(s) in the read_committed output")
     return problems, (len(counts) - total) / total
 
 
 def run_once(
     backend: str, seed: int, settings: Settings, root: Path, broker: RestartableBroker | None = None
 ) -> SoakResult:
-    commit_point = random.Random(seed).choice(COMMIT_POINTS[backend])
+    commit_point = random.Random(seed).choice(EXACTLY_ONCE_POINTS if settings.exactly_once else COMMIT_POINTS[backend])
     result = SoakResult(backend if broker is None else f"{backend}+kafka", seed, commit_point)
     config = soak_config(root, backend, settings, commit_point)
     write_input(config, settings)
@@ -301,11 +330,31 @@ def run_once(
         thread.start()
     try:
         job: JobResult = SparkJobRunner(config, spark=spark).run()
+        if restart is not None:
+            restart.job_ended.set()  # its broker lives on until the output was checked: the output may be on it
+        return _checked(result, job, config, settings, started, killer, watch, restart)
     finally:
         for thread in threads:
             thread.done.set()
         for thread in threads:
             thread.join()
+
+
+def _checked(
+    result: SoakResult,
+    job: JobResult,
+    config: Config,
+    settings: Settings,
+    started: float,
+    killer: Killer,
+    watch: CheckpointWatch,
+    restart: BrokerRestart | None,
+) -> SoakResult:
+    """The run's figures and problems, once the killer and the checkpoint watch stopped."""
+    killer.done.set()
+    watch.done.set()
+    killer.join()
+    watch.join()
     result.seconds = time.monotonic() - started
     result.kills = len(killer.killed)
     result.retries = sum(container.epoch - 1 for container in job.containers)
@@ -320,7 +369,7 @@ def run_once(
         result.restart_stall = restart.stall()
         if restart.up_at is None:
             result.problems.append("the broker was not restarted before the job ended: raise --records")
-        if result.retries > result.kills:
+        if result.retries > result.kills and not settings.exactly_once:
             result.problems.append(f"{result.retries - result.kills} attempt(s) ended without being killed")
     return result
 
@@ -336,9 +385,19 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, Settings]:
     parser.add_argument("--delay-ms", type=float, default=Settings.delay_ms, help="processing time per message")
     parser.add_argument("--commit-ms", type=int, default=Settings.commit_ms)
     parser.add_argument("--kafka", action="store_true", help="checkpoints in Kafka, the broker restarted once per run")
+    parser.add_argument(
+        "--exactly-once", action="store_true", help="task.processing.guarantee=exactly-once (implies --kafka)"
+    )
     parser.add_argument("--bootstrap", help="with --kafka: a broker the harness can restart (default: start one)")
     args = parser.parse_args(argv)
-    settings = Settings(args.kills, args.partitions, args.records, args.delay_ms, args.commit_ms)
+    if args.exactly_once:
+        args.kafka = True
+        args.backend = args.backend or ["changelog"]
+        if "blobstore" in args.backend:
+            parser.error("--exactly-once refuses blob-store stores (their uploads cannot join the transaction)")
+    settings = Settings(
+        args.kills, args.partitions, args.records, args.delay_ms, args.commit_ms, exactly_once=args.exactly_once
+    )
     return args, settings
 
 

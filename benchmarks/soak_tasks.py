@@ -18,6 +18,8 @@ class CountPerKey(StreamTask, InitableTask, EndOfStreamListenerTask):
     ``soak.delay.ms`` per message stretches the run so there is time to kill it."""
 
     def init(self, context: Any) -> None:
+        system, _, stream = context.config.get("soak.output", f"{OUTPUT.system}.{OUTPUT.stream}").partition(".")
+        self.output = SystemStream(system, stream)
         self.store = context.get_store(STORE)
         self.task = str(context.task_name)
         self.delay = float(context.config.get("soak.delay.ms", "0")) / 1000
@@ -28,7 +30,7 @@ class CountPerKey(StreamTask, InitableTask, EndOfStreamListenerTask):
         count = (self.store.get(envelope.key) or 0) + 1
         self.store.put(envelope.key, count)
         record = {"p": envelope.ssp.partition, "v": envelope.message, "key": envelope.key, "count": count}
-        collector.send(OutgoingMessageEnvelope(OUTPUT, record, key=envelope.key))
+        collector.send(OutgoingMessageEnvelope(self.output, record, key=envelope.key))
 
     def on_end_of_stream(self, collector: Any, coordinator: Any) -> None:
-        collector.send(OutgoingMessageEnvelope(OUTPUT, {"task": self.task, "store": dict(self.store.all())}))
+        collector.send(OutgoingMessageEnvelope(self.output, {"task": self.task, "store": dict(self.store.all())}))

@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from typing import Self
 
 from millstream.checkpoint.checkpoint import Checkpoint
-from millstream.errors import MillstreamError
+from millstream.errors import ConfigError, MillstreamError
 from millstream.metadata.base import MetadataStore
 from millstream.model import TaskName
+from millstream.systems.base import SystemProducer
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,15 @@ class CheckpointManager(ABC):
 
     @abstractmethod
     def clear_checkpoints(self) -> None: ...
+
+    def join_transaction(self, producer: SystemProducer) -> None:
+        """Exactly-once: from now on append checkpoints through ``producer``, inside the container's open
+        transaction, which the container's commit ends; they become visible with the output and changelog
+        writes they cover, or not at all. This default refuses: the manager writes elsewhere."""
+        raise ConfigError(
+            "task.processing.guarantee=exactly-once: these checkpoints cannot be written in the output's "
+            "transaction; set task.checkpoint.factory=kafka (a checkpoint topic on the Kafka system the job writes to)"
+        )
 
     def stop(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""

@@ -30,10 +30,19 @@ class CheckpointManagerFactory(ABC):
     ) -> CheckpointManager:
         """A manager writing as ``fence`` (read-only when None), using ``store`` where it keeps state."""
 
+    def transaction_system(self, config: Config) -> str | None:
+        """The system whose transactions this factory's managers can write checkpoints in (exactly-once:
+        ``CheckpointManager.join_transaction``); None when they cannot."""
+        return None
 
-def checkpoint_manager(config: Config, store: MetadataStore, fence: WriterFence | None = None) -> CheckpointManager:
+
+def checkpoint_factory(config: Config) -> CheckpointManagerFactory:
     name = TaskConfig.of(config).checkpoint_factory
     factory_class = load_object(name, FACTORY_KEY, CHECKPOINT_MANAGER_FACTORIES)
     if not (isinstance(factory_class, type) and issubclass(factory_class, CheckpointManagerFactory)):
         raise ConfigError(f"config key '{FACTORY_KEY}': '{name}' is not a CheckpointManagerFactory")
-    return factory_class().get_checkpoint_manager(config, store, fence)
+    return factory_class()
+
+
+def checkpoint_manager(config: Config, store: MetadataStore, fence: WriterFence | None = None) -> CheckpointManager:
+    return checkpoint_factory(config).get_checkpoint_manager(config, store, fence)

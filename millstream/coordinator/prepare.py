@@ -31,6 +31,7 @@ from millstream.config.views import (
     system_names,
     system_samza,
 )
+from millstream.coordinator.guarantee import validate_processing_guarantee
 from millstream.errors import ConfigError
 from millstream.model import SystemStream
 from millstream.operators.planner import expand_application
@@ -66,6 +67,7 @@ def _validate(config: Config) -> None:
     serdes = SerdeRegistry.from_config(config)
     validate_state_config(config, serdes)
     validate_adjunct_config(config)
+    validate_processing_guarantee(config)
     _refuse_misspelt_sections(config)
     for key in config:
         if key.startswith("systems.") and key.count(".") < 2:

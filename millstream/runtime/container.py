@@ -32,6 +32,7 @@ from millstream.adjunct.manager import AdjunctContext, AdjunctDataStoreManager, 
 from millstream.api.task import StreamTask
 from millstream.checkpoint.base import WriterFence
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointV1, CheckpointV2
+from millstream.checkpoint.factory import checkpoint_factory
 from millstream.checkpoint.factory import checkpoint_manager as make_checkpoint_manager
 from millstream.checkpoint.offset_manager import OffsetManager, TrimmedOffsetError, keep_earliest
 from millstream.checkpoint.purge import CommittedMessagePurger
@@ -53,6 +54,7 @@ from millstream.runtime.process_errors import ProcessErrorPolicy, TaskCallbackEr
 from millstream.runtime.restart import RestartSettings, RestartStrategy, read_restarts, write_restarts
 from millstream.runtime.run_loop import DeadLetterPolicy, Decoder, RunLoop, RunLoopSettings
 from millstream.runtime.task_instance import AppliedStartpoints, CommitSettings, ContainerContext, TaskInstance
+from millstream.runtime.transaction import ContainerTransaction
 from millstream.serde.registry import SerdeRegistry
 from millstream.startpoint.manager import STARTPOINT_STATUS_NAMESPACE, StartpointManager
 from millstream.storage.managers.stores import ContainerStorageManager, TaskStorageManager
@@ -314,6 +316,7 @@ class Container:
         self.checkpoints = make_checkpoint_manager(config, self.store, self.fence)
         self.checkpoints.start()
         self._hold(self.checkpoints)
+        self.transaction = self._exactly_once()
         metrics = self.metering.registry or NOOP_METRICS
         storage = ContainerStorageManager(
             config, self.job_model, self.container_id, self.store, self.producers, self.serdes, metrics
@@ -398,12 +401,28 @@ class Container:
         self.adjunct_loop = loop
         return _adjunct_checked(stop_probe, loop)
 
+    def _exactly_once(self) -> ContainerTransaction | None:
+        """Under exactly-once, the transaction the container's commits end: checkpoints join it through the
+        producer of the checkpoint topic's system, which every write of the container goes through."""
+        if not self.task_config.exactly_once:
+            return None
+        system = checkpoint_factory(self.config).transaction_system(self.config)
+        if system is None:
+            raise ConfigError(
+                "task.processing.guarantee=exactly-once needs checkpoints written in the output's transaction: set "
+                f"task.checkpoint.factory=kafka ('{self.task_config.checkpoint_factory}' cannot)"
+            )
+        self.checkpoints.join_transaction(self.producers.state_producer(system))
+        return ContainerTransaction(self.producers)
+
     def _start_tasks(self, plans: dict[TaskName, TaskPlan]) -> list[TaskInstance]:
         commit_settings = CommitSettings.of(self.config, self.storage.pause)
         tasks = [self._task_instance(name, plan, commit_settings) for name, plan in plans.items()]
         consumers = SystemConsumers(_register_consumers(self.config, self.registered))
-        for instance, plan in zip(tasks, plans.values(), strict=True):
+        for index, (instance, plan) in enumerate(zip(tasks, plans.values(), strict=True)):
             instance.init()
+            if self.transaction is not None:
+                self.transaction.tasks = tasks[: index + 1]  # a commit now covers the tasks started so far
             if plan.storage is not None and plan.storage.revert_unsealed:
                 instance.commit()  # seal the restore's revert in a checkpoint before anything else
         consumers.start()
@@ -446,10 +465,11 @@ class Container:
             plan.startpoints,
             storage=plan.storage,
             commit_settings=commit_settings,
-            commit_executor=self.storage.commit_executor if plan.storage is not None else None,
+            commit_executor=self.storage.commit_executor if plan.storage is not None and not self.transaction else None,
             purger=CommittedMessagePurger.of(str(task_name), plan.ssps, self.config, self.admins),
             process_errors=self.process_errors,
             meters=self.metering.task_meters(task_name, frozenset(plan.ssps)),
+            transaction=self.transaction,
         )
 
     def _run(self, tasks: list[TaskInstance], stop_probe: Callable[[], bool]) -> RunLoop:
@@ -471,6 +491,7 @@ class Container:
                 self.config, self.store, self.run_id, tasks, JobConfig.of(self.config).drain_poll_interval_ms
             ),
             output=self.producers,
+            transaction=self.transaction,
         )
         counted = {
             "dead_lettered": lambda: self.dead_letters.dropped,

@@ -19,6 +19,7 @@ from millstream.runtime.dead_letters import send_to_dead_letters
 from millstream.runtime.drain import DrainMonitor
 from millstream.runtime.seams import Clock, ConsumerMultiplexer, LingeringOutput, ProducerLookup, SystemClock
 from millstream.runtime.task_instance import TaskInstance
+from millstream.runtime.transaction import ContainerTransaction
 from millstream.serde.base import SerdeError
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ class RunLoop:
         clock: Clock | None = None,
         drain: DrainMonitor | None = None,
         output: LingeringOutput | None = None,
+        transaction: ContainerTransaction | None = None,
     ) -> None:
         """``clock`` is what the timers run on. The tasks compare their processing deadline on their own
         clock, so both must be the same one: the real monotonic clock, unless a test moves time by hand.
@@ -86,6 +88,8 @@ class RunLoop:
         self.stop_requested = stop_requested
         self.drain = drain
         self.output = output
+        self.transaction = transaction
+        """Exactly-once: one commit of all tasks in one transaction, instead of one commit per task."""
         self.stats = RunLoopStats()
         self.dispatch: dict[SystemStreamPartition, list[TaskInstance]] = {}
         for task in tasks:
@@ -154,8 +158,11 @@ class RunLoop:
 
     def commit_all(self) -> None:
         started = self.clock.monotonic()
-        for task in self.tasks:
-            task.commit()
+        if self.transaction is not None:
+            self.transaction.commit()
+        else:
+            for task in self.tasks:
+                task.commit()
         self.stats.commit_seconds += self.clock.monotonic() - started
 
     def _commit_owed(self) -> None:

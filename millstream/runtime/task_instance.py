@@ -52,6 +52,7 @@ from millstream.metrics.registry import NOOP_METRICS, MetricsRegistry
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition, TaskName
 from millstream.runtime.process_errors import ProcessErrorPolicy, TaskCallbackError
 from millstream.runtime.seams import CheckpointWriter, OutputFlusher, PendingStartpoints, TaskMeter, TaskStorage
+from millstream.runtime.transaction import ContainerTransaction
 from millstream.startpoint.manager import StartpointManager
 from millstream.storage.errors import CommitFailedError, CommitTimeoutError
 
@@ -186,7 +187,10 @@ class TaskInstance:
         process_errors: ProcessErrorPolicy | None = None,
         clock: Callable[[], float] = time.monotonic,
         meters: TaskMeter | None = None,
+        transaction: ContainerTransaction | None = None,
     ) -> None:
+        """``transaction``: exactly-once, the container's commit of all its tasks in one transaction (a commit of
+        this task is one of all; what must follow a durable checkpoint waits for the transaction to commit)."""
         self.task_name = task_name
         self.task = task
         self.ssps = ssps
@@ -241,6 +245,7 @@ class TaskInstance:
         self.last_checkpoint: Checkpoint | None = None
         self.meters = meters
         """The task's runtime metrics; None when metrics are off, so the hot path checks one local."""
+        self.transaction = transaction
 
     @in_task_log_context
     def init(self) -> None:
@@ -377,7 +382,12 @@ class TaskInstance:
     def commit(self) -> None:
         """Flush this task's output, snapshot its stores, then (asynchronously when it has backups)
         upload them, checkpoint the offsets it processed and clean up; only when the offsets moved
-        or a store changed. Then drop the startpoints this commit made obsolete."""
+        or a store changed. Then drop the startpoints this commit made obsolete. Under exactly-once, the whole
+        container commits in one transaction (``ContainerTransaction``)."""
+        transaction = self.transaction
+        if transaction is not None and not transaction.committing:
+            transaction.commit()
+            return
         self._raise_commit_failure()
         in_flight = self._in_flight
         if in_flight is not None and not in_flight.done():
@@ -482,11 +492,26 @@ class TaskInstance:
         self._last_written = offsets
         self.last_checkpoint = checkpoints[-1] if checkpoints else None
         self.commits += 1
+        if self.transaction is not None:  # durable only once the container's transaction commits
+            self.transaction.after_commit(lambda: self._after_checkpoint(checkpoint_id, offsets, uploaded, updated))
+        else:
+            self._after_checkpoint(checkpoint_id, offsets, uploaded, updated)
+
+    def _after_checkpoint(
+        self,
+        checkpoint_id: CheckpointId,
+        offsets: dict[SystemStreamPartition, str],
+        uploaded: dict[str, dict[str, str]],
+        updated: set[SystemStreamPartition],
+    ) -> None:
+        """What may only follow a durable checkpoint: startpoints it applied go, intermediate records it read
+        are purged, snapshots it no longer needs are cleaned up."""
         if self.startpoints is not None and self.startpoints.pending:
             self.startpoints.committed(updated)
         if self.purger is not None:
             self.purger.after_checkpoint(offsets)
         self.commit_settings.pause("after-checkpoint")
+        storage = self.storage
         if storage is not None:
             phase = self._clock()
             storage.cleanup(checkpoint_id, uploaded)

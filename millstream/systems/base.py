@@ -371,6 +371,16 @@ class SystemProducer(ABC):
     @abstractmethod
     def flush(self, source: str) -> None: ...
 
+    @property
+    def transactional(self) -> bool:
+        """Whether this producer writes in transactions that ``commit_transaction`` ends (what exactly-once
+        needs of every producer it writes through)."""
+        return False
+
+    def commit_transaction(self) -> None:  # noqa: B027 - optional hook
+        """Make everything sent since the last call visible, atomically, and begin the next transaction. Only a
+        ``transactional`` producer whose ``flush`` does not commit (exactly-once) needs it; a no-op otherwise."""
+
     def send_lingering(self) -> float | None:
         """Send what ``send`` held back for batching once it waited ``linger.ms``; the run loop calls this
         between batches. Returns the seconds until what is still held back must go, None when nothing is
@@ -396,6 +406,10 @@ class SystemFactory(ABC):
 
     @abstractmethod
     def get_admin(self, system_name: str, config: Config) -> SystemAdmin: ...
+
+    def transactional(self, system_name: str, config: Config) -> bool:
+        """Whether the system's container producers can write in transactions a commit ends (exactly-once)."""
+        return False
 
     @abstractmethod
     def get_consumer(self, system_name: str, config: Config) -> SystemConsumer: ...

@@ -17,7 +17,7 @@ from typing import Self
 
 from millstream.config import Config
 from millstream.config.views import TaskConfig
-from millstream.errors import MillstreamError
+from millstream.errors import ConfigError, MillstreamError
 from millstream.systems.base import SystemProducer, WriterToken
 from millstream.systems.registry import system_factory
 
@@ -62,11 +62,34 @@ class ProducerPool:
 
     def state_producer(self, system: str) -> SystemProducer:
         """The producer of changelog writes; it holds the container's transactional id, so starting it fences
-        the container's earlier attempts."""
+        the container's earlier attempts. Under exactly-once, every write of the container goes through it, so
+        it must write in transactions, and through one system only (one transaction per commit)."""
         producer = self._state.get(system)
         if producer is None:
-            producer = self._state[system] = self.new_producer(system, pooled=True)
+            if self.exactly_once and self._state:
+                raise ConfigError(
+                    self._not_exactly_once(system, f"the container already writes to '{next(iter(self._state))}'")
+                )
+            producer = self.new_producer(system, pooled=True)
+            if self.exactly_once and not producer.transactional:
+                producer.stop()
+                raise ConfigError(self._not_exactly_once(system, "its producer cannot write in transactions"))
+            self._state[system] = producer
         return producer
+
+    @staticmethod
+    def _not_exactly_once(system: str, why: str) -> str:
+        return (
+            f"task.processing.guarantee=exactly-once: cannot write to system '{system}': {why}; under exactly-once "
+            "every output, changelog and the checkpoints go through one Kafka system with transactional writes, "
+            "committed together"
+        )
+
+    def commit_transaction(self) -> None:
+        """Under exactly-once, end the container's transaction: everything written since the last commit, the
+        checkpoints included, becomes visible at once. A no-op under at-least-once."""
+        for _, producer in self._all():
+            producer.commit_transaction()
 
     def _all(self) -> list[tuple[str, SystemProducer]]:
         return [*self._state.items(), *self._output.items()]

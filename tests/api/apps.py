@@ -53,7 +53,7 @@ class TwoHops(StreamApplication):
 class WindowedCount(StreamApplication):
     """Counts per user per 10 s of event time across a repartitioning by user. The output interleaves
     panes with the watermarks the window passed on (``{"task", "watermark"}``), so a test can check each
-    pane came out exactly when the watermark reached its end."""
+    pane came out exactly when the watermark reached its end. ``test.output`` names another output stream."""
 
     def describe(self, app: StreamApplicationDescriptor) -> None:
         (
@@ -62,7 +62,7 @@ class WindowedCount(StreamApplication):
             .partition_by(lambda m: m["user"], name="by-user")
             .window(TumblingWindow(WINDOW_MS), key=lambda kv: kv.key, aggregate=Count(), name="per-10s")
             .map(PanesAndWatermarks())
-            .send_to(OutputDescriptor("log.out", msg_serde="json"))
+            .send_to(OutputDescriptor(app.config.get("test.output", "log.out"), msg_serde="json"))
         )
 
 

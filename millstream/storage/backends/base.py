@@ -184,6 +184,9 @@ class StateBackendFactory(ABC):
     empty means the ``module:Class`` path of the factory."""
     requires_checkpoint_v2: ClassVar[bool] = False
     """True when restoring needs the markers only V2 checkpoints carry."""
+    commits_in_transaction: ClassVar[bool] = True
+    """Its snapshot is durable when the container's transaction commits (exactly-once): what it backs up is
+    written through the container's producer. False for a backend that uploads beside it (the blob store)."""
 
     @classmethod
     def marker_key(cls) -> str:

@@ -71,8 +71,8 @@ from millstream.config.core import Config
 from millstream.config.views import JobConfig, TaskConfig
 from millstream.errors import MillstreamError
 from millstream.metadata.base import FencedError, MetadataStore
-from millstream.model import TaskName
-from millstream.systems.base import StreamSpec
+from millstream.model import OutgoingMessageEnvelope, SystemStream, TaskName
+from millstream.systems.base import StreamSpec, SystemProducer
 from millstream.systems.kafka.admin import KafkaSystemAdmin
 from millstream.systems.kafka.config import KafkaClientSettings, resolve_kafka_system
 from millstream.systems.kafka.replicated_log import (
@@ -131,18 +131,24 @@ def grouper_factory_name(config: Config) -> str:
     return SAMZA_GROUPERS.get(configured, configured)
 
 
+def checkpoint_system(config: Config) -> str:
+    """The Kafka system of the checkpoint topic: ``task.checkpoint.system``, else ``job.coordinator.system``,
+    else the only Kafka system configured."""
+    return resolve_kafka_system(
+        config,
+        TaskConfig.of(config).checkpoint_system or JobConfig.of(config).coordinator_system,
+        "task.checkpoint.system",
+        "task.checkpoint.factory=kafka",
+    )
+
+
 class KafkaCheckpointManager(CheckpointManager):
     """Checkpoints of one job in its Kafka checkpoint topic; read-only without a ``WriterFence``."""
 
     def __init__(self, config: Config, store: MetadataStore, fence: WriterFence | None = None) -> None:
         job = JobConfig.of(config)
         task = TaskConfig.of(config)
-        self.system = resolve_kafka_system(
-            config,
-            task.checkpoint_system or job.coordinator_system,
-            "task.checkpoint.system",
-            "task.checkpoint.factory=kafka",
-        )
+        self.system = checkpoint_system(config)
         self.kafka = KafkaClientSettings(config, self.system)
         self.topic = task.checkpoint_topic or log_topic_name("checkpoint", job.name, job.id)
         self.replication_factor = task.checkpoint_replication_factor
@@ -166,6 +172,9 @@ class KafkaCheckpointManager(CheckpointManager):
         self._queue_lock = threading.Lock()
         self._transaction_lock = threading.Lock()
         """Held for a whole transaction: the producer runs one at a time (see ``write_checkpoint``)."""
+        self.exactly_once = task.exactly_once
+        self._in_transaction: SystemProducer | None = None
+        """Exactly-once: the container's transactional producer checkpoints are appended through."""
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -181,7 +190,7 @@ class KafkaCheckpointManager(CheckpointManager):
             ensure_log_topic(self.kafka, self.topic, self.replication_factor, "the checkpoint")
         self._absent = False
         self._open_reader()
-        if self.fence is not None:
+        if self.fence is not None and not self.exactly_once:  # exactly-once writes through the container's
             self._open_writer(time.monotonic() + WRITE_TIMEOUT_S)
 
     def register(self, task_name: TaskName) -> None:
@@ -293,8 +302,15 @@ class KafkaCheckpointManager(CheckpointManager):
 
     # --- writing ---------------------------------------------------------------------------------
 
+    def join_transaction(self, producer: SystemProducer) -> None:
+        """Exactly-once: append checkpoints through the container's transactional producer of this system;
+        they are committed with the output and changelog writes they cover (Kafka Streams'
+        ``sendOffsetsToTransaction``, with the checkpoint topic in place of consumer-group offsets)."""
+        self._in_transaction = producer
+
     def write_checkpoint(self, task_name: TaskName, checkpoint: Checkpoint) -> None:
-        """Append the checkpoint in a transaction of the container's producer and commit it.
+        """Append the checkpoint in a transaction of the container's producer and commit it; under exactly-once,
+        append it to the container's open transaction, which the container's commit ends.
 
         A container's tasks finish their commits on a thread pool, and a transactional producer runs one
         transaction at a time: writes that arrive while a transaction is under way wait, and the first of
@@ -305,9 +321,12 @@ class KafkaCheckpointManager(CheckpointManager):
         kind = CHECKPOINT_TYPES.get(checkpoint.version)
         if kind is None:
             raise CheckpointFormatError(f"task '{task_name}': cannot write a version {checkpoint.version} checkpoint")
-        write = _PendingWrite(
-            task_name, (checkpoint_key(self.grouper_factory, task_name, kind), serialize_checkpoint(checkpoint))
-        )
+        record = (checkpoint_key(self.grouper_factory, task_name, kind), serialize_checkpoint(checkpoint))
+        if self._in_transaction is not None:
+            stream = SystemStream(self.system, self.topic)
+            self._in_transaction.send(task_name, OutgoingMessageEnvelope(stream, record[1], record[0], partition=0))
+            return
+        write = _PendingWrite(task_name, record)
         with self._queue_lock:
             self._queue.append(write)
         with self._transaction_lock:
@@ -416,3 +435,6 @@ class KafkaCheckpointManagerFactory(CheckpointManagerFactory):
         self, config: Config, store: MetadataStore, fence: WriterFence | None = None
     ) -> CheckpointManager:
         return KafkaCheckpointManager(config, store, fence)
+
+    def transaction_system(self, config: Config) -> str | None:
+        return checkpoint_system(config)

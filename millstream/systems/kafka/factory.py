@@ -51,7 +51,11 @@ class KafkaSystemFactory(SystemFactory):
             default_replication_factor=kafka.settings.default_replication_factor,
             transactional=kafka.settings.transactional_writes,
             transaction_timeout_ms=transaction_timeout_ms(TaskConfig.of(config).commit_ms),
+            commit_on_flush=not TaskConfig.of(config).exactly_once,
         )
+
+    def transactional(self, system_name: str, config: Config) -> bool:
+        return KafkaClientSettings(config, system_name).settings.transactional_writes
 
 
 MAX_TRANSACTION_TIMEOUT_MS = 900_000

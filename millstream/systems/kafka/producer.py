@@ -61,9 +61,14 @@ class KafkaSystemProducer(SystemProducer):
         default_replication_factor: int = -1,
         transactional: bool = False,
         transaction_timeout_ms: int = 60_000,
+        commit_on_flush: bool = True,
     ) -> None:
+        """``commit_on_flush``: a transactional producer's ``flush`` commits its transaction (at-least-once,
+        where only changelogs are in it); false under exactly-once, where the container's commit ends the
+        transaction after the checkpoints joined it (``commit_transaction``)."""
         self.system = system
         self._transactional = transactional
+        self._commit_on_flush = commit_on_flush
         self._transaction_timeout_ms = transaction_timeout_ms
         self._writer: WriterToken | None = None
         self._transactions: ProducerTransactions | None = None
@@ -295,9 +300,30 @@ class KafkaSystemProducer(SystemProducer):
             return
         self._unserved = 0
         if self._transactions is not None:
+            if not self._commit_on_flush:
+                self._transactions.check()
+                self._await_deliveries(producer)  # durable, visible only once the container's commit ends it
+                self._transactions.check()
+                return
             self._transactions.commit(producer)  # flushes, then commits: everything sent is durable and visible
             self._raise_failures()
             return
+        self._await_deliveries(producer)
+
+    @property
+    def transactional(self) -> bool:
+        return self._transactions is not None and not self._commit_on_flush
+
+    def commit_transaction(self) -> None:
+        """Commit what was sent since the last commit and begin the next transaction (exactly-once)."""
+        producer = self._producer
+        if producer is None or self._transactions is None or self._commit_on_flush:
+            return
+        self._unserved = 0
+        self._transactions.commit(producer)
+        self._raise_failures()
+
+    def _await_deliveries(self, producer: Producer) -> None:
         waited = time.monotonic()
         while producer.flush(1.0) > 0:
             if time.monotonic() - waited > 30:
@@ -316,9 +342,14 @@ class KafkaSystemProducer(SystemProducer):
             raise first
 
     def stop(self) -> None:
-        """Flush everything, then release the producer (even when the flush fails)."""
+        """Flush everything, then release the producer (even when the flush fails). A producer whose
+        transactions the container's commit ends aborts the open one instead: what it holds was not
+        committed with a checkpoint, so it must never become visible."""
         try:
-            self.flush("")
+            if self._transactions is not None and not self._commit_on_flush and self._producer is not None:
+                self._transactions.abort(self._producer)
+            else:
+                self.flush("")
         finally:
             self._producer = None
             self._produce = self._poll = self._not_started

@@ -31,6 +31,9 @@ from millstream.systems.kafka.errors import KafkaProduceError
 
 log = logging.getLogger(__name__)
 
+ABORT_TIMEOUT_S = 10.0
+"""Longest a stopping producer waits for its abort: the broker aborts the transaction at its timeout anyway."""
+
 FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED})
 """A newer producer with the same ``transactional.id`` started. ``INVALID_PRODUCER_EPOCH`` means it only
 when librdkafka says the producer was fenced: the broker's abort of a timed-out transaction also causes
@@ -124,6 +127,19 @@ class ProducerTransactions:
                 if not _retriable(error) or time.monotonic() >= deadline:
                     raise KafkaProduceError(self.system, "*", None, None, self._describe(error)) from None
         producer.begin_transaction()
+
+    def abort(self, producer: Producer) -> None:
+        """Abort the open transaction (nothing of it becomes visible); a failure to reach the brokers is left
+        to the transaction's timeout, or to the next attempt's ``init_transactions``, which abort it anyway."""
+        if self.fenced is not None or not self._open:
+            return
+        try:
+            producer.abort_transaction(min(self._timeout_s, ABORT_TIMEOUT_S))
+        except KafkaException as error:
+            log.warning(
+                "Kafka system '%s': aborting the open transaction failed: %s", self.system, self._describe(error)
+            )
+        self._open = False
 
     def fenced_by(self, error: KafkaError) -> WriterFencedError | None:
         """The fencing error a delivery failure or produce error means, if it is one (then kept for good)."""

@@ -37,6 +37,9 @@ from millstream.storage.backends.blobstore.transfer import BlobTransfer
 
 class BlobStoreStateBackendFactory(StateBackendFactory):
     checkpoint_name: ClassVar[str] = "org.apache.samza.storage.blobstore.BlobStoreStateBackendFactory"
+    commits_in_transaction: ClassVar[bool] = False
+    """Uploads run beside processing and finish after the commit that snapshotted them; a transaction committed
+    every 100 ms cannot wait for them, so exactly-once refuses blob-store stores (use the changelog backend)."""
     requires_checkpoint_v2: ClassVar[bool] = True
 
     def __init__(self) -> None:

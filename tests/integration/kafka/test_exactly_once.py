@@ -1,0 +1,173 @@
+"""``task.processing.guarantee=exactly-once`` on Kafka: a container's output, changelog writes and checkpoints
+are committed in one transaction, so a crash at any point of a commit never duplicates output and never
+double-counts: a ``read_committed`` reader sees every input reflected exactly once, with its exact count."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from millstream.checkpoint.factory import checkpoint_manager
+from millstream.config import Config
+from millstream.metadata.factory import metadata_store
+from millstream.model import SystemStream
+from millstream.testing import InProcessRunner, write_stream
+from tests.api.apps import app_config, messages, reference_counts
+from tests.helpers import create_stream, seal, wait_until
+from tests.integration.kafka.helpers import create_topic, job_config, produce, read_all
+
+pytestmark = pytest.mark.integration
+
+KEYS = 5
+PER_PARTITION = 120
+COMMIT_POINTS = ("before-snapshot", "after-snapshot", "after-upload", "after-checkpoint")
+
+
+def eos_job(bootstrap: str, tmp_path: Path, topic_name: Callable[[str], str], **extra: Any) -> Config:
+    source, sink = topic_name("in"), topic_name("out")
+    create_topic(bootstrap, source, 2)
+    create_topic(bootstrap, sink, 1)
+    for partition in range(2):
+        records = [(f"k{i % KEYS}".encode(), orjson.dumps(i)) for i in range(PER_PARTITION)]
+        produce(bootstrap, source, records, partition=partition)
+    return job_config(
+        bootstrap,
+        tmp_path / "data",
+        source,
+        sink,
+        job__name=f"eos-{uuid.uuid4().hex[:8]}",
+        task__class="tests.integration.kafka.jobs:KafkaCountPerKey",
+        task__processing__guarantee="exactly-once",
+        stores__counts__factory="rocksdb",
+        stores__counts__key__serde="string",
+        stores__counts__msg__serde="json",
+        stores__counts__changelog=f"kafka.{topic_name('changelog')}",
+        **extra,
+    )
+
+
+def input_checkpointed(config: Config) -> dict[int, int]:
+    """Input partition → its checkpointed offset (committed checkpoints only: the reader is read_committed)."""
+    with metadata_store(config) as store, checkpoint_manager(config, store) as manager:
+        manager.start()
+        return {
+            ssp.partition: int(offset)
+            for checkpoint in manager.read_all().values()
+            for ssp, offset in checkpoint.offsets.items()
+            if ssp.stream == config["task.inputs"].split(".", 1)[1] and offset is not None
+        }
+
+
+def run_until_everything_is_checkpointed(config: Config) -> None:
+    runner = InProcessRunner(config)
+    outcome: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: outcome.setdefault("result", runner.run(timeout=300)), daemon=True)
+    thread.start()
+    try:
+        done = {0: PER_PARTITION - 1, 1: PER_PARTITION - 1}
+        wait_until(lambda: input_checkpointed(config) == done or not thread.is_alive(), 180, "inputs checkpointed")
+    finally:
+        runner.request_stop()
+        thread.join(120)
+    assert outcome["result"].outcome == "stopped", outcome["result"].error
+
+
+def exact_once(bootstrap: str, config: Config) -> None:
+    """Every input is in the output exactly once, with the count a fault-free run gives it."""
+    records = [orjson.loads(message.value()) for message in read_all(bootstrap, config["test.output"], 1)]
+    seen = sorted((r["p"], r["v"]) for r in records)
+    assert seen == sorted((p, i) for p in range(2) for i in range(PER_PARTITION)), "duplicates or losses"
+    wrong = [r for r in records if r["count"] != r["v"] // KEYS + 1]
+    assert not wrong, wrong[:3]
+
+
+def test_an_exactly_once_job_writes_every_count_once(bootstrap: str, tmp_path: Path, topic_name: Any) -> None:
+    config = eos_job(bootstrap, tmp_path, topic_name)
+    run_until_everything_is_checkpointed(config)
+    exact_once(bootstrap, config)
+
+
+def killed_at(config: Config, point: str, tmp_path: Path) -> None:
+    """Run ``config`` as ``millstream run --in-process`` and SIGKILL it where its first commit paused at ``point``."""
+    path = tmp_path / "job.properties"
+    path.write_text("".join(f"{key}={value}\n" for key, value in config.items()))
+    markers = Path(config["task.commit.testing.marker.dir"])
+    output = tmp_path / "job.log"
+    with output.open("wb") as log:
+        job = subprocess.Popen(
+            [sys.executable, "-m", "millstream.cli.main", "run", str(path), "--in-process"],
+            cwd=Path(__file__).resolve().parents[3],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_until(lambda: (markers / point).exists() or job.poll() is not None, 120, f"a commit paused at {point}")
+        assert job.poll() is None, f"the job ended with {job.returncode} before pausing at {point}: " + "".join(
+            output.read_text(errors="replace").splitlines(keepends=True)[-15:]
+        )
+        os.kill(job.pid, signal.SIGKILL)
+    finally:
+        job.kill()
+        job.wait(30)
+
+
+def paused_at(point: str, tmp_path: Path) -> dict[str, str]:
+    return {
+        "task__commit__testing__pause__at": point,
+        "task__commit__testing__pause__ms": "60000",
+        "task__commit__testing__marker__dir": str(tmp_path / "markers"),
+    }
+
+
+@pytest.mark.parametrize("point", COMMIT_POINTS)
+def test_a_container_killed_at_any_commit_point_neither_duplicates_nor_loses_output(
+    bootstrap: str, tmp_path: Path, topic_name: Any, point: str
+) -> None:
+    config = eos_job(bootstrap, tmp_path, topic_name, test__delay__seconds="0.005", **paused_at(point, tmp_path))
+    killed_at(config, point, tmp_path)
+    run_until_everything_is_checkpointed(config)
+    exact_once(bootstrap, config)
+
+
+@pytest.mark.parametrize("point", ["before-snapshot", "after-upload"])
+def test_windows_behind_a_repartition_come_out_once_with_exact_counts_after_a_kill(
+    bootstrap: str, tmp_path: Path, topic_name: Any, point: str
+) -> None:
+    sink = topic_name("panes")
+    create_topic(bootstrap, sink, 1)
+    config = app_config(
+        tmp_path,
+        "tests.api.apps:WindowedCount",
+        job__name=f"eos-app-{uuid.uuid4().hex[:8]}",
+        app__intermediate__system="kafka",
+        systems__kafka__samza__factory="kafka",
+        systems__kafka__bootstrap__servers=bootstrap,
+        task__processing__guarantee="exactly-once",
+        task__checkpoint__factory="kafka",
+        test__output=f"kafka.{sink}",
+        test__delay__seconds="0.01",
+        **paused_at(point, tmp_path),
+    )
+    data = {p: messages(p, 60, start=1) for p in range(2)}  # Kafka timestamps start after the epoch
+    create_stream(config, "in", 2)
+    for partition, pairs in data.items():
+        write_stream(config, SystemStream("log", "in"), pairs, partition=partition)
+    seal(config, "in")
+    killed_at(config, point, tmp_path)
+    result = InProcessRunner(config).run(timeout=300)
+    assert result.outcome == "finished", result.error
+    panes = [orjson.loads(m.value()) for m in read_all(bootstrap, sink, 1)]
+    windows = Counter((p["user"], p["start"]) for p in panes if "count" in p)
+    assert set(windows.values()) == {1}, [w for w, n in windows.items() if n > 1][:3]  # each window once
+    assert {(p["user"], p["start"]): p["count"] for p in panes if "count" in p} == reference_counts(data)
