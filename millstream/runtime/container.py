@@ -181,8 +181,9 @@ class Container:
                 loop = self._run(tasks, stop_probe)
                 return self._shut_down(loop, tasks)
             except (SupersededError, FencedError) as error:
-                if self._loop is None or coordination.current_generation(self.store) <= self.generation:
-                    self._report("failed", error=str(error))
+                newer = coordination.current_generation(self.store) > self.generation
+                if self._loop is None or not newer:
+                    self._report("superseded" if newer else "failed", error=str(error))  # refused once fenced
                     raise  # fenced by a newer attempt of this container, or before running: Spark retries it
                 return self._hand_over(self._loop, tasks, error)
             except BaseException as error:
@@ -544,7 +545,16 @@ class Container:
         return resource
 
     def _report(self, state: str, **details: Any) -> None:
-        coordination.report_container_status(self.store, self.container_id, {**self._status, "state": state, **details})
+        """Record this attempt's state; a zombie attempt's report is refused by the fence (see
+        ``coordination.report_container_status``), so the live attempt's record stays."""
+        coordination.report_container_status(
+            self.store,
+            self.container_id,
+            self.generation,
+            self.epoch,
+            {**self._status, "state": state, **details},
+            handing_over=state == "superseded",
+        )
 
 
 def _last_v2_checkpoint(config: Config, store: MetadataStore, task_name: TaskName) -> Checkpoint | None:
