@@ -9,6 +9,8 @@
 * ``job-coordinator/stop``: a request that containers of a generation (and older ones) stop.
 * ``container-status/<container id>``: what the container's latest attempt last reported about itself (JSON),
   fenced by generation and attempt: a zombie attempt's late report never replaces the live attempt's.
+* ``container-heartbeat/<container id>``: the latest attempt's last heartbeat (JSON: generation, attempt, a beat
+  counter), fenced like the status; the driver replaces a running container whose heartbeat stopped changing.
 * ``container-placement/<container id>``: where the driver last saw the container run (JSON: host, executor id,
   Spark application id): its local state is there, so its next launch prefers that place.
 * ``drain/<run id>``: a request that the containers of that run drain (``millstream job drain``): stop
@@ -49,6 +51,7 @@ GENERATION_KEY = "generation"
 STOP_KEY = "stop"
 CONTAINER_EPOCH_NAMESPACE = "container-epoch"
 CONTAINER_STATUS_NAMESPACE = "container-status"
+CONTAINER_HEARTBEAT_NAMESPACE = "container-heartbeat"
 CONTAINER_PLACEMENT_NAMESPACE = "container-placement"
 GENERATION_STARTED_NAMESPACE = "generation-started"
 
@@ -342,6 +345,27 @@ def report_container_status(
         current_generation(store),
     )  # fmt: skip
     return False
+
+
+def record_heartbeat(store: MetadataStore, container_id: str, generation: int, epoch: int, beat: int) -> bool:
+    """Record that attempt ``epoch`` of ``container_id`` is alive (its ``beat``-th heartbeat); False when fenced
+    (a newer attempt or generation owns the container: this attempt was replaced and should stop beating).
+
+    The driver judges liveness by whether the record changes, on its own clock, so hosts' clocks never matter."""
+    record = {"generation": generation, "attempt": epoch, "beat": beat, "at": int(time.time() * 1000)}
+    return store.compare_and_put(
+        CONTAINER_HEARTBEAT_NAMESPACE,
+        container_id,
+        orjson.dumps(record),
+        writer_expectation(generation, container_id, epoch),
+    )
+
+
+def container_heartbeats(store: MetadataStore) -> dict[str, dict[str, Any]]:
+    """Each container's last heartbeat record; unreadable ones are logged and left out."""
+    raws = store.all(CONTAINER_HEARTBEAT_NAMESPACE)
+    records = {cid: _json_object(raw, f"{CONTAINER_HEARTBEAT_NAMESPACE}/{cid}") for cid, raw in raws.items()}
+    return {cid: record for cid, record in records.items() if record is not None}
 
 
 def container_statuses(store: MetadataStore) -> dict[str, dict[str, Any]]:

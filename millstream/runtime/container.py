@@ -48,6 +48,7 @@ from millstream.model import SystemStream, SystemStreamPartition, TaskName
 from millstream.plugins import load_object
 from millstream.runtime.collector import TaskCollector
 from millstream.runtime.drain import DrainMonitor
+from millstream.runtime.heartbeat import ContainerHeartbeat
 from millstream.runtime.metering import ContainerMetering
 from millstream.runtime.process_errors import ProcessErrorPolicy, TaskCallbackError, TaskProcessError
 from millstream.runtime.restart import RestartSettings, RestartStrategy, read_restarts, write_restarts
@@ -229,6 +230,9 @@ class Container:
         self._resources.callback(_quietly, lambda: self.metering.close("failed"))  # no-op once closed
         self._status = {"pid": os.getpid(), "host": socket.gethostname(), "attempt": self.epoch, "run-id": self.run_id}
         self._status.update(generation=self.generation, **self._executor)
+        interval_s = JobConfig.of(self.config).container_heartbeat_interval_ms / 1000
+        heartbeat = ContainerHeartbeat(self.store, self.container_id, self.generation, self.epoch, interval_s)
+        self._resources.callback(heartbeat.start().stop)  # beats through the backoff and the restore too
         self._back_off()
         self._report("starting")
         log.info("container %s (generation %s, attempt %s) starting", self.container_id, self.generation, self.epoch)

@@ -40,6 +40,7 @@ from millstream.runtime.container import ContainerResult
 from millstream.spark.affinity import PlacementRecorder, container_rdd, launch_locations
 from millstream.spark.container_task import container_partition
 from millstream.spark.failures import describe_failure
+from millstream.spark.liveness import LivenessMonitor
 from millstream.spark.multi_host import refuse_host_local_state
 from millstream.spark.progress import SparkProgress, status_url
 from millstream.spark.resources import (
@@ -162,6 +163,7 @@ class SparkJobRunner:
         group = f"millstream-{JobConfig.of(self.config).job_key}-g{model.generation}"
         self._locations = launch_locations(sc, self.store, len(model.containers))
         placements = PlacementRecorder(sc, self.store, group)
+        liveness = LivenessMonitor(sc, self.store, group, self.config)
         launch = threading.Thread(
             target=self._launch, args=(spark, model.to_bytes(), len(model.containers), group, outcome), daemon=True
         )
@@ -178,6 +180,7 @@ class SparkJobRunner:
             if deadline is None and now >= next_check:
                 next_check = now + 0.5
                 placements.poll()
+                liveness.poll(model.generation)
                 restart = coordination.restart_requested(self.store)
                 if restart is not None:
                     coordination.clear_restart(self.store)
