@@ -43,6 +43,8 @@ class _Seen:
     since: float
     """When the driver first saw it (monotonic seconds)."""
     killed_at: float | None = None
+    killed_task: int | None = None
+    """The Spark task attempt the driver killed: while another one runs, the container is starting again."""
 
 
 @dataclass(frozen=True)
@@ -91,8 +93,12 @@ class LivenessMonitor:
                 continue
             running = self._running_tasks() if running is None else running
             task = running.get(int(container_id)) if container_id.isdigit() else None
-            if task is not None:
-                self._replace(container_id, key[0], task, seen, silent, now)
+            if task is None:
+                continue
+            if seen.killed_task is not None and task.task_id != seen.killed_task:
+                self._seen[container_id] = _Seen(key, now)  # the next attempt's task: a timeout to send a first beat
+                continue
+            self._replace(container_id, key[0], task, seen, silent, now)
 
     def _replace(
         self, container_id: str, attempt: int, task: RunningTask, seen: _Seen, silent: float, now: float
@@ -107,6 +113,7 @@ class LivenessMonitor:
             reason = f"millstream: container {container_id} silent for {silent:.1f}s"
             self._sc._jsc.sc().killTaskAttempt(task.task_id, True, reason)
             self.replaced.append(container_id)
+            seen.killed_task = task.task_id
         elif not self._local:
             log.warning(
                 "%s is still running %.1fs after its task was killed: its executor is unreachable; declaring "
