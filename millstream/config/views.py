@@ -186,6 +186,13 @@ class JobConfig(ConfigView):
     slots_wait_ms: int = Field(30_000, alias="coordinator.slots.wait.ms", ge=0)
     """How long the driver waits for a cluster's executors to register enough task slots (containers + headroom)
     before refusing to start, exit 2: a container without a slot would stay pending forever."""
+    container_heartbeat_interval_ms: int = Field(2_000, alias="container.heartbeat.interval.ms", ge=1)
+    """How often each container records that it is alive in the metadata store, from a thread of its own (so a
+    long restore or a slow ``process`` still beats, but a frozen or cut-off process does not)."""
+    container_liveness_timeout_ms: int = Field(10_000, alias="container.liveness.timeout.ms", ge=0)
+    """A running container whose heartbeat has not changed for this long is silent (a lost host, a network
+    partition, a frozen process): the driver kills its Spark task, and Spark starts the next attempt, which fences
+    the silent one. Spark's own detection takes its network and worker timeouts (one to two minutes). 0: off."""
     startpoint_enabled: Bool = Field(True, alias="startpoint.enabled")
     """Fan out and apply startpoints (``millstream startpoint set``) when a job model is published."""
     logged_store_base_dir: str | None = Field(None, alias="logged.store.base.dir")

@@ -7,7 +7,10 @@
 * ``container-epoch/<container id>``: how many attempts of the container have started. Each new
   attempt increments it, which fences every earlier attempt of the same container.
 * ``job-coordinator/stop``: a request that containers of a generation (and older ones) stop.
-* ``container-status/<container id>``: what each container last reported about itself (JSON).
+* ``container-status/<container id>``: what the container's latest attempt last reported about itself (JSON),
+  fenced by generation and attempt: a zombie attempt's late report never replaces the live attempt's.
+* ``container-heartbeat/<container id>``: the latest attempt's last heartbeat (JSON: generation, attempt, a beat
+  counter), fenced like the status; the driver replaces a running container whose heartbeat stopped changing.
 * ``container-placement/<container id>``: where the driver last saw the container run (JSON: host, executor id,
   Spark application id): its local state is there, so its next launch prefers that place.
 * ``drain/<run id>``: a request that the containers of that run drain (``millstream job drain``): stop
@@ -48,6 +51,7 @@ GENERATION_KEY = "generation"
 STOP_KEY = "stop"
 CONTAINER_EPOCH_NAMESPACE = "container-epoch"
 CONTAINER_STATUS_NAMESPACE = "container-status"
+CONTAINER_HEARTBEAT_NAMESPACE = "container-heartbeat"
 CONTAINER_PLACEMENT_NAMESPACE = "container-placement"
 GENERATION_STARTED_NAMESPACE = "generation-started"
 
@@ -298,14 +302,70 @@ def clear_failures(store: MetadataStore) -> None:
     store.delete_all(FAILURES_NAMESPACE, list(store.all(FAILURES_NAMESPACE)))
 
 
-def report_container_status(store: MetadataStore, container_id: str, status: Mapping[str, Any]) -> None:
-    """Record what a container reports about itself (state, attempt, executor...).
+def report_container_status(
+    store: MetadataStore,
+    container_id: str,
+    generation: int,
+    epoch: int,
+    status: Mapping[str, Any],
+    *,
+    handing_over: bool = False,
+) -> bool:
+    """Record what attempt ``epoch`` of ``container_id`` in ``generation`` reports about itself (state,
+    executor...); False, and nothing written, when the write is fenced.
 
-    Stamped with ``updated-at`` (epoch milliseconds) and, unless given, the ``pid`` and ``host``
-    of the calling process, which is the container itself. Last write wins.
+    Fenced like a checkpoint: accepted only while ``epoch`` is the container's latest attempt and the job is at
+    ``generation``, in one atomic ``compare_and_put``. An old attempt cut off by a partition that writes its
+    last status ("failed") after a newer attempt started therefore never replaces the live attempt's record,
+    whatever the order the writes arrive in. ``handing_over``: the attempt stops because a newer generation was
+    published (state ``superseded``); that record is accepted while no newer attempt of the container started,
+    since it is then the truth about the container's latest attempt.
+
+    Stamped with ``generation``, ``attempt``, ``updated-at`` (epoch milliseconds) and, unless given, the ``pid``
+    and ``host`` of the calling process, which is the container itself.
     """
-    record = {"pid": os.getpid(), "host": socket.gethostname(), **status, "updated-at": int(time.time() * 1000)}
-    store.put(CONTAINER_STATUS_NAMESPACE, container_id, orjson.dumps(record, option=orjson.OPT_NON_STR_KEYS))
+    record = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        **status,
+        "generation": generation,
+        "attempt": epoch,
+        "updated-at": int(time.time() * 1000),
+    }
+    expected = writer_expectation(generation, container_id, epoch)
+    if handing_over:
+        expected = {(CONTAINER_EPOCH_NAMESPACE, container_id): _encode(epoch)}
+    value = orjson.dumps(record, option=orjson.OPT_NON_STR_KEYS)
+    if store.compare_and_put(CONTAINER_STATUS_NAMESPACE, container_id, value, expected):
+        return True
+    logger.info(
+        "container %s attempt %s of generation %s: status '%s' not recorded, the record belongs to attempt %s of "
+        "generation %s",
+        container_id, epoch, generation, status.get("state"), container_epoch(store, container_id),
+        current_generation(store),
+    )  # fmt: skip
+    return False
+
+
+def record_heartbeat(store: MetadataStore, container_id: str, generation: int, epoch: int, beat: int) -> bool:
+    """Record that attempt ``epoch`` of ``container_id`` is alive (its ``beat``-th heartbeat); False when fenced
+    (a newer attempt or generation owns the container: this attempt was replaced and should stop beating).
+
+    The driver judges liveness by whether the record changes, on its own clock, so hosts' clocks never matter."""
+    record = {"generation": generation, "attempt": epoch, "beat": beat, "at": int(time.time() * 1000)}
+    return store.compare_and_put(
+        CONTAINER_HEARTBEAT_NAMESPACE,
+        container_id,
+        orjson.dumps(record),
+        writer_expectation(generation, container_id, epoch),
+    )
+
+
+def container_heartbeats(store: MetadataStore) -> dict[str, dict[str, Any]]:
+    """Each container's last heartbeat record; unreadable ones are logged and left out."""
+    raws = store.all(CONTAINER_HEARTBEAT_NAMESPACE)
+    records = {cid: _json_object(raw, f"{CONTAINER_HEARTBEAT_NAMESPACE}/{cid}") for cid, raw in raws.items()}
+    return {cid: record for cid, record in records.items() if record is not None}
 
 
 def container_statuses(store: MetadataStore) -> dict[str, dict[str, Any]]:

@@ -49,6 +49,7 @@ from millstream.model import SystemStream, SystemStreamPartition, TaskName
 from millstream.plugins import load_object
 from millstream.runtime.collector import TaskCollector
 from millstream.runtime.drain import DrainMonitor
+from millstream.runtime.heartbeat import ContainerHeartbeat
 from millstream.runtime.metering import ContainerMetering
 from millstream.runtime.process_errors import ProcessErrorPolicy, TaskCallbackError, TaskProcessError
 from millstream.runtime.restart import RestartSettings, RestartStrategy, read_restarts, write_restarts
@@ -186,8 +187,9 @@ class Container:
                 loop = self._run(tasks, stop_probe)
                 return self._shut_down(loop, tasks)
             except (SupersededError, FencedError) as error:
-                if self._loop is None or coordination.current_generation(self.store) <= self.generation:
-                    self._report("failed", error=str(error))
+                newer = coordination.current_generation(self.store) > self.generation
+                if self._loop is None or not newer:
+                    self._report("superseded" if newer else "failed", error=str(error))  # refused once fenced
                     raise  # fenced by a newer attempt of this container, or before running: Spark retries it
                 return self._hand_over(self._loop, tasks, error)
             except BaseException as error:
@@ -233,6 +235,9 @@ class Container:
         self._resources.callback(_quietly, lambda: self.metering.close("failed"))  # no-op once closed
         self._status = {"pid": os.getpid(), "host": socket.gethostname(), "attempt": self.epoch, "run-id": self.run_id}
         self._status.update(generation=self.generation, **self._executor)
+        interval_s = JobConfig.of(self.config).container_heartbeat_interval_ms / 1000
+        heartbeat = ContainerHeartbeat(self.store, self.container_id, self.generation, self.epoch, interval_s)
+        self._resources.callback(heartbeat.start().stop)  # beats through the backoff and the restore too
         self._back_off()
         self._report("starting")
         log.info("container %s (generation %s, attempt %s) starting", self.container_id, self.generation, self.epoch)
@@ -576,7 +581,16 @@ class Container:
         return resource
 
     def _report(self, state: str, **details: Any) -> None:
-        coordination.report_container_status(self.store, self.container_id, {**self._status, "state": state, **details})
+        """Record this attempt's state; a zombie attempt's report is refused by the fence (see
+        ``coordination.report_container_status``), so the live attempt's record stays."""
+        coordination.report_container_status(
+            self.store,
+            self.container_id,
+            self.generation,
+            self.epoch,
+            {**self._status, "state": state, **details},
+            handing_over=state == "superseded",
+        )
 
 
 def _last_v2_checkpoint(config: Config, store: MetadataStore, task_name: TaskName) -> Checkpoint | None:

@@ -24,7 +24,10 @@ it is set anyway, a share smaller than the container's budget is refused.
 from __future__ import annotations
 
 import logging
+import os
 import re
+import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -147,6 +150,89 @@ def container_resources(sc: SparkContext, config: Config) -> ContainerResources:
     _register(sc, profile)
     log.info("containers run under Spark resource profile %s: %s cpu(s) per container", profile.id, cpus)
     return ContainerResources(profile, cpus, requests_executors=dynamic_allocation(conf))
+
+
+def executor_size(config: Config) -> str:
+    """The executor each container asks for under dynamic allocation, as the refusals name it."""
+    job = JobConfig.of(config)
+    memory = f" and {job.container_memory_mb} MiB of memoryOverhead" if job.container_memory_mb is not None else ""
+    keys = "job.container.cpus" + (", job.container.memory.mb" if job.container_memory_mb is not None else "")
+    return f"an executor of {job.container_cpus} core(s){memory} ({keys})"
+
+
+def check_dynamic_allocation_sizing(conf: Mapping[str, str] | SparkConf, config: Config) -> None:
+    """Refuse, before Spark is asked for any executor, a job whose containers' executors the submitted settings
+    cannot start: under dynamic allocation each container runs on an executor of its own, of
+    ``job.container.cpus`` cores, which Spark requests only once the containers' stage waits for it, and a request
+    no worker can satisfy leaves the stage pending forever, with no message.
+
+    Reads only the settings (``conf``: the session's or the ``spark.*`` keys a session will get), so the refusal
+    comes before the session exists. What only the cluster knows (its workers' sizes) is checked once the session
+    is up, by :func:`await_container_executors`."""
+    settings = dict(conf.getAll()) if isinstance(conf, SparkConf) else dict(conf)
+    job = JobConfig.of(config)
+    master = settings.get("spark.master") or ""
+    enabled = (settings.get("spark.dynamicAllocation.enabled") or "false").lower() == "true"
+    if not enabled or job.container_cpus is None or local_slots(master) is not None:
+        return
+    cpus, containers = job.container_cpus, job.container_count
+    need = executor_size(config)
+    cores_max = settings.get("spark.cores.max")
+    if cores_max is not None and int(cores_max) < cpus * containers:
+        raise ConfigError(
+            f"spark.cores.max={cores_max} lets the application hold {cores_max} core(s) on master '{master}', but "
+            f"with dynamic allocation each of the job's {containers} container(s) needs {need}, "
+            f"{cpus * containers} core(s) in all: raise spark.cores.max to at least {cpus * containers}, or lower "
+            "job.container.cpus / job.container.count"
+        )
+    maximum = settings.get("spark.dynamicAllocation.maxExecutors")
+    if maximum is not None and int(maximum) < containers:
+        raise ConfigError(
+            f"spark.dynamicAllocation.maxExecutors={maximum}, but with dynamic allocation each of the job's "
+            f"{containers} container(s) needs {need}: raise spark.dynamicAllocation.maxExecutors to at least "
+            f"{containers}, or lower job.container.count"
+        )
+
+
+def await_container_executors(
+    sc: SparkContext, resources: ContainerResources, config: Config, wait_seconds: float
+) -> None:
+    """Under dynamic allocation, have Spark start an executor of the containers' profile before the containers
+    are launched, and refuse (exit 2, naming the executor size needed) when none starts within ``wait_seconds``.
+
+    Spark requests such executors only for a stage that waits for them, and a size no worker (host, node) offers,
+    ``job.container.cpus=2`` on 1-core workers, leaves that stage pending forever without a word. So a probe stage
+    of one no-op task per container runs under the profile first; it finishes as soon as an executor of that size
+    registers, and is cancelled when none does. Its executors are the ones the containers then run on."""
+    if not resources.requests_executors:
+        return
+    containers = JobConfig.of(config).container_count
+    group = f"millstream-executor-probe-{os.getpid()}-{threading.get_ident()}"
+    outcome: dict[str, BaseException] = {}
+
+    def probe() -> None:
+        sc.setJobGroup(group, "millstream: waiting for executors of the containers' resource profile", True)
+        try:
+            resources.apply(sc.parallelize(range(containers), containers)).collect()
+        except BaseException as error:  # handed to the waiting thread
+            outcome["error"] = error
+
+    thread = threading.Thread(target=probe, name="millstream-executor-probe", daemon=True)
+    thread.start()
+    thread.join(wait_seconds)
+    if not thread.is_alive():
+        if "error" in outcome:
+            raise outcome["error"]
+        return
+    sc.cancelJobGroup(group)
+    thread.join(30)
+    raise ConfigError(
+        f"Spark master '{sc.master}' started no executor for the containers within {wait_seconds:g}s: with "
+        f"dynamic allocation each container needs {executor_size(config)}, and no worker of the cluster offers "
+        f"that much: give each worker (host, node) at least {JobConfig.of(config).container_cpus} core(s), or "
+        "lower job.container.cpus to what one worker offers; if executors are only slow to start, wait longer "
+        "with job.coordinator.slots.wait.ms"
+    )
 
 
 def _register(sc: SparkContext, profile: ResourceProfile) -> None:

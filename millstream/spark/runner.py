@@ -40,11 +40,14 @@ from millstream.runtime.container import ContainerResult
 from millstream.spark.affinity import PlacementRecorder, container_rdd, launch_locations
 from millstream.spark.container_task import container_partition
 from millstream.spark.failures import describe_failure
+from millstream.spark.liveness import LivenessMonitor
 from millstream.spark.multi_host import refuse_host_local_state
 from millstream.spark.progress import SparkProgress, status_url
 from millstream.spark.resources import (
     ContainerResources,
+    await_container_executors,
     check_container_memory,
+    check_dynamic_allocation_sizing,
     container_resources,
     explain_memory_failure,
 )
@@ -55,6 +58,7 @@ from millstream.spark.session import (
     check_slots,
     requirement,
     resolve_master,
+    session_settings,
 )
 
 log = logging.getLogger(__name__)
@@ -95,6 +99,7 @@ class SparkJobRunner:
                 check_container_memory(self.config)
                 if self._spark is None:
                     check_local_slots(master, requirement(self.config))
+                    check_dynamic_allocation_sizing(session_settings(self.config, master), self.config)
                 spark = self._spark or self._start_session(on_own_thread=handle_signals)
                 return self._run_generations(spark)
             except KeyboardInterrupt:
@@ -128,8 +133,11 @@ class SparkJobRunner:
     def _run_generations(self, spark: SparkSession) -> JobResult:
         wait = JobConfig.of(self.config).slots_wait_ms / 1000
         sc = spark.sparkContext
+        check_dynamic_allocation_sizing(sc.getConf(), self.config)
         self._resources = container_resources(sc, self.config)
-        if not self._resources.requests_executors:  # else Spark requests the profile's executors at launch
+        if self._resources.requests_executors:  # Spark requests the profile's executors for a stage waiting on them
+            await_container_executors(sc, self._resources, self.config, wait)
+        else:
             check_slots(sc, requirement(self.config), wait_seconds=wait, profile=self._resources.profile)
         containers: list[ContainerResult] = []
         with metrics_endpoint(self.config, functools.partial(status_document, self.config)) as server:
@@ -155,6 +163,7 @@ class SparkJobRunner:
         group = f"millstream-{JobConfig.of(self.config).job_key}-g{model.generation}"
         self._locations = launch_locations(sc, self.store, len(model.containers))
         placements = PlacementRecorder(sc, self.store, group)
+        liveness = LivenessMonitor(sc, self.store, group, self.config)
         launch = threading.Thread(
             target=self._launch, args=(spark, model.to_bytes(), len(model.containers), group, outcome), daemon=True
         )
@@ -171,6 +180,7 @@ class SparkJobRunner:
             if deadline is None and now >= next_check:
                 next_check = now + 0.5
                 placements.poll()
+                liveness.poll(model.generation)
                 restart = coordination.restart_requested(self.store)
                 if restart is not None:
                     coordination.clear_restart(self.store)

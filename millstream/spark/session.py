@@ -112,20 +112,7 @@ def build_session(config: Config, master: str | None = None, *, verbose: bool = 
     (``spark.read.format("millstream")``), so a job's streams can be inspected in the session that runs it."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    job = JobConfig.of(config)
-    settings = {
-        "spark.master": resolve_master(config, master),
-        "spark.app.name": f"millstream-{job.job_key}",
-        "spark.speculation": "false",
-        "spark.task.maxFailures": str(job.container_max_attempts),
-        "spark.pyspark.python": sys.executable,
-        "spark.ui.showConsoleProgress": "false",
-        "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
-        # a Python worker that crashes natively reports its signal and the Python frames it was in, which the
-        # runner names instead of "Python worker exited unexpectedly (crashed)"
-        "spark.python.worker.faulthandler.enabled": "true",
-    }
-    settings.update({k: v for k, v in config.items() if k.startswith("spark.") and k != "spark.master"})
+    settings = session_settings(config, resolve_master(config, master))
     if settings.get("spark.speculation", "false").lower() != "false":
         raise ConfigError(
             "config key 'spark.speculation' must be false: a speculative copy would run a container twice"
@@ -143,6 +130,26 @@ def build_session(config: Config, master: str | None = None, *, verbose: bool = 
     session.sparkContext.setLogLevel(level)
     set_failed_attempt_logging(session.sparkContext, level if verbose else "OFF")
     return session
+
+
+def session_settings(config: Config, master: str) -> dict[str, str]:
+    """The settings :func:`build_session` gives a session on ``master``: millstream's own, then the config's
+    ``spark.*`` keys; what the checks made before the session exists read."""
+    job = JobConfig.of(config)
+    settings = {
+        "spark.master": master,
+        "spark.app.name": f"millstream-{job.job_key}",
+        "spark.speculation": "false",
+        "spark.task.maxFailures": str(job.container_max_attempts),
+        "spark.pyspark.python": sys.executable,
+        "spark.ui.showConsoleProgress": "false",
+        "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+        # a Python worker that crashes natively reports its signal and the Python frames it was in, which the
+        # runner names instead of "Python worker exited unexpectedly (crashed)"
+        "spark.python.worker.faulthandler.enabled": "true",
+    }
+    settings.update({k: str(v) for k, v in config.items() if k.startswith("spark.") and k != "spark.master"})
+    return settings
 
 
 def launch_driver_jvm(conf: SparkConf) -> None:

@@ -5,7 +5,10 @@ interpreter for the Python workers). Under ``spark-submit`` the session is the u
 ``--py-files``, ``--archives`` and ``spark.pyspark.python`` (a packed venv) come from the submit command and the
 cluster's defaults, and are used as they are. What the runner relies on is verified instead of set, because a
 running SparkContext cannot change it: no speculation (a speculative copy would run a container twice) and
-``spark.task.maxFailures`` matching the job's container retries.
+``spark.task.maxFailures`` matching the job's container retries. Those checks, and every other one the conf and
+the job's config alone decide (host-local state on several hosts, container memory, dynamic allocation sizing),
+run on the submitted conf before the session is created: creating it on a cluster registers the application and
+waits for executors, a minute and more spent on a job that is then refused.
 """
 
 from __future__ import annotations
@@ -14,13 +17,15 @@ import argparse
 import logging
 import sys
 
-from pyspark import SparkConf
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from millstream.config import Config, JobConfig
 from millstream.coordinator.prepare import load_job_config
 from millstream.errors import FORCED_STOP_EXIT_CODE, SUPERSEDED_EXIT_CODE, ConfigError, MillstreamError
 from millstream.log_context import configure_logging
+from millstream.spark.multi_host import refuse_host_local_state
+from millstream.spark.resources import check_container_memory, check_dynamic_allocation_sizing
 from millstream.spark.runner import SparkJobRunner
 from millstream.spark.session import local_slots, set_failed_attempt_logging
 
@@ -43,6 +48,24 @@ def check_submitted_conf(conf: SparkConf, config: Config) -> None:
             f"per container (job.container.retry.count / job.container.restart.failure.rate.max): submit with "
             f"--conf spark.task.maxFailures={needed}"
         )
+
+
+def submitted_conf() -> SparkConf:
+    """The conf spark-submit gave this driver (master, ``--conf``, the cluster's defaults), read before any
+    SparkContext exists: spark-submit started the JVM first and set them as its system properties, which a
+    ``SparkConf`` with defaults reads. Joining that JVM creates no SparkContext and asks for no executors."""
+    SparkContext._ensure_initialized()
+    return SparkConf()
+
+
+def refuse_before_session(conf: SparkConf, config: Config) -> None:
+    """Everything the submitted conf and the job's config alone can refuse, before the session exists: on a
+    cluster, creating it registers the application and waits for executors (a minute and more), only for the
+    job to be refused afterwards. The runner checks the same again against the running session."""
+    check_submitted_conf(conf, config)
+    refuse_host_local_state(config, conf.get("spark.master") or "")
+    check_container_memory(config)
+    check_dynamic_allocation_sizing(conf, config)
 
 
 def submit(config: Config, spark: SparkSession) -> int:
@@ -71,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_job_config(args.config, {"app.stage": str(args.stage)} if args.stage is not None else None)
         configure_logging("WARNING", job=JobConfig.of(config).name)
+        refuse_before_session(submitted_conf(), config)
         spark = SparkSession.builder.getOrCreate()  # the session spark-submit configured, as it is
         try:
             return submit(config, spark)

@@ -155,13 +155,22 @@ def test_clear_stop_withdraws_the_request(store: SqliteMetadataStore) -> None:
     clear_stop(store)
 
 
+def _attempt(store: SqliteMetadataStore, container_id: str, generation: int = 1) -> int:
+    """Publish ``generation`` (if newer) and start an attempt of ``container_id``: its status writes' fence."""
+    if current_generation(store) < generation:
+        publish_generation(store, generation)
+    return start_container_attempt(store, container_id)
+
+
 def test_container_status_round_trips_with_pid_host_and_update_time(store: SqliteMetadataStore) -> None:
-    report_container_status(store, "c0", {"state": "running", "attempt": 2, "executor": {"id": "1"}})
-    report_container_status(store, "c1", {"state": "starting", "attempt": 1, "pid": 42, "host": "h1"})
+    c0, c1 = _attempt(store, "c0"), _attempt(store, "c1")
+    assert report_container_status(store, "c0", 1, c0, {"state": "running", "executor": {"id": "1"}})
+    assert report_container_status(store, "c1", 1, c1, {"state": "starting", "pid": 42, "host": "h1"})
     statuses = container_statuses(store)
     assert set(statuses) == {"c0", "c1"}
     assert statuses["c0"]["state"] == "running"
     assert statuses["c0"]["executor"] == {"id": "1"}
+    assert statuses["c0"]["attempt"] == 1 and statuses["c0"]["generation"] == 1
     assert isinstance(statuses["c0"]["pid"], int)
     assert isinstance(statuses["c0"]["host"], str)
     assert statuses["c0"]["updated-at"] > 1_600_000_000_000
@@ -170,20 +179,49 @@ def test_container_status_round_trips_with_pid_host_and_update_time(store: Sqlit
 
 
 def test_a_later_status_report_replaces_the_earlier_one(store: SqliteMetadataStore) -> None:
-    report_container_status(store, "c0", {"state": "running"})
-    report_container_status(store, "c0", {"state": "stopped"})
+    epoch = _attempt(store, "c0")
+    report_container_status(store, "c0", 1, epoch, {"state": "running"})
+    report_container_status(store, "c0", 1, epoch, {"state": "stopped"})
     assert container_statuses(store)["c0"]["state"] == "stopped"
 
 
+def test_a_fenced_attempts_late_status_never_replaces_the_live_attempts(store: SqliteMetadataStore) -> None:
+    """The partition case: attempt 1 on h4 is cut off, attempt 2 starts on h3 and reports; attempt 1's last
+    report ("failed") arrives afterwards and must be refused, leaving attempt 2's record."""
+    old = _attempt(store, "c0")
+    assert report_container_status(store, "c0", 1, old, {"state": "running", "host": "h4"})
+    live = _attempt(store, "c0")
+    assert report_container_status(store, "c0", 1, live, {"state": "running", "host": "h3"})
+    assert not report_container_status(store, "c0", 1, old, {"state": "failed", "host": "h4", "error": "cut off"})
+    assert not report_container_status(store, "c0", 1, old, {"state": "superseded"}, handing_over=True)
+    status = container_statuses(store)["c0"]
+    assert (status["state"], status["host"], status["attempt"]) == ("running", "h3", live)
+
+
+def test_an_older_generations_status_is_refused_unless_it_hands_over_before_a_newer_attempt(
+    store: SqliteMetadataStore,
+) -> None:
+    old = _attempt(store, "c0")
+    publish_generation(store, 2)
+    assert not report_container_status(store, "c0", 1, old, {"state": "running"})
+    assert report_container_status(store, "c0", 1, old, {"state": "superseded"}, handing_over=True)
+    assert container_statuses(store)["c0"]["state"] == "superseded"
+    live = _attempt(store, "c0", generation=2)
+    assert report_container_status(store, "c0", 2, live, {"state": "starting"})
+    assert not report_container_status(store, "c0", 1, old, {"state": "superseded"}, handing_over=True)
+    status = container_statuses(store)["c0"]
+    assert (status["state"], status["generation"], status["attempt"]) == ("starting", 2, live)
+
+
 def test_status_record_is_json(store: SqliteMetadataStore) -> None:
-    report_container_status(store, "c0", {"state": "running"})
+    report_container_status(store, "c0", 1, _attempt(store, "c0"), {"state": "running"})
     raw = store.get(CONTAINER_STATUS_NAMESPACE, "c0")
     assert raw is not None
     assert orjson.loads(raw)["state"] == "running"
 
 
 def test_an_unreadable_status_record_is_skipped_not_fatal(store: SqliteMetadataStore) -> None:
-    report_container_status(store, "c0", {"state": "running"})
+    report_container_status(store, "c0", 1, _attempt(store, "c0"), {"state": "running"})
     store.put(CONTAINER_STATUS_NAMESPACE, "c1", b"{broken")
     store.put(CONTAINER_STATUS_NAMESPACE, "c2", b"[1, 2]")
     assert set(container_statuses(store)) == {"c0"}

@@ -14,6 +14,7 @@ from millstream.config import Config
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.prepare import prepare
 from millstream.job_model import JobModel
+from millstream.metadata import coordination
 from millstream.metadata.base import FencedError
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStream, SystemStreamPartition, TaskName
@@ -135,3 +136,28 @@ def test_a_zombie_with_a_rocksdb_store_never_touches_the_newer_attempts_director
     task_dirs = sorted(path.name for path in (tmp_path / "jobs" / "test-1" / "stores" / "logged" / "counts").iterdir())
     attempts = [name for name in task_dirs if "@" in name and name != "Partition_0@owner"]
     assert attempts == ["Partition_0@1.3"], task_dirs  # the owner deleted the older attempts' directories
+
+
+def test_a_fenced_zombies_last_status_report_never_replaces_the_live_attempts(tmp_path: Path) -> None:
+    """Attempt 1 is held (a partitioned host), attempt 2 takes over and runs; when attempt 1 wakes, is fenced and
+    reports itself failed, the container's status still shows attempt 2 running, as every view reads it."""
+    config = zombie_job(tmp_path, "inmemory", records=200, hold_at=100, commit_at=150)
+    with metadata_store(config) as store:
+        model = JobCoordinator(config, store).start()
+    zombie, zombie_outcome = in_background(config, model)
+    wait_until(lambda: (tmp_path / "hold" / "held").exists(), 60, "attempt 1 held at offset 100")
+    current, current_outcome = in_background(config, model)
+    wait_until(lambda: checkpointed_offset(config) == 199 or not current.is_alive(), 60, "attempt 2 at offset 199")
+    (tmp_path / "hold" / "release").touch()
+    zombie.join(60)
+    assert not zombie.is_alive(), "the zombie attempt did not stop"
+    assert isinstance(zombie_outcome.get("error"), FencedError), zombie_outcome
+    with metadata_store(config) as store:
+        status = coordination.container_statuses(store)["0"]
+    assert (status["state"], status["attempt"], status["generation"]) == ("running", 2, model.generation), status
+    seal(config, "in")
+    current.join(60)
+    assert current_outcome.get("result") is not None, current_outcome.get("error")
+    with metadata_store(config) as store:
+        status = coordination.container_statuses(store)["0"]
+    assert (status["state"], status["attempt"]) == ("finished", 2), status

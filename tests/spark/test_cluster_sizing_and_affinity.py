@@ -239,3 +239,46 @@ def test_with_dynamic_allocation_a_max_executors_too_low_for_the_slots_is_refuse
         in (message)
     )
     assert waited < 10, "no wait can help: refused before any"
+
+
+@pytest.fixture(scope="module")
+def one_core_cluster(tmp_path_factory):
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("spark-one-core"), workers=1, cores=1).start()
+    yield cluster
+    cluster.stop()
+
+
+def test_with_dynamic_allocation_containers_too_large_for_every_worker_are_refused_before_they_launch(
+    one_core_cluster, tmp_path
+):
+    """The cluster of the report: 1-core workers, dynamic allocation, ``job.container.cpus=2``. Spark would request
+    2-core executors no worker can start and wait forever; the job is refused, naming the executor it needs, and
+    no container ever started (none reported a status)."""
+    config = _config(
+        tmp_path,
+        1,
+        job__coordinator__slots__wait__ms=3000,
+        spark__dynamicAllocation__enabled="true",
+        spark__dynamicAllocation__shuffleTracking__enabled="true",
+        spark__dynamicAllocation__initialExecutors="0",
+    )
+    create_stream(config, "in", 1)
+    create_stream(config, "out", 1)
+    spark = build_session(config, master=one_core_cluster.master_url)
+    try:
+        with pytest.raises(ConfigError) as refused:
+            SparkJobRunner(config, spark=spark).run()
+        active_jobs = spark.sparkContext.statusTracker().getActiveJobsIds()
+    finally:
+        spark.stop()
+    message = str(refused.value)
+    assert "started no executor for the containers within 3s" in message, message
+    needs = "each container needs an executor of 2 core(s) and 1024 MiB of memoryOverhead (job.container.cpus, "
+    assert needs + "job.container.memory.mb)" in message, message
+    assert "at least 2 core(s)" in message
+    assert list(active_jobs) == [], "the probe stage was left running"
+    with metadata_store(config) as store:
+        assert coordination.container_statuses(store) == {}

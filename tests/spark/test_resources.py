@@ -13,6 +13,7 @@ from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError
 from millstream.spark.resources import (
     check_container_memory,
+    check_dynamic_allocation_sizing,
     check_pyspark_memory,
     container_resources,
     explain_memory_failure,
@@ -58,6 +59,55 @@ def test_the_runner_refuses_an_undersized_container_before_starting_spark(tmp_pa
     )
     with pytest.raises(ConfigError, match=r"job\.container\.memory\.mb=100 cannot hold"):
         SparkJobRunner(config, master="no-such-master").run()
+
+
+DYNAMIC = {
+    "job.container.cpus": "2",
+    "job.container.count": "2",
+    "spark.master": "spark://cluster.example:7077",
+    "spark.dynamicAllocation.enabled": "true",
+}
+
+
+def test_with_dynamic_allocation_too_few_cores_for_the_containers_executors_are_refused_naming_their_size():
+    config = Config({**DYNAMIC, "job.container.memory.mb": "1024"})
+    with pytest.raises(ConfigError) as refused:
+        check_dynamic_allocation_sizing({**DYNAMIC, "spark.cores.max": "3"}, config)
+    message = str(refused.value)
+    assert "spark.cores.max=3" in message
+    assert "each of the job's 2 container(s) needs an executor of 2 core(s) and 1024 MiB of memoryOverhead" in message
+    assert "raise spark.cores.max to at least 4" in message
+    with pytest.raises(
+        ConfigError, match=r"maxExecutors=1, .* needs an executor of 2 core\(s\) \(job\.container\.cpus\)"
+    ):
+        check_dynamic_allocation_sizing(
+            SparkConf(loadDefaults=False).setAll([*DYNAMIC.items(), ("spark.dynamicAllocation.maxExecutors", "1")]),
+            config.without("job.container.memory.mb"),
+        )
+
+
+def test_dynamic_allocation_sizing_passes_what_can_start_and_leaves_local_masters_and_static_executors_alone():
+    config = Config(DYNAMIC)
+    check_dynamic_allocation_sizing(
+        {**DYNAMIC, "spark.cores.max": "4", "spark.dynamicAllocation.maxExecutors": "2"}, config
+    )
+    check_dynamic_allocation_sizing({**DYNAMIC, "spark.master": "local[4]", "spark.cores.max": "1"}, config)
+    check_dynamic_allocation_sizing(
+        {**DYNAMIC, "spark.dynamicAllocation.enabled": "false", "spark.cores.max": "1"}, config
+    )
+    check_dynamic_allocation_sizing({**DYNAMIC, "spark.cores.max": "1"}, Config(DYNAMIC).without("job.container.cpus"))
+
+
+def test_the_runner_refuses_dynamic_allocation_sizing_from_the_configs_spark_keys_before_starting_spark(tmp_path):
+    config = job_config(
+        tmp_path,
+        job__container__cpus=2,
+        job__shared__filesystem=True,  # else the multi-host refusal of the log system comes first
+        spark__dynamicAllocation__enabled="true",
+        spark__dynamicAllocation__maxExecutors=0,
+    )
+    with pytest.raises(ConfigError, match=r"spark\.dynamicAllocation\.maxExecutors=0"):
+        SparkJobRunner(config, master="spark://127.0.0.1:9").run()  # nothing listens: a session would hang there
 
 
 def test_spark_sizes_read_in_mib():

@@ -161,7 +161,7 @@ class KafkaSystemProducer(SystemProducer):
         self._unserved += 1
         if self._unserved >= SERVE_EVERY:
             self._unserved = 0
-            self._poll(0)
+            self._serve(topic)
 
     def send_batch(
         self, source: str, stream: SystemStream, messages: Sequence[bytes | None], keys: Sequence[bytes | None] | None
@@ -185,7 +185,7 @@ class KafkaSystemProducer(SystemProducer):
         self._unserved += len(messages)
         if self._unserved >= SERVE_EVERY:
             self._unserved = 0
-            self._poll(0)
+            self._serve(topic)
 
     def _send_special(self, envelope: OutgoingMessageEnvelope, topic: str, count: int) -> None:
         producer = self._producer
@@ -216,7 +216,7 @@ class KafkaSystemProducer(SystemProducer):
                     producer.produce(topic, value, key, partition, timestamp=timestamp or 0, headers=headers or None)
                 break
             except BufferError:
-                producer.flush(0.01)  # the local queue is full: let librdkafka deliver some first
+                self._make_room(producer, topic)
             except KafkaException as error:
                 raise self._produce_error(error, topic, partition, value) from None
             except TypeError:
@@ -224,6 +224,14 @@ class KafkaSystemProducer(SystemProducer):
                     f"Kafka topic '{topic}': key and message must be bytes (serialized), got "
                     f"{type(key).__name__} and {type(value).__name__}"
                 ) from None
+
+    def _make_room(self, producer: Producer, topic: str) -> None:
+        """The local queue is full: let librdkafka deliver some first (a flush serves callbacks, so it may raise
+        a fatal error, translated as a produce error is)."""
+        try:
+            producer.flush(0.01)
+        except KafkaException as error:
+            raise self._produce_error(error, topic, None, None) from None
 
     def _unrepresentable_timestamp(self, topic: str, timestamp: int) -> KafkaSystemError:
         """librdkafka takes a timestamp of 0 to mean "now" and Kafka has none before 1970: writing either
@@ -255,13 +263,22 @@ class KafkaSystemProducer(SystemProducer):
         return partition_for_key(bytes(partition_key), count)
 
     def _produce_error(
-        self, error: KafkaException, topic: str, partition: int, value: Any
+        self, error: KafkaException, topic: str, partition: int | None, value: Any
     ) -> KafkaProduceError | WriterFencedError:
+        """What a produce (or a poll) that raised means: the fence when a newer attempt took the transactional id,
+        whichever call learnt it first, else a produce error naming the topic.
+
+        librdkafka reports a fenced producer as a generic fatal error at ``produce``; the reason is raised by the
+        next ``poll`` (there is no error callback), so it is read here rather than let out: escaping raw, it
+        reached the process-error policy as the user's failure, with advice to skip or dead-letter."""
         inner = kafka_error(error)
         transactions = self._transactions
         if inner is not None and transactions is not None:
             if inner.code() == KafkaError._FATAL and self._producer is not None:
-                self._producer.poll(0)  # the delivery report that says why (a fenced producer) comes first
+                try:
+                    self._producer.poll(0)  # the fatal error that says why (a fenced producer) comes first
+                except KafkaException as fatal:
+                    inner = kafka_error(fatal) or inner
             if (fenced := transactions.fenced or transactions.fenced_by(inner)) is not None:
                 return fenced
         detail = inner.str() if inner is not None else str(error)
@@ -269,6 +286,14 @@ class KafkaSystemProducer(SystemProducer):
             size = len(value) if value is not None else 0
             return KafkaRecordTooLargeError(self.system, topic, partition, None, f"{detail}: a record of {size} bytes")
         return KafkaProduceError(self.system, topic, partition, None, detail)
+
+    def _serve(self, topic: str) -> None:
+        """Serve librdkafka's callbacks; the fatal error a poll raises (a fenced producer) is translated as a
+        produce error is, so it is never mistaken for the user's."""
+        try:
+            self._poll(0)
+        except KafkaException as error:
+            raise self._produce_error(error, topic, None, None) from None
 
     def _topic_partitions(self, topic: str) -> int:
         assert self._producer is not None

@@ -18,12 +18,21 @@ from millstream.config import Config
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.prepare import prepare
 from millstream.metadata.factory import metadata_store
-from millstream.model import SystemStream, SystemStreamPartition, TaskName
-from millstream.systems.base import WriterFencedError
-from millstream.systems.kafka.factory import MAX_TRANSACTION_TIMEOUT_MS, transaction_timeout_ms
+from millstream.model import (
+    IncomingMessageEnvelope,
+    OutgoingMessageEnvelope,
+    SystemStream,
+    SystemStreamPartition,
+    TaskName,
+)
+from millstream.runtime.process_errors import ProcessErrorPolicy
+from millstream.systems.base import WriterFencedError, WriterToken
+from millstream.systems.kafka.factory import MAX_TRANSACTION_TIMEOUT_MS, KafkaSystemFactory, transaction_timeout_ms
+from millstream.systems.kafka.producer import SERVE_EVERY, KafkaSystemProducer
 from millstream.testing import InProcessRunner, read_stream, write_stream
 from tests.api.test_in_process import run_in_background
 from tests.helpers import create_stream, seal, wait_until
+from tests.integration.kafka.helpers import SYSTEM, create_topic, kafka_config
 from tests.integration.kafka.test_spark_local import RunningJob
 from tests.runtime.test_zombie_attempts import (
     KEYS,
@@ -165,3 +174,54 @@ def test_a_superseded_spark_container_whose_task_moved_to_another_container_writ
     assert spark_run.outcome["result"].outcome == "superseded", spark_run.outcome
     assert finish_and_restore(second, current) == EXPECTED
     assert results["result"].outcome == "finished", results["result"].error
+
+
+def _transactional_producer(bootstrap: str, writer: WriterToken) -> KafkaSystemProducer:
+    producer = KafkaSystemFactory().get_producer(SYSTEM, kafka_config(bootstrap))
+    assert isinstance(producer, KafkaSystemProducer)
+    producer.set_writer(writer)
+    producer.start()
+    return producer
+
+
+def _send_until_refused(producer: KafkaSystemProducer, envelope: OutgoingMessageEnvelope, batch: bool) -> Exception:
+    """Send as a busy zombie does until the producer refuses: librdkafka learns of the fence from the broker's
+    answer to a produce request, while sends go on; then a produce or a poll of its callbacks raises."""
+    for _ in range(2_000_000 // SERVE_EVERY):
+        try:
+            if batch:
+                producer.send_batch("zombie", envelope.system_stream, [envelope.message] * SERVE_EVERY, None)
+            else:
+                for _ in range(SERVE_EVERY):
+                    producer.send("zombie", envelope)
+        except Exception as error:  # what the task loop hands to the process-error policy
+            return error
+    raise AssertionError("2,000,000 sends of a fenced producer were all accepted")
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["send", "send_batch"])
+def test_an_older_attempts_sends_after_a_newer_attempt_took_its_transactional_id_raise_the_fence(
+    bootstrap: str, topic_name: Callable[[str], str], batch: bool
+) -> None:
+    """Two producers with one transactional.id, the older one keeps sending: whether the fence shows at a produce
+    call or in a poll of librdkafka's callbacks, it is a ``WriterFencedError`` naming the attempt, so the
+    process-error policy (which would skip a user's error) fails the container with it."""
+    topic = topic_name("out")
+    create_topic(bootstrap, topic)
+    job = f"fence-{uuid.uuid4().hex[:8]}"
+    older = _transactional_producer(bootstrap, WriterToken(job, "0", 1, 1))
+    newer = _transactional_producer(bootstrap, WriterToken(job, "0", 1, 2))
+    envelope = OutgoingMessageEnvelope(SystemStream(SYSTEM, topic), b"late", b"k")
+    try:
+        raised = _send_until_refused(older, envelope, batch)
+    finally:
+        newer.stop()
+    assert isinstance(raised, WriterFencedError), repr(raised)
+    assert f"transactional.id millstream-producer-{job}-0: container 0 attempt 1 of generation 1" in str(raised)
+    policy = ProcessErrorPolicy(mode="skip")
+    incoming = IncomingMessageEnvelope(SystemStreamPartition(SYSTEM, "in", 0), "7", b"k", b"v")
+    with pytest.raises(WriterFencedError):
+        policy.on_process_error(TaskName("Partition 0"), incoming, raised)
+    assert policy.skipped == 0
+    with pytest.raises(WriterFencedError):
+        older.send("zombie", envelope)  # fenced for good
