@@ -88,7 +88,8 @@ def test_a_reset_of_a_running_job_is_refused_naming_its_running_containers(tmp_p
     with metadata_store(config) as store:
         store.init()
         coordination.publish_generation(store, 1)
-        coordination.report_container_status(store, "0", {"generation": 1, "state": "running"})
+        epoch = coordination.start_container_attempt(store, "0")
+        assert coordination.report_container_status(store, "0", 1, epoch, {"generation": 1, "state": "running"})
     with pytest.raises(ResetRefusedError, match=r"job 'test' is running \(generation 1: container\(s\) 0 "):
         reset_job(config, dry_run=True)
     assert reset_job(config, dry_run=True, force=True).job == "test"
