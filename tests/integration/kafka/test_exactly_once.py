@@ -171,3 +171,27 @@ def test_windows_behind_a_repartition_come_out_once_with_exact_counts_after_a_ki
     windows = Counter((p["user"], p["start"]) for p in panes if "count" in p)
     assert set(windows.values()) == {1}, [w for w, n in windows.items() if n > 1][:3]  # each window once
     assert {(p["user"], p["start"]): p["count"] for p in panes if "count" in p} == reference_counts(data)
+
+
+def test_a_paused_container_resumed_after_its_replacement_ran_commits_nothing(
+    bootstrap: str, tmp_path: Path, topic_name: Any
+) -> None:
+    config = eos_job(bootstrap, tmp_path, topic_name, test__delay__seconds="0.05")
+    path = tmp_path / "job.properties"
+    path.write_text("".join(f"{key}={value}\n" for key, value in config.items()))
+    zombie = subprocess.Popen(
+        [sys.executable, "-m", "millstream.cli.main", "run", str(path), "--in-process"],
+        cwd=Path(__file__).resolve().parents[3],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(lambda: len(read_all(bootstrap, config["test.output"], 1)) >= 20, 120, "the first run's output")
+        os.kill(zombie.pid, signal.SIGSTOP)  # paused in the middle of a transaction, with more to write
+        run_until_everything_is_checkpointed(config)  # the replacement: a new generation, which fences it
+        os.kill(zombie.pid, signal.SIGCONT)
+        assert zombie.wait(120) != 0  # it learns it was fenced at its next write or commit
+    finally:
+        zombie.kill()
+        zombie.wait(30)
+    exact_once(bootstrap, config)
