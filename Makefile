@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # The extras `make install` adds; every other target installs just the extras it needs (see the stamps below).
 EXTRAS ?= test
 
-.PHONY: install example test test-fast kafka-jars yarn-jars blob-emulators kinesalite lint docs bench bench-peers clean
+.PHONY: install example test test-fast kafka-jars yarn-jars blob-emulators kinesalite lint docs bench bench-peers clean bench-latency
 
 # One stamp per set of extras, so `make example` installs only the package and `make test` afterwards adds the
 # test extra on top of the same venv. "base" is the package alone. A stamp older than pyproject.toml reinstalls.
@@ -79,3 +79,9 @@ bench-peers: $(BIN)/.installed-bench kafka-jars
 
 clean:
 	rm -rf $(VENV) examples/*/.millstream .pytest_cache site
+
+## End-to-end latency (benchmarks/latency.py): a fixed-rate producer, the raw confluent-kafka loop and millstream
+## (default, tuned, exactly-once, Spark) in turn, a read_committed reader; p50 to max, and a plot (matplotlib
+## comes with the bench extra). LATENCY_ARGS: e.g. --rate 10000 --no-spark --set task.commit.ms=1000.
+bench-latency: $(BIN)/.installed-bench kafka-jars
+	$(BIN)/python -m benchmarks.latency $(LATENCY_ARGS)

@@ -17,6 +17,10 @@ as the upload ended (``commit_if_owed``), not at the next ``task.commit.ms``, be
 to flush (end-of-stream on intermediate streams, a finished task's last output) may be what the job waits
 for to end. A failed asynchronous stage fails the next commit
 (and so the container) with its cause. A task without stores commits synchronously, as before.
+
+Under exactly-once (``transaction``) commits are synchronous and container-wide: a task's commit appends
+its checkpoints to the container's open Kafka transaction, and what must follow a durable checkpoint
+(startpoints, purges, cleanup) waits until that transaction committed (``runtime/transaction.py``).
 """
 
 from __future__ import annotations
