@@ -569,6 +569,10 @@ class StoreConfig(ConfigView):
     """Serde name of the store's values; default: bytes."""
     changelog: str | None = None
     """``system.stream`` the changelog backend writes every change to (a bare name: the log system)."""
+    changelog_owner_takeover: Bool = Field(False, alias="changelog.owner.takeover")
+    """Hand the changelog over to this store on purpose: a changelog is owned by the one job and store that
+    first used it (recorded with the stream), and another claimant is refused at start. Set it for one start
+    after the old owner stopped for good (a renamed job, a store moved), then remove it."""
     backup_factories: CommaList | None = Field(None, alias="backup.factories")
     """State backends this store backs up to (``changelog``, ``blobstore``, ``module:Class``); default: ``changelog``
     if a changelog is set."""
