@@ -568,7 +568,9 @@ class StoreConfig(ConfigView):
     msg_serde: str | None = Field(None, alias="msg.serde")
     """Serde name of the store's values; default: bytes."""
     changelog: str | None = None
-    """``system.stream`` the changelog backend writes every change to (a bare name: the log system)."""
+    """``system.stream`` the changelog backend writes every change to (a bare name: the log system). Unset on a
+    store whose backup factories list ``changelog``: ``<job.name>-<job.id>-<store>-changelog`` on the system of
+    the job's inputs (``storage.backends.changelog.names``)."""
     changelog_owner_takeover: Bool = Field(False, alias="changelog.owner.takeover")
     """Hand the changelog over to this store on purpose: a changelog is owned by the one job and store that
     first used it (recorded with the stream), and another claimant is refused at start. Set it for one start
