@@ -295,6 +295,10 @@ class TaskConfig(ConfigView):
     ``job.coordinator.system``, else the only Kafka system configured."""
     checkpoint_topic: str | None = Field(None, alias="checkpoint.topic")
     """Default ``__millstream-checkpoint-<job.name>-<job.id>``."""
+    checkpoint_owner_takeover: Bool = Field(False, alias="checkpoint.owner.takeover")
+    """Hand the Kafka checkpoint topic over to this job on purpose: the topic is owned by the job that first
+    used it (recorded on the cluster), and another job naming it (``task.checkpoint.topic``) is refused at start.
+    Set it for one start after the old owner stopped for good, then remove it."""
     checkpoint_replication_factor: int = Field(-1, alias="checkpoint.replication.factor", ge=-1)
     """-1: the broker's ``default.replication.factor``."""
     checkpoint_validation_enabled: Bool = Field(True, alias="checkpoint.validation.enabled")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from millstream.checkpoint.factory import checkpoint_factory
 from millstream.config import Config, JobConfig, TaskConfig
 from millstream.config.views import StartpointConfig, adjunct_streams, system_names
 from millstream.coordinator.groupers import group_containers, group_tasks, grouper_for
@@ -103,9 +104,11 @@ class JobCoordinator:
         )
 
     def start(self) -> JobModel:
-        """Plan, prepare state resources (changelog partitions and streams, buckets), publish, and fan
-        startpoints out to the new model's tasks (``job.startpoint.enabled``)."""
+        """Plan, claim the checkpoint topic, prepare state resources (changelog partitions and streams, their
+        owners, buckets), publish, and fan startpoints out to the new model's tasks (``job.startpoint.enabled``).
+        A durable stream another job owns stops the start here, before any container runs."""
         plan = self.plan()
+        checkpoint_factory(self.config).claim_resources(self.config)
         prepare_state_resources(self.config, self.store, plan.model)
         previous = coordination.latest_job_model(self.store)
         self.publish(plan.model)

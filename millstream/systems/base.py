@@ -101,13 +101,14 @@ class SystemStreamMetadata:
 
 @dataclass(frozen=True)
 class StreamOwner:
-    """Who writes a durable stream: a job (``<job.name>-<job.id>``) and what of it (a store's name)."""
+    """Who writes a durable stream: a job (``<job.name>-<job.id>``) and what of it (a store's name; empty for a
+    stream of the whole job, such as its checkpoint topic)."""
 
     job: str
-    store: str
+    store: str = ""
 
     def describe(self) -> str:
-        return f"store '{self.store}' of job '{self.job}'"
+        return f"store '{self.store}' of job '{self.job}'" if self.store else f"job '{self.job}'"
 
     def to_json(self) -> dict[str, str]:
         return {"job": self.job, "store": self.store}
