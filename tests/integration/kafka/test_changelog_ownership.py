@@ -1,7 +1,8 @@
 """Changelog ownership on a real Kafka broker: the owner is recorded on the cluster (``__millstream-owners``),
 so a copied config (another ``job.name``, its own metadata store) naming the same changelog topic is refused
 at start naming both owners; the owner restarting is accepted; a takeover hands the topic over; of two
-claims racing for an unowned topic exactly one wins."""
+claims racing for an unowned topic exactly one wins. A store naming no changelog gets a derived topic on the
+inputs' cluster."""
 
 from __future__ import annotations
 
@@ -13,11 +14,14 @@ from typing import Any
 import pytest
 
 from millstream.config import Config
+from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
 from millstream.systems.base import StreamOwnedError, StreamOwner, StreamSpec
 from millstream.systems.kafka.factory import KafkaSystemFactory
 from millstream.testing import InProcessRunner
+from tests.integration.kafka.helpers import create_topic
+from tests.integration.kafka.helpers import job_config as kafka_job_config
 from tests.storage.backends.changelog.test_ownership import TASK_CLASS, prepare_input, run_to_end
 from tests.storage.harness import state_config
 
@@ -95,3 +99,24 @@ def test_of_two_claims_racing_for_an_unowned_topic_exactly_one_wins(bootstrap: s
     winner = claimants[outcomes.index("owner")].job
     assert sorted(outcomes) == ["owner", *[f"refused: {winner}"] * 3]
     assert admin.claim_stream(topic, claimants[outcomes.index("owner")]) == claimants[outcomes.index("owner")]
+
+
+def test_a_store_without_a_changelog_name_gets_a_derived_topic_on_the_inputs_cluster(
+    tmp_path: Path, bootstrap: str, topic_name: Any
+) -> None:
+    source = topic_name("in")
+    create_topic(bootstrap, source, 2)
+    name = f"counts-{uuid.uuid4().hex[:8]}"
+    config = kafka_job_config(
+        bootstrap, tmp_path, source, topic_name("out"), job__name=name, metadata__store__factory="sqlite",
+        task__checkpoint__factory="metadata", stores__counts__factory="rocksdb",
+        stores__counts__backup__factories="changelog",
+    )  # fmt: skip
+    derived = f"{name}-1-counts-changelog"
+    assert config["stores.counts.changelog"] == f"kafka.{derived}"
+    with metadata_store(config) as store:
+        JobCoordinator(config, store).start()
+    admin = KafkaSystemFactory().get_admin("kafka", config)
+    assert admin.get_system_stream_metadata([derived])[derived].partition_count == 2
+    assert admin.topic_config(derived)["cleanup.policy"] == "compact"
+    assert admin.claim_stream(derived, StreamOwner(f"{name}-1", "counts")) == StreamOwner(f"{name}-1", "counts")
