@@ -108,7 +108,7 @@ class JobCoordinator:
         owners, buckets), publish, and fan startpoints out to the new model's tasks (``job.startpoint.enabled``).
         A durable stream another job owns stops the start here, before any container runs."""
         plan = self.plan()
-        checkpoint_factory(self.config).claim_resources(self.config)
+        self._claim_checkpoint_resources()
         prepare_state_resources(self.config, self.store, plan.model)
         previous = coordination.latest_job_model(self.store)
         self.publish(plan.model)
@@ -118,6 +118,13 @@ class JobCoordinator:
             manager = StartpointManager(self.store, StartpointConfig.of(self.config).max_age_ms)
             manager.fan_out(plan.model.task_to_ssps())
         return plan.model
+
+    def _claim_checkpoint_resources(self) -> None:
+        """``CheckpointManagerFactory.claim_resources``; a factory registered as a virtual subclass
+        (``CheckpointManagerFactory.register``) before the hook existed has none and claims nothing."""
+        claim = getattr(checkpoint_factory(self.config), "claim_resources", None)
+        if claim is not None:
+            claim(self.config)
 
     def fence_writers(self, previous: JobModel) -> None:
         """Fence every producer of the previous generation's containers in every system, before any
