@@ -30,6 +30,10 @@ class CheckpointManagerFactory(ABC):
     ) -> CheckpointManager:
         """A manager writing as ``fence`` (read-only when None), using ``store`` where it keeps state."""
 
+    def claim_resources(self, config: Config) -> None:  # noqa: B027 - optional hook
+        """Claim what this factory's managers write for the job (``SystemAdmin.claim_stream``), at start and
+        before any container runs: a checkpoint topic two jobs share would give each the other's offsets."""
+
     def transaction_system(self, config: Config) -> str | None:
         """The system whose transactions this factory's managers can write checkpoints in (exactly-once:
         ``CheckpointManager.join_transaction``); None when they cannot."""

@@ -295,6 +295,10 @@ class TaskConfig(ConfigView):
     ``job.coordinator.system``, else the only Kafka system configured."""
     checkpoint_topic: str | None = Field(None, alias="checkpoint.topic")
     """Default ``__millstream-checkpoint-<job.name>-<job.id>``."""
+    checkpoint_owner_takeover: Bool = Field(False, alias="checkpoint.owner.takeover")
+    """Hand the Kafka checkpoint topic over to this job on purpose: the topic is owned by the job that first
+    used it (recorded on the cluster), and another job naming it (``task.checkpoint.topic``) is refused at start.
+    Set it for one start after the old owner stopped for good, then remove it."""
     checkpoint_replication_factor: int = Field(-1, alias="checkpoint.replication.factor", ge=-1)
     """-1: the broker's ``default.replication.factor``."""
     checkpoint_validation_enabled: Bool = Field(True, alias="checkpoint.validation.enabled")
@@ -568,7 +572,13 @@ class StoreConfig(ConfigView):
     msg_serde: str | None = Field(None, alias="msg.serde")
     """Serde name of the store's values; default: bytes."""
     changelog: str | None = None
-    """``system.stream`` the changelog backend writes every change to (a bare name: the log system)."""
+    """``system.stream`` the changelog backend writes every change to (a bare name: the log system). Unset on a
+    store whose backup factories list ``changelog``: ``<job.name>-<job.id>-<store>-changelog`` on the system of
+    the job's inputs (``storage.backends.changelog.names``)."""
+    changelog_owner_takeover: Bool = Field(False, alias="changelog.owner.takeover")
+    """Hand the changelog over to this store on purpose: a changelog is owned by the one job and store that
+    first used it (recorded with the stream), and another claimant is refused at start. Set it for one start
+    after the old owner stopped for good (a renamed job, a store moved), then remove it."""
     backup_factories: CommaList | None = Field(None, alias="backup.factories")
     """State backends this store backs up to (``changelog``, ``blobstore``, ``module:Class``); default: ``changelog``
     if a changelog is set."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from millstream.checkpoint.factory import checkpoint_factory
 from millstream.config import Config, JobConfig, TaskConfig
 from millstream.config.views import StartpointConfig, adjunct_streams, system_names
 from millstream.coordinator.groupers import group_containers, group_tasks, grouper_for
@@ -103,9 +104,11 @@ class JobCoordinator:
         )
 
     def start(self) -> JobModel:
-        """Plan, prepare state resources (changelog partitions and streams, buckets), publish, and fan
-        startpoints out to the new model's tasks (``job.startpoint.enabled``)."""
+        """Plan, claim the checkpoint topic, prepare state resources (changelog partitions and streams, their
+        owners, buckets), publish, and fan startpoints out to the new model's tasks (``job.startpoint.enabled``).
+        A durable stream another job owns stops the start here, before any container runs."""
         plan = self.plan()
+        self._claim_checkpoint_resources()
         prepare_state_resources(self.config, self.store, plan.model)
         previous = coordination.latest_job_model(self.store)
         self.publish(plan.model)
@@ -115,6 +118,13 @@ class JobCoordinator:
             manager = StartpointManager(self.store, StartpointConfig.of(self.config).max_age_ms)
             manager.fan_out(plan.model.task_to_ssps())
         return plan.model
+
+    def _claim_checkpoint_resources(self) -> None:
+        """``CheckpointManagerFactory.claim_resources``; a factory registered as a virtual subclass
+        (``CheckpointManagerFactory.register``) before the hook existed has none and claims nothing."""
+        claim = getattr(checkpoint_factory(self.config), "claim_resources", None)
+        if claim is not None:
+            claim(self.config)
 
     def fence_writers(self, previous: JobModel) -> None:
         """Fence every producer of the previous generation's containers in every system, before any

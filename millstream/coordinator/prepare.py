@@ -36,13 +36,15 @@ from millstream.errors import ConfigError
 from millstream.model import SystemStream
 from millstream.operators.planner import expand_application
 from millstream.serde.registry import SerdeRegistry
+from millstream.storage.backends.changelog.names import with_default_changelogs
 from millstream.storage.managers.validation import validate_state_config
 from millstream.systems.registry import system_factory
 
 
 def prepare(config: Config) -> Config:
-    """The config a job runs with: absolute paths, the application expanded, every key checked."""
-    resolved = expand_application(resolve_paths(config))
+    """The config a job runs with: absolute paths, the application expanded, default changelog names
+    derived (``storage.backends.changelog.names``), every key checked."""
+    resolved = with_default_changelogs(expand_application(resolve_paths(config)))
     _validate(resolved)
     return resolved
 

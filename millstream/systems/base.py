@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import TYPE_CHECKING, ClassVar, Self
 
-from millstream.errors import MillstreamError
+from millstream.errors import ConfigError, MillstreamError
 from millstream.metadata.base import FencedError
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 
@@ -97,6 +97,48 @@ class SystemStreamMetadata:
     @property
     def partition_count(self) -> int:
         return len(self.partitions)
+
+
+@dataclass(frozen=True)
+class StreamOwner:
+    """Who writes a durable stream: a job (``<job.name>-<job.id>``) and what of it (a store's name; empty for a
+    stream of the whole job, such as its checkpoint topic)."""
+
+    job: str
+    store: str = ""
+
+    def describe(self) -> str:
+        return f"store '{self.store}' of job '{self.job}'" if self.store else f"job '{self.job}'"
+
+    def to_json(self) -> dict[str, str]:
+        return {"job": self.job, "store": self.store}
+
+    @classmethod
+    def from_json(cls, document: object) -> StreamOwner | None:
+        """The owner a record names; None when it is not an owner record (a crash while writing it)."""
+        if (
+            isinstance(document, dict)
+            and isinstance(document.get("job"), str)
+            and isinstance(document.get("store"), str)
+        ):
+            return cls(document["job"], document["store"])
+        return None
+
+
+class StreamOwnedError(ConfigError):
+    """A job claimed a stream another job or store owns: it is refused at start (exit code 2), since two
+    writers of one changelog overwrite each other's keys and both restore the mixture, silently."""
+
+    def __init__(self, system: str, stream: str, owner: StreamOwner, claimant: StreamOwner, takeover_key: str) -> None:
+        self.system = system
+        self.stream = stream
+        self.owner = owner
+        self.claimant = claimant
+        super().__init__(
+            f"stream '{system}.{stream}' is owned by {owner.describe()}; {claimant.describe()} cannot write it too "
+            f"(two writers corrupt each other's state). Give the store a stream of its own, or, to hand the stream "
+            f"over on purpose (the old owner must not run again with it), start once with '{takeover_key}=true'"
+        )
 
 
 @dataclass(frozen=True)
@@ -236,6 +278,22 @@ class SystemAdmin(ABC):
         successor taking over the same writer identity. Systems that check each write's ``WriterToken``
         (the embedded log refuses older generations) need nothing; Kafka fences each container's
         ``transactional.id``."""
+
+    records_owners: ClassVar[bool] = False
+    """True for systems that keep a stream's owner with the stream (``claim_stream``)."""
+
+    def claim_stream(
+        self, stream: str, owner: StreamOwner, *, takeover: bool = False, takeover_key: str = "takeover"
+    ) -> StreamOwner | None:
+        """Record ``owner`` as the one writer of ``stream``, kept where the stream lives (so every job using
+        this system sees it, whatever its metadata store); return the owner recorded before (None: none).
+
+        The same owner claiming again (a restart) is accepted. Another owner is refused with
+        ``StreamOwnedError`` (naming ``takeover_key``, the config key that hands it over) unless ``takeover``,
+        which records ``owner`` instead. A claim is atomic against
+        concurrent claims: of two jobs claiming an unowned stream at once, one wins, the other is refused.
+        Systems that cannot keep a record (``records_owners`` False) accept every claim and return None."""
+        return None
 
     def seal_stream(self, stream: str) -> None:
         """Mark ``stream`` bounded and complete, for systems that have bounded streams."""

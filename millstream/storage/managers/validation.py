@@ -40,6 +40,7 @@ def validate_state_config(config: Config, serdes: SerdeRegistry) -> None:
         if len(set(versions)) != len(versions):
             raise ConfigError(f"config key 'task.checkpoint.{key}.versions' repeats a version: {versions}")
     adjunct = set(adjunct_store_names(config))
+    _refuse_shared_changelogs(config)
     for store in store_names(config):
         own = store_config(config, store)
         for kind, serde_name in (("key", own.key_serde), ("msg", own.msg_serde)):
@@ -54,3 +55,19 @@ def validate_state_config(config: Config, serdes: SerdeRegistry) -> None:
         factories = {f.marker_key(): f for f in (*backup_factories(config, store), *restore_factories(config, store))}
         for factory_class in factories.values():
             factory_class().validate_store(config, store, own, persistent)
+
+
+def _refuse_shared_changelogs(config: Config) -> None:
+    """Two stores of one job writing one changelog would restore each other's keys: refuse the config."""
+    owners: dict[tuple[str, str], str] = {}
+    for store in store_names(config):
+        changelog = store_config(config, store).changelog
+        if not changelog:
+            continue
+        stream = parse_stream(changelog, f"stores.{store}.changelog")
+        other = owners.setdefault((stream.system, stream.stream), store)
+        if other != store:
+            raise ConfigError(
+                f"stores '{other}' and '{store}' both name changelog '{stream.system}.{stream.stream}' "
+                f"(stores.{other}.changelog, stores.{store}.changelog): each store needs a changelog of its own"
+            )

@@ -13,16 +13,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import orjson
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec
 
 from millstream.errors import StreamNotFoundError
 from millstream.model import SystemStreamPartition
 from millstream.systems.base import (
+    StreamOwnedError,
+    StreamOwner,
     StreamSpec,
     SystemAdmin,
+    SystemOperationError,
     SystemStreamMetadata,
     SystemStreamPartitionMetadata,
     compare_integer_offsets,
@@ -42,6 +46,9 @@ from millstream.systems.kafka.config import KafkaClientSettings
 from millstream.systems.kafka.errors import KafkaSystemError
 from millstream.systems.kafka.transactions import fence_transactional_id
 
+if TYPE_CHECKING:
+    from millstream.config.core import Config
+
 log = logging.getLogger(__name__)
 
 REPLICATION_FACTOR_KEY = "replication.factor"
@@ -53,6 +60,14 @@ streams): records carry their event time, so a backfill's would expire within mi
 broker's default; the consuming stage deletes them once it has checkpointed past them."""
 
 
+OWNERS_TOPIC = "__millstream-owners"
+"""The cluster's record of who owns which topic (``claim_stream``): a single-partition compacted topic whose
+record for a topic names its owner, shared by every job on the cluster."""
+OWNERS_NAMESPACE = "owner"
+CLAIM_ATTEMPTS = 5
+"""Conditional writes ``claim_stream`` tries before giving up: each lost race re-reads the owner, so a lost
+race ends at the next attempt (the stream is then owned) unless another takeover keeps racing."""
+
 FENCING_THREADS = 8
 """Producers ``fence_writers`` runs at once, each taking over one container's ``transactional.id``."""
 
@@ -60,9 +75,10 @@ FENCING_THREADS = 8
 class KafkaSystemAdmin(SystemAdmin):
     """``SystemAdmin`` of a Kafka cluster. Thread-safe as librdkafka's admin client is."""
 
-    def __init__(self, system: str, kafka: KafkaClientSettings) -> None:
+    def __init__(self, system: str, kafka: KafkaClientSettings, *, config: Config | None = None) -> None:
         self.system = system
         self.kafka = kafka
+        self._config = config
         self._admin: AdminClient | None = None
         self._timeout = kafka.settings.operation_timeout_ms / 1000
         self._isolation = (
@@ -290,6 +306,40 @@ class KafkaSystemAdmin(SystemAdmin):
         wait_for_topic(admin, self.kafka, topic, present=False)
         return True
 
+    records_owners = True
+
+    def claim_stream(
+        self, stream: str, owner: StreamOwner, *, takeover: bool = False, takeover_key: str = "takeover"
+    ) -> StreamOwner | None:
+        """Kafka keeps no arbitrary keys in a topic's config, so owners live on the same cluster in
+        ``__millstream-owners``: the coordinator-stream machinery (``KafkaMetadataStore``) on that topic, one
+        record per topic. A claim is its ``compare_and_put`` against the owner just read, so of two jobs
+        claiming at once the later write is aborted and re-reads the winner; losing conditional writes never
+        reach the compacted log, which therefore holds exactly the current owners."""
+        from millstream.systems.kafka.metadata import KafkaMetadataStore  # the store builds on this module
+
+        if self._config is None:
+            raise SystemOperationError(f"Kafka system '{self.system}': this admin has no config to claim '{stream}'")
+        overrides = {"job.coordinator.system": self.system, "job.coordinator.topic": OWNERS_TOPIC}
+        store = KafkaMetadataStore(self._config.with_overrides(overrides))
+        value = orjson.dumps(owner.to_json())
+        try:
+            for _ in range(CLAIM_ATTEMPTS):
+                raw = store.get(OWNERS_NAMESPACE, stream)
+                previous = StreamOwner.from_json(_json_or_none(raw))
+                if previous == owner:
+                    return previous
+                if previous is not None and not takeover:
+                    raise StreamOwnedError(self.system, stream, previous, owner, takeover_key)
+                if store.compare_and_put(OWNERS_NAMESPACE, stream, value, {(OWNERS_NAMESPACE, stream): raw}):
+                    return previous
+        finally:
+            store.close()
+        raise SystemOperationError(
+            f"Kafka system '{self.system}': claiming topic '{stream}' for {owner.describe()} lost {CLAIM_ATTEMPTS} "
+            f"races in a row in '{OWNERS_TOPIC}'"
+        )
+
     def fence_writers(self, job: str, container_ids: Iterable[str]) -> None:
         """With transactional writes, take over each container's ``transactional.id``: a zombie of an older
         generation has its open transaction aborted and fails its next commit with ``WriterFencedError``. Up to
@@ -308,3 +358,10 @@ class KafkaSystemAdmin(SystemAdmin):
         what = f"Kafka system '{self.system}': listing topics"
         metadata = retry(lambda: admin.list_topics(timeout=self._timeout), what, self._timeout)
         return sorted(topic for topic in metadata.topics if not topic.startswith("__"))
+
+
+def _json_or_none(raw: bytes | None) -> object:
+    try:
+        return None if raw is None else orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None

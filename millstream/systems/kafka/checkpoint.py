@@ -72,7 +72,7 @@ from millstream.config.views import JobConfig, TaskConfig
 from millstream.errors import MillstreamError
 from millstream.metadata.base import FencedError, MetadataStore
 from millstream.model import OutgoingMessageEnvelope, SystemStream, TaskName
-from millstream.systems.base import StreamSpec, SystemProducer
+from millstream.systems.base import StreamOwner, StreamSpec, SystemProducer
 from millstream.systems.kafka.admin import KafkaSystemAdmin
 from millstream.systems.kafka.config import KafkaClientSettings, resolve_kafka_system
 from millstream.systems.kafka.replicated_log import (
@@ -435,6 +435,29 @@ class KafkaCheckpointManagerFactory(CheckpointManagerFactory):
         self, config: Config, store: MetadataStore, fence: WriterFence | None = None
     ) -> CheckpointManager:
         return KafkaCheckpointManager(config, store, fence)
+
+    def claim_resources(self, config: Config) -> None:
+        """The checkpoint topic is owned by one job: checkpoint keys name the grouper and the task, not the
+        job, so a second job on the topic (a copied config keeping ``task.checkpoint.topic``) would resume
+        from the other's offsets and skip or repeat input without an error."""
+        job = JobConfig.of(config)
+        task = TaskConfig.of(config)
+        system = checkpoint_system(config)
+        topic = task.checkpoint_topic or log_topic_name("checkpoint", job.name, job.id)
+        admin = KafkaSystemAdmin(system, KafkaClientSettings(config, system), config=config)
+        previous = admin.claim_stream(
+            topic,
+            StreamOwner(job.job_key),
+            takeover=task.checkpoint_owner_takeover,
+            takeover_key="task.checkpoint.owner.takeover",
+        )
+        if previous is not None and previous != StreamOwner(job.job_key):
+            log.warning(
+                "checkpoint topic '%s': handed over from %s to job '%s'; remove task.checkpoint.owner.takeover",
+                topic,
+                previous.describe(),
+                job.job_key,
+            )
 
     def transaction_system(self, config: Config) -> str | None:
         return checkpoint_system(config)

@@ -30,7 +30,7 @@ class KafkaSystemFactory(SystemFactory):
         return partition_for_key
 
     def get_admin(self, system_name: str, config: Config) -> KafkaSystemAdmin:
-        return KafkaSystemAdmin(system_name, KafkaClientSettings(config, system_name))
+        return KafkaSystemAdmin(system_name, KafkaClientSettings(config, system_name), config=config)
 
     def get_consumer(self, system_name: str, config: Config) -> KafkaSystemConsumer:
         kafka = KafkaClientSettings(config, system_name)

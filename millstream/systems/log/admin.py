@@ -12,6 +12,7 @@ from contextlib import contextmanager
 
 from millstream.model import SystemStreamPartition
 from millstream.systems.base import (
+    StreamOwner,
     StreamSpec,
     SystemAdmin,
     SystemStreamMetadata,
@@ -117,6 +118,14 @@ class LogSystemAdmin(SystemAdmin):
                     f"{retention} ms: a stage that has not read them yet would lose them; re-create it, or set "
                     f"its retention.ms to -1"
                 )
+
+    records_owners = True
+
+    def claim_stream(
+        self, stream: str, owner: StreamOwner, *, takeover: bool = False, takeover_key: str = "takeover"
+    ) -> StreamOwner | None:
+        """The owner is ``owner.json`` in the stream's directory, beside ``stream.json`` and the partitions."""
+        return self.layout.claim(stream, owner, takeover_key, takeover=takeover)
 
     def clear_stream(self, spec: StreamSpec) -> bool:
         return self.layout.delete(spec.physical_name)

@@ -10,6 +10,7 @@ before removing it, so no process ever sees half a stream.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -21,10 +22,14 @@ from pathlib import Path
 
 from millstream.errors import StreamNotFoundError
 from millstream.files import sync_dir
+from millstream.systems.base import StreamOwnedError, StreamOwner
 from millstream.systems.log.errors import CorruptStreamError, InvalidStreamNameError, LogSystemError
 from millstream.systems.log.storage import LogPartition
 
 STREAM_FILE = "stream.json"
+OWNER_FILE = "owner.json"
+"""The stream's owner (``SystemAdmin.claim_stream``): ``{"job": ..., "store": ...}``, beside its data, so
+deleting the stream releases it."""
 FORMAT_VERSION = 1
 _STAGING_PREFIX = ".staging-"
 _DELETING_PREFIX = ".deleting-"
@@ -127,6 +132,31 @@ class LogLayout:
             return True
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+
+    def claim(self, stream: str, owner: StreamOwner, takeover_key: str, *, takeover: bool) -> StreamOwner | None:
+        """``SystemAdmin.claim_stream`` on the log: read and write ``owner.json`` under an exclusive ``flock``
+        of it, so concurrent claims (any process on the host) are serialised; the file is written in place
+        and synced, and an unreadable one (a crash while writing) counts as unowned."""
+        path = self.stream_dir(stream) / OWNER_FILE
+        self.require_info(stream)
+        with open(path, "a+b") as file:
+            fcntl.flock(file.fileno(), fcntl.LOCK_EX)
+            file.seek(0)
+            try:
+                previous = StreamOwner.from_json(json.loads(file.read() or b"null"))
+            except ValueError:
+                previous = None
+            if previous == owner:
+                return previous
+            if previous is not None and not takeover:
+                raise StreamOwnedError(self.system, stream, previous, owner, takeover_key)
+            file.seek(0)
+            file.truncate()
+            file.write(json.dumps(owner.to_json(), sort_keys=True).encode("utf-8"))
+            file.flush()
+            os.fsync(file.fileno())
+        sync_dir(path.parent)
+        return previous
 
     def delete(self, stream: str) -> bool:
         """Remove the stream and its data; False when it did not exist."""

@@ -40,7 +40,6 @@ def test_samzas_store_factory_class_names_are_accepted(tmp_path: Path) -> None:
         ({"stores.s": "x"}, r"stores\.<store>\.<setting>"),
         ({"stores.s.factory": "nosuch"}, r"stores\.s\.factory"),
         ({"stores.s.key.serde": "nope"}, r"unknown serde 'nope'.*stores\.s\.key\.serde"),
-        ({"stores.s.backup.factories": "changelog"}, r"'stores\.s\.changelog' is not set"),
         ({"stores.s.backup.factories": "nosuch"}, r"stores\.s\.backup\.factories"),
         ({"stores.backup.factories": "bogus"}, r"stores\.backup\.factories"),
         ({"stores.s.clean.on.container.start": "maybe"}, r"stores\.s\.clean\.on\.container\.start"),
@@ -75,3 +74,10 @@ def test_a_blob_store_backup_needs_v2_writes_and_a_persistent_store(tmp_path: Pa
 def test_job_level_backup_factories_apply_to_every_store(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"store 's' uses the blob store backend"):
         check(tmp_path, **{"stores.backup.factories": "blobstore", "stores.s.factory": "rocksdb"})
+
+
+def test_a_changelog_store_without_a_changelog_is_refused_when_the_inputs_span_two_systems(tmp_path: Path) -> None:
+    """No default system to derive a changelog on: the config must choose (see backends/changelog/test_names.py)."""
+    two_systems = {"task.inputs": "log.in,other.in", "systems.other.samza.factory": "log"}
+    with pytest.raises(ConfigError, match=r"'stores\.s\.changelog' is not set"):
+        check(tmp_path, **two_systems, **{"stores.s.backup.factories": "changelog"})

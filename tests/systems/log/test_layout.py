@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from millstream.errors import StreamNotFoundError
-from millstream.systems.base import StreamSpec
+from millstream.systems.base import StreamOwnedError, StreamOwner, StreamSpec
 from millstream.systems.log.admin import LogSystemAdmin
 from millstream.systems.log.consumer import LogSystemConsumer
 from millstream.systems.log.errors import CorruptStreamError, LogStorageError
@@ -52,3 +52,26 @@ def test_creating_streams_leaves_no_staging_directories_behind(admin: LogSystemA
     create(admin, "a")
     assert not admin.create_stream(StreamSpec(SYSTEM, "a", 1))
     assert sorted(path.name for path in root.iterdir()) == ["a"]
+
+
+def test_a_stream_owner_is_kept_in_the_streams_directory_and_refuses_another(admin: LogSystemAdmin, root: Path) -> None:
+    create(admin, "counts-changelog")
+    first, second = StreamOwner("a-1", "counts"), StreamOwner("b-1", "counts")
+    assert admin.claim_stream("counts-changelog", first) is None
+    assert admin.claim_stream("counts-changelog", first) == first
+    with pytest.raises(StreamOwnedError, match=r"owned by store 'counts' of job 'a-1'.*'the-key=true'"):
+        admin.claim_stream("counts-changelog", second, takeover_key="the-key")
+    assert admin.claim_stream("counts-changelog", second, takeover=True) == first
+    assert (root / "counts-changelog" / "owner.json").read_text() == '{"job": "b-1", "store": "counts"}'
+
+
+def test_an_unreadable_owner_record_counts_as_unowned(admin: LogSystemAdmin, root: Path) -> None:
+    """What a crash while writing it leaves: the next claim writes a whole record."""
+    create(admin, "counts-changelog")
+    (root / "counts-changelog" / "owner.json").write_text('{"job": "a-')
+    assert admin.claim_stream("counts-changelog", StreamOwner("b-1", "counts")) is None
+
+
+def test_claiming_a_stream_that_does_not_exist_names_it(admin: LogSystemAdmin) -> None:
+    with pytest.raises(StreamNotFoundError, match=r"'log.missing'"):
+        admin.claim_stream("missing", StreamOwner("a-1", "counts"))

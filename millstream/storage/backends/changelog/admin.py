@@ -8,14 +8,14 @@ import logging
 from collections.abc import Mapping
 
 from millstream.config.core import Config
-from millstream.config.views import StoreConfig, parse_stream
+from millstream.config.views import JobConfig, StoreConfig, parse_stream
 from millstream.errors import MillstreamError
 from millstream.job_model import JobModel
 from millstream.metadata.base import MetadataStore
 from millstream.model import SystemStream
 from millstream.storage.backends.base import StateBackendAdmin
 from millstream.storage.changelog_partitions import assign_changelog_partitions
-from millstream.systems.base import StreamSpec
+from millstream.systems.base import StreamOwner, StreamSpec, SystemAdmin
 from millstream.systems.registry import system_factory
 
 log = logging.getLogger(__name__)
@@ -35,6 +35,7 @@ class ChangelogStateBackendAdmin(StateBackendAdmin):
             for store, store_config in stores.items()
             if store_config.changelog
         }
+        self.takeover = {store: store_config.changelog_owner_takeover for store, store_config in stores.items()}
 
     def _partitions_needed(self) -> int:
         mapping = assign_changelog_partitions(self.metadata_store, self.job_model.tasks)
@@ -50,6 +51,7 @@ class ChangelogStateBackendAdmin(StateBackendAdmin):
                 if admin.create_stream(spec):
                     log.info("created changelog %s of store '%s' with %d partition(s)", stream, store, needed)
                 self._check(admin, store, stream, needed)
+                self._claim(admin, store, stream)
             finally:
                 admin.stop()
 
@@ -62,6 +64,30 @@ class ChangelogStateBackendAdmin(StateBackendAdmin):
                 self._check(admin, store, stream, needed)
             finally:
                 admin.stop()
+
+    def _claim(self, admin: SystemAdmin, store: str, stream: SystemStream) -> None:
+        """Own the changelog before any container writes it: a second job (a copied config naming the same
+        changelog) or a second store of this job would interleave its keys with the owner's, and each
+        restore would load the mixture with no error. The record lives with the stream, not in the job's
+        metadata store, which the other job does not share."""
+        owner = StreamOwner(JobConfig.of(self.config).job_key, store)
+        takeover_key = f"stores.{store}.changelog.owner.takeover"
+        previous = admin.claim_stream(stream.stream, owner, takeover=self.takeover[store], takeover_key=takeover_key)
+        if not admin.records_owners:
+            log.warning(
+                "system '%s' keeps no stream owners: changelog %s of store '%s' is not protected",
+                stream.system,
+                stream,
+                store,
+            )
+        elif previous is not None and previous != owner:
+            log.warning(
+                "changelog %s: handed over from %s to %s (%s); remove the key",
+                stream,
+                previous.describe(),
+                owner.describe(),
+                takeover_key,
+            )
 
     @staticmethod
     def _check(admin: object, store: str, stream: SystemStream, needed: int) -> None:

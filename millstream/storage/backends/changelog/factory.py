@@ -29,7 +29,8 @@ class ChangelogStateBackendFactory(StateBackendFactory):
     def validate_store(self, config: Config, store: str, store_config: StoreConfig, persistent: bool) -> None:
         if not store_config.changelog:
             raise ConfigError(
-                f"store '{store}' uses the changelog backend but 'stores.{store}.changelog' is not set (system.stream)"
+                f"store '{store}' uses the changelog backend but 'stores.{store}.changelog' is not set "
+                f"(system.stream), and no default is derived: the job's inputs are not all on one system"
             )
         parse_stream(store_config.changelog, f"stores.{store}.changelog")
 
