@@ -99,15 +99,17 @@ class MeasuringContainer(Container):
 
 
 def job_config(root: Path, tasks: int, system: str, bootstrap: str | None) -> Config:
+    """Names are unique per call: on a broker, streams outlive a measurement."""
+    run = f"{tasks}-{int(time.time() * 1000)}"
     values: dict[str, Any] = {
-        "job.name": f"bench-commit-scale-{tasks}-{int(time.time() * 1000)}",
+        "job.name": f"bench-commit-scale-{run}",
         "job.data.dir": str(root / "data"),
         "job.container.count": 1,
         "task.class": f"{__name__}:PutEachMessage",
-        "task.inputs": f"{system}.bench-in",
+        "task.inputs": f"{system}.bench-in-{run}",
         "task.commit.ms": 3_600_000,
         "stores.counts.factory": "rocksdb",
-        "stores.counts.changelog": f"{system}.bench-counts-changelog",
+        "stores.counts.changelog": f"{system}.bench-counts-{run}",
         "stores.counts.key.serde": "bytes",
         "stores.counts.msg.serde": "bytes",
         "serializers.registry.bytes.class": "bytes",
@@ -131,7 +133,7 @@ def measure(root: Path, tasks: int, rounds: int, system: str, bootstrap: str | N
     admin = system_factory(config, system).get_admin(system, config)
     admin.start()
     try:
-        admin.create_stream(StreamSpec(system, "bench-in", tasks))
+        admin.create_stream(StreamSpec(system, config.get_list("task.inputs")[0].split(".", 1)[1], tasks))
     finally:
         admin.stop()
     store = metadata_store(config)
