@@ -11,9 +11,10 @@ over the task's partitions — is raised. Source partitions' watermarks come fro
 (``source``); their end-of-stream comes from the system.
 
 *Producing.* A watermark or end-of-stream of a produced stream is framed with the task's name and the
-number of producing tasks and sent to every partition (broadcast: sent at once, followed by a commit so
-it is flushed soon), or, in aggregate mode, to the aggregate partition only — deferred until a flush made
-the task's earlier output durable (``sender``). The task reading an aggregate partition re-broadcasts
+number of producing tasks and sent to every partition (broadcast: sent at once, and visible when the task's
+other output is — as the producer writes it under at-least-once, at the container's commit under
+exactly-once; it asks for no commit), or, in aggregate mode, to the aggregate partition only — deferred
+until a flush made the task's earlier output durable (``sender``). The task reading an aggregate partition re-broadcasts
 each reconciled result, without a task name, to the stream's other partitions.
 
 *Draining* (``millstream job drain``). The runtime stops reading the task's source partitions and
@@ -102,21 +103,23 @@ class ControlSend:
 class ControlEvents:
     """What the engine must do, in this order: write ``sends``, declare ``ended`` and ``drained``
     partitions to the runtime, raise the watermark of the ``advance`` input streams, finish the ``finish``
-    input streams (end-of-stream) and the ``drain`` ones (drained: ended for this run only), and ask for
-    a commit when ``commit``."""
+    input streams (end-of-stream) and the ``drain`` ones (drained: ended for this run only).
+
+    A broadcast never asks for a commit: correctness does not need one (each control message follows, in
+    its partition, the user messages its producer wrote there before, and the control state written at the
+    next commit covers it), and output is visible as the producer writes it, not at a commit. Forcing one
+    per broadcast made commits scale with timer ticks, and with messages once a tick's work outlasted
+    the tick (issue 40)."""
 
     sends: tuple[ControlSend, ...] = ()
     ended: tuple[SystemStreamPartition, ...] = ()
     advance: tuple[tuple[SystemStream, int], ...] = ()
     finish: tuple[SystemStream, ...] = ()
-    commit: bool = False
     drained: tuple[SystemStreamPartition, ...] = ()
     drain: tuple[SystemStream, ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(
-            self.sends or self.ended or self.advance or self.finish or self.commit or self.drained or self.drain
-        )
+        return bool(self.sends or self.ended or self.advance or self.finish or self.drained or self.drain)
 
 
 NO_EVENTS = ControlEvents()
@@ -311,14 +314,14 @@ class ControlProtocol:
         return self._send(produced, DrainMessage(self.task_name, produced.task_count, self.run_id))
 
     def _send(self, produced: ProducedStream, message: ControlMessage) -> ControlEvents:
-        """Broadcast now and ask for a commit (a watermark is worth little late), or defer (aggregate)."""
+        """Broadcast now, or defer until the task's output was flushed (aggregate)."""
         frame = frame_control_message(message)
         targets = control_targets(produced.stream.stream, produced.partition_count, self.settings.aggregate)
         sends = tuple(ControlSend(produced.stream, partition, frame) for partition in targets)
         if self.settings.aggregate:
             self.deferred.extend(sends)
             return NO_EVENTS
-        return ControlEvents(sends=sends, commit=True)
+        return ControlEvents(sends=sends)
 
     @property
     def wants_commit(self) -> bool:

@@ -539,8 +539,6 @@ class TaskGraph:
             if not impl.ended:  # an input that ended for good stays ended
                 impl.drained = True
                 impl.finish()
-        if events.commit and coordinator is not None:
-            coordinator.commit()  # flush soon: a watermark is worth little late
 
     def _send_frame(self, send: ControlSend) -> None:
         self.context.send(OutgoingMessageEnvelope(send.stream, send.frame, None, partition=send.partition))

@@ -166,10 +166,10 @@ def test_drain_is_only_a_sources_partition_to_drain():
     assert consumer(I0).on_drain(I0) is NO_EVENTS, "an intermediate partition drains through its producers"
 
 
-def test_a_producer_broadcasts_a_drain_stamped_with_its_run_and_asks_for_a_commit():
+def test_a_producer_broadcasts_a_drain_stamped_with_its_run_and_asks_for_no_commit():
     events = source_task().on_output_drain(OUT)
     assert decoded(events) == [(p, DrainMessage("Partition 0", 2, RUN)) for p in range(3)]
-    assert events.commit
+    assert events == ControlEvents(sends=events.sends), "the task commits as it finishes draining"
 
 
 # --- what a snapshot after a drain remembers -------------------------------------------------------

@@ -127,11 +127,11 @@ def test_idle_producers_stop_holding_the_stream_back_at_the_timer():
 # --- producing -------------------------------------------------------------------------------------
 
 
-def test_broadcast_sends_each_control_message_to_every_partition_at_once_and_asks_for_a_commit():
+def test_broadcast_sends_each_control_message_to_every_partition_at_once_and_asks_for_no_commit():
     protocol = producer()
     events = protocol.on_output_watermark(OUT, 5)
     assert decoded(events) == [(p, WatermarkMessage(5, "Partition 0", 2)) for p in range(3)]
-    assert events.commit and not protocol.wants_commit
+    assert events == ControlEvents(sends=events.sends) and not protocol.wants_commit
     assert decoded(protocol.on_output_end_of_stream(OUT)) == [
         (p, EndOfStreamMessage("Partition 0", 2)) for p in range(3)
     ]

@@ -10,6 +10,13 @@ sender ended up waiting for the appender's queue. A failed append keeps its reco
 sent after it) buffered for the next ``flush``, so the error surfaces there instead of the records
 vanishing.
 
+``flush(source)`` appends only the buffers of the partitions ``source`` sent to since its last flush (each
+source keeps the set of buffer slots it touched), so a task's commit costs appends for what that task wrote,
+not for what every task of the container buffered: with ``n`` tasks committing in turn, flushing everything
+made each append hold about one task's records and cost ``n`` times the appends. A buffer holds every
+source's records for its partition, so a flush also appends other sources' records that share a touched
+buffer; that is correct, and keeps each partition's records in send order.
+
 A container's producer writes on behalf of a ``WriterToken`` (``set_writer``): every append checks it
 in the append's transaction (see ``storage``), and once one is refused the producer is fenced for good —
 every later ``send`` and ``flush`` raises the same ``WriterFencedError`` and nothing more is appended,
@@ -49,13 +56,19 @@ _monotonic = time.monotonic
 _crc32 = zlib.crc32
 
 
-@dataclass
+@dataclass(slots=True)
 class _StreamWriter:
     stream: str
     partition_count: int
     buffers: list[list[Any]]
     round_robin: Iterator[int]
     """Partitions for keyless envelopes, from a random one on (see ``partitioner``)."""
+    base: int = 0
+    """The producer-wide slot of partition 0's buffer; partition ``p``'s is ``base + p`` (see ``_touched``)."""
+    owners: list[str | None] = field(default_factory=list)
+    """Per partition, the source that last recorded its buffer as touched, None once the buffer was appended:
+    while a source is the owner, the buffer is in its touched set, so ``send`` skips the set (an identity test
+    instead of a set insertion per record)."""
     partitions: dict[int, LogPartition] = field(default_factory=dict)
 
 
@@ -96,8 +109,15 @@ class LogSystemProducer(SystemProducer):
         self._fenced: WriterFencedError | None = None
         self._failure: BaseException | None = None
         """Why an append of a full buffer failed since the last ``flush``: until then nothing more is appended."""
-        self._last: tuple[SystemStream | None, _StreamWriter] = (None, cast(_StreamWriter, None))
-        """The stream sent to last and its writer, as one reference (see ``_stream_writer``)."""
+        self._slots: list[tuple[_StreamWriter, int]] = []
+        """Per buffer slot, its writer and partition."""
+        self._touched: dict[str, set[int]] = {}
+        """Per source, the slots of the buffers it sent to since its last ``flush``: what that flush appends."""
+        self._last: tuple[str | None, SystemStream | None, _StreamWriter, set[int]] = (
+            None, None, cast(_StreamWriter, None), set(),
+        )  # fmt: skip
+        """The source and stream sent to last, the stream's writer and the source's touched slots, as one
+        reference (see ``_stream_writer``)."""
 
     @property
     def batch_size(self) -> int:
@@ -165,9 +185,9 @@ class LogSystemProducer(SystemProducer):
         try:
             if self._fenced is not None:
                 raise self._fenced
-            last_stream, writer = self._last
-            if system_stream is not last_stream:
-                writer = self._stream_writer(system_stream)
+            last_source, last_stream, writer, touched = self._last
+            if system_stream is not last_stream or source is not last_source:
+                writer, touched = self._stream_writer(source, system_stream)
             partition = envelope.partition
             if partition is None:
                 by = envelope.partition_key
@@ -183,6 +203,10 @@ class LogSystemProducer(SystemProducer):
                 partition = self._partitioner.partition(envelope, writer.partition_count)
             buffer = writer.buffers[partition]
             buffer += (timestamp, key, message, headers)
+            owners = writer.owners
+            if owners[partition] is not source:
+                owners[partition] = source
+                touched.add(writer.base + partition)
             if self._held_since is None:
                 self._held_since = _monotonic()
             if len(buffer) >= self._fill:
@@ -209,15 +233,17 @@ class LogSystemProducer(SystemProducer):
         try:
             if self._fenced is not None:
                 raise self._fenced
-            last_stream, writer = self._last
-            if stream is not last_stream:
-                writer = self._stream_writer(stream)
+            last_source, last_stream, writer, touched = self._last
+            if stream is not last_stream or source is not last_source:
+                writer, touched = self._stream_writer(source, stream)
             if self._held_since is None and messages:
                 self._held_since = _monotonic()
             if keys is None:
-                self._deal(writer, messages, timestamp)
+                self._deal(writer, messages, timestamp, touched)
                 return
             partitions = _partitions_of(writer, keys)
+            base = writer.base
+            touched.update(base + partition for partition in set(partitions))
             buffers, fill = writer.buffers, self._fill
             for partition, key, message in zip(partitions, keys, messages, strict=False):
                 buffer = buffers[partition]
@@ -227,7 +253,7 @@ class LogSystemProducer(SystemProducer):
         finally:
             lock.release()
 
-    def _deal(self, writer: _StreamWriter, messages: Sequence[bytes | None], timestamp: int) -> None:
+    def _deal(self, writer: _StreamWriter, messages: Sequence[bytes | None], timestamp: int, touched: set[int]) -> None:
         """Append keyless ``messages`` round robin, as ``send`` would one by one: the ``i``-th goes to the
         ``i``-th partition of the round from where it stands, so partition ``first + j`` gets
         ``messages[j::count]`` and the round goes on after the last. Under the lock."""
@@ -248,18 +274,23 @@ class LogSystemProducer(SystemProducer):
             records[2::_FIELDS] = dealt
             buffer = writer.buffers[partition]
             buffer += records
+            touched.add(writer.base + partition)
             if len(buffer) >= self._fill:
                 self._hand_over(writer, partition)
 
-    def _stream_writer(self, system_stream: SystemStream) -> _StreamWriter:
-        """The writer of ``system_stream`` (opened on first use), remembered as the stream sent to last:
-        a task usually sends to one stream object, which then costs one identity test. Under the lock."""
+    def _stream_writer(self, source: str, system_stream: SystemStream) -> tuple[_StreamWriter, set[int]]:
+        """The writer of ``system_stream`` (opened on first use) and ``source``'s touched slots, remembered
+        as sent to last: a task usually sends to one stream object, which then costs two identity tests.
+        Under the lock."""
         system, stream = system_stream
         if system != self.system:
             raise LogSystemError(f"producer of system '{self.system}' cannot send to '{system}.{stream}'")
         writer = self._writers.get(stream) or self._open_stream(stream)
-        self._last = (system_stream, writer)
-        return writer
+        touched = self._touched.get(source)
+        if touched is None:
+            touched = self._touched[source] = set()
+        self._last = (source, system_stream, writer, touched)
+        return writer, touched
 
     def _check(self, system: str, stream: str, key: Any, message: Any) -> None:
         if system != self.system:
@@ -273,10 +304,35 @@ class LogSystemProducer(SystemProducer):
             )
 
     def flush(self, source: str) -> None:
-        """Commit every buffered record, of every source: flushing more than asked is still correct."""
+        """Commit every record ``source`` sent: the buffers of the partitions it sent to since its last flush
+        (with what other sources buffered there). After a failed append since the last flush, every buffer, so
+        the failure surfaces to whichever source flushes next."""
         with self._lock:
             self._raise_if_fenced()
-            self._flush_all()
+            if self._failure is not None:
+                self._flush_all()
+                return
+            touched = self._touched.get(source)
+            if touched:
+                self._flush_slots(touched)
+
+    def _flush_slots(self, touched: set[int]) -> None:
+        """Append the non-empty buffers of ``touched`` and forget them; a failed append keeps the set and
+        becomes ``_failure``, so the next flush of any source appends everything. Under the lock."""
+        slots = self._slots
+        try:
+            for slot in sorted(touched):
+                writer, partition = slots[slot]
+                if writer.buffers[partition]:
+                    self._append(writer, partition)
+        except WriterFencedError:
+            raise
+        except Exception as error:
+            self._failure = error
+            raise
+        touched.clear()
+        if not any(any(writer.buffers) for writer in self._writers.values()):
+            self._held_since = None  # nothing left to linger: ``send_lingering`` has no deadline
 
     def send_lingering(self) -> float | None:
         """Append every buffer once its oldest record waited ``linger.ms``; the seconds left until then, or
@@ -326,6 +382,8 @@ class LogSystemProducer(SystemProducer):
             raise
         self._failure = None
         self._held_since = None
+        for touched in self._touched.values():
+            touched.clear()
 
     def _partition(self, writer: _StreamWriter, partition: int) -> LogPartition:
         log = writer.partitions.get(partition)
@@ -346,6 +404,7 @@ class LogSystemProducer(SystemProducer):
                 stale.clear()
             raise
         writer.buffers[partition] = []
+        writer.owners[partition] = None
 
     def _open_stream(self, stream: str) -> _StreamWriter:
         info = self.layout.read_info(stream)
@@ -357,7 +416,10 @@ class LogSystemProducer(SystemProducer):
             self.layout.create(stream, self._default_partitions, {}, fsync=self._fsync)
             info = self.layout.require_info(stream)
         count = info.partition_count
-        writer = _StreamWriter(stream, count, [[] for _ in range(count)], round_robin(count))
+        writer = _StreamWriter(
+            stream, count, [[] for _ in range(count)], round_robin(count), base=len(self._slots), owners=[None] * count
+        )
+        self._slots.extend((writer, partition) for partition in range(count))
         self._writers[stream] = writer
         return writer
 

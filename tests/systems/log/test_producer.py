@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -326,7 +327,7 @@ def test_sends_alternating_between_streams_each_reach_their_own_stream_in_order(
     assert [e.message for e in read_stream(root, "events")[0]] == [b"1", b"3", b"5"]
 
 
-def test_flush_of_one_source_also_commits_what_other_sources_sent(
+def test_flush_of_one_source_also_commits_what_other_sources_sent_to_the_same_partition(
     admin: LogSystemAdmin, producer: LogSystemProducer, consumer: LogSystemConsumer
 ) -> None:
     create(admin, "events")
@@ -336,6 +337,58 @@ def test_flush_of_one_source_also_commits_what_other_sources_sent(
     producer.send("b", envelope("events", b"from-b"))
     producer.flush("a")
     assert upcoming(admin, "events") == 2
+
+
+def test_flush_of_one_source_leaves_other_sources_partitions_buffered_until_their_own_flush(
+    admin: LogSystemAdmin, root: Path
+) -> None:
+    create(admin, "events", 3)
+    create(admin, "audit")
+    producer = LogSystemFactory().get_producer(SYSTEM, log_config(root, producer__linger__ms=600_000))
+    producer.send("a", envelope("events", b"a0", partition=0))
+    producer.send("b", envelope("events", b"b1", partition=1))
+    producer.send("b", envelope("audit", b"b-audit"))
+    producer.send("a", envelope("events", b"a2", partition=2))
+    producer.flush("a")
+    assert [upcoming(admin, "events", p) for p in range(3)] == [1, 0, 1] and upcoming(admin, "audit") == 0
+    producer.flush("a")
+    assert [upcoming(admin, "events", p) for p in range(3)] == [1, 0, 1], "a sent nothing since its flush"
+    assert producer.send_lingering() is not None, "b's records still linger"
+    producer.flush("b")
+    assert [upcoming(admin, "events", p) for p in range(3)] == [1, 1, 1] and upcoming(admin, "audit") == 1
+    assert producer.send_lingering() is None, "nothing is left to linger"
+    producer.stop()
+
+
+def test_flush_of_a_source_covers_the_partitions_its_batches_went_to(
+    admin: LogSystemAdmin, producer: LogSystemProducer
+) -> None:
+    create(admin, "events", 4)
+    stream = SystemStream(SYSTEM, "events")
+    producer.send_batch("a", stream, [b"1", b"2", b"3"], None)
+    producer.send_batch("a", stream, [b"4", b"5"], [b"k1", b"k2"])
+    producer.send("b", envelope("events", b"b", partition=0))
+    producer.flush("a")
+    keyed = {zlib.crc32(key) % 4 for key in (b"k1", b"k2")}
+    written = {p for p in range(4) if upcoming(admin, "events", p)}
+    assert keyed <= written and len(written) >= 3, "every partition a's keyless round and keyed records reached"
+    assert sum(upcoming(admin, "events", p) for p in range(4)) == 5 + (0 in written), "b's only if it shared one"
+    producer.flush("b")
+    assert sum(upcoming(admin, "events", p) for p in range(4)) == 6
+
+
+def test_after_a_failed_append_the_next_flush_of_any_source_appends_everything_and_raises(
+    admin: LogSystemAdmin, root: Path
+) -> None:
+    create(admin, "events")
+    create(admin, "audit")
+    producer = LogSystemFactory().get_producer(SYSTEM, log_config(root, producer__batch__size=1))
+    admin.seal_stream("events")
+    producer.send("b", envelope("audit", b"b"))
+    producer.send("a", envelope("events", b"a"))  # fills its buffer: the append fails and waits for a flush
+    with pytest.raises(PartitionSealedError, match=r"'events' partition 0"):
+        producer.flush("b")
+    assert upcoming(admin, "audit") == 1
 
 
 def test_flush_after_the_stream_was_re_created_fails_instead_of_writing_to_the_old_files(

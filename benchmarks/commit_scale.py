@@ -1,0 +1,206 @@
+"""Commit CPU and start-up time against the number of tasks, each with a RocksDB store and its changelog.
+
+    python -m benchmarks.commit_scale [--tasks 1,10,100,1000] [--rounds 3] [--system log|kafka]
+
+One container runs ``N`` tasks (one input partition each) of a job whose store ``counts`` is backed up to a
+changelog; the container is the real one (``Container``) in this process, with its run loop replaced by the
+measurement. Reported per ``N``:
+
+* **start-up**: wall seconds and process CPU seconds from ``Container.run`` to its tasks being started
+  (fence, admins and producers, checkpoints read, stores opened and restored — empty here —, tasks
+  initialised, consumers started);
+* **commit round**: process CPU seconds (``time.process_time``, every thread of the process, the commit
+  threads included) of one full round — every task processed one message, which writes one key, then every
+  task commits (flush, snapshot, checkpoint) and the round waits for the commits to end; the median of
+  ``--rounds`` rounds;
+
+each with its ratio to the 100-task row (issue 40 asks 1,000 tasks for under 10x the cost of 100). Input
+and changelog live in the embedded log (``--system log``) or in a Kafka broker the benchmark starts
+(``--system kafka``: ``tests.integration.kafka_broker``, ``make kafka-jars``), where checkpoints go to Kafka as
+well. The figures are process-local, so they move with the machine; the ratios are what to compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from millstream.api.task import InitableTask, StreamTask
+from millstream.config import Config
+from millstream.coordinator.job_coordinator import JobCoordinator
+from millstream.coordinator.prepare import prepare
+from millstream.metadata.factory import metadata_store
+from millstream.model import IncomingMessageEnvelope
+from millstream.runtime.container import Container
+from millstream.runtime.run_loop import RunLoop
+from millstream.runtime.task_instance import TaskInstance
+from millstream.systems.base import StreamSpec
+from millstream.systems.registry import system_factory
+
+BASELINE = 100
+"""The row every ratio is taken against."""
+
+
+class PutEachMessage(StreamTask, InitableTask):
+    """Writes each message's key into the ``counts`` store: one changelog record per message."""
+
+    def init(self, context: Any) -> None:
+        self.store = context.get_store("counts")
+
+    def process(self, envelope: Any, collector: Any, coordinator: Any) -> None:
+        self.store.put(envelope.key, envelope.message)
+
+
+@dataclass
+class Measured:
+    tasks: int
+    startup_seconds: float
+    startup_cpu: float
+    commit_cpu: float
+    """Median CPU seconds of one full commit round."""
+
+
+class MeasuringContainer(Container):
+    """The real container, whose run loop is replaced by the measurement; it then stops (and commits)."""
+
+    def __init__(self, *args: Any, rounds: int, **kwargs: Any) -> None:
+        self._stop_now = threading.Event()
+        super().__init__(*args, stop_event=self._stop_now, **kwargs)
+        self.rounds = rounds
+        self.began = (time.perf_counter(), time.process_time())
+        self.startup = (0.0, 0.0)
+        self.commit_cpu: list[float] = []
+
+    def _run(self, tasks: list[TaskInstance], stop_probe: Callable[[], bool]) -> RunLoop:
+        wall, cpu = self.began
+        self.startup = (time.perf_counter() - wall, time.process_time() - cpu)
+        for offset in range(self.rounds):
+            for task in tasks:
+                (ssp,) = task.ssps
+                key = f"{task.task_name}/{offset}".encode()
+                task.process(ssp, [IncomingMessageEnvelope(ssp, str(offset), key, b"v" * 16)])
+            started = time.process_time()
+            for task in tasks:
+                task.commit()
+            for task in tasks:
+                task.finish_commits()  # waits for the commit in flight (a no-op commit follows)
+            self.commit_cpu.append(time.process_time() - started)
+        self._stop_now.set()
+        return super()._run(tasks, stop_probe)
+
+
+def job_config(root: Path, tasks: int, system: str, bootstrap: str | None) -> Config:
+    """Names are unique per call: on a broker, streams outlive a measurement."""
+    run = f"{tasks}-{int(time.time() * 1000)}"
+    values: dict[str, Any] = {
+        "job.name": f"bench-commit-scale-{run}",
+        "job.data.dir": str(root / "data"),
+        "job.container.count": 1,
+        "task.class": f"{__name__}:PutEachMessage",
+        "task.inputs": f"{system}.bench-in-{run}",
+        "task.commit.ms": 3_600_000,
+        "stores.counts.factory": "rocksdb",
+        "stores.counts.changelog": f"{system}.bench-counts-{run}",
+        "stores.counts.key.serde": "bytes",
+        "stores.counts.msg.serde": "bytes",
+        "serializers.registry.bytes.class": "bytes",
+        f"systems.{system}.samza.offset.default": "oldest",
+    }
+    if system == "log":
+        values["systems.log.path"] = str(root / "log")
+    else:
+        values.update(
+            {
+                "task.checkpoint.factory": "kafka",
+                "systems.kafka.samza.factory": "kafka",
+                "systems.kafka.bootstrap.servers": bootstrap,
+            }
+        )
+    return prepare(Config(values))
+
+
+def measure(root: Path, tasks: int, rounds: int, system: str, bootstrap: str | None) -> Measured:
+    config = job_config(root, tasks, system, bootstrap)
+    admin = system_factory(config, system).get_admin(system, config)
+    admin.start()
+    try:
+        admin.create_stream(StreamSpec(system, config.get_list("task.inputs")[0].split(".", 1)[1], tasks))
+    finally:
+        admin.stop()
+    store = metadata_store(config)
+    try:
+        model = JobCoordinator(config, store).start()
+        container = MeasuringContainer(config, model, "0", rounds=rounds, store=store)
+        result = container.run()
+    finally:
+        store.close()
+    if result.outcome not in ("stopped", "finished"):
+        raise RuntimeError(f"{tasks} tasks: the container ended {result.outcome}")
+    if result.commits < tasks * rounds:
+        raise RuntimeError(f"{tasks} tasks: {result.commits} commits wrote a checkpoint, not {tasks * rounds}")
+    wall, cpu = container.startup
+    return Measured(tasks, wall, cpu, statistics.median(container.commit_cpu))
+
+
+def table(rows: list[Measured]) -> str:
+    base = next((row for row in rows if row.tasks == BASELINE), None)
+
+    def ratio(value: float, of: float | None) -> str:
+        return f"{value / of:.2f}x" if of else "-"
+
+    lines = [
+        "| tasks | start-up s | start-up CPU s | vs 100 | commit round CPU s | per task ms | vs 100 |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row.tasks:,} | {row.startup_seconds:.3f} | {row.startup_cpu:.3f} | "
+            f"{ratio(row.startup_seconds, base.startup_seconds if base else None)} | {row.commit_cpu:.4f} | "
+            f"{row.commit_cpu / row.tasks * 1000:.2f} | {ratio(row.commit_cpu, base.commit_cpu if base else None)} |"
+        )
+    return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def system_for(system: str, root: Path) -> Iterator[str | None]:
+    """The bootstrap servers of a broker started for the run (Kafka), or None (the embedded log)."""
+    if system == "log":
+        yield None
+        return
+    from tests.integration.kafka_broker import KafkaBroker
+
+    with KafkaBroker(root / "broker", log_level="WARN") as broker:
+        yield broker.bootstrap_servers
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--tasks", default="1,10,100,1000", help="comma-separated task counts")
+    parser.add_argument("--rounds", type=int, default=3, help="commit rounds per task count (the median is shown)")
+    parser.add_argument("--system", choices=["log", "kafka"], default="log")
+    args = parser.parse_args()
+    counts = [int(count) for count in args.tasks.split(",")]
+    root = Path(tempfile.mkdtemp(prefix="millstream-bench-commit-scale-"))
+    rows = []
+    try:
+        with system_for(args.system, root) as bootstrap:
+            for tasks in counts:
+                rows.append(measure(root / str(tasks), tasks, args.rounds, args.system, bootstrap))
+                print(f"{tasks} tasks done", flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(f"\nsystem: {args.system}, RocksDB store + changelog per task, {args.rounds} commit rounds (median)\n")
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
