@@ -83,12 +83,9 @@ class ProxiedKafka:
 
 @pytest.fixture(scope="session")
 def proxied_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxiedKafka]:
-    """A second broker behind a black-hole proxy, for network-fault tests; use it through ``kafka_proxy``."""
-    if os.environ.get("MILLSTREAM_TEST_KAFKA"):
-        pytest.skip(
-            "MILLSTREAM_TEST_KAFKA names an external broker: the network-fault tests need a broker of their own "
-            "that advertises a black-hole proxy's port"
-        )
+    """A second broker behind a black-hole proxy, for network-fault tests; use it through ``kafka_proxy``. It is
+    the session's own even when ``MILLSTREAM_TEST_KAFKA`` names an external broker: it must advertise the proxy's
+    port, and the proxy forwards to loopback only."""
     proxy_port = free_port()
     advertised = {"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy_port}"}
     broker = KafkaBroker(tmp_path_factory.mktemp("proxied-kafka"), settings=advertised)

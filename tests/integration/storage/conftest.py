@@ -30,11 +30,18 @@ class BlobTarget:
 
 
 @pytest.fixture(scope="session")
-def s3_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BlobTarget]:
+def s3_target(request: pytest.FixtureRequest) -> BlobTarget:
     external = os.environ.get("MILLSTREAM_TEST_S3_ENDPOINT")
     if external:
-        yield BlobTarget("s3", {"blob__store__s3__endpoint__url": external})
-        return
+        return BlobTarget("s3", {"blob__store__s3__endpoint__url": external})
+    target: BlobTarget = request.getfixturevalue("moto_s3_target")
+    return target
+
+
+@pytest.fixture(scope="session")
+def moto_s3_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BlobTarget]:
+    """The session's own S3 emulator on loopback, even when ``MILLSTREAM_TEST_S3_ENDPOINT`` names another:
+    the network-fault tests put a proxy in front of it, and a proxy forwards to loopback only."""
     server = MotoS3Server(tmp_path_factory.mktemp("moto")).start()
     try:
         yield BlobTarget(

@@ -6,7 +6,6 @@ next commit checkpoints everything."""
 
 from __future__ import annotations
 
-import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -33,14 +32,12 @@ default, three attempts each), so the upload fails within seconds."""
 
 
 @pytest.fixture
-def proxied_s3(s3_target: BlobTarget) -> Iterator[tuple[BlobTarget, BlackHoleProxy]]:
+def proxied_s3(moto_s3_target: BlobTarget) -> Iterator[tuple[BlobTarget, BlackHoleProxy]]:
     """The session's moto server, reached through a black-hole proxy of this test's own."""
-    if os.environ.get("MILLSTREAM_TEST_S3_ENDPOINT"):
-        pytest.skip("MILLSTREAM_TEST_S3_ENDPOINT names an external endpoint: the proxy forwards to loopback only")
-    port = urlsplit(s3_target.settings["blob__store__s3__endpoint__url"]).port
+    port = urlsplit(moto_s3_target.settings["blob__store__s3__endpoint__url"]).port
     assert port is not None
     with BlackHoleProxy(port) as proxy:
-        settings = {**s3_target.settings, "blob__store__s3__endpoint__url": f"http://{proxy.address}"}
+        settings = {**moto_s3_target.settings, "blob__store__s3__endpoint__url": f"http://{proxy.address}"}
         try:
             yield BlobTarget("s3", settings), proxy
         finally:
