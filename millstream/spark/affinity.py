@@ -26,6 +26,7 @@ from pyspark.serializers import CPickleSerializer
 
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
+from millstream.spark.running_tasks import running_tasks
 from millstream.spark.session import local_slots
 
 log = logging.getLogger(__name__)
@@ -98,34 +99,18 @@ class PlacementRecorder:
         if not self._enabled:
             return
         try:
-            running = self._running_tasks()
+            running = running_tasks(self._sc, self._group)
         except Exception as error:  # py4j or a status store without the stage yet: the next poll tries again
             log.debug("cannot read the containers' placements from Spark's status store: %s", error)
             return
-        for index, (executor_id, host) in running.items():
+        for index, task in running.items():
+            executor_id, host = task.executor_id, task.host
             if self._seen.get(index) == (executor_id, host):
                 continue
             self._seen[index] = (executor_id, host)
             placement = {"host": host, "executor_id": executor_id, "application_id": str(self._sc.applicationId)}
             coordination.record_container_placement(self._store, str(index), placement)
             log.info("container %s runs on executor %s (host %s)", index, executor_id, host)
-
-    def _running_tasks(self) -> dict[int, tuple[str, str]]:
-        tracker = self._sc.statusTracker()
-        status_store: Any = self._sc._jsc.sc().statusStore()
-        running: dict[int, tuple[str, str]] = {}
-        for job_id in tracker.getJobIdsForGroup(self._group):
-            job = tracker.getJobInfo(job_id)
-            for stage_id in job.stageIds if job is not None else ():
-                stage = tracker.getStageInfo(stage_id)
-                if stage is None:
-                    continue
-                tasks = status_store.taskList(stage_id, stage.currentAttemptId, 1_000_000)
-                for position in range(tasks.size()):
-                    task = tasks.apply(position)
-                    if task.status() == "RUNNING":
-                        running[int(task.index())] = (str(task.executorId()), str(task.host()))
-        return running
 
 
 def launch_locations(sc: SparkContext, store: MetadataStore, count: int) -> dict[int, list[str]]:

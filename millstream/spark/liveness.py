@@ -29,6 +29,7 @@ from pyspark import SparkContext
 from millstream.config import Config, JobConfig
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
+from millstream.spark.running_tasks import RunningTask, running_tasks
 from millstream.spark.session import local_slots
 
 log = logging.getLogger(__name__)
@@ -45,13 +46,6 @@ class _Seen:
     killed_at: float | None = None
     killed_task: int | None = None
     """The Spark task attempt the driver killed: while another one runs, the container is starting again."""
-
-
-@dataclass(frozen=True)
-class RunningTask:
-    task_id: int
-    executor_id: str
-    host: str
 
 
 class LivenessMonitor:
@@ -91,7 +85,7 @@ class LivenessMonitor:
             silent = now - seen.since
             if silent < self._timeout_s or (seen.killed_at is not None and now - seen.killed_at < self._timeout_s):
                 continue
-            running = self._running_tasks() if running is None else running
+            running = running_tasks(self._sc, self._group) if running is None else running
             task = running.get(int(container_id)) if container_id.isdigit() else None
             if task is None:
                 continue
@@ -131,23 +125,3 @@ class LivenessMonitor:
         lost = jvm.org.apache.spark.scheduler.ExecutorProcessLost(reason, jvm.scala.Option.apply(None), False)
         context.taskScheduler().executorLost(executor_id, lost)
         context.killAndReplaceExecutor(executor_id)
-
-    def _running_tasks(self) -> dict[int, RunningTask]:
-        """The running task attempt of each container (by Spark partition index) of this job group."""
-        tracker = self._sc.statusTracker()
-        status_store: Any = self._sc._jsc.sc().statusStore()
-        running: dict[int, RunningTask] = {}
-        for job_id in tracker.getJobIdsForGroup(self._group):
-            job = tracker.getJobInfo(job_id)
-            for stage_id in job.stageIds if job is not None else ():
-                stage = tracker.getStageInfo(stage_id)
-                if stage is None:
-                    continue
-                tasks = status_store.taskList(stage_id, stage.currentAttemptId, 1_000_000)
-                for position in range(tasks.size()):
-                    task = tasks.apply(position)
-                    if task.status() == "RUNNING":
-                        running[int(task.index())] = RunningTask(
-                            int(task.taskId()), str(task.executorId()), str(task.host())
-                        )
-        return running
