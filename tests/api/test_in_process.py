@@ -257,10 +257,9 @@ def test_a_startpoint_rewinds_a_high_level_job_instead_of_being_skipped_as_a_rep
     assert {n: seen[n] for n in range(1000, 1010)} == dict.fromkeys(range(1000, 1010), 1)
 
 
-def test_watermark_broadcasts_do_not_force_commits_and_the_counts_stay_exact(tmp_path):
-    """Issue 40: a producing task used to commit after each watermark broadcast, so a job whose timer
-    fired between messages committed once per message. Commits now follow ``task.commit.ms`` (here: never
-    before the end) and the tasks' final commits, however many watermarks went out."""
+def watermark_heavy_app(tmp_path: Path) -> tuple[Config, dict[int, list[tuple[str, dict[str, Any]]]]]:
+    """8x8 partitions and a 5 ms watermark timer: many broadcasts; ``task.commit.ms`` ten minutes, so commits
+    only at the end."""
     config = app_config(
         tmp_path,
         "tests.api.apps:WindowedCount",
@@ -272,13 +271,27 @@ def test_watermark_broadcasts_do_not_force_commits_and_the_counts_stay_exact(tmp
     )
     data = {p: messages(p, 40, users=7) for p in range(8)}
     setup(config, data)
-    result = InProcessRunner(config).run(timeout=120)
+    return config, data
+
+
+def assert_exact_without_forced_commits(config: Config, data: dict[int, Any], result: JobResult) -> list[Any]:
+    """Every pane once with its exact count, and no more commits than the tasks' final ones however many
+    watermarks went out; returns the output."""
     assert result.outcome == "finished", result.error
     records = output(config)
     assert {(p["user"], p["start"]): p["count"] for p in records if "count" in p} == reference_counts(data)
     assert sum(1 for r in records if "count" in r) == len(reference_counts(data)), "every pane exactly once"
-    assert_panes_fired_exactly_when_the_watermark_reached_their_end(records)
     watermarks = sum(1 for r in records if "watermark" in r)
     commits = sum(container.commits for container in result.containers)
     assert watermarks > 16, "the timer broadcast many watermarks"
     assert commits <= 2 * 8, f"{commits} commits for 8 tasks and {watermarks} watermarks passed on"
+    return records
+
+
+def test_watermark_broadcasts_do_not_force_commits_and_the_counts_stay_exact(tmp_path):
+    """Issue 40: a producing task used to commit after each watermark broadcast, so a job whose timer
+    fired between messages committed once per message. Commits now follow ``task.commit.ms`` (here: never
+    before the end) and the tasks' final commits, however many watermarks went out."""
+    config, data = watermark_heavy_app(tmp_path)
+    records = assert_exact_without_forced_commits(config, data, InProcessRunner(config).run(timeout=120))
+    assert_panes_fired_exactly_when_the_watermark_reached_their_end(records)

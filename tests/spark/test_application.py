@@ -23,7 +23,11 @@ from millstream.systems.registry import system_factory
 from millstream.testing import read_stream, write_stream
 from tests.api.apps import app_config, messages, reference_counts, reference_stateful, stateful_records, user_messages
 from tests.api.state_probe import persisted_control_states
-from tests.api.test_in_process import assert_panes_fired_exactly_when_the_watermark_reached_their_end
+from tests.api.test_in_process import (
+    assert_exact_without_forced_commits,
+    assert_panes_fired_exactly_when_the_watermark_reached_their_end,
+    watermark_heavy_app,
+)
 from tests.api.test_intermediate_streams import INTERMEDIATE, staged
 from tests.helpers import create_stream, seal, wait_until
 
@@ -118,26 +122,8 @@ def test_windowed_counts_fire_when_the_minimum_watermark_passes_and_split_jobs_g
 
 def test_watermark_broadcasts_through_spark_do_not_force_commits_and_the_counts_stay_exact(spark_local, tmp_path):
     """As ``tests/api/test_in_process.py``'s: 8x8 partitions, a 5 ms watermark timer, commits only at the end."""
-    config = app_config(
-        tmp_path,
-        "tests.api.apps:WindowedCount",
-        job__container__count=2,
-        app__intermediate__partitions=8,
-        app__watermark__interval__ms=5,
-        task__commit__ms=600_000,
-        test__delay__seconds=0.004,
-    )
-    data = {p: messages(p, 40, users=7) for p in range(8)}
-    setup(config, data)
-    result = SparkJobRunner(config, spark=spark_local).run()
-    assert result.outcome == "finished", result.error
-    records = output(config)
-    assert {(r["user"], r["start"]): r["count"] for r in records if "count" in r} == reference_counts(data)
-    assert sum(1 for r in records if "count" in r) == len(reference_counts(data)), "every pane exactly once"
-    watermarks = sum(1 for r in records if "watermark" in r)
-    commits = sum(container.commits for container in result.containers)
-    assert watermarks > 16, "the timer broadcast many watermarks"
-    assert commits <= 2 * 8, f"{commits} commits for 8 tasks and {watermarks} watermarks passed on"
+    config, data = watermark_heavy_app(tmp_path)
+    assert_exact_without_forced_commits(config, data, SparkJobRunner(config, spark=spark_local).run())
 
 
 def running(config: Config) -> bool:
