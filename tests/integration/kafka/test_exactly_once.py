@@ -98,23 +98,28 @@ def test_an_exactly_once_job_writes_every_count_once(bootstrap: str, tmp_path: P
     exact_once(bootstrap, config)
 
 
-def killed_at(config: Config, point: str, tmp_path: Path) -> None:
-    """Run ``config`` as ``millstream run --in-process`` and SIGKILL it where its first commit paused at ``point``."""
+def in_process(config: Config, tmp_path: Path) -> subprocess.Popen[bytes]:
+    """``config`` run as ``millstream run --in-process`` in a process of its own (one a test can kill or stop),
+    its output in ``job.log``."""
     path = tmp_path / "job.properties"
     path.write_text("".join(f"{key}={value}\n" for key, value in config.items()))
-    markers = Path(config["task.commit.testing.marker.dir"])
-    output = tmp_path / "job.log"
-    with output.open("wb") as log:
-        job = subprocess.Popen(
+    with (tmp_path / "job.log").open("wb") as log:
+        return subprocess.Popen(
             [sys.executable, "-m", "millstream.cli.main", "run", str(path), "--in-process"],
             cwd=Path(__file__).resolve().parents[3],
             stdout=log,
             stderr=subprocess.STDOUT,
         )
+
+
+def killed_at(config: Config, point: str, tmp_path: Path) -> None:
+    """Run ``config`` in a process of its own and SIGKILL it where its first commit paused at ``point``."""
+    markers = Path(config["task.commit.testing.marker.dir"])
+    job = in_process(config, tmp_path)
     try:
         wait_until(lambda: (markers / point).exists() or job.poll() is not None, 120, f"a commit paused at {point}")
         assert job.poll() is None, f"the job ended with {job.returncode} before pausing at {point}: " + "".join(
-            output.read_text(errors="replace").splitlines(keepends=True)[-15:]
+            (tmp_path / "job.log").read_text(errors="replace").splitlines(keepends=True)[-15:]
         )
         os.kill(job.pid, signal.SIGKILL)
     finally:
@@ -177,14 +182,7 @@ def test_a_paused_container_resumed_after_its_replacement_ran_commits_nothing(
     bootstrap: str, tmp_path: Path, topic_name: Any
 ) -> None:
     config = eos_job(bootstrap, tmp_path, topic_name, test__delay__seconds="0.05")
-    path = tmp_path / "job.properties"
-    path.write_text("".join(f"{key}={value}\n" for key, value in config.items()))
-    zombie = subprocess.Popen(
-        [sys.executable, "-m", "millstream.cli.main", "run", str(path), "--in-process"],
-        cwd=Path(__file__).resolve().parents[3],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    zombie = in_process(config, tmp_path)
     try:
         wait_until(lambda: len(read_all(bootstrap, config["test.output"], 1)) >= 20, 120, "the first run's output")
         os.kill(zombie.pid, signal.SIGSTOP)  # paused in the middle of a transaction, with more to write
