@@ -106,7 +106,12 @@ class JobCoordinator:
     def start(self) -> JobModel:
         """Plan, claim the checkpoint topic, prepare state resources (changelog partitions and streams, their
         owners, buckets), publish, and fan startpoints out to the new model's tasks (``job.startpoint.enabled``).
-        A durable stream another job owns stops the start here, before any container runs."""
+        A durable stream another job owns stops the start here, before any container runs.
+
+        This driver supersedes every earlier run of the job, so its store may break a write lock held past its
+        lease (``MetadataStore.take_over``): a paused container of an older run cannot stop the takeover."""
+        self.store.set_writer("the driver")
+        self.store.take_over()
         plan = self.plan()
         self._claim_checkpoint_resources()
         prepare_state_resources(self.config, self.store, plan.model)

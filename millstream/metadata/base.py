@@ -61,6 +61,14 @@ class MetadataStore(ABC):
         """Write ``value`` only if every ``(namespace, key)`` in ``expected`` currently holds the given
         value (None: absent). Atomic with respect to every other writer; False when refused."""
 
+    def set_writer(self, writer: str) -> None:  # noqa: B027 - only stores with a write lock name its holder
+        """Say which part of the job writes through this store object (``container 0 attempt 2``, ``the
+        driver``), so a writer kept waiting for a lock this one holds can name it. No-op by default."""
+
+    def take_over(self) -> None:  # noqa: B027 - only stores with a breakable write lock need it
+        """This store object writes for the job's newest driver (a run that supersedes earlier ones): it may
+        break a write lock whose holder's lease expired, where the store has such a lock. No-op by default."""
+
     def flush(self) -> None:  # noqa: B027 - writes are durable on return by default
         """Make every write so far durable."""
 

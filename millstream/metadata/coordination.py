@@ -127,7 +127,8 @@ def start_container_attempt(store: MetadataStore, container_id: str) -> int:
     """Start a new attempt of ``container_id`` and return its epoch (1 for the first attempt).
 
     The increment is a compare-and-put loop, so concurrent starts get distinct epochs, and every
-    earlier attempt's fenced writes are refused from now on.
+    earlier attempt's fenced writes are refused from now on. The store then names its writes as this
+    attempt's (``MetadataStore.set_writer``).
     """
     where = f"{CONTAINER_EPOCH_NAMESPACE}/{container_id}"
     while True:
@@ -136,6 +137,7 @@ def start_container_attempt(store: MetadataStore, container_id: str) -> int:
         if store.compare_and_put(
             CONTAINER_EPOCH_NAMESPACE, container_id, _encode(epoch), {(CONTAINER_EPOCH_NAMESPACE, container_id): raw}
         ):
+            store.set_writer(f"container {container_id} attempt {epoch}")
             return epoch
 
 

@@ -137,10 +137,12 @@ def test_open_creates_parent_directories(tmp_path: Path) -> None:
     assert (tmp_path / "a" / "b" / "c" / "m.db").exists()
 
 
-def test_pickled_store_carries_only_its_path(store: SqliteMetadataStore) -> None:
+def test_pickled_store_carries_only_its_path_and_lock_settings(store: SqliteMetadataStore) -> None:
     store.put("ns", "k", b"v")
+    store.set_writer("the driver")
+    store.take_over()
     state = store.__getstate__()
-    assert state == {"path": str(store.path)}
+    assert state == {"path": str(store.path), "settings": store.settings}
     copy = pickle.loads(pickle.dumps(store))
     try:
         assert copy.get("ns", "k") == b"v"
