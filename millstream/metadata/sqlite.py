@@ -40,13 +40,13 @@ from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import MetadataStoreFactory, metadata_store_path
 from millstream.metadata.sqlite_lock import (
     Decision,
+    HolderRecordWriter,
     LockHolder,
     LockLease,
     local_write_lock_pid,
     process_state,
     read_holder_record,
     this_holder,
-    write_holder_record,
 )
 
 if TYPE_CHECKING:
@@ -110,6 +110,7 @@ class SqliteMetadataStore(MetadataStore):
         self._lock = threading.RLock()
         self._writer = ""
         self._may_break = False
+        self._record = HolderRecordWriter(self.path)
         self._record_failed = False
 
     def __getstate__(self) -> dict[str, Any]:
@@ -192,21 +193,20 @@ class SqliteMetadataStore(MetadataStore):
     def _begin(self, connection: sqlite3.Connection) -> None:
         lease = LockLease(self.settings.lease_ms, may_break=self._may_break)
         while True:
-            round_started = self._clock_ms()
             try:
                 connection.execute("BEGIN IMMEDIATE")
                 return
             except sqlite3.OperationalError as error:
                 if not _is_busy(error):
                     raise
-            self._waited(lease, round_started)
+            self._waited(lease)
 
-    def _waited(self, lease: LockLease, round_started: int) -> None:
+    def _waited(self, lease: LockLease) -> None:
         """A round of waiting for the lock ended without it: name the holder, and go on waiting, break the
         lock, or fail, as the holder's lease says."""
         holder = self.lock_holder()
         now = self._clock_ms()
-        decision = lease.observe(now, holder, round_started)
+        decision = lease.observe(now, holder)
         described = _describe(holder)
         if decision is Decision.WAIT:
             log.warning(
@@ -255,7 +255,7 @@ class SqliteMetadataStore(MetadataStore):
     def _announce(self, namespace: str) -> None:
         """Write the holder record, now that this process holds the lock (testing: then stop here)."""
         try:
-            write_holder_record(self.path, this_holder(self._writer))
+            self._record.write(this_holder(self._writer))
         except OSError as error:
             if not self._record_failed:
                 log.warning("metadata store '%s': cannot write its lock holder record: %s", self.path, error)
@@ -346,6 +346,7 @@ class SqliteMetadataStore(MetadataStore):
             self._reset()
             return
         with self._lock:
+            self._record.close()
             if self._connection is not None:
                 self._connection.close()
                 self._connection = None

@@ -20,27 +20,30 @@ from millstream.metadata.sqlite_lock import (
 HOLDER = LockHolder(pid=41, host="h1", since="2026-11-28T10:00:00.000Z", writer="container 0 attempt 2")
 
 
-def test_a_waiter_waits_while_the_holders_lease_runs_and_counts_it_from_its_first_round():
+def test_a_waiter_waits_while_the_holders_lease_runs_counted_from_when_it_first_finds_that_holder():
     lease = LockLease(10_000, may_break=True)
-    assert lease.observe(5_000, HOLDER, waited_since_ms=0) is Decision.WAIT
-    assert lease.remaining_ms(5_000) == 5_000
-    assert lease.observe(9_999, HOLDER, waited_since_ms=5_000) is Decision.WAIT
-    assert lease.observe(10_000, HOLDER, waited_since_ms=9_999) is Decision.BREAK
+    assert lease.observe(5_000, HOLDER) is Decision.WAIT
+    assert lease.remaining_ms(5_000) == 10_000
+    assert lease.observe(14_999, HOLDER) is Decision.WAIT
+    assert lease.remaining_ms(14_999) == 1
+    assert lease.observe(15_000, HOLDER) is Decision.BREAK
 
 
 def test_a_lock_that_changes_hands_restarts_the_lease():
     lease = LockLease(10_000, may_break=True)
-    assert lease.observe(9_000, HOLDER, waited_since_ms=0) is Decision.WAIT
+    assert lease.observe(0, HOLDER) is Decision.WAIT
     again = LockHolder(HOLDER.pid, HOLDER.host, "2026-11-28T10:00:09.000Z", HOLDER.writer)
-    assert lease.observe(12_000, again, waited_since_ms=9_000) is Decision.WAIT
-    assert lease.observe(18_999, again, waited_since_ms=12_000) is Decision.WAIT
-    assert lease.observe(19_000, again, waited_since_ms=18_999) is Decision.BREAK
+    assert lease.observe(9_000, again) is Decision.WAIT
+    assert lease.observe(18_999, again) is Decision.WAIT
+    assert lease.observe(19_000, again) is Decision.BREAK
+    assert lease.observe(19_500, HOLDER) is Decision.WAIT
 
 
 def test_past_the_lease_only_a_writer_that_may_break_breaks():
     container = LockLease(1_000, may_break=False)
-    assert container.observe(500, None, waited_since_ms=0) is Decision.WAIT
-    assert container.observe(1_000, None, waited_since_ms=500) is Decision.GIVE_UP
+    assert container.observe(0, None) is Decision.WAIT
+    assert container.observe(999, None) is Decision.WAIT
+    assert container.observe(1_000, None) is Decision.GIVE_UP
 
 
 def test_a_holder_is_described_by_writer_pid_host_and_since():
