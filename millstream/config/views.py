@@ -549,9 +549,11 @@ class MetadataConfig(ConfigView):
     who holds the lock (container, attempt, pid, host, since)."""
     store_testing_stop_in_write: str | None = Field(None, alias="store.testing.stop.in.write")
     """Testing only, SQLite store: the first write to this namespace (e.g. ``checkpoint-v1``) stops its process
-    (``SIGSTOP``) with the write lock held, once per ``metadata.store.testing.marker.dir``, for the paused-holder tests."""
+    (``SIGSTOP``) with the write lock held, once per ``metadata.store.testing.marker.dir``, for the paused-holder
+    tests."""
     store_testing_marker_dir: str | None = Field(None, alias="store.testing.marker.dir")
-    """Testing only: where ``metadata.store.testing.stop.in.write`` claims its one stop (a file holding the stopped pid)."""
+    """Testing only: where ``metadata.store.testing.stop.in.write`` claims its one stop (a file holding the stopped
+    pid)."""
 
 
 JOB_LEVEL_STORE_KEYS = ("backup.factories", "restore.factories", "adstore.manager.factory")
