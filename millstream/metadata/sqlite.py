@@ -184,10 +184,11 @@ class SqliteMetadataStore(MetadataStore):
             try:
                 self._announce(namespace)
                 committed = body(connection) is not False
+                connection.execute("COMMIT" if committed else "ROLLBACK")
             except BaseException:
-                connection.execute("ROLLBACK")
+                if connection.in_transaction:  # never leave the lock held (or the connection unusable) behind
+                    connection.execute("ROLLBACK")
                 raise
-            connection.execute("COMMIT" if committed else "ROLLBACK")
             return committed
 
     def _begin(self, connection: sqlite3.Connection) -> None:
