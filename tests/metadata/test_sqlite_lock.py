@@ -7,7 +7,9 @@ import os
 import sqlite3
 from pathlib import Path
 
-from millstream.metadata.sqlite import SqliteMetadataStore
+import pytest
+
+from millstream.metadata.sqlite import MetadataStoreError, SqliteLockSettings, SqliteMetadataStore
 from millstream.metadata.sqlite_lock import (
     Decision,
     LockHolder,
@@ -88,6 +90,26 @@ def test_a_local_holder_that_wrote_no_record_is_named_from_the_lock_table(tmp_pa
         assert holder is not None and holder.pid == os.getpid() and "no holder record" in holder.since
         raw.execute("ROLLBACK")
         assert store.lock_holder() == HOLDER  # nobody holds it on this host: the record is all there is
+    finally:
+        raw.close()
+        store.close()
+
+
+def test_the_store_counts_the_lease_on_its_injected_clock_and_then_fails_naming_the_holder(tmp_path: Path):
+    database = tmp_path / "metadata.db"
+    ticks = iter(range(0, 1_000_000, 1_000))
+    store = SqliteMetadataStore(database, SqliteLockSettings(lease_ms=3_000, wait_ms=20), clock_ms=lambda: next(ticks))
+    store.init()
+    raw = sqlite3.connect(database, isolation_level=None)
+    try:
+        raw.execute("BEGIN IMMEDIATE")
+        with pytest.raises(MetadataStoreError, match=rf"held by pid {os.getpid()} on host .* past its lease"):
+            store.put("ns", "k", b"v")
+        rounds = next(ticks) // 1_000
+        assert 4 <= rounds <= 6  # about lease / clock step rounds of 20 ms, not 3 s of real waiting
+        raw.execute("ROLLBACK")
+        store.put("ns", "k", b"v")
+        assert store.get("ns", "k") == b"v"
     finally:
         raw.close()
         store.close()
