@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # The extras `make install` adds; every other target installs just the extras it needs (see the stamps below).
 EXTRAS ?= test
 
-.PHONY: install example test test-fast kafka-jars yarn-jars blob-emulators kinesalite lint docs bench bench-peers clean bench-latency
+.PHONY: install example wheel test test-fast kafka-jars yarn-jars blob-emulators kinesalite oldest-pyspark lint docs bench bench-peers clean bench-latency
 
 # One stamp per set of extras, so `make example` installs only the package and `make test` afterwards adds the
 # test extra on top of the same venv. "base" is the package alone. A stamp older than pyproject.toml reinstalls.
@@ -29,9 +29,13 @@ example: $(BIN)/.installed-base
 	  && ../../$(BIN)/millstream run job.yaml \
 	  && ../../$(BIN)/python show.py
 
+## Build the wheel users install (`pip install "dist/millstream-<version>-py3-none-any.whl[kafka]"`) into dist/.
+wheel: $(BIN)/.installed-base
+	$(BIN)/pip wheel -q --no-deps --wheel-dir dist .
+
 ## Run the whole test suite (unit, in-process, Spark local mode, standalone and mini YARN clusters, a real Kafka
 ## broker, kinesalite, S3 and Azure blob emulators). Installs what the servers need first (cached after the first run).
-test: $(BIN)/.installed-test kafka-jars yarn-jars blob-emulators kinesalite
+test: $(BIN)/.installed-test kafka-jars yarn-jars blob-emulators kinesalite oldest-pyspark
 	$(BIN)/pytest -q
 
 ## Run only the tests that start no JVM and no server (tests/conftest.py marks the others spark / integration).
@@ -49,6 +53,11 @@ yarn-jars: $(BIN)/.installed-test
 ## Install the blob store emulators the state integration tests start (Azurite with npm into a cache; moto comes with the test extra).
 blob-emulators: $(BIN)/.installed-test
 	$(BIN)/python -m tests.integration.blob_emulators fetch
+
+## Build a venv with the oldest pyspark pyproject.toml allows, for the test that runs jobs on it (PyPI, cached;
+## see tests/packaging/oldest_pyspark.py).
+oldest-pyspark: $(BIN)/.installed-test
+	$(BIN)/python -m tests.packaging.oldest_pyspark fetch
 
 ## Install kinesalite, the Kinesis API emulator the Kinesis tests and benchmark start (npm ci into a cache; see tools/kinesis).
 kinesalite: $(BIN)/.installed-test

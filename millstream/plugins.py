@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from millstream.errors import ConfigError
+from millstream.extras import install_hint
 
 
 def load_object(name: str, key: str, aliases: Mapping[str, str] | None = None) -> Any:
@@ -21,6 +22,9 @@ def load_object(name: str, key: str, aliases: Mapping[str, str] | None = None) -
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
+        hint = install_hint(error)
+        if hint is not None:
+            raise ConfigError(f"config key '{key}': '{name}' needs an optional dependency: {hint}") from None
         raise ConfigError(f"config key '{key}': cannot import '{module_name}' for '{name}': {error}") from None
     try:
         return getattr(module, attribute)

@@ -1,10 +1,12 @@
 """The line ``millstream run`` keeps up to date while the job runs: messages processed, rate, elapsed time.
 
 When every input partition is sealed (a bounded input) the total is known before the job starts — what
-lies between each partition's checkpoint and its end — and the line is a progress bar of processed of that
-total. Otherwise it counts. The count comes from the containers' metrics snapshots when metrics are on
-(every ``metrics.snapshot.interval.ms``), else from their checkpoints (every commit); the last figure is
-the containers' own result, so a finished job's line is exact either way.
+lies between each partition's checkpoint and its end — and the line is a progress bar of the input
+positions the tasks moved through of that total, so a restarted container never makes it look like lost
+data; a finished job's last figure is read from its checkpoints. Otherwise it counts messages processed.
+Both come from the containers' metrics snapshots when metrics are on (every ``metrics.snapshot.interval.ms``),
+else from their checkpoints (every commit); the rate moves only with the figure
+(:mod:`millstream.cli.progress_readings`). A container restart prints one line with its cause.
 
 It draws on stderr; on a terminal rich keeps it below any log line, elsewhere (a pipe, a file) only the
 final line is written.
@@ -17,7 +19,10 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
+from typing import Any
 
+import orjson
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -29,14 +34,16 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from millstream.cli.progress_readings import ProcessedCount, Rate, RestartWatch, moved_positions
 from millstream.config import Config, JobConfig
+from millstream.config.views import MetricsConfig, TaskConfig
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.status import PartitionLag, partition_lags
 from millstream.job_model import JobModel
 from millstream.metadata import coordination
+from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import metadata_store
-from millstream.metrics.reporters import total
-from millstream.metrics.snapshot import current_snapshots
+from millstream.metrics.snapshot import ContainerSnapshot, current_snapshots
 from millstream.model import SystemStreamPartition
 
 log = logging.getLogger(__name__)
@@ -69,6 +76,14 @@ class RunProgress:
         bounded = bool(lags) and all(lag.sealed for lag in lags)
         self.total = sum(lag.lag or 0 for lag in lags) if bounded else None
         self._starts = _next_offsets(lags)
+        self._start_lags = {lag.ssp: lag.lag for lag in lags if lag.lag is not None}
+        self._console = console
+        self._processed = ProcessedCount()
+        self._restarts = RestartWatch()
+        self._snapshot_rate = Rate(stale_after=3 * MetricsConfig.of(config).snapshot_interval_ms / 1000)
+        self._checkpoint_rate = Rate(
+            stale_after=3 * max(TaskConfig.of(config).commit_ms / 1000, _CHECKPOINT_POLL_SECONDS)
+        )
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, name="millstream-progress", daemon=True)
         counted: tuple[ProgressColumn, ...] = (
@@ -84,19 +99,14 @@ class RunProgress:
         )
         name = JobConfig.of(config).name
         self._task: TaskID = self._progress.add_task(f"job {name}", total=self.total, rate="")
-        self._last: tuple[float, float] | None = None
 
     def start(self) -> RunProgress:
         self._progress.start()
         self._thread.start()
         return self
 
-    def update(self, processed: float) -> None:
-        now = time.monotonic()
-        rate = ""
-        if self._last is not None and now > self._last[0]:
-            rate = f"{max(0.0, processed - self._last[1]) / (now - self._last[0]):,.0f} msg/s"
-        self._last = (now, processed)
+    def update(self, processed: float, per_second: float | None) -> None:
+        rate = "" if per_second is None else f"{per_second:,.0f} msg/s"
         self._progress.update(self._task, completed=processed, rate=rate)
 
     def finish(self, result: JobResult | None) -> None:
@@ -107,7 +117,10 @@ class RunProgress:
         self._stop.set()
         self._thread.join()
         if result is not None:
-            processed = sum(container.messages for container in result.containers)
+            if self.total is not None:  # positions: what the checkpoints say the tasks got through
+                processed = float(self._checkpointed())
+            else:
+                processed = max(self._processed.total, sum(container.messages for container in result.containers))
             self._progress.update(self._task, completed=processed, rate=result.outcome)
         else:
             self._progress.live.transient = True
@@ -124,15 +137,27 @@ class RunProgress:
             first = coordination.current_generation(store)
             checked = 0.0
             while not self._stop.wait(_POLL_SECONDS):
+                failed_where = partial(_failure_record, store)
+                for line in self._restarts.lines(coordination.container_statuses(store), failed_where):
+                    self._console.print(line, highlight=False)
                 generation = coordination.current_generation(store)
                 if generation <= first and first > 0:
                     continue  # the job has not published its generation yet: earlier snapshots are stale
                 snapshots = current_snapshots(store, generation)
                 if snapshots:
-                    self.update(sum(total(snapshot.samples, "processed") for snapshot in snapshots))
+                    self._from_snapshots(snapshots)
                 elif time.monotonic() - checked >= _CHECKPOINT_POLL_SECONDS:
                     checked = time.monotonic()
-                    self.update(self._checkpointed())
+                    processed = self._checkpointed()
+                    self.update(processed, self._checkpoint_rate.reading(checked, processed))
+
+    def _from_snapshots(self, snapshots: list[ContainerSnapshot]) -> None:
+        samples = [sample for snapshot in snapshots for sample in snapshot.samples]
+        processed = self._processed.add(samples)
+        if self.total is not None:
+            processed = min(self.total, moved_positions(self._start_lags, samples))
+        written = max(snapshot.written_ms for snapshot in snapshots) / 1000
+        self.update(processed, self._snapshot_rate.reading(written, processed))
 
     def _checkpointed(self) -> float:
         processed = 0
@@ -144,6 +169,16 @@ class RunProgress:
             except ValueError:
                 continue
         return processed
+
+
+def _failure_record(store: MetadataStore, container_id: str) -> dict[str, Any] | None:
+    """The container's failure record: where its user code last failed (written by the container)."""
+    raw = store.get(coordination.FAILURES_NAMESPACE, container_id)
+    try:
+        record = orjson.loads(raw) if raw else None
+    except orjson.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
 
 
 @contextmanager

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
+import pyspark
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import (
     DataSource,
@@ -46,6 +47,7 @@ from pyspark.sql.types import (
 from millstream.config import Config
 from millstream.config.core import load_config, parse_bool
 from millstream.errors import MillstreamError
+from millstream.extras import missing_module_hint
 from millstream.model import IncomingMessageEnvelope, SystemStream
 from millstream.serde.base import Serde
 from millstream.serde.registry import SerdeRegistry
@@ -137,7 +139,14 @@ class MillstreamDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - Spark's name
         """The same format read as a Structured Streaming source (:mod:`millstream.spark.streaming_source`,
         imported here because it builds on this module's batch reader)."""
-        from millstream.spark.streaming_source import stream_reader
+        try:
+            from millstream.spark.streaming_source import stream_reader
+        except ImportError as error:  # pyspark.sql.streaming.datasource came with pyspark 4.2
+            raise MillstreamError(
+                f"format '{FORMAT}' as a streaming source needs pyspark 4.2 or newer (read limits and "
+                f"Trigger.AvailableNow for Python sources), this is pyspark {pyspark.__version__}: "
+                "pip install 'pyspark>=4.2,<5'"
+            ) from error
 
         return stream_reader(dict(self.options))
 
@@ -273,10 +282,19 @@ _registered: weakref.WeakSet[SparkSession] = weakref.WeakSet()
 """Sessions that know the formats already: Spark warns each time a source is registered again."""
 
 
-def register(spark: SparkSession) -> None:
-    """Make formats ``millstream`` and ``millstream-checkpoints`` known to ``spark`` (the sessions millstream
-    builds register them themselves), once per session."""
+def register(spark: SparkSession, *, required: bool = True) -> None:
+    """Make formats ``millstream`` and ``millstream-checkpoints`` known to ``spark``, once per session.
+
+    Spark's Python data sources exchange rows as Arrow batches, and without pyarrow a worker fails with a long
+    Java stack trace. So without it (``millstream[dataframes]``) a ``required`` registration is refused at once,
+    in the driver, with one line naming the extra; the sessions millstream builds for running jobs pass
+    ``required=False`` and simply leave the formats out, since running a job needs no Arrow."""
     if spark in _registered:
+        return
+    missing = missing_module_hint("pyarrow", f"format '{FORMAT}' (streams as DataFrames)")
+    if missing is not None:
+        if required:
+            raise MillstreamError(missing)
         return
     spark.dataSource.register(MillstreamDataSource)
     spark.dataSource.register(MillstreamCheckpointsDataSource)

@@ -108,8 +108,9 @@ def build_session(config: Config, master: str | None = None, *, verbose: bool = 
     """Create (or join) the SparkSession for ``config``; ``spark.*`` keys pass through to Spark.
 
     Unless ``verbose``, Spark's own reports of failed task attempts are silenced, so that a failing job reads as
-    one error rather than one traceback per attempt. The session knows format ``millstream``
-    (``spark.read.format("millstream")``), so a job's streams can be inspected in the session that runs it."""
+    one error rather than one traceback per attempt. With pyarrow installed the session knows
+    format ``millstream`` (``spark.read.format("millstream")``), so a job's streams can be inspected in the
+    session that runs it."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     settings = session_settings(config, resolve_master(config, master))
@@ -124,8 +125,8 @@ def build_session(config: Config, master: str | None = None, *, verbose: bool = 
         find_java()
         launch_driver_jvm(SparkConf(loadDefaults=False).setAll(list(settings.items())))
     session = builder.getOrCreate()
-    register_data_sources(session)
-    register_store_source(session)
+    register_data_sources(session, required=False)  # a job runs without pyarrow; reading needs it
+    register_store_source(session, required=False)
     level = config.get("spark.log.level", "WARN")
     session.sparkContext.setLogLevel(level)
     set_failed_attempt_logging(session.sparkContext, level if verbose else "OFF")

@@ -27,6 +27,7 @@ from millstream.config import Config
 from millstream.config.core import load_config, parse_bool
 from millstream.config.views import store_config
 from millstream.errors import MillstreamError
+from millstream.extras import missing_module_hint
 from millstream.serde.base import Serde
 from millstream.serde.registry import SerdeRegistry
 from millstream.spark.datasource import DEFAULT_IDLE_TIMEOUT_MS
@@ -137,9 +138,15 @@ class StoreEntryDecoder:
 _registered: weakref.WeakSet[SparkSession] = weakref.WeakSet()
 
 
-def register(spark: SparkSession) -> None:
-    """Make format ``millstream-store`` known to ``spark``, once per session."""
+def register(spark: SparkSession, *, required: bool = True) -> None:
+    """Make format ``millstream-store`` known to ``spark``, once per session; without pyarrow refused, or
+    left out when not ``required`` (see :func:`millstream.spark.datasource.register`)."""
     if spark in _registered:
+        return
+    missing = missing_module_hint("pyarrow", "format 'millstream-store' (stores as DataFrames)")
+    if missing is not None:
+        if required:
+            raise MillstreamError(missing)
         return
     spark.dataSource.register(MillstreamStoreDataSource)
     _registered.add(spark)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -40,9 +39,7 @@ def test_a_signal_stops_an_in_process_job_with_exit_0_after_flushing_and_committ
     try:
         wait_for(lambda: _running_with_a_checkpoint(config), timeout=60, process=job, log=stderr)
         job.send_signal(signum)
-        stopped_at = time.monotonic()
-        code = job.wait(timeout=30)
-        assert time.monotonic() - stopped_at < 30
+        code = job.wait(timeout=30)  # raises if the graceful stop hangs
     finally:
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import millstream
+from tests.packaging.conftest import clean_environment
 
 pytestmark = pytest.mark.slow
 
@@ -64,19 +65,6 @@ def _link_distribution(found: Distribution, target: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("dist")
-    subprocess.run(
-        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)],
-        check=True,
-        capture_output=True,
-    )
-    assert len(list(out.glob("millstream-*.tar.gz"))) == 1
-    (built,) = out.glob("millstream-*.whl")
-    return built
-
-
-@pytest.fixture(scope="module")
 def clean_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("venv")
     venv = base / "venv"
@@ -86,6 +74,7 @@ def clean_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
         [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-index", "--no-deps", str(wheel)],
         check=True,
         capture_output=True,
+        env=clean_environment(),  # a PYTHONPATH to a checkout would make pip take the wheel as installed already
     )
     deps = base / "deps"
     deps.mkdir()
@@ -102,7 +91,7 @@ def clean_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _run(venv: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env = clean_environment()
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     return subprocess.run(list(args), cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
 

@@ -5,6 +5,8 @@ No test registers the format: the session millstream builds (the shared one) kno
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -14,7 +16,9 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 from millstream.config import Config
+from millstream.errors import MillstreamError
 from millstream.model import SystemStream
+from millstream.spark import datasource, store_datasource
 from millstream.systems.startpoints import now_ms
 from millstream.testing import iter_stream, write_stream
 from tests.helpers import create_stream, job_config, wait_until
@@ -152,3 +156,28 @@ def test_a_value_no_serde_decodes_is_an_error_naming_partition_and_offset(spark_
 def test_a_read_without_config_or_stream_is_refused_naming_both_options(spark_local, page_views):
     with pytest.raises(PySparkException, match=r"'config'.*'stream'"):
         spark_local.read.format("millstream").option("stream", str(VIEWS)).load().collect()
+
+
+class _SessionWithoutArrow:
+    """Stands for a session: registration is refused or skipped before the session is asked anything."""
+
+
+@pytest.mark.parametrize("register", [datasource.register, store_datasource.register])
+def test_registering_the_formats_without_pyarrow_is_refused_in_one_line_naming_the_extra(
+    register: Callable[..., None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    with pytest.raises(
+        MillstreamError, match=r"needs pyarrow, which is not installed: pip install 'millstream\[dataframes\]'"
+    ):
+        register(_SessionWithoutArrow())
+
+
+@pytest.mark.parametrize("register", [datasource.register, store_datasource.register])
+def test_the_sessions_that_run_jobs_leave_the_formats_out_without_pyarrow(
+    register: Callable[..., None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    session = _SessionWithoutArrow()
+    register(session, required=False)  # would fail at session.dataSource had it tried to register
+    assert session not in datasource._registered and session not in store_datasource._registered

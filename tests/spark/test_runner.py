@@ -109,10 +109,8 @@ def test_too_few_task_slots_is_refused_before_launching(spark_local, tmp_path):
 
     config = job_config(tmp_path, job__container__count=4)
     create_stream(config, "in", 4)
-    started = time.monotonic()
     with pytest.raises(ConfigError, match=r"offers 4 task slot.*needs 5"):
         SparkJobRunner(config, spark=spark_local).run()
-    assert time.monotonic() - started < 5
 
 
 class CheckpointHistory:

@@ -151,11 +151,9 @@ def test_a_checkpoint_transaction_the_restarted_broker_timed_out_is_written_agai
     store.armed_for_topic = checkpoints.topic
     with caplog.at_level(logging.WARNING, logger="millstream.systems.kafka.checkpoint"):
         checkpoints.write_checkpoint(task, CheckpointV1({ssp: "2"}))
-    written_at = time.monotonic()
     checkpoints.stop()
     assert store.up_at is not None, "the broker restarted while the transaction was open"
     assert "fenced by the brokers, not by a newer attempt" in caplog.text
-    assert written_at - store.up_at < 20, "the write resumed within seconds of the broker being back"
     reader = checkpoint_manager(config, store)
     reader.start()
     try:

@@ -125,7 +125,11 @@ def test_poll_waits_up_to_the_timeout_when_there_is_nothing(admin: LogSystemAdmi
     consumer.start()
     started = time.monotonic()
     assert consumer.poll({ssp("events")}, 0.15) == {}
-    assert 0.14 <= time.monotonic() - started < 1.0
+    assert time.monotonic() - started >= 0.14  # it waited; how much longer a loaded machine takes is not asserted
+
+
+POLL_TIMEOUT = 60.0
+"""Far longer than the record takes to arrive, so a poll that returns before it returned on the record."""
 
 
 def test_poll_returns_as_soon_as_data_arrives_while_waiting(
@@ -144,11 +148,11 @@ def test_poll_returns_as_soon_as_data_arrives_while_waiting(
     thread = threading.Thread(target=produce_later)
     started = time.monotonic()
     thread.start()
-    result = consumer.poll({ssp("events")}, 5.0)
+    result = consumer.poll({ssp("events")}, POLL_TIMEOUT)
     elapsed = time.monotonic() - started
     thread.join()
     assert messages(result[ssp("events")]) == [b"late"]
-    assert elapsed < 2.0
+    assert elapsed < POLL_TIMEOUT, "the poll returned when the record arrived, not at its timeout"
 
 
 def test_a_sealed_partition_yields_end_of_stream_once_after_its_last_record(
