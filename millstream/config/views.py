@@ -470,6 +470,9 @@ class AppConfig(ConfigView):
     """Partitions of the intermediate streams it creates; -1: as many as the largest input."""
     intermediate_system: str = Field(DEFAULT_SYSTEM, alias="intermediate.system")
     """The system the intermediate streams are created on."""
+    intermediate_owner_takeover: Bool = Field(False, alias="intermediate.owner.takeover")
+    """Set for one start to hand the intermediate streams over from the job that owns them (another
+    ``job.name`` with the same ``app.name``) to this one: the old owner must not run again with them."""
     control_aggregation: Bool = Field(False, alias="control.aggregation")
     """Send control messages through one partition per intermediate stream (Samza's two-phase
     aggregation) instead of to every partition."""

@@ -49,6 +49,7 @@ from millstream.errors import ConfigError, StreamNotFoundError
 from millstream.model import SystemStream
 from millstream.operators.stores import operator_store_config
 from millstream.plugins import load_object
+from millstream.systems.base import StreamOwner, SystemAdmin
 
 log = logging.getLogger(__name__)
 
@@ -499,10 +500,35 @@ def ensure_intermediate_streams(config: Config) -> dict[SystemStream, int]:
             admin.start()
             if not planned.exists and admin.create_stream(spec):
                 log.info("created intermediate stream %s (%d partitions)", target, partitions)
+            _claim_intermediate(config, admin, target)
             metadata = admin.get_system_stream_metadata([target.stream]).get(target.stream)
             counts[target] = metadata.partition_count if metadata else partitions
             admin.validate_stream(replace(spec, partition_count=counts[target]))
     return counts
+
+
+def intermediate_owner(config: Config) -> StreamOwner:
+    """Who owns an application's intermediate streams: the job that runs it, named as before ``app.stage``
+    gives each stage a job of its own (``<app.name>-stage-<N>``), so the stages of one application share them,
+    and a copied config with another ``job.name`` but the same ``app.name`` (the same stream names) does not."""
+    job, app = JobConfig.of(config), AppConfig.of(config)
+    name = job.name
+    if app.stage is not None and app.name and name == f"{app.name}-stage-{app.stage}":
+        name = app.name
+    return StreamOwner(f"{name}-{job.id}", "")
+
+
+def _claim_intermediate(config: Config, admin: SystemAdmin, stream: SystemStream) -> None:
+    """Own an intermediate stream before any container writes it: two jobs writing one would each count the
+    other's messages, and each would take the other's end-of-stream and watermarks for its own."""
+    owner, key = intermediate_owner(config), "app.intermediate.owner.takeover"
+    takeover = AppConfig.of(config).intermediate_owner_takeover
+    previous = admin.claim_stream(stream.stream, owner, takeover=takeover, takeover_key=key)
+    if previous is not None and previous != owner:
+        log.warning(
+            "intermediate stream %s: handed over from %s to %s (app.intermediate.owner.takeover); remove the key",
+            stream, previous.describe(), owner.describe(),
+        )  # fmt: skip
 
 
 def _creates_on_send(config: Config, stream: SystemStream) -> bool:

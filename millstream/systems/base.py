@@ -102,7 +102,7 @@ class SystemStreamMetadata:
 @dataclass(frozen=True)
 class StreamOwner:
     """Who writes a durable stream: a job (``<job.name>-<job.id>``) and what of it (a store's name; empty for a
-    stream of the whole job, such as its checkpoint topic)."""
+    stream of the whole job, such as its checkpoint topic or an application's intermediate streams)."""
 
     job: str
     store: str = ""

@@ -17,9 +17,11 @@ from millstream.operators.planner import (
     ensure_intermediate_streams,
     expand_application,
     feeding_streams,
+    intermediate_owner,
     plan_stages,
     require_expanded,
 )
+from millstream.systems.base import StreamOwnedError
 from tests.helpers import create_stream
 
 
@@ -269,3 +271,36 @@ def test_a_join_of_inputs_with_different_partition_counts_is_refused_at_start_na
         r"partitions, 'log.right' has 3 partitions",
     ):
         ensure_intermediate_streams(config)
+
+
+def test_a_copied_config_with_another_job_name_is_refused_the_intermediate_streams_it_would_share(tmp_path):
+    create_stream(app_config(tmp_path), "in", 2)
+    create_stream(app_config(tmp_path), "out", 1)
+    ensure_intermediate_streams(app_config(tmp_path))
+    copy = app_config(tmp_path, job__name="views-copy", app__name="views")  # the same stream names
+    with pytest.raises(StreamOwnedError) as refused:
+        ensure_intermediate_streams(copy)
+    message = str(refused.value)
+    assert "stream 'log.views-1-by-user' is owned by job 'views-1'; job 'views-copy-1' cannot write it too" in message
+    assert "'app.intermediate.owner.takeover=true'" in message
+
+
+def test_the_stages_of_one_application_run_as_jobs_of_their_own_share_its_intermediate_streams(tmp_path):
+    create_stream(app_config(tmp_path), "in", 2)
+    create_stream(app_config(tmp_path), "out", 1)
+    for stage in ("0", "1"):
+        config = app_config(tmp_path, app__stage=stage)
+        assert intermediate_owner(config) == intermediate_owner(app_config(tmp_path))
+        assert ensure_intermediate_streams(config) == {SystemStream("log", "views-1-by-user"): 2}
+
+
+def test_the_intermediate_streams_are_handed_over_on_purpose_and_the_old_owner_is_refused(tmp_path):
+    create_stream(app_config(tmp_path), "in", 2)
+    create_stream(app_config(tmp_path), "out", 1)
+    ensure_intermediate_streams(app_config(tmp_path))
+    ensure_intermediate_streams(
+        app_config(tmp_path, job__name="views-2", app__name="views", app__intermediate__owner__takeover="true")
+    )
+    ensure_intermediate_streams(app_config(tmp_path, job__name="views-2", app__name="views"))
+    with pytest.raises(StreamOwnedError, match="owned by job 'views-2-1'"):
+        ensure_intermediate_streams(app_config(tmp_path))
