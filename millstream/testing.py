@@ -39,6 +39,7 @@ from millstream.metadata.factory import metadata_store
 from millstream.metrics.server import metrics_endpoint
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.runtime.container import Container, ContainerResult
+from millstream.runtime.heartbeat import driver_heartbeat
 from millstream.serde.registry import SerdeRegistry
 from millstream.systems.base import StreamSpec
 from millstream.systems.registry import system_factory
@@ -88,7 +89,8 @@ class InProcessRunner:
         containers: list[ContainerResult] = []
         while True:
             model = JobCoordinator(self.config, store).start()
-            result, restart = self._run_generation(store, model, deadline)
+            with driver_heartbeat(self.config, store, model.generation):
+                result, restart = self._run_generation(store, model, deadline)
             containers.extend(result.containers)
             if restart is None or result.outcome == "failed" or self._stop.is_set():
                 result.containers = containers

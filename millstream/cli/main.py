@@ -405,9 +405,15 @@ def job_status(
         return
     out.print(
         f"generation {status.model.generation}: {len(status.model.containers)} container(s), "
-        f"{len(status.model.tasks)} task(s)",
+        f"{len(status.model.tasks)} task(s); driver {status.driver.describe(int(time.time() * 1000))}",
         highlight=False,
     )
+    if status.driver.state == "lost":
+        out.print(
+            "the run lost its driver: containers still shown running stop by themselves (committing) within "
+            "job.driver.liveness.timeout.ms of it; restart the job with millstream run",
+            highlight=False,
+        )
     containers = Table(title="containers")
     for column in ("container", "state", "attempt", "restarts", "backoff", "pid", "host"):
         containers.add_column(column)

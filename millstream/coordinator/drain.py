@@ -9,9 +9,11 @@ command needs no more of the config than where the metadata store is.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from millstream.config import Config
+from millstream.coordinator.status import current_driver
 from millstream.errors import MillstreamError
 from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
@@ -47,6 +49,13 @@ def request_drain(config: Config, run_id: str | None = None) -> DrainRequest:
             raise DrainRefusedError(
                 f"job '{config.get('job.name', 'millstream-job')}' is not running (generation {generation}: no "
                 "container is starting or running); nothing to drain"
+            )
+        driver = current_driver(config, store)
+        if driver.state in ("lost", "ended"):
+            raise DrainRefusedError(
+                f"job '{config.get('job.name', 'millstream-job')}' generation {generation}: its driver is "
+                f"{driver.describe(int(time.time() * 1000))}, so no run is there to drain (its containers stop by "
+                "themselves within job.driver.liveness.timeout.ms); nothing written. Restart it with millstream run"
             )
         default = coordination.job_run_id(config, generation)
         running = sorted({str(status.get("run-id") or default) for status in active.values()})

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -10,7 +12,7 @@ import orjson
 from millstream.adjunct.manager import ADSTORE_OFFSETS_NAMESPACE
 from millstream.adjunct.recovery import RecordedOffsets
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
+from millstream.config import Config, JobConfig
 from millstream.config.views import adjunct_streams
 from millstream.job_model import JobModel
 from millstream.metadata import coordination
@@ -48,6 +50,49 @@ class AdjunctPosition:
     version: str | None
 
 
+@dataclass(frozen=True)
+class DriverState:
+    """What became of the driver of the current generation, judged from its heartbeat record (``at`` against
+    this host's clock: drivers and the hosts that ask are assumed to keep time within seconds)."""
+
+    state: str
+    """``alive``, ``lost`` (no heartbeat for ``job.driver.liveness.timeout.ms``), ``ended`` or ``unknown`` (no
+    heartbeat of this generation: a run by a version without them, or a run that never started)."""
+    at_ms: int | None = None
+    """The last heartbeat's time (``lost``: since when the driver is lost; ``ended``: when the run ended)."""
+    where: str = ""
+
+    def describe(self, now_ms: int) -> str:
+        if self.at_ms is None:
+            return self.state
+        when = datetime.fromtimestamp(self.at_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        if self.state == "alive":
+            return f"alive ({self.where}, last heartbeat {max(0, now_ms - self.at_ms) / 1000:.0f}s ago)"
+        return f"{self.state} at {when} ({self.where})"
+
+
+def driver_state(record: dict[str, Any] | None, generation: int, now_ms: int, timeout_ms: int) -> DriverState:
+    """The driver's state from its heartbeat record (``coordination.driver_heartbeat``)."""
+    if record is None or record.get("generation") != generation:
+        return DriverState("unknown")
+    at_ms, where = int(record.get("at", 0)), f"pid {record.get('pid')} on host {record.get('host')}"
+    if record.get("ended"):
+        return DriverState("ended", at_ms, where)
+    if timeout_ms > 0 and now_ms - at_ms >= timeout_ms:
+        return DriverState("lost", at_ms, where)
+    return DriverState("alive", at_ms, where)
+
+
+def current_driver(config: Config, store: MetadataStore) -> DriverState:
+    """The state of the driver of the job's current generation, now."""
+    return driver_state(
+        coordination.driver_heartbeat(store),
+        coordination.current_generation(store),
+        int(time.time() * 1000),
+        JobConfig.of(config).driver_liveness_timeout_ms,
+    )
+
+
 @dataclass
 class JobStatus:
     model: JobModel | None
@@ -58,6 +103,7 @@ class JobStatus:
     """Adjunct partitions are not checkpointed with the tasks: their positions come from the stores."""
     startpoint_failures: dict[str, dict[str, str]] = field(default_factory=dict)
     """Per task, startpoints its last start could not resolve (it started from its checkpoint instead)."""
+    driver: DriverState = field(default_factory=lambda: DriverState("unknown"))
 
 
 def job_status(config: Config) -> JobStatus:
@@ -65,6 +111,7 @@ def job_status(config: Config) -> JobStatus:
     try:
         model = latest_job_model(store)
         status = JobStatus(model, coordination.current_generation(store), coordination.container_statuses(store))
+        status.driver = current_driver(config, store)
         status.startpoint_failures = {
             task: orjson.loads(data) for task, data in sorted(store.all(STARTPOINT_STATUS_NAMESPACE).items())
         }

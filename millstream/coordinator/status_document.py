@@ -49,6 +49,7 @@ def status_document(config: Config) -> dict[str, Any]:
     document = {
         "job": {"name": job.name, "id": job.id},
         "generation": status.generation,
+        "driver": {"state": status.driver.state, "at-ms": status.driver.at_ms, "where": status.driver.where},
         "model": _model(status),
         "containers": _containers(status, snapshots),
         "partitions": _partitions(status, snapshots),

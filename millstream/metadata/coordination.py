@@ -363,6 +363,33 @@ def record_heartbeat(store: MetadataStore, container_id: str, generation: int, e
     )
 
 
+DRIVER_KEY = "driver"
+
+
+def record_driver_heartbeat(store: MetadataStore, generation: int, beat: int, *, ended: bool = False) -> bool:
+    """Record that the driver of ``generation`` is alive (its ``beat``-th heartbeat), or that its run ``ended``;
+    False when a newer generation was published (a newer run owns the job: this driver stops beating).
+
+    Containers judge the driver's liveness by whether the record changes, on their own clock; ``job status``
+    reads ``at`` (epoch milliseconds) to say since when a driver is lost."""
+    record = {
+        "generation": generation, "beat": beat, "ended": ended, "at": int(time.time() * 1000),
+        "pid": os.getpid(), "host": socket.gethostname(),
+    }  # fmt: skip
+    return store.compare_and_put(
+        JOB_COORDINATOR_NAMESPACE,
+        DRIVER_KEY,
+        orjson.dumps(record),
+        {(JOB_COORDINATOR_NAMESPACE, GENERATION_KEY): _encode(generation)},
+    )
+
+
+def driver_heartbeat(store: MetadataStore) -> dict[str, Any] | None:
+    """The driver's last heartbeat record, None when no driver recorded one (or it is unreadable)."""
+    raw = store.get(JOB_COORDINATOR_NAMESPACE, DRIVER_KEY)
+    return _json_object(raw, f"{JOB_COORDINATOR_NAMESPACE}/{DRIVER_KEY}") if raw else None
+
+
 def container_heartbeats(store: MetadataStore) -> dict[str, dict[str, Any]]:
     """Each container's last heartbeat record; unreadable ones are logged and left out."""
     raws = store.all(CONTAINER_HEARTBEAT_NAMESPACE)

@@ -49,7 +49,7 @@ from millstream.model import SystemStream, SystemStreamPartition, TaskName
 from millstream.plugins import load_object
 from millstream.runtime.collector import TaskCollector
 from millstream.runtime.drain import DrainMonitor
-from millstream.runtime.heartbeat import ContainerHeartbeat
+from millstream.runtime.heartbeat import ContainerHeartbeat, DriverWatch, driver_watch
 from millstream.runtime.metering import ContainerMetering
 from millstream.runtime.process_errors import ProcessErrorPolicy, TaskCallbackError, TaskProcessError
 from millstream.runtime.restart import RestartSettings, RestartStrategy, read_restarts, write_restarts
@@ -182,7 +182,9 @@ class Container:
                 self._prepare()
                 plans = self._plan_tasks()
                 self._restore(plans)
-                stop_probe = self._bootstrap_adjunct_stores(_stop_probe(self.store, self.generation, self._stop_event))
+                driver = driver_watch(self.config, self.store, self.generation)
+                probe = _stop_probe(self.store, self.generation, self._stop_event, driver, self.container_id)
+                stop_probe = self._bootstrap_adjunct_stores(probe)
                 tasks = self._start_tasks(plans)
                 loop = self._run(tasks, stop_probe)
                 return self._shut_down(loop, tasks)
@@ -683,13 +685,21 @@ class SupersededError(MillstreamError):
     """Another run of the job published a newer generation while this container ran."""
 
 
-def _stop_probe(store: MetadataStore, generation: int, stop_event: threading.Event | None) -> Callable[[], bool]:
+def _stop_probe(
+    store: MetadataStore, generation: int, stop_event: threading.Event | None, driver: DriverWatch, container_id: str
+) -> Callable[[], bool]:
+    """Whether the container should commit and stop: the runner's stop event, a stop request in the store, or a
+    lost driver (a container never runs headless); a newer generation raises :class:`SupersededError`."""
+
     def stop_requested() -> bool:
         if stop_event is not None and stop_event.is_set():
             return True
         if (current := coordination.current_generation(store)) > generation:
             raise SupersededError(coordination.superseded_message(store, generation, current))
-        return coordination.stop_requested(store, generation)
+        if driver.lost_reason is None and driver.lost():
+            log.error("container %s: %s; committing and stopping", container_id, driver.lost_reason)
+            return True
+        return driver.lost_reason is not None or coordination.stop_requested(store, generation)
 
     return stop_requested
 

@@ -7,6 +7,9 @@ from a daemon thread of its own: a long restore or a slow ``process`` call still
 off from the store does not. The driver (``millstream.spark.liveness``) replaces a running container whose heartbeat
 stopped changing for ``job.container.liveness.timeout.ms``.
 
+The driver beats too (:class:`DriverHeartbeat`): a container whose driver went silent for
+``job.driver.liveness.timeout.ms`` (:class:`DriverWatch`) commits and stops instead of running headless.
+
 Heartbeats are fenced like every write of the attempt: once a newer attempt started, this one's are refused and
 the thread stops, so a replaced container never looks alive again.
 """
@@ -15,27 +18,30 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Self
 
+from millstream.config import Config, JobConfig
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
 
 log = logging.getLogger(__name__)
 
 
-class ContainerHeartbeat:
-    """Beats for one container attempt until stopped or fenced; thread-safe to stop from any thread."""
+class Heartbeat:
+    """Beats from a daemon thread of its own until stopped or refused (a newer attempt or run owns the record);
+    thread-safe to stop from any thread. Subclasses say what one beat writes."""
 
-    def __init__(self, store: MetadataStore, container_id: str, generation: int, epoch: int, interval_s: float) -> None:
-        self._store = store
-        self._container_id = container_id
-        self._generation = generation
-        self._epoch = epoch
+    def __init__(self, name: str, interval_s: float) -> None:
+        self._name = name
         self._interval_s = interval_s
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"millstream-heartbeat-{container_id}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"millstream-heartbeat-{name}", daemon=True)
         self.beats = 0
 
-    def start(self) -> ContainerHeartbeat:
+    def start(self) -> Self:
         self._thread.start()
         return self
 
@@ -49,21 +55,116 @@ class ContainerHeartbeat:
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(self._interval_s + 5)
 
+    def _beat(self, beat: int) -> bool:
+        """Record the ``beat``-th heartbeat; False when refused (the thread stops)."""
+        raise NotImplementedError
+
     def _run(self) -> None:
         """The first beat at once, then one per interval. A store that fails a beat is logged and tried again at
-        the next: missing beats are what the driver is there to notice."""
+        the next: missing beats are what the watchers are there to notice."""
         while True:
             try:
-                if not coordination.record_heartbeat(
-                    self._store, self._container_id, self._generation, self._epoch, self.beats + 1
-                ):
-                    log.warning(
-                        "container %s attempt %s of generation %s: heartbeat refused, a newer attempt owns the "
-                        "container; no more heartbeats", self._container_id, self._epoch, self._generation,
-                    )  # fmt: skip
+                if not self._beat(self.beats + 1):
+                    log.warning("%s: heartbeat refused, a newer attempt or run owns it; no more heartbeats", self._name)
                     return
                 self.beats += 1
             except Exception as error:  # the store unreachable: this beat is missed, which is the point
-                log.warning("container %s: heartbeat not recorded: %s", self._container_id, error)
+                log.warning("%s: heartbeat not recorded: %s", self._name, error)
             if self._stopped.wait(self._interval_s):
                 return
+
+
+class ContainerHeartbeat(Heartbeat):
+    """The heartbeat of one container attempt, fenced like its other writes."""
+
+    def __init__(self, store: MetadataStore, container_id: str, generation: int, epoch: int, interval_s: float) -> None:
+        super().__init__(f"container {container_id} attempt {epoch} of generation {generation}", interval_s)
+        self._store = store
+        self._container_id = container_id
+        self._generation = generation
+        self._epoch = epoch
+
+    def _beat(self, beat: int) -> bool:
+        return coordination.record_heartbeat(self._store, self._container_id, self._generation, self._epoch, beat)
+
+
+class DriverHeartbeat(Heartbeat):
+    """The heartbeat of the driver of one generation, from before its containers start until its run ends:
+    :meth:`end` records that the run ended, so neither ``job status`` nor the containers take a finished run
+    for one whose driver was lost."""
+
+    def __init__(self, store: MetadataStore, generation: int, interval_s: float) -> None:
+        super().__init__(f"driver of generation {generation}", interval_s)
+        self._store = store
+        self._generation = generation
+
+    def _beat(self, beat: int) -> bool:
+        return coordination.record_driver_heartbeat(self._store, self._generation, beat)
+
+    def end(self) -> None:
+        self.stop()
+        try:
+            coordination.record_driver_heartbeat(self._store, self._generation, self.beats + 1, ended=True)
+        except Exception as error:  # a missing "ended" only makes the run look lost later: say so, go on
+            log.warning("%s: the end of the run not recorded: %s", self._name, error)
+
+
+class DriverWatch:
+    """A container's view of its driver: lost once the driver's heartbeat for this generation has not changed
+    for ``timeout_s`` on the container's own clock (so hosts' clocks never matter), or recorded that its run
+    ended while the container still runs. A generation whose driver never beat (a container started by a test
+    or a tool, not a runner) is never judged. Checked at most once per ``check_s``."""
+
+    def __init__(
+        self,
+        store: MetadataStore,
+        generation: int,
+        timeout_s: float,
+        check_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._store = store
+        self._generation = generation
+        self._timeout_s = timeout_s
+        self._check_s = check_s
+        self._clock = clock
+        self._last_beat: object = None
+        self._changed_at = clock()
+        self._checked_at = float("-inf")
+        self.lost_reason: str | None = None
+
+    def lost(self) -> bool:
+        now = self._clock()
+        if self.lost_reason is not None or self._timeout_s <= 0 or now - self._checked_at < self._check_s:
+            return self.lost_reason is not None
+        self._checked_at = now
+        record = coordination.driver_heartbeat(self._store)
+        if record is None or record.get("generation") != self._generation:
+            return False
+        where = f"pid {record.get('pid')} on host {record.get('host')}"
+        if record.get("ended"):
+            self.lost_reason = f"its driver ({where}) ended the run"
+        elif record.get("beat") != self._last_beat:
+            self._last_beat, self._changed_at = record.get("beat"), now
+        elif now - self._changed_at >= self._timeout_s:
+            self.lost_reason = (
+                f"its driver ({where}) has not recorded a heartbeat for {now - self._changed_at:.0f}s "
+                f"(job.driver.liveness.timeout.ms={self._timeout_s * 1000:.0f})"
+            )
+        return self.lost_reason is not None
+
+
+@contextmanager
+def driver_heartbeat(config: Config, store: MetadataStore, generation: int) -> Iterator[None]:
+    """The driver beats for ``generation`` while the block runs its containers, and records the run's end after."""
+    job = JobConfig.of(config)
+    heartbeat = DriverHeartbeat(store, generation, job.driver_heartbeat_interval_ms / 1000).start()
+    try:
+        yield
+    finally:
+        heartbeat.end()
+
+
+def driver_watch(config: Config, store: MetadataStore, generation: int) -> DriverWatch:
+    """A container's :class:`DriverWatch` as ``job.driver.liveness.timeout.ms`` sets it."""
+    return DriverWatch(store, generation, JobConfig.of(config).driver_liveness_timeout_ms / 1000)

@@ -37,6 +37,7 @@ from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
 from millstream.metrics.server import metrics_endpoint
 from millstream.runtime.container import ContainerResult
+from millstream.runtime.heartbeat import driver_heartbeat
 from millstream.spark.affinity import PlacementRecorder, container_rdd, launch_locations
 from millstream.spark.container_task import container_partition
 from millstream.spark.failures import describe_failure
@@ -150,7 +151,8 @@ class SparkJobRunner:
                     return JobResult(self.generation, "stopped")
                 model = JobCoordinator(self.config, self.store).start()
                 self.generation = model.generation
-                result, restart = self._run_generation(spark, model)
+                with driver_heartbeat(self.config, self.store, model.generation):
+                    result, restart = self._run_generation(spark, model)
                 containers.extend(result.containers)
                 if not restart or result.outcome == "failed" or self._stop.is_set():
                     result.containers = containers

@@ -575,7 +575,10 @@ def test_a_spark_job_whose_task_raises_prints_task_stream_partition_offset_and_t
     )
     assert result.stderr.count(header) == 1, result.stderr
     assert result.stderr.count("Traceback (most recent call last)") == 1, result.stderr
-    assert result.stderr.count("ValueError: cannot handle 3") == 2  # the header and the traceback's last line
+    restarts = [line for line in result.stderr.splitlines() if " restarted (attempt " in line]
+    assert restarts and all("ValueError: cannot handle 3" in line for line in restarts), result.stderr
+    # the header and the traceback's last line, besides one line per restart naming its cause
+    assert result.stderr.count("ValueError: cannot handle 3") == 2 + len(restarts)
     assert 'tests/jobs.py", line' in result.stderr
     for spark_line in ("TaskSetManager", "Executor:", "PythonException", "\tat org.apache", "SQLSTATE"):
         assert spark_line not in result.stderr, result.stderr
