@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -81,6 +83,7 @@ def graceful_stop_on_jvm_shutdown(
     runnable = jvm.java.lang.Thread(hook, "millstream-graceful-stop")
     wait_ms = int(hook.wait_s * 1000) + 1000  # Hadoop's own timeout only backs up the hook's wait
     manager.addShutdownHook(runnable, PRIORITY, wait_ms, jvm.java.util.concurrent.TimeUnit.MILLISECONDS)
+    jvm_pid = os.getppid()  # spark-submit's JVM started this driver
     try:
         yield hook
     finally:
@@ -89,3 +92,14 @@ def graceful_stop_on_jvm_shutdown(
             with contextlib.suppress(Py4JError):
                 manager.removeShutdownHook(runnable)
         hook.done.set()
+        if hook.started.is_set():
+            _outlive(jvm_pid, STOP_MARGIN_S)
+
+
+def _outlive(jvm_pid: int, timeout_s: float) -> None:
+    """Wait until the JVM is gone: py4j answers the hook's call once ``run`` has returned, on a daemon thread that
+    an exiting interpreter would cut off, and the JVM would log the lost answer as the hook's failure. An orphaned
+    process gets a new parent, which is how the wait sees the JVM's end."""
+    deadline = time.monotonic() + timeout_s
+    while os.getppid() == jvm_pid and time.monotonic() < deadline:
+        time.sleep(0.05)

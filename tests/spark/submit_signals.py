@@ -20,12 +20,12 @@ from tests.cli.test_main import by_input_partition, wait_for
 from tests.helpers import create_stream, fill, job_config
 
 PARTITIONS = 2
-# what a signal to each target makes spark-submit exit with: a JVM ends with 128 + the signal that began its
-# shutdown; a signal to the Python driver alone is the driver's graceful stop, exit 0, and the JVM's after it
-TARGETS = ("jvm", "python", "group")
 
 
 def expected_exit_code(target: str, signum: int) -> int:
+    """What a signal to ``target`` (``jvm``, ``python``, ``group``) makes spark-submit exit with: a JVM whose
+    shutdown a signal began exits 128 + the signal; a signal to the Python driver alone is the driver's graceful
+    stop, exit 0, and then the JVM's."""
     return 0 if target == "python" else 128 + signum
 
 
@@ -121,6 +121,9 @@ def stop_with_signal(job: SubmittedJob, config: Config, target: str, signum: int
 def assert_stopped_after_a_final_commit(config: Config, output: str) -> None:
     """Every container stopped (not failed, not left ``running``), and each partition's last checkpoint covers
     exactly what the job wrote: a rerun would neither repeat nor skip a message."""
+    # the JVM's shutdown ran the hook to its end: no lost py4j answer, no Python traceback
+    for trace in ("Py4JException", "Traceback", "ShutdownHook"):
+        assert trace not in output, output[-4000:]
     status = job_status(config)
     states = {cid: info.get("state") for cid, info in status.containers.items()}
     assert set(states.values()) == {"stopped"}, f"{states}\n{output[-4000:]}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -19,6 +20,13 @@ from millstream.spark.runner import SparkJobRunner
 from millstream.spark.session import build_session, cluster_slots
 from tests.helpers import create_stream, fill, job_config, output_origins, seal, wait_until
 from tests.spark.standalone import StandaloneCluster
+from tests.spark.submit_signals import (
+    SubmittedJob,
+    assert_stopped_after_a_final_commit,
+    expected_exit_code,
+    stop_with_signal,
+    unbounded_job,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -127,6 +135,23 @@ def test_the_runner_refuses_host_local_state_on_the_cluster_naming_each_key_unle
 REPO = Path(__file__).resolve().parents[2]
 
 
+def client_mode_submit(cluster: StandaloneCluster, path: Path) -> list[str]:
+    """``spark-submit`` of the entry point on the job in ``path`` to ``cluster``, the driver in this process
+    (client mode), every process on 127.0.0.1 and the driver's and executors' Python this interpreter."""
+    command = [str(cluster.spark_home / "bin" / "spark-submit"), "--master", cluster.master_url]
+    command += ["--deploy-mode", "client"]
+    for setting in (
+        "spark.driver.host=127.0.0.1",
+        "spark.driver.bindAddress=127.0.0.1",
+        "spark.executor.memory=512m",
+        "spark.ui.enabled=false",
+        f"spark.pyspark.python={sys.executable}",
+        f"spark.pyspark.driver.python={sys.executable}",
+    ):
+        command += ["--conf", setting]
+    return [*command, millstream.spark.submit.__file__, str(path)]
+
+
 def test_spark_submit_runs_a_job_on_the_standalone_cluster_in_client_mode_with_the_submitted_master(cluster, tmp_path):
     # executors of a fresh application take 20 s and more to register on a loaded 2-core machine
     config = job_config(
@@ -143,27 +168,7 @@ def test_spark_submit_runs_a_job_on_the_standalone_cluster_in_client_mode_with_t
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(config.to_dict()), encoding="utf-8")
     submitted = subprocess.run(
-        [
-            str(cluster.spark_home / "bin" / "spark-submit"),
-            "--master",
-            cluster.master_url,
-            "--deploy-mode",
-            "client",
-            "--conf",
-            "spark.driver.host=127.0.0.1",
-            "--conf",
-            "spark.driver.bindAddress=127.0.0.1",
-            "--conf",
-            "spark.executor.memory=512m",
-            "--conf",
-            "spark.ui.enabled=false",
-            "--conf",
-            f"spark.pyspark.python={sys.executable}",
-            "--conf",
-            f"spark.pyspark.driver.python={sys.executable}",
-            millstream.spark.submit.__file__,
-            str(path),
-        ],
+        client_mode_submit(cluster, path),
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},  # the task class is tests.jobs:PassThrough
         capture_output=True,
@@ -175,3 +180,27 @@ def test_spark_submit_runs_a_job_on_the_standalone_cluster_in_client_mode_with_t
     assert submitted.returncode == 0, "\n".join(errors) or (submitted.stdout + submitted.stderr)[-3000:]
     assert f"generation 1: finished on {cluster.master_url}" in submitted.stdout, submitted.stdout
     assert set(output_origins(config)) == written
+
+
+# the JVM's own shutdown, and the process group (systemd, timeout) that reaches both; a signal to the Python driver
+# alone is the same stop whatever the master, covered in local mode (test_submit.py)
+@pytest.mark.parametrize("target", ["jvm", "group"], ids=["SIGTERM-jvm", "SIGTERM-process-group"])
+def test_a_sigterm_to_spark_submit_on_the_standalone_cluster_stops_the_job_after_the_containers_final_commit(
+    cluster, tmp_path, target
+):
+    config, path = unbounded_job(
+        tmp_path / "data",
+        tmp_path / "conf",
+        job__shared__filesystem=True,  # the log system and SQLite metadata: the workers share this host's disk
+        job__coordinator__slots__wait__ms=120_000,
+    )
+    job = SubmittedJob.start(
+        client_mode_submit(cluster, path), REPO, {**os.environ, "PYTHONPATH": str(REPO)}, tmp_path / "logs"
+    )
+    try:
+        # executors of a fresh application take 20 s and more to register on a loaded 2-core machine
+        code = stop_with_signal(job, config, target, signal.SIGTERM, startup_s=240)
+    finally:
+        job.kill()
+    assert code == expected_exit_code(target, signal.SIGTERM), job.text()[-4000:]
+    assert_stopped_after_a_final_commit(config, job.text())
