@@ -182,12 +182,12 @@ def test_spark_submit_runs_a_job_on_the_standalone_cluster_in_client_mode_with_t
     assert set(output_origins(config)) == written
 
 
-# the JVM's own shutdown, and the process group (systemd, timeout) that reaches both; a signal to the Python driver
-# alone is the same stop whatever the master, covered in local mode (test_submit.py)
-@pytest.mark.parametrize("target", ["jvm", "group"], ids=["SIGTERM-jvm", "SIGTERM-process-group"])
-def test_a_sigterm_to_spark_submit_on_the_standalone_cluster_stops_the_job_after_the_containers_final_commit(
-    cluster, tmp_path, target
+def test_a_sigterm_to_spark_submits_process_group_on_the_standalone_cluster_stops_the_job_after_the_final_commit(
+    cluster, tmp_path
 ):
+    """systemd's and ``timeout``'s way: the signal reaches the JVM and the Python driver. Each alone is the same
+    stop whatever the master, covered in local mode (test_submit.py)."""
+    target = "group"
     config, path = unbounded_job(
         tmp_path / "data",
         tmp_path / "conf",

@@ -28,11 +28,13 @@ import millstream.spark.submit
 from millstream.config import Config
 from millstream.model import SystemStream
 from millstream.testing import read_stream
+from tests.cli.test_main import wait_for
 from tests.helpers import create_stream, fill, job_config, output_origins, seal
 from tests.spark.submit_signals import (
     SubmittedJob,
     assert_stopped_after_a_final_commit,
     expected_exit_code,
+    running_with_a_checkpoint,
     stop_with_signal,
     unbounded_job,
 )
@@ -365,3 +367,51 @@ def test_a_sigterm_to_spark_submit_in_yarn_client_mode_stops_the_job_after_the_c
     assert found, job.text()[-3000:]
     (app,) = [app for app in cluster.applications() if app["id"] == found.group(1)]
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app
+
+
+def test_millstream_job_stop_stops_a_job_in_yarn_cluster_mode_after_the_containers_final_commit(cluster, tmp_path):
+    """In cluster mode no signal reaches the driver (spark-submit is only a client, and YARN kills the executors
+    with the application master): the stop is written to the metadata store, and the application succeeds."""
+    config, path = unbounded_job(
+        tmp_path / "data",
+        tmp_path / "conf",
+        task="yarn_tasks:Tagged",
+        job__shared__filesystem=True,  # the log system and SQLite metadata: the NodeManagers share this disk
+        job__coordinator__slots__wait__ms=120_000,
+    )
+    (tmp_path / "code").mkdir()
+    module = tmp_path / "code" / "yarn_tasks.py"
+    module.write_text(TASK_MODULE, encoding="utf-8")
+    command, env = submit_command(
+        cluster,
+        "millstream-yarn-cluster-stop",
+        "cluster",
+        [millstream.spark.submit.__file__, "job.yaml"],
+        # the driver's millstream is this checkout's, the job's code still comes by --py-files
+        conf={"spark.pyspark.python": sys.executable, "spark.yarn.appMasterEnv.PYTHONPATH": str(REPO)},
+        files=str(path),
+        py_files=str(module),
+    )
+    job = SubmittedJob.start(command, tmp_path, env, tmp_path / "logs")
+    try:
+        wait_for(lambda: running_with_a_checkpoint(config), timeout=240, process=job.process, log=job.output)
+        stopped = subprocess.run(
+            [sys.executable, "-m", "millstream.cli.main", "job", "stop", "--wait", str(path)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        code = job.process.wait(timeout=120)  # spark-submit follows the application to its end
+    finally:
+        job.kill()
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert "stop requested for generation 1 (2 container(s) active)" in stopped.stdout, stopped.stdout
+    assert code == 0, job.text()[-4000:]
+    assert_stopped_after_a_final_commit(config, job.text())
+    found = re.search(r"Submitted application (application_\d+_\d+)", job.text())
+    assert found, job.text()[-3000:]
+    (app,) = [app for app in cluster.applications() if app["id"] == found.group(1)]
+    assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app
+    driver = cluster.container_output(app["id"])[am_container(app)]
+    assert "job test generation 1: stopped on yarn" in driver, driver[-3000:]
