@@ -83,7 +83,8 @@ def graceful_stop_on_jvm_shutdown(
     runnable = jvm.java.lang.Thread(hook, "millstream-graceful-stop")
     wait_ms = int(hook.wait_s * 1000) + 1000  # Hadoop's own timeout only backs up the hook's wait
     manager.addShutdownHook(runnable, PRIORITY, wait_ms, jvm.java.util.concurrent.TimeUnit.MILLISECONDS)
-    jvm_pid = os.getppid()  # spark-submit's JVM started this driver
+    # spark-submit's JVM started this driver (and told it the gateway's port); pyspark's own JVM is a child instead
+    jvm_pid = os.getppid() if "PYSPARK_GATEWAY_PORT" in os.environ else None
     try:
         yield hook
     finally:
@@ -92,7 +93,7 @@ def graceful_stop_on_jvm_shutdown(
             with contextlib.suppress(Py4JError):
                 manager.removeShutdownHook(runnable)
         hook.done.set()
-        if hook.started.is_set():
+        if hook.started.is_set() and jvm_pid is not None:
             _outlive(jvm_pid, STOP_MARGIN_S)
 
 
