@@ -6,8 +6,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -103,6 +105,38 @@ def test_a_cluster_too_small_for_the_job_is_refused_within_the_slot_wait_naming_
     for key in ("spark.task.cpus=1", "spark.executor.cores", "job.container.count", "job.coordinator.slots.wait.ms"):
         assert key in message
     assert 3 <= waited < 10
+
+
+def test_a_stop_while_the_runner_waits_for_slots_ends_the_run_stopped_without_waiting_out_the_slot_wait(
+    cluster, tmp_path
+):
+    """A SIGTERM to spark-submit while a cluster's executors are still registering (or will never offer enough)
+    stops the run at once, launching nothing: the JVM's shutdown hook waits only the stop timeout + 15 s."""
+    config = job_config(
+        tmp_path,
+        job__container__count=3,  # the cluster's 2 slots will never do: only the stop can end the wait in time
+        job__coordinator__slots__headroom=0,
+        job__shared__filesystem=True,
+        job__coordinator__slots__wait__ms=600_000,
+        spark__driver__host="127.0.0.1",
+        spark__driver__bindAddress="127.0.0.1",
+        spark__executor__memory="512m",
+    )
+    create_stream(config, "in", 4)
+    create_stream(config, "out", 4)
+    spark = build_session(config, master=cluster.master_url)
+    try:
+        runner = SparkJobRunner(config, spark=spark)
+        results: list[Any] = []
+        thread = threading.Thread(target=lambda: results.append(runner.run()), daemon=True)
+        thread.start()
+        wait_until(lambda: cluster_slots(spark.sparkContext) == 2, 60, "both executors to register", interval=0.2)
+        runner.request_stop()
+        wait_until(lambda: not thread.is_alive(), 60, "the run to end (the slot wait is 600 s)", interval=0.2)
+    finally:
+        spark.stop()
+    assert [result.outcome for result in results] == ["stopped"]
+    assert results[0].containers == []
 
 
 def test_the_runner_refuses_host_local_state_on_the_cluster_naming_each_key_unless_declared_shared(cluster, tmp_path):
