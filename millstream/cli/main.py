@@ -2,9 +2,9 @@
 
 Exit codes: 0 success (``run``: the job finished, was stopped, or drained), 1 the job failed while
 running, 2 the job could not start (bad config, missing stream, unknown factory) or a request was refused
-(``job drain`` of a job that is not running, ``job reset`` of one that is), 3 (``run``) another run of the
-job superseded this one, 130 (``run``) a second Ctrl-C / SIGTERM stopped it without waiting for the final
-commits. ``sensitive.*`` values are never printed.
+(``job drain`` or ``job stop`` of a job that is not running, ``job reset`` of one that is), 3 (``run``)
+another run of the job superseded this one, 130 (``run``) a second Ctrl-C / SIGTERM stopped it without
+waiting for the final commits. ``sensitive.*`` values are never printed.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from millstream.cli.drain import drain
 from millstream.cli.plan import plan
 from millstream.cli.reset import reset
 from millstream.cli.startpoint import startpoint_app
+from millstream.cli.stop import stop
 from millstream.cli.version import root
 from millstream.config import Config, JobConfig, parse_override
 from millstream.config.secrets import mask_secrets_in_logs
@@ -45,7 +46,7 @@ app = typer.Typer(
 )
 streams_app = typer.Typer(no_args_is_help=True, help="Create, inspect, write and read streams of any system.")
 checkpoint_app = typer.Typer(no_args_is_help=True, help="Inspect checkpoints.")
-job_app = typer.Typer(no_args_is_help=True, help="Inspect a job, drain it, or reset it.")
+job_app = typer.Typer(no_args_is_help=True, help="Inspect a job, stop or drain it, or reset it.")
 app.callback()(root)
 app.add_typer(streams_app, name="streams")
 app.add_typer(checkpoint_app, name="checkpoint")
@@ -55,6 +56,7 @@ app.add_typer(adstore_app, name="adstore")
 app.command("plan")(plan)
 job_app.command("drain")(drain)
 job_app.command("reset")(reset)
+job_app.command("stop")(stop)
 
 
 StreamArg = Annotated[str, typer.Argument(help="system.stream (a bare name means the log system)")]

@@ -2,6 +2,9 @@
 
 The first signal asks the containers to commit and stop (the runner's stop event); the runner then
 returns ``stopped`` and the CLI exits 0. A second signal stops without waiting (``KeyboardInterrupt``).
+"Second" counts the signals this process received, not the stop event: under ``spark-submit`` a SIGTERM to the
+process group reaches the JVM too, whose shutdown hook sets the same event (``millstream.spark.shutdown_hook``),
+and that one signal must not read as two.
 """
 
 from __future__ import annotations
@@ -25,8 +28,11 @@ def graceful_stop_on_signals(stop: threading.Event) -> Iterator[None]:
         yield
         return
 
+    received: list[int] = []
+
     def on_signal(signum: int, _frame: FrameType | None) -> None:
-        if stop.is_set():
+        received.append(signum)
+        if len(received) > 1:
             log.warning("second signal: stopping without waiting")
             raise KeyboardInterrupt
         print(f"\n{signal.Signals(signum).name}: stopping containers gracefully (they commit)", file=sys.stderr)

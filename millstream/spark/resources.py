@@ -27,6 +27,7 @@ import logging
 import os
 import re
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeVar
@@ -195,7 +196,11 @@ def check_dynamic_allocation_sizing(conf: Mapping[str, str] | SparkConf, config:
 
 
 def await_container_executors(
-    sc: SparkContext, resources: ContainerResources, config: Config, wait_seconds: float
+    sc: SparkContext,
+    resources: ContainerResources,
+    config: Config,
+    wait_seconds: float,
+    stop: threading.Event | None = None,
 ) -> None:
     """Under dynamic allocation, have Spark start an executor of the containers' profile before the containers
     are launched, and refuse (exit 2, naming the executor size needed) when none starts within ``wait_seconds``.
@@ -203,7 +208,8 @@ def await_container_executors(
     Spark requests such executors only for a stage that waits for them, and a size no worker (host, node) offers,
     ``job.container.cpus=2`` on 1-core workers, leaves that stage pending forever without a word. So a probe stage
     of one no-op task per container runs under the profile first; it finishes as soon as an executor of that size
-    registers, and is cancelled when none does. Its executors are the ones the containers then run on."""
+    registers, and is cancelled when none does. Its executors are the ones the containers then run on. A ``stop``
+    set meanwhile (a signal) cancels the probe and returns at once: the runner then stops before launching."""
     if not resources.requests_executors:
         return
     containers = JobConfig.of(config).container_count
@@ -219,7 +225,12 @@ def await_container_executors(
 
     thread = threading.Thread(target=probe, name="millstream-executor-probe", daemon=True)
     thread.start()
-    thread.join(wait_seconds)
+    deadline = time.monotonic() + wait_seconds
+    while thread.is_alive() and time.monotonic() < deadline and not (stop is not None and stop.is_set()):
+        thread.join(0.2)
+    if stop is not None and stop.is_set() and thread.is_alive():
+        sc.cancelJobGroup(group)
+        return
     if not thread.is_alive():
         if "error" in outcome:
             raise outcome["error"]

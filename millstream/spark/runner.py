@@ -137,9 +137,11 @@ class SparkJobRunner:
         check_dynamic_allocation_sizing(sc.getConf(), self.config)
         self._resources = container_resources(sc, self.config)
         if self._resources.requests_executors:  # Spark requests the profile's executors for a stage waiting on them
-            await_container_executors(sc, self._resources, self.config, wait)
+            await_container_executors(sc, self._resources, self.config, wait, stop=self._stop)
         else:
-            check_slots(sc, requirement(self.config), wait_seconds=wait, profile=self._resources.profile)
+            check_slots(
+                sc, requirement(self.config), wait_seconds=wait, profile=self._resources.profile, stop=self._stop
+            )
         containers: list[ContainerResult] = []
         with metrics_endpoint(self.config, functools.partial(status_document, self.config)) as server:
             if server is not None:

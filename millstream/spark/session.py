@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import sys
+import threading
 import time
 from dataclasses import dataclass
 
@@ -194,13 +195,19 @@ def check_local_slots(master: str, need: SlotRequirement) -> None:
 
 
 def check_slots(
-    sc: SparkContext, need: SlotRequirement, wait_seconds: float = 30.0, profile: ResourceProfile | None = None
+    sc: SparkContext,
+    need: SlotRequirement,
+    wait_seconds: float = 30.0,
+    profile: ResourceProfile | None = None,
+    stop: threading.Event | None = None,
 ) -> int:
     """Fail fast, never hang: the cluster must offer a task slot per container plus headroom.
 
     Executors register with the driver some time after the session starts, so a cluster is given
     ``wait_seconds`` to offer the slots before the job is refused, naming what it offers and the keys to change.
-    Slots are those of the containers' resource ``profile`` (``job.container.cpus``) when they run under one."""
+    Slots are those of the containers' resource ``profile`` (``job.container.cpus``) when they run under one.
+    A ``stop`` set meanwhile (a signal) ends the wait at once, returning the slots offered so far: the runner then
+    stops before launching anything, rather than after the whole wait."""
     master = str(sc.master)
     fixed = local_slots(master)
     if fixed is not None:
@@ -210,7 +217,7 @@ def check_slots(
     deadline = time.monotonic() + wait_seconds
     while True:
         slots = cluster_slots(sc, profile)
-        if slots >= need.slots:
+        if slots >= need.slots or (stop is not None and stop.is_set()):
             return slots
         if time.monotonic() >= deadline:
             asked = f" ({requested} executor(s) requested by dynamic allocation)" if requested is not None else ""

@@ -28,6 +28,7 @@ from millstream.spark.multi_host import refuse_host_local_state
 from millstream.spark.resources import check_container_memory, check_dynamic_allocation_sizing
 from millstream.spark.runner import SparkJobRunner
 from millstream.spark.session import local_slots, set_failed_attempt_logging
+from millstream.spark.shutdown_hook import graceful_stop_on_jvm_shutdown
 
 
 def check_submitted_conf(conf: SparkConf, config: Config) -> None:
@@ -68,11 +69,11 @@ def refuse_before_session(conf: SparkConf, config: Config) -> None:
     check_dynamic_allocation_sizing(conf, config)
 
 
-def submit(config: Config, spark: SparkSession) -> int:
+def submit(config: Config, spark: SparkSession, runner: SparkJobRunner | None = None) -> int:
     """Run ``config`` in the submitted session; the exit code ``millstream run`` would give."""
     check_submitted_conf(spark.sparkContext.getConf(), config)
     set_failed_attempt_logging(spark.sparkContext, "OFF")
-    result = SparkJobRunner(config, spark=spark).run(handle_signals=True)
+    result = (runner or SparkJobRunner(config, spark=spark)).run(handle_signals=True)
     name = JobConfig.of(config).name
     if result.outcome == "failed":
         print(f"job failed: {result.error}", file=sys.stderr)
@@ -96,10 +97,14 @@ def main(argv: list[str] | None = None) -> int:
         configure_logging("WARNING", job=JobConfig.of(config).name)
         refuse_before_session(submitted_conf(), config)
         spark = SparkSession.builder.getOrCreate()  # the session spark-submit configured, as it is
-        try:
-            return submit(config, spark)
-        finally:
-            spark.stop()
+        runner = SparkJobRunner(config, spark=spark)
+        stop_timeout = JobConfig.of(config).stop_timeout_ms / 1000
+        # a signal to the JVM (spark-submit) stops as one to this process does: the containers commit first
+        with graceful_stop_on_jvm_shutdown(spark.sparkContext, runner.request_stop, stop_timeout):
+            try:
+                return submit(config, spark, runner)
+            finally:
+                spark.stop()
     except MillstreamError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2 if getattr(error, "exit_code", 1) == 2 else 1

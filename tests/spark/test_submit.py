@@ -5,6 +5,7 @@ submitted conf and the config alone decide is refused before a SparkContext exis
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,13 @@ from millstream.spark.submit import check_submitted_conf
 from tests.cli.test_main import REPO, write_config
 from tests.helpers import job_config
 from tests.integration.processes import free_port
+from tests.spark.submit_signals import (
+    SubmittedJob,
+    assert_stopped_after_a_final_commit,
+    expected_exit_code,
+    stop_with_signal,
+    unbounded_job,
+)
 from tests.spark.yarn import SPARK_HOME
 
 
@@ -68,3 +76,28 @@ def test_spark_submit_refuses_dynamic_allocation_sizing_before_the_session_asks_
     text = " ".join((submitted.stdout + submitted.stderr).split())  # spark-submit joins the driver's stderr to stdout
     assert "spark.cores.max=1" in text and "needs an executor of 2 core(s) (job.container.cpus)" in text, text
     assert "Running Spark version" not in text, "a SparkContext was created before the refusal"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("target", "signum"),
+    [("jvm", signal.SIGTERM), ("python", signal.SIGTERM), ("group", signal.SIGTERM), ("group", signal.SIGINT)],
+    ids=["SIGTERM-jvm", "SIGTERM-python-driver", "SIGTERM-process-group", "SIGINT-process-group"],
+)
+def test_a_signal_to_spark_submit_in_local_mode_stops_the_job_after_the_containers_final_commit(
+    tmp_path: Path, target: str, signum: int
+):
+    config, path = unbounded_job(tmp_path / "data", tmp_path / "conf")
+    command = [str(SPARK_HOME / "bin" / "spark-submit"), "--master", "local[2]"]
+    for setting in ("spark.pyspark.python", "spark.pyspark.driver.python"):
+        command += ["--conf", f"{setting}={sys.executable}"]
+    command += ["--conf", "spark.ui.enabled=false", str(Path(millstream.spark.submit.__file__)), str(path)]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable}
+    job = SubmittedJob.start(command, REPO, env, tmp_path / "logs")
+    try:
+        code = stop_with_signal(job, config, target, signum, startup_s=120)
+    finally:
+        job.kill()
+    assert code == expected_exit_code(target, signum), job.text()[-4000:]
+    assert "stopping containers gracefully" in job.text()
+    assert_stopped_after_a_final_commit(config, job.text())

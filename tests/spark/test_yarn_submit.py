@@ -12,6 +12,7 @@ the way the recipe ships it. All NodeManagers share this machine's disk, hence `
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
 import venv
@@ -27,7 +28,16 @@ import millstream.spark.submit
 from millstream.config import Config
 from millstream.model import SystemStream
 from millstream.testing import read_stream
+from tests.cli.test_main import wait_for
 from tests.helpers import create_stream, fill, job_config, output_origins, seal
+from tests.spark.submit_signals import (
+    SubmittedJob,
+    assert_stopped_after_a_final_commit,
+    expected_exit_code,
+    running_with_a_checkpoint,
+    stop_with_signal,
+    unbounded_job,
+)
 from tests.spark.yarn import SPARK_HOME, YarnCluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -104,10 +114,19 @@ def spark_submit(
     conf: Mapping[str, str],
     **shipped: str,
 ) -> subprocess.CompletedProcess[str]:
+    """``spark-submit --master yarn``, run to its end: see :func:`submit_command`."""
+    command, env = submit_command(cluster, name, deploy_mode, program, conf, **shipped)
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=420, check=False)
+
+
+def submit_command(
+    cluster: YarnCluster, name: str, deploy_mode: str, program: list[str], conf: Mapping[str, str], **shipped: str
+) -> tuple[list[str], dict[str, str]]:
     """``spark-submit --master yarn`` with ``--conf`` for each of ``conf`` and ``--<option> <value>`` for each of
     ``shipped`` (``py_files=`` is ``--py-files``), plus what every run on this cluster needs: 2 executors of 1 core
     (the job's 2 slots), small memory, Spark's JARs from pyspark's installation (``local:``, so not uploaded per
-    application), the staging directory in the cluster's work directory, every process on 127.0.0.1."""
+    application), the staging directory in the cluster's work directory, every process on 127.0.0.1; and the
+    environment to run it in."""
     settings = {
         "spark.yarn.jars": f"local:{SPARK_HOME}/jars/*",
         "spark.yarn.stagingDir": f"file://{cluster.work_dir / 'staging'}",
@@ -133,9 +152,7 @@ def spark_submit(
         command += [f"--{option.replace('_', '-')}", value]
     env = cluster.env()
     env.pop("PYTHONPATH", None)  # the job's code reaches the driver and the executors through --py-files only
-    return subprocess.run(
-        [*command, *program], cwd=cwd, env=env, capture_output=True, text=True, timeout=420, check=False
-    )
+    return [*command, *program], env
 
 
 def application(cluster: YarnCluster, submitted: subprocess.CompletedProcess[str]) -> Mapping[str, Any]:
@@ -314,3 +331,87 @@ def test_a_job_refused_in_yarn_client_mode_exits_spark_submit_with_the_refusals_
     # the driver is spark-submit's own process: its exit code is millstream run's
     assert submitted.returncode == 2, submitted.stderr[-3000:]
     assert "error: spark.speculation is enabled in the submitted session" in submitted.stdout, submitted.stdout
+
+
+def test_a_sigterm_to_spark_submit_in_yarn_client_mode_stops_the_job_after_the_containers_final_commit(
+    cluster, tmp_path
+):
+    """systemd's and ``timeout``'s way: the whole process group, spark-submit's JVM and the Python driver."""
+    config, path = unbounded_job(
+        tmp_path / "data",
+        tmp_path / "conf",
+        task="yarn_tasks:Tagged",
+        job__shared__filesystem=True,  # the log system and SQLite metadata: the NodeManagers share this disk
+        job__coordinator__slots__wait__ms=120_000,
+    )
+    (tmp_path / "code").mkdir()
+    module = tmp_path / "code" / "yarn_tasks.py"
+    module.write_text(TASK_MODULE, encoding="utf-8")
+    command, env = submit_command(
+        cluster,
+        "millstream-yarn-sigterm",
+        "client",
+        [millstream.spark.submit.__file__, str(path)],
+        conf={"spark.pyspark.python": sys.executable},
+        py_files=str(module),
+    )
+    # the driver's millstream is this checkout's (the stop is the driver's), the job's code still comes by --py-files
+    job = SubmittedJob.start(command, tmp_path, {**env, "PYTHONPATH": str(REPO)}, tmp_path / "logs")
+    try:
+        code = stop_with_signal(job, config, "group", signal.SIGTERM, startup_s=240)
+    finally:
+        job.kill()
+    assert code == expected_exit_code("group", signal.SIGTERM), job.text()[-4000:]
+    assert_stopped_after_a_final_commit(config, job.text())
+    found = re.search(r"Submitted application (application_\d+_\d+)", job.text())
+    assert found, job.text()[-3000:]
+    (app,) = [app for app in cluster.applications() if app["id"] == found.group(1)]
+    assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app
+
+
+def test_millstream_job_stop_stops_a_job_in_yarn_cluster_mode_after_the_containers_final_commit(cluster, tmp_path):
+    """In cluster mode no signal reaches the driver (spark-submit is only a client, and YARN kills the executors
+    with the application master): the stop is written to the metadata store, and the application succeeds."""
+    config, path = unbounded_job(
+        tmp_path / "data",
+        tmp_path / "conf",
+        task="yarn_tasks:Tagged",
+        job__shared__filesystem=True,  # the log system and SQLite metadata: the NodeManagers share this disk
+        job__coordinator__slots__wait__ms=120_000,
+    )
+    (tmp_path / "code").mkdir()
+    module = tmp_path / "code" / "yarn_tasks.py"
+    module.write_text(TASK_MODULE, encoding="utf-8")
+    command, env = submit_command(
+        cluster,
+        "millstream-yarn-cluster-stop",
+        "cluster",
+        [millstream.spark.submit.__file__, "job.yaml"],
+        # the driver's millstream is this checkout's, the job's code still comes by --py-files
+        conf={"spark.pyspark.python": sys.executable, "spark.yarn.appMasterEnv.PYTHONPATH": str(REPO)},
+        files=str(path),
+        py_files=str(module),
+    )
+    job = SubmittedJob.start(command, tmp_path, env, tmp_path / "logs")
+    try:
+        wait_for(lambda: running_with_a_checkpoint(config), timeout=240, process=job.process, log=job.output)
+        stopped = subprocess.run(
+            [sys.executable, "-m", "millstream.cli.main", "job", "stop", "--wait", str(path)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        code = job.process.wait(timeout=120)  # spark-submit follows the application to its end
+    finally:
+        job.kill()
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert "stop requested for generation 1 (2 container(s) active)" in stopped.stdout, stopped.stdout
+    assert code == 0, job.text()[-4000:]
+    assert_stopped_after_a_final_commit(config, job.text())
+    found = re.search(r"Submitted application (application_\d+_\d+)", job.text())
+    assert found, job.text()[-3000:]
+    (app,) = [app for app in cluster.applications() if app["id"] == found.group(1)]
+    assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app
+    driver = cluster.container_output(app["id"])[am_container(app)]
+    assert "job test generation 1: stopped on yarn" in driver, driver[-3000:]
