@@ -110,6 +110,7 @@ class KafkaSystemAdmin(SystemAdmin):
                 lambda topic=topic: admin.list_topics(topic=topic, timeout=self._timeout),  # type: ignore[misc]
                 f"Kafka system '{self.system}': reading metadata of topic '{topic}'",
                 self._timeout,
+                kafka=self.kafka,
             )
             count = topic_partitions(metadata, topic)
             if count is not None:
@@ -142,7 +143,7 @@ class KafkaSystemAdmin(SystemAdmin):
 
         if not specs:
             return {}
-        return retry(attempt, f"Kafka system '{self.system}': {what}", self._timeout, on_retry=renew)
+        return retry(attempt, f"Kafka system '{self.system}': {what}", self._timeout, on_retry=renew, kafka=self.kafka)
 
     def get_system_stream_metadata(
         self, streams: Iterable[str], isolation: IsolationLevel | None = None
@@ -270,7 +271,7 @@ class KafkaSystemAdmin(SystemAdmin):
             for future in futures.values():
                 future.result()
 
-        retry(attempt, f"Kafka system '{self.system}': deleting committed records", self._timeout)
+        retry(attempt, f"Kafka system '{self.system}': deleting committed records", self._timeout, kafka=self.kafka)
         return True
 
     def topic_config(self, topic: str) -> dict[str, str]:
@@ -288,7 +289,9 @@ class KafkaSystemAdmin(SystemAdmin):
                 raise
             return {name: entry.value for name, entry in entries.items() if entry.value is not None}
 
-        return retry(attempt, f"Kafka system '{self.system}': describing topic '{topic}'", self._timeout)
+        return retry(
+            attempt, f"Kafka system '{self.system}': describing topic '{topic}'", self._timeout, kafka=self.kafka
+        )
 
     def clear_stream(self, spec: StreamSpec) -> bool:
         """Delete the topic and wait until the cluster no longer serves it; False if there was none."""

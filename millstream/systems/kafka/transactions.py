@@ -25,9 +25,9 @@ from collections.abc import Callable
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from millstream.systems.base import WriterFencedError, WriterToken
-from millstream.systems.kafka.client import create_client, kafka_error
+from millstream.systems.kafka.client import create_client, is_retriable, kafka_error
 from millstream.systems.kafka.config import KafkaClientSettings
-from millstream.systems.kafka.errors import KafkaProduceError
+from millstream.systems.kafka.errors import KafkaProduceError, KafkaTransactionAbortedError
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def init_transactions(producer: Producer, timeout_s: float, on_error: Callable[[
             return
         except KafkaException as error:
             on_error(error)
-            if not _retriable(error) or time.monotonic() >= deadline:
+            if not is_retriable(error) or time.monotonic() >= deadline:
                 raise
 
 
@@ -92,6 +92,8 @@ class ProducerTransactions:
         self._timeout_s = timeout_ms / 1000
         self._open = False
         self.fenced: WriterFencedError | None = None
+        self.fence_detail = ""
+        """What the brokers said when they fenced the producer (a newer attempt or not: see the caller)."""
 
     def start(self, producer: Producer) -> None:
         """Take over the transactional id (fencing and aborting earlier attempts), then begin."""
@@ -102,13 +104,26 @@ class ProducerTransactions:
         producer.begin_transaction()
         self._open = True
 
+    def replace(self, producer: Producer) -> None:
+        """Carry on with ``producer`` in place of one the brokers fenced or left unusable: it takes over the same
+        transactional id (bumping the epoch again) and begins a transaction. Only for a writer still the
+        container's current attempt: the caller checked (see ``KafkaSystemProducer``)."""
+        self.fenced = None
+        self._open = False
+        self.start(producer)
+
     def check(self) -> None:
         if self.fenced is not None:
             raise self.fenced
 
     def commit(self, producer: Producer) -> None:
-        """Commit what was produced since the last commit and begin the next transaction; raises
-        ``WriterFencedError`` (for good) when a newer attempt took the transactional id."""
+        """Commit what was produced since the last commit and begin the next transaction.
+
+        Transient failures (a broker restarting, requests timing out, the flush not done yet) are retried until
+        ``systems.<s>.operation.timeout.ms`` has passed. Raises ``WriterFencedError`` when the producer was fenced
+        (by a newer attempt or by the brokers, who bump the epoch of a transaction they timed out: the caller
+        tells which, see ``KafkaSystemProducer``), and ``KafkaTransactionAbortedError`` when the transaction was
+        aborted and nothing of it written."""
         self.check()
         deadline = time.monotonic() + self._timeout_s
         while True:
@@ -118,15 +133,27 @@ class ProducerTransactions:
             except KafkaException as error:
                 self._raise_fenced(error)
                 inner = kafka_error(error)
-                if inner is not None and inner.txn_requires_abort():
-                    producer.abort_transaction(max(1.0, deadline - time.monotonic()))
-                    producer.begin_transaction()
-                    raise KafkaProduceError(
-                        self.system, "*", None, None, f"transaction aborted, nothing of it written: {inner.str()}"
-                    ) from None
-                if not _retriable(error) or time.monotonic() >= deadline:
+                if inner is not None and (inner.txn_requires_abort() or inner.fatal()):
+                    raise self._aborted(producer, inner, deadline) from None
+                if not is_retriable(error) or time.monotonic() >= deadline:
                     raise KafkaProduceError(self.system, "*", None, None, self._describe(error)) from None
+                log.debug("Kafka system '%s': committing %s: %s (retrying)", self.system, self.transactional_id, error)
         producer.begin_transaction()
+
+    def _aborted(self, producer: Producer, cause: KafkaError, deadline: float) -> KafkaTransactionAbortedError:
+        """Abort the transaction the brokers refused to commit and begin the next one; the error saying so, which
+        says too whether the producer can go on (not after a fatal error or a failed abort)."""
+        usable = not cause.fatal()
+        while usable:
+            try:
+                producer.abort_transaction(max(1.0, deadline - time.monotonic()))
+                producer.begin_transaction()
+                break
+            except KafkaException as error:
+                self._raise_fenced(error)
+                if not is_retriable(error) or time.monotonic() >= deadline:
+                    usable = False
+        return KafkaTransactionAbortedError(self.system, self.transactional_id, cause.str(), producer_usable=usable)
 
     def abort(self, producer: Producer) -> None:
         """Abort the open transaction (nothing of it becomes visible); a failure to reach the brokers is left
@@ -146,6 +173,7 @@ class ProducerTransactions:
         code = error.code()
         if code in FENCED_CODES or (code == KafkaError.INVALID_PRODUCER_EPOCH and "fenced" in error.str()):
             target = f"Kafka system '{self.system}' transactional.id {self.transactional_id}"
+            self.fence_detail = error.str()
             self.fenced = WriterFencedError(target, self.writer, error.str())
             return self.fenced
         return None
@@ -160,8 +188,3 @@ class ProducerTransactions:
     def _describe(self, error: KafkaException) -> str:
         inner = kafka_error(error)
         return f"transactional.id {self.transactional_id}: {inner.str() if inner is not None else error}"
-
-
-def _retriable(error: KafkaException) -> bool:
-    inner = kafka_error(error)
-    return inner is not None and bool(inner.retriable())

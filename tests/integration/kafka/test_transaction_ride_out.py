@@ -1,0 +1,138 @@
+"""Issue 38 item 2 at the producer: a changelog transaction the brokers aborted while they restarted (its timeout
+passed, and the restarted coordinator bumped the producer's epoch, which librdkafka reports as "fenced by a newer
+instance") is not a fence when the metadata store names no newer attempt. The producer is replaced (same
+transactional id), the aborted transaction's records are sent again in order and committed: the changelog holds
+every write exactly once, as a restore must read it. A real newer attempt still fences it."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from millstream.config import Config
+from millstream.config.views import JobConfig
+from millstream.metadata import coordination
+from millstream.metadata.base import MetadataStore
+from millstream.metadata.factory import metadata_store
+from millstream.model import OutgoingMessageEnvelope, SystemStream
+from millstream.systems.base import WriterFencedError, WriterToken
+from millstream.systems.kafka import factory as kafka_factory
+from millstream.systems.producers import ProducerPool
+from tests.helpers import wait_until
+from tests.integration.kafka.helpers import create_topic, kafka_config, read_all
+from tests.integration.kafka.test_broker_restart import wait_until_no_open_transaction
+
+pytestmark = pytest.mark.integration
+
+TRANSACTION_TIMEOUT_MS = 3000
+"""Short, so the restarted broker aborts the open transaction within seconds, as a long outage does."""
+SOURCE = "task"
+
+
+@dataclass
+class Container:
+    config: Config
+    store: MetadataStore
+    pool: ProducerPool
+    changelog: str
+
+
+@pytest.fixture
+def container(
+    kafka_broker, bootstrap: str, tmp_path: Path, topic_name: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Container]:
+    """Attempt 1 of container 0, its producer pool started (changelog writes in transactions)."""
+    monkeypatch.setattr(kafka_factory, "transaction_timeout_ms", lambda commit_ms: TRANSACTION_TIMEOUT_MS)
+    changelog = topic_name("changelog")
+    create_topic(bootstrap, changelog, 1)
+    config = kafka_config(
+        bootstrap,
+        job__name=f"ride-out-{uuid.uuid4().hex[:8]}",
+        job__data__dir=str(tmp_path),
+        metadata__store__factory="sqlite",
+    )
+    store = metadata_store(config)
+    store.init()
+    coordination.publish_generation(store, 1)
+    epoch = coordination.start_container_attempt(store, "0")
+    pool = ProducerPool(config, WriterToken(JobConfig.of(config).job_key, "0", 1, epoch))
+    try:
+        yield Container(config, store, pool, changelog)
+    finally:
+        try:
+            pool.stop()
+        except Exception as error:  # the fenced case leaves a fenced producer behind
+            logging.getLogger(__name__).info("stopping the pool: %s", error)
+        store.close()
+
+
+def write(container: Container, start: int, stop: int) -> None:
+    producer = container.pool.state_producer("kafka")
+    stream = SystemStream("kafka", container.changelog)
+    for i in range(start, stop):
+        producer.send(SOURCE, OutgoingMessageEnvelope(stream, f"v{i}".encode(), f"k{i}".encode(), partition=0))
+
+
+def written_uncommitted(bootstrap: str, topic: str) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "hw", "isolation.level": "read_uncommitted"})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)[1]
+    finally:
+        consumer.close()
+
+
+def abort_by_broker_restart(kafka_broker, bootstrap: str, container: Container, records_on_broker: int) -> None:
+    """Restart the broker while the transaction is open, its records on the broker, and wait until the restarted
+    coordinator has aborted it (timed out): the producer meets the abort at its next commit."""
+    wait_until(lambda: written_uncommitted(bootstrap, container.changelog) >= records_on_broker, 30, "records sent")
+    kafka_broker.restart(down_seconds=TRANSACTION_TIMEOUT_MS / 1000 + 1)
+    wait_until_no_open_transaction(bootstrap, container.changelog)
+
+
+def changelog_values(bootstrap: str, topic: str) -> list[bytes]:
+    return [message.value() for message in read_all(bootstrap, topic, 1, isolation="read_committed")]
+
+
+def test_a_transaction_the_restarted_broker_aborted_is_sent_again_and_committed_without_a_fence(
+    kafka_broker, bootstrap: str, container: Container, caplog: pytest.LogCaptureFixture
+) -> None:
+    write(container, 0, 100)
+    container.pool.flush(SOURCE)
+    write(container, 100, 250)
+    abort_by_broker_restart(kafka_broker, bootstrap, container, 250)
+
+    with caplog.at_level(logging.WARNING, logger="millstream.systems.kafka.producer"):
+        started = time.monotonic()
+        container.pool.flush(SOURCE)  # the commit: ridden out, not a WriterFencedError
+    assert "no newer attempt exists, so its 150 record(s) are sent again" in caplog.text, caplog.text
+    assert "a newer attempt owns its writes" not in caplog.text
+    assert time.monotonic() - started < 60, "within the deadline, systems.kafka.operation.timeout.ms"
+
+    write(container, 250, 300)  # the replacement producer goes on writing
+    container.pool.flush(SOURCE)
+    assert changelog_values(bootstrap, container.changelog) == [f"v{i}".encode() for i in range(300)], (
+        "every write exactly once, in order"
+    )
+
+
+def test_a_producer_the_broker_fenced_after_a_newer_attempt_started_stays_fenced(
+    kafka_broker, bootstrap: str, container: Container
+) -> None:
+    write(container, 0, 100)
+    container.pool.flush(SOURCE)
+    write(container, 100, 250)
+    abort_by_broker_restart(kafka_broker, bootstrap, container, 250)
+    coordination.start_container_attempt(container.store, "0")  # attempt 2 took over meanwhile
+
+    with pytest.raises(WriterFencedError, match="a newer attempt owns its writes"):
+        container.pool.flush(SOURCE)
+    assert changelog_values(bootstrap, container.changelog) == [f"v{i}".encode() for i in range(100)], (
+        "nothing of the zombie's aborted transaction is visible"
+    )
