@@ -123,7 +123,9 @@ class KafkaSystemProducer(SystemProducer):
         overrides: dict[str, Any] = {"delivery.report.only.error": True, "on_delivery": self._on_delivery}
         transactions = None
         if self._transactional and self._writer is not None and self._writer.pooled:
-            transactions = ProducerTransactions(self.system, self._writer, self.kafka.settings.operation_timeout_ms)
+            transactions = ProducerTransactions(
+                self.system, self._writer, self.kafka.settings.operation_timeout_ms, self.kafka.bootstrap_servers
+            )
             overrides["transactional.id"] = transactions.transactional_id
             overrides["transaction.timeout.ms"] = self._transaction_timeout_ms
         self._settings = self.kafka.producer(**overrides)
@@ -402,11 +404,24 @@ class KafkaSystemProducer(SystemProducer):
         self._raise_failures()
 
     def _await_deliveries(self, producer: Producer) -> None:
-        waited = time.monotonic()
-        while producer.flush(1.0) > 0:
-            if time.monotonic() - waited > 30:
-                log.warning("Kafka system '%s': %d message(s) not acknowledged yet", self.system, len(producer))
-                waited = time.monotonic()
+        """Wait until librdkafka has every message acknowledged (it retries them through broker restarts and
+        network cuts); fails, naming the brokers, once none was acknowledged for ``operation.timeout.ms``."""
+        stall_s = self.kafka.settings.operation_timeout_ms / 1000
+        waited = progressed = time.monotonic()
+        remaining = len(producer)
+        while (left := producer.flush(1.0)) > 0:
+            now = time.monotonic()
+            if left < remaining:
+                remaining, progressed = left, now
+            elif now - progressed >= stall_s:
+                raise KafkaProduceError(
+                    self.system, "*", None, None,
+                    f"flushing failed: {left} message(s) not acknowledged by the brokers at "
+                    f"{self.kafka.bootstrap_servers}, none for {self._deadline_text()}",
+                )  # fmt: skip
+            if now - waited > 30:
+                log.warning("Kafka system '%s': %d message(s) not acknowledged yet", self.system, left)
+                waited = now
         self._raise_failures()
 
     def _raise_failures(self) -> None:

@@ -85,8 +85,11 @@ def fence_transactional_id(system: str, kafka: KafkaClientSettings, container_id
 class ProducerTransactions:
     """The transaction state of one producer; callers serialise ``produced`` and ``commit``."""
 
-    def __init__(self, system: str, writer: WriterToken, timeout_ms: int) -> None:
+    def __init__(self, system: str, writer: WriterToken, timeout_ms: int, brokers: str = "") -> None:
+        """``timeout_ms``: how long a commit retries transient failures (``systems.<s>.operation.timeout.ms``);
+        ``brokers``: named in the error past it."""
         self.system = system
+        self.brokers = brokers
         self.writer = writer
         self.transactional_id = transactional_id(writer.job, writer.container_id)
         self._timeout_s = timeout_ms / 1000
@@ -136,7 +139,7 @@ class ProducerTransactions:
                 if inner is not None and (inner.txn_requires_abort() or inner.fatal()):
                     raise self._aborted(producer, inner, deadline) from None
                 if not is_retriable(error) or time.monotonic() >= deadline:
-                    raise KafkaProduceError(self.system, "*", None, None, self._describe(error)) from None
+                    raise self._commit_failed(error, retried=is_retriable(error)) from None
                 log.debug("Kafka system '%s': committing %s: %s (retrying)", self.system, self.transactional_id, error)
         producer.begin_transaction()
 
@@ -184,6 +187,17 @@ class ProducerTransactions:
         inner = kafka_error(error)
         if inner is not None and (fenced := self.fenced_by(inner)) is not None:
             raise fenced from None
+
+    def _commit_failed(self, error: KafkaException, *, retried: bool) -> KafkaProduceError:
+        at = f" at brokers {self.brokers}" if self.brokers else ""
+        deadline = (
+            f" (retried for {self._timeout_s * 1000:.0f} ms, systems.{self.system}.operation.timeout.ms)"
+            if retried
+            else ""
+        )
+        return KafkaProduceError(
+            self.system, "*", None, None, f"committing the transaction{at} failed{deadline}: {self._describe(error)}"
+        )
 
     def _describe(self, error: KafkaException) -> str:
         inner = kafka_error(error)

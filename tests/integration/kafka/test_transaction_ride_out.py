@@ -7,11 +7,13 @@ every write exactly once, as a restore must read it. A real newer attempt still 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -21,13 +23,24 @@ from millstream.config.views import JobConfig
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import metadata_store
-from millstream.model import OutgoingMessageEnvelope, SystemStream
+from millstream.model import OutgoingMessageEnvelope, SystemStream, TaskName
 from millstream.systems.base import WriterFencedError, WriterToken
 from millstream.systems.kafka import factory as kafka_factory
 from millstream.systems.producers import ProducerPool
+from millstream.testing import InProcessRunner
 from tests.helpers import wait_until
-from tests.integration.kafka.helpers import create_topic, kafka_config, read_all
+from tests.integration.kafka.helpers import create_topic, job_config, kafka_config, produce, read_all
 from tests.integration.kafka.test_broker_restart import wait_until_no_open_transaction
+from tests.integration.kafka.test_spark_changelog_faults import (
+    MESSAGES_PER_KEY,
+    PARTITIONS,
+    checkpointed_messages,
+    every_key_counted,
+    expected_counts,
+    final_counts,
+    input_records,
+)
+from tests.storage.harness import restored_contents
 
 pytestmark = pytest.mark.integration
 
@@ -136,3 +149,61 @@ def test_a_producer_the_broker_fenced_after_a_newer_attempt_started_stays_fenced
     assert changelog_values(bootstrap, container.changelog) == [f"v{i}".encode() for i in range(100)], (
         "nothing of the zombie's aborted transaction is visible"
     )
+
+
+def test_a_stateful_job_rides_out_a_broker_restart_mid_transaction_without_a_container_failure(
+    kafka_broker, bootstrap: str, tmp_path: Path, topic_name: Callable[[str], str], monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    """Every count written through to the changelog (no object cache), so a changelog transaction is always open:
+    the broker, down longer than the transaction's timeout, aborts it when it comes back. The container replaces
+    its producer, sends the transaction again and goes on: no failure, every count exact and sent once."""
+    monkeypatch.setattr(kafka_factory, "transaction_timeout_ms", lambda commit_ms: TRANSACTION_TIMEOUT_MS)
+    source, sink, changelog = topic_name("in"), topic_name("out"), topic_name("counts")
+    create_topic(bootstrap, source, PARTITIONS)
+    create_topic(bootstrap, sink, PARTITIONS)
+    for partition, records in input_records().items():
+        produce(bootstrap, source, records, partition=partition)
+    config = job_config(
+        bootstrap,
+        tmp_path / "data",
+        source,
+        sink,
+        job__name=f"restart-{uuid.uuid4().hex[:8]}",
+        task__class="tests.integration.kafka.jobs:KafkaCountPerKey",
+        task__checkpoint__factory="metadata",
+        metadata__store__factory="sqlite",
+        stores__counts__factory="rocksdb",
+        stores__counts__key__serde="string",
+        stores__counts__msg__serde="json",
+        stores__counts__changelog=f"kafka.{changelog}",
+        stores__counts__object__cache__size=0,
+        job__container__count=1,
+        job__container__retry__count=3,
+        task__commit__ms=300,
+        test__delay__seconds=0.01,
+    )
+    runner = InProcessRunner(config)
+    outcome: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: outcome.setdefault("result", runner.run(timeout=300)), daemon=True)
+    with caplog.at_level(logging.WARNING, logger="millstream.systems.kafka.producer"):
+        thread.start()
+        try:
+            wait_until(lambda: checkpointed_messages(config, source) > 0, 120, "a first checkpoint")
+            kafka_broker.restart(down_seconds=TRANSACTION_TIMEOUT_MS / 1000 + 1)
+            assert checkpointed_messages(config, source) < PARTITIONS * 4 * MESSAGES_PER_KEY, "input left"
+            wait_until(lambda: every_key_counted(bootstrap, sink), 240, "every key's final count in the output")
+        finally:
+            runner.request_stop()
+            thread.join(120)
+    result = outcome["result"]
+    assert result.outcome == "stopped", result.error
+    assert [container.epoch for container in result.containers] == [1], "no container failed: no retry"
+    assert "the brokers aborted the open transaction" in caplog.text, "the restart aborted a transaction"
+    assert "a newer attempt owns its writes" not in caplog.text
+    counts = final_counts(bootstrap, sink)
+    assert all(sent == list(range(1, MESSAGES_PER_KEY + 1)) for sent in counts.values()), "no count twice, no gap"
+    assert {key: sent[-1] for key, sent in counts.items()} == expected_counts()
+    for partition in range(PARTITIONS):
+        want = {key: n for key, n in expected_counts().items() if key.startswith(f"p{partition}-")}
+        assert restored_contents(config, TaskName(f"Partition {partition}"), tmp_path / f"host-{partition}") == want
