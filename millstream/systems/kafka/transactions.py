@@ -8,7 +8,9 @@ zombie's next produce or commit fails with a fencing error: nothing it wrote sin
 becomes visible to ``read_committed`` readers (the default of millstream's consumers, and what a
 changelog restore reads), and the offsets a checkpoint names (the last stable offset) never cover it.
 Each commit's producer flush commits the open transaction and begins the next, so what a checkpoint
-covers is committed before the checkpoint is written.
+covers is committed before the checkpoint is written. A transaction the brokers aborted while no newer attempt
+exists is not a fence: under at-least-once it is sent again and committed (``replay``), under exactly-once the
+commit fails with ``KafkaTransactionAbortedError`` and the container restarts from its last checkpoint.
 
 Under at-least-once, output is written by another, idempotent producer and is visible at once; only what a
 restore reads (changelogs) waits for the commit. Under exactly-once everything a commit covers becomes
@@ -35,10 +37,11 @@ ABORT_TIMEOUT_S = 10.0
 """Longest a stopping producer waits for its abort: the broker aborts the transaction at its timeout anyway."""
 
 FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED})
-"""A newer producer with the same ``transactional.id`` started. ``INVALID_PRODUCER_EPOCH`` means it only
-when librdkafka says the producer was fenced: the broker's abort of a timed-out transaction also causes
-it, and then the transaction is aborted (the commit fails and the container is retried) but no newer
-attempt exists."""
+"""The producer's epoch was bumped: a newer producer with the same ``transactional.id`` started, or the brokers
+aborted a transaction that outlived its timeout (while they restarted, or a network cut held the commit) and
+bumped the epoch themselves; librdkafka says "fenced by a newer instance" either way. Only the metadata store
+tells them apart (``KafkaSystemProducer`` asks it). ``INVALID_PRODUCER_EPOCH`` means it only when librdkafka says
+the producer was fenced; otherwise the transaction was aborted (``KafkaTransactionAbortedError``)."""
 
 
 def transactional_id(job: str, container_id: str) -> str:
