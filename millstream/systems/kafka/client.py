@@ -108,7 +108,7 @@ def retry(
     kafka: KafkaClientSettings | None = None,
 ) -> Client:
     """Run ``action`` until it succeeds, retrying transient Kafka errors with backoff for ``timeout_s``
-    (``systems.<s>.operation.timeout.ms`` on the run and commit paths): a broker restart or a network cut shorter
+    (``systems.<s>.outage.timeout.ms`` on the run and commit paths): a broker restart or a network cut shorter
     than that is ridden out. Past it, or at an error that is not transient, raises ``KafkaSystemError`` naming
     ``what`` was done, the brokers (given ``kafka``) and how long it was retried."""
     started = time.monotonic()
@@ -124,7 +124,7 @@ def retry(
                 detail = inner.str() if inner is not None else str(error)
                 where = f" at brokers {kafka.bootstrap_servers}" if kafka is not None else ""
                 if retriable:
-                    key = f"systems.{kafka.system}.operation.timeout.ms" if kafka is not None else "its deadline"
+                    key = f"systems.{kafka.system}.outage.timeout.ms" if kafka is not None else "its deadline"
                     detail += f" (retried for {time.monotonic() - started:.1f}s, {key}={timeout_s * 1000:.0f})"
                 raise KafkaSystemError(f"{what} failed{where}: {detail}") from None
             if on_retry is not None:

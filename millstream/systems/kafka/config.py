@@ -63,11 +63,17 @@ class KafkaSystemConfig(ConfigView):
     startup_timeout_ms: int = Field(10_000, alias="startup.timeout.ms", ge=1)
     """How long a client waits for the brokers when it starts before failing with a clear error."""
     operation_timeout_ms: int = Field(60_000, alias="operation.timeout.ms", ge=1)
-    """The deadline for riding out a broker restart or a network cut: how long every admin call (metadata, end
-    and oldest offsets, topic creation) and every producer call on a container's run and commit paths (a topic's
-    metadata, a transaction's commit, abort and replacement after the brokers aborted it) retries transient Kafka
-    errors, with backoff, before failing with an error naming the call and the brokers. Keep it above the
-    longest outage a job must survive without a container failure."""
+    """How long one admin request (metadata, offsets, topic creation) or one transaction call of a producer waits
+    for the brokers' answer; on a container's run and commit paths a request that timed out is sent again until
+    ``outage.timeout.ms`` has passed."""
+    outage_timeout_ms: int = Field(300_000, alias="outage.timeout.ms", ge=1)
+    """The deadline for riding out a broker restart or a network cut (Kafka Streams' ``task.timeout.ms``): how long
+    every admin call (topic metadata, oldest and end offsets, deleting records) and every producer call on a
+    container's run and commit paths (a topic's metadata, a flush that no broker acknowledges, a transaction's
+    commit and abort, the replacement of a producer the brokers fenced) retries transient Kafka errors, with
+    backoff, before failing with an error naming the call, the brokers and this key. A cut shorter than it is a
+    stall, not a container failure; keep it above the longest outage a job must survive, and below
+    ``task.commit.timeout.ms``."""
     transactional_writes: Bool = Field(True, alias="transactional.writes")
     """A container writes its changelogs in Kafka transactions under the ``transactional.id``
     ``millstream-producer-<job.name>-<job.id>-<container>``, committed at each commit: a newer attempt of the

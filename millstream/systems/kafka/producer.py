@@ -16,7 +16,7 @@
   no newer attempt is ridden out under at-least-once: a new producer takes over the transactional id and the
   aborted transaction's records are sent again (``replay``) before it commits.
 * **Riding out outages.** Topic metadata, flushes and transaction commits retry transient errors until
-  ``systems.<s>.operation.timeout.ms`` and then fail naming the call and the brokers.
+  ``systems.<s>.outage.timeout.ms`` and then fail naming the call and the brokers.
   Sends and flushes of a transactional producer come from one thread at a time (the container's run loop).
 * **Errors are never lost.** librdkafka reports failures asynchronously; the delivery callback only
   fires for failures (``delivery.report.only.error``) and records them, and the next ``flush``
@@ -128,8 +128,13 @@ class KafkaSystemProducer(SystemProducer):
         overrides: dict[str, Any] = {"delivery.report.only.error": True, "on_delivery": self._on_delivery}
         transactions = None
         if self._transactional and self._writer is not None and self._writer.pooled:
+            settings = self.kafka.settings
             transactions = ProducerTransactions(
-                self.system, self._writer, self.kafka.settings.operation_timeout_ms, self.kafka.bootstrap_servers
+                self.system,
+                self._writer,
+                settings.outage_timeout_ms,
+                self.kafka.bootstrap_servers,
+                request_timeout_ms=settings.operation_timeout_ms,
             )
             overrides["transactional.id"] = transactions.transactional_id
             overrides["transaction.timeout.ms"] = self._transaction_timeout_ms
@@ -349,7 +354,7 @@ class KafkaSystemProducer(SystemProducer):
         metadata = retry(
             lambda: producer.list_topics(topic=topic, timeout=timeout),
             f"Kafka system '{self.system}': reading metadata of topic '{topic}'",
-            timeout,
+            self.kafka.settings.outage_timeout_ms / 1000,
             kafka=self.kafka,
         )
         count = topic_partitions(metadata, topic)
@@ -410,8 +415,8 @@ class KafkaSystemProducer(SystemProducer):
 
     def _await_deliveries(self, producer: Producer) -> None:
         """Wait until librdkafka has every message acknowledged (it retries them through broker restarts and
-        network cuts); fails, naming the brokers, once none was acknowledged for ``operation.timeout.ms``."""
-        stall_s = self.kafka.settings.operation_timeout_ms / 1000
+        network cuts); fails, naming the brokers, once none was acknowledged for ``outage.timeout.ms``."""
+        stall_s = self.kafka.settings.outage_timeout_ms / 1000
         waited = progressed = time.monotonic()
         remaining = len(producer)
         while (left := producer.flush(1.0)) > 0:
@@ -461,12 +466,12 @@ class KafkaSystemProducer(SystemProducer):
     # --- riding out transactions the brokers aborted (at-least-once) ----------------------------------------
 
     def _ride_out_deadline(self) -> float:
-        return time.monotonic() + self.kafka.settings.operation_timeout_ms / 1000
+        return time.monotonic() + self.kafka.settings.outage_timeout_ms / 1000
 
     def _commit_riding_out(self, transactions: ProducerTransactions) -> None:
         """Commit the open transaction; one the brokers aborted or fenced while this attempt is still the
         container's current one is sent again (``TransactionReplay``) and committed, until
-        ``systems.<s>.operation.timeout.ms`` has passed."""
+        ``systems.<s>.outage.timeout.ms`` has passed."""
         deadline = self._ride_out_deadline()
         while True:
             try:
@@ -556,4 +561,4 @@ class KafkaSystemProducer(SystemProducer):
         return fenced
 
     def _deadline_text(self) -> str:
-        return f"{self.kafka.settings.operation_timeout_ms} ms (systems.{self.system}.operation.timeout.ms)"
+        return f"{self.kafka.settings.outage_timeout_ms} ms (systems.{self.system}.outage.timeout.ms)"

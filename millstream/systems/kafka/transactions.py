@@ -88,10 +88,18 @@ def fence_transactional_id(system: str, kafka: KafkaClientSettings, container_id
 class ProducerTransactions:
     """The transaction state of one producer; callers serialise ``produced`` and ``commit``."""
 
-    def __init__(self, system: str, writer: WriterToken, timeout_ms: int, brokers: str = "") -> None:
-        """``timeout_ms``: how long a commit retries transient failures (``systems.<s>.operation.timeout.ms``);
-        ``brokers``: named in the error past it."""
+    def __init__(
+        self,
+        system: str,
+        writer: WriterToken,
+        timeout_ms: int,
+        brokers: str = "",
+        request_timeout_ms: int | None = None,
+    ) -> None:
+        """``timeout_ms``: how long a commit retries transient failures (``systems.<s>.outage.timeout.ms``), each
+        call waiting at most ``request_timeout_ms`` (``operation.timeout.ms``); ``brokers``: named past it."""
         self.system = system
+        self._request_timeout_s = (request_timeout_ms or timeout_ms) / 1000
         self.brokers = brokers
         self.writer = writer
         self.transactional_id = transactional_id(writer.job, writer.container_id)
@@ -126,7 +134,7 @@ class ProducerTransactions:
         """Commit what was produced since the last commit and begin the next transaction.
 
         Transient failures (a broker restarting, requests timing out, the flush not done yet) are retried until
-        ``systems.<s>.operation.timeout.ms`` has passed. Raises ``WriterFencedError`` when the producer was fenced
+        ``systems.<s>.outage.timeout.ms`` has passed. Raises ``WriterFencedError`` when the producer was fenced
         (by a newer attempt or by the brokers, who bump the epoch of a transaction they timed out: the caller
         tells which, see ``KafkaSystemProducer``), and ``KafkaTransactionAbortedError`` when the transaction was
         aborted and nothing of it written."""
@@ -134,7 +142,7 @@ class ProducerTransactions:
         deadline = time.monotonic() + self._timeout_s
         while True:
             try:
-                producer.commit_transaction(max(1.0, deadline - time.monotonic()))
+                producer.commit_transaction(max(1.0, min(self._request_timeout_s, deadline - time.monotonic())))
                 break
             except KafkaException as error:
                 self._raise_fenced(error)
@@ -152,7 +160,7 @@ class ProducerTransactions:
         usable = not cause.fatal()
         while usable:
             try:
-                producer.abort_transaction(max(1.0, deadline - time.monotonic()))
+                producer.abort_transaction(max(1.0, min(self._request_timeout_s, deadline - time.monotonic())))
                 producer.begin_transaction()
                 break
             except KafkaException as error:
@@ -194,7 +202,7 @@ class ProducerTransactions:
     def _commit_failed(self, error: KafkaException, *, retried: bool) -> KafkaProduceError:
         at = f" at brokers {self.brokers}" if self.brokers else ""
         deadline = (
-            f" (retried for {self._timeout_s * 1000:.0f} ms, systems.{self.system}.operation.timeout.ms)"
+            f" (retried for {self._timeout_s * 1000:.0f} ms, systems.{self.system}.outage.timeout.ms)"
             if retried
             else ""
         )

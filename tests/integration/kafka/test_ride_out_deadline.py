@@ -1,5 +1,5 @@
-"""Issue 38 item 3, past the deadline: a network cut longer than ``systems.<s>.operation.timeout.ms`` fails the
-call loudly, the error naming the call, the brokers and the deadline key (shorter cuts are ridden out: see
+"""Issue 38 item 3, past the deadline: a network cut longer than ``systems.<s>.outage.timeout.ms`` fails the call
+loudly, the error naming the call, the brokers and the deadline key (shorter cuts are ridden out: see
 ``test_spark_network_ride_out``)."""
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from tests.integration.kafka.helpers import create_topic, kafka_config
 pytestmark = pytest.mark.integration
 
 DEADLINE_MS = 3000
+REQUEST_TIMEOUT_MS = 1000
 
 
 def deadline_config(kafka: ProxiedKafka, tmp_path: Path):
@@ -34,12 +35,13 @@ def deadline_config(kafka: ProxiedKafka, tmp_path: Path):
         job__name=f"deadline-{uuid.uuid4().hex[:8]}",
         job__data__dir=str(tmp_path),
         metadata__store__factory="sqlite",
-        systems__kafka__operation__timeout__ms=DEADLINE_MS,
+        systems__kafka__operation__timeout__ms=REQUEST_TIMEOUT_MS,
+        systems__kafka__outage__timeout__ms=DEADLINE_MS,
     )
 
 
 def names_the_brokers_and_the_deadline(message: str, kafka: ProxiedKafka) -> bool:
-    return kafka.bootstrap_servers in message and "systems.kafka.operation.timeout.ms" in message
+    return kafka.bootstrap_servers in message and "systems.kafka.outage.timeout.ms" in message
 
 
 def test_reading_end_offsets_past_the_deadline_fails_naming_the_call_the_brokers_and_the_key(
