@@ -15,9 +15,9 @@
   A fence or abort by the brokers (a broker restart, a transaction's timeout) while the metadata store names
   no newer attempt is ridden out under at-least-once: a new producer takes over the transactional id and the
   aborted transaction's records are sent again (``replay``) before it commits.
+  Sends and flushes of a transactional producer come from one thread at a time (the container's run loop).
 * **Riding out outages.** Topic metadata, flushes and transaction commits retry transient errors until
   ``systems.<s>.outage.timeout.ms`` and then fail naming the call and the brokers.
-  Sends and flushes of a transactional producer come from one thread at a time (the container's run loop).
 * **Errors are never lost.** librdkafka reports failures asynchronously; the delivery callback only
   fires for failures (``delivery.report.only.error``) and records them, and the next ``flush``
   raises the first one, naming topic and partition. A record too large for the producer is refused
