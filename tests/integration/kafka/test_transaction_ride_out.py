@@ -6,6 +6,7 @@ every write exactly once, as a restore must read it. A real newer attempt still 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -26,6 +27,9 @@ from millstream.metadata.factory import metadata_store
 from millstream.model import OutgoingMessageEnvelope, SystemStream, TaskName
 from millstream.systems.base import WriterFencedError, WriterToken
 from millstream.systems.kafka import factory as kafka_factory
+from millstream.systems.kafka.config import KafkaClientSettings
+from millstream.systems.kafka.errors import KafkaTransactionAbortedError
+from millstream.systems.kafka.transactions import fence_transactional_id
 from millstream.systems.producers import ProducerPool
 from millstream.testing import InProcessRunner
 from tests.helpers import wait_until
@@ -62,6 +66,18 @@ def container(
     kafka_broker, bootstrap: str, tmp_path: Path, topic_name: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Container]:
     """Attempt 1 of container 0, its producer pool started (changelog writes in transactions)."""
+    with open_container(bootstrap, tmp_path, topic_name, monkeypatch) as opened:
+        yield opened
+
+
+@contextlib.contextmanager
+def open_container(
+    bootstrap: str,
+    tmp_path: Path,
+    topic_name: Callable[[str], str],
+    monkeypatch: pytest.MonkeyPatch,
+    guarantee: str = "at-least-once",
+) -> Iterator[Container]:
     monkeypatch.setattr(kafka_factory, "transaction_timeout_ms", lambda commit_ms: TRANSACTION_TIMEOUT_MS)
     changelog = topic_name("changelog")
     create_topic(bootstrap, changelog, 1)
@@ -70,6 +86,7 @@ def container(
         job__name=f"ride-out-{uuid.uuid4().hex[:8]}",
         job__data__dir=str(tmp_path),
         metadata__store__factory="sqlite",
+        task__processing__guarantee=guarantee,
     )
     store = metadata_store(config)
     store.init()
@@ -135,20 +152,42 @@ def test_a_transaction_the_restarted_broker_aborted_is_sent_again_and_committed_
     )
 
 
-def test_a_producer_the_broker_fenced_after_a_newer_attempt_started_stays_fenced(
-    kafka_broker, bootstrap: str, container: Container
+def test_a_fenced_producer_whose_newer_attempt_is_in_the_metadata_store_stays_fenced(
+    bootstrap: str, container: Container
 ) -> None:
+    """The fence's cause is asked of the metadata store: attempt 2 is recorded there (and took over the
+    transactional id), so this is a zombie, and it is neither replaced nor lets anything through."""
     write(container, 0, 100)
     container.pool.flush(SOURCE)
     write(container, 100, 250)
-    abort_by_broker_restart(kafka_broker, bootstrap, container, 250)
-    coordination.start_container_attempt(container.store, "0")  # attempt 2 took over meanwhile
+    coordination.start_container_attempt(container.store, "0")  # attempt 2 starts: first the store, then
+    job = JobConfig.of(container.config).job_key
+    fence_transactional_id("kafka", KafkaClientSettings(container.config, "kafka"), "0", job)  # its producer
 
     with pytest.raises(WriterFencedError, match="a newer attempt owns its writes"):
         container.pool.flush(SOURCE)
     assert changelog_values(bootstrap, container.changelog) == [f"v{i}".encode() for i in range(100)], (
-        "nothing of the zombie's aborted transaction is visible"
+        "nothing of the zombie's transaction is visible"
     )
+
+
+def test_under_exactly_once_a_transaction_the_restarted_broker_aborted_fails_the_commit_but_not_as_a_fence(
+    kafka_broker, bootstrap: str, tmp_path: Path, topic_name: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The transaction held output and checkpoints whose offsets no longer hold once it is sent again: the commit
+    fails (the container restarts from its last checkpoint), saying no newer attempt exists — not "fenced"."""
+    with open_container(bootstrap, tmp_path, topic_name, monkeypatch, "exactly-once") as container:
+        write(container, 0, 100)
+        container.pool.commit_transaction()
+        write(container, 100, 250)
+        container.pool.flush(SOURCE)
+        abort_by_broker_restart(kafka_broker, bootstrap, container, 250)
+
+        with pytest.raises(KafkaTransactionAbortedError, match="no newer attempt exists") as failed:
+            container.pool.commit_transaction()
+        assert not isinstance(failed.value, WriterFencedError)
+        assert "a newer attempt owns its writes" not in str(failed.value)
+        assert changelog_values(bootstrap, container.changelog) == [f"v{i}".encode() for i in range(100)]
 
 
 def test_a_stateful_job_rides_out_a_broker_restart_mid_transaction_without_a_container_failure(
