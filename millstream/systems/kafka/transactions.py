@@ -140,6 +140,7 @@ class ProducerTransactions:
         aborted and nothing of it written."""
         self.check()
         deadline = time.monotonic() + self._timeout_s
+        backoff = 0.05
         while True:
             try:
                 producer.commit_transaction(max(1.0, min(self._request_timeout_s, deadline - time.monotonic())))
@@ -152,6 +153,8 @@ class ProducerTransactions:
                 if not is_retriable(error) or time.monotonic() >= deadline:
                     raise self._commit_failed(error, retried=is_retriable(error)) from None
                 log.debug("Kafka system '%s': committing %s: %s (retrying)", self.system, self.transactional_id, error)
+                time.sleep(backoff)  # an answer that came at once (no broker to send to) comes at once again
+                backoff = min(backoff * 2, 1.0)
         producer.begin_transaction()
 
     def _aborted(self, producer: Producer, cause: KafkaError, deadline: float) -> KafkaTransactionAbortedError:
