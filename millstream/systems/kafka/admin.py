@@ -81,6 +81,9 @@ class KafkaSystemAdmin(SystemAdmin):
         self._config = config
         self._admin: AdminClient | None = None
         self._timeout = kafka.settings.operation_timeout_ms / 1000
+        """Of one request."""
+        self._deadline = kafka.settings.outage_timeout_ms / 1000
+        """Of a call, its retries included: ``systems.<s>.outage.timeout.ms``."""
         self._isolation = (
             IsolationLevel.READ_UNCOMMITTED
             if kafka.isolation_level() == "read_uncommitted"
@@ -109,7 +112,8 @@ class KafkaSystemAdmin(SystemAdmin):
             metadata = retry(
                 lambda topic=topic: admin.list_topics(topic=topic, timeout=self._timeout),  # type: ignore[misc]
                 f"Kafka system '{self.system}': reading metadata of topic '{topic}'",
-                self._timeout,
+                self._deadline,
+                kafka=self.kafka,
             )
             count = topic_partitions(metadata, topic)
             if count is not None:
@@ -142,7 +146,7 @@ class KafkaSystemAdmin(SystemAdmin):
 
         if not specs:
             return {}
-        return retry(attempt, f"Kafka system '{self.system}': {what}", self._timeout, on_retry=renew)
+        return retry(attempt, f"Kafka system '{self.system}': {what}", self._deadline, on_retry=renew, kafka=self.kafka)
 
     def get_system_stream_metadata(
         self, streams: Iterable[str], isolation: IsolationLevel | None = None
@@ -270,7 +274,7 @@ class KafkaSystemAdmin(SystemAdmin):
             for future in futures.values():
                 future.result()
 
-        retry(attempt, f"Kafka system '{self.system}': deleting committed records", self._timeout)
+        retry(attempt, f"Kafka system '{self.system}': deleting committed records", self._deadline, kafka=self.kafka)
         return True
 
     def topic_config(self, topic: str) -> dict[str, str]:
@@ -288,7 +292,9 @@ class KafkaSystemAdmin(SystemAdmin):
                 raise
             return {name: entry.value for name, entry in entries.items() if entry.value is not None}
 
-        return retry(attempt, f"Kafka system '{self.system}': describing topic '{topic}'", self._timeout)
+        return retry(
+            attempt, f"Kafka system '{self.system}': describing topic '{topic}'", self._deadline, kafka=self.kafka
+        )
 
     def clear_stream(self, spec: StreamSpec) -> bool:
         """Delete the topic and wait until the cluster no longer serves it; False if there was none."""

@@ -61,10 +61,12 @@ def kafka_error(error: BaseException) -> KafkaError | None:
 
 
 def is_retriable(error: BaseException) -> bool:
-    """A transient condition (broker down or moving, request timed out) worth retrying."""
+    """A transient condition (broker down or moving, request timed out, no leader yet) worth retrying."""
     inner = kafka_error(error)
     if inner is None:
         return False
+    if inner.code() == KafkaError._NOENT and "leader" in inner.str().lower():
+        return True  # ListOffsets: "Failed to query partition leaders: No leaders found" while brokers are away
     return bool(inner.retriable()) or inner.code() in RETRIABLE_CODES
 
 
@@ -103,17 +105,28 @@ def retry(
     timeout_s: float,
     *,
     on_retry: Callable[[BaseException], None] | None = None,
+    kafka: KafkaClientSettings | None = None,
 ) -> Client:
-    """Run ``action`` until it succeeds, retrying transient Kafka errors with backoff for ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
+    """Run ``action`` until it succeeds, retrying transient Kafka errors with backoff for ``timeout_s``
+    (``systems.<s>.outage.timeout.ms`` on the run and commit paths): a broker restart or a network cut shorter
+    than that is ridden out. Past it, or at an error that is not transient, raises ``KafkaSystemError`` naming
+    ``what`` was done, the brokers (given ``kafka``) and how long it was retried."""
+    started = time.monotonic()
+    deadline = started + timeout_s
     backoff = 0.05
     while True:
         try:
             return action()
         except KafkaException as error:
-            if not is_retriable(error) or time.monotonic() + backoff > deadline:
+            retriable = is_retriable(error)
+            if not retriable or time.monotonic() + backoff > deadline:
                 inner = kafka_error(error)
-                raise KafkaSystemError(f"{what} failed: {inner.str() if inner is not None else error}") from None
+                detail = inner.str() if inner is not None else str(error)
+                where = f" at brokers {kafka.bootstrap_servers}" if kafka is not None else ""
+                if retriable:
+                    key = f"systems.{kafka.system}.outage.timeout.ms" if kafka is not None else "its deadline"
+                    detail += f" (retried for {time.monotonic() - started:.1f}s, {key}={timeout_s * 1000:.0f})"
+                raise KafkaSystemError(f"{what} failed{where}: {detail}") from None
             if on_retry is not None:
                 on_retry(error)
             time.sleep(backoff)

@@ -23,12 +23,16 @@ from millstream.config.core import Config
 from millstream.config.secrets import REDACTED, SENSITIVE_PREFIX, secret_values
 from millstream.config.views import Bool, ConfigView, system_names
 from millstream.errors import ConfigError
+from millstream.systems.kafka.logs import RateLimitedLog
 
 CLIENT_PREFIXES = ("consumer.", "producer.", "admin.")
 SHARED_CONNECTION_PREFIXES = ("security.protocol", "sasl.", "ssl.", "client.dns.lookup", "socket.", "broker.address.")
 """Consumer settings the admin client inherits: how to reach and authenticate with the brokers."""
 
 LIBRDKAFKA_LOGGER = logging.getLogger("millstream.kafka.librdkafka")
+LIBRDKAFKA_LOG = RateLimitedLog(LIBRDKAFKA_LOGGER)
+"""What every client logs through: one line per condition (see ``logs``), shared by the process's clients, so a
+broker restart logs each of its conditions once, not once per client and broker thread."""
 
 KAFKA_FACTORY_NAMES = frozenset(
     {
@@ -59,7 +63,17 @@ class KafkaSystemConfig(ConfigView):
     startup_timeout_ms: int = Field(10_000, alias="startup.timeout.ms", ge=1)
     """How long a client waits for the brokers when it starts before failing with a clear error."""
     operation_timeout_ms: int = Field(60_000, alias="operation.timeout.ms", ge=1)
-    """How long an admin operation (metadata, offsets, topic creation) retries before failing."""
+    """How long one admin request (metadata, offsets, topic creation) or one transaction call of a producer waits
+    for the brokers' answer; on a container's run and commit paths a request that timed out is sent again until
+    ``outage.timeout.ms`` has passed."""
+    outage_timeout_ms: int = Field(300_000, alias="outage.timeout.ms", ge=1)
+    """The deadline for riding out a broker restart or a network cut (Kafka Streams' ``task.timeout.ms``): how long
+    every admin call (topic metadata, oldest and end offsets, deleting records) and every producer call on a
+    container's run and commit paths (a topic's metadata, a flush that no broker acknowledges, a transaction's
+    commit and abort, the replacement of a producer the brokers fenced) retries transient Kafka errors, with
+    backoff, before failing with an error naming the call, the brokers and this key. A cut shorter than it is a
+    stall, not a container failure; keep it above the longest outage a job must survive, and below
+    ``task.commit.timeout.ms``."""
     transactional_writes: Bool = Field(True, alias="transactional.writes")
     """A container writes its changelogs in Kafka transactions under the ``transactional.id``
     ``millstream-producer-<job.name>-<job.id>-<container>``, committed at each commit: a newer attempt of the
@@ -136,7 +150,7 @@ class KafkaClientSettings:
         return {
             "bootstrap.servers": self.bootstrap_servers,
             "client.id": f"millstream-{self.system}-{client}",
-            "logger": LIBRDKAFKA_LOGGER,
+            "logger": LIBRDKAFKA_LOG,
         }
 
     def consumer(self, **overrides: Any) -> dict[str, Any]:

@@ -84,3 +84,20 @@ class KafkaOffsetError(KafkaSystemError):
         super().__init__(
             f"Kafka topic '{topic}' partition {partition}: offset {offset!r} is not a non-negative integer"
         )
+
+
+class KafkaTransactionAbortedError(KafkaProduceError):
+    """The brokers aborted (or made the producer abort) the open transaction: nothing of it was written. Not a
+    fence by a newer attempt; ``producer_usable`` says whether the same producer may begin another transaction
+    or must be replaced (a producer the brokers fenced, or one in a fatal state)."""
+
+    def __init__(self, system: str, transactional_id: str, detail: str, *, producer_usable: bool) -> None:
+        self.transactional_id = transactional_id
+        self.producer_usable = producer_usable
+        super().__init__(
+            system,
+            "*",
+            None,
+            None,
+            f"transactional.id {transactional_id}: transaction aborted, nothing of it written: {detail}",
+        )

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import ClassVar
 
+from millstream.checkpoint.base import WriterFence
 from millstream.config.core import Config
 from millstream.config.views import TaskConfig
-from millstream.systems.base import SystemFactory
+from millstream.metadata.factory import metadata_store
+from millstream.systems.base import SystemFactory, WriterToken
 from millstream.systems.kafka.admin import KafkaSystemAdmin
 from millstream.systems.kafka.config import CLIENT_PREFIXES, KafkaClientSettings, config_keys
 from millstream.systems.kafka.consumer import KafkaSystemConsumer
@@ -52,10 +54,22 @@ class KafkaSystemFactory(SystemFactory):
             transactional=kafka.settings.transactional_writes,
             transaction_timeout_ms=transaction_timeout_ms(TaskConfig.of(config).commit_ms),
             commit_on_flush=not TaskConfig.of(config).exactly_once,
+            writer_current=lambda writer: writer_is_current(config, writer),
         )
 
     def transactional(self, system_name: str, config: Config) -> bool:
         return KafkaClientSettings(config, system_name).settings.transactional_writes
+
+
+def writer_is_current(config: Config, writer: WriterToken) -> bool:
+    """Whether the job's metadata store still names ``writer``'s generation and attempt: asked only after the
+    brokers fenced or aborted a transaction, to tell a broker restart (ridden out) from a newer attempt."""
+    store = metadata_store(config)
+    store.init()
+    try:
+        return WriterFence(writer.generation, writer.container_id, writer.epoch).is_current(store)
+    finally:
+        store.close()
 
 
 MAX_TRANSACTION_TIMEOUT_MS = 900_000

@@ -12,7 +12,12 @@
   everything under exactly-once) writes in transactions (``transactions``): a newer attempt of the container
   aborts and fences the older one's, whose every later send and flush raises ``WriterFencedError``. Its
   output producer is idempotent and not transactional under at-least-once, so output is visible at once.
+  A fence or abort by the brokers (a broker restart, a transaction's timeout) while the metadata store names
+  no newer attempt is ridden out under at-least-once: a new producer takes over the transactional id and the
+  aborted transaction's records are sent again (``replay``) before it commits.
   Sends and flushes of a transactional producer come from one thread at a time (the container's run loop).
+* **Riding out outages.** Topic metadata, flushes and transaction commits retry transient errors until
+  ``systems.<s>.outage.timeout.ms`` and then fail naming the call and the brokers.
 * **Errors are never lost.** librdkafka reports failures asynchronously; the delivery callback only
   fires for failures (``delivery.report.only.error``) and records them, and the next ``flush``
   raises the first one, naming topic and partition. A record too large for the producer is refused
@@ -24,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import repeat
 from typing import Any
 
@@ -32,18 +37,34 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
 
 from millstream.errors import StreamNotFoundError
+from millstream.metadata.base import FencedError
 from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.systems.base import SystemProducer, WriterFencedError, WriterToken
-from millstream.systems.kafka.client import check_brokers, create_client, create_topic, kafka_error, topic_partitions
+from millstream.systems.kafka.client import (
+    check_brokers,
+    create_client,
+    create_topic,
+    kafka_error,
+    retry,
+    topic_partitions,
+)
 from millstream.systems.kafka.config import KafkaClientSettings
-from millstream.systems.kafka.errors import KafkaProduceError, KafkaRecordTooLargeError, KafkaSystemError
+from millstream.systems.kafka.errors import (
+    KafkaProduceError,
+    KafkaRecordTooLargeError,
+    KafkaSystemError,
+    KafkaTransactionAbortedError,
+)
 from millstream.systems.kafka.partitioner import partition_for_key
+from millstream.systems.kafka.replay import TransactionReplay
 from millstream.systems.kafka.transactions import ProducerTransactions
 
 log = logging.getLogger(__name__)
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 _TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
+_PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
+"""Delivery failures of the records an aborted transaction held: what the abort means, not a failure."""
 SERVE_EVERY = 1000
 """Sends between two ``poll(0)`` calls, which serve librdkafka's callbacks (failures, logs)."""
 
@@ -62,10 +83,17 @@ class KafkaSystemProducer(SystemProducer):
         transactional: bool = False,
         transaction_timeout_ms: int = 60_000,
         commit_on_flush: bool = True,
+        writer_current: Callable[[WriterToken], bool] | None = None,
     ) -> None:
         """``commit_on_flush``: a transactional producer's ``flush`` commits its transaction (at-least-once,
         where only changelogs are in it); false under exactly-once, where the container's commit ends the
-        transaction after the checkpoints joined it (``commit_transaction``)."""
+        transaction after the checkpoints joined it (``commit_transaction``). ``writer_current``: whether the
+        metadata store still names the writer's attempt, which tells a fence by the brokers (ridden out) from
+        one by a newer attempt; without it every fence is taken for a newer attempt's."""
+        self._writer_current = writer_current
+        self._replay: TransactionReplay | None = None
+        """At-least-once, transactional: the open transaction's records, sent again if the brokers abort it."""
+        self._settings: dict[str, Any] = {}
         self.system = system
         self._transactional = transactional
         self._commit_on_flush = commit_on_flush
@@ -100,16 +128,29 @@ class KafkaSystemProducer(SystemProducer):
         overrides: dict[str, Any] = {"delivery.report.only.error": True, "on_delivery": self._on_delivery}
         transactions = None
         if self._transactional and self._writer is not None and self._writer.pooled:
-            transactions = ProducerTransactions(self.system, self._writer, self.kafka.settings.operation_timeout_ms)
+            settings = self.kafka.settings
+            transactions = ProducerTransactions(
+                self.system,
+                self._writer,
+                settings.outage_timeout_ms,
+                self.kafka.bootstrap_servers,
+                request_timeout_ms=settings.operation_timeout_ms,
+            )
             overrides["transactional.id"] = transactions.transactional_id
             overrides["transaction.timeout.ms"] = self._transaction_timeout_ms
-        producer = create_client(Producer, self.kafka.producer(**overrides), "producer", self.kafka)
+        self._settings = self.kafka.producer(**overrides)
+        producer = create_client(Producer, self._settings, "producer", self.kafka)
         check_brokers(producer, self.kafka)
         if transactions is not None:
             transactions.start(producer)
         self._transactions = transactions
+        if transactions is not None and self._commit_on_flush:
+            self._replay = TransactionReplay()
+        self._use(producer)
+
+    def _use(self, producer: Producer) -> None:
         self._producer = producer
-        self._produce = producer.produce
+        self._produce = producer.produce if self._replay is None else self._replay.recording(producer.produce)
         self._poll = producer.poll
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
@@ -118,8 +159,9 @@ class KafkaSystemProducer(SystemProducer):
         topic = message.topic() or "?"
         partition = message.partition()
         offset = message.offset()
-        if self._transactions is not None and self._transactions.fenced_by(error) is not None:
-            return  # raised by the next send or flush
+        transactions = self._transactions
+        if transactions is not None and (transactions.fenced_by(error) is not None or error.code() in _PURGED):
+            return  # a fence is raised (or ridden out) by the next send or flush; purged: its abort's doing
         kind = KafkaRecordTooLargeError if error.code() in _TOO_LARGE else KafkaProduceError
         size = len(message.value() or b"")
         failure = kind(self.system, topic, partition, offset, f"{error.str()} (record of {size} bytes)")
@@ -143,7 +185,7 @@ class KafkaSystemProducer(SystemProducer):
             self._last = (stream, topic, count)
         transactions = self._transactions
         if transactions is not None and transactions.fenced is not None:
-            raise transactions.fenced
+            self._ride_out(transactions.fenced, self._ride_out_deadline())
         key = envelope.key
         partition = envelope.partition
         if (
@@ -175,7 +217,7 @@ class KafkaSystemProducer(SystemProducer):
             self._last = (stream, topic, count)
         transactions = self._transactions
         if transactions is not None and transactions.fenced is not None:
-            raise transactions.fenced
+            self._ride_out(transactions.fenced, self._ride_out_deadline())
         produce = self._produce
         for message, key in zip(messages, repeat(None) if keys is None else keys, strict=False):
             try:
@@ -214,11 +256,18 @@ class KafkaSystemProducer(SystemProducer):
                     if timestamp is not None and timestamp <= 0:
                         raise self._unrepresentable_timestamp(topic, timestamp)
                     producer.produce(topic, value, key, partition, timestamp=timestamp or 0, headers=headers or None)
+                if self._replay is not None:
+                    self._replay.record(topic, value, key, partition, timestamp, headers or None)
                 break
             except BufferError:
                 self._make_room(producer, topic)
             except KafkaException as error:
-                raise self._produce_error(error, topic, partition, value) from None
+                failure = self._produce_error(error, topic, partition, value)
+                if not isinstance(failure, WriterFencedError) or self._replay is None:
+                    raise failure from None
+                self._ride_out(failure, self._ride_out_deadline())
+                producer = self._producer
+                assert producer is not None
             except TypeError:
                 raise KafkaSystemError(
                     f"Kafka topic '{topic}': key and message must be bytes (serialized), got "
@@ -293,11 +342,21 @@ class KafkaSystemProducer(SystemProducer):
         try:
             self._poll(0)
         except KafkaException as error:
-            raise self._produce_error(error, topic, None, None) from None
+            failure = self._produce_error(error, topic, None, None)
+            if not isinstance(failure, WriterFencedError) or self._replay is None:
+                raise failure from None
+            self._ride_out(failure, self._ride_out_deadline())
 
     def _topic_partitions(self, topic: str) -> int:
         assert self._producer is not None
-        metadata = self._producer.list_topics(topic=topic, timeout=self.kafka.settings.operation_timeout_ms / 1000)
+        producer = self._producer
+        timeout = self.kafka.settings.operation_timeout_ms / 1000
+        metadata = retry(
+            lambda: producer.list_topics(topic=topic, timeout=timeout),
+            f"Kafka system '{self.system}': reading metadata of topic '{topic}'",
+            self.kafka.settings.outage_timeout_ms / 1000,
+            kafka=self.kafka,
+        )
         count = topic_partitions(metadata, topic)
         if count is None:
             if not self._auto_create:
@@ -326,11 +385,14 @@ class KafkaSystemProducer(SystemProducer):
         self._unserved = 0
         if self._transactions is not None:
             if not self._commit_on_flush:
-                self._transactions.check()
-                self._await_deliveries(producer)  # durable, visible only once the container's commit ends it
-                self._transactions.check()
+                try:
+                    self._transactions.check()
+                    self._await_deliveries(producer)  # durable, visible only once the container's commit ends it
+                    self._transactions.check()
+                except WriterFencedError as fenced:
+                    raise self._unridden(fenced) from None
                 return
-            self._transactions.commit(producer)  # flushes, then commits: everything sent is durable and visible
+            self._commit_riding_out(self._transactions)  # flushes, then commits: all sent is durable and visible
             self._raise_failures()
             return
         self._await_deliveries(producer)
@@ -345,15 +407,31 @@ class KafkaSystemProducer(SystemProducer):
         if producer is None or self._transactions is None or self._commit_on_flush:
             return
         self._unserved = 0
-        self._transactions.commit(producer)
+        try:
+            self._transactions.commit(producer)
+        except WriterFencedError as fenced:
+            raise self._unridden(fenced) from None
         self._raise_failures()
 
     def _await_deliveries(self, producer: Producer) -> None:
-        waited = time.monotonic()
-        while producer.flush(1.0) > 0:
-            if time.monotonic() - waited > 30:
-                log.warning("Kafka system '%s': %d message(s) not acknowledged yet", self.system, len(producer))
-                waited = time.monotonic()
+        """Wait until librdkafka has every message acknowledged (it retries them through broker restarts and
+        network cuts); fails, naming the brokers, once none was acknowledged for ``outage.timeout.ms``."""
+        stall_s = self.kafka.settings.outage_timeout_ms / 1000
+        waited = progressed = time.monotonic()
+        remaining = len(producer)
+        while (left := producer.flush(1.0)) > 0:
+            now = time.monotonic()
+            if left < remaining:
+                remaining, progressed = left, now
+            elif now - progressed >= stall_s:
+                raise KafkaProduceError(
+                    self.system, "*", None, None,
+                    f"flushing failed: {left} message(s) not acknowledged by the brokers at "
+                    f"{self.kafka.bootstrap_servers}, none for {self._deadline_text()}",
+                )  # fmt: skip
+            if now - waited > 30:
+                log.warning("Kafka system '%s': %d message(s) not acknowledged yet", self.system, left)
+                waited = now
         self._raise_failures()
 
     def _raise_failures(self) -> None:
@@ -377,9 +455,110 @@ class KafkaSystemProducer(SystemProducer):
                 self.flush("")
         finally:
             self._producer = None
+            self._replay = None
             self._produce = self._poll = self._not_started
             self._last = (None, "", 0)
 
     def partition_count(self, topic: str) -> int:
         """The partition count this producer uses for ``topic`` (fetched once per topic)."""
         return self._partition_counts.get(topic) or self._topic_partitions(topic)
+
+    # --- riding out transactions the brokers aborted (at-least-once) ----------------------------------------
+
+    def _ride_out_deadline(self) -> float:
+        return time.monotonic() + self.kafka.settings.outage_timeout_ms / 1000
+
+    def _commit_riding_out(self, transactions: ProducerTransactions) -> None:
+        """Commit the open transaction; one the brokers aborted or fenced while this attempt is still the
+        container's current one is sent again (``TransactionReplay``) and committed, until
+        ``systems.<s>.outage.timeout.ms`` has passed."""
+        deadline = self._ride_out_deadline()
+        while True:
+            try:
+                if transactions.fenced is not None:
+                    raise transactions.fenced
+                assert self._producer is not None
+                transactions.commit(self._producer)
+            except (WriterFencedError, KafkaTransactionAbortedError) as lost:
+                self._ride_out(lost, deadline)
+                continue
+            if self._replay is not None:
+                self._replay.committed()
+            return
+
+    def _ride_out(self, lost: WriterFencedError | KafkaTransactionAbortedError, deadline: float) -> None:
+        """Carry on after the brokers aborted the open transaction: in a new transaction (of a new producer
+        with the same transactional id when the brokers fenced this one), send its records again. Raises
+        ``lost`` as it is when it cannot: a newer attempt exists (then the fence is real), or no records are
+        kept (exactly-once, where the container's next attempt reprocesses the input instead); and an error
+        naming the brokers past the deadline."""
+        transactions = self._transactions
+        replay = self._replay
+        if transactions is None or replay is None:
+            raise self._unridden(lost) from None
+        cause = f"fenced: {transactions.fence_detail}" if isinstance(lost, WriterFencedError) else str(lost)
+        if time.monotonic() >= deadline:
+            raise KafkaProduceError(
+                self.system, "*", None, None,
+                f"the container's transaction could not be committed within {self._deadline_text()} at brokers "
+                f"{self.kafka.bootstrap_servers}: {cause}",
+            ) from lost  # fmt: skip
+        usable = isinstance(lost, KafkaTransactionAbortedError) and lost.producer_usable
+        if not usable:
+            if not self._is_current():
+                raise self._real_fence(lost) from None
+            self._replace_producer(transactions)
+        assert self._producer is not None
+        with self._lock:
+            self._failures, self._failed = [], 0  # the aborted transaction's: its records are sent again
+        sent = replay.replay(self._producer, lambda producer: self._make_room(producer, "*"))
+        log.warning(
+            "Kafka system '%s' transactional.id %s: the brokers aborted the open transaction (%s); no newer attempt "
+            "exists, so its %d record(s) are sent again in a new transaction%s",
+            self.system, transactions.transactional_id, cause, sent, "" if usable else " of a new producer",
+        )  # fmt: skip
+
+    def _unridden(self, lost: WriterFencedError | KafkaTransactionAbortedError) -> KafkaProduceError | FencedError:
+        """Exactly-once: the aborted transaction held output and checkpoints, whose input the container's next
+        attempt processes again from the last checkpoint; a fence by the brokers must not read as a newer
+        attempt's, though, which stops the container as a zombie's."""
+        transactions = self._transactions
+        if transactions is None or not isinstance(lost, WriterFencedError) or not self._is_current():
+            return lost
+        return KafkaTransactionAbortedError(
+            self.system,
+            transactions.transactional_id,
+            f"the brokers fenced the producer ({transactions.fence_detail}) although no newer attempt exists (a "
+            "broker restart or the transaction's timeout); under exactly-once the container's next attempt "
+            "processes the transaction's input again from its last checkpoint",
+            producer_usable=False,
+        )
+
+    def _replace_producer(self, transactions: ProducerTransactions) -> None:
+        """A new producer takes over the transactional id; checked again afterwards, so that a newer attempt
+        that started meanwhile is never overtaken: its own producer fenced ours, or will once it starts."""
+        producer = create_client(Producer, self._settings, "producer", self.kafka)
+        transactions.replace(producer)
+        self._use(producer)
+        if not self._is_current():
+            transactions.abort(producer)
+            raise self._real_fence(None)
+
+    def _is_current(self) -> bool:
+        """Whether the metadata store still names this producer's writer (False when it cannot be asked)."""
+        writer = self._writer
+        return writer is not None and self._writer_current is not None and self._writer_current(writer)
+
+    def _real_fence(self, lost: BaseException | None) -> WriterFencedError:
+        transactions = self._transactions
+        assert transactions is not None and self._writer is not None
+        if isinstance(lost, WriterFencedError):
+            return lost
+        detail = f"a newer attempt is recorded in the metadata store ({lost})" if lost else "a newer attempt started"
+        fenced = WriterFencedError(f"Kafka system '{self.system}' transactional.id {transactions.transactional_id}",
+                                   self._writer, detail)  # fmt: skip
+        transactions.fenced = fenced
+        return fenced
+
+    def _deadline_text(self) -> str:
+        return f"{self.kafka.settings.outage_timeout_ms} ms (systems.{self.system}.outage.timeout.ms)"

@@ -38,7 +38,8 @@ from tests.storage.harness import TASK, Opened, StateHarness, state_config
 pytestmark = pytest.mark.integration
 
 OPERATION_TIMEOUT_MS = 3000
-"""Short, so a black-holed metadata call gives up within seconds instead of the default minute."""
+"""Short, and the outage deadline as short, so a black-holed metadata call gives up within seconds instead of
+riding the cut out."""
 
 
 def keys(start: int, stop: int) -> dict[str, int]:
@@ -54,6 +55,7 @@ def changelog_config(tmp_path: Path, bootstrap: str, changelog: str) -> Config:
         systems__kafka__samza__factory="kafka",
         systems__kafka__bootstrap__servers=bootstrap,
         systems__kafka__operation__timeout__ms=OPERATION_TIMEOUT_MS,
+        systems__kafka__outage__timeout__ms=OPERATION_TIMEOUT_MS,
     )
 
 
@@ -229,6 +231,7 @@ def test_the_kafka_checkpoint_reader_fails_under_a_black_hole_instead_of_reading
         task__checkpoint__system="kafka",
         metadata__store__factory="kafka",
         systems__kafka__operation__timeout__ms=OPERATION_TIMEOUT_MS,
+        systems__kafka__outage__timeout__ms=OPERATION_TIMEOUT_MS,
     )
     store = metadata_store(config)
     writer = checkpoint_writer(config, store)

@@ -77,6 +77,7 @@ def faults_config(tmp_path: Path, kafka: ProxiedKafka, topics: tuple[str, str, s
         stores__counts__msg__serde="json",
         stores__counts__changelog=f"kafka.{changelog}",
         systems__kafka__operation__timeout__ms=OPERATION_TIMEOUT_MS,
+        systems__kafka__outage__timeout__ms=OPERATION_TIMEOUT_MS,  # the cut outlasts it: the commit fails
         job__container__count=1,
         job__container__retry__count=3,
         task__commit__ms=300,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
 from millstream.systems.kafka.client import is_retriable, listed_offset
 
@@ -29,3 +29,10 @@ def test_a_lookup_by_time_may_answer_that_no_record_is_that_late() -> None:
     assert listed_offset("t", 0, SimpleNamespace(offset=-1), by_timestamp=True) == -1
     with pytest.raises(KafkaException):
         listed_offset("t", 0, SimpleNamespace(offset=-1001), by_timestamp=True)
+
+
+def test_listing_offsets_without_a_partition_leader_is_retriable() -> None:
+    """What librdkafka answers a ListOffsets while the brokers are away; it failed containers unretried."""
+    error = KafkaError(KafkaError._NOENT, "Failed to query partition leaders: No leaders found")
+    assert is_retriable(KafkaException(error))
+    assert not is_retriable(KafkaException(KafkaError(KafkaError._NOENT, "Local: No such entry")))

@@ -1,0 +1,95 @@
+"""Issue 38 item 3, past the deadline: a network cut longer than ``systems.<s>.outage.timeout.ms`` fails the call
+loudly, the error naming the call, the brokers and the deadline key (shorter cuts are ridden out: see
+``test_spark_network_ride_out``)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from millstream.config.views import JobConfig
+from millstream.metadata import coordination
+from millstream.metadata.factory import metadata_store
+from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
+from millstream.systems.base import WriterToken
+from millstream.systems.kafka.admin import KafkaSystemAdmin
+from millstream.systems.kafka.config import KafkaClientSettings
+from millstream.systems.kafka.errors import KafkaProduceError, KafkaSystemError
+from millstream.systems.producers import ProducerPool
+from tests.integration.conftest import ProxiedKafka
+from tests.integration.kafka.helpers import create_topic, kafka_config
+
+pytestmark = pytest.mark.integration
+
+DEADLINE_MS = 3000
+REQUEST_TIMEOUT_MS = 1000
+
+
+def deadline_config(kafka: ProxiedKafka, tmp_path: Path):
+    return kafka_config(
+        kafka.bootstrap_servers,
+        job__name=f"deadline-{uuid.uuid4().hex[:8]}",
+        job__data__dir=str(tmp_path),
+        metadata__store__factory="sqlite",
+        systems__kafka__operation__timeout__ms=REQUEST_TIMEOUT_MS,
+        systems__kafka__outage__timeout__ms=DEADLINE_MS,
+    )
+
+
+def names_the_brokers_and_the_deadline(message: str, kafka: ProxiedKafka) -> bool:
+    return kafka.bootstrap_servers in message and "systems.kafka.outage.timeout.ms" in message
+
+
+def test_reading_end_offsets_past_the_deadline_fails_naming_the_call_the_brokers_and_the_key(
+    kafka_proxy: ProxiedKafka, topic_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    changelog = topic_name("changelog")
+    create_topic(kafka_proxy.bootstrap_servers, changelog, 1)
+    config = deadline_config(kafka_proxy, tmp_path)
+    admin = KafkaSystemAdmin("kafka", KafkaClientSettings(config, "kafka"), config=config)
+    admin.start()
+    ssp = SystemStreamPartition("kafka", changelog, 0)
+    try:
+        with kafka_proxy.proxy.cut(), pytest.raises(KafkaSystemError) as failed:
+            admin.get_written_ssp_metadata([ssp])
+        message = str(failed.value)
+        assert re.search(f"reading (metadata of topic '{changelog}'|end offsets|oldest offsets)", message), message
+        assert names_the_brokers_and_the_deadline(message, kafka_proxy), message
+        assert admin.get_written_ssp_metadata([ssp])[ssp].upcoming_offset == "0", "healed, the same admin answers"
+    finally:
+        admin.stop()
+
+
+@pytest.mark.parametrize("producer", ["output", "state"])
+def test_a_flush_past_the_deadline_fails_naming_the_call_and_the_brokers(
+    kafka_proxy: ProxiedKafka, topic_name: Callable[[str], str], tmp_path: Path, producer: str
+) -> None:
+    """The output producer's flush (deliveries) and the state producer's (its transaction's commit)."""
+    topic = topic_name("out")
+    create_topic(kafka_proxy.bootstrap_servers, topic, 1)
+    config = deadline_config(kafka_proxy, tmp_path)
+    store = metadata_store(config)
+    store.init()
+    coordination.publish_generation(store, 1)
+    epoch = coordination.start_container_attempt(store, "0")
+    pool = ProducerPool(config, WriterToken(JobConfig.of(config).job_key, "0", 1, epoch))
+    try:
+        chosen = pool.producer("kafka") if producer == "output" else pool.state_producer("kafka")
+        chosen.send("task", OutgoingMessageEnvelope(SystemStream("kafka", topic), b"v", b"k", partition=0))
+        pool.flush("task")
+        with kafka_proxy.proxy.cut(), pytest.raises(KafkaProduceError) as failed:
+            chosen.send("task", OutgoingMessageEnvelope(SystemStream("kafka", topic), b"v", b"k", partition=0))
+            pool.flush("task")
+        message = str(failed.value)
+        call = "flushing failed" if producer == "output" else "committing the transaction"
+        assert call in message and names_the_brokers_and_the_deadline(message, kafka_proxy), message
+    finally:
+        kafka_proxy.proxy.heal()
+        try:
+            pool.stop()
+        finally:
+            store.close()
