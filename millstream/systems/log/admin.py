@@ -1,9 +1,7 @@
 """Metadata and lifecycle of log streams: offsets, creation, deletion, retention and sealing.
 
 Partition files are opened per call and closed again, so an admin never holds a handle to a stream
-another process has meanwhile deleted and re-created; except for ``get_ssp_metadata``, which a task's commit
-calls for its changelog partitions: it keeps up to ``admin.open.partitions`` files open
-(``open_partitions``), each checked to still be the partition's file at every query.
+another process has meanwhile deleted and re-created.
 """
 
 from __future__ import annotations
@@ -11,7 +9,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from functools import partial
 
 from millstream.model import SystemStreamPartition
 from millstream.systems.base import (
@@ -25,7 +22,6 @@ from millstream.systems.base import (
 from millstream.systems.log.consumer import parse_offset
 from millstream.systems.log.errors import LogSystemError
 from millstream.systems.log.layout import LogLayout
-from millstream.systems.log.open_partitions import OpenPartitions
 from millstream.systems.log.storage import LogPartition, PartitionState
 
 RETENTION_KEY = "retention.ms"
@@ -41,37 +37,20 @@ def partition_metadata(state: PartitionState) -> SystemStreamPartitionMetadata:
 class LogSystemAdmin(SystemAdmin):
     """``SystemAdmin`` of the embedded log. Offsets are decimal integers, compared as integers."""
 
-    def __init__(
-        self,
-        system: str,
-        layout: LogLayout,
-        *,
-        fsync: bool = False,
-        retention_ms: int = -1,
-        open_partitions: int = 1024,
-    ) -> None:
+    def __init__(self, system: str, layout: LogLayout, *, fsync: bool = False, retention_ms: int = -1) -> None:
         self.system = system
         self.layout = layout
         self._fsync = fsync
         self._retention_ms = retention_ms
-        self.open_partitions = OpenPartitions(open_partitions)
-        """The partition files ``get_ssp_metadata`` keeps open between calls."""
 
-    def stop(self) -> None:
-        """Close the partition files kept open; the admin opens them again if used afterwards."""
-        self.open_partitions.close()
-
-    def _open(self, stream: str, partition: int) -> LogPartition:
+    @contextmanager
+    def _partition(self, stream: str, partition: int) -> Iterator[LogPartition]:
         info = self.layout.require_info(stream)
         if not 0 <= partition < info.partition_count:
             raise LogSystemError(
                 f"log stream '{stream}' has partitions 0..{info.partition_count - 1}, not partition {partition}"
             )
-        return LogPartition(self.layout.partition_path(stream, partition), stream, partition, fsync=self._fsync)
-
-    @contextmanager
-    def _partition(self, stream: str, partition: int) -> Iterator[LogPartition]:
-        log = self._open(stream, partition)
+        log = LogPartition(self.layout.partition_path(stream, partition), stream, partition, fsync=self._fsync)
         try:
             yield log
         finally:
@@ -93,21 +72,19 @@ class LogSystemAdmin(SystemAdmin):
     def get_ssp_metadata(
         self, ssps: Iterable[SystemStreamPartition]
     ) -> dict[SystemStreamPartition, SystemStreamPartitionMetadata]:
-        """Reads only the given partitions: a task's commit asks about its own changelog partition, so its
-        cost does not grow with the stream's partitions (and tasks); their files stay open for the next call
-        (``open_partitions``). A partition whose index cannot be read raises, naming it; it is never reported
-        empty. A stream or partition that does not exist is left out."""
+        """Opens only the given partitions: a task's commit asks about its own changelog partition, so its
+        cost does not grow with the stream's partitions (and tasks). A partition whose index cannot be read
+        raises, naming it; it is never reported empty."""
         result = {}
         counts: dict[str, int] = {}
         for ssp in ssps:
-            path = self.layout.partition_path(ssp.stream, ssp.partition)
             if ssp.stream not in counts:
                 info = self.layout.read_info(ssp.stream)
                 counts[ssp.stream] = 0 if info is None else info.partition_count
             if not 0 <= ssp.partition < counts[ssp.stream]:
                 continue
-            state = self.open_partitions.state(path, partial(self._open, ssp.stream, ssp.partition))
-            result[ssp] = partition_metadata(state)
+            with self._partition(ssp.stream, ssp.partition) as log:
+                result[ssp] = partition_metadata(log.state())
         return result
 
     def offsets_after(self, offsets: Mapping[SystemStreamPartition, str]) -> dict[SystemStreamPartition, str]:

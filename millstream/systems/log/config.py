@@ -34,12 +34,6 @@ class LogSystemConfig(ConfigView):
     """Age after which ``trim_expired`` removes records (and deletes the segment files they filled); -1 keeps
     them forever."""
 
-    admin_open_partitions: int = Field(1024, alias="admin.open.partitions", ge=0)
-    """Partition files an admin keeps open between the newest-offset queries of tasks' commits (least recently
-    used closed first; each query checks the file is still the partition's). With fewer than a container's
-    changelog partitions, commits open files again, which costs more the more files the process holds; 0 opens
-    and closes one per query. Each open file takes three file descriptors."""
-
     @classmethod
     def for_system(cls, config: Config, system: str) -> LogSystemConfig:
         prefix = f"systems.{system}."

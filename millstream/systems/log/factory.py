@@ -30,7 +30,6 @@ class LogSystemFactory(SystemFactory):
             LogLayout(settings.root(config), system_name),
             fsync=settings.fsync,
             retention_ms=settings.retention_ms,
-            open_partitions=settings.admin_open_partitions,
         )
 
     def get_consumer(self, system_name: str, config: Config) -> LogSystemConsumer:

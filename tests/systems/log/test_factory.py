@@ -27,7 +27,6 @@ def test_config_keys_are_the_documented_settings() -> None:
         "auto.create.streams",
         "default.partitions",
         "retention.ms",
-        "admin.open.partitions",
     }
 
 
