@@ -325,7 +325,8 @@ class ControlProtocol:
 
     @property
     def wants_commit(self) -> bool:
-        """Aggregate mode: deferred messages wait for a flush, in-flight ones for theirs."""
+        """Aggregate mode: deferred messages wait for a flush, in-flight ones for theirs. A flush of the task's
+        output is enough (then ``on_flush``): the engine asks for one on its timer, not for a commit."""
         return bool(self.deferred or self.in_flight)
 
     def on_flush(self) -> ControlEvents:

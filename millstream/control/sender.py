@@ -10,7 +10,8 @@ writes one message, to the aggregate partition ``crc32(stream) % m``; the task c
 reconciles and re-broadcasts the result without a task name to the other partitions: ``n + m - 1``
 messages. A producer's user messages to *other* partitions are not ordered with its control message, so
 the producer sends it only after a flush made its earlier output durable (the task defers it to its next
-commit, ``CheckpointListener.before_checkpoint``): fewer messages, for about one timer interval of delay.
+flush: its timer flushes the task's output — no commit — or a commit comes first,
+``CheckpointListener.before_checkpoint``): fewer messages, for about one timer interval of delay.
 """
 
 from __future__ import annotations

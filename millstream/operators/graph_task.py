@@ -347,11 +347,19 @@ class TaskGraph:
             ) from error.__cause__
 
     def window(self, collector: MessageCollector, coordinator: TaskCoordinator) -> None:
-        """The timer: source watermarks, idle producers, and (aggregate mode) a commit to flush control."""
+        """The timer: source watermarks, idle producers, and (aggregate mode) a flush of the task's output, after
+        which the control messages held back for it go out. A flush, not a commit: a commit per tick made
+        commits scale with ticks (issue 40); the control state the next commit writes covers what went out. A
+        collector that cannot flush (a test double) gets the commit instead."""
         self._bind(collector, coordinator)
         self.apply(self.control.on_timer())
         if self.control.wants_commit:
-            coordinator.commit()
+            flush = getattr(collector, "flush", None)
+            if flush is None:
+                coordinator.commit()
+            else:
+                flush()
+                self.apply(self.control.on_flush())
 
     def partition_ended(
         self, ssp: SystemStreamPartition, collector: MessageCollector, coordinator: TaskCoordinator

@@ -66,6 +66,12 @@ class TaskCollector:
                 return
         self._send_encoded(envelope, key_encode, msg_encode, send)
 
+    def flush(self) -> None:
+        """Make everything this task sent durable now, without a commit (``ProducerPool.flush`` of its source):
+        what a task that must order a write after its earlier output asks for (aggregate-mode control messages),
+        rather than a commit, whose snapshot and checkpoint it does not need."""
+        self._pool.flush(self.source)
+
     def send_batch(self, stream: SystemStream, messages: Sequence[Any], keys: Sequence[Any] | None = None) -> None:
         """Serialize the batch column by column and hand it to the producer in one call. Anything out of
         the ordinary (a serde that fails, a value that is not bytes on a stream without serdes) takes

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+import pytest
 
 from millstream.config import Config
 from millstream.control.state import CONTROL_STATE_NAMESPACE
@@ -257,9 +258,11 @@ def test_a_startpoint_rewinds_a_high_level_job_instead_of_being_skipped_as_a_rep
     assert {n: seen[n] for n in range(1000, 1010)} == dict.fromkeys(range(1000, 1010), 1)
 
 
-def watermark_heavy_app(tmp_path: Path) -> tuple[Config, dict[int, list[tuple[str, dict[str, Any]]]]]:
-    """8x8 partitions and a 5 ms watermark timer: many broadcasts; ``task.commit.ms`` ten minutes, so commits
-    only at the end."""
+def watermark_heavy_app(
+    tmp_path: Path, aggregate: bool = False
+) -> tuple[Config, dict[int, list[tuple[str, dict[str, Any]]]]]:
+    """8x8 partitions and a 5 ms watermark timer: many broadcasts (or, ``aggregate``, control messages through
+    the aggregate partitions); ``task.commit.ms`` ten minutes, so commits only at the end."""
     config = app_config(
         tmp_path,
         "tests.api.apps:WindowedCount",
@@ -268,6 +271,7 @@ def watermark_heavy_app(tmp_path: Path) -> tuple[Config, dict[int, list[tuple[st
         app__watermark__interval__ms=5,
         task__commit__ms=600_000,
         test__delay__seconds=0.004,
+        app__control__aggregation=str(aggregate).lower(),
     )
     data = {p: messages(p, 40, users=7) for p in range(8)}
     setup(config, data)
@@ -288,10 +292,12 @@ def assert_exact_without_forced_commits(config: Config, data: dict[int, Any], re
     return records
 
 
-def test_watermark_broadcasts_do_not_force_commits_and_the_counts_stay_exact(tmp_path):
+@pytest.mark.parametrize("aggregate", [False, True], ids=["broadcast", "aggregated"])
+def test_watermark_broadcasts_do_not_force_commits_and_the_counts_stay_exact(tmp_path, aggregate):
     """Issue 40: a producing task used to commit after each watermark broadcast, so a job whose timer
     fired between messages committed once per message. Commits now follow ``task.commit.ms`` (here: never
-    before the end) and the tasks' final commits, however many watermarks went out."""
-    config, data = watermark_heavy_app(tmp_path)
+    before the end) and the tasks' final commits, however many watermarks went out. In aggregate mode the
+    timer committed while it held control messages back for a flush; it now flushes the task's output."""
+    config, data = watermark_heavy_app(tmp_path, aggregate)
     records = assert_exact_without_forced_commits(config, data, InProcessRunner(config).run(timeout=120))
     assert_panes_fired_exactly_when_the_watermark_reached_their_end(records)

@@ -10,8 +10,9 @@ def test_a_measurement_commits_every_task_in_every_round_and_times_start_up(tmp_
     assert row.tasks == 3 and row.startup_seconds > 0 and row.startup_cpu > 0 and row.commit_cpu > 0
 
 
-def test_the_table_gives_each_row_as_a_ratio_of_the_100_task_row():
-    rows = [Measured(10, 1.0, 0.5, 0.1), Measured(100, 4.0, 2.0, 1.0), Measured(1000, 30.0, 15.0, 9.5)]
+def test_the_table_gives_each_rows_cpu_as_a_ratio_of_the_100_task_rows():
+    """CPU, not wall time: on a shared machine wall time moves with the load of others."""
+    rows = [Measured(10, 1.0, 0.5, 0.1), Measured(100, 4.0, 2.0, 1.0), Measured(1000, 60.0, 16.0, 9.5)]
     lines = table(rows).splitlines()
     assert lines[2].split("|")[4].strip() == "0.25x" and lines[2].split("|")[7].strip() == "0.10x"
-    assert lines[4].split("|")[4].strip() == "7.50x" and lines[4].split("|")[7].strip() == "9.50x"
+    assert lines[4].split("|")[4].strip() == "8.00x" and lines[4].split("|")[7].strip() == "9.50x"

@@ -120,9 +120,13 @@ def test_windowed_counts_fire_when_the_minimum_watermark_passes_and_split_jobs_g
     assert pane_counts(stages[1]) == pane_counts(single)
 
 
-def test_watermark_broadcasts_through_spark_do_not_force_commits_and_the_counts_stay_exact(spark_local, tmp_path):
-    """As ``tests/api/test_in_process.py``'s: 8x8 partitions, a 5 ms watermark timer, commits only at the end."""
-    config, data = watermark_heavy_app(tmp_path)
+@pytest.mark.parametrize("aggregate", [False, True], ids=["broadcast", "aggregated"])
+def test_watermark_broadcasts_through_spark_do_not_force_commits_and_the_counts_stay_exact(
+    spark_local, tmp_path, aggregate
+):
+    """As ``tests/api/test_in_process.py``'s: 8x8 partitions, a 5 ms watermark timer, commits only at the end
+    (broadcast, or aggregated control messages)."""
+    config, data = watermark_heavy_app(tmp_path, aggregate)
     assert_exact_without_forced_commits(config, data, SparkJobRunner(config, spark=spark_local).run())
 
 

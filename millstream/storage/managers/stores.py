@@ -52,6 +52,7 @@ from millstream.storage.layout import (
     attempt_dir,
     checkpoint_dir,
     delete_checkpoint_dirs,
+    delete_checkpoint_dirs_among,
     delete_path,
     write_checkpoint_file,
     write_offset_file,
@@ -118,6 +119,11 @@ class TaskStorageManager:
         first new checkpoint."""
         self.restored_by: dict[str, str] = {}
         """Store → the backend that restored it (for logs and tests)."""
+        self._local_checkpoints: dict[str, set[CheckpointId]] = {}
+        """Per store, the checkpoint directories that may exist since its last cleanup (the one it kept and
+        the snapshots made since); a store absent here is not known yet, and its next cleanup lists the store's
+        directory once (leftovers of earlier attempts, restores). Only the owning task's thread and its one
+        commit in flight touch it, one after the other."""
 
     def __repr__(self) -> str:
         return f"TaskStorageManager({self.task_name!r}, stores={sorted(self._stores)})"
@@ -288,6 +294,8 @@ class TaskStorageManager:
         for name, entry in self._stores.items():
             if entry.spec.persistent and entry.backups:
                 with owned(entry.spec.store_dir, self.container.writer):
+                    if (known := self._local_checkpoints.get(name)) is not None:
+                        known.add(checkpoint_id)
                     self._checkpoint_store(name, checkpoint_dir(entry.spec.store_dir, checkpoint_id))
         markers = {key: manager.snapshot(checkpoint_id) for key, manager in self.backup_managers.items()}
         for store in self.stores.values():  # only now: a snapshot that failed leaves them for the next commit
@@ -358,20 +366,30 @@ class TaskStorageManager:
 
     def cleanup(self, checkpoint_id: CheckpointId, markers: Mapping[str, Mapping[str, str]]) -> None:
         """After ``checkpoint_id`` is durable: backends delete what it no longer needs, then the older
-        checkpoint directories go."""
+        checkpoint directories go: the first cleanup of a store lists its directory for them, later ones
+        delete the snapshots made since (``_local_checkpoints``), so a commit's cost does not grow with the
+        container's tasks, whose directories share that directory."""
         for key, manager in self.backup_managers.items():
             manager.cleanup(checkpoint_id, markers.get(key, {}))
         for name, entry in self._stores.items():
             if entry.spec.persistent and entry.logged:
                 try:
                     with owned(entry.spec.store_dir, self.container.writer):
-                        delete_checkpoint_dirs(entry.spec.store_dir, keep=checkpoint_id)
+                        self._delete_older_checkpoints(name, entry.spec.store_dir, checkpoint_id)
                 except OSError as error:
                     raise StateBackupError(
                         f"task '{self.task_name}': cannot delete the checkpoint directories of store '{name}' "
                         f"older than {checkpoint_id}: {error}"
                     ) from error
         self._dropped.after_checkpoint(checkpoint_id)
+
+    def _delete_older_checkpoints(self, name: str, store_dir: Path, keep: CheckpointId) -> None:
+        known = self._local_checkpoints.get(name)
+        if known is None:
+            delete_checkpoint_dirs(store_dir, keep=keep)
+        else:
+            delete_checkpoint_dirs_among(store_dir, sorted(known), keep=keep)
+        self._local_checkpoints[name] = {keep}
 
     def close(self) -> None:
         for manager in self.backup_managers.values():

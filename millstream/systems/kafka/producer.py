@@ -18,6 +18,11 @@
   Sends and flushes of a transactional producer come from one thread at a time (the container's run loop).
 * **Riding out outages.** Topic metadata, flushes and transaction commits retry transient errors until
   ``systems.<s>.outage.timeout.ms`` and then fail naming the call and the brokers.
+* **A source's flush waits for that source.** ``flush(source)`` waits (and, for a transactional producer
+  whose flush commits, commits) only when ``source`` sent since the last flush began; librdkafka cannot
+  flush a subset, so such a flush waits for everything, and the sources whose sends all came before it
+  need no flush of their own. A container's tasks committing in turn thus pay one wait (one transaction of
+  the changelog producer) per round rather than one per task, which grew with the tasks.
 * **Errors are never lost.** librdkafka reports failures asynchronously; the delivery callback only
   fires for failures (``delivery.report.only.error``) and records them, and the next ``flush``
   raises the first one, naming topic and partition. A record too large for the producer is refused
@@ -116,6 +121,10 @@ class KafkaSystemProducer(SystemProducer):
         self._failed = 0
         self._lock = threading.Lock()
         self._unserved = 0
+        self._sent_since_flush: set[str] = set()
+        """Sources that sent since the last flush began (``flush``); changed under ``_lock``."""
+        self._last_source: str | None = None
+        """The source that sent last, already in ``_sent_since_flush``: a send by it skips the set."""
 
     def set_writer(self, writer: WriterToken) -> None:
         self._writer = writer
@@ -200,6 +209,8 @@ class KafkaSystemProducer(SystemProducer):
                 self._produce(topic, envelope.message, key, -1 if partition is None else partition)
             except (BufferError, KafkaException, TypeError):
                 self._send_special(envelope, topic, count)
+        if source is not self._last_source:  # after the produce: see ``_begin_flush``
+            self._sent_by(source)
         self._unserved += 1
         if self._unserved >= SERVE_EVERY:
             self._unserved = 0
@@ -224,6 +235,8 @@ class KafkaSystemProducer(SystemProducer):
                 produce(topic, message, key)
             except (BufferError, KafkaException, TypeError):
                 self._send_special(OutgoingMessageEnvelope(stream, message, key), topic, count)
+        if source is not self._last_source:
+            self._sent_by(source)
         self._unserved += len(messages)
         if self._unserved >= SERVE_EVERY:
             self._unserved = 0
@@ -373,15 +386,58 @@ class KafkaSystemProducer(SystemProducer):
         self._partition_counts[topic] = count
         return count
 
+    def _sent_by(self, source: str) -> None:
+        with self._lock:
+            self._sent_since_flush.add(source)
+            self._last_source = source
+
+    def _begin_flush(self, source: str | None) -> set[str] | None:
+        """The sources this flush covers (taken out of ``_sent_since_flush``), or None when ``source`` sent
+        nothing since the last flush began: that flush covers all it sent. A send records its source after its
+        produce, and a flush takes the sources before it waits, so a send the flush misses comes after it."""
+        with self._lock:
+            if source is not None and source not in self._sent_since_flush:
+                return None
+            covered, self._sent_since_flush = self._sent_since_flush, set()
+            self._last_source = None
+            return covered
+
+    def _flush_failed(self, covered: set[str]) -> None:
+        """The sources a failed flush covered still need theirs (which raises again if anything is lost)."""
+        with self._lock:
+            self._sent_since_flush |= covered
+            self._last_source = None
+
     def flush(self, source: str) -> None:
-        """Wait until everything sent (by every source) is acknowledged; raise the first failure.
+        """Wait until everything ``source`` sent is acknowledged (see the module docstring: when it sent since
+        the last flush began, everything sent by every source); raise the first failure.
 
         librdkafka fails a message only after ``message.timeout.ms`` (default 5 minutes) of retries, so
         a broker that restarts meanwhile delays the flush but loses nothing.
         """
+        self._flush(source)
+
+    def _flush(self, source: str | None) -> None:
+        """``flush`` of ``source``, or of everything (None)."""
         producer = self._producer
         if producer is None:
             return
+        covered = self._begin_flush(source)
+        if covered is None:
+            if self._transactions is not None:
+                try:
+                    self._transactions.check()
+                except WriterFencedError as fenced:
+                    raise self._unridden(fenced) from None
+            self._raise_failures()
+            return
+        try:
+            self._flush_covered(producer)
+        except BaseException:
+            self._flush_failed(covered)
+            raise
+
+    def _flush_covered(self, producer: Producer) -> None:
         self._unserved = 0
         if self._transactions is not None:
             if not self._commit_on_flush:
@@ -452,7 +508,7 @@ class KafkaSystemProducer(SystemProducer):
             if self._transactions is not None and not self._commit_on_flush and self._producer is not None:
                 self._transactions.abort(self._producer)
             else:
-                self.flush("")
+                self._flush(None)
         finally:
             self._producer = None
             self._replay = None

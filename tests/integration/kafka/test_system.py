@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
 from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError, StreamNotFoundError
 from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
-from millstream.systems.base import StreamSpec
+from millstream.systems.base import StreamSpec, WriterToken
 from millstream.systems.kafka.errors import (
     KafkaBrokersUnreachableError,
     KafkaClientConfigError,
@@ -20,6 +21,7 @@ from millstream.systems.kafka.errors import (
 from millstream.systems.kafka.factory import KafkaSystemFactory
 from millstream.systems.kafka.partitioner import murmur2, partition_for_key
 from millstream.systems.registry import system_factory
+from tests.helpers import wait_until
 from tests.integration.kafka.helpers import SYSTEM, create_topic, kafka_config, produce, read_all
 from tests.integration.processes import free_port
 
@@ -440,6 +442,70 @@ def test_a_delivery_failure_surfaces_at_the_next_flush_naming_topic_and_partitio
     producer.flush("task")  # reported once, then cleared
     producer.stop()
     assert [m.value() for m in read_all(bootstrap, topic, 1)] == [b"small"]
+
+
+def test_a_sources_flush_waits_only_when_that_source_sent_since_the_last_flush(bootstrap, topic_name):
+    """Issue 40: a task's commit flushed the whole container's producer. A source that sent nothing since the
+    last flush began (that flush covered all it sent) returns at once, leaving the other source's record to
+    its linger; a source with records of its own waits (librdkafka flushes no subset: for everything)."""
+    topic = topic_name()
+    create_topic(bootstrap, topic, 1)
+    producer = started_producer(kafka_config(bootstrap, systems__kafka__producer__linger__ms=60_000))
+    stream = SystemStream(SYSTEM, topic)
+    try:
+        producer.send("a", OutgoingMessageEnvelope(stream, b"a1"))
+        producer.flush("b")
+        assert len(producer._producer) == 1, "b's flush waited for a's record"
+        producer.flush("a")
+        assert len(producer._producer) == 0
+        producer.send("b", OutgoingMessageEnvelope(stream, b"b1"))
+        producer.send("a", OutgoingMessageEnvelope(stream, b"a2"))
+        producer.flush("b")
+        assert len(producer._producer) == 0, "b's flush covers a's record sent before it"
+        producer.send("b", OutgoingMessageEnvelope(stream, b"b2"))
+        producer.flush("a")  # a's records all preceded b's flush: nothing of its own to wait for
+        assert len(producer._producer) == 1
+    finally:
+        producer.stop()  # flushes everything, whoever sent it
+    assert [m.value() for m in read_all(bootstrap, topic, 1)] == [b"a1", b"b1", b"a2", b"b2"]
+
+
+def test_a_transactional_producer_commits_once_for_the_sources_a_flush_covered(bootstrap, topic_name, monkeypatch):
+    """The changelog producer of a container commits its transaction at a flush: the first task to flush in a
+    commit round commits every task's records, and the others, which sent nothing since, commit nothing."""
+    topic = topic_name()
+    create_topic(bootstrap, topic, 2)
+    producer = KafkaSystemFactory().get_producer(SYSTEM, kafka_config(bootstrap))
+    producer.set_writer(WriterToken(f"flush-{topic}", "0", 1, 1))
+    producer.start()
+    assert producer._transactions is not None
+    commits: list[object] = []
+    commit = producer._transactions.commit
+
+    def counted(client: Any) -> None:
+        commits.append(client)
+        commit(client)
+
+    monkeypatch.setattr(producer._transactions, "commit", counted)
+    try:
+        producer.send("a", OutgoingMessageEnvelope(SystemStream(SYSTEM, topic), b"a", partition=0))
+        producer.send("b", OutgoingMessageEnvelope(SystemStream(SYSTEM, topic), b"b", partition=1))
+        producer.flush("a")
+        wait_until(  # the broker writes the commit markers after the commit returned
+            lambda: sorted(m.value() for m in read_all(bootstrap, topic, 2)) == [b"a", b"b"],
+            30,
+            "b's record was not committed by a's flush",
+        )
+        producer.flush("b")
+        assert len(commits) == 1
+        producer.send("b", OutgoingMessageEnvelope(SystemStream(SYSTEM, topic), b"b2", partition=1))
+        producer.flush("b")
+        assert len(commits) == 2
+    finally:
+        producer.stop()
+    wait_until(
+        lambda: [m.value() for m in read_all(bootstrap, topic, 2)] == [b"a", b"b", b"b2"], 30, "b2 was not committed"
+    )
 
 
 # --- bad configuration and unreachable brokers -------------------------------------------------------
