@@ -424,11 +424,9 @@ class KafkaSystemProducer(SystemProducer):
             return
         covered = self._begin_flush(source)
         if covered is None:
-            if self._transactions is not None:
-                try:
-                    self._transactions.check()
-                except WriterFencedError as fenced:
-                    raise self._unridden(fenced) from None
+            transactions = self._transactions
+            if transactions is not None and transactions.fenced is not None:  # as a send would: ride it out
+                self._ride_out(transactions.fenced, self._ride_out_deadline())
             self._raise_failures()
             return
         try:
