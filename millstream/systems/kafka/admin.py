@@ -84,6 +84,9 @@ class KafkaSystemAdmin(SystemAdmin):
         """Of one request."""
         self._deadline = kafka.settings.outage_timeout_ms / 1000
         """Of a call, its retries included: ``systems.<s>.outage.timeout.ms``."""
+        self._seen_partitions: dict[str, int] = {}
+        """Partition counts this admin has read: Kafka never takes partitions away, so a partition below a count
+        seen once still exists, and the offsets of a task's own partitions need no metadata of the whole topic."""
         self._isolation = (
             IsolationLevel.READ_UNCOMMITTED
             if kafka.isolation_level() == "read_uncommitted"
@@ -117,7 +120,9 @@ class KafkaSystemAdmin(SystemAdmin):
             )
             count = topic_partitions(metadata, topic)
             if count is not None:
-                counts[topic] = count
+                counts[topic] = self._seen_partitions[topic] = count
+            else:
+                self._seen_partitions.pop(topic, None)
         return counts
 
     def _list_offsets(
@@ -179,7 +184,9 @@ class KafkaSystemAdmin(SystemAdmin):
         self, ssps: Iterable[SystemStreamPartition], isolation: IsolationLevel | None
     ) -> dict[SystemStreamPartition, SystemStreamPartitionMetadata]:
         ssps = list(ssps)
-        counts = self.partition_counts({ssp.stream for ssp in ssps})
+        seen = self._seen_partitions
+        unknown = {ssp.stream for ssp in ssps if ssp.partition >= seen.get(ssp.stream, 0)}
+        counts = {**seen, **self.partition_counts(unknown)} if unknown else seen
         return self._partition_metadata([ssp for ssp in ssps if ssp.partition < counts.get(ssp.stream, 0)], isolation)
 
     def _partition_metadata(
@@ -300,6 +307,7 @@ class KafkaSystemAdmin(SystemAdmin):
         """Delete the topic and wait until the cluster no longer serves it; False if there was none."""
         admin = self._client()
         topic = spec.physical_name
+        self._seen_partitions.pop(topic, None)
         try:
             admin.delete_topics([topic], request_timeout=self._timeout)[topic].result(timeout=self._timeout)
         except KafkaException as error:
