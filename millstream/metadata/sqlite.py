@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from millstream.config.views import MetadataConfig
 from millstream.errors import MillstreamError
+from millstream.files import claim_marker
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import MetadataStoreFactory, metadata_store_path
 from millstream.metadata.sqlite_lock import (
@@ -268,7 +269,7 @@ class SqliteMetadataStore(MetadataStore):
         """Testing only (``metadata.store.testing.stop.in.write``): stop this process with the write lock
         held, once per marker directory (the marker holds the pid), as a paused container would."""
         marker_dir = self.settings.testing_marker_dir
-        if marker_dir is None or not _claim(Path(marker_dir) / f"metadata-write-{namespace}"):
+        if marker_dir is None or not claim_marker(Path(marker_dir) / f"metadata-write-{namespace}"):
             return
         log.warning("testing: pid %d stops holding the metadata store's write lock (%s)", os.getpid(), namespace)
         os.kill(os.getpid(), signal.SIGSTOP)
@@ -367,20 +368,6 @@ def _describe(holder: LockHolder | None) -> str:
         return "a process that left no holder record"
     state = process_state(holder.pid) if holder.host == socket.gethostname() else ""
     return holder.describe() + (f" ({state})" if state else "")
-
-
-def _claim(marker: Path) -> bool:
-    """Create ``marker`` holding this pid, atomically; False when it exists already."""
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    temporary = marker.with_name(f".{marker.name}.{os.getpid()}.{threading.get_ident()}")
-    temporary.write_text(str(os.getpid()))
-    try:
-        os.link(temporary, marker)
-        return True
-    except FileExistsError:
-        return False
-    finally:
-        temporary.unlink(missing_ok=True)
 
 
 def _retry_while_locked(operation: Any, attempts: int = 300) -> None:

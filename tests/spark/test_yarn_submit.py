@@ -333,10 +333,8 @@ def test_a_job_refused_in_yarn_client_mode_exits_spark_submit_with_the_refusals_
     assert "error: spark.speculation is enabled in the submitted session" in submitted.stdout, submitted.stdout
 
 
-def test_a_sigterm_to_spark_submit_in_yarn_client_mode_stops_the_job_after_the_containers_final_commit(
-    cluster, tmp_path
-):
-    """systemd's and ``timeout``'s way: the whole process group, spark-submit's JVM and the Python driver."""
+def tagged_unbounded_job(tmp_path: Path) -> tuple[Config, Path, Path]:
+    """An unbounded job of ``yarn_tasks:Tagged`` on the shared disk, its config file and the task's module."""
     config, path = unbounded_job(
         tmp_path / "data",
         tmp_path / "conf",
@@ -347,6 +345,14 @@ def test_a_sigterm_to_spark_submit_in_yarn_client_mode_stops_the_job_after_the_c
     (tmp_path / "code").mkdir()
     module = tmp_path / "code" / "yarn_tasks.py"
     module.write_text(TASK_MODULE, encoding="utf-8")
+    return config, path, module
+
+
+def test_a_sigterm_to_spark_submit_in_yarn_client_mode_stops_the_job_after_the_containers_final_commit(
+    cluster, tmp_path
+):
+    """systemd's and ``timeout``'s way: the whole process group, spark-submit's JVM and the Python driver."""
+    config, path, module = tagged_unbounded_job(tmp_path)
     command, env = submit_command(
         cluster,
         "millstream-yarn-sigterm",
@@ -372,16 +378,7 @@ def test_a_sigterm_to_spark_submit_in_yarn_client_mode_stops_the_job_after_the_c
 def test_millstream_job_stop_stops_a_job_in_yarn_cluster_mode_after_the_containers_final_commit(cluster, tmp_path):
     """In cluster mode no signal reaches the driver (spark-submit is only a client, and YARN kills the executors
     with the application master): the stop is written to the metadata store, and the application succeeds."""
-    config, path = unbounded_job(
-        tmp_path / "data",
-        tmp_path / "conf",
-        task="yarn_tasks:Tagged",
-        job__shared__filesystem=True,  # the log system and SQLite metadata: the NodeManagers share this disk
-        job__coordinator__slots__wait__ms=120_000,
-    )
-    (tmp_path / "code").mkdir()
-    module = tmp_path / "code" / "yarn_tasks.py"
-    module.write_text(TASK_MODULE, encoding="utf-8")
+    config, path, module = tagged_unbounded_job(tmp_path)
     command, env = submit_command(
         cluster,
         "millstream-yarn-cluster-stop",

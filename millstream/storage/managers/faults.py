@@ -17,6 +17,7 @@ from pathlib import Path
 
 from millstream.config.core import Config
 from millstream.config.views import TaskConfig
+from millstream.files import claim_marker
 
 log = logging.getLogger(__name__)
 
@@ -45,22 +46,7 @@ class CommitPauses:
         if point != self.point:
             return
         with self._lock:
-            if self.marker_dir is not None and not self._claim(self.marker_dir / point):
+            if self.marker_dir is not None and not claim_marker(self.marker_dir / point):
                 return
             log.warning("testing: commit paused at %s for %d ms (pid %d)", point, self.pause_ms, os.getpid())
             time.sleep(self.pause_ms / 1000)
-
-    @staticmethod
-    def _claim(marker: Path) -> bool:
-        """Create ``marker`` holding this process id, atomically; False when another process (or an
-        earlier attempt) already did, so exactly one pause happens per job."""
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        temporary = marker.with_name(f".{marker.name}.{os.getpid()}.{threading.get_ident()}")
-        temporary.write_text(str(os.getpid()))
-        try:
-            os.link(temporary, marker)
-            return True
-        except FileExistsError:
-            return False
-        finally:
-            temporary.unlink(missing_ok=True)
