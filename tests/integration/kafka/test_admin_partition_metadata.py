@@ -4,6 +4,8 @@ made each of a thousand commits read all of them), and a topic it deleted is not
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pytest
 
 from millstream.model import SystemStreamPartition
@@ -24,7 +26,12 @@ def test_offsets_of_known_partitions_need_no_topic_metadata_again(bootstrap, top
     admin.start()
     reads: list[set[str]] = []
     counts = admin.partition_counts
-    monkeypatch.setattr(admin, "partition_counts", lambda topics: reads.append(set(topics)) or counts(topics))
+
+    def counting(topics: Iterable[str]) -> dict[str, int]:
+        reads.append(set(topics))
+        return counts(topics)
+
+    monkeypatch.setattr(admin, "partition_counts", counting)
     mine = SystemStreamPartition(SYSTEM, topic, 3)
     assert admin.get_ssp_metadata([mine])[mine].newest_offset == "0"
     assert admin.get_ssp_metadata([mine])[mine].newest_offset == "0"
