@@ -161,6 +161,8 @@ class RunLoop:
             active = {
                 ssp for ssp in active if any(not t.finished and ssp not in t.end_of_stream for t in self.dispatch[ssp])
             }
+        for task in self.async_tasks:  # stopping: the last commit covers the messages in flight
+            task.settle_async()
         self.commit_all()
 
     def _async_in_flight(self) -> bool:

@@ -363,7 +363,7 @@ class TaskInstance:
             self._handle_requests()
 
     def settle_async(self) -> None:
-        """Wait for the messages in flight (before a commit, ``window()``, end-of-stream, drain, stop)."""
+        """Wait for the messages in flight (before ``window()``, end-of-stream, drain and the last commit)."""
         processor = self.async_processor
         if processor is not None and (processor.in_flight or processor.done):
             processor.settle()
@@ -436,10 +436,8 @@ class TaskInstance:
         """Flush this task's output, snapshot its stores, then (asynchronously when it has backups)
         upload them, checkpoint the offsets it processed and clean up; only when the offsets moved
         or a store changed. Then drop the startpoints this commit made obsolete. Under exactly-once, the whole
-        container commits in one transaction (``ContainerTransaction``). An ``AsyncStreamTask`` first waits for
-        its messages in flight, so the commit covers them."""
-        if self.async_processor is not None:
-            self.settle_async()
+        container commits in one transaction (``ContainerTransaction``). An ``AsyncStreamTask``'s messages in
+        flight go on: the offsets (``_released``) and output (held until release) cover the completed prefix."""
         transaction = self.transaction
         if transaction is not None and not transaction.committing:
             transaction.commit()
@@ -665,6 +663,8 @@ class TaskInstance:
         """Serve the task's commit/shutdown request; True when this task must stop processing."""
         coordinator = self.coordinator
         stop = coordinator.shutdown_requested
+        if stop:
+            self.settle_async()  # the last commit covers what was in flight
         if coordinator.commit_requested or stop:
             self.commit()
         ended, drained = coordinator.ended, coordinator.drained_ssps

@@ -193,18 +193,49 @@ def test_the_checkpoint_offset_moves_only_over_the_completed_prefix_of_a_partiti
     assert processor.in_flight == 1
 
 
-def test_a_commit_waits_for_the_messages_in_flight_and_covers_them():
+def test_a_commit_with_messages_in_flight_checkpoints_the_completed_prefix_and_the_rest_go_on():
     instance, task, checkpoints = gated_instance(concurrency=10)
+    processor = instance.async_processor
+    assert processor is not None
+    instance.process(SSP, envelopes(0, 1, 2))
+    task.gates["0"].set_result(None)
+    task.gates["2"].set_result(None)
+    processor.container_loop.drive(1.0)
+    instance.harvest_async()
+    instance.commit()
+    assert [dict(cp.offsets) for cp in checkpoints.written] == [{SSP: "0"}, {SSP: "0"}], "1 is in flight"
+    assert processor.in_flight == 1
+    task.gates["1"].set_result(None)
+    instance.settle_async()
+    instance.commit()
+    assert dict(checkpoints.written[-1].offsets) == {SSP: "2"}
+
+
+def test_a_shutdown_asked_by_a_message_waits_for_the_others_in_flight_and_its_commit_covers_them():
+    class ShutsDownAtOne(Gated):
+        async def process_async(self, envelope, collector, coordinator):
+            await super().process_async(envelope, collector, coordinator)
+            if envelope.offset == "1":
+                coordinator.shutdown()
+
+    events = Events()
+    checkpoints = FakeCheckpoints(events)
+    task = ShutsDownAtOne()
+    config = Config({"task.max.concurrency": "10"})
+    name = TaskName("Partition 0")
+    instance = TaskInstance(
+        name, task, frozenset({SSP}), ContainerContext(name, config, frozenset({SSP}), "0"),
+        FakeProducers(events), DiscardingCollector(), checkpoints, {}, {},
+    )  # fmt: skip
     instance.process(SSP, envelopes(0, 1, 2))
     loop = instance.async_processor.container_loop.loop  # type: ignore[union-attr]
-
-    def release() -> None:
-        for gate in task.gates.values():
-            gate.set_result(None)
-
-    loop.call_later(0.05, release)
-    instance.commit()
-    assert [dict(cp.offsets) for cp in checkpoints.written] == [{SSP: "2"}, {SSP: "2"}]
+    task.gates["1"].set_result(None)
+    loop.call_later(0.05, lambda: task.gates["0"].set_result(None))
+    loop.call_later(0.1, lambda: task.gates["2"].set_result(None))
+    instance.async_processor.container_loop.drive(1.0)  # type: ignore[union-attr]
+    instance.harvest_async()
+    assert instance.finished and instance.shutdown_requested
+    assert dict(checkpoints.written[-1].offsets) == {SSP: "2"}
 
 
 def test_a_full_window_holds_back_the_rest_of_the_batch_until_the_deadline():
