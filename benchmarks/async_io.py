@@ -155,8 +155,8 @@ def cpu_per_message(root: Path, args: argparse.Namespace, made: dict[int, str]) 
         ]
         costs: dict[str, float] = {}
         for round_ in range(args.rounds):
-            for label, task, extra in runs:
-                _, cpu, messages = run(root, f"cpu-{round_}-{label[:5]}-{len(costs)}", task, stream, service.url, extra)
+            for index, (label, task, extra) in enumerate(runs):
+                _, cpu, messages = run(root, f"cpu-{round_}-{index}", task, stream, service.url, extra)
                 costs[label] = min(costs.get(label, float("inf")), cpu / messages)
         sync = costs["sync process()"]
         print(f"service answering at once, {args.cpu_messages:,} messages, best of {args.rounds}:")

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from millstream import AsyncStreamTask
+from millstream import AsyncStreamTask, EndOfStreamListenerTask, WindowableTask
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
 from millstream.coordinator.prepare import prepare
@@ -260,3 +260,44 @@ def test_a_window_of_n_never_has_more_than_n_in_flight(concurrency):
     assert instance.async_processor.window.in_flight <= concurrency  # type: ignore[union-attr]
     instance.settle_async()
     assert instance.last_processed[SSP] == "11"
+
+
+def test_window_and_end_of_stream_wait_for_the_messages_in_flight_and_async_hooks_are_awaited():
+    class Hooks(Gated, WindowableTask, EndOfStreamListenerTask):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: list[tuple[str, int]] = []
+
+        async def window(self, collector, coordinator):  # type: ignore[override]
+            await asyncio.sleep(0)
+            self.calls.append(("window", len(self.seen)))
+
+        async def on_end_of_stream(self, collector, coordinator):  # type: ignore[override]
+            await asyncio.sleep(0)
+            self.calls.append(("end", len(self.seen)))
+
+    events = Events()
+    task = Hooks()
+    name = TaskName("Partition 0")
+    context = ContainerContext(name, Config({"task.max.concurrency": "5"}), frozenset({SSP}), "0")
+    instance = TaskInstance(
+        name, task, frozenset({SSP}), context,
+        FakeProducers(events), DiscardingCollector(), FakeCheckpoints(events), {}, {},
+    )  # fmt: skip
+    processor = instance.async_processor
+    assert processor is not None
+    loop = processor.container_loop.loop
+
+    def release_all() -> None:
+        for gate in task.gates.values():
+            if not gate.done():
+                gate.set_result(None)
+
+    instance.process(SSP, envelopes(0, 1))
+    loop.call_later(0.05, release_all)
+    instance.window()
+    assert task.calls == [("window", 2)] and processor.in_flight == 0 and instance.last_processed[SSP] == "1"
+    instance.process(SSP, envelopes(2))
+    loop.call_later(0.05, release_all)
+    instance.mark_end_of_stream(SSP)
+    assert task.calls[-1] == ("end", 3) and instance.finished and instance.last_processed[SSP] == "2"
