@@ -43,8 +43,9 @@ class ContainerLoop:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self.progress = asyncio.Event()
-        """Set by every completion: what ``drive`` waits for."""
+        self.progressed = False
+        """A message completed since the last ``drive``."""
+        self._waiting = False
 
     @classmethod
     def current(cls) -> ContainerLoop:
@@ -53,24 +54,38 @@ class ContainerLoop:
             loop = _local.loop = cls()
         return loop
 
-    def drive(self, timeout: float) -> None:
-        """Run the loop until a message completes or ``timeout`` seconds passed (0: one pass, to start
-        what was scheduled and take what the network delivered)."""
-        if timeout <= 0:
-            self.loop.run_until_complete(asyncio.sleep(0))
-        else:
-            self.loop.run_until_complete(self._wait(timeout))
+    def completed(self) -> None:
+        """A message completed (called on the loop): a ``drive`` waiting for one returns."""
+        self.progressed = True
+        if self._waiting:
+            self._waiting = False
+            self.loop.stop()
 
-    async def _wait(self, timeout: float) -> None:
-        if self.progress.is_set():
-            self.progress.clear()
+    def drive(self, timeout: float) -> None:
+        """Run the loop until a message completes or ``timeout`` seconds passed (0, or a completion not
+        yet seen: one pass, to start what was scheduled and take what the network delivered).
+
+        The loop runs with ``run_forever`` and is stopped by the completion itself (or a timer): no task,
+        event or timeout object is made per call, as ``run_until_complete`` would."""
+        loop = self.loop
+        if timeout <= 0 or self.progressed:
+            self.progressed = False
+            loop.call_soon(loop.stop)
+            loop.run_forever()
             return
+        self._waiting = True
+        timer = loop.call_later(timeout, self._timed_out)
         try:
-            async with asyncio.timeout(timeout):
-                await self.progress.wait()
-        except TimeoutError:
-            pass
-        self.progress.clear()
+            loop.run_forever()
+        finally:
+            self._waiting = False
+            self.progressed = False
+            timer.cancel()
+
+    def _timed_out(self) -> None:
+        if self._waiting:
+            self._waiting = False
+            self.loop.stop()
 
     def run(self, awaitable: Awaitable[Any]) -> Any:
         """Await a hook (``async def init`` …) to its end on this loop."""
@@ -210,7 +225,7 @@ class AsyncProcessor:
                 if self._tails.get(key) is message.finished:
                     del self._tails[key]
             self.done.append(message)
-            self.container_loop.progress.set()
+            self.container_loop.completed()
 
     async def _call(self, message: _Message) -> None:
         timeout = asyncio.timeout(self.timeout_s)
