@@ -42,7 +42,7 @@ class ServiceCounts:
 
 
 class EnrichService:
-    def __init__(self, settings: ServiceSettings | None = None, seed: int = 7) -> None:
+    def __init__(self, settings: ServiceSettings | None = None, seed: int = 7, port: int = 0) -> None:
         self.settings = settings or ServiceSettings()
         self.counts = ServiceCounts()
         self._random = random.Random(seed)
@@ -50,7 +50,8 @@ class EnrichService:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="enrich-service", daemon=True)
         self._runner: web.AppRunner | None = None
-        self.port = 0
+        self.port = port
+        """0: a free port, chosen at ``start``."""
 
     @property
     def url(self) -> str:
@@ -72,7 +73,7 @@ class EnrichService:
         app.router.add_get("/enrich", self._enrich)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0, backlog=2048)
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port, backlog=2048, reuse_address=True)
         await site.start()
         server = site._server
         assert server is not None and server.sockets  # type: ignore[attr-defined]
@@ -115,8 +116,8 @@ class EnrichService:
 
 
 @contextmanager
-def enrich_service(settings: ServiceSettings | None = None) -> Iterator[EnrichService]:
-    service = EnrichService(settings).start()
+def enrich_service(settings: ServiceSettings | None = None, port: int = 0) -> Iterator[EnrichService]:
+    service = EnrichService(settings, port=port).start()
     try:
         yield service
     finally:

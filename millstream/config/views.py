@@ -294,8 +294,8 @@ class TaskConfig(ConfigView):
     dead_letter_stream: str | None = Field(None, alias="dead.letter.stream")
     """``system.stream`` where skipped messages go, as their original bytes with ``millstream.error.*`` headers."""
     process_errors: ProcessErrorMode = Field("fail", alias="process.errors")
-    """What an exception from ``process()`` or ``window()`` does: ``fail`` the container naming the message,
-    ``skip`` it (counted), or send it to ``dead.letter.stream`` (``dead-letter``)."""
+    """What an exception from ``process()``, ``process_async()`` or ``window()`` does: ``fail`` the container
+    naming the message, ``skip`` it (counted), or send it to ``dead.letter.stream`` (``dead-letter``)."""
     max_concurrency: int = Field(1, alias="max.concurrency", ge=1)
     """Messages an ``AsyncStreamTask`` has in flight at once (``process_async`` coroutines started and not
     completed), per task; 1 processes one message at a time, as ``process()``. A checkpoint covers only the
@@ -303,7 +303,8 @@ class TaskConfig(ConfigView):
     callback_timeout_ms: int = Field(60_000, alias="callback.timeout.ms", ge=1)
     """How long one ``process_async`` may run; past it the coroutine is cancelled and the message fails under
     ``task.process.errors`` (a ``CallbackTimeoutError`` naming task, partition and offset). It also bounds
-    how long a commit, ``window()``, end-of-stream, drain or stop waits for the messages in flight."""
+    how long ``window()``, end-of-stream, drain or stop waits for the messages in flight (a periodic commit
+    does not wait: it covers the completed prefix)."""
     async_ordering: AsyncOrdering = Field("partition", alias="async.ordering")
     """The order an ``AsyncStreamTask``'s messages keep. ``partition``: processed concurrently, their output
     sent in offset order per partition (a message's output waits for the messages before it). ``key``:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -301,3 +302,37 @@ def test_window_and_end_of_stream_wait_for_the_messages_in_flight_and_async_hook
     loop.call_later(0.05, release_all)
     instance.mark_end_of_stream(SSP)
     assert task.calls[-1] == ("end", 3) and instance.finished and instance.last_processed[SSP] == "2"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_a_service_that_is_down_fails_the_job_naming_the_call_then_a_rerun_once_it_is_up_loses_nothing(tmp_path):
+    down = EnrichService(port=free_port())  # not started: connections are refused
+    config, written = async_job(
+        tmp_path, down, per_partition=30, task__max__concurrency="10", job__container__retry__count="1"
+    )
+    failed = InProcessRunner(config).run(timeout=120)
+    assert failed.outcome == "failed"
+    assert re.search(
+        rf"task 'Partition \d' failed processing offset 0 of stream 'log\.in' partition \d: ClientConnectorError: "
+        rf"Cannot connect to host 127\.0\.0\.1:{down.port}",
+        failed.error or "",
+    ), failed.error
+    assert outputs(config) == [] and checkpointed(config) == {}, "nothing produced, nothing checkpointed"
+    with enrich_service(port=down.port):
+        rerun = InProcessRunner(config).run(timeout=120)
+    assert rerun.outcome == "finished", rerun.error
+    assert per_partition(outputs(config)) == written
+
+
+def test_under_skip_a_service_that_is_down_counts_every_message_it_went_past(tmp_path):
+    down = EnrichService(port=free_port())
+    config, _ = async_job(tmp_path, down, per_partition=25, task__max__concurrency="10", task__process__errors="skip")
+    result = InProcessRunner(config).run(timeout=120)
+    assert result.outcome == "finished", result.error
+    assert outputs(config) == []
+    assert sum(container.skipped_process_errors for container in result.containers) == 50, "none dropped silently"
