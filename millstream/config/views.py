@@ -77,7 +77,7 @@ TrimmedOffsetPolicy = Literal["fail", "oldest", "upcoming"]
 ProcessErrorMode = Literal["fail", "skip", "dead-letter"]
 ChangelogMismatchPolicy = Literal["fail", "reset", "replay"]
 ProcessingGuarantee = Literal["at-least-once", "exactly-once"]
-AsyncOrdering = Literal["partition", "key"]
+AsyncOrdering = Literal["partition", "key", "unordered"]
 EXACTLY_ONCE_COMMIT_MS = 100
 """``task.commit.ms`` under exactly-once unless set: output becomes visible only when its transaction commits
 with the checkpoint, so the commit interval is the latency (Kafka Streams commits every 100 ms under EOS)."""
@@ -309,7 +309,8 @@ class TaskConfig(ConfigView):
     """The order an ``AsyncStreamTask``'s messages keep. ``partition``: processed concurrently, their output
     sent in offset order per partition (a message's output waits for the messages before it). ``key``:
     messages of one key are processed one after another, different keys concurrently, and each message's
-    output is sent as it completes, so order holds per key only."""
+    output is sent as it completes, so order holds per key only. ``unordered``: processed concurrently, output
+    sent as each completes (``map_async(ordered=False)``)."""
     checkpoint_factory: str = Field("metadata", alias="checkpoint.factory")
     """Where task checkpoints live: ``metadata`` (the job's metadata store) or ``kafka`` (a checkpoint topic)."""
     checkpoint_system: str | None = Field(None, alias="checkpoint.system")

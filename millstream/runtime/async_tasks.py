@@ -116,10 +116,17 @@ class HeldOutput:
     def send_batch(self, stream: SystemStream, messages: Sequence[Any], keys: Sequence[Any] | None = None) -> None:
         self.calls.append((stream, list(messages), None if keys is None else list(keys)))
 
+    def defer(self, work: Callable[[MessageCollector], None]) -> None:
+        """Run ``work(collector)`` when the message is released, in its turn (how the high-level API's
+        ``map_async`` hands its message to the operators downstream in offset order)."""
+        self.calls.append((work, None))
+
     def replay(self, collector: MessageCollector) -> None:
         for call in self.calls:
             if len(call) == 1:
                 collector.send(call[0])
+            elif len(call) == 2:
+                call[0](collector)
             else:
                 collector.send_batch(*call)
 
@@ -157,6 +164,7 @@ class AsyncProcessor:
         self.timeout_s = config.callback_timeout_ms / 1000
         self.timeout_ms = config.callback_timeout_ms
         self.by_key = config.async_ordering == "key"
+        self.in_order = config.async_ordering == "partition"
         self.released = released
         self.window: InFlightWindow[SystemStreamPartition, _Message] = InFlightWindow()
         self.done: list[_Message] = []
@@ -248,7 +256,7 @@ class AsyncProcessor:
         for message in done:
             envelope = message.envelope
             ssp = envelope.ssp
-            if self.by_key:  # output as each completes; the checkpoint still waits for the prefix
+            if not self.in_order:  # output as each completes; the checkpoint still waits for the prefix
                 self._release(message)
                 window.completed(ssp, envelope.offset)
             else:
