@@ -46,6 +46,15 @@ class ContainerLoop:
         self.progressed = False
         """A message completed since the last ``drive``."""
         self._waiting = False
+        self.processors: list[AsyncProcessor] = []
+        """The async tasks of the container running now (set by its run loop): a task waiting for room
+        releases the others' completions too."""
+
+    def harvest_others(self, waiting: AsyncProcessor) -> None:
+        """While ``waiting`` waits for room, the container's other tasks release what completed."""
+        for processor in self.processors:
+            if processor is not waiting:
+                processor.harvest()
 
     @classmethod
     def current(cls) -> ContainerLoop:
@@ -197,6 +206,7 @@ class AsyncProcessor:
                 if not self.done:  # completions another task's wait took are harvested, not waited for
                     container.drive(min(remaining, self.timeout_s))
                 self.harvest()
+                container.harvest_others(self)
             if self.window.in_flight >= limit or self.coordinator_requested():
                 break  # the deadline passed with no room, or a completed message asked for something
             self._start(container.loop, envelope)

@@ -98,6 +98,9 @@ class RunLoop:
         self.stopped_by_request = False
         self.async_tasks = [task for task in tasks if task.async_processor is not None]
         """``AsyncStreamTask``s: while they have messages in flight, the loop waits on the event loop, not in a poll."""
+        processors = [task.async_processor for task in self.async_tasks if task.async_processor is not None]
+        if processors:
+            processors[0].container_loop.processors = processors
 
     def run(self) -> None:
         """Run until every task finished (end-of-stream or shutdown request) or a stop is requested."""

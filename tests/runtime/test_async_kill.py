@@ -19,7 +19,7 @@ from tests.helpers import create_stream, seal
 from tests.http_service import ServiceSettings, enrich_service
 from tests.runtime.test_async_tasks import checkpointed
 
-PARTITIONS, PER_PARTITION = 2, 2000
+PARTITIONS, PER_PARTITION = 2, 4000
 
 
 def job_file(tmp_path: Path, url: str) -> Path:
