@@ -14,6 +14,7 @@ from millstream.api.application import (
 )
 from millstream.api.stream import MessageStream
 from millstream.api.task import (
+    AsyncStreamTask,
     BatchStreamTask,
     ClosableTask,
     DrainListenerTask,
@@ -43,6 +44,7 @@ except PackageNotFoundError:  # imported from a source tree that was never insta
 
 __all__ = [
     "KV",
+    "AsyncStreamTask",
     "BatchStreamTask",
     "ClosableTask",
     "ConfigError",

@@ -9,7 +9,9 @@ import time
 from typing import Any
 
 from millstream import (
+    AsyncStreamTask,
     BatchStreamTask,
+    ClosableTask,
     DrainListenerTask,
     EndOfStreamListenerTask,
     IncomingMessageEnvelope,
@@ -199,3 +201,29 @@ class FailsQuotingSecrets(LoggingPassThrough, SlowPassThrough):
         if envelope.message == "quote-secrets":
             raise PermissionError(f"login refused with {' and '.join(self.quoted)}")
         super().process(envelope, collector, coordinator)
+
+
+class AsyncEnrich(AsyncStreamTask, InitableTask, ClosableTask):
+    """Enriches every message from the loopback HTTP service at ``test.service.url`` (``tests/http_service.py``)
+    with an aiohttp session opened by its async ``init``, and sends ``{"p", "o", "v", "e"}`` to ``log.out``.
+    A non-2xx answer raises naming the call (``EnrichCallError``)."""
+
+    async def init(self, context: TaskContext) -> None:  # type: ignore[override]
+        import aiohttp
+
+        self.url = f"{context.config.get('test.service.url')}/enrich"
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+
+    async def process_async(self, envelope, collector, coordinator):
+        async with self.session.get(self.url, params={"v": str(envelope.message)}) as response:
+            if response.status != 200:
+                raise EnrichCallError(f"GET {self.url}?v={envelope.message} answered {response.status}")
+            body = await response.json()
+        collector.send(OutgoingMessageEnvelope(OUTPUT, {**_origin(envelope), "e": body["e"]}, key=envelope.key))
+
+    async def close(self) -> None:  # type: ignore[override]
+        await self.session.close()
+
+
+class EnrichCallError(Exception):
+    """The enrichment service answered an error."""

@@ -65,6 +65,22 @@ class FilterSpec(OperatorSpec):
 
 
 @dataclass(eq=False, kw_only=True)
+class AsyncMapSpec(OperatorSpec):
+    """``map_async`` / ``flat_map_async``: an ``async def`` function awaited per message (see ``MessageStream``)."""
+
+    fn: Callable[[Any], Any]
+    flat: bool = False
+    concurrency: int = 1
+    ordered: bool = True
+    timeout_ms: int | None = None
+    kind = "map_async"
+
+    @property
+    def function(self) -> Any:
+        return self.fn
+
+
+@dataclass(eq=False, kw_only=True)
 class FlatMapSpec(OperatorSpec):
     fn: Callable[[Any], Iterable[Any]]
     kind = "flat_map"

@@ -6,11 +6,13 @@ windows downstream of any chain of operators and repartitionings work in event t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from millstream.api.errors import ApplicationError
 from millstream.api.specs import (
+    AsyncMapSpec,
     FilterSpec,
     FlatMapSpec,
     JoinSpec,
@@ -50,6 +52,64 @@ class MessageStream:
     def flat_map(self, fn: Callable[[Any], Iterable[Any]], *, name: str | None = None) -> MessageStream:
         """Zero or more outputs per message: each item of ``fn(message)``."""
         return self._then(FlatMapSpec, "flat_map", name, fn=fn)
+
+    def map_async(
+        self,
+        fn: Callable[[Any], Awaitable[Any]],
+        *,
+        concurrency: int = 10,
+        ordered: bool = True,
+        timeout_ms: int | None = None,
+        name: str | None = None,
+    ) -> MessageStream:
+        """One output per message: ``await fn(message)``, ``fn`` an ``async def`` (a call to another service).
+
+        Up to ``concurrency`` messages of a task are in flight (it sets ``task.max.concurrency``). With
+        ``ordered`` (the default) results go downstream in offset order per partition; without, as each
+        completes (order within a partition may change; event time and windows still apply). Either way a
+        checkpoint covers only the completed prefix of each partition, so a crash loses nothing. A call past
+        ``timeout_ms`` is cancelled and fails its message, as a call that raises, under
+        ``task.process.errors``. In this version it must follow an input directly
+        (``app.input(...).map_async(...)``), once per input. See the Async I/O guide."""
+        return self._then_async(fn, False, concurrency, ordered, timeout_ms, name)
+
+    def flat_map_async(
+        self,
+        fn: Callable[[Any], Awaitable[Iterable[Any]]],
+        *,
+        concurrency: int = 10,
+        ordered: bool = True,
+        timeout_ms: int | None = None,
+        name: str | None = None,
+    ) -> MessageStream:
+        """Zero or more outputs per message: each item ``await fn(message)`` returns (see ``map_async``)."""
+        return self._then_async(fn, True, concurrency, ordered, timeout_ms, name)
+
+    def _then_async(
+        self, fn: Any, flat: bool, concurrency: int, ordered: bool, timeout_ms: int | None, name: str | None
+    ) -> MessageStream:
+        kind = "flat_map_async" if flat else "map_async"
+        label = f"{kind} '{name or kind}'"
+        if not (inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)):
+            raise ApplicationError(f"{label}: fn must be an async function (async def), not {fn!r}")
+        if concurrency < 1:
+            raise ApplicationError(f"{label}: concurrency must be >= 1, not {concurrency}")
+        if timeout_ms is not None and timeout_ms < 1:
+            raise ApplicationError(f"{label}: timeout_ms must be >= 1, not {timeout_ms}")
+        if self.spec.kind != "input":
+            raise ApplicationError(f"{label}: must follow an input directly (app.input(...).{kind}(...))")
+        spec = self.app.add(
+            AsyncMapSpec,
+            kind,
+            name,
+            inputs=(self.spec,),
+            fn=fn,
+            flat=flat,
+            concurrency=concurrency,
+            ordered=ordered,
+            timeout_ms=timeout_ms,
+        )
+        return MessageStream(self.app, spec)
 
     def map_with_state(
         self,

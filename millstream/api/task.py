@@ -9,6 +9,7 @@ so a task declares exactly what it does:
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -123,6 +124,39 @@ class BatchStreamTask(StreamTask):
         self, envelope: IncomingMessageEnvelope, collector: MessageCollector, coordinator: TaskCoordinator
     ) -> None:
         self.process_batch((envelope,), collector, coordinator)
+
+
+class AsyncStreamTask(StreamTask):
+    """A task whose processing is a coroutine (Samza's ``AsyncStreamTask``, in ``async def``): for jobs that
+    call other services (REST, databases, feature stores) per message.
+
+    The container runs ``process_async`` on its asyncio event loop, up to ``task.max.concurrency`` messages
+    in flight per task. Output sent through ``collector`` is held with its message and sent once the
+    message is released: under ``task.async.ordering=partition`` (the default) in offset order per
+    partition, under ``key`` as each completes, messages of one key running one after another. A commit
+    covers only the completed prefix of each partition, and commit, ``window()``, end-of-stream, drain and
+    stop first wait for the messages in flight (``task.callback.timeout.ms`` bounds each), so a crash
+    replays every message whose output may be missing: at-least-once (or exactly-once) as for ``process()``.
+    A coroutine that raises, or runs past ``task.callback.timeout.ms`` (it is cancelled), fails its message
+    under ``task.process.errors``. Requests to ``coordinator`` take effect once the message completed.
+
+    The hooks of the other task interfaces (``init``, ``window``, ``close``, ``on_end_of_stream`` …) may be
+    ``async def`` as well: the container awaits them on the same loop, where a client session opened in
+    ``init`` belongs.
+    """
+
+    @abstractmethod
+    async def process_async(
+        self, envelope: IncomingMessageEnvelope, collector: MessageCollector, coordinator: TaskCoordinator
+    ) -> None:
+        """Handle one message; may await. Raising fails the message under ``task.process.errors``."""
+
+    def process(
+        self, envelope: IncomingMessageEnvelope, collector: MessageCollector, coordinator: TaskCoordinator
+    ) -> None:
+        """Run ``process_async`` for one message to its end on a loop of its own — for calling the task by
+        hand (a test); the container never calls it, it runs ``process_async`` concurrently on its loop."""
+        asyncio.run(self.process_async(envelope, collector, coordinator))
 
 
 class InitableTask(ABC):

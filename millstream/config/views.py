@@ -77,6 +77,7 @@ TrimmedOffsetPolicy = Literal["fail", "oldest", "upcoming"]
 ProcessErrorMode = Literal["fail", "skip", "dead-letter"]
 ChangelogMismatchPolicy = Literal["fail", "reset", "replay"]
 ProcessingGuarantee = Literal["at-least-once", "exactly-once"]
+AsyncOrdering = Literal["partition", "key", "unordered"]
 EXACTLY_ONCE_COMMIT_MS = 100
 """``task.commit.ms`` under exactly-once unless set: output becomes visible only when its transaction commits
 with the checkpoint, so the commit interval is the latency (Kafka Streams commits every 100 ms under EOS)."""
@@ -293,8 +294,23 @@ class TaskConfig(ConfigView):
     dead_letter_stream: str | None = Field(None, alias="dead.letter.stream")
     """``system.stream`` where skipped messages go, as their original bytes with ``millstream.error.*`` headers."""
     process_errors: ProcessErrorMode = Field("fail", alias="process.errors")
-    """What an exception from ``process()`` or ``window()`` does: ``fail`` the container naming the message,
-    ``skip`` it (counted), or send it to ``dead.letter.stream`` (``dead-letter``)."""
+    """What an exception from ``process()``, ``process_async()`` or ``window()`` does: ``fail`` the container
+    naming the message, ``skip`` it (counted), or send it to ``dead.letter.stream`` (``dead-letter``)."""
+    max_concurrency: int = Field(1, alias="max.concurrency", ge=1)
+    """Messages an ``AsyncStreamTask`` has in flight at once (``process_async`` coroutines started and not
+    completed), per task; 1 processes one message at a time, as ``process()``. A checkpoint covers only the
+    completed prefix of each partition, never a message still in flight (see the Async I/O guide)."""
+    callback_timeout_ms: int = Field(60_000, alias="callback.timeout.ms", ge=1)
+    """How long one ``process_async`` may run; past it the coroutine is cancelled and the message fails under
+    ``task.process.errors`` (a ``CallbackTimeoutError`` naming task, partition and offset). It also bounds
+    how long ``window()``, end-of-stream, drain or stop waits for the messages in flight (a periodic commit
+    does not wait: it covers the completed prefix)."""
+    async_ordering: AsyncOrdering = Field("partition", alias="async.ordering")
+    """The order an ``AsyncStreamTask``'s messages keep. ``partition``: processed concurrently, their output
+    sent in offset order per partition (a message's output waits for the messages before it). ``key``:
+    messages of one key are processed one after another, different keys concurrently, and each message's
+    output is sent as it completes, so order holds per key only. ``unordered``: processed concurrently, output
+    sent as each completes (``map_async(ordered=False)``)."""
     checkpoint_factory: str = Field("metadata", alias="checkpoint.factory")
     """Where task checkpoints live: ``metadata`` (the job's metadata store) or ``kafka`` (a checkpoint topic)."""
     checkpoint_system: str | None = Field(None, alias="checkpoint.system")

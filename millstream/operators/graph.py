@@ -20,12 +20,14 @@ streams feeding a ``partition_by`` is not one of its producers and sends it no c
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from millstream.api.application import KV
 from millstream.api.specs import (
+    AsyncMapSpec,
     FilterSpec,
     FlatMapSpec,
     InputSpec,
@@ -277,6 +279,59 @@ class FlatMapImpl(OperatorImpl):
                 downstream.process(result, timestamp)
 
 
+class AsyncMapImpl(OperatorImpl):
+    """``map_async`` / ``flat_map_async``. The awaiting happens before the graph sees the message
+    (``AsyncOperatorGraphTask.process_async`` calls ``call``); when the message is released, in order, the
+    graph processes it as usual and this operator emits the result it was handed (``result``), so every
+    operator downstream sees what a synchronous map would have produced, in the same order."""
+
+    def __init__(self, spec: AsyncMapSpec, context: GraphContext) -> None:
+        super().__init__(spec, context)
+        self.async_spec = spec
+        self.result: list[Any] = []
+
+    def init(self, task_context: TaskContext) -> None:
+        """The function's ``init`` / ``close`` may be ``async def``: awaited on the container's loop."""
+        from millstream.runtime.async_tasks import run_hook
+
+        init = getattr(self.async_spec.fn, "init", None)
+        if callable(init):
+            run_hook(init(task_context))
+
+    def close(self) -> None:
+        from millstream.runtime.async_tasks import run_hook
+
+        close = getattr(self.async_spec.fn, "close", None)
+        if callable(close):
+            run_hook(close())
+
+    async def call(self, message: Any) -> list[Any]:
+        """Await the user's function for ``message``; its results as a list (one item unless flat)."""
+        spec = self.async_spec
+        timeout_ms = spec.timeout_ms
+        timeout = asyncio.timeout(timeout_ms / 1000 if timeout_ms is not None else None)
+        try:
+            async with timeout:
+                result = await spec.fn(message)
+        except TimeoutError:
+            if not timeout.expired():
+                raise
+            raise OperatorTimeoutError(
+                f"{spec.kind} '{self.op_id}' did not complete within timeout_ms={timeout_ms}"
+            ) from None
+        return list(result or ()) if spec.flat else [result]
+
+    def process(self, message: Any, timestamp: int) -> None:
+        results, self.result = self.result, []
+        for result in results:
+            for downstream in self.downstream:
+                downstream.process(result, timestamp)
+
+
+class OperatorTimeoutError(TimeoutError):
+    """A ``map_async`` call outlived its ``timeout_ms``; the message fails under ``task.process.errors``."""
+
+
 class MergeImpl(OperatorImpl):
     def process(self, message: Any, timestamp: int) -> None:
         for downstream in self.downstream:
@@ -394,6 +449,7 @@ def _build_impl(
 
     stateless: dict[type[OperatorSpec], Callable[[Any, GraphContext], OperatorImpl]] = {
         MapSpec: MapImpl,
+        AsyncMapSpec: AsyncMapImpl,
         FilterSpec: FilterImpl,
         FlatMapSpec: FlatMapImpl,
         MergeSpec: MergeImpl,

@@ -47,6 +47,7 @@ from typing import Any, Protocol
 from millstream.api.application import KV
 from millstream.api.specs import InputSpec, OperatorSpec, PartitionBySpec
 from millstream.api.task import (
+    AsyncStreamTask,
     CheckpointListener,
     ClosableTask,
     DrainListenerTask,
@@ -84,6 +85,7 @@ from millstream.serde.base import Serde, SerdeError
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "AsyncOperatorGraphTask",
     "Comparator",
     "ControlState",
     "ControlStats",
@@ -640,3 +642,51 @@ class OperatorGraphTask(
                 close()
             except MillstreamError as error:
                 log.warning("ignored while closing the operator graph task: %s", error)
+
+
+class AsyncOperatorGraphTask(OperatorGraphTask, AsyncStreamTask):
+    """The graph task of an application with ``map_async`` / ``flat_map_async`` (the planner picks it).
+
+    ``process_async`` awaits the async operator that follows the message's input (its argument is what the
+    input hands downstream) and defers the rest: when the runtime releases the message — in offset order
+    per partition when the operators are ordered — the graph processes it as ``process`` would, the async
+    operator emitting the result it was handed. Watermarks, windows and joins downstream therefore see
+    exactly what a synchronous map would give them; the runtime's window of messages in flight gives the
+    concurrency, and checkpoints cover only released messages (``runtime/async_tasks.py``).
+    """
+
+    def init(self, context: TaskContext) -> None:
+        from millstream.operators.graph import AsyncMapImpl
+
+        super().init(context)
+        assert self.graph is not None
+        self._async_by_stream: dict[SystemStream, tuple[_Source, AsyncMapImpl]] = {}
+        for stream, source in self.graph._sources.items():
+            found = [impl for impl in source.impl.downstream if isinstance(impl, AsyncMapImpl)]
+            if found:
+                self._async_by_stream[stream] = (source, found[0])
+
+    async def process_async(
+        self, envelope: IncomingMessageEnvelope, collector: MessageCollector, coordinator: TaskCoordinator
+    ) -> None:
+        route = self._async_by_stream.get(envelope.ssp.system_stream)
+        result: list[Any] = []
+        if route is not None and not envelope.is_end_of_stream:
+            source, impl = route
+            result = await impl.call(KV(envelope.key, envelope.message) if source.kv else envelope.message)
+
+        def release(released_to: MessageCollector) -> None:
+            assert self.graph is not None
+            if route is not None:
+                route[1].result = result
+            try:
+                self.graph.process(envelope, released_to, coordinator)
+            finally:
+                if route is not None:
+                    route[1].result = []
+
+        defer = getattr(collector, "defer", None)
+        if defer is None:  # called by hand, not by the runtime: nothing to wait for
+            release(collector)
+        else:
+            defer(release)

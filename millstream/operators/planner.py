@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from millstream.api.application import (
@@ -42,7 +42,15 @@ from millstream.api.application import (
     describe_application,
 )
 from millstream.api.errors import ApplicationError
-from millstream.api.specs import InputSpec, JoinSpec, OperatorSpec, PartitionBySpec, SendToSpec, StreamJoinSpec
+from millstream.api.specs import (
+    AsyncMapSpec,
+    InputSpec,
+    JoinSpec,
+    OperatorSpec,
+    PartitionBySpec,
+    SendToSpec,
+    StreamJoinSpec,
+)
 from millstream.config import Config, JobConfig
 from millstream.config.views import AppConfig, config_flag
 from millstream.errors import ConfigError, StreamNotFoundError
@@ -55,6 +63,9 @@ log = logging.getLogger(__name__)
 
 GRAPH_TASK_CLASS = "millstream.operators.graph_task:OperatorGraphTask"
 """The ``task.class`` of every high-level job."""
+ASYNC_GRAPH_TASK_CLASS = "millstream.operators.graph_task:AsyncOperatorGraphTask"
+"""The ``task.class`` of a high-level job with ``map_async`` / ``flat_map_async`` operators."""
+GRAPH_TASK_CLASSES = (GRAPH_TASK_CLASS, ASYNC_GRAPH_TASK_CLASS)
 
 
 @dataclass(frozen=True)
@@ -321,7 +332,7 @@ def expand_application(config: Config) -> Config:
         if not task_class or not _names_loaded_application(task_class):
             return config
         updates["app.class"] = task_class
-    elif task_class and task_class != GRAPH_TASK_CLASS:
+    elif task_class and task_class not in GRAPH_TASK_CLASSES:
         raise ConfigError(
             "config keys 'app.class' and 'task.class' are both set: a high-level application runs its own "
             "task; remove task.class"
@@ -347,6 +358,7 @@ def expand_application(config: Config) -> Config:
         for kind, serde in (("key", descriptor.key_serde), ("msg", descriptor.msg_serde)):
             if serde:
                 _set_stream_serde(config, updates, descriptor.system_stream, kind, serde, "its descriptor")
+    updates.update(_async_config(config, run.operators))
     for operator in run.operators:
         if isinstance(operator, JoinSpec):
             for key, value in operator.table.config().items():
@@ -376,6 +388,24 @@ def expand_application(config: Config) -> Config:
     return config.with_overrides(updates)
 
 
+def _async_config(config: Config, operators: Sequence[OperatorSpec]) -> dict[str, str]:
+    """``map_async`` / ``flat_map_async``: the async graph task, ``task.max.concurrency`` the largest
+    ``concurrency`` and ``task.async.ordering`` ``unordered`` when one is not ``ordered`` (unless set)."""
+    asyncs = [spec for spec in operators if isinstance(spec, AsyncMapSpec)]
+    if not asyncs:
+        return {}
+    inputs = [spec.inputs[0].op_id for spec in asyncs]
+    for op_id in set(inputs):
+        if inputs.count(op_id) > 1:
+            raise ConfigError(f"input '{op_id}' is followed by more than one map_async/flat_map_async; one per input")
+    updates = {"task.class": ASYNC_GRAPH_TASK_CLASS}
+    if "task.max.concurrency" not in config:
+        updates["task.max.concurrency"] = str(max(spec.concurrency for spec in asyncs))
+    if "task.async.ordering" not in config:
+        updates["task.async.ordering"] = "partition" if all(spec.ordered for spec in asyncs) else "unordered"
+    return updates
+
+
 def _descriptors(run: RunSet) -> list[InputDescriptor | OutputDescriptor]:
     return [*(spec.descriptor for spec in run.source_inputs), *run.outputs]
 
@@ -395,7 +425,7 @@ def _set_stream_serde(
 def require_expanded(config: Config) -> None:
     """Fail early when a config with ``app.class`` bypassed ``expand_application`` (containers would get a
     config without the graph task)."""
-    if is_application(config) and config.get("task.class") != GRAPH_TASK_CLASS:
+    if is_application(config) and config.get("task.class") not in GRAPH_TASK_CLASSES:
         raise ConfigError(
             "config key 'app.class' is set but the config was not expanded for it: load it with "
             "millstream.coordinator.prepare.load_job_config or pass it through millstream.coordinator.prepare.prepare"

@@ -96,6 +96,11 @@ class RunLoop:
             for ssp in task.ssps:
                 self.dispatch.setdefault(ssp, []).append(task)
         self.stopped_by_request = False
+        self.async_tasks = [task for task in tasks if task.async_processor is not None]
+        """``AsyncStreamTask``s: while they have messages in flight, the loop waits on the event loop, not in a poll."""
+        processors = [task.async_processor for task in self.async_tasks if task.async_processor is not None]
+        if processors:
+            processors[0].container_loop.processors = processors
 
     def run(self) -> None:
         """Run until every task finished (end-of-stream or shutdown request) or a stop is requested."""
@@ -116,9 +121,10 @@ class RunLoop:
             lingering = self.output.send_lingering() if self.output is not None else None
             pollable = active - pending.keys() if pending else active
             batches: Mapping[SystemStreamPartition, list[Any]] = {}
+            wait = poll_timeout if lingering is None else min(poll_timeout, lingering)
+            in_flight = bool(self.async_tasks) and self._async_in_flight()
             if pollable:
-                wait = poll_timeout if lingering is None else min(poll_timeout, lingering)
-                timeout = 0.0 if pending else max(0.0, min(wait, deadline - now))
+                timeout = 0.0 if pending or in_flight else max(0.0, min(wait, deadline - now))
                 batches = self.consumers.poll(pollable, timeout)
                 self.stats.polls += 1
             work = list(pending.items())
@@ -128,6 +134,10 @@ class RunLoop:
                 rotation = (rotation + 1) % len(work)
                 for ssp, batch in work[rotation:] + work[:rotation]:
                     self._deliver(ssp, batch, deadline, active, pending)
+                if self._container_shutdown_requested():
+                    break
+            if in_flight:
+                self._drive_async(0.0 if work else max(0.0, min(wait, deadline - clock.monotonic())))
                 if self._container_shutdown_requested():
                     break
             now = clock.monotonic()
@@ -154,7 +164,22 @@ class RunLoop:
             active = {
                 ssp for ssp in active if any(not t.finished and ssp not in t.end_of_stream for t in self.dispatch[ssp])
             }
+        for task in self.async_tasks:  # stopping: the last commit covers the messages in flight
+            task.settle_async()
         self.commit_all()
+
+    def _async_in_flight(self) -> bool:
+        return any(task.async_processor.in_flight for task in self.async_tasks if task.async_processor is not None)
+
+    def _drive_async(self, timeout: float) -> None:
+        """Run the container's event loop until a message completes or ``timeout`` passed, then release what
+        completed (``AsyncStreamTask``s share the loop, so one wait serves them all)."""
+        tasks = self.async_tasks
+        processor = tasks[0].async_processor
+        if processor is not None:
+            processor.container_loop.drive(timeout)
+        for task in tasks:
+            task.harvest_async()
 
     def commit_all(self) -> None:
         started = self.clock.monotonic()

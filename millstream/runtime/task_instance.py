@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from millstream.api.task import (
+    AsyncStreamTask,
     BatchStreamTask,
     CheckpointListener,
     ClosableTask,
@@ -54,6 +55,7 @@ from millstream.errors import MillstreamError
 from millstream.log_context import in_task_log_context
 from millstream.metrics.registry import NOOP_METRICS, MetricsRegistry
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition, TaskName
+from millstream.runtime.async_tasks import AsyncProcessor, run_hook
 from millstream.runtime.process_errors import ProcessErrorPolicy, TaskCallbackError
 from millstream.runtime.seams import CheckpointWriter, OutputFlusher, PendingStartpoints, TaskMeter, TaskStorage
 from millstream.runtime.transaction import ContainerTransaction
@@ -250,12 +252,23 @@ class TaskInstance:
         self.meters = meters
         """The task's runtime metrics; None when metrics are off, so the hot path checks one local."""
         self.transaction = transaction
+        self.async_processor = self._async_processor()
+
+    def _async_processor(self) -> AsyncProcessor | None:
+        """An ``AsyncStreamTask``'s messages in flight (``runtime/async_tasks.py``); None for any other task."""
+        task = self.task
+        if not isinstance(task, AsyncStreamTask):
+            return None
+        config = TaskConfig.of(self.context.config)
+        return AsyncProcessor(
+            self.task_name, task, self.collector, self.coordinator, self.process_errors, config, self._released
+        )
 
     @in_task_log_context
     def init(self) -> None:
         if isinstance(self.task, InitableTask):
             try:
-                self.task.init(self.context)
+                run_hook(self.task.init(self.context))
             except MillstreamError:
                 raise  # names what is at fault already
             except Exception as error:  # no policy can go on without the task: fail naming it
@@ -280,7 +293,9 @@ class TaskInstance:
         clock = self._clock
         meters = self.meters
         began = clock() if meters is not None else 0.0
-        if self._process_batch_call is not None:
+        if self.async_processor is not None:
+            count = self._process_async(messages, deadline)
+        elif self._process_batch_call is not None:
             count = self._process_batch(ssp, messages)
         else:
             count = self._process_each(ssp, messages, deadline)
@@ -322,6 +337,37 @@ class TaskInstance:
                 self._updated.add(ssp)
         return count
 
+    def _process_async(self, messages: list[IncomingMessageEnvelope], deadline: float) -> int:
+        """Start the messages on the container's loop (``AsyncProcessor``); their offsets are recorded as
+        they are released (``_released``), and a request a completed message made is served here."""
+        processor = self.async_processor
+        assert processor is not None
+        count = processor.submit(messages, deadline, self._clock)
+        self.serve_async_requests()
+        return count
+
+    def _released(self, ssp: SystemStreamPartition, offset: str) -> None:
+        """The completed prefix of ``ssp`` now ends at ``offset``: what a commit may checkpoint."""
+        self.last_processed[ssp] = offset
+        self._updated.add(ssp)
+
+    def harvest_async(self) -> None:
+        """The run loop drove the event loop: release what completed and serve what it asked for."""
+        processor = self.async_processor
+        if processor is not None and processor.done:
+            processor.harvest()
+            self.serve_async_requests()
+
+    def serve_async_requests(self) -> None:
+        if self.coordinator.requested and not self.finished:
+            self._handle_requests()
+
+    def settle_async(self) -> None:
+        """Wait for the messages in flight (before ``window()``, end-of-stream, drain and the last commit)."""
+        processor = self.async_processor
+        if processor is not None and (processor.in_flight or processor.done):
+            processor.settle()
+
     def _process_batch(self, ssp: SystemStreamPartition, messages: list[IncomingMessageEnvelope]) -> int:
         """A ``BatchStreamTask`` takes the batch whole: no deadline cuts it (a batch is one poll's worth),
         and a request it makes is served once the batch is done, covering all of it."""
@@ -341,8 +387,9 @@ class TaskInstance:
     @in_task_log_context
     def window(self) -> None:
         if self._windowable and not self.finished:
+            self.settle_async()
             try:
-                self.task.window(self.collector, self.coordinator)
+                run_hook(self.task.window(self.collector, self.coordinator))
             except Exception as error:
                 self.process_errors.on_window_error(self.task_name, error)
             if self.coordinator.requested:
@@ -350,11 +397,12 @@ class TaskInstance:
 
     def mark_end_of_stream(self, ssp: SystemStreamPartition) -> None:
         """Record that ``ssp`` is exhausted; once all are, notify the task, commit and finish."""
+        self.settle_async()
         first = ssp not in self.end_of_stream
         self.end_of_stream.add(ssp)
         self._updated.add(ssp)
         if first and not self.finished and isinstance(self.task, PartitionEndOfStreamListenerTask):
-            self.task.on_partition_end_of_stream(ssp, self.collector, self.coordinator)
+            run_hook(self.task.on_partition_end_of_stream(ssp, self.collector, self.coordinator))
             if self.coordinator.requested:
                 self._handle_requests()
         self._finish_when_all_done()
@@ -364,10 +412,11 @@ class TaskInstance:
         ``on_drain``, commit and finish; nothing of the drain is final (the next run reads on)."""
         if ssp in self.end_of_stream or ssp not in self.ssps:
             return
+        self.settle_async()
         self.end_of_stream.add(ssp)
         self.drained.add(ssp)
         if not self.finished and isinstance(self.task, PartitionDrainListenerTask):
-            self.task.on_partition_drain(ssp, self.collector, self.coordinator)
+            run_hook(self.task.on_partition_drain(ssp, self.collector, self.coordinator))
             if self.coordinator.requested:
                 self._handle_requests()
         self._finish_when_all_done()
@@ -376,9 +425,9 @@ class TaskInstance:
         if self.finished or not self.end_of_stream >= self.ssps:
             return
         if self.drained and isinstance(self.task, DrainListenerTask):
-            self.task.on_drain(self.collector, self.coordinator)
+            run_hook(self.task.on_drain(self.collector, self.coordinator))
         elif not self.drained and isinstance(self.task, EndOfStreamListenerTask):
-            self.task.on_end_of_stream(self.collector, self.coordinator)
+            run_hook(self.task.on_end_of_stream(self.collector, self.coordinator))
         self.commit()
         self.finished = True
 
@@ -387,7 +436,8 @@ class TaskInstance:
         """Flush this task's output, snapshot its stores, then (asynchronously when it has backups)
         upload them, checkpoint the offsets it processed and clean up; only when the offsets moved
         or a store changed. Then drop the startpoints this commit made obsolete. Under exactly-once, the whole
-        container commits in one transaction (``ContainerTransaction``)."""
+        container commits in one transaction (``ContainerTransaction``). An ``AsyncStreamTask``'s messages in
+        flight go on: the offsets (``_released``) and output (held until release) cover the completed prefix."""
         transaction = self.transaction
         if transaction is not None and not transaction.committing:
             transaction.commit()
@@ -607,12 +657,14 @@ class TaskInstance:
     @in_task_log_context
     def close(self) -> None:
         if isinstance(self.task, ClosableTask):
-            self.task.close()
+            run_hook(self.task.close())
 
     def _handle_requests(self) -> bool:
         """Serve the task's commit/shutdown request; True when this task must stop processing."""
         coordinator = self.coordinator
         stop = coordinator.shutdown_requested
+        if stop:
+            self.settle_async()  # the last commit covers what was in flight
         if coordinator.commit_requested or stop:
             self.commit()
         ended, drained = coordinator.ended, coordinator.drained_ssps

@@ -280,3 +280,55 @@ def reference_counts_per_partition(
             window = (f"{partition}/{message['user']}", message["ts"] - message["ts"] % WINDOW_MS)
             counts[window] = counts.get(window, 0) + 1
     return counts
+
+
+class HttpEnrich:
+    """``async def`` enrichment from the loopback HTTP service (``tests/http_service.py``): ``m["n"]`` is sent,
+    ``{**m, "e": n * 10}`` comes back; its aiohttp session opens in ``init`` and closes in ``close``, both async."""
+
+    def __init__(self, url: str) -> None:
+        self.url = f"{url}/enrich"
+
+    async def init(self, context: TaskContext) -> None:
+        import aiohttp
+
+        self.session = aiohttp.ClientSession()
+
+    async def __call__(self, message: dict[str, Any]) -> dict[str, Any]:
+        async with self.session.get(self.url, params={"v": str(message["n"])}) as response:
+            if response.status != 200:
+                raise RuntimeError(f"GET {self.url}?v={message['n']} answered {response.status}")
+            body = await response.json()
+        return {**message, "e": body["e"]}
+
+    async def close(self) -> None:
+        await self.session.close()
+
+
+class AsyncEnriched(StreamApplication):
+    """``in`` → ``map_async`` (the HTTP service at ``test.service.url``) → ``out``, and a count per user per
+    10 s of event time over the enriched messages to ``log.counts``: the window sees every message once.
+    ``test.ordered=false`` makes the map unordered; ``test.flat=true`` a ``flat_map_async`` emitting each
+    message twice."""
+
+    def describe(self, app: StreamApplicationDescriptor) -> None:
+        config = app.config
+        enrich = HttpEnrich(str(config.get("test.service.url")))
+        ordered = config.get("test.ordered", "true") == "true"
+        timeout = int(config.get("test.timeout.ms", "30000"))
+        stream = source(app)
+        if config.get("test.flat", "false") == "true":
+
+            async def twice(message: dict[str, Any]) -> list[dict[str, Any]]:
+                enriched = await enrich(message)
+                return [enriched, enriched]
+
+            twice.init = enrich.init  # type: ignore[attr-defined]
+            twice.close = enrich.close  # type: ignore[attr-defined]
+            enriched = stream.flat_map_async(twice, concurrency=20, ordered=ordered, timeout_ms=timeout)
+        else:
+            enriched = stream.map_async(enrich, concurrency=20, ordered=ordered, timeout_ms=timeout)
+        enriched.send_to(OutputDescriptor("log.out", msg_serde="json"))
+        enriched.window(TumblingWindow(WINDOW_MS), aggregate=Count(), key=lambda m: m["user"]).map(
+            lambda pane: {"user": pane.key, "start": pane.start, "count": pane.value}
+        ).send_to(OutputDescriptor("log.counts", msg_serde="json"))
