@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -130,8 +130,8 @@ def changelog_task(
 
 
 BlackHoleStart = Literal["before-the-snapshot", "during-list-offsets"]
-"""When the black hole begins: before the snapshot asks anything (its topic metadata request times out), or
-once it has the changelog's metadata, while its ListOffsets requests are in flight (issue 37 exactly:
+"""When the black hole begins: before the snapshot asks anything, or as its ListOffsets requests go out, the
+changelog's partitions known (issue 37 exactly:
 librdkafka then answers offset -1001 instead of an error)."""
 
 
@@ -144,15 +144,17 @@ def black_holed(proxy: BlackHoleProxy, start: BlackHoleStart) -> Iterator[list[s
         if start == "before-the-snapshot":
             proxy.black_hole()
         else:
-            original = KafkaSystemAdmin.partition_counts
+            original = KafkaSystemAdmin._list_offsets
 
-            def then_black_hole(admin: KafkaSystemAdmin, topics: Iterable[str]) -> dict[str, int]:
-                counts = original(admin, topics)
-                described.extend(counts)
-                proxy.black_hole()
-                return counts
+            def black_hole_then(admin: KafkaSystemAdmin, specs: Mapping[Any, Any], *args: Any, **kwargs: Any) -> Any:
+                # the admin knows the changelog's partitions already (it read them at the first commit and
+                # remembers them): the snapshot's first request is its ListOffsets, sent into the black hole
+                if not described:
+                    described.extend(sorted({tp.topic for tp in specs}))
+                    proxy.black_hole()
+                return original(admin, specs, *args, **kwargs)
 
-            patch.setattr(KafkaSystemAdmin, "partition_counts", then_black_hole)
+            patch.setattr(KafkaSystemAdmin, "_list_offsets", black_hole_then)
         try:
             yield described
         finally:
