@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from millstream import TaskContext
 from millstream.systems.kafka.admin import KafkaSystemAdmin
@@ -36,24 +37,24 @@ across jobs, and the patch, made once per process, serves every one of them."""
 
 
 def hold_before_list_offsets(marker_dir: Path, changelog: str) -> None:
-    """Patch this process's ``KafkaSystemAdmin.partition_counts`` (once) to hold the paused commit's snapshot."""
+    """Patch this process's ``KafkaSystemAdmin._list_offsets`` (once) to hold the paused commit's snapshot just
+    before its ListOffsets requests go out (the admin knows the changelog's partitions from earlier commits)."""
     _HOLDS[changelog] = marker_dir
-    original = KafkaSystemAdmin.partition_counts
+    original = KafkaSystemAdmin._list_offsets
     if getattr(original, "held_before_list_offsets", False):
         return
 
-    def partition_counts(admin: KafkaSystemAdmin, topics: Iterable[str]) -> dict[str, int]:
-        topics = list(topics)
-        counts = original(admin, topics)
+    def list_offsets(admin: KafkaSystemAdmin, specs: Mapping[Any, Any], *args: Any, **kwargs: Any) -> Any:
+        topics = sorted({tp.topic for tp in specs})
         held = _HOLDS.get(topics[0]) if len(topics) == 1 else None
         if held is not None and _paused(held) and _take_once(held / LISTING_OFFSETS):
             deadline = time.monotonic() + HOLD_S
             while not (held / BLACK_HOLED).exists() and time.monotonic() < deadline:
                 time.sleep(0.02)  # the job under test is held, not the test
-        return counts
+        return original(admin, specs, *args, **kwargs)
 
-    partition_counts.held_before_list_offsets = True  # type: ignore[attr-defined]
-    setattr(KafkaSystemAdmin, "partition_counts", partition_counts)  # noqa: B010 - a patch, for this process
+    list_offsets.held_before_list_offsets = True  # type: ignore[attr-defined]
+    setattr(KafkaSystemAdmin, "_list_offsets", list_offsets)  # noqa: B010 - a patch, for this process
 
 
 def _paused(marker_dir: Path) -> bool:

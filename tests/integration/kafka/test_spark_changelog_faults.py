@@ -54,10 +54,10 @@ TASK_CLASSES = {
     "before-the-snapshot": "tests.integration.kafka.jobs:KafkaCountPerKey",
     "during-list-offsets": "tests.integration.kafka.fault_jobs:CountPerKeyHeldBeforeListOffsets",
 }
-"""When the black hole begins: during the ``before-snapshot`` pause (the snapshot's topic metadata request times
-out), or once the snapshot has the changelog's metadata, so that only its ListOffsets requests meet it (issue 37
-exactly: librdkafka answers offset -1001 instead of an error)."""
-FAILURES = {"before-the-snapshot": "reading metadata of topic", "during-list-offsets": "no offset for"}
+"""When the black hole begins: during the ``before-snapshot`` pause (the snapshot's requests fail until the outage
+deadline), or as the snapshot's ListOffsets requests go out (issue 37 exactly: librdkafka answers offset -1001
+instead of an error). Either way the admin knows the changelog's partitions from the earlier commits."""
+FAILURES = {"before-the-snapshot": "systems.kafka.outage.timeout.ms", "during-list-offsets": "no offset for"}
 """What the failed commit's error says the snapshot could not do."""
 
 
