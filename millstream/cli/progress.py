@@ -19,10 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import partial
-from typing import Any
 
-import orjson
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -39,6 +36,7 @@ from millstream.config import Config, JobConfig
 from millstream.config.views import MetricsConfig, TaskConfig
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.status import PartitionLag, partition_lags
+from millstream.errors import MillstreamError
 from millstream.job_model import JobModel
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
@@ -117,6 +115,7 @@ class RunProgress:
         self._stop.set()
         self._thread.join()
         if result is not None:
+            self._say_restarts()  # a restart after the last poll (a short run) is still said
             if self.total is not None:  # positions: what the checkpoints say the tasks got through
                 processed = float(self._checkpointed())
             else:
@@ -125,6 +124,20 @@ class RunProgress:
         else:
             self._progress.live.transient = True
         self._progress.stop()
+
+    def _say_restarts(self, store: MetadataStore | None = None) -> None:
+        """One line above the bar per container restart the status records show and no line said yet."""
+        try:
+            if store is None:
+                with metadata_store(self.config) as opened:
+                    statuses = coordination.container_statuses(opened)
+            else:
+                statuses = coordination.container_statuses(store)
+        except MillstreamError as error:  # informational, as the rest of the line
+            log.warning("progress line: cannot read the containers' status: %s", error)
+            return
+        for line in self._restarts.lines(statuses):
+            self._console.print(line, highlight=False)
 
     def _poll(self) -> None:
         try:
@@ -137,9 +150,7 @@ class RunProgress:
             first = coordination.current_generation(store)
             checked = 0.0
             while not self._stop.wait(_POLL_SECONDS):
-                failed_where = partial(_failure_record, store)
-                for line in self._restarts.lines(coordination.container_statuses(store), failed_where):
-                    self._console.print(line, highlight=False)
+                self._say_restarts(store)
                 generation = coordination.current_generation(store)
                 if generation <= first and first > 0:
                     continue  # the job has not published its generation yet: earlier snapshots are stale
@@ -169,16 +180,6 @@ class RunProgress:
             except ValueError:
                 continue
         return processed
-
-
-def _failure_record(store: MetadataStore, container_id: str) -> dict[str, Any] | None:
-    """The container's failure record: where its user code last failed (written by the container)."""
-    raw = store.get(coordination.FAILURES_NAMESPACE, container_id)
-    try:
-        record = orjson.loads(raw) if raw else None
-    except orjson.JSONDecodeError:
-        return None
-    return record if isinstance(record, dict) else None
 
 
 @contextmanager

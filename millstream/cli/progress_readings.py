@@ -16,7 +16,7 @@ Three things a user took for lost data or a stalled job are decided here:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from millstream.metrics.registry import Sample
@@ -90,52 +90,25 @@ class Rate:
 class RestartWatch:
     """Turns successive readings of the containers' status records into one line per container restart.
 
-    A container's new attempt in the same generation means the previous one ended: its cause is the error the
-    previous attempt reported with state ``failed``, if a reading saw it before the new attempt replaced it;
-    else where its user code failed, from the container's failure record (``failed_where`` reads it); else
-    it ended without a word (killed, or its host lost)."""
+    A container's status counts its restarts within the generation (``restarts``) and says why its latest
+    attempt started (``restart-cause``: the previous attempt's error, or that it ended without a word), as the
+    new attempt read it from the previous attempt's status: nothing is lost however late a reading comes."""
 
     def __init__(self) -> None:
-        self._seen: dict[str, tuple[int, int]] = {}
-        self._errors: dict[tuple[str, int, int], str] = {}
+        self._seen: dict[tuple[str, int], int] = {}
 
-    def lines(
-        self,
-        statuses: Mapping[str, Mapping[str, Any]],
-        failed_where: Callable[[str], Mapping[str, Any] | None] = lambda _container: None,
-    ) -> list[str]:
+    def lines(self, statuses: Mapping[str, Mapping[str, Any]]) -> list[str]:
         lines = []
         for container_id, status in sorted(statuses.items()):
             try:
                 generation, attempt = int(status["generation"]), int(status["attempt"])
+                restarts = int(status.get("restarts", 0))
             except (KeyError, TypeError, ValueError):
                 continue
-            if status.get("state") == "failed" and status.get("error"):
-                self._errors[(container_id, generation, attempt)] = str(status["error"])
-            seen = self._seen.get(container_id)
-            self._seen[container_id] = (generation, attempt)
-            if seen is None or seen[0] != generation or attempt <= seen[1]:
+            key = (container_id, generation)
+            if restarts <= self._seen.get(key, 0):
                 continue
-            error = self._errors.get((container_id, generation, seen[1]))
-            if error is None:
-                error = _failure_text(failed_where(container_id), generation, seen[1])
-            cause = (
-                f"attempt {seen[1]} failed: {error.splitlines()[0]}"
-                if error
-                else f"attempt {seen[1]} ended without reporting a cause (killed, or its host lost)"
-            )
+            self._seen[key] = restarts
+            cause = status.get("restart-cause") or "the previous attempt ended without reporting a cause"
             lines.append(f"container {container_id} restarted (attempt {attempt}): {cause}")
         return lines
-
-
-def _failure_text(record: Mapping[str, Any] | None, generation: int, attempt: int) -> str | None:
-    """A container failure record (``failures/<container>``: where user code failed) as text, when it is the
-    record of that attempt."""
-    if not record or record.get("generation") != generation or record.get("attempt") != attempt:
-        return None
-    where = f"task '{record.get('task')}'"
-    if "callback" in record:
-        where += f" in {record['callback']}()"
-    if "offset" in record:
-        where += f" at {record.get('stream')} partition {record.get('partition')} offset {record['offset']}"
-    return f"{record.get('type', 'an error')} in {where}"

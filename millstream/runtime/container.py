@@ -20,7 +20,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -260,6 +260,8 @@ class Container:
             )
             raise DeterministicFailureError(message)
         self._status.update({"restarts": decision.record.restarts, "backoff-ms": decision.delay_ms})
+        if decision.record.restarts:
+            self._status["restart-cause"] = _restart_cause(last, self.generation)
         self.metering.restarted(decision.record.restarts, decision.delay_ms / 1000, self.store)
         if decision.delay_ms:
             log.warning(
@@ -702,6 +704,14 @@ def _stop_probe(
         return driver.lost_reason is not None or coordination.stop_requested(store, generation)
 
     return stop_requested
+
+
+def _restart_cause(previous: Mapping[str, Any], generation: int) -> str:
+    """Why this attempt started, from the status the previous attempt of the container left: its error's first
+    line when it failed, else that it ended without a word (SIGKILLed, its host lost)."""
+    if previous.get("generation") == generation and previous.get("state") == "failed" and previous.get("error"):
+        return f"attempt {previous.get('attempt')} failed: {str(previous['error']).splitlines()[0]}"
+    return f"attempt {previous.get('attempt', '?')} ended without reporting a cause (killed, or its host lost)"
 
 
 def _quietly(action: Callable[[], Any]) -> None:

@@ -48,50 +48,31 @@ def test_the_rate_falls_to_zero_once_nothing_moved_for_the_stale_time() -> None:
     assert rate.reading(20.0, 100) == 0
 
 
-def status(generation: int, attempt: int, state: str, error: str | None = None) -> dict[str, object]:
-    return {"generation": generation, "attempt": attempt, "state": state, **({"error": error} if error else {})}
+def status(generation: int, attempt: int, restarts: int = 0, cause: str | None = None) -> dict[str, object]:
+    return {"generation": generation, "attempt": attempt, "state": "running", "restarts": restarts,
+            **({"restart-cause": cause} if cause else {})}  # fmt: skip
 
 
-def test_a_new_attempt_after_a_failed_one_is_one_line_with_the_failures_first_line() -> None:
+def test_a_restart_is_one_line_with_the_cause_the_new_attempt_recorded() -> None:
     watch = RestartWatch()
-    assert watch.lines({"0": status(1, 1, "running"), "1": status(1, 1, "running")}) == []
-    assert (
-        watch.lines({"0": status(1, 1, "failed", "ValueError: bad at 7\nTraceback ..."), "1": status(1, 1, "running")})
-        == []
-    )
-    assert watch.lines({"0": status(1, 2, "starting"), "1": status(1, 1, "running")}) == [
+    assert watch.lines({"0": status(1, 1), "1": status(1, 1)}) == []
+    assert watch.lines({"0": status(1, 2, 1, "attempt 1 failed: ValueError: bad at 7"), "1": status(1, 1)}) == [
         "container 0 restarted (attempt 2): attempt 1 failed: ValueError: bad at 7"
     ]
-    assert watch.lines({"0": status(1, 2, "running"), "1": status(1, 1, "running")}) == [], "said once"
+    assert watch.lines({"0": status(1, 2, 1, "attempt 1 failed: ValueError: bad at 7")}) == [], "said once"
 
 
-def test_a_new_attempt_whose_predecessor_said_nothing_was_killed_or_lost() -> None:
-    watch = RestartWatch()
-    watch.lines({"0": status(1, 1, "running")})
-    assert watch.lines({"0": status(1, 3, "running")}) == [
-        "container 0 restarted (attempt 3): attempt 1 ended without reporting a cause (killed, or its host lost)"
+def test_a_restart_the_readings_saw_only_after_it_happened_is_still_said() -> None:
+    """The first reading may come after the container's first attempt failed and its second started."""
+    assert RestartWatch().lines({"0": status(1, 2, 1, "attempt 1 ended without reporting a cause")}) == [
+        "container 0 restarted (attempt 2): attempt 1 ended without reporting a cause"
     ]
 
 
-def test_a_new_generation_is_not_a_container_restart() -> None:
+def test_a_new_generation_counts_its_restarts_anew() -> None:
     watch = RestartWatch()
-    watch.lines({"0": status(1, 1, "superseded")})
-    assert watch.lines({"0": status(2, 1, "running")}) == []
-
-
-def test_a_failure_the_readings_missed_is_named_from_the_containers_failure_record() -> None:
-    watch = RestartWatch()
-    watch.lines({"0": status(1, 1, "running")})
-    record = {"task": "Partition 0", "stream": "log.in", "partition": 0, "offset": "150", "type": "ValueError"}
-    records = {"0": {**record, "generation": 1, "attempt": 1}}
-    assert watch.lines({"0": status(1, 2, "starting")}, records.get) == [
-        "container 0 restarted (attempt 2): attempt 1 failed: ValueError in task 'Partition 0' at log.in partition 0 "
-        "offset 150"
+    watch.lines({"0": status(1, 3, 2, "x")})
+    assert watch.lines({"0": status(2, 4)}) == [], "a new generation's first attempt is no restart"
+    assert watch.lines({"0": status(2, 5, 1, "attempt 4 failed: E")}) == [
+        "container 0 restarted (attempt 5): attempt 4 failed: E"
     ]
-
-
-def test_a_failure_record_of_another_attempt_is_not_taken_for_the_cause() -> None:
-    watch = RestartWatch()
-    watch.lines({"0": status(1, 2, "running")})
-    records = {"0": {"task": "Partition 0", "type": "ValueError", "generation": 1, "attempt": 1}}
-    assert "without reporting a cause" in watch.lines({"0": status(1, 3, "starting")}, records.get)[0]
