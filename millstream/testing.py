@@ -89,7 +89,7 @@ class InProcessRunner:
         containers: list[ContainerResult] = []
         while True:
             model = JobCoordinator(self.config, store).start()
-            with driver_heartbeat(self.config, store, model.generation):
+            with driver_heartbeat(self.config, model.generation):
                 result, restart = self._run_generation(store, model, deadline)
             containers.extend(result.containers)
             if restart is None or result.outcome == "failed" or self._stop.is_set():

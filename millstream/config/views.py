@@ -197,10 +197,11 @@ class JobConfig(ConfigView):
     driver_heartbeat_interval_ms: int = Field(2_000, alias="driver.heartbeat.interval.ms", ge=1)
     """How often the driver (``millstream run``, ``InProcessRunner``) records that it is alive in the metadata
     store, from a thread of its own, while its run lasts."""
-    driver_liveness_timeout_ms: int = Field(60_000, alias="driver.liveness.timeout.ms", ge=0)
+    driver_liveness_timeout_ms: int = Field(180_000, alias="driver.liveness.timeout.ms", ge=0)
     """A run whose driver's heartbeat has not changed for this long has lost its driver: its containers commit and
     stop by themselves (never run headless), ``millstream job status`` says "driver lost", and ``millstream job
-    drain`` refuses the run. 0: off."""
+    drain`` refuses the run. Keep it above ``metadata.store.lock.lease.ms``: a process paused holding the SQLite
+    store's write lock holds the driver's heartbeat back too, for up to that lease. 0: off."""
     startpoint_enabled: Bool = Field(True, alias="startpoint.enabled")
     """Fan out and apply startpoints (``millstream startpoint set``) when a job model is published."""
     logged_store_base_dir: str | None = Field(None, alias="logged.store.base.dir")

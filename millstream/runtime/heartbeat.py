@@ -26,6 +26,7 @@ from typing import Self
 from millstream.config import Config, JobConfig
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
+from millstream.metadata.factory import metadata_store
 
 log = logging.getLogger(__name__)
 
@@ -155,14 +156,24 @@ class DriverWatch:
 
 
 @contextmanager
-def driver_heartbeat(config: Config, store: MetadataStore, generation: int) -> Iterator[None]:
-    """The driver beats for ``generation`` while the block runs its containers, and records the run's end after."""
+def driver_heartbeat(config: Config, generation: int) -> Iterator[None]:
+    """The driver beats for ``generation`` while the block runs its containers, and records the run's end after.
+
+    It writes through a metadata-store connection of its own: a beat waiting for the store's write lock (a paused
+    process holding it) must not block the driver's other reads, such as the liveness check that finds that
+    process silent and ends it."""
     job = JobConfig.of(config)
+    store = metadata_store(config)
+    store.init()
+    store.set_writer("the driver's heartbeat")
     heartbeat = DriverHeartbeat(store, generation, job.driver_heartbeat_interval_ms / 1000).start()
     try:
         yield
     finally:
-        heartbeat.end()
+        try:
+            heartbeat.end()
+        finally:
+            store.close()
 
 
 def driver_watch(config: Config, store: MetadataStore, generation: int) -> DriverWatch:

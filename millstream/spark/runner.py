@@ -153,7 +153,7 @@ class SparkJobRunner:
                     return JobResult(self.generation, "stopped")
                 model = JobCoordinator(self.config, self.store).start()
                 self.generation = model.generation
-                with driver_heartbeat(self.config, self.store, model.generation):
+                with driver_heartbeat(self.config, model.generation):
                     result, restart = self._run_generation(spark, model)
                 containers.extend(result.containers)
                 if not restart or result.outcome == "failed" or self._stop.is_set():
