@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from pyspark.sql import SparkSession
 
 from millstream.checkpoint.factory import checkpoint_manager
@@ -127,8 +128,20 @@ def expected_counts() -> dict[str, int]:
     return {f"p{p}-k{n}": MESSAGES_PER_KEY for p in range(PARTITIONS) for n in range(KEYS_PER_PARTITION)}
 
 
+LEADERS_MOVING = frozenset(
+    {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TRANSPORT, KafkaError._TIMED_OUT}
+)
+
+
 def every_key_counted(bootstrap: str, sink: str) -> bool:
-    counts = final_counts(bootstrap, sink)
+    """Whether the output holds every key's final count; not yet while the test's own reader meets a broker that
+    is still electing its leaders after a restart (a retriable error is a "not yet", as for the job)."""
+    try:
+        counts = final_counts(bootstrap, sink)
+    except KafkaException as error:
+        if not (error.args[0].retriable() or error.args[0].code() in LEADERS_MOVING):
+            raise
+        return False
     return {key: sent[-1] for key, sent in counts.items() if sent} == expected_counts()
 
 
