@@ -33,10 +33,12 @@ log = logging.getLogger(__name__)
 
 class Heartbeat:
     """Beats from a daemon thread of its own until stopped or refused (a newer attempt or run owns the record);
-    thread-safe to stop from any thread. Subclasses say what one beat writes."""
+    thread-safe to stop from any thread. ``beat(n)`` records the ``n``-th heartbeat and returns False when it
+    was refused (the thread then stops)."""
 
-    def __init__(self, name: str, interval_s: float) -> None:
+    def __init__(self, name: str, interval_s: float, beat: Callable[[int], bool]) -> None:
         self._name = name
+        self._beat = beat
         self._interval_s = interval_s
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"millstream-heartbeat-{name}", daemon=True)
@@ -55,10 +57,6 @@ class Heartbeat:
         self._stopped.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(self._interval_s + 5)
-
-    def _beat(self, beat: int) -> bool:
-        """Record the ``beat``-th heartbeat; False when refused (the thread stops)."""
-        raise NotImplementedError
 
     def _run(self) -> None:
         """The first beat at once, then one per interval. A store that fails a beat is logged and tried again at
@@ -79,14 +77,11 @@ class ContainerHeartbeat(Heartbeat):
     """The heartbeat of one container attempt, fenced like its other writes."""
 
     def __init__(self, store: MetadataStore, container_id: str, generation: int, epoch: int, interval_s: float) -> None:
-        super().__init__(f"container {container_id} attempt {epoch} of generation {generation}", interval_s)
-        self._store = store
-        self._container_id = container_id
-        self._generation = generation
-        self._epoch = epoch
-
-    def _beat(self, beat: int) -> bool:
-        return coordination.record_heartbeat(self._store, self._container_id, self._generation, self._epoch, beat)
+        super().__init__(
+            f"container {container_id} attempt {epoch} of generation {generation}",
+            interval_s,
+            lambda beat: coordination.record_heartbeat(store, container_id, generation, epoch, beat),
+        )
 
 
 class DriverHeartbeat(Heartbeat):
@@ -95,12 +90,13 @@ class DriverHeartbeat(Heartbeat):
     for one whose driver was lost."""
 
     def __init__(self, store: MetadataStore, generation: int, interval_s: float) -> None:
-        super().__init__(f"driver of generation {generation}", interval_s)
+        super().__init__(
+            f"driver of generation {generation}",
+            interval_s,
+            lambda beat: coordination.record_driver_heartbeat(store, generation, beat),
+        )
         self._store = store
         self._generation = generation
-
-    def _beat(self, beat: int) -> bool:
-        return coordination.record_driver_heartbeat(self._store, self._generation, beat)
 
     def end(self) -> None:
         self.stop()
