@@ -37,10 +37,9 @@ def run_to_the_end(config: Config) -> None:
     assert result.outcome == "finished", result.error
 
 
-def test_a_reset_stateful_job_runs_again_as_from_scratch_and_a_dry_run_deletes_nothing(tmp_path: Path):
-    path = write_config(tmp_path, {**APP, "job.container.count": 2})
-    config = load_job_config(path)
-    data = {p: user_messages(p, 30) for p in range(2)}
+def run_once_on(config: Config, data: dict[int, list[tuple[str, Any]]]) -> list[dict[str, Any]]:
+    """Write ``data`` to a sealed 2-partition ``log.in``, run the stateful application to its end; its outputs,
+    checked against the reference."""
     create_stream(config, "in", 2)
     create_stream(config, "out", 1)
     for partition, pairs in data.items():
@@ -49,6 +48,14 @@ def test_a_reset_stateful_job_runs_again_as_from_scratch_and_a_dry_run_deletes_n
     run_to_the_end(config)
     first = outputs(config)
     assert stateful_records(first) == reference_stateful(data)
+    return first
+
+
+def test_a_reset_stateful_job_runs_again_as_from_scratch_and_a_dry_run_deletes_nothing(tmp_path: Path):
+    path = write_config(tmp_path, {**APP, "job.container.count": 2})
+    config = load_job_config(path)
+    data = {p: user_messages(p, 30) for p in range(2)}
+    first = run_once_on(config, data)
     stores = tmp_path / "data" / "jobs"
     assert any(stores.rglob("operator-state")), "the job kept local state"
 

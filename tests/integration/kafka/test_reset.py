@@ -8,12 +8,9 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from millstream.coordinator.prepare import load_job_config
-from millstream.model import SystemStream
-from millstream.testing import write_stream
 from tests.api.apps import reference_stateful, stateful_records, user_messages
 from tests.cli.test_main import millstream, write_config
-from tests.cli.test_reset import APP, checkpoints, outputs, run_to_the_end
-from tests.helpers import create_stream, seal
+from tests.cli.test_reset import APP, checkpoints, outputs, run_once_on, run_to_the_end
 
 pytestmark = pytest.mark.integration
 
@@ -39,14 +36,7 @@ def test_a_reset_deletes_the_jobs_kafka_topics_and_checkpoints_and_the_job_start
     data = {
         p: [(key, {**value, "ts": value["ts"] + 1_000_000}) for key, value in user_messages(p, 20)] for p in range(2)
     }
-    create_stream(config, "in", 2)
-    create_stream(config, "out", 1)
-    for partition, pairs in data.items():
-        write_stream(config, SystemStream("log", "in"), pairs, partition=partition)
-    seal(config, "in")
-    run_to_the_end(config)
-    first = outputs(config)
-    assert stateful_records(first) == reference_stateful(data)
+    first = run_once_on(config, data)
     owned = {f"cli-test-{job_id}-operator-state-changelog", f"cli-test-{job_id}-by-user", f"cli-test-{job_id}-evens"}
     assert owned <= topics(bootstrap)
     assert len(checkpoints(config)) == 2
