@@ -23,23 +23,18 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from millstream.config import Config, JobConfig
+from millstream.config import Config
 from millstream.config.views import parse_stream
-from millstream.coordinator.job_coordinator import JobCoordinator
-from millstream.coordinator.job_result import JobResult, generation_result
+from millstream.coordinator.driver_loop import DriverLoop
+from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.prepare import prepare
 from millstream.coordinator.signals import graceful_stop_on_signals
 from millstream.coordinator.status_document import status_document
+from millstream.coordinator.thread_launcher import ThreadLauncher
 from millstream.errors import MillstreamError, StreamNotFoundError
-from millstream.job_model import JobModel
-from millstream.log_context import container_log_context
-from millstream.metadata import coordination
-from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import metadata_store
 from millstream.metrics.server import metrics_endpoint
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
-from millstream.runtime.container import Container, ContainerResult
-from millstream.runtime.heartbeat import driver_heartbeat
 from millstream.serde.registry import SerdeRegistry
 from millstream.systems.base import StreamSpec
 from millstream.systems.registry import system_factory
@@ -67,15 +62,16 @@ class InProcessRunner:
     """Runs a job's containers as threads; ``run`` returns when all of them returned."""
 
     def __init__(self, config: Config) -> None:
-        self.config = config
+        self.config = prepare(config)
         self._stop = threading.Event()
 
     def run(self, timeout: float | None = None, *, handle_signals: bool = False) -> JobResult:
         """Run to completion; past ``timeout`` seconds the containers are stopped (they commit).
 
-        Like the Spark runner, a restart request (``set_startpoints(..., apply=True)``) stops the
-        containers gracefully and starts a new generation, and with ``handle_signals`` Ctrl-C / SIGTERM
-        stop them gracefully too.
+        The driver's loop is the Spark runner's (``coordinator/driver_loop.py``): a restart request
+        (``set_startpoints(..., apply=True)``) stops the containers gracefully and starts a new generation, a
+        deterministic failure fails the job with its message, and with ``handle_signals`` Ctrl-C / SIGTERM
+        stop the containers gracefully too.
         """
         with (
             graceful_stop_on_signals(self._stop) if handle_signals else contextlib.nullcontext(),
@@ -86,51 +82,7 @@ class InProcessRunner:
     def _run(self, timeout: float | None) -> JobResult:
         store = metadata_store(self.config)
         deadline = None if timeout is None else time.monotonic() + timeout
-        containers: list[ContainerResult] = []
-        while True:
-            model = JobCoordinator(self.config, store).start()
-            with driver_heartbeat(self.config, model.generation):
-                result, restart = self._run_generation(store, model, deadline)
-            containers.extend(result.containers)
-            if restart is None or result.outcome == "failed" or self._stop.is_set():
-                result.containers = containers
-                return result
-
-    def _run_generation(
-        self, store: MetadataStore, model: JobModel, deadline: float | None
-    ) -> tuple[JobResult, str | None]:
-        results: dict[str, ContainerResult] = {}
-        errors: dict[str, BaseException] = {}
-
-        def container(container_id: str) -> None:
-            try:
-                with container_log_context(JobConfig.of(self.config).name, container_id):
-                    results[container_id] = Container(self.config, model, container_id, stop_event=self._stop).run()
-            except BaseException as error:  # reported as the job's failure below
-                errors[container_id] = error
-                coordination.request_stop(store, model.generation)
-
-        threads = [
-            threading.Thread(target=container, args=(cid,), name=f"container-{cid}", daemon=True)
-            for cid in model.containers
-        ]
-        for thread in threads:
-            thread.start()
-        restart: str | None = None
-        for thread in threads:
-            while thread.is_alive():
-                thread.join(0.05)
-                if deadline is not None and time.monotonic() > deadline:
-                    self._stop.set()
-                if restart is None and (restart := coordination.restart_requested(store)) is not None:
-                    coordination.clear_restart(store)
-                    coordination.request_stop(store, model.generation)
-        ordered = [results[cid] for cid in sorted(results, key=int)]
-        if errors:
-            cid, error = sorted(errors.items())[0]
-            failure = f"container {cid}: {type(error).__name__}: {error}"
-            return JobResult(model.generation, "failed", ordered, failure), None
-        return generation_result(store, model.generation, ordered), restart
+        return DriverLoop(self.config, store, ThreadLauncher(self.config, store, self._stop), self._stop).run(deadline)
 
     def request_stop(self) -> None:
         self._stop.set()

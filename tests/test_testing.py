@@ -6,9 +6,11 @@ from __future__ import annotations
 import pytest
 
 import tests.api.apps  # noqa: F401 - TestRunner's caller imports the application it names
-from millstream.testing import EndOfStreamNotReachedError, TestRunner
-from tests.api.apps import reference_stateful, stateful_records, user_messages
-from tests.helpers import create_stream, job_config
+from millstream.config import load_config
+from millstream.model import SystemStream
+from millstream.testing import EndOfStreamNotReachedError, InProcessRunner, TestRunner, read_stream, write_stream
+from tests.api.apps import messages, reference_stateful, stateful_records, user_messages
+from tests.helpers import create_stream, job_config, seal
 
 
 def test_a_job_that_does_not_reach_end_of_stream_raises_naming_the_partition_it_waited_for(tmp_path):
@@ -47,3 +49,26 @@ def test_a_job_whose_end_of_stream_commit_waits_for_an_upload_still_ends_with_al
     assert (tmp_path / "pause" / "after-upload").exists(), "an upload was in flight at the end, as intended"
     assert stateful_records(values) == reference_stateful(data)
     assert len(values) == len(reference_stateful(data)), "every record exactly once"
+
+
+def test_the_in_process_runner_prepares_a_loaded_config_so_a_high_level_application_runs_from_its_file(tmp_path):
+    """A user's ``InProcessRunner(load_config(path))``: the runner expands the application itself (the config
+    file names ``app.class``, not the task config the planner derives)."""
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        "job.name: from-file\n"
+        f"job.data.dir: {tmp_path / 'data'}\n"
+        "app.class: tests.api.apps:RepartitionPassThrough\n"
+        "systems.log.samza.offset.default: oldest\n"
+        "systems.log.samza.key.serde: string\n"
+        "systems.log.samza.msg.serde: json\n"
+    )
+    config = load_config(path)
+    for stream in ("in", "out"):
+        create_stream(config, stream, 1)
+    write_stream(config, SystemStream("log", "in"), messages(0, 20))
+    seal(config, "in")
+    result = InProcessRunner(config).run(timeout=60)
+    assert result.outcome == "finished", result.error
+    (received,) = read_stream(config, SystemStream("log", "out")).values()
+    assert sorted(value["n"] for _, value in received) == list(range(20))
