@@ -6,13 +6,16 @@ over on purpose. (The same on a real Kafka broker: tests/integration/kafka/test_
 from __future__ import annotations
 
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from millstream.config import Config
+from millstream.coordinator.driver_loop import DriverLoop
 from millstream.coordinator.prepare import prepare
+from millstream.coordinator.thread_launcher import ThreadLauncher
 from millstream.errors import ConfigError
 from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
@@ -101,8 +104,9 @@ def test_two_stores_of_one_job_on_one_changelog_are_refused_at_start_without_the
         tmp_path, "counts", stores__totals__factory="rocksdb", stores__totals__changelog="log.counts-changelog"
     )
     prepare_input(config)
+    store = metadata_store(config)  # the driver's loop on the raw config: the runners would refuse it first
     with pytest.raises(StreamOwnedError) as refused:
-        InProcessRunner(config).run(timeout=90)
+        DriverLoop(config, store, ThreadLauncher(config, store, threading.Event())).run()
     assert "owned by store 'counts' of job 'counts-1'; store 'totals' of job 'counts-1'" in str(refused.value)
 
 
