@@ -1,0 +1,52 @@
+"""Remote tables from an ``AsyncStreamTask`` in-process (``context.get_table`` by id, defined in
+``tables.enrich.*``): every message enriched once and in order while the service fails each key's first call,
+reads are cached, shared and batched across the container's tasks; a call that fails for good fails the job
+naming the task, partition, offset, table and key."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from millstream.testing import InProcessRunner
+from tests.http_service import ServiceSettings, enrich_service
+from tests.runtime.test_async_tasks import async_job, outputs, per_partition
+
+TABLE: dict[str, Any] = {
+    "task__class": "tests.jobs:TableEnrich",
+    "tables__enrich__definition": "tests.table.enrich_table:from_config",
+    "tables__enrich__retry__backoff__ms": "5",
+}
+
+
+def test_a_task_reads_a_remote_table_with_retries_a_shared_cache_and_batches_and_enriches_each_message_once(
+    tmp_path,
+):
+    settings: dict[str, Any] = {
+        **TABLE,
+        "tables__enrich__cache__ttl__ms": "60000",
+        "test__batched": "true",
+        "task__max__concurrency": "50",
+    }
+    with enrich_service(ServiceSettings(latency=0.005, flaky=1)) as service:
+        config, written = async_job(tmp_path, service, per_partition=300, **settings)
+        result = InProcessRunner(config).run(timeout=120)
+        assert result.outcome == "finished", result.error
+    results = outputs(config)
+    assert per_partition(results) == written, "each message once, in offset order per partition"
+    assert all(result["e"] == result["v"] % 50 * 10 for result in results)
+    assert service.counts.requests == {key: 2 for key in range(50)}, "each key: one failed call, one retry"
+    assert max(service.counts.batches) > 1, "reads went out in batches"
+
+
+def test_a_remote_call_that_fails_for_good_fails_the_job_naming_task_partition_offset_table_and_key(tmp_path):
+    with enrich_service(ServiceSettings(failing=frozenset({7}))) as service:
+        config, _ = async_job(tmp_path, service, per_partition=20, partitions=1, **TABLE)
+        result = InProcessRunner(config).run(timeout=120)
+    assert result.outcome == "failed"
+    assert re.search(
+        r"task 'Partition 0' failed processing offset 7 of stream 'log\.in' partition 0: RemoteTableError: "
+        r"remote table 'enrich': read of key 7 failed after 1 attempt \(not retriable\): ServiceError: "
+        r"GET /enrich\?v=7 answered 500",
+        result.error or "",
+    ), result.error
