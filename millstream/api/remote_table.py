@@ -49,7 +49,8 @@ class RemoteTable:
 
     The settings are the ``tables.<table_id>.*`` config keys' (see the configuration reference), given here
     as arguments; a key in the job's config overrides its argument. ``retriable(error)`` says which
-    failures are retried besides ``RetriableError``, ``TimeoutError`` and ``ConnectionError``.
+    failures are retried besides ``RetriableError``, ``TimeoutError`` and ``ConnectionError``. Keys must be
+    hashable (the cache, the reads in flight and the batches are keyed by them).
     """
 
     def __init__(

@@ -133,3 +133,67 @@ def test_a_table_reached_by_id_is_built_from_its_config_definition_and_overrides
         Exception, match=r"remote table 'other' is not defined: set config key 'tables\.other\.definition'"
     ):
         provider.get("other")
+
+
+class FakeTime:
+    """An injected clock whose sleeps advance it, so waits are asserted exactly."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def test_calls_past_the_rate_wait_their_turn_on_the_injected_clock_and_the_wait_is_counted():
+    time, registry = FakeTime(), Registry({})
+
+    async def read(key: int) -> int:
+        return key
+
+    definition = RemoteTable("t", read, rate_limit=5, rate_limit_burst=1)
+    instance = RemoteTableInstance(definition, table_config(Config(definition.settings), "t"), registry, time.clock,
+                                   time.sleep)  # fmt: skip
+
+    async def one_by_one() -> list[Any]:
+        return [await instance.get(key) for key in range(4)]
+
+    assert asyncio.run(one_by_one()) == [0, 1, 2, 3]
+    assert time.slept == [0.2, 0.2, 0.2], "the first call uses the burst, each next one waits 1/rate"
+    assert counted(registry, "table_throttled_seconds") == pytest.approx(0.6)
+
+
+def test_put_writes_through_to_the_cache_delete_invalidates_it_and_a_table_without_write_refuses_naming_it():
+    stored: dict[str, str] = {}
+    reads: list[str] = []
+
+    async def read(key: str) -> str | None:
+        reads.append(key)
+        return stored.get(key)
+
+    async def write(key: str, value: str) -> None:
+        stored[key] = value
+
+    async def delete(key: str) -> None:
+        stored.pop(key, None)
+
+    async def scenario(instance: RemoteTableInstance) -> list[Any]:
+        await instance.put("a", "1")
+        first = await instance.get("a")  # from the cache: no read
+        await instance.delete("a")
+        second = await instance.get("a")  # read: gone
+        return [first, second]
+
+    definition = RemoteTable("t", read, write=write, delete=delete, cache_ttl_ms=60_000)
+    registry = Registry({})
+    instance = RemoteTableInstance(definition, table_config(Config(definition.settings), "t"), registry)
+    assert asyncio.run(scenario(instance)) == ["1", None]
+    assert reads == ["a"]
+    read_only = RemoteTable("ro", read)
+    with pytest.raises(Exception, match="remote table 'ro' has no write function: cannot put key 'k'"):
+        run(read_only, lambda table: table.put("k", "v"))

@@ -50,3 +50,13 @@ def test_a_remote_call_that_fails_for_good_fails_the_job_naming_task_partition_o
         r"GET /enrich\?v=7 answered 500",
         result.error or "",
     ), result.error
+
+
+def test_under_skip_a_remote_call_that_fails_for_good_skips_its_message_and_every_other_is_enriched(tmp_path):
+    with enrich_service(ServiceSettings(failing=frozenset({7}))) as service:
+        config, written = async_job(
+            tmp_path, service, per_partition=20, partitions=1, task__process__errors="skip", **TABLE
+        )
+        result = InProcessRunner(config).run(timeout=120)
+        assert result.outcome == "finished", result.error
+    assert per_partition(outputs(config)) == {0: [v for v in written[0] if v != 7]}
