@@ -13,7 +13,7 @@ A fetch runs as a task of its own: a caller that is cancelled (``task.callback.t
 
 Metrics (``table`` label): ``table_requests`` (calls made, retries included), ``table_cache_hits`` /
 ``table_cache_misses``, ``table_retries``, ``table_errors`` (failed calls), ``table_batches``,
-``table_throttled_seconds`` (time calls waited for the rate limiter) and ``table_call_latency`` (a timer).
+``table_throttled_seconds`` (time calls waited for the rate limiter) and ``table_call`` (a timer: each call's duration).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class _Metrics:
         self.errors = registry.counter("table_errors", table=table_id)
         self.batches = registry.counter("table_batches", table=table_id)
         self.throttled = registry.counter("table_throttled_seconds", table=table_id)
-        self.latency = registry.timer("table_call_latency", table=table_id)
+        self.latency = registry.timer("table_call", table=table_id)
 
 
 class RemoteTableInstance:

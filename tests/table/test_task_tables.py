@@ -1,13 +1,17 @@
 """Remote tables from an ``AsyncStreamTask`` in-process (``context.get_table`` by id, defined in
 ``tables.enrich.*``): every message enriched once and in order while the service fails each key's first call,
-reads are cached, shared and batched across the container's tasks; a call that fails for good fails the job
-naming the task, partition, offset, table and key."""
+reads are cached, shared and batched across the container's tasks, and measured in the container's metrics;
+a call that fails for good fails the job naming the task, partition, offset, table and key, or under
+``skip`` skips only its message."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
+from millstream.metadata.factory import metadata_store
+from millstream.metrics.reporters import total
+from millstream.metrics.snapshot import read_snapshots
 from millstream.testing import InProcessRunner
 from tests.http_service import ServiceSettings, enrich_service
 from tests.runtime.test_async_tasks import async_job, outputs, per_partition
@@ -27,6 +31,7 @@ def test_a_task_reads_a_remote_table_with_retries_a_shared_cache_and_batches_and
         "tables__enrich__cache__ttl__ms": "60000",
         "test__batched": "true",
         "task__max__concurrency": "50",
+        "metrics__enabled": "true",
     }
     with enrich_service(ServiceSettings(latency=0.005, flaky=1)) as service:
         config, written = async_job(tmp_path, service, per_partition=300, **settings)
@@ -37,6 +42,15 @@ def test_a_task_reads_a_remote_table_with_retries_a_shared_cache_and_batches_and
     assert all(result["e"] == result["v"] % 50 * 10 for result in results)
     assert service.counts.requests == {key: 2 for key in range(50)}, "each key: one failed call, one retry"
     assert max(service.counts.batches) > 1, "reads went out in batches"
+    with metadata_store(config) as store:
+        (snapshot,) = read_snapshots(store).values()
+    samples = snapshot.samples
+    assert total(samples, "table_cache_hits") + total(samples, "table_cache_misses") == 600, "one get per message"
+    assert total(samples, "table_cache_misses") >= 50
+    requests, errors = total(samples, "table_requests"), total(samples, "table_errors")
+    assert total(samples, "table_batches") >= 1 and total(samples, "table_retries") == errors > 0
+    (call,) = [sample for sample in samples if sample.name == "table_call"]
+    assert call.count == requests - errors, "a call that succeeded is timed"
 
 
 def test_a_remote_call_that_fails_for_good_fails_the_job_naming_task_partition_offset_table_and_key(tmp_path):
