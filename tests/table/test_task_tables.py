@@ -74,3 +74,20 @@ def test_under_skip_a_remote_call_that_fails_for_good_skips_its_message_and_ever
         result = InProcessRunner(config).run(timeout=120)
         assert result.outcome == "finished", result.error
     assert per_partition(outputs(config)) == {0: [v for v in written[0] if v != 7]}
+
+
+def test_the_rate_limit_is_shared_by_the_containers_tasks_so_together_they_stay_under_the_services_limit(tmp_path):
+    settings: dict[str, Any] = {
+        **TABLE,
+        "tables__enrich__rate__limit__credits__per__second": "40",
+        "tables__enrich__rate__limit__burst": "5",
+        "tables__enrich__retry__max__attempts": "1",  # a 429 would fail the job
+        "task__max__concurrency": "50",
+        "test__keys": "1000000",  # every message its own key: a call each
+    }
+    with enrich_service(ServiceSettings(rate_limit=50)) as service:  # two tasks at 40/s each would exceed it
+        config, written = async_job(tmp_path, service, per_partition=80, partitions=2, **settings)
+        result = InProcessRunner(config).run(timeout=120)
+        assert result.outcome == "finished", result.error
+    assert service.counts.throttled == 0 and service.counts.served == 160
+    assert per_partition(outputs(config)) == written
