@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 ReadFunction = Callable[[Any], Awaitable[Any]]
 ReadAllFunction = Callable[[list[Any]], Awaitable[Mapping[Any, Any]]]
 WriteFunction = Callable[[Any, Any], Awaitable[None]]
+WriteAllFunction = Callable[[dict[Any, Any]], Awaitable[None]]
 DeleteFunction = Callable[[Any], Awaitable[None]]
 
 
@@ -43,7 +44,8 @@ class AsyncTable(Protocol):
 
 class RemoteTable:
     """A remote table: ``read(key)`` (``async``, returns the record or None) and optionally ``read_all(keys)``
-    (``async``, returns a mapping of the keys found: reads are then batched), ``write(key, value)`` and
+    (``async``, returns a mapping of the keys found: reads are then batched), ``write(key, value)``,
+    ``write_all(records)`` (a dict of the keys to write and their values: puts are then batched) and
     ``delete(key)``; ``open()`` / ``close()`` (``async``) run on the container's event loop before the first
     call and when the container stops (to open and close a client session).
 
@@ -60,6 +62,7 @@ class RemoteTable:
         *,
         read_all: ReadAllFunction | None = None,
         write: WriteFunction | None = None,
+        write_all: WriteAllFunction | None = None,
         delete: DeleteFunction | None = None,
         open: Callable[[], Awaitable[None]] | None = None,
         close: Callable[[], Awaitable[None]] | None = None,
@@ -81,6 +84,7 @@ class RemoteTable:
         self.read = read
         self.read_all = read_all
         self.write = write
+        self.write_all = write_all
         self.delete = delete
         self.open = open
         self.close = close

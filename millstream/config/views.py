@@ -740,8 +740,9 @@ class TableConfig(ConfigView):
     cache_max_size: int = Field(10_000, alias="cache.max.size", ge=1)
     """Records the cache holds at most; the least recently used go first."""
     batch_max_size: int = Field(100, alias="batch.max.size", ge=1)
-    """Keys per batch read, for a table with a ``read_all`` function: the reads asked for while the event
-    loop runs (every message in flight of the container's tasks) go out together; 1: no batching."""
+    """Keys per batch, for a table with a ``read_all`` (or ``write_all``) function: the reads (puts) asked for
+    while the event loop runs (every message in flight of the container's tasks) go out together; 1: no
+    batching."""
     batch_linger_ms: int = Field(0, alias="batch.linger.ms", ge=0)
     """How long a batch waits for more keys before it goes out; 0: only the reads asked in the same turn of
     the event loop."""

@@ -27,7 +27,8 @@ class RemoteTableError(MessageError):
         self.operation = operation
         self.key = key
         self.attempts = attempts
+        noun = "keys" if isinstance(key, list) else "key"
         super().__init__(
-            f"remote table '{table_id}': {operation} of key {key!r} failed after {attempts} attempt"
+            f"remote table '{table_id}': {operation} of {noun} {key!r} failed after {attempts} attempt"
             f"{'s' if attempts != 1 else ''} ({reason}): {type(cause).__name__}: {cause}"
         )

@@ -2,7 +2,8 @@
 
 Each read goes, in order, through the cache (a hit costs no call), the reads already in flight (a key asked
 for twice at once is fetched once), the batcher (with a ``read_all`` function, the keys asked for in the same
-turn of the loop, or within ``batch.linger.ms``, go out as one call of up to ``batch.max.size`` keys), the
+turn of the loop, or within ``batch.linger.ms``, go out as one call of up to ``batch.max.size`` keys; puts
+likewise with ``write_all``), the
 rate limiter (the call waits for its credits: one per key) and the retry policy (a retriable failure is
 tried again after a backoff, within the attempts and the budget). A call that fails for good raises
 ``RemoteTableError`` naming the table, the operation and the key, in every task waiting for it.
@@ -21,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from millstream.api.remote_table import RemoteTable
 from millstream.config.views import TableConfig
@@ -31,6 +32,8 @@ from millstream.table.cache import MISSING, TtlCache
 from millstream.table.errors import RemoteTableError, RetriableError
 from millstream.table.limiter import RateLimiter
 from millstream.table.retry import RetryPolicy
+
+T = TypeVar("T")
 
 
 def default_retriable(error: BaseException) -> bool:
@@ -49,6 +52,34 @@ class _Metrics:
         self.batches = registry.counter("table_batches", table=table_id)
         self.throttled = registry.counter("table_throttled_seconds", table=table_id)
         self.latency = registry.timer("table_call", table=table_id)
+
+
+class _Batcher(Generic[T]):
+    """Items asked for together, handed to ``flush`` as one batch: when ``max_size`` are waiting, or at the
+    next turn of the loop (``linger`` 0) or ``linger`` seconds after the first."""
+
+    def __init__(self, max_size: int, linger: float, flush: Callable[[list[T]], None]) -> None:
+        self.max_size = max_size
+        self.linger = linger
+        self._flush = flush
+        self.items: list[T] = []
+        self._handle: asyncio.Handle | None = None
+
+    def add(self, item: T) -> None:
+        self.items.append(item)
+        if len(self.items) >= self.max_size:
+            self.flush()
+        elif self._handle is None:
+            loop = asyncio.get_running_loop()
+            self._handle = loop.call_later(self.linger, self.flush) if self.linger else loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        items, self.items = self.items, []
+        if items:
+            self._flush(items)
 
 
 class RemoteTableInstance:
@@ -77,12 +108,17 @@ class RemoteTableInstance:
             budget=settings.retry_budget_ms / 1000,
         )
         self.retriable = definition.retriable or default_retriable
-        self.batch_max_size = settings.batch_max_size if definition.read_all is not None else 1
-        self.batch_linger = settings.batch_linger_ms / 1000
+        size, linger = settings.batch_max_size, settings.batch_linger_ms / 1000
         self._pending: dict[Any, asyncio.Future[Any]] = {}
         """Reads in flight, by key: a second read of the key waits for the same call."""
-        self._batch: list[Any] = []
-        self._flush_handle: asyncio.Handle | None = None
+        self._reads: _Batcher[Any] | None = None
+        if definition.read_all is not None and size > 1:
+            self._reads = _Batcher(size, linger, lambda keys: self._spawn(self._read_batch(keys)))
+        self._writes: _Batcher[tuple[Any, Any, asyncio.Future[None]]] | None = None
+        if definition.write_all is not None and size > 1:
+            self._writes = _Batcher(
+                settings.batch_max_size, linger, lambda items: self._spawn(self._write_batch(items))
+            )
         self._fetches: set[asyncio.Task[None]] = set()
         self._opening: asyncio.Future[None] | None = None
 
@@ -97,8 +133,8 @@ class RemoteTableInstance:
         future = self._pending.get(key)
         if future is None:
             future = self._pending[key] = asyncio.get_running_loop().create_future()
-            if self.batch_max_size > 1:
-                self._enqueue(key)
+            if self._reads is not None:
+                self._reads.add(key)
             else:
                 self._spawn(self._read_batch([key]))
         return await asyncio.shield(future)
@@ -109,10 +145,20 @@ class RemoteTableInstance:
         return {key: value for key, value in zip(wanted, values, strict=True) if value is not None}
 
     async def put(self, key: Any, value: Any) -> None:
-        write = self.definition.write
-        if write is None:
+        """Write ``key`` (batched with the other puts of the loop turn when the table has ``write_all``),
+        then cache it. A read does not see a put still waiting in its batch."""
+        if self._writes is not None:
+            written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._writes.add((key, value, written))
+            await asyncio.shield(written)
+            return
+        write, write_all = self.definition.write, self.definition.write_all
+        if write is not None:
+            await self._call("write", key, 1, lambda: write(key, value))
+        elif write_all is not None:  # batches of one (batch.max.size 1)
+            await self._call("write_all", key, 1, lambda: write_all({key: value}))
+        else:
             raise MillstreamError(f"remote table '{self.table_id}' has no write function: cannot put key {key!r}")
-        await self._call("write", key, 1, lambda: write(key, value))
         if self.cache is not None:
             self.cache.put(key, value, self.clock())
 
@@ -122,33 +168,49 @@ class RemoteTableInstance:
             raise MillstreamError(f"remote table '{self.table_id}' has no delete function: cannot delete key {key!r}")
         if self.cache is not None:
             self.cache.invalidate(key)
+        await self._written(key)
         await self._call("delete", key, 1, lambda: delete(key))
         if self.cache is not None:
             self.cache.invalidate(key)
 
     async def close(self) -> None:
-        """Wait for the fetches in flight, then run the definition's ``close``."""
+        """Send the batches still waiting, wait for the calls in flight, then run the definition's ``close``."""
+        for batcher in (self._reads, self._writes):
+            if batcher is not None:
+                batcher.flush()
         if self._fetches:
             await asyncio.gather(*self._fetches, return_exceptions=True)
         if self._opening is not None and self.definition.close is not None:
             await self.definition.close()
 
-    def _enqueue(self, key: Any) -> None:
-        self._batch.append(key)
-        if len(self._batch) >= self.batch_max_size:
-            self._flush()
-        elif self._flush_handle is None:
-            loop = asyncio.get_running_loop()
-            linger = self.batch_linger
-            self._flush_handle = loop.call_later(linger, self._flush) if linger else loop.call_soon(self._flush)
+    async def _written(self, key: Any) -> None:
+        """A delete goes after the puts of ``key`` still waiting in a batch: that batch goes out first."""
+        writes = self._writes
+        waiting = [written for k, _, written in writes.items if k == key] if writes is not None else []
+        if writes is not None and waiting:
+            writes.flush()
+            await asyncio.gather(*(asyncio.shield(written) for written in waiting), return_exceptions=True)
 
-    def _flush(self) -> None:
-        if self._flush_handle is not None:
-            self._flush_handle.cancel()
-            self._flush_handle = None
-        keys, self._batch = self._batch, []
-        if keys:
-            self._spawn(self._read_batch(keys))
+    async def _write_batch(self, items: list[tuple[Any, Any, asyncio.Future[None]]]) -> None:
+        """One ``write_all`` of the batch's puts (the last value of a key put twice), then the cache."""
+        write_all = self.definition.write_all
+        assert write_all is not None
+        values = {key: value for key, value, _ in items}
+        keys = list(values)
+        try:
+            self.metrics.batches.inc()
+            await self._call("write_all", keys, len(keys), lambda: write_all(values))
+        except Exception as error:
+            for _, _, written in items:
+                written.set_exception(error)
+                written.exception()
+            return
+        if self.cache is not None:
+            now = self.clock()
+            for key, value in values.items():
+                self.cache.put(key, value, now)
+        for _, _, written in items:
+            written.set_result(None)
 
     def _spawn(self, fetch: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(fetch)

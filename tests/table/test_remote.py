@@ -197,3 +197,41 @@ def test_put_writes_through_to_the_cache_delete_invalidates_it_and_a_table_witho
     read_only = RemoteTable("ro", read)
     with pytest.raises(Exception, match="remote table 'ro' has no write function: cannot put key 'k'"):
         run(read_only, lambda table: table.put("k", "v"))
+
+
+def test_puts_together_go_out_as_one_write_all_a_delete_waits_for_its_keys_batch_and_a_failure_reaches_every_put():
+    calls: list[Any] = []
+    fail = {"now": False}
+
+    async def read(key: str) -> str | None:
+        return None
+
+    async def write_all(records: dict[str, int]) -> None:
+        calls.append(("write_all", dict(records)))
+        if fail["now"]:
+            raise ValueError("store refused")
+
+    async def delete(key: str) -> None:
+        calls.append(("delete", key))
+
+    async def scenario(instance: RemoteTableInstance) -> None:
+        await asyncio.gather(*(instance.put(f"k{i}", i) for i in range(5)), instance.put("k0", 99))
+        assert instance.cache is not None and instance.cache.get("k3", 0.0) == 3, "written through to the cache"
+        pending = asyncio.ensure_future(instance.put("x", 1))
+        await asyncio.sleep(0)  # the put waits in its batch (linger)
+        await instance.delete("x")
+        await pending
+        fail["now"] = True
+        results = await asyncio.gather(instance.put("a", 1), instance.put("b", 2), return_exceptions=True)
+        assert [type(result).__name__ for result in results] == ["RemoteTableError", "RemoteTableError"]
+        assert "write_all of keys ['a', 'b'] failed after 1 attempt (not retriable): ValueError: store refused" in str(
+            results[0]
+        )
+
+    definition = RemoteTable(
+        "t", read, write_all=write_all, delete=delete, cache_ttl_ms=60_000, batch_linger_ms=50, max_attempts=1
+    )
+    instance = RemoteTableInstance(definition, table_config(Config(definition.settings), "t"))
+    asyncio.run(scenario(instance))
+    assert calls[0] == ("write_all", {"k0": 99, "k1": 1, "k2": 2, "k3": 3, "k4": 4}), "one call, the last value of k0"
+    assert calls[1:3] == [("write_all", {"x": 1}), ("delete", "x")], "the delete after the put of its key"
