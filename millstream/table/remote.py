@@ -243,17 +243,23 @@ class RemoteTableInstance:
             self._pending.pop(key).set_result(value)
 
     async def _opened(self) -> None:
-        """The definition's ``open`` runs once, before the first call (every caller waits for it)."""
-        if self._opening is None:
-            self._opening = asyncio.get_running_loop().create_future()
+        """The definition's ``open`` runs before the first call, once (every caller waits for it); one that
+        failed fails the calls waiting for it and runs again at the next call."""
+        opening = self._opening
+        if opening is not None and opening.done():  # opened (a failed one is reset to None)
+            return
+        if opening is None:
+            opening = self._opening = asyncio.get_running_loop().create_future()
             try:
                 if self.definition.open is not None:
                     await self.definition.open()
             except Exception as error:
-                self._opening.set_exception(error)
+                self._opening = None
+                opening.set_exception(error)
+                opening.exception()
                 raise
-            self._opening.set_result(None)
-        await asyncio.shield(self._opening)
+            opening.set_result(None)
+        await asyncio.shield(opening)
 
     async def _call(self, operation: str, key: Any, credits: int, call: Callable[[], Awaitable[Any]]) -> Any:
         """``call()`` within the rate limit, retried under the policy; a failure for good raises

@@ -235,3 +235,24 @@ def test_puts_together_go_out_as_one_write_all_a_delete_waits_for_its_keys_batch
     asyncio.run(scenario(instance))
     assert calls[0] == ("write_all", {"k0": 99, "k1": 1, "k2": 2, "k3": 3, "k4": 4}), "one call, the last value of k0"
     assert calls[1:3] == [("write_all", {"x": 1}), ("delete", "x")], "the delete after the put of its key"
+
+
+def test_an_open_that_failed_fails_its_calls_and_runs_again_at_the_next_call():
+    opened: list[int] = []
+
+    async def open_client() -> None:
+        opened.append(1)
+        await asyncio.sleep(0)  # yields: the second call comes while the first open runs, and waits for it
+        if len(opened) == 1:
+            raise ConnectionRefusedError("service not up yet")
+
+    async def read(key: int) -> int:
+        return key
+
+    async def twice(instance: RemoteTableInstance) -> Any:
+        first = await asyncio.gather(instance.get(1), instance.get(2), return_exceptions=True)
+        return first, await instance.get(3)
+
+    (first, third), _ = run(RemoteTable("t", read, open=open_client), twice)
+    assert [type(result).__name__ for result in first] == ["ConnectionRefusedError"] * 2
+    assert third == 3 and len(opened) == 2
