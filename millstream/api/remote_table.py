@@ -47,7 +47,8 @@ class RemoteTable:
     (``async``, returns a mapping of the keys found: reads are then batched), ``write(key, value)``,
     ``write_all(records)`` (a dict of the keys to write and their values: puts are then batched) and
     ``delete(key)``; ``open()`` / ``close()`` (``async``) run on the container's event loop before the first
-    call and when the container stops (to open and close a client session).
+    call and when the container stops (to open and close a client session); an ``open`` that raised fails
+    the calls waiting for it and runs again at the next call.
 
     The settings are the ``tables.<table_id>.*`` config keys' (see the configuration reference), given here
     as arguments; a key in the job's config overrides its argument. ``retriable(error)`` says which
