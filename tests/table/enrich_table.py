@@ -23,6 +23,9 @@ class ServiceError(Exception):
 
 
 class EnrichClient:
+    closed = 0
+    """Clients closed in this process (a container closes its tables when it stops)."""
+
     def __init__(self, url: str) -> None:
         self.url = url
         self.session: aiohttp.ClientSession | None = None
@@ -33,6 +36,7 @@ class EnrichClient:
     async def close(self) -> None:
         if self.session is not None:
             await self.session.close()
+        EnrichClient.closed += 1
 
     async def _get(self, path: str, values: str) -> Any:
         assert self.session is not None

@@ -15,6 +15,7 @@ from millstream.metrics.snapshot import read_snapshots
 from millstream.testing import InProcessRunner
 from tests.http_service import ServiceSettings, enrich_service
 from tests.runtime.test_async_tasks import async_job, outputs, per_partition
+from tests.table.enrich_table import EnrichClient
 
 TABLE: dict[str, Any] = {
     "task__class": "tests.jobs:TableEnrich",
@@ -33,10 +34,12 @@ def test_a_task_reads_a_remote_table_with_retries_a_shared_cache_and_batches_and
         "task__max__concurrency": "50",
         "metrics__enabled": "true",
     }
+    closed = EnrichClient.closed
     with enrich_service(ServiceSettings(latency=0.005, flaky=1)) as service:
         config, written = async_job(tmp_path, service, per_partition=300, **settings)
         result = InProcessRunner(config).run(timeout=120)
         assert result.outcome == "finished", result.error
+    assert EnrichClient.closed == closed + 1, "the container closed its one instance of the table"
     results = outputs(config)
     assert per_partition(results) == written, "each message once, in offset order per partition"
     assert all(result["e"] == result["v"] % 50 * 10 for result in results)
