@@ -16,6 +16,12 @@ Part one prints the throughput of each against the sync rate (issue 32's target:
 Part two runs both again with a service that answers at once and prints the CPU time of the job's process
 per message (``time.process_time``: the framework, the HTTP client and the event loop, not the service):
 the cost of the async path against ``process()`` (target: within 1.5x).
+
+Part three reads the service through a remote table (``RemoteTable``, ``context.get_table``) at concurrency
+100, the key of a message being its offset modulo ``--table-keys``: plain; with a cache (``cache.ttl.ms``:
+each key read once, the rest hits); with batched reads (``read_all``, distinct keys). It prints each
+one's throughput against the plain table and against the same GET written by hand in ``process_async``
+(*async aiohttp* above), and the service calls per message.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from millstream import (
     ClosableTask,
     InitableTask,
     OutgoingMessageEnvelope,
+    RemoteTable,
     StreamTask,
     SystemStream,
     TaskContext,
@@ -100,6 +107,49 @@ class StreamsEnrich(AsyncStreamTask, InitableTask):
         body = json.loads(await reader.readexactly(length))
         self.idle.append((reader, writer))
         collector.send(OutgoingMessageEnvelope(OUT, str(body["e"]).encode()))
+
+
+CALLS = {"read": 0, "read_all": 0}
+"""Calls the benchmark's remote table made (the job runs in this process)."""
+
+
+def bench_table(config: Config) -> RemoteTable:
+    """Table ``bench`` over the service: ``GET /enrich`` per key, ``GET /enrich_batch`` per batch."""
+    import aiohttp
+
+    url = str(config.get("bench.service.url"))
+    session: list[aiohttp.ClientSession] = []
+
+    async def open_session() -> None:
+        session.append(aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)))
+
+    async def read(key: int) -> Any:
+        CALLS["read"] += 1
+        async with session[0].get(f"{url}/enrich", params={"v": key}) as response:
+            return await response.json()
+
+    async def read_all(keys: list[int]) -> dict[int, Any]:
+        CALLS["read_all"] += 1
+        async with session[0].get(f"{url}/enrich_batch", params={"v": ",".join(map(str, keys))}) as response:
+            return {int(key): value for key, value in (await response.json()).items()}
+
+    async def close_session() -> None:
+        await session[0].close()
+
+    batched = config.get("bench.batched", "false") == "true"
+    return RemoteTable("bench", read, read_all=read_all if batched else None, open=open_session, close=close_session)
+
+
+class TableEnrich(AsyncStreamTask, InitableTask):
+    """The same enrichment through the remote table ``bench``, key = offset modulo ``bench.keys``."""
+
+    def init(self, context: TaskContext) -> None:
+        self.table = context.get_table("bench")
+        self.keys = int(context.config.get("bench.keys", "1000000000"))
+
+    async def process_async(self, envelope, collector, coordinator):
+        record = await self.table.get(int(envelope.offset) % self.keys)
+        collector.send(OutgoingMessageEnvelope(OUT, str(record["e"]).encode()))
 
 
 def _serve(latency: float, connection: Connection) -> None:
@@ -192,6 +242,40 @@ def cpu_per_message(root: Path, args: argparse.Namespace, made: dict[int, str]) 
         service.stop()
 
 
+def remote_table(root: Path, args: argparse.Namespace, made: dict[int, str]) -> None:
+    service = Service(args.latency_ms / 1000)
+    try:
+        messages = max(500, int(args.seconds * 100 / (args.latency_ms / 1000)))
+        stream = stream_of(root, min(messages, int(args.seconds * args.ceiling)), made)
+        table = {"task.max.concurrency": 100, "tables.bench.definition": "benchmarks.async_io:bench_table"}
+        runs: list[tuple[str, dict[str, Any]]] = [
+            ("plain", {}),
+            (f"cache, {args.table_keys} keys", {"tables.bench.cache.ttl.ms": 600_000, "bench.keys": args.table_keys}),
+            ("batched reads", {"bench.batched": "true"}),
+        ]
+        print(f"remote table, service latency {args.latency_ms} ms, task.max.concurrency=100:")
+        import benchmarks.async_io as job_module  # the job's module, also when this one runs as __main__
+
+        calls_made = job_module.CALLS
+        by_hand, _, _ = run(root, "table-by-hand", "benchmarks.async_io:AsyncEnrich", stream, service.url,
+                            {"task.max.concurrency": 100})  # fmt: skip
+        print(f"  {'aiohttp GET by hand':<22} {by_hand:>9,.0f} msgs/s")
+
+        plain = 0.0
+        for index, (label, extra) in enumerate(runs):
+            calls_made.update(read=0, read_all=0)
+            rate, _, count = run(root, f"table-{index}", "benchmarks.async_io:TableEnrich", stream, service.url,
+                                 {**table, **extra})  # fmt: skip
+            plain = plain or rate
+            calls = (calls_made["read"] + calls_made["read_all"]) / count
+            print(
+                f"  {label:<22} {rate:>9,.0f} msgs/s = {rate / plain:5.2f}x plain = {rate / by_hand:5.2f}x by hand; "
+                f"{calls:5.3f} calls/message"
+            )
+    finally:
+        service.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--latency-ms", type=float, default=10.0)
@@ -200,12 +284,19 @@ def main() -> None:
     parser.add_argument("--concurrency", type=lambda s: [int(c) for c in s.split(",")], default=[1, 10, 100, 1000])
     parser.add_argument("--cpu-messages", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--table-keys", type=int, default=100, help="distinct keys of the cached table run")
+    parser.add_argument("--parts", default="throughput,cpu,table", help="which parts to run")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="millstream-bench-"))
     made: dict[int, str] = {}
     try:
-        throughput(root, args, made)
-        cpu_per_message(root, args, made)
+        parts = args.parts.split(",")
+        if "throughput" in parts:
+            throughput(root, args, made)
+        if "cpu" in parts:
+            cpu_per_message(root, args, made)
+        if "table" in parts:
+            remote_table(root, args, made)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -12,6 +12,7 @@ from millstream.api.application import (
     StreamApplication,
     StreamApplicationDescriptor,
 )
+from millstream.api.remote_table import AsyncTable, RemoteTable
 from millstream.api.stream import MessageStream
 from millstream.api.task import (
     AsyncStreamTask,
@@ -36,6 +37,7 @@ from millstream.model import (
     SystemStreamPartition,
     TaskName,
 )
+from millstream.table.errors import RemoteTableError, RetriableError
 
 try:  # pyproject.toml is the one place the version is written; the installed metadata carries it here
     __version__ = version("millstream")
@@ -45,6 +47,7 @@ except PackageNotFoundError:  # imported from a source tree that was never insta
 __all__ = [
     "KV",
     "AsyncStreamTask",
+    "AsyncTable",
     "BatchStreamTask",
     "ClosableTask",
     "ConfigError",
@@ -59,6 +62,9 @@ __all__ = [
     "OutgoingMessageEnvelope",
     "OutputDescriptor",
     "Partition",
+    "RemoteTable",
+    "RemoteTableError",
+    "RetriableError",
     "SessionWindow",
     "SlidingWindow",
     "StreamApplication",

@@ -14,6 +14,12 @@ class MillstreamError(Exception):
     """Base class of all millstream errors."""
 
 
+class MessageError(MillstreamError):
+    """A failure of one message's processing raised by millstream on the task's behalf (a remote table's call
+    that failed for good): like the task's own exceptions, it goes to ``task.process.errors``, not straight
+    to the container."""
+
+
 class ConfigError(MillstreamError):
     """The job cannot start because its configuration is wrong; the CLI exits with code 2."""
 

@@ -3,9 +3,11 @@
 ``EnrichService`` is an aiohttp web server on its own thread and event loop, on a free port of 127.0.0.1.
 ``GET /enrich?v=<int>`` answers ``{"v": v, "e": v * 10}`` after ``latency`` seconds (a fixed delay, or a
 ``(low, high)`` range drawn per request), fails with 500 for the values in ``failing`` (or at random with
-``error_rate``), answers 429 past ``rate_limit`` requests per second, and never answers the values in
-``hanging`` (for timeouts). It counts what it served. Jobs in other processes (Spark workers, a killed
-container) reach it by ``url``.
+``error_rate``), answers 404 for those in ``missing``, 429 past ``rate_limit`` requests per second, and never
+answers the values in ``hanging`` (for timeouts); ``flaky=n`` fails each value's first ``n`` requests with 503
+(a transient failure). ``GET /enrich_batch?v=<int>,<int>...`` answers ``{"<v>": {"v": v, "e": v * 10}, ...}``
+for the values it knows (a remote table's batch read), under the same rules per value. It counts what it
+served. Jobs in other processes (Spark workers, a killed container) reach it by ``url``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import asyncio
 import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,6 +32,10 @@ class ServiceSettings:
     error_rate: float = 0.0
     rate_limit: float | None = None
     """Requests per second served; more in one second are answered 429."""
+    flaky: int = 0
+    """Each value's first ``flaky`` requests are answered 503."""
+    missing: frozenset[int] = frozenset()
+    """Values the service does not know: answered 404 (left out of a batch's answer)."""
 
 
 @dataclass
@@ -39,6 +46,10 @@ class ServiceCounts:
     in_flight: int = 0
     max_in_flight: int = 0
     values: list[int] = field(default_factory=list)
+    requests: Counter[int] = field(default_factory=Counter)
+    """Requests per value (a batch counts once for each of its values)."""
+    batches: list[int] = field(default_factory=list)
+    """The size of each batch request."""
 
 
 class EnrichService:
@@ -71,6 +82,7 @@ class EnrichService:
     async def _start(self) -> None:
         app = web.Application()
         app.router.add_get("/enrich", self._enrich)
+        app.router.add_get("/enrich_batch", self._enrich_batch)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", self.port, backlog=2048, reuse_address=True)
@@ -90,12 +102,35 @@ class EnrichService:
         self._window = (start, count + 1)
         return count + 1 > limit
 
+    async def _enrich_batch(self, request: web.Request) -> web.Response:
+        values = [int(v) for v in request.query["v"].split(",")]
+        self.counts.batches.append(len(values))
+        if self._throttled():
+            self.counts.throttled += 1
+            return web.json_response({"error": "rate limited"}, status=429)
+        if any([self._flaky(value) for value in values]):  # every value counts its request
+            return web.json_response({"error": "try again"}, status=503)
+        responses = await asyncio.gather(*(self._answer(value) for value in values))
+        if any(status not in (200, 404) for status, _ in responses):
+            return web.json_response({"error": "cannot enrich"}, status=500)
+        return web.json_response({str(body["v"]): body for status, body in responses if status == 200})
+
+    def _flaky(self, value: int) -> bool:
+        self.counts.requests[value] += 1
+        return self.counts.requests[value] <= self.settings.flaky
+
     async def _enrich(self, request: web.Request) -> web.Response:
         value = int(request.query["v"])
-        settings, counts = self.settings, self.counts
         if self._throttled():
-            counts.throttled += 1
+            self.counts.throttled += 1
             return web.json_response({"error": "rate limited"}, status=429)
+        if self._flaky(value):
+            return web.json_response({"error": "try again"}, status=503)
+        status, body = await self._answer(value)
+        return web.json_response(body, status=status)
+
+    async def _answer(self, value: int) -> tuple[int, dict[str, object]]:
+        settings, counts = self.settings, self.counts
         counts.in_flight += 1
         counts.max_in_flight = max(counts.max_in_flight, counts.in_flight)
         try:
@@ -105,12 +140,14 @@ class EnrichService:
             delay = self._random.uniform(*latency) if isinstance(latency, tuple) else latency
             if delay > 0:
                 await asyncio.sleep(delay)
+            if value in settings.missing:
+                return 404, {"error": f"no {value}"}
             if value in settings.failing or (settings.error_rate and self._random.random() < settings.error_rate):
                 counts.failed += 1
-                return web.json_response({"error": f"cannot enrich {value}"}, status=500)
+                return 500, {"error": f"cannot enrich {value}"}
             counts.served += 1
             counts.values.append(value)
-            return web.json_response({"v": value, "e": value * 10})
+            return 200, {"v": value, "e": value * 10}
         finally:
             counts.in_flight -= 1
 

@@ -227,3 +227,17 @@ class AsyncEnrich(AsyncStreamTask, InitableTask, ClosableTask):
 
 class EnrichCallError(Exception):
     """The enrichment service answered an error."""
+
+
+class TableEnrich(AsyncStreamTask, InitableTask):
+    """Reads the remote table ``enrich`` (``tables.enrich.*``, ``tests/table/enrich_table.py``) for the key
+    ``value % test.keys`` (default 50) of every message and sends ``{"p", "o", "v", "e"}`` to ``log.out``."""
+
+    def init(self, context: TaskContext) -> None:
+        self.table = context.get_table("enrich")
+        self.keys = int(context.config.get("test.keys", "50"))
+
+    async def process_async(self, envelope, collector, coordinator):
+        record = await self.table.get(envelope.message % self.keys)
+        assert record is not None, f"the service knows {envelope.message % self.keys}"
+        collector.send(OutgoingMessageEnvelope(OUTPUT, {**_origin(envelope), "e": record["e"]}, key=envelope.key))

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from millstream.api.errors import ApplicationError
+from millstream.api.remote_table import RemoteJoin, RemoteTable
 from millstream.api.specs import (
     AsyncMapSpec,
     FilterSpec,
@@ -207,7 +208,7 @@ class MessageStream:
 
     def join(
         self,
-        other: TableDescriptor | MessageStream,
+        other: TableDescriptor | RemoteTable | MessageStream,
         *,
         key: Callable[[Any], Any] | None = None,
         joiner: Callable[[Any, Any], Any],
@@ -215,12 +216,21 @@ class MessageStream:
         other_key: Callable[[Any], Any] | None = None,
         within_ms: int | None = None,
         allowed_lateness_ms: int = 0,
+        concurrency: int = 10,
+        ordered: bool = True,
+        timeout_ms: int | None = None,
         name: str | None = None,
     ) -> MessageStream:
         """Join with a table or with another stream.
 
         With a table: ``joiner(message, table.get(key(message)))``; ``how="inner"`` drops messages without
         a record, ``"left"`` passes them with ``None``.
+
+        With a ``RemoteTable`` (an async lookup join, Flink's lookup join): the lookup is awaited as a
+        ``map_async`` would be, with its ``concurrency``, ``ordered`` and ``timeout_ms`` and its guarantees
+        (results in offset order per partition, checkpoints over completed messages only); a lookup that
+        fails for good fails its message under ``task.process.errors``. Like ``map_async``, in this version
+        it must follow an input directly.
 
         With a stream (Samza's stream-stream join with a TTL, Flink's interval join):
         ``joiner(message, other_message)`` for every pair with ``key(message) == other_key(other_message)``
@@ -232,6 +242,13 @@ class MessageStream:
         """
         if isinstance(other, MessageStream):
             return self._join_stream(other, key, other_key, joiner, how, within_ms, allowed_lateness_ms, name)
+        if isinstance(other, RemoteTable):
+            if how not in ("inner", "left") or key is None:
+                raise ApplicationError(
+                    f"join with remote table '{other.table_id}': key= is required and how must be 'inner' or 'left'"
+                )
+            lookup = RemoteJoin(other, key, joiner, how)
+            return self._then_async(lookup, True, concurrency, ordered, timeout_ms, name or f"join_{other.table_id}")
         if how not in ("inner", "left"):
             raise ApplicationError(f"join with table '{other.name}': how must be 'inner' or 'left', not '{how}'")
         if key is None:

@@ -23,6 +23,7 @@ from millstream.model import (
 )
 
 if TYPE_CHECKING:
+    from millstream.api.remote_table import AsyncTable, RemoteTable
     from millstream.config import Config
     from millstream.metrics.registry import MetricsRegistry
 
@@ -83,6 +84,12 @@ class TaskContext(Protocol):
         ...
 
     def get_store(self, name: str) -> Any: ...
+
+    def get_table(self, table: str | RemoteTable) -> AsyncTable:
+        """The container's instance of a remote table: by id (defined in ``tables.<id>.definition``) or by
+        its ``RemoteTable``. Every task of the container gets the same instance (one rate limiter, cache
+        and batcher); its calls are ``await``-ed, from ``process_async`` or an ``async`` hook."""
+        ...
 
     @property
     def metrics(self) -> MetricsRegistry:

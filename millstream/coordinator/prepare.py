@@ -30,6 +30,8 @@ from millstream.config.views import (
     stream_samza,
     system_names,
     system_samza,
+    table_config,
+    table_ids,
 )
 from millstream.coordinator.guarantee import validate_processing_guarantee
 from millstream.errors import ConfigError
@@ -70,6 +72,8 @@ def _validate(config: Config) -> None:
     validate_state_config(config, serdes)
     validate_adjunct_config(config)
     validate_processing_guarantee(config)
+    for table_id in table_ids(config):
+        table_config(config, table_id)
     _refuse_misspelt_sections(config)
     for key in config:
         if key.startswith("systems.") and key.count(".") < 2:

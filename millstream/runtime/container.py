@@ -47,6 +47,7 @@ from millstream.metadata.factory import metadata_store
 from millstream.metrics.registry import NOOP_METRICS
 from millstream.model import SystemStream, SystemStreamPartition, TaskName
 from millstream.plugins import load_object
+from millstream.runtime.async_tasks import run_hook
 from millstream.runtime.collector import TaskCollector
 from millstream.runtime.drain import DrainMonitor
 from millstream.runtime.heartbeat import ContainerHeartbeat, DriverWatch, driver_watch
@@ -63,6 +64,7 @@ from millstream.systems.base import SystemAdmin, WriterToken
 from millstream.systems.consumers import SystemConsumers
 from millstream.systems.producers import ProducerPool
 from millstream.systems.registry import system_factory
+from millstream.table.provider import TableProvider
 
 log = logging.getLogger(__name__)
 
@@ -426,6 +428,8 @@ class Container:
 
     def _start_tasks(self, plans: dict[TaskName, TaskPlan]) -> list[TaskInstance]:
         commit_settings = CommitSettings.of(self.config, self.storage.pause)
+        self.tables = TableProvider(self.config, self.metering.registry or NOOP_METRICS)
+        self._resources.callback(_quietly, self._close_tables)
         tasks = [self._task_instance(name, plan, commit_settings) for name, plan in plans.items()]
         consumers = SystemConsumers(_register_consumers(self.config, self.registered))
         for index, (instance, plan) in enumerate(zip(tasks, plans.values(), strict=True)):
@@ -438,6 +442,14 @@ class Container:
         self._resources.callback(_quietly, consumers.stop)
         self.consumers = consumers
         return tasks
+
+    def _close_tables(self) -> None:
+        """The remote tables' fetches in flight end and their definitions' ``close`` runs, on the loop."""
+        if self.tables.tables:
+            try:
+                run_hook(self.tables.close())
+            except Exception as error:  # a user's close: reported, and the container's cleanup goes on
+                log.warning("ignored while closing the remote tables: %s: %s", type(error).__name__, error)
 
     def _task_instance(self, task_name: TaskName, plan: TaskPlan, commit_settings: CommitSettings) -> TaskInstance:
         catch_up = {
@@ -459,6 +471,7 @@ class Container:
             frozenset(plan.repositioned),
             unavailable,
             self.metering.task_metrics(task_name),
+            self.tables,
         )
         collector = TaskCollector(task_name, self.producers, self.serdes, self.task_config.drop_serialization_errors)
         return TaskInstance(

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from millstream.config.views import ProcessErrorMode
-from millstream.errors import MillstreamError
+from millstream.errors import MessageError, MillstreamError
 from millstream.model import IncomingMessageEnvelope, SystemStream, TaskName
 from millstream.runtime.dead_letters import send_to_dead_letters
 from millstream.runtime.seams import ProducerLookup
@@ -119,7 +119,7 @@ class ProcessErrorPolicy:
         Only the message's own failures are the policy's: the user's exceptions and output that cannot be
         serialized. millstream's other errors (a producer that failed, a fenced write) fail the container
         whatever the policy, as they are: skipping messages would not cure them."""
-        if isinstance(error, MillstreamError) and not isinstance(error, SerdeError):
+        if isinstance(error, MillstreamError) and not isinstance(error, SerdeError | MessageError):
             raise error
         if self.mode == "fail":
             raise TaskProcessError(task_name, envelope, error) from error
@@ -136,7 +136,7 @@ class ProcessErrorPolicy:
     ) -> None:
         """A ``BatchStreamTask``'s batch is its unit of failure: ``fail`` names the batch's partition and
         offsets; ``skip`` and ``dead-letter`` go past (and dead-letter) every message of it."""
-        if isinstance(error, MillstreamError) and not isinstance(error, SerdeError):
+        if isinstance(error, MillstreamError) and not isinstance(error, SerdeError | MessageError):
             raise error
         if self.mode == "fail":
             raise TaskProcessError(task_name, envelopes[0], error, last=envelopes[-1]) from error
@@ -144,7 +144,7 @@ class ProcessErrorPolicy:
             self.on_process_error(task_name, envelope, error)
 
     def on_window_error(self, task_name: TaskName, error: Exception) -> None:
-        if isinstance(error, MillstreamError) and not isinstance(error, SerdeError):
+        if isinstance(error, MillstreamError) and not isinstance(error, SerdeError | MessageError):
             raise error
         if self.mode == "fail":
             raise TaskCallbackError(task_name, "window()", error) from error

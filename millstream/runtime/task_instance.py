@@ -33,6 +33,7 @@ from concurrent.futures import wait as wait_for
 from dataclasses import dataclass, field
 from typing import Any
 
+from millstream.api.remote_table import RemoteTable
 from millstream.api.task import (
     AsyncStreamTask,
     BatchStreamTask,
@@ -61,6 +62,8 @@ from millstream.runtime.seams import CheckpointWriter, OutputFlusher, PendingSta
 from millstream.runtime.transaction import ContainerTransaction
 from millstream.startpoint.manager import StartpointManager
 from millstream.storage.errors import CommitFailedError, CommitTimeoutError
+from millstream.table.provider import TableProvider
+from millstream.table.remote import RemoteTableInstance
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +119,8 @@ class ContainerContext:
     partition for this task)."""
     metrics: MetricsRegistry = NOOP_METRICS
     """The task's own metrics (``context.metrics.counter("enriched").inc()``); no-ops when metrics are off."""
+    tables: TableProvider | None = None
+    """The container's remote tables, shared by its tasks."""
 
     def get_store(self, name: str) -> Any:
         try:
@@ -123,6 +128,11 @@ class ContainerContext:
         except KeyError:
             message = self.unavailable.get(name) or f"task '{self.task_name}' has no store '{name}'"
             raise MillstreamError(message) from None
+
+    def get_table(self, table: str | RemoteTable) -> RemoteTableInstance:
+        if self.tables is None:
+            self.tables = TableProvider(self.config)
+        return self.tables.get(table)
 
 
 class AppliedStartpoints:

@@ -332,3 +332,26 @@ class AsyncEnriched(StreamApplication):
         enriched.window(TumblingWindow(WINDOW_MS), aggregate=Count(), key=lambda m: m["user"]).map(
             lambda pane: {"user": pane.key, "start": pane.start, "count": pane.value}
         ).send_to(OutputDescriptor("log.counts", msg_serde="json"))
+
+
+class RemoteJoined(StreamApplication):
+    """``in`` → join with the remote table ``enrich`` (the HTTP service at ``test.service.url``, batched reads)
+    on ``n`` → ``out``, and a count per user per 10 s of event time over the joined messages to ``log.counts``.
+    ``test.how`` is the join's ``how`` (default ``inner``)."""
+
+    def describe(self, app: StreamApplicationDescriptor) -> None:
+        from tests.table.enrich_table import enrich_table
+
+        config = app.config
+        table = enrich_table(str(config.get("test.service.url")), batched=True, backoff_ms=5)
+        joined = source(app).join(
+            table,
+            key=lambda m: m["n"],
+            joiner=lambda m, record: {**m, "e": record["e"] if record else None},
+            how=str(config.get("test.how", "inner")),
+            concurrency=20,
+        )
+        joined.send_to(OutputDescriptor("log.out", msg_serde="json"))
+        joined.window(TumblingWindow(WINDOW_MS), aggregate=Count(), key=lambda m: m["user"]).map(
+            lambda pane: {"user": pane.key, "start": pane.start, "count": pane.value}
+        ).send_to(OutputDescriptor("log.counts", msg_serde="json"))

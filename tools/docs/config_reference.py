@@ -33,6 +33,7 @@ from millstream.config.views import (
     StoresConfig,
     StreamSamzaConfig,
     SystemSamzaConfig,
+    TableConfig,
     TaskConfig,
 )
 from millstream.systems.kafka.config import KafkaSystemConfig
@@ -97,6 +98,13 @@ SECTIONS = (
     ),
     Section("Stores, job-wide", "stores.", StoresConfig, "Defaults for every store of the job."),
     Section("Store", "stores.<s>.", StoreConfig, "One key-value store of every task; `<s>` is the store's name."),
+    Section(
+        "Remote table",
+        "tables.<id>.",
+        TableConfig,
+        "A remote table read through async functions ([Async I/O](../guides/async.md#remote-tables)); `<id>` is "
+        "the table's id.",
+    ),
     Section("Blob store", "blob.store.", BlobStoreConfig, "Where the blob-store state backend keeps store snapshots."),
     Section(
         "Metrics",
