@@ -201,6 +201,12 @@ class Container:
                 reported = masked_error(error, self.config)
                 self._report("failed", error=str(reported))
                 if reported is error:
+                    # the runner reports the whole error; the container's own log names the attempt it ended
+                    first_line = next(iter(str(error).splitlines()), "")
+                    log.error(
+                        "container %s (generation %s, attempt %s) failed: %s: %s",
+                        self.container_id, self.generation, self.epoch, type(error).__name__, first_line,
+                    )  # fmt: skip
                     raise
                 log.error("container %s failed:\n%s", self.container_id, masked_traceback(error, self.config))
                 raise reported from None
