@@ -9,6 +9,7 @@ hanging in librdkafka's reconnect loop.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -24,6 +25,8 @@ from millstream.systems.kafka.errors import (
     KafkaOffsetError,
     KafkaSystemError,
 )
+
+log = logging.getLogger(__name__)
 
 Client = TypeVar("Client")
 _PROPERTY = re.compile(r'property:? "(?P<key>[^"]+)"')
@@ -88,15 +91,47 @@ def create_client(
         raise KafkaClientConfigError(f"Kafka system '{kafka.system}': {where} refused by librdkafka: {text}") from None
 
 
+_REACHED: set[str] = set()
+"""Bootstrap server lists some client of this process has reached (a set's add and ``in`` are atomic)."""
+
+
 def check_brokers(handle: Any, kafka: KafkaClientSettings, timeout_s: float | None = None) -> ClusterMetadata:
-    """Cluster metadata from ``handle``; fails within the startup timeout when no broker answers."""
-    timeout = timeout_s if timeout_s is not None else kafka.settings.startup_timeout_ms / 1000
-    try:
-        return handle.list_topics(timeout=timeout)
-    except KafkaException as error:
-        inner = kafka_error(error)
-        detail = kafka.redact(inner.str() if inner is not None else str(error))
-        raise KafkaBrokersUnreachableError(kafka.system, kafka.bootstrap_servers, timeout, detail) from None
+    """Cluster metadata from ``handle``; fails when no broker answers in time.
+
+    Brokers this process never reached get ``timeout_s`` (default ``systems.<s>.startup.timeout.ms``): a wrong
+    address or a firewall fails fast, naming the bootstrap servers. Brokers some client of this process has
+    reached before are in an outage, not misconfigured: a client created then (a container's admin created at
+    its first commit, a container attempt started again in the same worker) waits for them up to
+    ``systems.<s>.outage.timeout.ms``, as the calls on the run and commit paths do, so an outage shorter than
+    that costs no container failure."""
+    first_contact = timeout_s if timeout_s is not None else kafka.settings.startup_timeout_ms / 1000
+    known = timeout_s is None and kafka.bootstrap_servers in _REACHED
+    limit = kafka.settings.outage_timeout_ms / 1000 if known else first_contact
+    started = time.monotonic()
+    warned = False
+    while True:
+        remaining = limit - (time.monotonic() - started)
+        try:
+            metadata = handle.list_topics(timeout=max(min(first_contact, remaining), 0.001))
+        except KafkaException as error:
+            inner = kafka_error(error)
+            detail = kafka.redact(inner.str() if inner is not None else str(error))
+            waited = time.monotonic() - started
+            if known and waited < limit:  # brokers this process reached before, still away
+                if not warned:
+                    warned = True
+                    log.warning(
+                        "Kafka system '%s': no broker at %s answers (%s); this process reached them before, so it "
+                        "waits up to %gs (systems.%s.outage.timeout.ms)",
+                        kafka.system, kafka.bootstrap_servers, detail, limit, kafka.system,
+                    )  # fmt: skip
+                time.sleep(min(0.5, limit - waited))  # a refused connection fails at once: do not spin
+                continue
+            raise KafkaBrokersUnreachableError(
+                kafka.system, kafka.bootstrap_servers, limit, detail, outage=known
+            ) from None
+        _REACHED.add(kafka.bootstrap_servers)
+        return metadata
 
 
 def retry(

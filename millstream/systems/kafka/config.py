@@ -61,7 +61,9 @@ class KafkaSystemConfig(ConfigView):
     poll_batch_size: int = Field(10_000, alias="poll.batch.size", ge=1)
     """Most messages one ``poll`` takes from librdkafka's queue (across the container's partitions)."""
     startup_timeout_ms: int = Field(10_000, alias="startup.timeout.ms", ge=1)
-    """How long a client waits for the brokers when it starts before failing with a clear error."""
+    """How long a client waits for brokers this process never reached before failing with a clear error (a wrong
+    address fails fast); a client created while brokers it reached before are away waits up to
+    ``outage.timeout.ms`` instead."""
     operation_timeout_ms: int = Field(60_000, alias="operation.timeout.ms", ge=1)
     """How long one admin request (metadata, offsets, topic creation) or one transaction call of a producer waits
     for the brokers' answer; on a container's run and commit paths a request that timed out is sent again until

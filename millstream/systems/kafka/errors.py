@@ -13,12 +13,19 @@ class KafkaSystemError(SystemOperationError):
 class KafkaBrokersUnreachableError(KafkaSystemError):
     """No broker answered within the startup timeout: a wrong address, a broker down, a firewall."""
 
-    def __init__(self, system: str, bootstrap_servers: str, timeout_s: float, detail: str) -> None:
+    def __init__(
+        self, system: str, bootstrap_servers: str, timeout_s: float, detail: str, *, outage: bool = False
+    ) -> None:
         self.system = system
         self.bootstrap_servers = bootstrap_servers
+        check = (
+            f"this process reached them before, so it waited systems.{system}.outage.timeout.ms"
+            if outage
+            else f"check systems.{system}.bootstrap.servers and that the brokers are up"
+        )
         super().__init__(
             f"Kafka system '{system}': no broker at {bootstrap_servers} answered within {timeout_s:g}s ({detail}); "
-            f"check systems.{system}.bootstrap.servers and that the brokers are up"
+            f"{check}"
         )
 
 

@@ -5,6 +5,8 @@ loudly, the error naming the call, the brokers and the deadline key (shorter cut
 from __future__ import annotations
 
 import re
+import threading
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -93,3 +95,30 @@ def test_a_flush_past_the_deadline_fails_naming_the_call_and_the_brokers(
             pool.stop()
         finally:
             store.close()
+
+
+def test_a_client_created_during_an_outage_of_brokers_this_process_reached_waits_for_them(
+    kafka_proxy: ProxiedKafka, tmp_path: Path
+) -> None:
+    """What failed a container in the ride-out test: its changelog admin, created at its first commit while the
+    network was cut, gave up after startup.timeout.ms. Brokers reached before are waited for (the deadline)."""
+    config = deadline_config(kafka_proxy, tmp_path).with_overrides(
+        {"systems.kafka.startup.timeout.ms": "500", "systems.kafka.outage.timeout.ms": "60000"}
+    )
+    first = KafkaSystemAdmin("kafka", KafkaClientSettings(config, "kafka"), config=config)
+    first.start()  # this process has reached the brokers
+    started: dict[str, BaseException | None] = {}
+
+    def start_another() -> None:
+        try:
+            KafkaSystemAdmin("kafka", KafkaClientSettings(config, "kafka"), config=config).start()
+            started["error"] = None
+        except BaseException as error:
+            started["error"] = error
+
+    thread = threading.Thread(target=start_another)
+    with kafka_proxy.proxy.cut():
+        thread.start()
+        time.sleep(2.0)  # the fault itself: four startup timeouts without a broker
+    thread.join(60)
+    assert started == {"error": None}
