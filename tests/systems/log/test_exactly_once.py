@@ -129,6 +129,13 @@ def test_a_container_killed_at_a_commit_point_neither_duplicates_nor_loses_outpu
     killed_at(config, point, tmp_path)
     if point != "after-checkpoint":
         assert committed_only(config), "a killed container's open transaction must hide its records"
+    if point == "before-snapshot":
+        consumed = subprocess.run(
+            [sys.executable, "-m", "millstream.cli.main", "streams", "consume", str(tmp_path / "job.properties"),
+             "log.out"],
+            cwd=Path(__file__).resolve().parents[3], capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert (consumed.returncode, consumed.stdout) == (0, ""), consumed.stderr
     run_until_everything_is_checkpointed(config)
     exact_once(config)
 
