@@ -1,0 +1,40 @@
+"""Exactly-once on the embedded log through the Spark runner: a container SIGKILLed at a commit point, before
+its transaction's commit point, is retried by Spark, and the job ends with every input's output exactly once
+and every store equal to a run without faults."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from millstream.model import SystemStream
+from millstream.testing import read_stream
+from tests.spark.test_state import PARTITIONS, PER_PARTITION, final_store_dumps, job, paused_at, reference, run_and_kill
+
+pytestmark = pytest.mark.spark
+
+
+def test_a_container_killed_at_a_commit_point_on_spark_neither_duplicates_nor_loses_output(
+    spark_local, tmp_path: Path
+) -> None:
+    point = "after-upload"
+    markers = tmp_path / "markers"
+    config = job(
+        tmp_path,
+        "changelog",
+        task__processing__guarantee="exactly-once",
+        task__checkpoint__factory="log",
+        task__commit__testing__pause__at=point,
+        task__commit__testing__pause__ms=60_000,
+        task__commit__testing__marker__dir=str(markers),
+    )
+    result = run_and_kill(config, spark_local, paused_at(markers, point))
+    assert result.outcome == "finished", result.error
+    assert max(c.epoch for c in result.containers) >= 2, "no container was retried"
+    outputs = [v for _, v in read_stream(config, SystemStream("log", "out"))[0] if "store" not in v]
+    copies = Counter((v["p"], v["v"]) for v in outputs)
+    assert set(copies.values()) == {1}, [origin for origin, n in copies.items() if n > 1][:3]  # no duplicates
+    assert set(copies) == {(p, p * 100_000 + i) for p in range(PARTITIONS) for i in range(PER_PARTITION)}
+    assert final_store_dumps(config) == reference()
