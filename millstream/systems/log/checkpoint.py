@@ -55,7 +55,9 @@ class LogCheckpointManager(CheckpointManager):
 
     def __init__(self, config: Config, fence: WriterFence | None = None) -> None:
         self.system = checkpoint_log_system(config)
-        self.root = LogSystemConfig.for_system(config, self.system).root(config)
+        settings = LogSystemConfig.for_system(config, self.system)
+        self.root = settings.root(config)
+        self.fsync = settings.fsync
         self.job = JobConfig.of(config).job_key
         task = TaskConfig.of(config)
         self.read_versions = tuple(task.checkpoint_read_versions)
@@ -66,7 +68,7 @@ class LogCheckpointManager(CheckpointManager):
 
     def _coordinator(self) -> TransactionLog:
         if self._log is None:
-            self._log = TransactionLog(self.root, self.system)
+            self._log = TransactionLog(self.root, self.system, fsync=self.fsync)
         return self._log
 
     def stop(self) -> None:

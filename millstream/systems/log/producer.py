@@ -159,7 +159,7 @@ class LogSystemProducer(SystemProducer):
         if not self.transactional or self._txn_log is not None:
             return
         writer = cast(WriterToken, self._writer)
-        txn_log = TransactionLog(self.layout.root, self.system)
+        txn_log = TransactionLog(self.layout.root, self.system, fsync=self._fsync)
         try:
             plan = txn_log.register(writer)
             for txn, commit, members in plan:
@@ -514,10 +514,11 @@ class LogSystemProducer(SystemProducer):
         appends to. Under the lock."""
         txn_log = cast(TransactionLog, self._txn_log)
         writer = cast(WriterToken, self._writer)
-        if self._txn is None:
-            self._txn = txn_log.begin(writer)
         member = (stream, partition)
-        if member not in self._members:
+        if self._txn is None:
+            self._txn = txn_log.begin(writer, member)
+            self._members.add(member)
+        elif member not in self._members:
             txn_log.add_partition(self._txn, writer, stream, partition)
             self._members.add(member)
         return self._txn

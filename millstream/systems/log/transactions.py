@@ -53,7 +53,10 @@ StoredCheckpoint = tuple[str, int, bytes, int]
 class TransactionLog:
     """The coordinator file of one log system; one thread at a time."""
 
-    def __init__(self, root: Path, system: str) -> None:
+    def __init__(self, root: Path, system: str, *, fsync: bool = False) -> None:
+        """Open (creating it if missing) the coordinator of the log under ``root``. As the partition files:
+        ``synchronous=NORMAL`` (a commit survives a crash of the process), ``FULL`` with ``fsync`` (it also
+        survives power loss)."""
         self.path = root / FILE_NAME
         self.system = system
         root.mkdir(parents=True, exist_ok=True)
@@ -63,6 +66,7 @@ class TransactionLog:
             )
             self._connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             self._connection.execute("PRAGMA journal_mode = WAL")
+            self._connection.execute(f"PRAGMA synchronous = {'FULL' if fsync else 'NORMAL'}")
             self._connection.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} COMMIT;")
         except sqlite3.Error as error:
             raise self._error(f"cannot open the transaction coordinator: {error}") from None
@@ -120,8 +124,9 @@ class TransactionLog:
         ).fetchall()
         return [(stream, int(partition)) for stream, partition in rows]
 
-    def begin(self, writer: WriterToken) -> int:
-        """Open a transaction for ``writer`` (refused once fenced); its id."""
+    def begin(self, writer: WriterToken, member: Member | None = None) -> int:
+        """Open a transaction for ``writer`` (refused once fenced), with the partition ``member`` it appends to
+        first, in one step; its id."""
         with self._write(f"begin a transaction of {writer.describe()}") as connection:
             self._check(connection, writer)
             cursor = connection.execute(
@@ -129,7 +134,9 @@ class TransactionLog:
                 (writer.job, writer.container_id, writer.generation, writer.epoch, int(TxnState.OPEN)),
             )
             txn = cursor.lastrowid
-        assert txn is not None
+            assert txn is not None
+            if member is not None:
+                connection.execute("INSERT INTO members VALUES (?, ?, ?)", (txn, *member))
         return txn
 
     def add_partition(self, txn: int, writer: WriterToken, stream: str, partition: int) -> None:
