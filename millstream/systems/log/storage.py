@@ -46,6 +46,7 @@ The file format (``PRAGMA user_version`` = ``FORMAT_VERSION``)::
     meta(id = 0, next_offset, oldest_offset, sealed,
          segment, segment_end)               -- the segment appended to, and its committed length
     writers(job, container, generation, epoch)  -- optional: the newest writer token per container
+    pending(end_offset, base_offset, txn)    -- the batches of transactions still open (exactly-once)
 
 ``writers`` exists once a container's producer wrote or claimed the partition (older files have none,
 which reads as no writer yet). An append by a writer checks it in the append's own transaction and is
