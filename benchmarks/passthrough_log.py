@@ -8,6 +8,9 @@ Every figure comes from the same data in the same run, so the ratios hold whatev
   no-op job     millstream reading every message into a task that does nothing (1 container)
   pass-through  millstream copying every message to another log stream (1 container, in-process)
   batch API     the pass-through as a ``BatchStreamTask`` sending each batch with ``send_batch``
+  commit 100 ms the pass-through at-least-once, committing as often as exactly-once does
+  exactly-once  the pass-through under ``task.processing.guarantee=exactly-once`` (checkpoints in the log,
+                a transaction committed every 100 ms, the guarantee's default)
   spark         the pass-through through the Spark runner with 2 containers (2 Python workers), once after the rounds
 Per-container rate = the container's messages / the time from its first to its last message.
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import tempfile
 from pathlib import Path
@@ -36,10 +40,13 @@ from millstream.coordinator.job_result import JobResult
 from millstream.systems.log.factory import LogSystemFactory
 from millstream.testing import InProcessRunner
 
-JOBS = (
-    ("no-op job, 1 container", "benchmarks.tasks:NoOp"),
-    ("pass-through, 1 container", "benchmarks.tasks:BytesPassThrough"),
-    ("pass-through, batch API", "benchmarks.tasks:BytesPassThroughBatch"),
+EXACTLY_ONCE = {"task.processing.guarantee": "exactly-once", "task.checkpoint.factory": "log", "task.commit.ms": 100}
+JOBS: tuple[tuple[str, str, dict[str, object]], ...] = (
+    ("no-op job, 1 container", "benchmarks.tasks:NoOp", {}),
+    ("pass-through, 1 container", "benchmarks.tasks:BytesPassThrough", {}),
+    ("pass-through, batch API", "benchmarks.tasks:BytesPassThroughBatch", {}),
+    ("pass-through, commit 100 ms", "benchmarks.tasks:BytesPassThrough", {"task.commit.ms": 100}),
+    ("pass-through, exactly-once", "benchmarks.tasks:BytesPassThrough", EXACTLY_ONCE),
 )
 
 
@@ -49,21 +56,45 @@ def rate(result: JobResult) -> float:
     return result.messages / max(c.processing_seconds for c in result.containers)
 
 
-def run_job(root: Path, partitions: int, name: str, task: str, containers: int = 1, spark: bool = False) -> float:
+def run_job(
+    root: Path,
+    partitions: int,
+    name: str,
+    task: str,
+    containers: int = 1,
+    spark: bool = False,
+    extra: dict[str, object] | None = None,
+) -> float:
     """Run ``task`` over the input into an emptied output; its rate."""
     reset_output(root, partitions)
     os.sync()
-    config = log_job_config(root, name, task, containers=containers)
+    config = log_job_config(root, name, task, containers=containers, extra=extra)
     if spark:
         from millstream.spark.runner import SparkJobRunner
 
         return rate(SparkJobRunner(config).run())
-    return rate(InProcessRunner(config).run())
+    before = _cpu_seconds()
+    result = InProcessRunner(config).run()
+    CPU_US[name] = (_cpu_seconds() - before) / max(result.messages, 1) * 1e6
+    return rate(result)
 
 
-def line(name: str, rates: list[float], ratios: list[float]) -> str:
+CPU_US: dict[str, float] = {}
+"""Per in-process run, its CPU time (this process's user + system: the container runs in it) per message, in
+microseconds: what a loaded machine disturbs far less than a rate."""
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def line(name: str, rates: list[float], ratios: list[float], cpu: list[float]) -> str:
     spread = ", ".join(f"{ratio:.0%}" for ratio in ratios)
-    return f"{name:<28}{median(rates):>12,.0f} msgs/s  {median(ratios):>6.0%} of raw read   (rounds: {spread})"
+    return (
+        f"{name:<28}{median(rates):>12,.0f} msgs/s  {median(ratios):>6.0%} of raw read  "
+        f"{median(cpu):>6.2f} us CPU/msg   (rounds: {spread})"
+    )
 
 
 def main() -> None:
@@ -82,19 +113,21 @@ def main() -> None:
         print(
             f"{args.messages:,} messages of {args.size} B over {args.partitions} partitions (written at {write:,.0f}/s)"
         )
-        figures: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name, _ in JOBS}
+        figures: dict[str, tuple[list[float], list[float], list[float]]] = {name: ([], [], []) for name, _, _ in JOBS}
         raws: list[float] = []
         for round_number in range(args.rounds):
             os.sync()  # the last job's output written back first, not while the next figure is taken
             raw = max(raw_read_rate(root / "log", "bench", args.partitions) for _ in range(2))
             raws.append(raw)
-            for index, (name, task) in enumerate(JOBS):
-                job_rate = run_job(root, args.partitions, f"{round_number}-{index}", task)
+            for index, (name, task, extra) in enumerate(JOBS):
+                run = f"{round_number}-{index}"
+                job_rate = run_job(root, args.partitions, run, task, extra=extra)
                 figures[name][0].append(job_rate)
                 figures[name][1].append(job_rate / raw)
+                figures[name][2].append(CPU_US[run])
         print(f"{'raw read (log consumer)':<28}{median(raws):>12,.0f} msgs/s  {1:>6.0%}")
-        for name, (rates, ratios) in figures.items():
-            print(line(name, rates, ratios))
+        for name, (rates, ratios, cpu) in figures.items():
+            print(line(name, rates, ratios, cpu))
         if not args.no_spark:
             task = "benchmarks.tasks:BytesPassThrough"
             spark = run_job(root, args.partitions, "spark", task, containers=2, spark=True)

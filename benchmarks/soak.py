@@ -2,7 +2,7 @@
 
     python -m benchmarks.soak [--backend changelog] [--backend blobstore] [--runs 1] [--kills 10] [--seed 1]
                               [--partitions 4] [--records 2500] [--delay-ms 1] [--commit-ms 300]
-                              [--kafka] [--bootstrap host:port]
+                              [--kafka] [--bootstrap host:port] [--exactly-once] [--log-exactly-once]
 
 A count-per-key job (``benchmarks.soak_tasks:CountPerKey``, RocksDB, asynchronous commit) reads
 ``--partitions`` sealed partitions of ``--records`` each, two containers on Spark local mode. While it
@@ -23,6 +23,10 @@ changelog and checkpoints on the broker, committed in one transaction, and the c
 those of an exactly-once commit; the run must then also find no duplicate (``dup`` is 0: every input is in the
 ``read_committed`` output exactly once), whatever was killed where. Under exactly-once a broker restart aborts
 the open transaction, which fails the containers writing in it: those extra retries are expected.
+
+``--log-exactly-once`` is the same on the embedded log, no broker: output and changelog on the log, the
+checkpoints in its transaction coordinator (``task.checkpoint.factory: log``), committed together; ``dup`` must
+be 0 as well.
 
 ``--kafka`` keeps the checkpoints in Kafka (``task.checkpoint.factory: kafka``) and restarts the broker once
 in the middle of each run, when the checkpoints cover half the input, while the killer goes on; the run
@@ -89,10 +93,11 @@ class Settings:
     bootstrap: str | None = None
     """The Kafka broker holding the checkpoints (``--kafka``); None: checkpoints in the metadata store."""
     exactly_once: bool = False
-    """``task.processing.guarantee=exactly-once``: output, changelog and checkpoints on the broker."""
+    """``task.processing.guarantee=exactly-once``: output, changelog and checkpoints on the broker, or on the
+    embedded log without one (``--log-exactly-once``)."""
 
     def output(self, job_id: str | None) -> SystemStream:
-        return SystemStream("kafka", f"soak-out-{job_id}") if self.exactly_once else OUTPUT
+        return SystemStream("kafka", f"soak-out-{job_id}") if self.exactly_once and self.bootstrap else OUTPUT
 
 
 @dataclass
@@ -142,7 +147,11 @@ def soak_config(root: Path, backend: str, settings: Settings, commit_point: str 
                 "systems.kafka.bootstrap.servers": settings.bootstrap,
             }
         )
-    if settings.exactly_once:
+    if settings.exactly_once and settings.bootstrap is None:
+        values["task.processing.guarantee"] = "exactly-once"
+        values["task.checkpoint.factory"] = "log"
+        values["stores.counts.changelog"] = "log.soak-counts-changelog"
+    elif settings.exactly_once:
         job_id = values["job.id"]
         values["task.processing.guarantee"] = "exactly-once"
         values["soak.output"] = f"kafka.{settings.output(job_id).stream}"
@@ -388,10 +397,18 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, Settings]:
     parser.add_argument(
         "--exactly-once", action="store_true", help="task.processing.guarantee=exactly-once (implies --kafka)"
     )
+    parser.add_argument(
+        "--log-exactly-once", action="store_true", help="task.processing.guarantee=exactly-once on the embedded log"
+    )
     parser.add_argument("--bootstrap", help="with --kafka: a broker the harness can restart (default: start one)")
     args = parser.parse_args(argv)
-    if args.exactly_once:
+    if args.log_exactly_once:
+        if args.kafka or args.exactly_once:
+            parser.error("--log-exactly-once runs without a broker: drop --kafka and --exactly-once")
+        args.exactly_once = True
+    elif args.exactly_once:
         args.kafka = True
+    if args.exactly_once:
         args.backend = args.backend or ["changelog"]
         if "blobstore" in args.backend:
             parser.error("--exactly-once refuses blob-store stores (their uploads cannot join the transaction)")

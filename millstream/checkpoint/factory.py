@@ -14,6 +14,7 @@ from millstream.plugins import load_object
 CHECKPOINT_MANAGER_FACTORIES = {
     "metadata": "millstream.checkpoint.metadata_store:MetadataStoreCheckpointManagerFactory",
     "kafka": "millstream.systems.kafka.checkpoint:KafkaCheckpointManagerFactory",
+    "log": "millstream.systems.log.checkpoint:LogCheckpointManagerFactory",
     "org.apache.samza.checkpoint.kafka.KafkaCheckpointManagerFactory": (
         "millstream.systems.kafka.checkpoint:KafkaCheckpointManagerFactory"
     ),

@@ -281,9 +281,10 @@ class TaskConfig(ConfigView):
     """``at-least-once``: output is visible as soon as it is written; after a crash the input since the last
     checkpoint is processed again, and what it wrote may appear twice (Samza's guarantee, Kafka Streams'
     ``at_least_once``). ``exactly-once``: a container's output, changelog writes, control messages and
-    checkpoints are written in one Kafka transaction per commit and become visible together or not at all,
+    checkpoints are written in one transaction per commit and become visible together or not at all,
     so a crash never duplicates output or double-counts (Kafka Streams' ``exactly_once_v2``, Quix Streams'
-    ``exactly-once``); it needs every output, changelog and the checkpoints on one Kafka cluster."""
+    ``exactly-once``); it needs every output, changelog and the checkpoints on one system: one Kafka cluster
+    (``task.checkpoint.factory=kafka``) or one embedded log (``task.checkpoint.factory=log``)."""
     poll_interval_ms: int = Field(50, alias="poll.interval.ms", ge=0)
     """Longest time a container's run loop waits in one poll for new messages."""
     shutdown_ms: int = Field(30_000, alias="shutdown.ms", ge=0)
@@ -314,10 +315,13 @@ class TaskConfig(ConfigView):
     output is sent as it completes, so order holds per key only. ``unordered``: processed concurrently, output
     sent as each completes (``map_async(ordered=False)``)."""
     checkpoint_factory: str = Field("metadata", alias="checkpoint.factory")
-    """Where task checkpoints live: ``metadata`` (the job's metadata store) or ``kafka`` (a checkpoint topic)."""
+    """Where task checkpoints live: ``metadata`` (the job's metadata store), ``kafka`` (a checkpoint topic) or
+    ``log`` (the transaction coordinator of an embedded log, where exactly-once on the log commits them with the
+    appends they cover)."""
     checkpoint_system: str | None = Field(None, alias="checkpoint.system")
     """The Kafka system of the checkpoint topic (``task.checkpoint.factory=kafka``); default:
-    ``job.coordinator.system``, else the only Kafka system configured."""
+    ``job.coordinator.system``, else the only Kafka system configured. With ``task.checkpoint.factory=log``, the
+    log system that keeps them; default ``log``."""
     checkpoint_topic: str | None = Field(None, alias="checkpoint.topic")
     """Default ``__millstream-checkpoint-<job.name>-<job.id>``."""
     checkpoint_owner_takeover: Bool = Field(False, alias="checkpoint.owner.takeover")

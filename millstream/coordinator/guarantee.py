@@ -1,10 +1,12 @@
 """Refuse, before a job starts, what cannot be exactly-once (``task.processing.guarantee=exactly-once``).
 
 Exactly-once holds only when everything a commit covers is written in one transaction: the checkpoints
-(so the checkpoint topic must be on the Kafka system the job writes to), every changelog, every intermediate
-stream and the dead letters. A blob-store backup uploads beside processing, after the commit that snapshotted
-it, so it cannot join the transaction: such stores are refused (the changelog backend can). Output to another
-system is refused at its first write (``ProducerPool.state_producer``), since a task may send anywhere.
+(so they must be kept by the system the job writes to: a checkpoint topic on its Kafka system,
+``task.checkpoint.factory=kafka``, or the coordinator file of its embedded log, ``task.checkpoint.factory=log``),
+every changelog, every intermediate stream and the dead letters. A blob-store backup uploads beside
+processing, after the commit that snapshotted it, so it cannot join the transaction: such stores are refused
+(the changelog backend can). Output to another system is refused at its first write
+(``ProducerPool.state_producer``), since a task may send anywhere.
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ def validate_processing_guarantee(config: Config) -> None:
     system = checkpoint_factory(config).transaction_system(config)
     if system is None:
         raise ConfigError(
-            f"{GUARANTEE} writes the checkpoints in the output's Kafka transaction: set task.checkpoint.factory=kafka "
-            f"(checkpoints in '{task.checkpoint_factory}' cannot be committed atomically with the output)"
+            f"{GUARANTEE} writes the checkpoints in the output's transaction: set task.checkpoint.factory=kafka "
+            "(a checkpoint topic on the Kafka system the job writes to) or task.checkpoint.factory=log (the "
+            f"embedded log's coordinator); checkpoints in '{task.checkpoint_factory}' cannot be committed "
+            "atomically with the output"
         )
     if not system_factory(config, system).transactional(system, config):
         raise ConfigError(
@@ -75,5 +79,5 @@ def _check_written(stream: SystemStream, system: str, what: str) -> None:
     if stream.system != system:
         raise ConfigError(
             f"{GUARANTEE}: {what} is on system '{stream.system}', but the job's transaction is on '{system}' "
-            "(the checkpoint topic's system): every stream the job writes must be on it"
+            "(the checkpoints' system): every stream the job writes must be on it"
         )

@@ -5,9 +5,9 @@ Output and state (changelog) writes go through different producers under at-leas
 visible as soon as it is written while changelog writes stay fenced: a Kafka system writes changelogs in
 transactions under the container's ``transactional.id`` (a newer attempt aborts and fences a zombie's, so
 nothing it writes lands behind the offsets a restore reads) and output with an idempotent producer, whose
-records consumers see at once. Under exactly-once both are one transactional producer, whose transaction
-a commit ends together with the checkpoints, so output, changelog writes and checkpoints become visible
-together or not at all.
+records consumers see at once. Under exactly-once both are one transactional producer (Kafka's, or the
+embedded log's), whose transaction a commit ends together with the checkpoints, so output, changelog writes
+and checkpoints become visible together or not at all.
 """
 
 from __future__ import annotations
@@ -81,8 +81,8 @@ class ProducerPool:
     def _not_exactly_once(system: str, why: str) -> str:
         return (
             f"task.processing.guarantee=exactly-once: cannot write to system '{system}': {why}; under exactly-once "
-            "every output, changelog and the checkpoints go through one Kafka system with transactional writes, "
-            "committed together"
+            "every output, changelog and the checkpoints go through one system with transactional writes (Kafka or "
+            "the embedded log), committed together"
         )
 
     def commit_transaction(self) -> None:

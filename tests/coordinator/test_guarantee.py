@@ -64,3 +64,37 @@ def test_what_cannot_join_the_transaction_is_refused_naming_the_key(extra: dict[
 def test_a_misspelt_guarantee_names_the_accepted_values() -> None:
     with pytest.raises(ConfigError, match="'at-least-once' or 'exactly-once'"):
         prepare(eos(task__processing__guarantee="exactly_once_v2"))
+
+
+def log_eos(**extra: Any) -> Config:
+    values = {
+        "job.name": "eos",
+        "task.class": "tests.jobs:PassThrough",
+        "task.inputs": "log.in",
+        "task.processing.guarantee": "exactly-once",
+        "task.checkpoint.factory": "log",
+    }
+    values.update({key.replace("__", "."): str(value) for key, value in extra.items()})
+    return Config(values)
+
+
+def test_an_exactly_once_job_on_the_embedded_log_with_its_checkpoints_there_is_accepted() -> None:
+    config = prepare(log_eos(stores__counts__changelog="log.counts-changelog", task__dead__letter__stream="log.dlq"))
+    assert TaskConfig.of(config).exactly_once
+
+
+@pytest.mark.parametrize(
+    ("extra", "names"),
+    [
+        ({"task__checkpoint__factory": "metadata"}, "task.checkpoint.factory=log (the embedded log"),
+        ({"task__checkpoint__system": "kafka", "systems__kafka__samza__factory": "kafka"}, "task.checkpoint.system"),
+        (
+            {"stores__counts__backup__factories": "blobstore", "task__checkpoint__read__versions": "2,1"},
+            "set stores.counts.backup.factories=changelog",
+        ),
+    ],
+)
+def test_what_cannot_join_the_logs_transaction_is_refused_naming_the_key(extra: dict[str, str], names: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        prepare(log_eos(**extra))
+    assert names in str(refused.value)

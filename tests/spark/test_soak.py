@@ -32,3 +32,12 @@ def test_an_exactly_once_job_killed_at_its_commit_points_through_the_spark_runne
         rows += [line.split() for line in soak.stdout.splitlines()[1:]]
     assert [row[0] for row in rows] == ["changelog+kafka"] * 2
     assert all(int(row[3]) >= 3 and float(row[5]) == 0.0 and row[-1] == "none" for row in rows), rows
+
+
+def test_an_exactly_once_job_on_the_embedded_log_killed_through_the_spark_runner_writes_each_count_once() -> None:
+    command = [sys.executable, "-m", "benchmarks.soak", "--log-exactly-once", "--kills", "3", "--records", "1500"]
+    soak = subprocess.run([*command, "--seed", "9"], cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert soak.returncode == 0, soak.stdout + soak.stderr[-3000:]
+    rows = [line.split() for line in soak.stdout.splitlines()[1:]]
+    assert [row[0] for row in rows] == ["changelog"]  # killed at random and once after a transaction committed
+    assert all(int(row[3]) >= 3 and float(row[5]) == 0.0 and row[-1] == "none" for row in rows), rows

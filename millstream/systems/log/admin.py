@@ -34,6 +34,11 @@ def partition_metadata(state: PartitionState) -> SystemStreamPartitionMetadata:
     return SystemStreamPartitionMetadata(str(state.oldest), str(state.upcoming - 1), str(state.upcoming), state.sealed)
 
 
+def written_metadata(state: PartitionState) -> SystemStreamPartitionMetadata:
+    """``partition_metadata`` as the partition's writers see it: open transactions' records included."""
+    return partition_metadata(PartitionState(state.oldest, max(state.written, state.upcoming), state.sealed))
+
+
 class LogSystemAdmin(SystemAdmin):
     """``SystemAdmin`` of the embedded log. Offsets are decimal integers, compared as integers."""
 
@@ -85,6 +90,20 @@ class LogSystemAdmin(SystemAdmin):
                 continue
             with self._partition(ssp.stream, ssp.partition) as log:
                 result[ssp] = partition_metadata(log.state())
+        return result
+
+    def get_written_ssp_metadata(
+        self, ssps: Iterable[SystemStreamPartition]
+    ) -> dict[SystemStreamPartition, SystemStreamPartitionMetadata]:
+        """``get_ssp_metadata`` with the records of open transactions: under exactly-once a task's checkpoint
+        names the end of its changelog with the records the same transaction commits."""
+        result = {}
+        for ssp in ssps:
+            info = self.layout.read_info(ssp.stream)
+            if info is None or not 0 <= ssp.partition < info.partition_count:
+                continue
+            with self._partition(ssp.stream, ssp.partition) as log:
+                result[ssp] = written_metadata(log.state())
         return result
 
     def offsets_after(self, offsets: Mapping[SystemStreamPartition, str]) -> dict[SystemStreamPartition, str]:

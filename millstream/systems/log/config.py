@@ -17,7 +17,8 @@ class LogSystemConfig(ConfigView):
     """Root directory of the log; default ``<job.data.dir>/log``."""
     fsync: Bool = False
     """``synchronous=FULL``, and each batch synced to its segment file before its index row commits: a flushed
-    write survives power loss, not only a process crash."""
+    write survives power loss, not only a process crash. The same for the transaction coordinator file
+    (``.transactions.db``: exactly-once commits and ``task.checkpoint.factory=log`` checkpoints)."""
     poll_batch_size: int = Field(5000, alias="poll.batch.size", ge=1)
     """Most records one ``poll`` reads per partition."""
     producer_batch_size: int = Field(1000, alias="producer.batch.size", ge=1)

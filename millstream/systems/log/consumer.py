@@ -151,6 +151,11 @@ class LogSystemConsumer(SystemConsumer):
             time.sleep(min(sleep, remaining))
             sleep = min(sleep * 2, MAX_IDLE_SLEEP)
 
+    def position(self, ssp: SystemStreamPartition) -> str | None:
+        """Past the gaps aborted transactions left once a poll found nothing before the stable end."""
+        cursor = self._cursors.get(ssp)
+        return None if cursor is None else str(cursor.position)
+
     def _read(self, ssp: SystemStreamPartition, cursor: _Cursor, inspect: bool) -> list[IncomingMessageEnvelope]:
         """The next batch of ``ssp``; when there is none and ``inspect``, the end-of-stream or a trim.
 
@@ -165,14 +170,16 @@ class LogSystemConsumer(SystemConsumer):
                 envelopes = _envelopes(ssp, records, map(len, values))
             except TypeError:  # a value is None (a tombstone), which len refuses: build the batch again
                 envelopes = _envelopes(ssp, records, [0 if value is None else len(value) for value in values])
-            cursor.position = position + len(values)
+            cursor.position = records.start + len(values)
             return envelopes
         if not inspect:
             return []
         state = cursor.partition.state()
         if position < state.oldest:
             raise LogOffsetOutOfRangeError(ssp.stream, ssp.partition, position, state.oldest, state.upcoming)
-        if state.sealed and position >= state.upcoming:
+        if position < state.upcoming:  # an aborted transaction's gap, or records published since the read
+            cursor.position = position = cursor.partition.readable_from(position)
+        if state.sealed and state.settled and position >= state.upcoming:
             cursor.ended = True
             return [IncomingMessageEnvelope.end_of_stream(ssp)]
         return []

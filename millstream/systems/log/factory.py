@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import ClassVar
 
 from millstream.config.core import Config
+from millstream.config.views import TaskConfig
 from millstream.systems.base import SystemFactory
 from millstream.systems.log.admin import LogSystemAdmin
 from millstream.systems.log.config import LogSystemConfig, config_keys
@@ -51,4 +52,9 @@ class LogSystemFactory(SystemFactory):
             fsync=settings.fsync,
             auto_create_streams=settings.auto_create_streams,
             default_partitions=settings.default_partitions,
+            transactional=TaskConfig.of(config).exactly_once,
         )
+
+    def transactional(self, system_name: str, config: Config) -> bool:
+        """A container's pooled producer writes in transactions of the log (``transactions``)."""
+        return True

@@ -22,6 +22,16 @@ in the append's transaction (see ``storage``), and once one is refused the produ
 every later ``send`` and ``flush`` raises the same ``WriterFencedError`` and nothing more is appended,
 so a zombie attempt stops at its next write.
 
+Exactly-once (``transactional``: the container's pooled producer under ``task.processing.guarantee=
+exactly-once``): every append belongs to the container's open transaction of the log (``transactions``),
+so readers see none of it, and ``flush`` does not make anything visible; ``stage_checkpoint`` keeps the
+tasks' checkpoints for the commit, and ``commit_transaction`` appends what is buffered, commits the
+transaction with the checkpoints in the coordinator file (the commit point) and then publishes it in every
+partition it appended to. ``start`` registers the container's attempt, which fences its earlier attempts,
+and ends what they left: committed transactions are published, open ones discarded. ``stop`` discards
+the open transaction. Records wait in their buffers for the commit instead of ``linger.ms``: nothing
+would be visible earlier anyway, and fuller batches are cheaper.
+
 A buffer is one flat list, ``timestamp, key, value, headers`` after one another for each record:
 extending it costs a send less than appending a tuple, and its columns come out for the append as
 four strided slices instead of a ``zip`` over every record.
@@ -45,6 +55,7 @@ from millstream.systems.log.errors import LogSystemError
 from millstream.systems.log.layout import LogLayout
 from millstream.systems.log.partitioner import Partitioner, round_robin
 from millstream.systems.log.storage import LogPartition
+from millstream.systems.log.transactions import Member, TransactionLog
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +103,7 @@ class LogSystemProducer(SystemProducer):
         fsync: bool = False,
         auto_create_streams: bool = False,
         default_partitions: int = 1,
+        transactional: bool = False,
     ) -> None:
         self.system = system
         self.layout = layout
@@ -109,6 +121,15 @@ class LogSystemProducer(SystemProducer):
         self._fenced: WriterFencedError | None = None
         self._failure: BaseException | None = None
         """Why an append of a full buffer failed since the last ``flush``: until then nothing more is appended."""
+        self._exactly_once = transactional
+        self._txn_log: TransactionLog | None = None
+        """Exactly-once: the coordinator file, once ``start`` registered the writer."""
+        self._txn: int | None = None
+        """The open transaction, begun at the first append (or checkpoint) after a commit."""
+        self._members: set[Member] = set()
+        """The partitions the open transaction appended to."""
+        self._checkpoints: dict[tuple[str, int], bytes] = {}
+        """``(task, version)`` → the serialized checkpoint the next commit stores."""
         self._slots: list[tuple[_StreamWriter, int]] = []
         """Per buffer slot, its writer and partition."""
         self._touched: dict[str, set[int]] = {}
@@ -128,8 +149,81 @@ class LogSystemProducer(SystemProducer):
     def batch_size(self, value: int) -> None:
         self._fill = value * _FIELDS
 
+    @property
+    def transactional(self) -> bool:
+        """Exactly-once: this producer holds the container's transaction (see the module docstring)."""
+        return self._exactly_once and self._writer is not None and self._writer.pooled
+
     def start(self) -> None:
-        pass
+        """Exactly-once: register the writer (fencing its earlier attempts) and end what they left."""
+        if not self.transactional or self._txn_log is not None:
+            return
+        writer = cast(WriterToken, self._writer)
+        txn_log = TransactionLog(self.layout.root, self.system, fsync=self._fsync)
+        try:
+            plan = txn_log.register(writer)
+            for txn, commit, members in plan:
+                log.info("log system '%s': %s transaction %d left by an earlier writer of job %s",
+                         self.system, "publishing" if commit else "aborting", txn, writer.job)  # fmt: skip
+                self._resolve(txn, commit, members)
+                txn_log.forget(txn)
+        except BaseException:
+            txn_log.close()
+            raise
+        self._txn_log = txn_log
+
+    def _resolve(self, txn: int, commit: bool, members: list[Member]) -> None:
+        """Publish or discard ``txn`` in each of its partitions (a stream deleted since holds nothing)."""
+        for stream, partition in members:
+            writer = self._writers.get(stream)
+            if writer is None:
+                if self.layout.read_info(stream) is None:
+                    continue
+                writer = self._open_stream(stream)
+            self._partition(writer, partition).resolve(txn, commit=commit, writer=self._writer)
+
+    def stage_checkpoint(self, task: str, version: int, value: bytes) -> None:
+        """Exactly-once: store ``value`` as ``task``'s checkpoint of ``version`` when the open transaction
+        commits, not before."""
+        with self._lock:
+            self._raise_if_fenced()
+            self._checkpoints[(task, version)] = value
+
+    def commit_transaction(self) -> None:
+        """Exactly-once: append what is buffered to the open transaction, commit it with the staged checkpoints
+        (the commit point), then publish it in every partition it appended to; raises ``WriterFencedError``,
+        with nothing committed, once a newer attempt registered. A no-op under at-least-once."""
+        txn_log = self._txn_log
+        if txn_log is None:
+            return
+        with self._lock:
+            self._raise_if_fenced()
+            self._flush_all()
+            if self._txn is None and not self._checkpoints:
+                return
+            writer = cast(WriterToken, self._writer)
+            try:
+                txn = self._txn if self._txn is not None else txn_log.begin(writer)
+                txn_log.commit(txn, writer, self._checkpoints)
+            except WriterFencedError as fenced:
+                self._fenced = fenced
+                raise
+            members = sorted(self._members)
+            self._txn, self._members, self._checkpoints = None, set(), {}
+            self._resolve(txn, True, members)
+            txn_log.forget(txn)
+
+    def _abort(self) -> None:
+        """Discard the open transaction and what is buffered for it (stopping without a commit)."""
+        txn_log = cast(TransactionLog, self._txn_log)
+        for writer in self._writers.values():
+            for buffer in writer.buffers:
+                buffer.clear()
+        if self._txn is not None and self._fenced is None:
+            txn, members = self._txn, sorted(self._members)
+            self._txn, self._members, self._checkpoints = None, set(), {}
+            self._resolve(txn, False, members)
+            txn_log.forget(txn)
 
     def set_writer(self, writer: WriterToken) -> None:
         self._writer = writer
@@ -156,7 +250,13 @@ class LogSystemProducer(SystemProducer):
         producer drops what it buffered: a zombie's records are never written."""
         with self._lock:
             try:
-                if self._fenced is None:
+                if self._txn_log is not None:
+                    try:
+                        self._abort()
+                    finally:
+                        self._txn_log.close()
+                        self._txn_log = None
+                elif self._fenced is None:
                     self._flush_all()
             finally:
                 for writer in self._writers.values():
@@ -338,7 +438,7 @@ class LogSystemProducer(SystemProducer):
         """Append every buffer once its oldest record waited ``linger.ms``; the seconds left until then, or
         None when nothing is buffered. A failed append is raised by the next ``flush``, as a full buffer's is."""
         held = self._held_since
-        if held is None:
+        if held is None or self._txn_log is not None:
             return None
         left = held + self._linger - _monotonic()
         if left > 0:
@@ -397,7 +497,10 @@ class LogSystemProducer(SystemProducer):
         buffer = writer.buffers[partition]
         columns = buffer[0::_FIELDS], buffer[1::_FIELDS], buffer[2::_FIELDS], buffer[3::_FIELDS]
         try:
-            log.append_columns(*columns, self._writer)
+            if self._txn_log is None:
+                log.append_columns(*columns, self._writer)
+            else:
+                log.append_columns(*columns, self._writer, self._transaction_for(writer.stream, partition))
         except WriterFencedError as fenced:
             self._fenced = fenced
             for stale in writer.buffers:  # a zombie's records are never appended, by this flush or a later one
@@ -405,6 +508,20 @@ class LogSystemProducer(SystemProducer):
             raise
         writer.buffers[partition] = []
         writer.owners[partition] = None
+
+    def _transaction_for(self, stream: str, partition: int) -> int:
+        """The open transaction (begun now if none is), with ``partition`` of ``stream`` recorded as one it
+        appends to. Under the lock."""
+        txn_log = cast(TransactionLog, self._txn_log)
+        writer = cast(WriterToken, self._writer)
+        member = (stream, partition)
+        if self._txn is None:
+            self._txn = txn_log.begin(writer, member)
+            self._members.add(member)
+        elif member not in self._members:
+            txn_log.add_partition(self._txn, writer, stream, partition)
+            self._members.add(member)
+        return self._txn
 
     def _open_stream(self, stream: str) -> _StreamWriter:
         info = self.layout.read_info(stream)

@@ -13,10 +13,19 @@ its segment; the row is committed after it, so a committed row always finds its 
 Offsets are 0-based and dense. The writer assigns them inside a ``BEGIN IMMEDIATE`` transaction
 from the ``next_offset`` of the meta row, and commits the batch and the new ``next_offset``
 together, so any number of processes may append to the same file without lost writes or duplicate
-offsets, and batches tile ``[0, next_offset)`` without gaps or overlaps. Trimming moves
+offsets, and batches tile ``[0, next_offset)`` without gaps or overlaps (but for the batches of an aborted
+transaction, below). Trimming moves
 ``oldest_offset`` forward and deletes the batches that lie wholly below it; a batch it cuts through
 stays on disk, its records below ``oldest`` hidden from every read. ``next_offset`` never goes back,
 so offsets are never reused. Every offset in ``[oldest, upcoming)`` is readable.
+
+Exactly-once (see ``transactions``): an append may belong to an open transaction of the log, and then
+its batches are also rows of ``pending``. Readers see a partition only up to its *stable end*, the first
+offset of a pending batch (Kafka's last stable offset), so neither that transaction's records nor any
+appended after them; ``resolve`` publishes the transaction's batches (deletes their ``pending`` rows) or
+discards them (deletes their ``batches`` rows too, leaving a gap of offsets that readers step over, as
+Kafka's readers step over aborted records). An at-least-once log has no pending row: it pays one seek of
+an empty table per read.
 
 WAL lets readers proceed while a writer holds the lock; a writer waits for the lock up to
 ``busy_timeout`` (30 s). With ``synchronous=NORMAL`` (the default) a committed append survives a
@@ -37,6 +46,7 @@ The file format (``PRAGMA user_version`` = ``FORMAT_VERSION``)::
     meta(id = 0, next_offset, oldest_offset, sealed,
          segment, segment_end)               -- the segment appended to, and its committed length
     writers(job, container, generation, epoch)  -- optional: the newest writer token per container
+    pending(end_offset, base_offset, txn)    -- the batches of transactions still open (exactly-once)
 
 ``writers`` exists once a container's producer wrote or claimed the partition (older files have none,
 which reads as no writer yet). An append by a writer checks it in the append's own transaction and is
@@ -58,6 +68,7 @@ import logging
 import os
 import sqlite3
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -80,9 +91,13 @@ MAX_BATCH_BYTES = 1 << 22
 """Largest payload of one stored batch: a bigger append is stored as several batches (in the same
 transaction), so that a read that starts or ends inside a batch unpacks at most a few MiB it does
 not return."""
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 """``PRAGMA user_version`` of a partition file in this format (1 was one row per record, 2 held the
-payloads in the file)."""
+payloads in the file, 3 had no ``pending`` table: opening one for writing adds it)."""
+_PENDING = (
+    "CREATE TABLE IF NOT EXISTS pending (end_offset INTEGER PRIMARY KEY, base_offset INTEGER NOT NULL, "
+    "txn INTEGER NOT NULL)"
+)
 
 _SCHEMA = f"""
 PRAGMA user_version = {FORMAT_VERSION};
@@ -106,16 +121,20 @@ CREATE TABLE meta (
     segment_end INTEGER NOT NULL
 );
 INSERT INTO meta (id, next_offset, oldest_offset, sealed, segment, segment_end) VALUES (0, 0, 0, 0, 0, 0);
+{_PENDING};
 """
 
 # The batches overlapping [?1, ?1 + ?2): from the one holding ?1 up to and including the first one
 # that reaches ?1 + ?2 (all of them when none does yet). Both ends are seeks on the rowid, so the
 # cost does not grow with the log. The guard on oldest_offset runs in the same snapshot: a start
 # below it (trimmed, possibly by another process meanwhile) reads nothing rather than later records.
+# Nothing at or past the stable end is read: the first batch of a transaction still open (a seek on the
+# empty ``pending`` table when there is none, which is all an at-least-once log pays).
 _READ = (
-    "SELECT base_offset, segment, position, length, crc FROM batches "
+    "SELECT base_offset, segment, position, length, crc, end_offset FROM batches "
     "WHERE end_offset > ?1 AND end_offset <= coalesce("
     "(SELECT end_offset FROM batches WHERE end_offset >= ?1 + ?2 ORDER BY end_offset LIMIT 1), ?1 + ?2) "
+    "AND end_offset <= coalesce((SELECT base_offset FROM pending ORDER BY end_offset LIMIT 1), end_offset) "
     "AND ?1 >= (SELECT oldest_offset FROM meta WHERE id = 0) "
     "ORDER BY end_offset"
 )
@@ -123,7 +142,20 @@ _INSERT = (
     "INSERT INTO batches (end_offset, base_offset, count, min_ts, max_ts, segment, position, length, crc) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_META = "SELECT oldest_offset, next_offset, sealed FROM meta WHERE id = 0"
+_META = (
+    "SELECT oldest_offset, next_offset, sealed, "
+    "coalesce((SELECT base_offset FROM pending ORDER BY end_offset LIMIT 1), next_offset) FROM meta WHERE id = 0"
+)
+# Where the next record at or after ?1 a reader may see lies, in one snapshot: the first batch ending past ?1,
+# or the stable end, whichever is first (the end of the log when neither).
+_READABLE_FROM = (
+    "SELECT min(coalesce((SELECT base_offset FROM batches WHERE end_offset > ?1 ORDER BY end_offset LIMIT 1), "
+    "next_offset), coalesce((SELECT base_offset FROM pending ORDER BY end_offset LIMIT 1), next_offset)) "
+    "FROM meta WHERE id = 0"
+)
+_PEND = "INSERT INTO pending (end_offset, base_offset, txn) VALUES (?, ?, ?)"
+_PUBLISH = "DELETE FROM pending WHERE txn = ?"
+_DISCARD = "DELETE FROM batches WHERE end_offset IN (SELECT end_offset FROM pending WHERE txn = ?)"
 # An append's offsets: moves next_offset past ?1 records and returns it with the segment appended to and its
 # committed length, unless the partition is sealed (no row then). One statement instead of reading the meta
 # row and updating it: every statement of a transaction gives up the GIL and has to win it back, which costs
@@ -170,12 +202,23 @@ Row = tuple[Any, Any, int, Any]
 """``(key, value, timestamp, headers)``: one record as ``Records.rows`` gives it."""
 
 
-class PartitionState(NamedTuple):
-    """The meta row: ``oldest`` equals ``upcoming`` when the partition holds nothing."""
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """The meta row as readers see it: ``oldest`` equals ``upcoming`` when the partition holds nothing.
+
+    ``upcoming`` is the stable end (Kafka's last stable offset): the first offset of a transaction still
+    open, else the end of the log. ``written`` is the end of the log as its writers see it, open
+    transactions included (``-1``: not read)."""
 
     oldest: int
     upcoming: int
     sealed: bool
+    written: int = field(default=-1, compare=False)
+
+    @property
+    def settled(self) -> bool:
+        """No open transaction holds records here: the stable end is the end of the log."""
+        return self.upcoming >= self.written
 
 
 class Records(NamedTuple):
@@ -250,6 +293,10 @@ class LogPartition:
             connection.execute(f"PRAGMA synchronous = {'FULL' if fsync else 'NORMAL'}")
             connection.execute(f"PRAGMA mmap_size = {MMAP_SIZE}")
             version = connection.execute("PRAGMA user_version").fetchone()[0]
+            if version == FORMAT_VERSION - 1:  # the same but for the table of open transactions' batches
+                migration = f"BEGIN IMMEDIATE; {_PENDING}; PRAGMA user_version = {FORMAT_VERSION}; COMMIT;"
+                connection.executescript(migration)
+                version = FORMAT_VERSION
             if version != FORMAT_VERSION:
                 raise self._error(
                     f"not a usable log partition file: format version {version}, this version reads {FORMAT_VERSION}"
@@ -292,7 +339,7 @@ class LogPartition:
         row = self._connection.execute(_META).fetchone()
         if row is None:
             raise self._error("the meta row is missing")
-        return PartitionState(row[0], row[1], bool(row[2]))
+        return PartitionState(row[0], min(row[1], row[3]), bool(row[2]), row[1])
 
     def state(self) -> PartitionState:
         """Oldest and upcoming offsets and the sealed flag, read consistently in one statement."""
@@ -309,7 +356,7 @@ class LogPartition:
         partition is sealed.
         """
         if not records:
-            return self.state().upcoming
+            return self.state().written
         try:
             timestamps, keys, values, headers = zip(*records, strict=True)
         except (TypeError, ValueError) as error:
@@ -323,6 +370,7 @@ class LogPartition:
         values: Sequence[Any],
         headers: Sequence[Any] | None,
         writer: WriterToken | None = None,
+        txn: int | None = None,
     ) -> int:
         """``append`` of records given column by column, as the producer buffers them.
 
@@ -330,11 +378,13 @@ class LogPartition:
         has none. The records become one stored batch, or several (committed together) when they
         pack to more than ``MAX_BATCH_BYTES``. With ``writer``, the append is refused
         (``WriterFencedError``, nothing appended) when a newer attempt or generation wrote or claimed
-        the partition; the check and the append are one transaction.
+        the partition; the check and the append are one transaction. With ``txn``, the batches belong to that
+        open transaction of the log (see ``transactions``): no reader sees them, nor anything after them,
+        until ``resolve`` publishes or discards them.
         """
         count = len(values)
         if not count:
-            return self.state().upcoming
+            return self.state().written
         self._check_file()
         try:
             batches = _pack(count, timestamps, keys, values, headers)
@@ -353,6 +403,8 @@ class LogPartition:
                     length = len(payload)
                     row = (end + records, end, records, lowest, highest, segment, position, length, checksum(payload))
                     connection.execute(_INSERT, row)
+                    if txn is not None:
+                        connection.execute(_PEND, (end + records, end, txn))
                     end += records
                     position += length
                 connection.execute("COMMIT")
@@ -434,6 +486,31 @@ class LogPartition:
         except sqlite3.Error as error:
             raise self._error(f"cannot record {writer.describe()} as its writer: {error}") from None
 
+    def resolve(self, txn: int, *, commit: bool, writer: WriterToken | None = None) -> None:
+        """End transaction ``txn`` here: publish its batches (``commit``; readers see them and what follows)
+        or discard them (their offsets become a gap readers step over). Idempotent: resolving a transaction
+        that holds nothing here changes nothing. With ``writer``, it is recorded as the partition's writer in
+        the same step (an abort by a container's next attempt fences the attempt whose batches it discards)."""
+        self._check_file()
+        connection = self._connection
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                if writer is not None:
+                    self._check_writer(writer)
+                if not commit:
+                    connection.execute(_DISCARD, (txn,))
+                connection.execute(_PUBLISH, (txn,))
+                connection.execute("COMMIT")
+            except BaseException:
+                self._recorded = None
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as error:
+            verb = "commit" if commit else "abort"
+            raise self._error(f"cannot {verb} log transaction {txn}: {error}") from None
+
     def _check_writer(self, writer: WriterToken) -> None:
         """Inside a write transaction: refuse a stale ``writer``, record a newer one. One query when the
         token is already recorded (every append of an attempt but its first)."""
@@ -462,8 +539,10 @@ class LogPartition:
     def read(self, start: int, limit: int) -> Records | None:
         """Up to ``limit`` records at offsets ``start, start + 1, ...``, read in one statement.
 
-        None when ``start`` is not retained: at or past the end, or below ``oldest`` (trimmed);
-        ``state`` tells which. Also None when ``limit`` is below 1.
+        None when ``start`` is not retained: at or past the stable end, or below ``oldest`` (trimmed);
+        ``state`` tells which. Also None when ``limit`` is below 1. Offsets an aborted transaction held
+        are a gap: a read from inside one starts at the next record (``Records.start`` says where), and a
+        read stops before one.
         """
         if limit < 1:
             return None
@@ -473,9 +552,13 @@ class LogPartition:
             raise self._error(f"cannot read from offset {start}: {error}") from None
         if not rows:
             return None
+        first = rows[0][0]
+        if first > start:  # a gap (an aborted transaction's records): read on from the next record
+            start = first
+        rows = _contiguous(rows)
         segments = self._segments
         try:
-            payloads = [(row[0], segments.read(*row[1:])) for row in rows]
+            payloads = [(row[0], segments.read(*row[1:5])) for row in rows]
         except FileNotFoundError as error:
             if start < self.state().oldest:
                 return None  # trimmed meanwhile (by another process): its segment is gone
@@ -488,6 +571,15 @@ class LogPartition:
             return _unpack(payloads, start, limit)
         except (ValueError, TypeError, msgpack.UnpackException) as error:
             raise self._error(f"cannot read from offset {start}: a batch is corrupt ({error!r})") from None
+
+    def readable_from(self, start: int) -> int:
+        """``start``, or the end of the gap it lies in: the offset of the next record a reader may see, never
+        past the stable end (a reader at ``start`` that found nothing to read moves there)."""
+        try:
+            row = self._connection.execute(_READABLE_FROM, (start,)).fetchone()
+        except sqlite3.Error as error:
+            raise self._error(f"cannot read past offset {start}: {error}") from None
+        return max(start, int(row[0]))
 
     def trim(self, before: int) -> int:
         """Remove the records below offset ``before``; return the oldest offset afterwards.
@@ -506,7 +598,7 @@ class LogPartition:
             while True:
                 connection.execute("BEGIN IMMEDIATE")
                 try:
-                    oldest, upcoming, _ = connection.execute(_META).fetchone()
+                    oldest, _, _, upcoming = connection.execute(_META).fetchone()
                     target = min(max(before, oldest), upcoming, oldest + TRIM_CHUNK)
                     if target > oldest:
                         connection.execute("DELETE FROM batches WHERE end_offset <= ?", (target,))
@@ -547,16 +639,16 @@ class LogPartition:
         try:
             connection.execute("BEGIN")
             try:
-                oldest, upcoming, _ = connection.execute(_META).fetchone()
+                oldest, _, _, upcoming = connection.execute(_META).fetchone()
                 cursor = connection.execute(_BY_TIMESTAMP, (oldest, timestamp_ms))
                 try:
                     for base, min_ts, *payload in cursor:
                         if min_ts >= timestamp_ms and base >= oldest:
-                            return int(base)
+                            return int(min(base, upcoming))
                         timestamps = _timestamps(self._segments.read(*payload))
                         for index in range(max(oldest - base, 0), len(timestamps)):
                             if timestamps[index] >= timestamp_ms:
-                                return int(base + index)
+                                return int(min(base + index, upcoming))
                 finally:
                     cursor.close()
             finally:
@@ -615,6 +707,17 @@ def _pack(
     if type(lowest) is not int or type(highest) is not int:
         raise TypeError(f"timestamps must be integers, got {type(lowest).__name__} and {type(highest).__name__}")
     return [(count, lowest, highest, payload)]
+
+
+def _contiguous(rows: list[Any]) -> list[Any]:
+    """The leading run of ``rows`` (``base_offset, ..., end_offset``) with no gap between batches."""
+    end = rows[0][5]
+    for index in range(1, len(rows)):
+        row = rows[index]
+        if row[0] != end:
+            return rows[:index]
+        end = row[5]
+    return rows
 
 
 def _placement(first: int, size: int, segment: int, end: int) -> tuple[int, int]:

@@ -317,7 +317,7 @@ def test_a_file_of_another_format_version_is_refused_naming_both_versions(tmp_pa
     with sqlite3.connect(path) as connection:
         connection.execute("PRAGMA user_version = 1")
     connection.close()
-    with pytest.raises(LogStorageError, match=r"p0\.db.*not a usable log partition file: format version 1.*reads 3"):
+    with pytest.raises(LogStorageError, match=r"p0\.db.*not a usable log partition file: format version 1.*reads 4"):
         LogPartition(path, "events", 0)
 
 

@@ -1,0 +1,206 @@
+"""The transaction coordinator of a log system: one SQLite file, ``<root>/.transactions.db``, beside the streams.
+
+Exactly-once on the embedded log (``task.processing.guarantee=exactly-once``) writes a container's appends to
+any number of partitions and its tasks' checkpoints as one transaction (the rules are in ``txn_protocol``):
+
+1. ``register`` records the container's attempt as its job's writer (fencing older attempts and generations,
+   like a Kafka producer taking over its ``transactional.id``) and returns what it must roll forward or abort.
+2. ``begin`` opens a transaction; ``add_partition`` records each partition before the first append to it
+   under the transaction (Kafka's ``AddPartitionsToTxn``), so whoever ends the transaction later knows every
+   partition that may hold its batches. The appends themselves go to the partition files, as ``pending``
+   batches that no reader sees (``storage``).
+3. ``commit`` is the commit point: in one SQLite transaction of this file it checks that the writer is still
+   current, stores the checkpoints and marks the transaction committed. A crash before it leaves nothing
+   visible; a crash after it leaves a committed transaction that the next ``register`` of the job publishes.
+4. The producer then publishes the batches in each partition and ``forget`` deletes the transaction's rows.
+
+Checkpoints live here too (``checkpoints``: the last one per job, task and version), whatever the guarantee,
+when ``task.checkpoint.factory=log``: at-least-once writes them directly (``put_checkpoint``, fenced the same
+way). Every method is one short SQLite transaction; WAL lets readers go on while a writer commits.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+from millstream.systems.base import WriterFencedError, WriterToken
+from millstream.systems.log.errors import LogSystemError
+from millstream.systems.log.txn_protocol import TxnRecord, TxnState, fenced_by, recovery
+
+FILE_NAME = ".transactions.db"
+BUSY_TIMEOUT_MS = 30_000
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS writers (job TEXT NOT NULL, container TEXT NOT NULL, generation INTEGER NOT NULL,
+    epoch INTEGER NOT NULL, PRIMARY KEY (job, container));
+CREATE TABLE IF NOT EXISTS transactions (txn INTEGER PRIMARY KEY AUTOINCREMENT, job TEXT NOT NULL,
+    container TEXT NOT NULL, generation INTEGER NOT NULL, epoch INTEGER NOT NULL, state INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS members (txn INTEGER NOT NULL, stream TEXT NOT NULL, partition INTEGER NOT NULL,
+    PRIMARY KEY (txn, stream, partition));
+CREATE TABLE IF NOT EXISTS checkpoints (job TEXT NOT NULL, task TEXT NOT NULL, version INTEGER NOT NULL,
+    value BLOB NOT NULL, written_at INTEGER NOT NULL, PRIMARY KEY (job, task, version));
+"""
+
+Member = tuple[str, int]
+"""``(stream, partition)`` a transaction appended to."""
+StoredCheckpoint = tuple[str, int, bytes, int]
+"""``(task, version, serialized checkpoint, written at ms)``."""
+
+
+class TransactionLog:
+    """The coordinator file of one log system; one thread at a time."""
+
+    def __init__(self, root: Path, system: str, *, fsync: bool = False) -> None:
+        """Open (creating it if missing) the coordinator of the log under ``root``. As the partition files:
+        ``synchronous=NORMAL`` (a commit survives a crash of the process), ``FULL`` with ``fsync`` (it also
+        survives power loss)."""
+        self.path = root / FILE_NAME
+        self.system = system
+        root.mkdir(parents=True, exist_ok=True)
+        try:
+            self._connection = sqlite3.connect(
+                str(self.path), isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
+            )
+            self._connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            self._connection.execute("PRAGMA journal_mode = WAL")
+            self._connection.execute(f"PRAGMA synchronous = {'FULL' if fsync else 'NORMAL'}")
+            self._connection.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} COMMIT;")
+        except sqlite3.Error as error:
+            raise self._error(f"cannot open the transaction coordinator: {error}") from None
+
+    def close(self) -> None:
+        self._connection.close()
+
+    def _error(self, detail: str) -> LogSystemError:
+        return LogSystemError(f"log system '{self.system}': {detail} (file '{self.path}')")
+
+    @contextmanager
+    def _write(self, what: str) -> Iterator[sqlite3.Connection]:
+        connection = self._connection
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                yield connection
+                connection.execute("COMMIT")
+            except BaseException:
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as error:
+            raise self._error(f"cannot {what}: {error}") from None
+
+    def _check(self, connection: sqlite3.Connection, writer: WriterToken, record: bool = False) -> None:
+        """Inside a write: refuse a fenced ``writer``; with ``record``, record it as its container's writer."""
+        rows = connection.execute(
+            "SELECT container, generation, epoch FROM writers WHERE job = ?", (writer.job,)
+        ).fetchall()
+        why = fenced_by(rows, writer)
+        if why is not None:
+            raise WriterFencedError(f"log system '{self.system}' transactions", writer, f"{why}; file '{self.path}'")
+        if record:
+            connection.execute(
+                "INSERT OR REPLACE INTO writers (job, container, generation, epoch) VALUES (?, ?, ?, ?)",
+                (writer.job, writer.container_id, writer.generation, writer.epoch),
+            )
+
+    def register(self, writer: WriterToken) -> list[tuple[int, bool, list[Member]]]:
+        """Record ``writer`` as current (fencing older attempts and generations); return the transactions it
+        must end: ``(txn, commit, partitions)`` (``txn_protocol.recovery``)."""
+        with self._write(f"register {writer.describe()}") as connection:
+            self._check(connection, writer, record=True)
+            rows = connection.execute(
+                "SELECT txn, container, generation, epoch, state FROM transactions WHERE job = ? ORDER BY txn",
+                (writer.job,),
+            ).fetchall()
+        records = [TxnRecord(txn, container, gen, epoch, TxnState(state)) for txn, container, gen, epoch, state in rows]
+        return [(txn, commit, self.members(txn)) for txn, commit in recovery(records, writer)]
+
+    def members(self, txn: int) -> list[Member]:
+        rows = self._connection.execute(
+            "SELECT stream, partition FROM members WHERE txn = ? ORDER BY stream, partition", (txn,)
+        ).fetchall()
+        return [(stream, int(partition)) for stream, partition in rows]
+
+    def begin(self, writer: WriterToken, member: Member | None = None) -> int:
+        """Open a transaction for ``writer`` (refused once fenced), with the partition ``member`` it appends to
+        first, in one step; its id."""
+        with self._write(f"begin a transaction of {writer.describe()}") as connection:
+            self._check(connection, writer)
+            cursor = connection.execute(
+                "INSERT INTO transactions (job, container, generation, epoch, state) VALUES (?, ?, ?, ?, ?)",
+                (writer.job, writer.container_id, writer.generation, writer.epoch, int(TxnState.OPEN)),
+            )
+            txn = cursor.lastrowid
+            assert txn is not None
+            if member is not None:
+                connection.execute("INSERT INTO members VALUES (?, ?, ?)", (txn, *member))
+        return txn
+
+    def add_partition(self, txn: int, writer: WriterToken, stream: str, partition: int) -> None:
+        """Record that ``txn`` appends to ``stream``'s ``partition``, before it does; refused once fenced."""
+        with self._write(f"add {stream} partition {partition} to transaction {txn}") as connection:
+            self._check(connection, writer)
+            self._require_open(connection, txn, writer)
+            connection.execute("INSERT OR IGNORE INTO members VALUES (?, ?, ?)", (txn, stream, partition))
+
+    def _require_open(self, connection: sqlite3.Connection, txn: int, writer: WriterToken) -> None:
+        row = connection.execute("SELECT state FROM transactions WHERE txn = ?", (txn,)).fetchone()
+        if row is None or row[0] != TxnState.OPEN:
+            raise WriterFencedError(
+                f"log system '{self.system}' transaction {txn}", writer, "it was aborted by a newer attempt"
+            )
+
+    def commit(self, txn: int, writer: WriterToken, checkpoints: Mapping[tuple[str, int], bytes]) -> None:
+        """The commit point: the checkpoints (``(task, version)`` → serialized) stored and ``txn`` committed in
+        one SQLite transaction, or nothing (``WriterFencedError`` once ``writer`` is fenced)."""
+        now = time.time_ns() // 1_000_000
+        with self._write(f"commit transaction {txn} of {writer.describe()}") as connection:
+            self._check(connection, writer)
+            self._require_open(connection, txn, writer)
+            self._store(connection, writer.job, checkpoints, now)
+            connection.execute("UPDATE transactions SET state = ? WHERE txn = ?", (int(TxnState.COMMITTED), txn))
+
+    @staticmethod
+    def _store(
+        connection: sqlite3.Connection, job: str, checkpoints: Mapping[tuple[str, int], bytes], now: int
+    ) -> None:
+        connection.executemany(
+            "INSERT OR REPLACE INTO checkpoints (job, task, version, value, written_at) VALUES (?, ?, ?, ?, ?)",
+            [(job, task, version, value, now) for (task, version), value in checkpoints.items()],
+        )
+
+    def forget(self, txn: int) -> None:
+        """Delete an ended transaction: every partition published or discarded it."""
+        with self._write(f"forget transaction {txn}") as connection:
+            connection.execute("DELETE FROM members WHERE txn = ?", (txn,))
+            connection.execute("DELETE FROM transactions WHERE txn = ?", (txn,))
+
+    def open_transactions(self, job: str) -> list[int]:
+        """The job's transactions not yet ended (for tools and tests)."""
+        rows = self._connection.execute("SELECT txn FROM transactions WHERE job = ? ORDER BY txn", (job,)).fetchall()
+        return [int(row[0]) for row in rows]
+
+    # --- checkpoints -------------------------------------------------------------------------------
+
+    def put_checkpoint(self, writer: WriterToken, task: str, version: int, value: bytes) -> None:
+        """At-least-once: store a checkpoint now, unless ``writer`` is fenced (it is recorded as current)."""
+        with self._write(f"write the checkpoint of task '{task}'") as connection:
+            self._check(connection, writer, record=True)
+            self._store(connection, writer.job, {(task, version): value}, time.time_ns() // 1_000_000)
+
+    def checkpoints(self, job: str, task: str | None = None) -> list[StoredCheckpoint]:
+        """The job's stored checkpoints (of one task), oldest write first."""
+        query = "SELECT task, version, value, written_at FROM checkpoints WHERE job = ?"
+        parameters: tuple[str, ...] = (job,)
+        if task is not None:
+            query += " AND task = ?"
+            parameters = (job, task)
+        rows = self._connection.execute(f"{query} ORDER BY written_at, version", parameters).fetchall()
+        return [(str(task), int(version), bytes(value), int(written)) for task, version, value, written in rows]
+
+    def clear_checkpoints(self, job: str) -> None:
+        with self._write(f"clear the checkpoints of job '{job}'") as connection:
+            connection.execute("DELETE FROM checkpoints WHERE job = ?", (job,))

@@ -1,0 +1,185 @@
+"""``task.processing.guarantee=exactly-once`` on the embedded log: a container's appends to its output and
+changelog and its checkpoints commit together, so a container killed at any point of a commit neither
+duplicates nor loses output, and every count is exact; readers see committed records only."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from millstream.checkpoint.factory import checkpoint_manager
+from millstream.config import Config
+from millstream.metadata.factory import metadata_store
+from millstream.model import SystemStream
+from millstream.testing import InProcessRunner, read_stream, write_stream
+from tests.api.apps import app_config, messages, reference_counts
+from tests.helpers import create_stream, job_config, seal, wait_until
+
+KEYS = 5
+PER_PARTITION = 120
+COMMIT_POINTS = ("before-snapshot", "after-snapshot", "after-upload", "after-checkpoint")
+"""Where a commit pauses for the kill: all but the last before the transaction's commit point, the last after it."""
+
+
+def eos_job(tmp_path: Path, **extra: Any) -> Config:
+    config = job_config(
+        tmp_path / "data",
+        "tests.systems.log.eos_jobs:CountPerKey",
+        task__processing__guarantee="exactly-once",
+        task__checkpoint__factory="log",
+        stores__counts__factory="rocksdb",
+        stores__counts__key__serde="string",
+        stores__counts__msg__serde="json",
+        stores__counts__changelog="log.counts-changelog",
+        systems__log__auto__create__streams="true",
+        **extra,
+    )
+    create_stream(config, "in", 2)
+    create_stream(config, "out", 1)
+    for partition in range(2):
+        records = [(f"k{i % KEYS}", i) for i in range(PER_PARTITION)]
+        write_stream(config, SystemStream("log", "in"), records, partition=partition)
+    return config
+
+
+def input_checkpointed(config: Config) -> dict[int, int]:
+    with metadata_store(config) as store, checkpoint_manager(config, store) as manager:
+        manager.start()
+        return {
+            ssp.partition: int(offset)
+            for checkpoint in manager.read_all().values()
+            for ssp, offset in checkpoint.offsets.items()
+            if ssp.stream == "in" and offset is not None
+        }
+
+
+def run_until_everything_is_checkpointed(config: Config) -> None:
+    runner = InProcessRunner(config)
+    outcome: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: outcome.setdefault("result", runner.run(timeout=300)), daemon=True)
+    thread.start()
+    try:
+        done = {0: PER_PARTITION - 1, 1: PER_PARTITION - 1}
+        wait_until(lambda: input_checkpointed(config) == done or not thread.is_alive(), 180, "inputs checkpointed")
+    finally:
+        runner.request_stop()
+        thread.join(120)
+    assert outcome["result"].outcome == "stopped", outcome["result"].error
+
+
+def exact_once(config: Config) -> None:
+    """Every input is in the output exactly once, with the count a fault-free run gives it."""
+    records = [value for pairs in read_stream(config, SystemStream("log", "out")).values() for _, value in pairs]
+    seen = sorted((r["p"], r["v"]) for r in records)
+    assert seen == sorted((p, i) for p in range(2) for i in range(PER_PARTITION)), "duplicates or losses"
+    wrong = [r for r in records if r["count"] != r["v"] // KEYS + 1]
+    assert not wrong, wrong[:3]
+
+
+def in_process(config: Config, tmp_path: Path) -> subprocess.Popen[bytes]:
+    path = tmp_path / "job.properties"
+    path.write_text("".join(f"{key}={value}\n" for key, value in config.items()))
+    with (tmp_path / "job.log").open("wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "millstream.cli.main", "run", str(path), "--in-process"],
+            cwd=Path(__file__).resolve().parents[3],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def test_an_exactly_once_job_on_the_log_writes_every_count_once(tmp_path: Path) -> None:
+    config = eos_job(tmp_path)
+    run_until_everything_is_checkpointed(config)
+    exact_once(config)
+
+
+def killed_at(config: Config, point: str, tmp_path: Path) -> None:
+    """Run ``config`` in a process of its own and SIGKILL it where its first commit paused at ``point``."""
+    markers = Path(config["task.commit.testing.marker.dir"])
+    job = in_process(config, tmp_path)
+    try:
+        wait_until(lambda: (markers / point).exists() or job.poll() is not None, 120, f"a commit paused at {point}")
+        assert job.poll() is None, (tmp_path / "job.log").read_text(errors="replace")[-3000:]
+        os.kill(job.pid, signal.SIGKILL)
+    finally:
+        job.kill()
+        job.wait(30)
+
+
+def paused_at(point: str, tmp_path: Path) -> dict[str, str]:
+    return {
+        "task__commit__testing__pause__at": point,
+        "task__commit__testing__pause__ms": "60000",
+        "task__commit__testing__marker__dir": str(tmp_path / "markers"),
+    }
+
+
+@pytest.mark.parametrize("point", COMMIT_POINTS)
+def test_a_container_killed_at_a_commit_point_neither_duplicates_nor_loses_output(tmp_path: Path, point: str) -> None:
+    config = eos_job(tmp_path, test__delay__seconds="0.005", **paused_at(point, tmp_path))
+    killed_at(config, point, tmp_path)
+    if point != "after-checkpoint":
+        assert committed_only(config), "a killed container's open transaction must hide its records"
+    if point == "before-snapshot":
+        consumed = subprocess.run(
+            [sys.executable, "-m", "millstream.cli.main", "streams", "consume", str(tmp_path / "job.properties"),
+             "log.out"],
+            cwd=Path(__file__).resolve().parents[3], capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert (consumed.returncode, consumed.stdout) == (0, ""), consumed.stderr
+    run_until_everything_is_checkpointed(config)
+    exact_once(config)
+
+
+def committed_only(config: Config) -> bool:
+    """Readers see no record of the killed attempt's open transaction: its output holds none yet."""
+    return not any(read_stream(config, SystemStream("log", "out"), idle_timeout=0.2).values())
+
+
+def test_windows_behind_a_repartition_come_out_once_with_exact_counts_after_a_kill(tmp_path: Path) -> None:
+    point = "before-snapshot"
+    config = app_config(
+        tmp_path,
+        "tests.api.apps:WindowedCount",
+        task__processing__guarantee="exactly-once",
+        task__checkpoint__factory="log",
+        test__delay__seconds="0.01",
+        **paused_at(point, tmp_path),
+    )
+    data = {p: messages(p, 60) for p in range(2)}
+    create_stream(config, "in", 2)
+    create_stream(config, "out", 1)
+    for partition, pairs in data.items():
+        write_stream(config, SystemStream("log", "in"), pairs, partition=partition)
+    seal(config, "in")
+    killed_at(config, point, tmp_path)
+    result = InProcessRunner(config).run(timeout=300)
+    assert result.outcome == "finished", result.error
+    panes = [value for pairs in read_stream(config, SystemStream("log", "out")).values() for _, value in pairs]
+    windows = Counter((p["user"], p["start"]) for p in panes if "count" in p)
+    assert set(windows.values()) == {1}, [w for w, n in windows.items() if n > 1][:3]  # each window once
+    assert {(p["user"], p["start"]): p["count"] for p in panes if "count" in p} == reference_counts(data)
+
+
+def test_a_paused_container_resumed_after_its_replacement_ran_commits_nothing(tmp_path: Path) -> None:
+    config = eos_job(tmp_path, test__delay__seconds="0.02")
+    zombie = in_process(config, tmp_path)
+    try:
+        wait_until(lambda: input_checkpointed(config), 120, "the first run's first commit")
+        os.kill(zombie.pid, signal.SIGSTOP)  # paused in the middle of a transaction, with more to write
+        run_until_everything_is_checkpointed(config)  # the replacement: a new generation, which fences it
+        os.kill(zombie.pid, signal.SIGCONT)
+        assert zombie.wait(120) != 0  # it learns it was fenced at its next append or commit
+    finally:
+        zombie.kill()
+        zombie.wait(30)
+    exact_once(config)
