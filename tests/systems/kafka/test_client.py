@@ -5,6 +5,7 @@ changelog is empty" and checkpointed an empty store)."""
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -53,7 +54,7 @@ class FlakyHandle:
         return "metadata"
 
 
-def kafka_settings(servers: str) -> SimpleNamespace:
+def kafka_settings(servers: str) -> Any:  # the settings check_brokers reads
     settings = SimpleNamespace(startup_timeout_ms=50, outage_timeout_ms=60_000)
     return SimpleNamespace(system="kafka", bootstrap_servers=servers, settings=settings, redact=lambda text: text)
 
