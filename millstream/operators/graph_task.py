@@ -119,9 +119,13 @@ class GraphSettings:
     quorum_percentage: float = 0.5
     max_out_of_orderness_ms: int = 0
     """Default of the inputs' bounded out-of-orderness."""
+    watermark_interval_ms: int = 0
+    """At most one watermark per produced stream per interval (``app.control.watermark.interval.ms``)."""
 
     def protocol(self) -> ProtocolSettings:
-        return ProtocolSettings(self.aggregate, self.idle_timeout_ms, self.quorum_percentage)
+        return ProtocolSettings(
+            self.aggregate, self.idle_timeout_ms, self.quorum_percentage, self.watermark_interval_ms
+        )
 
 
 @dataclass(frozen=True)
@@ -449,6 +453,7 @@ class TaskGraph:
             "sources": control["sources"],
             "operators": self.graph.snapshot(),
             "in_flight": control["in_flight"],
+            "held_back": control["held_back"],
         }
 
     def restore(

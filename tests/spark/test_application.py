@@ -14,6 +14,7 @@ import pytest
 
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
+from millstream.control.sender import aggregate_partition
 from millstream.coordinator.job_result import JobResult
 from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
@@ -141,17 +142,20 @@ def running(config: Config) -> bool:
 
 def test_a_sigkilled_downstream_only_container_resumes_where_its_control_state_was(spark_local, tmp_path):
     """Tasks 0 and 1 read the source and the intermediate partitions 0 and 1; task 2, alone in container 2,
-    reads only intermediate partition 2. Task 0's input ends early, task 1's late: container 2 is killed
+    reads only intermediate partition 2 — the aggregate partition (``app.id`` 9 makes it so), where each
+    producer sends its one end-of-stream. Task 0's input ends early, task 1's late: container 2 is killed
     after it committed past task 0's end-of-stream — which nobody will send again."""
     config = app_config(
         tmp_path,
         "tests.api.apps:WindowedCount",
         job__container__count=3,
+        app__id=9,
         app__intermediate__partitions=3,
         task__commit__ms=100,
         test__delay__seconds=0.03,
         test__slow__task="Partition 1",
     )
+    assert aggregate_partition("test-9-by-user", 3) == 2
     data = {0: messages(0, 5), 1: messages(1, 100)}
     setup(config, data)
     store = metadata_store(config)
