@@ -25,8 +25,10 @@ from millstream.testing import read_stream, write_stream
 from tests.api.apps import app_config, messages, reference_counts, reference_stateful, stateful_records, user_messages
 from tests.api.state_probe import persisted_control_states
 from tests.api.test_in_process import (
+    assert_control_bounded_by_time,
     assert_exact_without_forced_commits,
     assert_panes_fired_exactly_when_the_watermark_reached_their_end,
+    paced_app,
     watermark_heavy_app,
 )
 from tests.api.test_intermediate_streams import INTERMEDIATE, staged
@@ -129,6 +131,15 @@ def test_watermark_broadcasts_through_spark_do_not_force_commits_and_the_counts_
     (broadcast, or aggregated control messages)."""
     config, data = watermark_heavy_app(tmp_path, aggregate)
     assert_exact_without_forced_commits(config, data, SparkJobRunner(config, spark=spark_local).run())
+
+
+@pytest.mark.parametrize("aggregate", [False, True], ids=["broadcast", "aggregated"])
+def test_watermarks_through_spark_are_paced_by_time_and_end_of_stream_goes_once_per_producer(
+    spark_local, tmp_path, aggregate
+):
+    """As ``tests/api/test_in_process.py``'s: 8x8 partitions, a 5 ms timer, watermarks paced to one an hour."""
+    config, data = paced_app(tmp_path, aggregate)
+    assert_control_bounded_by_time(config, data, SparkJobRunner(config, spark=spark_local).run(), aggregate)
 
 
 def running(config: Config) -> bool:
