@@ -24,20 +24,25 @@ from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 
-_SLACK = 1e-6
-"""Seconds of float rounding forgiven, so that an interval measured as 0.19999999 s counts as passed."""
+JITTER = 0.1
+"""The part of an interval that may be missing when it counts as passed. Source watermarks advance on the
+task's timer, which calls each task of a container in turn, so the time between two of one task's calls
+moves a little around the interval: without this, a call that came a few milliseconds early would hold
+that tick's watermark back until the next one, a whole interval late."""
 
 
 class WatermarkPacer(Generic[K]):
     """Per key (a produced stream, or a stream an aggregating task re-broadcasts): when the last watermark
-    went out and the newest one held back. ``interval_ms`` 0 lets every advance through."""
+    went out and the newest one held back. ``interval_ms`` 0 lets every advance through; otherwise two
+    watermarks of a key are at least 90 % of it apart (``JITTER``)."""
 
     __slots__ = ("interval", "last_sent", "pending")
 
     def __init__(self, interval_ms: int) -> None:
         if interval_ms < 0:
             raise ValueError(f"a watermark interval cannot be negative: {interval_ms} ms")
-        self.interval = interval_ms / 1000
+        self.interval = interval_ms / 1000 * (1 - JITTER)
+        """The least time between two watermarks of a key, the timer's jitter allowed for."""
         self.last_sent: dict[K, float] = {}
         self.pending: dict[K, int] = {}
         """Watermarks held back, newest per key: sent by ``due`` once the interval has passed."""
@@ -45,7 +50,7 @@ class WatermarkPacer(Generic[K]):
     def offer(self, key: K, watermark: int, now: float) -> bool:
         """Whether ``watermark`` goes out now; if not, it is held back (replacing an older one)."""
         last = self.last_sent.get(key)
-        if last is None or now - last >= self.interval - _SLACK:
+        if last is None or now - last >= self.interval:
             self.last_sent[key] = now
             self.pending.pop(key, None)
             return True
@@ -55,7 +60,7 @@ class WatermarkPacer(Generic[K]):
 
     def due(self, now: float) -> Iterator[tuple[K, int]]:
         """The held-back watermarks whose interval has passed; each is then counted as sent now."""
-        for key in [key for key in self.pending if now - self.last_sent.get(key, now) >= self.interval - _SLACK]:
+        for key in [key for key in self.pending if now - self.last_sent.get(key, now) >= self.interval]:
             self.last_sent[key] = now
             yield key, self.pending.pop(key)
 
