@@ -388,11 +388,19 @@ class TaskGraph:
             state.flush()
 
     def before_checkpoint(self) -> dict[str, Any] | None:
-        """After a flush: control messages sent so far are durable; deferred ones (aggregate mode) go out
-        now. Returns the snapshot to persist, or None when nothing changed since the last one; the
-        operators' cached state changes are written in any case."""
+        """After a flush: control messages sent so far are durable; deferred ones (the aggregate route) go out
+        now, and are flushed at once: the runtime flushed the task's output before this call, and a task that
+        finishes with this commit — a producer sending its end-of-stream — has no later flush, so they would
+        wait in the producer for another task's (seconds of end-of-stream latency). They stay in flight in the
+        snapshot all the same: under exactly-once they are durable only with the container's commit.
+        Returns the snapshot to persist, or None when nothing changed since the last one; the operators'
+        cached state changes are written in any case."""
         changed = self.dirty or self.control.unsaved
-        self.apply(self.control.on_flush())
+        released = self.control.on_flush()
+        self.apply(released)
+        flush = getattr(self.context.collector, "flush", None)
+        if released.sends and flush is not None:
+            flush()
         self.flush_state()
         if not changed:
             return None
