@@ -175,9 +175,10 @@ class ControlProtocol:
         self.ignored_drains = 0
         """Drain messages of another run, ignored."""
         self.deferred: list[ControlSend] = []
-        """Aggregate mode: control messages waiting for a flush of this task's earlier output."""
+        """The aggregate route (aggregate mode; end-of-stream and drain in both): control messages waiting for a
+        flush of this task's earlier output."""
         self.in_flight: list[ControlSend] = []
-        """Aggregate mode: control messages sent after the last flush (re-sent after a restart)."""
+        """The aggregate route: control messages sent after the last flush (re-sent after a restart)."""
         self.output_pacer: WatermarkPacer[SystemStream] = WatermarkPacer(self.settings.watermark_interval_ms)
         """Watermarks of produced streams: at most one per interval (``pacing``)."""
         self.rebroadcast_pacer: WatermarkPacer[SystemStream] = WatermarkPacer(self.settings.watermark_interval_ms)
@@ -373,8 +374,8 @@ class ControlProtocol:
 
     @property
     def wants_commit(self) -> bool:
-        """Aggregate mode: deferred messages wait for a flush, in-flight ones for theirs. A flush of the task's
-        output is enough (then ``on_flush``): the engine asks for one on its timer, not for a commit."""
+        """The aggregate route: deferred messages wait for a flush, in-flight ones for theirs. A flush of the
+        task's output is enough (then ``on_flush``): the engine asks for one on its timer, not for a commit."""
         return bool(self.deferred or self.in_flight)
 
     def on_flush(self) -> ControlEvents:
