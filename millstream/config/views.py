@@ -505,6 +505,14 @@ class AppConfig(ConfigView):
     control_aggregation: Bool = Field(False, alias="control.aggregation")
     """Send control messages through one partition per intermediate stream (Samza's two-phase
     aggregation) instead of to every partition."""
+    control_watermark_interval_ms: int = Field(200, alias="control.watermark.interval.ms", ge=0)
+    """The least time between two watermarks a task sends to one intermediate stream (Flink's auto-watermark
+    interval; a tenth of it is allowed for the timer's jitter): a watermark goes out only when it advanced,
+    and one that advances again within the interval is held back and sent, newest only, by the task's timer
+    once the interval passed. Each one costs a record per partition of the stream (per producing task,
+    broadcast; ``app.control.aggregation``: one per producer plus one per partition), so this bounds control
+    traffic by time, not by how often watermarks move — raise it for streams with many producers and
+    partitions. 0 sends every advance. End-of-stream and drain are not paced: each producer sends them once."""
     watermark_interval_ms: int = Field(200, alias="watermark.interval.ms", ge=1)
     """How often sources emit watermarks and timers run (the default ``task.window.ms``)."""
     watermark_max_out_of_orderness_ms: int = Field(0, alias="watermark.max.out.of.orderness.ms", ge=0)

@@ -10,12 +10,15 @@ stream is finished once all of the task's partitions of it ended, otherwise its 
 over the task's partitions — is raised. Source partitions' watermarks come from event times
 (``source``); their end-of-stream comes from the system.
 
-*Producing.* A watermark or end-of-stream of a produced stream is framed with the task's name and the
-number of producing tasks and sent to every partition (broadcast: sent at once, and visible when the task's
-other output is — as the producer writes it under at-least-once, at the container's commit under
-exactly-once; it asks for no commit), or, in aggregate mode, to the aggregate partition only — deferred
-until a flush made the task's earlier output durable (``sender``). The task reading an aggregate partition re-broadcasts
-each reconciled result, without a task name, to the stream's other partitions.
+*Producing.* A watermark of a produced stream is framed with the task's name and the number of producing
+tasks and sent to every partition (broadcast: sent at once, and visible when the task's other output is —
+as the producer writes it under at-least-once, at the container's commit under exactly-once; it asks for
+no commit), or, in aggregate mode, to the aggregate partition only — deferred until a flush made the task's
+earlier output durable (``sender``). Watermarks go out only when they advanced and at most once per
+``app.control.watermark.interval.ms`` per stream (``pacing``), so their cost is bounded by time. End-of-stream
+and drain take the aggregate route in both modes: each producer sends one record, not one per partition.
+The task reading an aggregate partition re-broadcasts each reconciled result, without a task name, to the
+stream's other partitions (watermarks paced like its own).
 
 *Draining* (``millstream job drain``). The runtime stops reading the task's source partitions and
 reports each as drained (``on_drain``); a stream whose partitions all ended or drained is finished as
@@ -26,8 +29,9 @@ restarted job must not drain on what an earlier run left in the stream. Drain is
 snapshot — no partition is saved as ended because it drained, and drain messages are not kept in flight —
 so the next run reads on after it.
 
-*Restarts.* Aggregate-mode messages sent since the last flush are *in flight*: they are part of the
-snapshot and sent again by the first task call after a restore (a duplicate reconciles to nothing), and
+*Restarts.* Aggregate-route messages sent since the last flush are *in flight*: they are part of the
+snapshot, as are the watermarks held back by pacing, and sent again by the first task call after a restore
+(a duplicate reconciles to nothing), and
 the intermediate partitions that had ended are declared ended again (the runtime forgot them).
 """
 
@@ -47,6 +51,7 @@ from millstream.control.messages import (
     EndOfStreamMessage,
     WatermarkMessage,
 )
+from millstream.control.pacing import WatermarkPacer
 from millstream.control.reconciliation import ControlReconciler, Reconciled
 from millstream.control.sender import aggregate_partition, control_targets, rebroadcast_targets
 from millstream.control.source import SourceWatermarks
@@ -61,6 +66,9 @@ class ProtocolSettings:
     """Samza's two-phase control messages through one partition (``app.control.aggregation``)."""
     idle_timeout_ms: int = -1
     quorum_percentage: float = 0.5
+    watermark_interval_ms: int = 0
+    """At most one watermark per produced stream (and per re-broadcast stream) per interval; 0: every
+    advance (``app.control.watermark.interval.ms``, see ``pacing``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +165,7 @@ class ControlProtocol:
         }
         self.consumed = {stream.stream: stream for stream in consumed}
         self.produced = {stream.stream: stream for stream in produced}
+        self.clock = clock
         self.reconciler = ControlReconciler(self.settings.idle_timeout_ms, self.settings.quorum_percentage, clock)
         self.reconciler.register(ssp for stream in self.consumed.values() for ssp in stream.ssps)
         self.ended: set[SystemStreamPartition] = set()
@@ -166,9 +175,14 @@ class ControlProtocol:
         self.ignored_drains = 0
         """Drain messages of another run, ignored."""
         self.deferred: list[ControlSend] = []
-        """Aggregate mode: control messages waiting for a flush of this task's earlier output."""
+        """The aggregate route (aggregate mode; end-of-stream and drain in both): control messages waiting for a
+        flush of this task's earlier output."""
         self.in_flight: list[ControlSend] = []
-        """Aggregate mode: control messages sent after the last flush (re-sent after a restart)."""
+        """The aggregate route: control messages sent after the last flush (re-sent after a restart)."""
+        self.output_pacer: WatermarkPacer[SystemStream] = WatermarkPacer(self.settings.watermark_interval_ms)
+        """Watermarks of produced streams: at most one per interval (``pacing``)."""
+        self.rebroadcast_pacer: WatermarkPacer[SystemStream] = WatermarkPacer(self.settings.watermark_interval_ms)
+        """Aggregate mode, the aggregating task: reconciled watermarks it copies to the other partitions."""
         self.changed = False
         """The state changed since the last ``saved``."""
         self._resume_pending = False
@@ -245,14 +259,25 @@ class ControlProtocol:
             )  # fmt: skip
 
     def on_timer(self) -> ControlEvents:
-        """The periodic timer: every source stream's watermark, then consumed streams whose watermark
-        advanced because idle producers stopped holding it back."""
+        """The periodic timer: watermarks held back whose interval passed (``pacing``), every source stream's
+        watermark, then consumed streams whose watermark advanced because idle producers stopped holding
+        it back."""
+        now = self.clock()
+        sends: list[ControlSend] = []
+        for stream, watermark in self.rebroadcast_pacer.due(now):
+            sends.extend(self._rebroadcast_frame(self.consumed[stream], WatermarkMessage(watermark, None, 0)))
+        for stream, watermark in self.output_pacer.due(now):
+            sends.extend(self._watermark_sends(stream, watermark))
         advance = [(stream, marks.stream_watermark()) for stream, marks in self.source_marks.items()]
         for ssp in self.reconciler.check_idle():
             self.changed = True
             consumed = self.consumed[ssp.system_stream]
             advance.append((consumed.stream, self._stream_watermark(consumed)))
-        return ControlEvents(advance=tuple(advance)) if advance else NO_EVENTS
+        if sends:
+            self.changed = True  # what was held back is no longer part of the snapshot
+        if not sends and not advance:
+            return NO_EVENTS
+        return ControlEvents(sends=tuple(sends), advance=tuple(advance))
 
     @property
     def task_watermark(self) -> int:
@@ -280,53 +305,77 @@ class ControlProtocol:
         task name (authoritative), to the stream's other partitions."""
         stream, count = consumed.stream, consumed.partition_count
         if (
-            not self.settings.aggregate
+            not self._aggregated(message)
             or message.task_name is None
             or ssp.partition != aggregate_partition(stream.stream, count)
         ):
             return ()
         copy: ControlMessage
-        if result.end_of_stream:
-            copy = EndOfStreamMessage(None, 0)
-        elif result.drained:
-            copy = DrainMessage(None, 0, self.run_id)
+        if result.end_of_stream or result.drained:
+            self.rebroadcast_pacer.drop(stream)
+            copy = EndOfStreamMessage(None, 0) if result.end_of_stream else DrainMessage(None, 0, self.run_id)
         else:
             assert result.watermark is not None
+            if not self.rebroadcast_pacer.offer(stream, result.watermark, self.clock()):
+                return ()
             copy = WatermarkMessage(result.watermark, None, 0)
-        frame = frame_control_message(copy)
-        return tuple(ControlSend(stream, partition, frame) for partition in rebroadcast_targets(stream.stream, count))
+        return self._rebroadcast_frame(consumed, copy)
+
+    @staticmethod
+    def _rebroadcast_frame(consumed: ConsumedStream, copy: ControlMessage) -> tuple[ControlSend, ...]:
+        stream, frame = consumed.stream, frame_control_message(copy)
+        targets = rebroadcast_targets(stream.stream, consumed.partition_count)
+        return tuple(ControlSend(stream, partition, frame) for partition in targets)
 
     # --- outputs ----------------------------------------------------------------------------------
 
     def on_output_watermark(self, stream: SystemStream, watermark: int) -> ControlEvents:
-        """The task's watermark of a produced stream advanced."""
+        """The task's watermark of a produced stream advanced: sent now if the stream's interval passed,
+        else held back for the timer (``pacing``)."""
+        if not self.output_pacer.offer(stream, watermark, self.clock()):
+            self.changed = True  # the held-back watermark is part of the snapshot
+            return NO_EVENTS
+        sends = self._watermark_sends(stream, watermark)
+        return ControlEvents(sends=sends) if sends else NO_EVENTS
+
+    def _watermark_sends(self, stream: SystemStream, watermark: int) -> tuple[ControlSend, ...]:
         produced = self.produced[stream]
-        return self._send(produced, WatermarkMessage(watermark, self.task_name, produced.task_count))
+        return self._send(produced, WatermarkMessage(watermark, self.task_name, produced.task_count)).sends
 
     def on_output_end_of_stream(self, stream: SystemStream) -> ControlEvents:
-        """The task will write nothing more to a produced stream."""
+        """The task will write nothing more to a produced stream: sent once, superseding a held-back watermark."""
         produced = self.produced[stream]
+        self.output_pacer.drop(stream)
         return self._send(produced, EndOfStreamMessage(self.task_name, produced.task_count))
 
     def on_output_drain(self, stream: SystemStream) -> ControlEvents:
         """The task will write nothing more to a produced stream in this run: the job drains."""
         produced = self.produced[stream]
+        self.output_pacer.drop(stream)
         return self._send(produced, DrainMessage(self.task_name, produced.task_count, self.run_id))
 
     def _send(self, produced: ProducedStream, message: ControlMessage) -> ControlEvents:
-        """Broadcast now, or defer until the task's output was flushed (aggregate)."""
+        """Broadcast now, or defer until the task's output was flushed (aggregate; end-of-stream and drain
+        in both modes)."""
         frame = frame_control_message(message)
-        targets = control_targets(produced.stream.stream, produced.partition_count, self.settings.aggregate)
+        aggregated = self._aggregated(message)
+        targets = control_targets(produced.stream.stream, produced.partition_count, aggregated)
         sends = tuple(ControlSend(produced.stream, partition, frame) for partition in targets)
-        if self.settings.aggregate:
+        if aggregated:
             self.deferred.extend(sends)
             return NO_EVENTS
         return ControlEvents(sends=sends)
 
+    def _aggregated(self, message: ControlMessage) -> bool:
+        """Whether ``message`` goes through the aggregate partition: every message in aggregate mode; in
+        broadcast mode end-of-stream and drain, which each producer sends once — to one partition rather
+        than all, since their extra hop costs latency once per run, not once per watermark."""
+        return self.settings.aggregate or not isinstance(message, WatermarkMessage)
+
     @property
     def wants_commit(self) -> bool:
-        """Aggregate mode: deferred messages wait for a flush, in-flight ones for theirs. A flush of the task's
-        output is enough (then ``on_flush``): the engine asks for one on its timer, not for a commit."""
+        """The aggregate route: deferred messages wait for a flush, in-flight ones for theirs. A flush of the
+        task's output is enough (then ``on_flush``): the engine asks for one on its timer, not for a commit."""
         return bool(self.deferred or self.in_flight)
 
     def on_flush(self) -> ControlEvents:
@@ -355,6 +404,10 @@ class ControlProtocol:
                 for send in self.in_flight
                 if send.frame[0] != MessageType.DRAIN  # a drain belongs to this run: never re-sent by the next
             ],
+            "held_back": {
+                "output": {str(stream): mark for stream, mark in self.output_pacer.pending.items()},
+                "rebroadcast": {str(stream): mark for stream, mark in self.rebroadcast_pacer.pending.items()},
+            },
         }
 
     def restore(
@@ -377,13 +430,29 @@ class ControlProtocol:
             ControlSend(SystemStream.parse(stream), int(partition), bytes(frame))
             for stream, partition, frame in snapshot.get("in_flight", ())
         ]
+        held_back = snapshot.get("held_back") or {}
+        self.output_pacer.restore(_held_back(held_back.get("output"), self.produced.keys()))
+        self.rebroadcast_pacer.restore(_held_back(held_back.get("rebroadcast"), self.consumed.keys()))
         self._resume_pending = True
 
     def resume(self) -> ControlEvents:
-        """At the first task call after ``restore``: re-send the in-flight messages and re-declare the
-        ended intermediate partitions; nothing afterwards."""
+        """At the first task call after ``restore``: re-send the in-flight messages and the watermarks held
+        back, and re-declare the ended intermediate partitions; nothing afterwards."""
         if not self._resume_pending:
             return NO_EVENTS
         self._resume_pending = False
         ended = tuple(ssp for ssp in sorted(self.ended) if ssp.system_stream in self.consumed)
-        return ControlEvents(sends=tuple(self.in_flight), ended=ended)
+        now = self.clock()
+        sends = list(self.in_flight)
+        for stream, watermark in self.rebroadcast_pacer.take_all(now).items():
+            sends.extend(self._rebroadcast_frame(self.consumed[stream], WatermarkMessage(watermark, None, 0)))
+        for stream, watermark in self.output_pacer.take_all(now).items():
+            sends.extend(self._watermark_sends(stream, watermark))
+        return ControlEvents(sends=tuple(sends), ended=ended)
+
+
+def _held_back(document: Mapping[str, int] | None, known: Iterable[SystemStream]) -> dict[SystemStream, int]:
+    """A snapshot's held-back watermarks of the streams this task still has (the plan may have changed)."""
+    streams = set(known)
+    parsed = {SystemStream.parse(stream): int(mark) for stream, mark in (document or {}).items()}
+    return {stream: mark for stream, mark in parsed.items() if stream in streams}

@@ -119,9 +119,13 @@ class GraphSettings:
     quorum_percentage: float = 0.5
     max_out_of_orderness_ms: int = 0
     """Default of the inputs' bounded out-of-orderness."""
+    watermark_interval_ms: int = 0
+    """At most one watermark per produced stream per interval (``app.control.watermark.interval.ms``)."""
 
     def protocol(self) -> ProtocolSettings:
-        return ProtocolSettings(self.aggregate, self.idle_timeout_ms, self.quorum_percentage)
+        return ProtocolSettings(
+            self.aggregate, self.idle_timeout_ms, self.quorum_percentage, self.watermark_interval_ms
+        )
 
 
 @dataclass(frozen=True)
@@ -384,11 +388,19 @@ class TaskGraph:
             state.flush()
 
     def before_checkpoint(self) -> dict[str, Any] | None:
-        """After a flush: control messages sent so far are durable; deferred ones (aggregate mode) go out
-        now. Returns the snapshot to persist, or None when nothing changed since the last one; the
-        operators' cached state changes are written in any case."""
+        """After a flush: control messages sent so far are durable; deferred ones (the aggregate route) go out
+        now, and are flushed at once: the runtime flushed the task's output before this call, and a task that
+        finishes with this commit — a producer sending its end-of-stream — has no later flush, so they would
+        wait in the producer for another task's (seconds of end-of-stream latency). They stay in flight in the
+        snapshot all the same: under exactly-once they are durable only with the container's commit.
+        Returns the snapshot to persist, or None when nothing changed since the last one; the operators'
+        cached state changes are written in any case."""
         changed = self.dirty or self.control.unsaved
-        self.apply(self.control.on_flush())
+        released = self.control.on_flush()
+        self.apply(released)
+        flush = getattr(self.context.collector, "flush", None)
+        if released.sends and flush is not None:
+            flush()
         self.flush_state()
         if not changed:
             return None
@@ -449,6 +461,7 @@ class TaskGraph:
             "sources": control["sources"],
             "operators": self.graph.snapshot(),
             "in_flight": control["in_flight"],
+            "held_back": control["held_back"],
         }
 
     def restore(

@@ -12,11 +12,12 @@ import msgpack
 import pytest
 
 from millstream.config import Config
+from millstream.control.framing import MessageType
 from millstream.control.state import CONTROL_STATE_NAMESPACE
 from millstream.coordinator.job_result import JobResult
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStream, SystemStreamPartition
-from millstream.testing import InProcessRunner, TestRunner, read_stream, write_stream
+from millstream.testing import InProcessRunner, TestRunner, iter_stream, read_stream, write_stream
 from tests.api.apps import (
     RepartitionPassThrough,
     app_config,
@@ -169,13 +170,13 @@ def downstream_restart_scenario(
     return upstream, downstream, data
 
 
-def wait_until_every_task_recorded_the_end_of(config: Config, producer: str, tasks: int, timeout: float = 30) -> None:
-    """Until each downstream task's persisted control state holds ``producer``'s end-of-stream."""
+def wait_until_the_aggregating_task_recorded_the_end_of(config: Config, producer: str, timeout: float = 30) -> None:
+    """Until the persisted control state of the downstream task reading the aggregate partition (where each
+    producer sends its one end-of-stream) holds ``producer``'s end-of-stream."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         states = persisted_control_states(config).values()
-        ended = [producer in partition["ended_tasks"] for state in states for partition in state["reconciler"].values()]
-        if len(ended) >= tasks and all(ended):
+        if any(producer in partition["ended_tasks"] for state in states for partition in state["reconciler"].values()):
             return
         time.sleep(0.02)
     raise AssertionError(f"the downstream tasks never recorded the end-of-stream of {producer}")
@@ -185,7 +186,7 @@ def test_a_restarted_downstream_job_continues_where_its_control_state_was(tmp_pa
     upstream, downstream, data = downstream_restart_scenario(tmp_path)
     _, producer, produced = run_in_background(upstream)
     first, consumer, consumed = run_in_background(downstream)
-    wait_until_every_task_recorded_the_end_of(downstream, "Partition 0", tasks=2)
+    wait_until_the_aggregating_task_recorded_the_end_of(downstream, "Partition 0")
     first.request_stop()
     consumer.join()
     assert consumed["result"].outcome == "stopped"
@@ -204,7 +205,7 @@ def test_without_its_control_state_a_restarted_downstream_waits_for_ever_as_samz
     upstream, downstream, _ = downstream_restart_scenario(tmp_path, "tests.api.apps:RepartitionPassThrough")
     _, producer, _ = run_in_background(upstream)
     first, consumer, _ = run_in_background(downstream)
-    wait_until_every_task_recorded_the_end_of(downstream, "Partition 0", tasks=2)
+    wait_until_the_aggregating_task_recorded_the_end_of(downstream, "Partition 0")
     first.request_stop()
     consumer.join()
     producer.join()
@@ -259,19 +260,22 @@ def test_a_startpoint_rewinds_a_high_level_job_instead_of_being_skipped_as_a_rep
 
 
 def watermark_heavy_app(
-    tmp_path: Path, aggregate: bool = False
+    tmp_path: Path, aggregate: bool = False, control_interval_ms: int = 0, **extra: Any
 ) -> tuple[Config, dict[int, list[tuple[str, dict[str, Any]]]]]:
     """8x8 partitions and a 5 ms watermark timer: many broadcasts (or, ``aggregate``, control messages through
-    the aggregate partitions); ``task.commit.ms`` ten minutes, so commits only at the end."""
+    the aggregate partitions) unless ``control_interval_ms`` paces them; ``task.commit.ms`` ten minutes, so
+    commits only at the end."""
     config = app_config(
         tmp_path,
         "tests.api.apps:WindowedCount",
         job__container__count=2,
         app__intermediate__partitions=8,
         app__watermark__interval__ms=5,
+        app__control__watermark__interval__ms=control_interval_ms,
         task__commit__ms=600_000,
         test__delay__seconds=0.004,
         app__control__aggregation=str(aggregate).lower(),
+        **extra,
     )
     data = {p: messages(p, 40, users=7) for p in range(8)}
     setup(config, data)
@@ -290,6 +294,36 @@ def assert_exact_without_forced_commits(config: Config, data: dict[int, Any], re
     assert watermarks > 16, "the timer broadcast many watermarks"
     assert commits <= 2 * 8, f"{commits} commits for 8 tasks and {watermarks} watermarks passed on"
     return records
+
+
+INTERMEDIATE = "test-1-by-user"
+"""The intermediate stream of ``WindowedCount`` (``<app.name>-<app.id>-by-user``)."""
+
+
+def paced_app(tmp_path: Path, aggregate: bool) -> tuple[Config, dict[int, list[tuple[str, dict[str, Any]]]]]:
+    """``watermark_heavy_app`` with watermarks paced to one an hour and the intermediate records kept."""
+    keep = f"systems__log__streams__{INTERMEDIATE}__samza__delete__committed__messages"
+    return watermark_heavy_app(tmp_path, aggregate, control_interval_ms=3_600_000, **{keep: "false"})
+
+
+def assert_control_bounded_by_time(config: Config, data: dict[int, Any], result: JobResult, aggregate: bool) -> None:
+    """8 producers, 8 partitions, a 5 ms timer that moves event time at every tick, watermarks paced to one
+    an hour: each producer sends its first watermark (8 records broadcast, 1 aggregated) and one end-of-stream;
+    the aggregating task forwards what it reconciled (at most one watermark, and end-of-stream, to 7 others).
+    Unpaced, every tick would have cost 64 (or 15) records. The windows still fire exactly, at the end."""
+    assert result.outcome == "finished", result.error
+    assert {(p["user"], p["start"]): p["count"] for p in output(config) if "count" in p} == reference_counts(data)
+    records = [e.message for _, batch in iter_stream(config, SystemStream("log", INTERMEDIATE)) for e in batch]
+    control = sum(1 for record in records if record[0] != MessageType.USER_MESSAGE)
+    watermarks = 8 + 7 if aggregate else 8 * 8
+    assert control <= watermarks + 8 + 7, f"{control} control records for 8x8 partitions and one paced round"
+    assert sum(1 for record in records if record[0] == MessageType.END_OF_STREAM) == 8 + 7, "once per producer"
+
+
+@pytest.mark.parametrize("aggregate", [False, True], ids=["broadcast", "aggregated"])
+def test_watermarks_are_paced_by_time_and_end_of_stream_goes_once_per_producer(tmp_path, aggregate):
+    config, data = paced_app(tmp_path, aggregate)
+    assert_control_bounded_by_time(config, data, InProcessRunner(config).run(timeout=120), aggregate)
 
 
 @pytest.mark.parametrize("aggregate", [False, True], ids=["broadcast", "aggregated"])

@@ -20,6 +20,7 @@ from millstream.control.protocol import (
     SourceInput,
 )
 from millstream.control.reconciliation import ControlReconciler, Reconciled
+from millstream.control.sender import aggregate_partition
 from tests.control.test_protocol import A0, A1, AGGREGATE, BY_USER, I0, I1, OUT, SOURCE, decoded
 
 RUN = "run-7"
@@ -166,9 +167,11 @@ def test_drain_is_only_a_sources_partition_to_drain():
     assert consumer(I0).on_drain(I0) is NO_EVENTS, "an intermediate partition drains through its producers"
 
 
-def test_a_producer_broadcasts_a_drain_stamped_with_its_run_and_asks_for_no_commit():
-    events = source_task().on_output_drain(OUT)
-    assert decoded(events) == [(p, DrainMessage("Partition 0", 2, RUN)) for p in range(3)]
+def test_a_producer_sends_one_drain_stamped_with_its_run_to_the_aggregate_partition_after_a_flush():
+    protocol = source_task()
+    assert protocol.on_output_drain(OUT) is NO_EVENTS, "held back until the task's output was flushed"
+    events = protocol.on_flush()
+    assert decoded(events) == [(aggregate_partition(OUT.stream, 3), DrainMessage("Partition 0", 2, RUN))]
     assert events == ControlEvents(sends=events.sends), "the task commits as it finishes draining"
 
 

@@ -127,14 +127,17 @@ def test_idle_producers_stop_holding_the_stream_back_at_the_timer():
 # --- producing -------------------------------------------------------------------------------------
 
 
-def test_broadcast_sends_each_control_message_to_every_partition_at_once_and_asks_for_no_commit():
+def test_broadcast_sends_each_watermark_to_every_partition_at_once_and_asks_for_no_commit():
     protocol = producer()
     events = protocol.on_output_watermark(OUT, 5)
     assert decoded(events) == [(p, WatermarkMessage(5, "Partition 0", 2)) for p in range(3)]
     assert events == ControlEvents(sends=events.sends) and not protocol.wants_commit
-    assert decoded(protocol.on_output_end_of_stream(OUT)) == [
-        (p, EndOfStreamMessage("Partition 0", 2)) for p in range(3)
-    ]
+
+
+def test_broadcast_sends_end_of_stream_once_to_the_aggregate_partition_after_a_flush():
+    protocol = producer(partitions=5)
+    assert protocol.on_output_end_of_stream(OUT) is NO_EVENTS and protocol.wants_commit
+    assert decoded(protocol.on_flush()) == [(aggregate_partition(OUT.stream, 5), EndOfStreamMessage("Partition 0", 2))]
 
 
 def test_aggregate_mode_defers_to_the_next_flush_and_keeps_what_it_sent_in_flight_until_the_one_after():

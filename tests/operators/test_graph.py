@@ -15,7 +15,7 @@ from millstream.model import SystemStream, SystemStreamPartition
 from millstream.operators.graph import OperatorError
 from millstream.operators.graph_task import GraphSettings
 from millstream.operators.windows import WindowImpl
-from tests.api.harness import SOURCE, Driver, application, route, task_graph
+from tests.api.harness import SOURCE, Collector, Driver, application, route, task_graph
 
 A0 = SOURCE.partition(0)
 A1 = SOURCE.partition(1)
@@ -256,7 +256,7 @@ def test_partition_by_writes_framed_user_messages_keyed_by_the_key_function():
     assert unframe(envelope.message) == (MessageType.USER_MESSAGE, orjson.dumps({"user": "u1", "ts": 5}))
 
 
-def test_every_producing_task_sends_each_control_message_to_every_partition():
+def test_every_producing_task_sends_watermarks_to_every_partition_and_end_of_stream_once():
     driver = Driver(task_graph(repartitioned(), [A0], stages=[0], partitions=3, producers=2))
     driver.source(A0, {"user": "u1", "ts": 5}, 0)
     driver.tick()
@@ -265,11 +265,30 @@ def test_every_producing_task_sends_each_control_message_to_every_partition():
         (0, WatermarkMessage(5, "Partition 0", 2)),
         (1, WatermarkMessage(5, "Partition 0", 2)),
         (2, WatermarkMessage(5, "Partition 0", 2)),
-        (0, EndOfStreamMessage("Partition 0", 2)),
-        (1, EndOfStreamMessage("Partition 0", 2)),
-        (2, EndOfStreamMessage("Partition 0", 2)),
     ]
     assert driver.coordinator.commits == 0, "a broadcast asks for no commit: commits follow task.commit.ms"
+    driver.checkpoint()  # end-of-stream waits for a flush of the task's output, then goes to one partition
+    assert controls(driver)[3:] == [(aggregate_partition(BY_USER.stream, 3), EndOfStreamMessage("Partition 0", 2))]
+
+
+def test_what_a_commit_releases_is_flushed_with_it_and_kept_in_flight():
+    """A producer finishing with this commit has no later flush: its end-of-stream must not wait for one."""
+
+    class FlushingCollector(Collector):
+        flushes = 0
+
+        def flush(self) -> None:
+            self.flushes += 1
+
+    driver = Driver(task_graph(repartitioned(), [A0], stages=[0], partitions=3, producers=2))
+    driver.collector = collector = FlushingCollector()
+    driver.source(A0, {"user": "u1", "ts": 5}, 0)
+    driver.end(A0)
+    assert collector.flushes == 0, "end-of-stream waits for the commit's flush of the task's output"
+    snapshot = driver.checkpoint()
+    assert collector.flushes == 1 and controls(driver)[-1][1] == EndOfStreamMessage("Partition 0", 2)
+    assert snapshot is not None and len(snapshot["in_flight"]) == 1, "durable only with the commit"
+    assert driver.checkpoint() is not None and collector.flushes == 1, "nothing more released, nothing flushed"
 
 
 def test_a_task_that_reads_no_stream_feeding_a_partition_by_is_not_its_producer():

@@ -14,6 +14,7 @@ import pytest
 
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
+from millstream.control.sender import aggregate_partition
 from millstream.coordinator.job_result import JobResult
 from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
@@ -24,8 +25,10 @@ from millstream.testing import read_stream, write_stream
 from tests.api.apps import app_config, messages, reference_counts, reference_stateful, stateful_records, user_messages
 from tests.api.state_probe import persisted_control_states
 from tests.api.test_in_process import (
+    assert_control_bounded_by_time,
     assert_exact_without_forced_commits,
     assert_panes_fired_exactly_when_the_watermark_reached_their_end,
+    paced_app,
     watermark_heavy_app,
 )
 from tests.api.test_intermediate_streams import INTERMEDIATE, staged
@@ -130,6 +133,15 @@ def test_watermark_broadcasts_through_spark_do_not_force_commits_and_the_counts_
     assert_exact_without_forced_commits(config, data, SparkJobRunner(config, spark=spark_local).run())
 
 
+@pytest.mark.parametrize("aggregate", [False, True], ids=["broadcast", "aggregated"])
+def test_watermarks_through_spark_are_paced_by_time_and_end_of_stream_goes_once_per_producer(
+    spark_local, tmp_path, aggregate
+):
+    """As ``tests/api/test_in_process.py``'s: 8x8 partitions, a 5 ms timer, watermarks paced to one an hour."""
+    config, data = paced_app(tmp_path, aggregate)
+    assert_control_bounded_by_time(config, data, SparkJobRunner(config, spark=spark_local).run(), aggregate)
+
+
 def running(config: Config) -> bool:
     """Whether a container of ``config``'s job reported that it runs."""
     store = metadata_store(config)
@@ -141,17 +153,20 @@ def running(config: Config) -> bool:
 
 def test_a_sigkilled_downstream_only_container_resumes_where_its_control_state_was(spark_local, tmp_path):
     """Tasks 0 and 1 read the source and the intermediate partitions 0 and 1; task 2, alone in container 2,
-    reads only intermediate partition 2. Task 0's input ends early, task 1's late: container 2 is killed
+    reads only intermediate partition 2 — the aggregate partition (``app.id`` 9 makes it so), where each
+    producer sends its one end-of-stream. Task 0's input ends early, task 1's late: container 2 is killed
     after it committed past task 0's end-of-stream — which nobody will send again."""
     config = app_config(
         tmp_path,
         "tests.api.apps:WindowedCount",
         job__container__count=3,
+        app__id=9,
         app__intermediate__partitions=3,
         task__commit__ms=100,
         test__delay__seconds=0.03,
         test__slow__task="Partition 1",
     )
+    assert aggregate_partition("test-9-by-user", 3) == 2
     data = {0: messages(0, 5), 1: messages(1, 100)}
     setup(config, data)
     store = metadata_store(config)

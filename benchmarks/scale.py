@@ -1,0 +1,280 @@
+"""How millstream's costs grow with the size of a job, as ratios, in one run (issue 36).
+
+    python -m benchmarks.scale [--fanout 4,32,128] [--messages 200000] [--partitions 4,64,256]
+                               [--passthrough-messages 100000] [--keys 1000000] [--value-size 100]
+
+Three curves, each relative to its smallest point, on the embedded log and the in-process runner
+(2 containers):
+
+  control fan-out   P source partitions -> partition_by into Q = P partitions -> 1 s tumbling count,
+                    ``--messages`` messages whose event time moves 1 ms per message. For each P: the job
+                    with watermarks suppressed (``app.control.watermark.interval.ms`` one hour: one
+                    watermark and end-of-stream per producer, the baseline "without event time"), with
+                    broadcast watermarks and with ``app.control.aggregation``; control records per user
+                    record written to the intermediate stream, wall time against the baseline, and how
+                    long after the last source message the last sink task saw end-of-stream, and from the last
+                    user record a downstream task read until then (the control path alone).
+  partitions        a low-level pass-through (``benchmarks.tasks:NoOp``) of ``--passthrough-messages``
+                    spread over P partitions: wall time of the run and CPU per message (the process's
+                    CPU time over the run, start-up included, divided by the messages), against the
+                    smallest P.
+  restore vs disk   one RocksDB store of ``--keys`` keys: restore from its changelog and from the blob
+                    store after the files were evicted from the page cache, against the disk's
+                    sequential read speed (the changelog's own files read back after eviction); by wall
+                    time and by the process's CPU time (a restore is CPU-bound: on a machine whose cores
+                    are shared, MB per CPU second is what an idle core would give).
+
+Figures come from one run on a shared machine: compare rows with each other, not with other machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks import scale_apps
+from benchmarks.state_common import StateJob, bench_config, fill_store
+from millstream.config import Config
+from millstream.coordinator.prepare import prepare
+from millstream.model import SystemStream
+from millstream.systems.base import StreamSpec
+from millstream.systems.registry import system_factory
+from millstream.testing import InProcessRunner, write_stream
+
+SOURCE = SystemStream("log", "scale-in")
+STATS = re.compile(r"(\d+) user message\(s\) written; control messages (\d+) sent")
+
+
+class ControlCounts(logging.Handler):
+    """Adds up what every task logs at close about its intermediate streams (``ControlStats``): counting
+    the records in the streams afterwards would miss what the consuming stage already purged."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.user = self.control = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        found = STATS.search(record.getMessage())
+        if found:
+            self.user += int(found[1])
+            self.control += int(found[2])
+
+    def __enter__(self) -> ControlCounts:
+        logger = logging.getLogger("millstream.operators.graph_task")
+        logger.addHandler(self)
+        logger.setLevel(logging.INFO)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        logging.getLogger("millstream.operators.graph_task").removeHandler(self)
+
+
+def create_input(cfg: Config, partitions: int, messages: int, event_time: bool) -> None:
+    admin = system_factory(cfg, "log").get_admin("log", cfg)
+    admin.create_stream(StreamSpec("log", SOURCE.stream, partitions))
+    for partition in range(partitions):
+        pairs = [
+            (None, {"user": f"u{n % 997}", "ts": n} if event_time else {"n": n})
+            for n in range(partition, messages, partitions)
+        ]
+        write_stream(cfg, SOURCE, pairs, partition=partition)
+    admin.seal_stream(SOURCE.stream)
+
+
+@dataclass
+class FanOut:
+    seconds: float
+    user: int
+    control: int
+    end_latency: float
+    """From the last source message to the last sink task's end-of-stream."""
+    control_latency: float
+    """From the last user record read downstream to the last sink task's end-of-stream."""
+
+
+def fan_out_run(root: Path, partitions: int, messages: int, mode: str) -> FanOut:
+    run = f"fanout-{partitions}-{mode}"
+    cfg = prepare(
+        Config(
+            {
+                "job.name": run,
+                "job.data.dir": str(root / run),
+                "job.container.count": 2,
+                "app.class": "benchmarks.scale_apps:WindowedCount",
+                "app.intermediate.partitions": partitions,
+                "app.control.aggregation": str(mode == "aggregated").lower(),
+                "app.control.watermark.interval.ms": 3_600_000 if mode == "baseline" else 200,
+                "systems.log.samza.offset.default": "oldest",
+                "task.commit.ms": 10_000,
+                "bench.run": run,
+            }
+        )
+    )
+    create_input(cfg, partitions, messages, event_time=True)
+    with ControlCounts() as counts:
+        started = time.perf_counter()
+        result = InProcessRunner(cfg).run(timeout=900)
+        seconds = time.perf_counter() - started
+    assert result.outcome == "finished", f"{run}: {result.outcome} {result.error}"
+    ended = max(scale_apps.SINK_ENDS.get(run, [float("nan")]))
+    nan = float("nan")
+    return FanOut(
+        seconds,
+        counts.user,
+        counts.control,
+        ended - scale_apps.LAST_SOURCE.get(run, nan),
+        ended - scale_apps.LAST_READ.get(run, nan),
+    )
+
+
+def fan_out(root: Path, sizes: list[int], messages: int) -> None:
+    print(f"\ncontrol fan-out: P x P partitions, {messages:,} messages, 2 containers, watermark interval 200 ms")
+    print(
+        f"{'P x Q':>10}{'mode':>12}{'seconds':>9}{'x baseline':>11}{'ctl records':>13}{'ctl/user':>10}"
+        f"{'EOS lag s':>10}{'after read':>11}"
+    )
+    for size in sizes:
+        baseline = None
+        for mode in ("baseline", "broadcast", "aggregated"):
+            row = fan_out_run(root, size, messages, mode)
+            baseline = baseline or row.seconds
+            print(
+                f"{f'{size}x{size}':>10}{mode:>12}{row.seconds:>9.1f}{row.seconds / baseline:>11.2f}"
+                f"{row.control:>13,}{row.control / max(row.user, 1):>10.4f}{row.end_latency:>10.2f}"
+                f"{row.control_latency:>11.2f}"
+            )
+
+
+def passthrough_run(root: Path, partitions: int, messages: int) -> tuple[float, float]:
+    run = f"passthrough-{partitions}"
+    cfg = prepare(
+        Config(
+            {
+                "job.name": run,
+                "job.data.dir": str(root / run),
+                "job.container.count": 2,
+                "task.class": "benchmarks.tasks:NoOp",
+                "task.inputs": f"log.{SOURCE.stream}",
+                "systems.log.samza.offset.default": "oldest",
+                "systems.log.samza.msg.serde": "json",
+            }
+        )
+    )
+    create_input(cfg, partitions, messages, event_time=False)
+    started, cpu = time.perf_counter(), time.process_time()
+    result = InProcessRunner(cfg).run(timeout=900)
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    assert result.outcome == "finished", f"{run}: {result.outcome} {result.error}"
+    return seconds, cpu / messages  # the containers are threads of this process: its CPU is theirs
+
+
+def partitions_curve(root: Path, sizes: list[int], messages: int) -> None:
+    print(f"\npartitions: pass-through of {messages:,} messages, 2 containers")
+    print(f"{'P':>8}{'run s':>9}{'x':>7}{'µs/msg':>9}{'x':>7}")
+    first: tuple[float, float] | None = None
+    for size in sizes:
+        seconds, per_message = passthrough_run(root, size, messages)
+        first = first or (seconds, per_message)
+        print(
+            f"{size:>8}{seconds:>9.1f}{seconds / first[0]:>7.2f}{per_message * 1e6:>9.1f}{per_message / first[1]:>7.2f}"
+        )
+
+
+def files_under(directory: Path) -> Iterator[Path]:
+    return (path for path in directory.rglob("*") if path.is_file())
+
+
+def evict(directory: Path) -> None:
+    """Drop ``directory``'s files from the page cache (written back first), so the next read is the disk's."""
+    for path in files_under(directory):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def sequential_read(directory: Path) -> tuple[int, float]:
+    """Bytes of ``directory``'s files and the seconds reading them once, in 1 MiB reads, took."""
+    total, started = 0, time.perf_counter()
+    for path in files_under(directory):
+        with path.open("rb", buffering=0) as file:
+            while chunk := file.read(1 << 20):
+                total += len(chunk)
+    return total, time.perf_counter() - started
+
+
+def restore_curve(root: Path, keys: int, value_size: int) -> None:
+    config = bench_config(root / "restore")
+    job = StateJob(config)
+    state, _ = job.open(None)
+    fill_store(state, keys, value_size)
+    state.producers.flush("Partition 0")
+    checkpoint = job.commit(state, keys)
+    state.close()
+    log_dir = Path(config["systems.log.path"])
+    evict(log_dir)
+    size, seconds = sequential_read(log_dir)
+    disk = size / seconds
+    print(f"\nrestore vs disk: {keys:,} keys of {value_size} B; the embedded log's files: {size / 1e6:,.0f} MB")
+    print(f"{'read':<32}{'seconds':>9}{'MB/s':>9}{'x disk':>8}{'CPU s':>8}{'MB/CPU s':>10}{'x disk':>8}")
+    print(f"{'disk, sequential (evicted)':<32}{seconds:>9.2f}{disk / 1e6:>9.0f}{1:>8.2f}")
+    for source in ("changelog", "blobstore"):
+        host = root / f"restore-host-{source}"
+        evict(root / "restore")
+        cpu = time.process_time()
+        restored, took = job.open(
+            checkpoint,
+            config.with_overrides(
+                {
+                    "stores.restore.factories": source,
+                    "job.logged.store.base.dir": str(host / "logged"),
+                    "job.non-logged.store.base.dir": str(host / "non-logged"),
+                }
+            ),
+        )
+        cpu = time.process_time() - cpu
+        restored.close()
+        rate, cpu_rate = size / took, size / cpu
+        print(
+            f"{'restore from the ' + source:<32}{took:>9.2f}{rate / 1e6:>9.0f}{rate / disk:>8.2f}"
+            f"{cpu:>8.2f}{cpu_rate / 1e6:>10.0f}{cpu_rate / disk:>8.2f}"
+        )
+
+
+def sizes(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--fanout", type=sizes, default=[4, 32, 128])
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--partitions", type=sizes, default=[4, 64, 256])
+    parser.add_argument("--passthrough-messages", type=int, default=100_000)
+    parser.add_argument("--keys", type=int, default=1_000_000)
+    parser.add_argument("--value-size", type=int, default=100)
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="millstream-bench-scale-"))
+    try:
+        if args.fanout:
+            fan_out(root, args.fanout, args.messages)
+        if args.partitions:
+            partitions_curve(root, args.partitions, args.passthrough_messages)
+        if args.keys:
+            restore_curve(root, args.keys, args.value_size)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,23 @@
+"""``benchmarks.scale`` counts every record a run wrote to its intermediate stream and reads files whole."""
+
+from __future__ import annotations
+
+import math
+
+from benchmarks.scale import evict, fan_out_run, sequential_read
+
+
+def test_a_fan_out_run_counts_every_user_record_and_the_end_of_stream_of_each_producer(tmp_path):
+    row = fan_out_run(tmp_path, partitions=2, messages=400, mode="baseline")
+    assert row.user == 400, "every message crosses the intermediate stream once"
+    assert row.control >= 2 + 1, "each of the 2 producers ends once, and the aggregating task forwards it"
+    assert math.isfinite(row.end_latency) and row.end_latency >= row.control_latency >= 0
+
+
+def test_sequential_read_reads_every_byte_of_every_file_after_eviction(tmp_path):
+    (tmp_path / "a").write_bytes(b"x" * 3_000_000)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b").write_bytes(b"y" * 10)
+    evict(tmp_path)
+    size, seconds = sequential_read(tmp_path)
+    assert size == 3_000_010 and seconds > 0
