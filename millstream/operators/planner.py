@@ -427,8 +427,8 @@ def require_expanded(config: Config) -> None:
     config without the graph task)."""
     if is_application(config) and config.get("task.class") not in GRAPH_TASK_CLASSES:
         raise ConfigError(
-            "config key 'app.class' is set but the config was not expanded for it: load it with "
-            "millstream.coordinator.prepare.load_job_config or pass it through millstream.coordinator.prepare.prepare"
+            "config key 'app.class' is set but the config was not expanded for it: run the job through "
+            "millstream.Job (Job.from_file(path) or Job(config)), which prepares its config"
         )
 
 

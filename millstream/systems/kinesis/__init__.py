@@ -12,8 +12,14 @@ The engine never imports this package: it is reached as ``systems.<s>.samza.fact
 """
 
 from millstream.systems.kinesis.admin import KinesisSystemAdmin
-from millstream.systems.kinesis.consumer import KinesisSystemConsumer
+from millstream.systems.kinesis.consumer import SHARD_ID_HEADER, KinesisSystemConsumer
 from millstream.systems.kinesis.factory import KinesisSystemFactory
 from millstream.systems.kinesis.producer import KinesisSystemProducer
 
-__all__ = ["KinesisSystemAdmin", "KinesisSystemConsumer", "KinesisSystemFactory", "KinesisSystemProducer"]
+__all__ = [
+    "SHARD_ID_HEADER",
+    "KinesisSystemAdmin",
+    "KinesisSystemConsumer",
+    "KinesisSystemFactory",
+    "KinesisSystemProducer",
+]

@@ -1,0 +1,76 @@
+"""Stopping a job that runs elsewhere: the graceful stop of a SIGTERM, written to the job's metadata store.
+
+In YARN cluster mode the driver runs in the application master's container, where no signal of the operator
+reaches it; the runner's own stop signal in the metadata store does: the containers commit and stop, the driver
+returns ``stopped``. It works for any deployment whose metadata store this machine reaches.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from millstream.config import Config, JobConfig
+from millstream.coordinator.drain import ACTIVE_STATES
+from millstream.errors import MillstreamError
+from millstream.metadata import coordination
+from millstream.metadata.base import MetadataStore
+from millstream.metadata.factory import metadata_store
+
+POLL_S = 0.5
+"""How often ``wait_until_stopped`` reads the containers' states."""
+
+
+class StopRefusedError(MillstreamError):
+    """The job is not running: nothing was written."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    generation: int
+    containers: tuple[str, ...]
+    """The containers of the generation that were active when the stop signal was written."""
+
+
+def request_stop(config: Config) -> StopRequest:
+    """Write the stop signal for the job's current generation; ``StopRefusedError`` when none is active."""
+    store = metadata_store(config)
+    store.init()
+    try:
+        generation = coordination.current_generation(store)
+        active = _active(store, generation)
+        if generation == 0 or not active:
+            raise StopRefusedError(
+                f"job '{JobConfig.of(config).name}' is not running (generation {generation}: no container is "
+                "starting or running); nothing to stop"
+            )
+        coordination.request_stop(store, generation)
+        return StopRequest(generation, tuple(active))
+    finally:
+        store.close()
+
+
+def wait_until_stopped(config: Config, generation: int, timeout_s: float) -> bool:
+    """Whether every container of ``generation`` left the active states within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    store = metadata_store(config)
+    try:
+        while _active(store, generation):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(POLL_S)
+        return True
+    finally:
+        store.close()
+
+
+def _active(store: MetadataStore, generation: int) -> list[str]:
+    statuses = coordination.container_statuses(store)
+    active = [
+        cid
+        for cid, status in statuses.items()
+        if status.get("generation") == generation and status.get("state") in ACTIVE_STATES
+    ]
+    return sorted(active, key=int)
