@@ -15,9 +15,7 @@ from rich.table import Table
 
 from millstream.adjunct.published import PublishedVersion
 from millstream.cli.common import ConfigPath, Overrides, err, guarded, load, out
-from millstream.config.core import Config
-from millstream.config.views import store_config, store_names
-from millstream.errors import ConfigError
+from millstream.job import Job
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -25,12 +23,6 @@ if TYPE_CHECKING:
 adstore_app = typer.Typer(no_args_is_help=True, help="Bulk-build and inspect versions of adjunct data stores.")
 
 StoreOption = Annotated[str, typer.Option("--store", help="The adjunct store (stores.<name>.adstore.input)")]
-
-
-def _adjunct_store(config: Config, store: str) -> None:
-    if store not in store_names(config):
-        raise ConfigError(f"store '{store}' is not configured (no 'stores.{store}.*' keys)")
-    store_config(config, store).adjunct_input(store)
 
 
 @adstore_app.command("build")
@@ -55,18 +47,18 @@ def adstore_build(
     overrides: Overrides = None,
 ) -> None:
     """Build a version from a dataset, table or query with Spark and publish it: the running job switches to it."""
-    from millstream.spark.adstore_build import DatasetSchemaError, build_version, resolve_target
+    from millstream.spark.adstore_build import DatasetSchemaError, resolve_target
 
     dataset, kind = _dataset(source, fmt, table, sql)
     if remote is not None and master is not None:
         _usage("--master and --remote (or SPARK_REMOTE) exclude each other: Spark Connect runs on its server's master")
-    cfg = load(config, overrides)
-    guarded(lambda: resolve_target(cfg, store))  # a bad store fails before Spark's JVM starts
-    session = guarded(lambda: _session(cfg, master, remote))
+    job = load(config, overrides)
+    guarded(lambda: resolve_target(job.config, store))  # a bad store fails before Spark's JVM starts
+    session = guarded(lambda: _session(job, master, remote))
 
     def build() -> PublishedVersion:
         try:
-            return build_version(session, cfg, store, dataset, kind, key_column=key, value_column=value)
+            return job.adstores.build(session, store, dataset, kind, key_column=key, value_column=value)
         except DatasetSchemaError as error:  # the request names a dataset or column that is not there: usage
             err.print(f"[bold red]error:[/] {error}", highlight=False)
             raise typer.Exit(2) from None
@@ -100,17 +92,16 @@ def _usage(message: str) -> NoReturn:
     raise typer.Exit(2)
 
 
-def _session(cfg: Config, master: str | None, remote: str | None) -> SparkSession:
+def _session(job: Job, master: str | None, remote: str | None) -> SparkSession:
     if remote is not None:
         from millstream.spark.connect import remote_session
 
         return remote_session(remote)
     from millstream.spark.multi_host import refuse_host_local_blobs
-    from millstream.spark.session import build_session
 
-    chosen = master or cfg.get("spark.master") or "local[*]"
-    refuse_host_local_blobs(cfg, chosen)  # before Spark's JVM starts
-    return build_session(cfg, chosen)
+    chosen = master or job.config.get("spark.master") or "local[*]"
+    refuse_host_local_blobs(job.config, chosen)  # before Spark's JVM starts
+    return job.spark_session(chosen)
 
 
 def _print_version(record: PublishedVersion, store: str) -> None:
@@ -128,18 +119,8 @@ def _print_version(record: PublishedVersion, store: str) -> None:
 @adstore_app.command("versions")
 def adstore_versions(config: ConfigPath, store: StoreOption, overrides: Overrides = None) -> None:
     """The published versions still kept (the newest two), newest last; the latest is what jobs serve."""
-    from millstream.adjunct.published import latest_version, list_versions
-    from millstream.metadata.factory import metadata_store
-
-    cfg = load(config, overrides)
-    guarded(lambda: _adjunct_store(cfg, store))
-    metadata = guarded(lambda: metadata_store(cfg))
-    try:
-        guarded(metadata.init)
-        versions = guarded(lambda: list_versions(metadata, store))
-        latest = guarded(lambda: latest_version(metadata, store))
-    finally:
-        metadata.close()
+    job = load(config, overrides)
+    versions, latest = guarded(lambda: job.adstores.versions(store))
     if not versions:
         out.print(f"no published versions of store '{store}'", highlight=False)
         return
@@ -168,19 +149,6 @@ def adstore_end_version(
 ) -> None:
     """Write an end-of-version marker to every partition of the store's input stream: the version written
     to the stream so far is sealed and readers switch to it."""
-    from millstream.adjunct.markers import write_end_of_version
-
-    cfg = load(config, overrides)
-
-    def target() -> tuple[str, int]:
-        _adjunct_store(cfg, store)
-        settings = store_config(cfg, store)
-        if not settings.adstore_versioned:
-            raise ConfigError(
-                f"store '{store}' is not versioned (stores.{store}.adstore.versioned): its readers ignore markers"
-            )
-        stream = settings.adjunct_input(store)
-        return str(stream), write_end_of_version(cfg, stream, label)
-
-    stream, partitions = guarded(target)
+    job = load(config, overrides)
+    stream, partitions = guarded(lambda: job.adstores.end_version(store, label))
     out.print(f"end of version '{label}' marked on {partitions} partition(s) of {stream}", highlight=False)

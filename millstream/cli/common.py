@@ -1,4 +1,5 @@
-"""What every ``millstream`` subcommand shares: config loading, consoles, and errors as exit codes."""
+"""What every ``millstream`` subcommand shares: the ``Job`` a config file describes, consoles, and errors as
+exit codes. Every command that acts on a job goes through :class:`millstream.Job`."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from typing import Annotated, TypeVar
 import typer
 from rich.console import Console
 
-from millstream.config import Config, parse_override
-from millstream.coordinator.prepare import load_job_config
+from millstream.config import parse_override
 from millstream.errors import ConfigError, MillstreamError, StreamNotFoundError
+from millstream.job import Job
 
 # Never break names, paths or table cells across lines in a pipe, where rich would assume 80 columns.
 _PIPE_WIDTH = None if sys.stdout.isatty() else 200
@@ -47,5 +48,11 @@ def exit_code_of(error: MillstreamError, *, usage: bool = False) -> int:
     return 1
 
 
-def load(config: Path, overrides: list[str] | None) -> Config:
-    return guarded(lambda: load_job_config(config, dict(parse_override(o) for o in overrides or [])))
+def load(config: Path, overrides: list[str] | None) -> Job:
+    """The job ``config`` describes with the ``--set`` overrides, prepared; a bad key exits 2 naming it."""
+    return guarded(lambda: Job.from_file(config, dict(parse_override(o) for o in overrides or [])))
+
+
+def with_stage(overrides: list[str] | None, stage: int | None) -> list[str]:
+    """The ``--set`` overrides with ``--stage N`` as ``app.stage=N``."""
+    return [*(overrides or []), *([f"app.stage={stage}"] if stage is not None else [])]

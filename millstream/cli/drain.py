@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from millstream.cli.common import ConfigPath, Overrides, guarded, load, out
+from millstream.cli.common import ConfigPath, Overrides, guarded, load, out, with_stage
 
 
 def drain(
@@ -21,10 +21,8 @@ def drain(
     intermediate streams (and on to stages run as separate jobs that share app.run.id), fire their windows,
     commit and stop; `millstream run` then exits 0 with the outcome `drained`. A restart resumes after the
     checkpoints. Exits 2, writing nothing, when the job is not running (or --run-id is not its run)."""
-    from millstream.coordinator.drain import request_drain
-
-    cfg = load(config, [*(overrides or []), *([f"app.stage={stage}"] if stage is not None else [])])
-    request = guarded(lambda: request_drain(cfg, run_id), usage=True)
+    job = load(config, with_stage(overrides, stage))
+    request = guarded(lambda: job.drain(run_id), usage=True)
     out.print(
         f"drain requested for run '{request.run_id}' (generation {request.generation}, "
         f"{len(request.containers)} container(s) running): they stop reading their inputs within "

@@ -21,7 +21,7 @@ import typer
 from rich.table import Table
 
 from millstream.cli.adstore import adstore_app
-from millstream.cli.common import ConfigPath, Overrides, err, failed, guarded, load, out
+from millstream.cli.common import ConfigPath, Overrides, err, failed, guarded, load, out, with_stage
 from millstream.cli.drain import drain
 from millstream.cli.plan import plan
 from millstream.cli.reset import reset
@@ -30,13 +30,10 @@ from millstream.cli.stop import stop
 from millstream.cli.version import root
 from millstream.config import Config, JobConfig, parse_override
 from millstream.config.secrets import mask_secrets_in_logs
-from millstream.config.views import parse_stream
 from millstream.errors import FORCED_STOP_EXIT_CODE, SUPERSEDED_EXIT_CODE, ConfigError, MillstreamError
-from millstream.job_model import JobModel
+from millstream.job.streams import stream_of
 from millstream.log_context import configure_logging
 from millstream.model import SystemStream
-from millstream.systems.base import StreamSpec, SystemAdmin
-from millstream.systems.registry import system_factory
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -98,27 +95,21 @@ def run(
     `millstream job drain` drains it (outcome `drained`, exit 0). A progress line shows what it processed."""
     from millstream.cli.progress import run_progress
 
-    cfg = load(config, [*(overrides or []), *([f"app.stage={stage}"] if stage is not None else [])])
+    job = load(config, with_stage(overrides, stage))
+    cfg = job.config
     _setup_logging(verbose, cfg)
     mask_secrets_in_logs(cfg)
-    model = guarded(lambda: _preflight(cfg))  # a missing stream or task class fails before the JVM starts
+    # Planned without publishing: a missing stream, task class or system fails in well under a second, before
+    # Spark's JVM starts; the plan also tells the progress line which partitions the job reads.
+    model = guarded(job.model)
     with run_progress(cfg, model, err, quiet) as progress:
-        if in_process:
-            from millstream.testing import InProcessRunner
-
-            runner = InProcessRunner(cfg)
-            try:
-                result = guarded(lambda: runner.run(handle_signals=True))
-            except KeyboardInterrupt:  # a second signal: stop without waiting for the commit
-                runner.request_stop()
-                raise typer.Exit(FORCED_STOP_EXIT_CODE) from None
-        else:
-            from millstream.spark.runner import SparkJobRunner
-
-            try:
-                result = guarded(lambda: SparkJobRunner(cfg, master=master, verbose=verbose).run(handle_signals=True))
-            except KeyboardInterrupt:  # a second signal: Spark's JVM was killed, the containers did not commit
-                raise typer.Exit(FORCED_STOP_EXIT_CODE) from None
+        try:
+            if in_process:
+                result = guarded(lambda: job.run("in-process", handle_signals=True))
+            else:
+                result = guarded(lambda: job.run("spark", master=master, verbose=verbose, handle_signals=True))
+        except KeyboardInterrupt:  # a second signal: the containers were told to stop, nobody waits for their commit
+            raise typer.Exit(FORCED_STOP_EXIT_CODE) from None
         if progress is not None:
             progress.finish(result)
     if result.outcome == "failed":
@@ -146,28 +137,8 @@ def run(
     out.print(table)
 
 
-def _preflight(cfg: Config) -> JobModel:
-    """Plan the job without publishing it: input streams, task class and systems are checked in
-    well under a second, where the Spark runner would only find out after starting Spark's JVM.
-    The plan also tells the progress line which partitions the job reads."""
-    from millstream.coordinator.job_coordinator import JobCoordinator
-    from millstream.metadata.factory import metadata_store
-
-    store = metadata_store(cfg)
-    try:
-        return JobCoordinator(cfg, store).plan().model
-    finally:
-        store.close()
-
-
-def _admin(cfg: Config, system: str) -> SystemAdmin:
-    admin = guarded(lambda: system_factory(cfg, system).get_admin(system, cfg))
-    admin.start()
-    return admin
-
-
 def _stream(name: str) -> SystemStream:
-    return guarded(lambda: parse_stream(name, "stream"))
+    return guarded(lambda: stream_of(name))
 
 
 @streams_app.command("create")
@@ -179,14 +150,10 @@ def streams_create(
     overrides: Overrides = None,
 ) -> None:
     """Create a stream (no change if it exists)."""
-    cfg = load(config, overrides)
+    job = load(config, overrides)
     target = _stream(stream)
     settings = dict(parse_override(o) for o in option or [])
-    admin = _admin(cfg, target.system)
-    try:
-        created = guarded(lambda: admin.create_stream(StreamSpec(target.system, target.stream, partitions, settings)))
-    finally:
-        admin.stop()
+    created = guarded(lambda: job.streams.create(target, partitions, settings))
     plural = "" if partitions == 1 else "s"
     out.print(f"created: {target} ({partitions} partition{plural})" if created else f"exists: {target}")
 
@@ -198,26 +165,18 @@ def streams_list(
     overrides: Overrides = None,
 ) -> None:
     """List the streams of a system."""
-    cfg = load(config, overrides)
-    admin = _admin(cfg, system)
-    try:
-        names = guarded(admin.list_streams)
-    finally:
-        admin.stop()
-    for name in sorted(names):
+    job = load(config, overrides)
+    names = guarded(lambda: job.streams.list(system))
+    for name in names:
         out.print(f"{system}.{name}", highlight=False)
 
 
 @streams_app.command("describe")
 def streams_describe(config: ConfigPath, stream: StreamArg, overrides: Overrides = None) -> None:
     """Partitions of a stream with their oldest, newest and upcoming offsets."""
-    cfg = load(config, overrides)
+    job = load(config, overrides)
     target = _stream(stream)
-    admin = _admin(cfg, target.system)
-    try:
-        metadata = admin.get_system_stream_metadata([target.stream]).get(target.stream)
-    finally:
-        admin.stop()
+    metadata = guarded(lambda: job.streams.describe(target))
     if metadata is None:
         err.print(f"[bold red]error:[/] stream '{target}' does not exist", highlight=False)
         raise typer.Exit(2)
@@ -238,26 +197,18 @@ def streams_describe(config: ConfigPath, stream: StreamArg, overrides: Overrides
 @streams_app.command("delete")
 def streams_delete(config: ConfigPath, stream: StreamArg, overrides: Overrides = None) -> None:
     """Delete a stream and its data."""
-    cfg = load(config, overrides)
+    job = load(config, overrides)
     target = _stream(stream)
-    admin = _admin(cfg, target.system)
-    try:
-        deleted = guarded(lambda: admin.clear_stream(StreamSpec(target.system, target.stream)))
-    finally:
-        admin.stop()
+    deleted = guarded(lambda: job.streams.delete(target))
     out.print(f"{'deleted' if deleted else 'no such stream'}: {target}", highlight=False)
 
 
 @streams_app.command("seal")
 def streams_seal(config: ConfigPath, stream: StreamArg, overrides: Overrides = None) -> None:
     """Mark a log stream complete: jobs reading it reach end-of-stream at its end."""
-    cfg = load(config, overrides)
+    job = load(config, overrides)
     target = _stream(stream)
-    admin = _admin(cfg, target.system)
-    try:
-        guarded(lambda: admin.seal_stream(target.stream), usage=True)
-    finally:
-        admin.stop()
+    guarded(lambda: job.streams.seal(target), usage=True)
     out.print(f"sealed: {target}", highlight=False)
 
 
@@ -290,16 +241,12 @@ def streams_produce(
     overrides: Overrides = None,
 ) -> None:
     """Write messages from stdin or a file, serialized with the stream's configured serdes."""
-    from millstream.serde.registry import SerdeRegistry
-    from millstream.testing import write_stream
-
     if fmt not in ("lines", "json"):
         err.print(f"[bold red]error:[/] --format must be lines or json, not '{fmt}'", highlight=False)
         raise typer.Exit(2)
-    cfg = load(config, overrides)
+    job = load(config, overrides)
     target = _stream(stream)
-    msg_serde = guarded(lambda: SerdeRegistry.from_config(cfg).msg_serde(target))
-    key_serde = guarded(lambda: SerdeRegistry.from_config(cfg).key_serde(target))
+    key_serde, msg_serde = guarded(lambda: job.streams.serdes(target))
 
     def encoded(pairs: Iterator[tuple[Any, Any]]) -> Iterator[tuple[Any, Any]]:
         for key, value in pairs:
@@ -312,7 +259,7 @@ def streams_produce(
     handle = file.open(encoding="utf-8") if file else sys.stdin
     try:
         count = guarded(
-            lambda: write_stream(cfg, target, encoded(_records(iter(handle), fmt, key_field)), partition=partition)
+            lambda: job.streams.write(target, encoded(_records(iter(handle), fmt, key_field)), partition=partition)
         )
     finally:
         if file:
@@ -334,13 +281,12 @@ def streams_consume(
     A record the stream's serdes cannot decode is printed raw with an ``error`` naming its offset, and
     reading goes on: dead-lettered records and a newer producer's output stay readable."""
     from millstream.cli.records import RecordPrinter
-    from millstream.testing import iter_stream
 
-    cfg = load(config, overrides)
+    job = load(config, overrides)
     target = _stream(stream)
-    printer = guarded(lambda: RecordPrinter.of(cfg, target, headers=headers, raw=raw))
+    printer = guarded(lambda: RecordPrinter.of(job.streams.serdes(target), headers=headers, raw=raw))
     try:
-        for _, envelopes in iter_stream(cfg, target):
+        for _, envelopes in job.streams.records(target):
             for envelope in envelopes:
                 if limit is not None and printer.printed >= limit:
                     return
@@ -352,18 +298,8 @@ def streams_consume(
 @checkpoint_app.command("show")
 def checkpoint_show(config: ConfigPath, overrides: Overrides = None) -> None:
     """The last checkpoint of every task, per partition."""
-    from millstream.checkpoint.factory import checkpoint_manager
-    from millstream.metadata.factory import metadata_store
-
-    cfg = load(config, overrides)
-    store = guarded(lambda: metadata_store(cfg))
-    manager = checkpoint_manager(cfg, store, None)
-    manager.start()
-    try:
-        checkpoints = guarded(manager.read_all)
-    finally:
-        manager.stop()
-        store.close()
+    job = load(config, overrides)
+    checkpoints = guarded(job.checkpoints.show)
     if not checkpoints:
         out.print("no checkpoints")
         return
@@ -392,16 +328,13 @@ def job_status(
     interval: Annotated[float, typer.Option(help="--watch: seconds between redraws", min=0.2)] = 2.0,
 ) -> None:
     """Job model, generation, container states and lag per partition (upcoming - next to process)."""
-    from millstream.coordinator.status import job_status as compute_status
-
-    cfg = load(config, overrides)
+    job = load(config, overrides)
     if watch:
         from millstream.cli.live import watch as watch_live
-        from millstream.coordinator.status_document import status_document
 
-        watch_live(lambda: guarded(lambda: status_document(cfg)), interval)
+        watch_live(lambda: guarded(job.status_document), interval)
         return
-    status = guarded(lambda: compute_status(cfg))
+    status = guarded(job.status)
     if status.model is None:
         out.print("the job has never run (no job model)")
         return

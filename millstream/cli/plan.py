@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from millstream.cli.common import ConfigPath, Overrides, err, guarded, load, out
+from millstream.cli.common import ConfigPath, Overrides, guarded, load, out, with_stage
 
 if TYPE_CHECKING:
     from millstream.model import SystemStream
@@ -23,14 +23,8 @@ def plan(
     stage: Annotated[int | None, typer.Option("--stage", help="Show only this stage (as run with --stage)")] = None,
 ) -> None:
     """Print the stages (cut at each partition_by) and the input, intermediate and output streams."""
-    from millstream.operators.planner import execution_plan
-
-    settings = [*(overrides or []), *([f"app.stage={stage}"] if stage is not None else [])]
-    cfg = load(config, settings)
-    if not cfg.get("app.class"):
-        err.print("[bold red]error:[/] the config names no application (app.class)", highlight=False)
-        raise typer.Exit(2)
-    planned = guarded(lambda: execution_plan(cfg))
+    job = load(config, with_stage(overrides, stage))
+    planned = guarded(job.plan)
     graph = planned.graph
     out.print(
         f"application {graph.app_class}: {graph.stage_count} stage(s); intermediate streams "

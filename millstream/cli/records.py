@@ -9,10 +9,8 @@ from typing import Any
 
 import orjson
 
-from millstream.config import Config
-from millstream.model import IncomingMessageEnvelope, SystemStream
+from millstream.model import IncomingMessageEnvelope
 from millstream.serde.base import Serde
-from millstream.serde.registry import SerdeRegistry
 
 
 @dataclass
@@ -23,12 +21,11 @@ class RecordPrinter:
     printed: int = field(default=0, init=False)
 
     @classmethod
-    def of(cls, config: Config, stream: SystemStream, *, headers: bool, raw: bool) -> RecordPrinter:
-        """A printer decoding with ``stream``'s configured serdes, or none when ``raw``."""
+    def of(cls, serdes: tuple[Serde | None, Serde | None], *, headers: bool, raw: bool) -> RecordPrinter:
+        """A printer decoding with a stream's ``(key, message)`` serdes, or none when ``raw``."""
         if raw:
             return cls(None, None, headers)
-        serdes = SerdeRegistry.from_config(config)
-        return cls(serdes.key_serde(stream), serdes.msg_serde(stream), headers)
+        return cls(serdes[0], serdes[1], headers)
 
     def line(self, envelope: IncomingMessageEnvelope) -> str:
         record: dict[str, Any] = {

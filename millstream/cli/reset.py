@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from millstream.cli.common import ConfigPath, Overrides, guarded, load, out
+from millstream.cli.common import ConfigPath, Overrides, guarded, load, out, with_stage
 
 
 def reset(
@@ -21,10 +21,8 @@ def reset(
     """Delete the job's checkpoints, startpoints, control state, local and remote store state, changelogs and
     intermediate streams, so its next run starts over from its inputs' samza.offset.default with empty stores.
     Its inputs and outputs stay. Exits 2, deleting nothing, while the job runs."""
-    from millstream.coordinator.reset import reset_job
-
-    cfg = load(config, [*(overrides or []), *([f"app.stage={stage}"] if stage is not None else [])])
-    plan = guarded(lambda: reset_job(cfg, dry_run=dry_run, force=force), usage=True)
+    job = load(config, with_stage(overrides, stage))
+    plan = guarded(lambda: job.reset(dry_run=dry_run, force=force), usage=True)
     if plan.empty:
         out.print(f"job '{plan.job}' has nothing to reset", highlight=False)
         return

@@ -8,13 +8,13 @@ import typer
 from rich.table import Table
 
 from millstream.cli.common import ConfigPath, Overrides, err, guarded, load, out
-from millstream.startpoint.tools import delete_startpoints, list_startpoints, parse_timestamp, set_startpoints
-from millstream.systems.startpoints import (
+from millstream.startpoint import (
     Startpoint,
     StartpointOldest,
     StartpointSpecific,
     StartpointTimestamp,
     StartpointUpcoming,
+    parse_timestamp,
 )
 
 startpoint_app = typer.Typer(no_args_is_help=True, help="Set, list and delete startpoints.")
@@ -54,11 +54,11 @@ def startpoint_set(
     if bool(partition) == all_partitions:
         err.print("[bold red]error:[/] give --partition N (repeatable) or --all-partitions")
         raise typer.Exit(2)
-    cfg = load(config, overrides)
+    job = load(config, overrides)
     startpoint = _chosen(offset, timestamp, oldest, upcoming)
     ssps = guarded(
-        lambda: set_startpoints(
-            cfg, stream, startpoint, partitions=None if all_partitions else partition, task_name=task, apply=apply
+        lambda: job.startpoints.set(
+            stream, startpoint, partitions=None if all_partitions else partition, task=task, apply=apply
         ),
         usage=True,
     )
@@ -73,8 +73,8 @@ def startpoint_set(
 @startpoint_app.command("list")
 def startpoint_list(config: ConfigPath, overrides: Overrides = None) -> None:
     """Pending startpoints (stale ones marked), those given to tasks, and those that failed to resolve."""
-    cfg = load(config, overrides)
-    listing = guarded(lambda: list_startpoints(cfg))
+    job = load(config, overrides)
+    listing = guarded(job.startpoints.show)
     table = Table(title="startpoints")
     for column in ("state", "partition", "task", "startpoint", "created (epoch ms)"):
         table.add_column(column)
@@ -109,12 +109,12 @@ def startpoint_delete(
     overrides: Overrides = None,
 ) -> None:
     """Delete startpoints that have not been applied yet."""
-    cfg = load(config, overrides)
+    job = load(config, overrides)
     if partition and not stream:
         err.print("[bold red]error:[/] --partition needs --stream")
         raise typer.Exit(2)
     count = guarded(
-        lambda: delete_startpoints(cfg, stream, partitions=partition or None, task_name=task, fanned_out=fanned_out),
+        lambda: job.startpoints.clear(stream, partitions=partition or None, task=task, fanned_out=fanned_out),
         usage=True,
     )
     out.print(f"deleted {count} startpoint(s)")
