@@ -57,6 +57,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "millstream",
     "millstream.api.application",
     "millstream.api.functions",
+    "millstream.api.remote_table",
     "millstream.api.state",
     "millstream.api.stream",
     "millstream.api.table",
@@ -74,6 +75,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "millstream.startpoint",
     "millstream.storage.kv",
     "millstream.systems.kinesis",
+    "millstream.table.errors",
     "millstream.testing",
 )
 """The modules a user may import from (docs/reference/api.md says what each is for); the rest is internal."""

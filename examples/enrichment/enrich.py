@@ -12,8 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from millstream import (
+    Config,
     IncomingMessageEnvelope,
     InitableTask,
+    KeyValueExtractor,
+    KeyValueExtractorFactory,
     MessageCollector,
     OutgoingMessageEnvelope,
     StreamTask,
@@ -21,8 +24,6 @@ from millstream import (
     TaskContext,
     TaskCoordinator,
 )
-from millstream.adjunct.extractor import KeyValueExtractor, KeyValueExtractorFactory
-from millstream.config import Config
 
 OUTPUT = SystemStream("log", "enriched-clicks")
 

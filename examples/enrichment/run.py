@@ -30,17 +30,7 @@ from typing import Any
 
 import orjson
 
-from millstream.config import Config
-from millstream.coordinator.job_result import JobResult
-from millstream.coordinator.prepare import load_job_config
-from millstream.coordinator.status import job_status
-from millstream.model import SystemStream
-from millstream.spark.adstore_build import build_version
-from millstream.spark.runner import SparkJobRunner
-from millstream.spark.session import build_session
-from millstream.systems.base import StreamSpec
-from millstream.systems.registry import system_factory
-from millstream.testing import read_stream, write_stream
+from millstream import Job, JobResult, SystemStream
 
 HERE = Path(__file__).parent
 CLICKS, CHANGES, OUTPUT = (SystemStream("log", s) for s in ("clicks", "profile-changes", "enriched-clicks"))
@@ -59,38 +49,35 @@ CATALOG = {
 }
 
 
-def create_streams(config: Config) -> None:
-    admin = system_factory(config, "log").get_admin("log", config)
-    admin.start()
+def create_streams(job: Job) -> None:
     for stream in ("clicks", "profile-changes", "catalog", "enriched-clicks"):
-        admin.create_stream(StreamSpec("log", stream, 2))
-    admin.stop()
+        job.streams.create(SystemStream("log", stream), 2)
     changes = [(user, {"op": op, "after": {"name": user, "tier": tier}}) for op, user, tier in CHANGE_LOG]
-    write_stream(config, CHANGES, changes)
+    job.streams.write(CHANGES, changes)
 
 
-def build_catalog(spark: Any, config: Config, data_dir: Path, label: str) -> str:
+def build_catalog(spark: Any, job: Job, data_dir: Path, label: str) -> str:
     """Write the catalog as a JSON-lines dataset and bulk-build a version of the store from it."""
     dataset = data_dir / f"catalog-{label}.json"
     rows = [{"key": product, "title": title, "price": price} for product, (title, price) in CATALOG[label].items()]
     dataset.write_bytes(b"\n".join(orjson.dumps(row) for row in rows) + b"\n")
-    version = build_version(spark, config, "catalog", str(dataset), "json")
+    version = job.adstores.build(spark, "catalog", str(dataset), "json")
     print(f"built catalog {label} as version {version.version} ({version.records} products)")
     return version.version
 
 
-def write_clicks(config: Config, batch: str) -> None:
+def write_clicks(job: Job, batch: str) -> None:
     clicks = [(u, {"user": u, "product": p, "batch": batch}) for u in TIERS for p in ("p1", "p2", "p3")]
-    write_stream(config, CLICKS, clicks)
+    job.streams.write(CLICKS, clicks)
 
 
-def enriched(config: Config) -> list[dict[str, Any]]:
-    return [click for pairs in read_stream(config, OUTPUT, idle_timeout=0.5).values() for _, click in pairs]
+def enriched(job: Job) -> list[dict[str, Any]]:
+    return [click for pairs in job.streams.read(OUTPUT, idle_timeout=0.5).values() for _, click in pairs]
 
 
-def serving(config: Config, version: str) -> bool:
+def serving(job: Job, version: str) -> bool:
     """Whether every container serves ``version`` of the catalog, as of its adjunct loop's last commit."""
-    catalog = [position for position in job_status(config).adjunct if position.store == "catalog"]
+    catalog = [position for position in job.status().adjunct if position.store == "catalog"]
     return len({p.owner for p in catalog}) == 2 and all(p.version == version for p in catalog)
 
 
@@ -117,26 +104,25 @@ def main(argv: list[str] | None = None, spark: Any = None) -> int:
     parser.add_argument("--data-dir", type=Path, default=HERE / ".millstream")
     args = parser.parse_args(argv)
     shutil.rmtree(args.data_dir, ignore_errors=True)
-    config = load_job_config(HERE / "job.yaml", {"job.data.dir": str(args.data_dir)})
-    spark = spark or build_session(config, "local[3]")
-    create_streams(config)
-    first = build_catalog(spark, config, args.data_dir, "v1")
+    job = Job.from_file(HERE / "job.yaml", {"job.data.dir": str(args.data_dir)})
+    spark = spark or job.spark_session("local[3]")
+    create_streams(job)
+    first = build_catalog(spark, job, args.data_dir, "v1")
 
-    runner = SparkJobRunner(config, spark=spark)
     outcome: list[JobResult] = []
-    job = threading.Thread(target=lambda: outcome.append(runner.run()))
-    job.start()
-    wait_for(lambda: serving(config, first), "both containers to serve catalog v1")
-    write_clicks(config, "v1")
-    wait_for(lambda: len(enriched(config)) == 12, "the first 12 clicks")
-    second = build_catalog(spark, config, args.data_dir, "v2")
-    wait_for(lambda: serving(config, second), "both containers to switch to catalog v2")
-    write_clicks(config, "v2")
-    wait_for(lambda: len(enriched(config)) == 24, "the next 12 clicks")
-    runner.request_stop()
-    job.join()
+    running = threading.Thread(target=lambda: outcome.append(job.run(spark=spark)))
+    running.start()
+    wait_for(lambda: serving(job, first), "both containers to serve catalog v1")
+    write_clicks(job, "v1")
+    wait_for(lambda: len(enriched(job)) == 12, "the first 12 clicks")
+    second = build_catalog(spark, job, args.data_dir, "v2")
+    wait_for(lambda: serving(job, second), "both containers to switch to catalog v2")
+    write_clicks(job, "v2")
+    wait_for(lambda: len(enriched(job)) == 24, "the next 12 clicks")
+    job.stop()
+    running.join()
 
-    clicks = enriched(config)
+    clicks = enriched(job)
     for click in clicks:
         product = f"{click['product']} {click['title']} {click['price']}"
         print(f"{click['batch']} {click['user']} {click['tier']:<8} {product}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from millstream import (
+    Count,
     InputDescriptor,
     OutputDescriptor,
     StreamApplication,
@@ -19,7 +20,6 @@ from millstream import (
     TumblingWindow,
     WindowPane,
 )
-from millstream.api.windows import Count
 
 MINUTE_MS = 60_000
 

@@ -28,27 +28,17 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from millstream.config import Config
-from millstream.coordinator.job_result import JobResult
-from millstream.coordinator.prepare import load_job_config
-from millstream.coordinator.status import job_status
-from millstream.model import SystemStream
-from millstream.spark.runner import SparkJobRunner
-from millstream.systems.base import StreamSpec
-from millstream.systems.registry import system_factory
-from millstream.testing import read_stream, write_stream
+from millstream import Job, JobResult, SystemStream
 
 HERE = Path(__file__).parent
 CLICKS, COUNTS = SystemStream("log", "clicks"), SystemStream("log", "clicks-per-minute")
 USERS, PER_PARTITION, START_MS = 3, 80, 1_700_000_040_000  # START_MS is on a minute boundary
 
 
-def write_clicks(config: Config, *, sealed: bool) -> Counter[tuple[str, int, int]]:
+def write_clicks(job: Job, *, sealed: bool) -> Counter[tuple[str, int, int]]:
     """Two partitions of clicks 1.5 s of event time apart; returns the (user, minute, clicks) expected."""
-    admin = system_factory(config, "log").get_admin("log", config)
-    admin.start()
-    admin.create_stream(StreamSpec("log", CLICKS.stream, 2))
-    admin.create_stream(StreamSpec("log", COUNTS.stream, 1))
+    job.streams.create(CLICKS, 2)
+    job.streams.create(COUNTS, 1)
     per_window: Counter[tuple[str, int]] = Counter()
     for partition in (0, 1):
         clicks = []
@@ -56,57 +46,55 @@ def write_clicks(config: Config, *, sealed: bool) -> Counter[tuple[str, int, int
             user, ts = f"user-{(i + partition) % USERS}", START_MS + i * 1_500 + partition * 700
             clicks.append((f"session-{partition}-{i // 10}", {"user": user, "ts": ts}))
             per_window[user, ts - ts % 60_000] += 1
-        write_stream(config, CLICKS, clicks, partition=partition)
+        job.streams.write(CLICKS, clicks, partition=partition)
     if sealed:
-        admin.seal_stream(CLICKS.stream)
-    admin.stop()
+        job.streams.seal(CLICKS)
     return Counter({(user, minute, clicks) for (user, minute), clicks in per_window.items()})
 
 
-def emitted(config: Config) -> Counter[tuple[str, int, int]]:
-    return Counter((r["user"], r["minute"], r["clicks"]) for _, r in read_stream(config, COUNTS)[0])
+def emitted(job: Job) -> Counter[tuple[str, int, int]]:
+    return Counter((r["user"], r["minute"], r["clicks"]) for _, r in job.streams.read(COUNTS)[0])
 
 
-def config_in(data_dir: Path, **overrides: Any) -> Config:
+def job_in(data_dir: Path, **overrides: Any) -> Job:
     shutil.rmtree(data_dir, ignore_errors=True)
-    return load_job_config(HERE / "job.yaml", {"job.data.dir": str(data_dir), **overrides})
+    return Job.from_file(HERE / "job.yaml", {"job.data.dir": str(data_dir), **overrides})
 
 
 def one_job(data_dir: Path, spark: Any) -> bool:
-    config = config_in(data_dir)
-    expected = write_clicks(config, sealed=True)
-    result = SparkJobRunner(config, spark=spark).run()
-    return report("one job", result, emitted(config), expected)
+    job = job_in(data_dir)
+    expected = write_clicks(job, sealed=True)
+    result = job.run(spark=spark)
+    return report("one job", result, emitted(job), expected)
 
 
 def two_jobs(data_dir: Path, spark: Any) -> bool:
-    expected = write_clicks(config_in(data_dir), sealed=True)
-    stages = [load_job_config(HERE / "job.yaml", {"job.data.dir": str(data_dir), "app.stage": s}) for s in (0, 1)]
-    first = SparkJobRunner(stages[0], spark=spark).run()  # stage 0 writes the intermediate stream, then ends
+    expected = write_clicks(job_in(data_dir), sealed=True)
+    stages = [Job.from_file(HERE / "job.yaml", {"job.data.dir": str(data_dir), "app.stage": s}) for s in (0, 1)]
+    first = stages[0].run(spark=spark)  # stage 0 writes the intermediate stream, then ends
     print(f"stage 0 job: {first.outcome}")
-    second = SparkJobRunner(stages[1], spark=spark).run()
+    second = stages[1].run(spark=spark)
     return first.outcome == "finished" and report("stage 1 job", second, emitted(stages[1]), expected)
 
 
 def drained(data_dir: Path, spark: Any) -> bool:
-    config = config_in(data_dir)
-    expected = write_clicks(config, sealed=False)
-    runner = SparkJobRunner(config, spark=spark)
+    job = job_in(data_dir)
+    expected = write_clicks(job, sealed=False)
     outcome: list[JobResult] = []
-    job = threading.Thread(target=lambda: outcome.append(runner.run()))
-    job.start()
+    running = threading.Thread(target=lambda: outcome.append(job.run(spark=spark)))
+    running.start()
     deadline = time.monotonic() + 120
-    while not (lag := job_status(config).lag) or any(row.lag != 0 for row in lag):  # every click checkpointed
+    while not (lag := job.status().lag) or any(row.lag != 0 for row in lag):  # every click checkpointed
         if time.monotonic() > deadline:
             raise SystemExit("gave up after 120 s waiting for the job to checkpoint every click")
         time.sleep(0.2)
-    before = emitted(config)
+    before = emitted(job)
     command = ["job", "drain", str(HERE / "job.yaml"), "--set", f"job.data.dir={data_dir}"]
     print("$ millstream", " ".join(command))
     subprocess.run([sys.executable, "-m", "millstream.cli.main", *command], check=True)
-    job.join()
+    running.join()
     print(f"  before the drain {sum(before.values())} windows had fired; the drain fired the rest")
-    return report("drained job", outcome[0], emitted(config), expected, outcome="drained")
+    return report("drained job", outcome[0], emitted(job), expected, outcome="drained")
 
 
 def report(what: str, result: JobResult, got: Counter[Any], expected: Counter[Any], outcome: str = "finished") -> bool:

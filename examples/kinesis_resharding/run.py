@@ -5,6 +5,7 @@
     python run.py --endpoint http://127.0.0.1:4567   # exits 1 if a record is lost or out of order
 
 Against AWS, drop ``--endpoint`` and let boto3 find credentials; the stream is created and deleted here.
+The shards are split and merged with boto3, as an operator (or ``aws kinesis split-shard``) would.
 
 1. creates ``orders`` with 2 shards and writes a round of orders (8 customers, the partition key);
 2. starts the job (2 containers), then at once splits shard 0 into shards 2 and 3, writes a round,
@@ -25,14 +26,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from millstream.config import Config
-from millstream.coordinator.job_result import JobResult
-from millstream.coordinator.prepare import load_job_config
-from millstream.model import SystemStream
-from millstream.spark.runner import SparkJobRunner
-from millstream.systems.base import StreamSpec
-from millstream.systems.registry import system_factory
-from millstream.testing import read_stream, write_stream
+import boto3
+
+from millstream import Job, JobResult, SystemStream
 
 HERE = Path(__file__).parent
 SEEN = SystemStream("log", "orders-seen")
@@ -42,8 +38,8 @@ CUSTOMERS, PER_ROUND = 8, 5  # each round writes PER_ROUND orders per customer
 class Orders:
     """Writes rounds of orders, numbered per customer, and remembers each customer's order."""
 
-    def __init__(self, config: Config, stream: str) -> None:
-        self.config, self.stream = config, SystemStream("kinesis", stream)
+    def __init__(self, job: Job, stream: str) -> None:
+        self.job, self.stream = job, SystemStream("kinesis", stream)
         self.written: dict[str, list[int]] = {f"customer-{c}": [] for c in range(CUSTOMERS)}
 
     def write_round(self) -> None:
@@ -52,11 +48,42 @@ class Orders:
             for customer, numbers in self.written.items():
                 numbers.append(len(numbers))
                 batch.append((customer, {"n": numbers[-1]}))
-        write_stream(self.config, self.stream, batch)
+        self.job.streams.write(self.stream, batch)
 
 
-def seen(config: Config) -> list[dict[str, Any]]:
-    return [record for _, record in read_stream(config, SEEN, idle_timeout=0.5).get(0, [])]
+class Shards:
+    """Splits and merges the shards of a stream through the Kinesis API, waiting for the stream to be ACTIVE."""
+
+    def __init__(self, endpoint: str | None, stream: str) -> None:
+        self.stream = stream
+        credentials = {"aws_access_key_id": "example", "aws_secret_access_key": "example"} if endpoint else {}
+        self.client = boto3.client("kinesis", region_name="us-east-1", endpoint_url=endpoint, **credentials)
+
+    def listed(self) -> list[dict[str, Any]]:
+        return self.client.list_shards(StreamName=self.stream)["Shards"]
+
+    def split(self, shard_id: str) -> None:
+        """Split ``shard_id`` in the middle of its hash-key range."""
+        keys = next(shard["HashKeyRange"] for shard in self.listed() if shard["ShardId"] == shard_id)
+        middle = (int(keys["StartingHashKey"]) + int(keys["EndingHashKey"]) + 1) // 2
+        self.client.split_shard(StreamName=self.stream, ShardToSplit=shard_id, NewStartingHashKey=str(middle))
+        self._wait_for_active()
+
+    def merge(self, shard_id: str, adjacent_shard_id: str) -> None:
+        self.client.merge_shards(StreamName=self.stream, ShardToMerge=shard_id, AdjacentShardToMerge=adjacent_shard_id)
+        self._wait_for_active()
+
+    def lineage(self) -> dict[str, tuple[str, ...]]:
+        """Each shard's parents: the shard split, or the two merged (the one merged first)."""
+        parents = ("ParentShardId", "AdjacentParentShardId")
+        return {shard["ShardId"]: tuple(shard[key] for key in parents if shard.get(key)) for shard in self.listed()}
+
+    def _wait_for_active(self) -> None:
+        self.client.get_waiter("stream_exists").wait(StreamName=self.stream, WaiterConfig={"Delay": 1})
+
+
+def seen(job: Job) -> list[dict[str, Any]]:
+    return [record for _, record in job.streams.read(SEEN, idle_timeout=0.5).get(0, [])]
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = 120) -> None:
@@ -107,34 +134,28 @@ def main(argv: list[str] | None = None, spark: Any = None) -> int:
     if args.endpoint:  # kinesalite takes any credentials
         overrides |= {"systems.kinesis.aws.endpoint": args.endpoint, "systems.kinesis.aws.accessKey": "example"}
         overrides |= {"sensitive.systems.kinesis.aws.secretKey": "example"}
-    config = load_job_config(HERE / "job.yaml", overrides)
-    kinesis = system_factory(config, "kinesis").get_admin("kinesis", config)
-    log = system_factory(config, "log").get_admin("log", config)
-    kinesis.start()
-    log.start()
-    kinesis.create_stream(StreamSpec("kinesis", args.stream, 2))
-    log.create_stream(StreamSpec("log", SEEN.stream, 1))
-    orders = Orders(config, args.stream)
+    job = Job.from_file(HERE / "job.yaml", overrides)
+    job.streams.create(SystemStream("kinesis", args.stream), 2)
+    job.streams.create(SEEN, 1)
+    orders = Orders(job, args.stream)
     orders.write_round()
+    shards = Shards(args.endpoint, args.stream)
 
-    runner = SparkJobRunner(config, spark=spark)
     outcome: list[JobResult] = []
-    job = threading.Thread(target=lambda: outcome.append(runner.run()))
-    job.start()
-    kinesis.split_shard(args.stream, "shardId-000000000000")  # → shardId-...2 and ...3
+    running = threading.Thread(target=lambda: outcome.append(job.run(spark=spark)))
+    running.start()
+    shards.split("shardId-000000000000")  # → shardId-...2 and ...3
     orders.write_round()
-    kinesis.merge_shards(args.stream, "shardId-000000000003", "shardId-000000000001")  # → shardId-...4
+    shards.merge("shardId-000000000003", "shardId-000000000001")  # → shardId-...4
     orders.write_round()
     total = CUSTOMERS * PER_ROUND * 3
-    wait_for(lambda: len({(r["customer"], r["n"]) for r in seen(config)}) >= total, f"all {total} orders")
-    runner.request_stop()
-    job.join()
-    lineage = {shard.shard_id: tuple(shard.parents) for shard in kinesis.list_shards(args.stream)}
-    kinesis.clear_stream(StreamSpec("kinesis", args.stream))
-    kinesis.stop()
-    log.stop()
+    wait_for(lambda: len({(r["customer"], r["n"]) for r in seen(job)}) >= total, f"all {total} orders")
+    job.stop()
+    running.join()
+    lineage = shards.lineage()
+    job.streams.delete(SystemStream("kinesis", args.stream))
 
-    records = seen(config)
+    records = seen(job)
     for shard in sorted(lineage):
         parents = ", ".join(lineage[shard]) or "-"
         print(f"{shard} (parents {parents}): {sum(r['shard'] == shard for r in records)} orders")

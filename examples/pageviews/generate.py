@@ -10,13 +10,7 @@ import argparse
 import random
 from pathlib import Path
 
-from millstream.checkpoint.factory import checkpoint_manager
-from millstream.coordinator.prepare import load_job_config
-from millstream.metadata.factory import metadata_store
-from millstream.model import SystemStream
-from millstream.systems.base import StreamSpec
-from millstream.systems.registry import system_factory
-from millstream.testing import write_stream
+from millstream import Job
 
 PAGES = ["/home", "/search", "/product/42", "/product/7", "/cart", "/checkout", "/help"]
 
@@ -29,13 +23,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
 
-    config = load_job_config(args.config)
-    admin = system_factory(config, "log").get_admin("log", config)
-    admin.start()
-    for stream in ("page-views", "page-view-counts"):
-        admin.clear_stream(StreamSpec("log", stream))
-    admin.create_stream(StreamSpec("log", "page-views", args.partitions))
-    admin.create_stream(StreamSpec("log", "page-view-counts", args.partitions))
+    job = Job.from_file(args.config)
+    for stream in ("log.page-views", "log.page-view-counts"):
+        job.streams.delete(stream)
+        job.streams.create(stream, args.partitions)
 
     rng = random.Random(args.seed)
     weights = [40, 20, 12, 10, 8, 6, 4]
@@ -44,12 +35,9 @@ def main() -> None:
         (page, {"page": page, "user": f"user-{rng.randrange(500)}", "ts": 1_700_000_000_000 + i})
         for i, page in enumerate(pages)
     )
-    count = write_stream(config, SystemStream("log", "page-views"), events)
-    admin.seal_stream("page-views")
-    admin.stop()
-    store = metadata_store(config)
-    checkpoint_manager(config, store).clear_checkpoints()  # a fresh input: start the job from scratch
-    store.close()
+    count = job.streams.write("log.page-views", events)
+    job.streams.seal("log.page-views")
+    job.reset()  # a fresh input: the job starts from scratch, not from the checkpoints of an earlier run
     print(f"wrote {count} page views over {args.partitions} partitions")
 
 

@@ -5,14 +5,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from millstream.coordinator.prepare import load_job_config
-from millstream.model import SystemStream
-from millstream.testing import read_stream
+from millstream import Job
 
 
 def main() -> None:
-    config = load_job_config(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).with_name("job.yaml"))
-    partitions = read_stream(config, SystemStream("log", "page-view-counts"))
+    job = Job.from_file(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).with_name("job.yaml"))
+    partitions = job.streams.read("log.page-view-counts")
     counts = [value for pairs in partitions.values() for _, value in pairs]
     total = sum(item["views"] for item in counts)
     print(f"{'page':<14}{'views':>8}")

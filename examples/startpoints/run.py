@@ -32,36 +32,27 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from millstream.config import Config
-from millstream.coordinator.prepare import load_job_config
-from millstream.model import SystemStream
-from millstream.spark.runner import SparkJobRunner
-from millstream.systems.base import StreamSpec
-from millstream.systems.registry import system_factory
-from millstream.testing import read_stream, write_stream
+from millstream import Job, SystemStream
 
 HERE = Path(__file__).parent
 CLICKS, AUDIT = SystemStream("log", "clicks"), SystemStream("log", "click-audit")
 MORNING, AFTERNOON = 4, 3  # clicks per partition before and after the instant we rewind to
 
 
-def create_streams(config: Config) -> None:
-    admin = system_factory(config, "log").get_admin("log", config)
-    admin.start()
+def create_streams(job: Job) -> None:
     for stream in (CLICKS, AUDIT):
-        admin.clear_stream(StreamSpec("log", stream.stream))
-        admin.create_stream(StreamSpec("log", stream.stream, 2))
-    admin.stop()
+        job.streams.delete(stream)
+        job.streams.create(stream, 2)
 
 
-def write_clicks(config: Config, when: str, count: int) -> None:
+def write_clicks(job: Job, when: str, count: int) -> None:
     for partition in (0, 1):
         clicks = [(f"user-{i}", {"user": f"user-{i}", "when": when}) for i in range(count)]
-        write_stream(config, CLICKS, clicks, partition=partition)
+        job.streams.write(CLICKS, clicks, partition=partition)
 
 
-def audited(config: Config) -> list[dict[str, Any]]:
-    return [audit for pairs in read_stream(config, AUDIT, idle_timeout=0.5).values() for _, audit in pairs]
+def audited(job: Job) -> list[dict[str, Any]]:
+    return [audit for pairs in job.streams.read(AUDIT, idle_timeout=0.5).values() for _, audit in pairs]
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = 120) -> None:
@@ -98,24 +89,23 @@ def main(argv: list[str] | None = None, spark: Any = None) -> int:
     parser.add_argument("--data-dir", default=str(HERE / ".millstream"))
     args = parser.parse_args(argv)
     shutil.rmtree(args.data_dir, ignore_errors=True)  # a fresh job: no checkpoints of an earlier run
-    config = load_job_config(args.config, {"job.data.dir": args.data_dir})
-    create_streams(config)
-    write_clicks(config, "morning", MORNING)
+    job = Job.from_file(args.config, {"job.data.dir": args.data_dir})
+    create_streams(job)
+    write_clicks(job, "morning", MORNING)
     time.sleep(0.01)  # records carry millisecond timestamps: keep the instant strictly between the batches
     instant = int(time.time() * 1000)
     time.sleep(0.01)
-    write_clicks(config, "afternoon", AFTERNOON)
+    write_clicks(job, "afternoon", AFTERNOON)
 
-    runner = SparkJobRunner(config, spark=spark)
-    job = threading.Thread(target=runner.run)
-    job.start()
+    running = threading.Thread(target=lambda: job.run(spark=spark))
+    running.start()
     total = 2 * (MORNING + AFTERNOON)
-    wait_for(lambda: len(audited(config)) >= total, "the job to read every click once")
+    wait_for(lambda: len(audited(job)) >= total, "the job to read every click once")
     rewind(args.config, args.data_dir, instant)
-    wait_for(lambda: len(audited(config)) >= total + AFTERNOON, "partition 1's afternoon to be read again")
-    runner.request_stop()
-    job.join()
-    if not check(audited(config)):
+    wait_for(lambda: len(audited(job)) >= total + AFTERNOON, "partition 1's afternoon to be read again")
+    job.stop()
+    running.join()
+    if not check(audited(job)):
         print("WRONG: the rewind did not re-read exactly partition 1's afternoon clicks")
         return 1
     print("OK: partition 1 re-read its 3 afternoon clicks; partition 0 went on from its checkpoint")

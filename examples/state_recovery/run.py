@@ -32,15 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from millstream.config import Config
-from millstream.coordinator.job_result import JobResult
-from millstream.coordinator.prepare import load_job_config
-from millstream.coordinator.status import job_status
-from millstream.model import SystemStream
-from millstream.spark.runner import SparkJobRunner
-from millstream.systems.base import StreamSpec
-from millstream.systems.registry import system_factory
-from millstream.testing import read_stream, write_stream
+from millstream import Job, JobResult, SystemStream
 
 HERE = Path(__file__).parent
 WORDS, COUNTS = SystemStream("log", "words"), SystemStream("log", "word-counts")
@@ -58,46 +50,36 @@ def wait_for(probe: Callable[[], T | None], what: str, timeout: float = 120) -> 
     return value
 
 
-def admin_do(config: Config, action: Callable[[Any], object]) -> None:
-    admin = system_factory(config, "log").get_admin("log", config)
-    admin.start()
-    try:
-        action(admin)
-    finally:
-        admin.stop()
-
-
-def write_half(config: Config, half: int) -> Counter[str]:
+def write_half(job: Job, half: int) -> Counter[str]:
     """Write one half of the input; returns what each word count must grow by, per partition."""
     written: Counter[str] = Counter()
     for partition in (0, 1):
         words = [VOCABULARY[(i * (partition + 2) + half) % len(VOCABULARY)] for i in range(PER_PARTITION)]
-        write_stream(config, WORDS, [(word, {"word": word}) for word in words], partition=partition)
+        job.streams.write(WORDS, [(word, {"word": word}) for word in words], partition=partition)
         written.update(f"Partition {partition}/{word}" for word in words)
     return written
 
 
-def checkpointed_container(config: Config) -> int | None:
+def checkpointed_container(job: Job) -> int | None:
     """Container 0's pid once every partition is processed and checkpointed (lag 0), else None."""
-    status = job_status(config)
+    status = job.status()
     container = status.containers.get("0", {})
     if status.lag and all(row.lag == 0 for row in status.lag) and container.get("state") == "running":
         return int(container["pid"])
     return None
 
 
-def run_with_a_crash(config: Config, spark: Any) -> tuple[JobResult, Counter[str]]:
-    expected = write_half(config, 0)
-    runner = SparkJobRunner(config, spark=spark)
+def run_with_a_crash(job: Job, spark: Any) -> tuple[JobResult, Counter[str]]:
+    expected = write_half(job, 0)
     outcome: list[JobResult] = []
-    job = threading.Thread(target=lambda: outcome.append(runner.run()))
-    job.start()
-    pid = wait_for(lambda: checkpointed_container(config), "the first half to be counted and checkpointed")
-    expected += write_half(config, 1)
+    running = threading.Thread(target=lambda: outcome.append(job.run(spark=spark)))
+    running.start()
+    pid = wait_for(lambda: checkpointed_container(job), "the first half to be counted and checkpointed")
+    expected += write_half(job, 1)
     os.kill(pid, signal.SIGKILL)
     print(f"SIGKILLed container 0 (pid {pid}) as the second half arrived")
-    admin_do(config, lambda admin: admin.seal_stream(WORDS.stream))
-    job.join()
+    job.streams.seal(WORDS)
+    running.join()
     return outcome[0], expected
 
 
@@ -107,14 +89,14 @@ def main(argv: list[str] | None = None, spark: Any = None) -> int:
     parser.add_argument("--data-dir", type=Path, default=HERE / ".millstream")
     args = parser.parse_args(argv)
     shutil.rmtree(args.data_dir, ignore_errors=True)
-    config = load_job_config(HERE / f"{args.backend}.yaml", {"job.data.dir": str(args.data_dir)})
-    admin_do(config, lambda admin: admin.create_stream(StreamSpec("log", WORDS.stream, 2)))
-    admin_do(config, lambda admin: admin.create_stream(StreamSpec("log", COUNTS.stream, 1)))
+    job = Job.from_file(HERE / f"{args.backend}.yaml", {"job.data.dir": str(args.data_dir)})
+    job.streams.create(WORDS, 2)
+    job.streams.create(COUNTS, 1)
 
-    result, expected = run_with_a_crash(config, spark)
+    result, expected = run_with_a_crash(job, spark)
     restarts = sum(container.epoch - 1 for container in result.containers)
     print(f"job {result.outcome}; containers started again: {restarts}")
-    reports = [report for _, report in read_stream(config, COUNTS)[0]]
+    reports = [report for _, report in job.streams.read(COUNTS)[0]]
     counted = Counter({f"{r['task']}/{word}": n for r in reports for word, n in r["counts"].items()})
     for name in sorted(expected):
         print(f"{name:<24}{counted[name]:>5} (expected {expected[name]})")
