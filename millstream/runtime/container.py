@@ -201,11 +201,11 @@ class Container:
                 reported = masked_error(error, self.config)
                 self._report("failed", error=str(reported))
                 if reported is error:
-                    # the runner reports the whole error; the container's own log names the attempt it ended
-                    first_line = next(iter(str(error).splitlines()), "")
+                    # the runner reports the error once (and its status keeps it): the container's own log names
+                    # the attempt it ended and the error's type, so a worker's log tells attempts apart
                     log.error(
-                        "container %s (generation %s, attempt %s) failed: %s: %s",
-                        self.container_id, self.generation, self.epoch, type(error).__name__, first_line,
+                        "container %s (generation %s, attempt %s) failed: %s (its status records the error)",
+                        self.container_id, self.generation, self.epoch, type(error).__name__,
                     )  # fmt: skip
                     raise
                 log.error("container %s failed:\n%s", self.container_id, masked_traceback(error, self.config))
