@@ -632,7 +632,7 @@ class StoreConfig(ConfigView):
         32 * 1024 * 1024, alias="container.write.buffer.size.bytes", ge=64 * 1024
     )
     """RocksDB memtable memory per container, split between its tasks (Samza's key). A commit's snapshot
-    flushes what the memtable holds, so this also bounds the synchronous part of a commit."""
+    flushes what the memtable holds, so this also bounds the time a snapshot takes."""
     rocksdb_num_write_buffers: int = Field(3, alias="rocksdb.num.write.buffers", ge=1)
     """RocksDB memtables per store (``max_write_buffer_number``)."""
     container_cache_size_bytes: int = Field(100 * 1024 * 1024, alias="container.cache.size.bytes", ge=0)

@@ -3,12 +3,19 @@
 Commit order is what makes output at-least-once and state transactional: the stores' object caches
 write back what they hold dirty, producers are flushed (output and changelogs), the task's
 ``before_checkpoint`` runs (what it writes to a store is written back and flushed to the changelog too,
-so it is part of this commit), the stores are snapshotted (synchronously, exclusive
-with processing: the checkpoint directories and the backends' markers), their snapshots uploaded (asynchronously, on a
-commit thread, while the task keeps processing), and only then are the checkpoints written — input
-offsets with the markers of exactly the state those offsets produced — and what they no longer need
-cleaned up. A crash anywhere re-processes from the last durable checkpoint, with the stores restored
-to the state it names.
+so it is part of this commit), the stores are snapshotted (the checkpoint directories and the backends'
+markers), their snapshots uploaded (asynchronously, on a commit thread, while the task keeps processing), and
+only then are the checkpoints written — input offsets with the markers of exactly the state those offsets
+produced — and what they no longer need cleaned up. A crash anywhere re-processes from the last durable
+checkpoint, with the stores restored to the state it names.
+
+Only the commit's cut pauses processing when every store of the task has an object cache (the default) and
+backups: ``before_checkpoint``, the offsets, and the caches' dirty entries taken (``TaskStorage.hold``). The
+write-back of those entries, the producers' flush, the RocksDB flush and checkpoint directory and the backends'
+snapshot then run on the commit thread with the upload, while the task processes on; its writes stay in the
+caches until the snapshot is made, so the snapshot still holds exactly the state of the cut's offsets. Without
+an object cache on every store (a store that writes through, such as the high-level engine's operator store),
+the flush and snapshot run on the task's thread, exclusive with processing.
 
 One commit is in flight per task. A commit due while the previous one still uploads is skipped while
 that one started less than ``task.commit.max.delay.ms`` ago; past that, processing blocks until it
@@ -462,6 +469,9 @@ class TaskInstance:
         self.commit_owed = False
         storage = self.storage
         started = self._clock()
+        if self._snapshots_beside_processing():
+            self._commit_beside_processing(started)
+            return
         if storage is not None:
             storage.write_back()  # the stores' cached writes join the changelog before the flush
         self.producers.flush(self.task_name)
@@ -496,6 +506,72 @@ class TaskInstance:
             )
         else:
             self._complete_commit(checkpoint_id, offsets, markers, updated)
+
+    def _snapshots_beside_processing(self) -> bool:
+        """Whether this commit's flush and snapshot may run on the commit thread: the task has backups, every
+        store can hold the task's writes meanwhile (an object cache), and no container transaction needs the
+        commit on this thread."""
+        storage = self.storage
+        return (
+            storage is not None
+            and storage.has_backups
+            and self.commit_executor is not None
+            and self.transaction is None
+            and storage.can_hold
+        )
+
+    def _commit_beside_processing(self, started: float) -> None:
+        """The commit's cut on the task's thread, everything else on the commit thread (``_snapshot_and_complete``).
+
+        The cut is ``before_checkpoint``, the input offsets, and the stores' cached writes so far, taken by
+        ``storage.hold``; later writes stay in the stores' caches until the snapshot is made, so it names exactly
+        the state the offsets produced while the task goes on processing. Output sent before the cut is flushed
+        before the snapshot and the checkpoint (the flush may cover later output too, which is harmless)."""
+        storage = self.storage
+        executor = self.commit_executor
+        assert storage is not None and executor is not None
+        if isinstance(self.task, CheckpointListener):
+            self.task.before_checkpoint()
+        if self.last_processed == self._snapshotted and not storage.dirty:
+            self.producers.flush(self.task_name)
+            if self.startpoints is not None and self.startpoints.pending:
+                self.startpoints.committed(self._updated)
+            return
+        checkpoint_id = CheckpointId.create()
+        offsets = dict(self.last_processed)
+        storage.hold()
+        self._snapshotted = offsets
+        self._commit_started = started
+        self._in_flight_id = checkpoint_id
+        self._in_flight = executor.submit(self._snapshot_and_complete, checkpoint_id, offsets, set(self._updated))
+
+    def _snapshot_and_complete(
+        self,
+        checkpoint_id: CheckpointId,
+        offsets: dict[SystemStreamPartition, str],
+        updated: set[SystemStreamPartition],
+    ) -> None:
+        """On the commit thread: the held cut's writes, the producers' flush, the snapshot, then the stores write
+        back again; then upload, checkpoint and cleanup (``_complete_commit``). A failure fails the next commit."""
+        storage = self.storage
+        assert storage is not None
+        try:
+            phase = self._clock()
+            try:
+                storage.write_held()
+                self.producers.flush(self.task_name)
+                phase = self._timed("flush", phase)
+                self.commit_settings.pause("before-snapshot")
+                markers = storage.snapshot(checkpoint_id)
+            finally:
+                storage.release()
+            self._timed("snapshot", phase)
+            self.commit_settings.pause("after-snapshot")
+        except BaseException as error:  # raised by the next commit, on the task's thread
+            log.error("%s: commit %s failed: %s: %s", self.task_name, checkpoint_id, type(error).__name__, error)
+            self._commit_failure = (checkpoint_id, error)
+            return
+        self._complete_commit_recording_failure(checkpoint_id, offsets, markers, updated)
 
     def commit_if_owed(self) -> None:
         """Make the commit skipped while the last one uploaded, once that upload ended. Called by the run
@@ -647,12 +723,16 @@ class TaskInstance:
 
     def finish_commits(self) -> None:
         """Before the container returns: wait for the commit in flight, and commit what a skipped
-        commit left uncommitted. Raises the failure of any of them."""
+        commit left uncommitted. Raises the failure of any of them; a failure of the last commit that the
+        policy tolerates (``task.commit.skip.commit.*``) makes another, until one succeeds or the limit is reached."""
         self._wait_for_commit()
         self._raise_commit_failure()
         self.commit()
         self._wait_for_commit()
-        self._raise_commit_failure(tolerate=False)
+        while self._commit_failure is not None:
+            self._raise_commit_failure()  # raises past the limit (or when nothing is tolerated)
+            self.commit()
+            self._wait_for_commit()
 
     @in_task_log_context
     def close(self) -> None:

@@ -1,0 +1,137 @@
+"""A commit of a task whose stores all have an object cache pauses processing only for its cut: the write-back,
+the producers' flush and the stores' snapshot run on the commit thread while the task processes on, and the
+checkpoint still names exactly the state of the cut's offsets. A store without a cache keeps the snapshot on
+the task's thread. The commit is held at its ``before-snapshot`` point by a hook the test releases."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from millstream.checkpoint.checkpoint import Checkpoint, CheckpointV2
+from millstream.model import IncomingMessageEnvelope, TaskName
+from millstream.runtime.task_instance import CommitSettings, ContainerContext, TaskInstance
+from tests.helpers import wait_until
+from tests.runtime.fakes import DiscardingCollector
+from tests.storage.harness import INPUT, TASK, StateHarness, state_config
+
+
+class PutEach:
+    """Puts each message's key → message into ``counts``."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def process(self, envelope: IncomingMessageEnvelope, collector: Any, coordinator: Any) -> None:
+        self.store.put(envelope.key, envelope.message)
+
+
+class Checkpoints:
+    def __init__(self) -> None:
+        self.written: list[Checkpoint] = []
+
+    def write_checkpoint(self, task_name: TaskName, checkpoint: Checkpoint) -> None:
+        self.written.append(checkpoint)
+
+
+class HeldAt:
+    """A commit hook that stops the commit at ``point`` until the test calls ``go``; records the threads."""
+
+    def __init__(self, point: str) -> None:
+        self.point = point
+        self.reached = threading.Event()
+        self.released = threading.Event()
+        self.threads: list[str] = []
+
+    def __call__(self, point: str) -> None:
+        if point != self.point:
+            return
+        self.threads.append(threading.current_thread().name)
+        self.reached.set()
+        assert self.released.wait(30), "the test never released the commit"
+
+    def go(self) -> None:
+        self.released.set()
+
+
+@pytest.fixture
+def executor() -> Iterator[ThreadPoolExecutor]:
+    pool = ThreadPoolExecutor(2, thread_name_prefix="commit")
+    yield pool
+    pool.shutdown(wait=True)
+
+
+def envelopes(first: int, pairs: list[tuple[str, int]]) -> list[IncomingMessageEnvelope]:
+    return [IncomingMessageEnvelope(INPUT, str(first + i), key, value) for i, (key, value) in enumerate(pairs)]
+
+
+def instance(opened: Any, hook: HeldAt, executor: ThreadPoolExecutor, checkpoints: Checkpoints) -> TaskInstance:
+    stores = opened.storage.stores
+    return TaskInstance(
+        TASK,
+        PutEach(stores["counts"]),
+        frozenset({INPUT}),
+        ContainerContext(TASK, opened.container.config, frozenset({INPUT}), "0", stores),
+        opened.producers,
+        DiscardingCollector(),
+        checkpoints,
+        {},
+        {},
+        storage=opened.storage,
+        commit_settings=CommitSettings(pause=hook),
+        commit_executor=executor,
+    )
+
+
+@pytest.mark.parametrize("backend", ["changelog", "blobstore"])
+def test_processing_goes_on_while_a_commit_snapshots_and_the_checkpoint_names_the_state_of_its_cut(
+    tmp_path: Path, executor: ThreadPoolExecutor, backend: str
+) -> None:
+    harness = StateHarness(state_config(tmp_path, backend))
+    opened = harness.open()
+    hook, checkpoints = HeldAt("before-snapshot"), Checkpoints()
+    task = instance(opened, hook, executor, checkpoints)
+    task.process(INPUT, envelopes(0, [("a", 1), ("b", 1), ("a", 2)]))
+
+    task.commit()  # returns with its snapshot still to make: the hook holds the commit thread
+    wait_until(hook.reached.is_set, 10, "the commit never reached its snapshot")
+    assert hook.threads != [threading.current_thread().name]
+    task.process(INPUT, envelopes(3, [("a", 3), ("c", 1)]))  # processing goes on meanwhile
+    store, engine = opened.storage.stores["counts"], opened.storage.engines["counts"]
+    assert (store.get("a"), store.get("c")) == (3, 1)  # the task reads its own writes
+    assert engine.get(b"c") is None  # but they wait in the cache: the snapshot sees the cut's state only
+    hook.go()
+    wait_until(lambda: task.commits == 1, 10, "the commit never completed")
+
+    v2 = next(c for c in checkpoints.written if isinstance(c, CheckpointV2))
+    assert v2.offsets == {INPUT: "2"}
+    opened.storage.write_back()  # released: the writes made during the snapshot reach the engine again
+    assert engine.get(b"c") is not None
+    opened.close()
+
+    harness.checkpoint = v2  # a restart from the first checkpoint restores exactly the state of its cut
+    restored = harness.open()
+    assert {key: restored.store.get(key) for key in "abc"} == {"a": 2, "b": 1, "c": None}
+    restored.close()
+
+
+def test_a_store_without_an_object_cache_snapshots_on_the_tasks_thread(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    """It writes through to the engine and the changelog, so nothing could hold the task's writes meanwhile."""
+    harness = StateHarness(state_config(tmp_path, "changelog", stores__counts__object__cache__size=0))
+    opened = harness.open()
+    hook, checkpoints = HeldAt("before-snapshot"), Checkpoints()
+    hook.go()
+    task = instance(opened, hook, executor, checkpoints)
+    task.process(INPUT, envelopes(0, [("a", 1)]))
+    task.commit()
+    assert hook.threads == [threading.current_thread().name]
+    task.finish_commits()
+    assert task.commits == 1
+    opened.close()
