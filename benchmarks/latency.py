@@ -8,7 +8,8 @@
 
 Without ``--bootstrap`` a KRaft broker is started from the test harness's JARs (make kafka-jars).
 Workloads: ``w1`` pass-through (input topic → output topic, same key), ``w2`` count per key (millstream:
-a RocksDB store with a Kafka changelog; raw: a dict). Contenders, each alone, in turn, on fresh topics:
+a RocksDB store with a Kafka changelog; raw: a dict), ``w2-blob`` the same count with the store backed up to a blob
+store (the S3 API of a moto server the run starts; raw: a dict). Contenders, each alone, in turn, on fresh topics:
   raw                 confluent-kafka consume → produce loop in a subprocess (read_committed, idempotent producer)
   millstream          ``millstream run --in-process``, the job's DEFAULT config (at-least-once, commit
                       every 60 s)
@@ -68,14 +69,21 @@ TUNED = ("systems.kafka.transactional.writes=false", "systems.kafka.producer.lin
 producer sending at once, a commit every 10 s."""
 EOS = ("task.processing.guarantee=exactly-once",)
 """``millstream-eos``: output, changelog and checkpoints in one transaction per commit (every 100 ms unless set)."""
+BLOB_ENDPOINT: dict[str, str] = {}
+"""The moto S3 server's URL (``url``) while ``w2-blob`` runs."""
 DEFAULT_COMMIT_MS = 60_000
 EOS_COMMIT_MS = 100
 PROBE_RATE = 10.0
 MAX_COMMIT_LINES = 60
 WARMUP_RECORDS = 200_000
 PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p99.9", 99.9), ("max", 100.0))
-TASKS = {"w1": "PassThrough", "w2": "CountPerKey"}
-WORKLOAD_NAMES = {"w1": "W1 pass-through", "w2": "W2 count per key (RocksDB + changelog)"}
+TASKS = {"w1": "PassThrough", "w2": "CountPerKey", "w2-blob": "CountPerKey"}
+WORKLOAD_NAMES = {
+    "w1": "W1 pass-through",
+    "w2": "W2 count per key (RocksDB + changelog)",
+    "w2-blob": "W2 count per key (RocksDB + blob store: S3 API of moto)",
+}
+WORKLOADS = tuple(TASKS)
 
 
 class MissingRecordsError(RuntimeError):
@@ -147,7 +155,7 @@ class Reader(threading.Thread):
         data = self.data
         data.received += 1
         fields = message.value().split(b",", 3)
-        if self.workload == "w2":
+        if self.workload != "w1":
             count, seq, sent = int(fields[0]), int(fields[1]), int(fields[2])
             if seq < 0:
                 data.preloaded += 1
@@ -330,6 +338,15 @@ def job_properties(
     if workload == "w2":
         config["stores.counts.factory"] = "rocksdb"
         config["stores.counts.changelog"] = f"kafka.{name}-counts-changelog"
+    if workload == "w2-blob":
+        config["stores.counts.factory"] = "rocksdb"
+        config["stores.counts.backup.factories"] = "blobstore"
+        config["task.checkpoint.read.versions"] = "2,1"
+        config["blob.store.manager.factory"] = "s3"
+        config["blob.store.s3.bucket"] = "latency"
+        config["blob.store.s3.endpoint.url"] = BLOB_ENDPOINT.get("url", "")
+        config["sensitive.blob.store.s3.access.key.id"] = "bench"
+        config["sensitive.blob.store.s3.secret.access.key"] = "bench"
     for setting in sets:
         key, _, value = setting.partition("=")
         config[key.strip()] = value.strip()
@@ -344,7 +361,7 @@ def contender_command(
     """The command line, and the config overrides it runs with (millstream's)."""
     if contender == "raw":
         command = [sys.executable, "-m", "benchmarks.latency_tasks", "raw", "--bootstrap", args.bootstrap]
-        command += ["--input", source, "--output", sink, "--workload", workload]
+        command += ["--input", source, "--output", sink, "--workload", "w1" if workload == "w1" else "w2"]
         return [*command, "--partitions", str(args.partitions), "--name", name], []
     sets = {"millstream-tuned": list(args.set or TUNED), "millstream-eos": list(EOS)}.get(contender, [])
     config = job_properties(name, workdir, args.bootstrap, workload, source, sink, sets)
@@ -644,6 +661,19 @@ def write_json(results: list[dict[str, Any]], title: str, args: argparse.Namespa
 
 
 def run_all(args: argparse.Namespace, root: Path) -> None:
+    if "w2-blob" in (args.workload or []):
+        from tests.integration.blob_emulators import MotoS3Server
+
+        with contextlib.ExitStack() as stack:
+            server = MotoS3Server(root / "moto").start()
+            stack.callback(server.stop)
+            BLOB_ENDPOINT["url"] = server.endpoint_url
+            _run_all(args, root)
+        return
+    _run_all(args, root)
+
+
+def _run_all(args: argparse.Namespace, root: Path) -> None:
     warm_broker(args.bootstrap)
     contenders = args.contender or [c for c in CONTENDERS if not (args.no_spark and c == "millstream-spark")]
     workloads = args.workload or ["w1", "w2"]
@@ -709,7 +739,9 @@ def main(argv: list[str] | None = None) -> None:
         help="records of distinct keys written to the input before each contender starts and read back before "
         "the warm-up (W2: that many keys of state; default 0)",
     )
-    parser.add_argument("--workload", action="append", choices=["w1", "w2"], help="repeatable; default both")
+    parser.add_argument(
+        "--workload", action="append", choices=WORKLOADS, help="repeatable; default w1 and w2 (w2-blob: on request)"
+    )
     parser.add_argument("--contender", action="append", choices=CONTENDERS, help="repeatable; default all")
     parser.add_argument(
         "--set",
