@@ -9,13 +9,13 @@ only then are the checkpoints written — input offsets with the markers of exac
 produced — and what they no longer need cleaned up. A crash anywhere re-processes from the last durable
 checkpoint, with the stores restored to the state it names.
 
-Only the commit's cut pauses processing when every store of the task has an object cache (the default) and
-backups: ``before_checkpoint``, the offsets, and the caches' dirty entries taken (``TaskStorage.hold``). The
-write-back of those entries, the producers' flush, the RocksDB flush and checkpoint directory and the backends'
-snapshot then run on the commit thread with the upload, while the task processes on; its writes stay in the
-caches until the snapshot is made, so the snapshot still holds exactly the state of the cut's offsets. Without
-an object cache on every store (a store that writes through, such as the high-level engine's operator store),
-the flush and snapshot run on the task's thread, exclusive with processing.
+Only the commit's cut pauses processing when the task has no stores, or every store of the task has an object
+cache (the default) and backups: ``before_checkpoint``, the offsets, and the caches' dirty entries taken
+(``TaskStorage.hold``). The write-back of those entries, the producers' flush, the RocksDB flush and checkpoint
+directory and the backends' snapshot then run on the commit thread with the upload, while the task processes on;
+its writes stay in the caches until the snapshot is made, so the snapshot still holds exactly the state of the
+cut's offsets. Without an object cache on every store (a store that writes through, such as the high-level
+engine's operator store), the flush and snapshot run on the task's thread, exclusive with processing.
 
 One commit is in flight per task. A commit due while the previous one still uploads is skipped while
 that one started less than ``task.commit.max.delay.ms`` ago; past that, processing blocks until it
@@ -23,7 +23,8 @@ ends, and fails after ``task.commit.timeout.ms``. A skipped commit is owed: the 
 as the upload ended (``commit_if_owed``), not at the next ``task.commit.ms``, because what the task asked
 to flush (end-of-stream on intermediate streams, a finished task's last output) may be what the job waits
 for to end. A failed asynchronous stage fails the next commit
-(and so the container) with its cause. A task without stores commits synchronously, as before.
+(and so the container) with its cause. A task without stores has only offsets in its cut: the flush and the
+checkpoint run on the commit thread (synchronously when it has no commit executor, as in tests).
 
 Under exactly-once (``transaction``) commits are synchronous and container-wide: a task's commit appends
 its checkpoints to the container's open Kafka transaction, and what must follow a durable checkpoint
@@ -508,17 +509,13 @@ class TaskInstance:
             self._complete_commit(checkpoint_id, offsets, markers, updated)
 
     def _snapshots_beside_processing(self) -> bool:
-        """Whether this commit's flush and snapshot may run on the commit thread: the task has backups, every
-        store can hold the task's writes meanwhile (an object cache), and no container transaction needs the
-        commit on this thread."""
+        """Whether this commit's flush, snapshot and checkpoint may run on the commit thread: the container gave
+        the task one, no container transaction needs the commit on this thread, and the task has no stores or
+        every store can hold the task's writes meanwhile (an object cache) and has backups."""
         storage = self.storage
-        return (
-            storage is not None
-            and storage.has_backups
-            and self.commit_executor is not None
-            and self.transaction is None
-            and storage.can_hold
-        )
+        if self.commit_executor is None or self.transaction is not None:
+            return False
+        return storage is None or (storage.has_backups and storage.can_hold)
 
     def _commit_beside_processing(self, started: float) -> None:
         """The commit's cut on the task's thread, everything else on the commit thread (``_snapshot_and_complete``).
@@ -529,17 +526,18 @@ class TaskInstance:
         before the snapshot and the checkpoint (the flush may cover later output too, which is harmless)."""
         storage = self.storage
         executor = self.commit_executor
-        assert storage is not None and executor is not None
+        assert executor is not None
         if isinstance(self.task, CheckpointListener):
             self.task.before_checkpoint()
-        if self.last_processed == self._snapshotted and not storage.dirty:
+        if self.last_processed == self._snapshotted and not (storage is not None and storage.dirty):
             self.producers.flush(self.task_name)
             if self.startpoints is not None and self.startpoints.pending:
                 self.startpoints.committed(self._updated)
             return
         checkpoint_id = CheckpointId.create()
         offsets = dict(self.last_processed)
-        storage.hold()
+        if storage is not None:
+            storage.hold()
         self._snapshotted = offsets
         self._commit_started = started
         self._in_flight_id = checkpoint_id
@@ -554,17 +552,18 @@ class TaskInstance:
         """On the commit thread: the held cut's writes, the producers' flush, the snapshot, then the stores write
         back again; then upload, checkpoint and cleanup (``_complete_commit``). A failure fails the next commit."""
         storage = self.storage
-        assert storage is not None
         try:
             phase = self._clock()
             try:
-                storage.write_held()
+                if storage is not None:
+                    storage.write_held()
                 self.producers.flush(self.task_name)
                 phase = self._timed("flush", phase)
                 self.commit_settings.pause("before-snapshot")
-                markers = storage.snapshot(checkpoint_id)
+                markers = storage.snapshot(checkpoint_id) if storage is not None else {}
             finally:
-                storage.release()
+                if storage is not None:
+                    storage.release()
             self._timed("snapshot", phase)
             self.commit_settings.pause("after-snapshot")
         except BaseException as error:  # raised by the next commit, on the task's thread

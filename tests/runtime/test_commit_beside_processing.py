@@ -1,7 +1,8 @@
-"""A commit of a task whose stores all have an object cache pauses processing only for its cut: the write-back,
-the producers' flush and the stores' snapshot run on the commit thread while the task processes on, and the
-checkpoint still names exactly the state of the cut's offsets. A store without a cache keeps the snapshot on
-the task's thread. The commit is held at its ``before-snapshot`` point by a hook the test releases."""
+"""A commit of a task whose stores all have an object cache, or that has none, pauses processing only for its cut:
+the write-back, the producers' flush, the stores' snapshot and the checkpoint run on the commit thread while the
+task processes on, and the checkpoint still names exactly the state of the cut's offsets. A store without a cache
+keeps the snapshot on the task's thread. The commit is held at its ``before-snapshot`` point by a hook the test
+releases."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointV2
+from millstream.config import Config
 from millstream.model import IncomingMessageEnvelope, TaskName
 from millstream.runtime.task_instance import CommitSettings, ContainerContext, TaskInstance
 from tests.helpers import wait_until
@@ -135,3 +137,44 @@ def test_a_store_without_an_object_cache_snapshots_on_the_tasks_thread(
     task.finish_commits()
     assert task.commits == 1
     opened.close()
+
+
+class Ignore:
+    def process(self, envelope: IncomingMessageEnvelope, collector: Any, coordinator: Any) -> None:
+        pass
+
+
+class Flushes:
+    def __init__(self) -> None:
+        self.threads: list[str] = []
+
+    def flush(self, source: str) -> None:
+        self.threads.append(threading.current_thread().name)
+
+
+def test_a_task_without_stores_flushes_and_checkpoints_on_the_commit_thread_while_it_processes_on(
+    executor: ThreadPoolExecutor,
+) -> None:
+    hook, checkpoints, producers = HeldAt("before-snapshot"), Checkpoints(), Flushes()
+    task = TaskInstance(
+        TASK,
+        Ignore(),
+        frozenset({INPUT}),
+        ContainerContext(TASK, Config({}), frozenset({INPUT}), "0"),
+        producers,
+        DiscardingCollector(),
+        checkpoints,
+        {},
+        {},
+        commit_settings=CommitSettings(pause=hook),
+        commit_executor=executor,
+    )
+    task.process(INPUT, envelopes(0, [("a", 1), ("b", 1)]))
+    task.commit()
+    wait_until(hook.reached.is_set, 10, "the commit never reached its checkpoint's flush")
+    assert producers.threads and threading.current_thread().name not in producers.threads
+    task.process(INPUT, envelopes(2, [("c", 1)]))  # processing goes on meanwhile
+    assert checkpoints.written == []
+    hook.go()
+    wait_until(lambda: task.commits == 1, 10, "the commit never completed")
+    assert [c.offsets for c in checkpoints.written] == [{INPUT: "1"}, {INPUT: "1"}]  # the cut's offsets
