@@ -7,8 +7,9 @@
 A high-level application (``WindowCounts``) reads ``log.win-in`` (JSON records ``{"ts": <ms>, "user": ...}``, event
 time = ``ts``), repartitions by user (``partition_by``, an intermediate stream of the embedded log) and counts each
 user's records in tumbling windows of ``--window-ms``, sending each pane to ``log.win-out``. This process writes
-``--rate`` records/s with ``ts`` = the wall clock at the write (out-of-orderness 0), so the watermark passes a
-window's end when the first record at or after that end is written: at the end itself, within a record's interval.
+``--rate`` records/s with ``ts`` = the wall clock at the write (out-of-orderness 0), from before the job starts until
+``--seconds`` after the first pane was read, so the watermark passes a window's end when the first record at or
+after that end is written: at the end itself, within a record's interval.
 A reader on ``log.win-out`` takes every pane as the log makes it readable; latency = the time the reader got it -
 the window's end. Each runner runs the job alone (``millstream run``, ``--in-process`` or through the Spark runner in
 local mode, 1 container) on fresh streams; the input is sealed at the end so the job finishes. Panes of windows
@@ -105,6 +106,7 @@ class PaneReader(threading.Thread):
         for ssp in self.ssps:
             self.consumer.register(ssp, "0")
         self.panes: list[tuple[float, dict[str, Any]]] = []
+        self.first_read: float | None = None
         self.stopping = threading.Event()
 
     def run(self) -> None:
@@ -113,6 +115,8 @@ class PaneReader(threading.Thread):
             while not self.stopping.is_set():
                 for envelopes in self.consumer.poll(self.ssps, 0.005).values():
                     now = time.time() * 1000
+                    if envelopes and self.first_read is None:
+                        self.first_read = now
                     for envelope in envelopes:
                         if envelope.message is not None and not envelope.is_end_of_stream:
                             self.panes.append((now, json.loads(envelope.message)))
@@ -120,16 +124,21 @@ class PaneReader(threading.Thread):
             self.consumer.stop()
 
 
-def write_paced(config: Config, args: argparse.Namespace, process: subprocess.Popen[bytes]) -> float:
-    """``--rate`` records/s for ``--seconds``, ``ts`` = now; returns the wall-clock ms the writes ended."""
+def write_paced(
+    config: Config, args: argparse.Namespace, process: subprocess.Popen[bytes], reader: PaneReader
+) -> float:
+    """``--rate`` records/s, ``ts`` = now, until ``--seconds`` after the first pane was read (the job is up: a
+    Spark job starts in tens of seconds); returns the wall-clock ms the writes ended."""
     producer = system_factory(config, "log").get_producer("log", config)
     producer.start()
     try:
         started, written = time.monotonic(), 0
-        total = int(args.rate * args.seconds)
+        total = int(args.rate * (args.startup_timeout + args.seconds))
         while written < total:
             if process.poll() is not None:
                 raise RuntimeError(f"the job exited ({process.returncode}) while records were written")
+            if reader.first_read is not None and time.time() * 1000 - reader.first_read > args.seconds * 1000:
+                break
             due = min(total, int((time.monotonic() - started) * args.rate) + 1)
             while written < due:
                 record = {"ts": int(time.time() * 1000), "user": f"user-{written % args.users}"}
@@ -169,7 +178,7 @@ def measure(runner: str, args: argparse.Namespace, root: Path) -> dict[str, Any]
     started = time.time() * 1000
     process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        ended = write_paced(config, args, process)
+        ended = write_paced(config, args, process, reader)
         admin.seal_stream(SOURCE.stream)
         process.wait(args.deadline)
     finally:
@@ -182,7 +191,7 @@ def measure(runner: str, args: argparse.Namespace, root: Path) -> dict[str, Any]
         log.close()
     if process.returncode != 0:
         raise RuntimeError(f"{runner}: the job failed ({process.returncode}); see {log.name}")
-    first_read = min((now for now, _ in reader.panes), default=started)  # the job is up and caught up
+    first_read = reader.first_read or started  # the job is up and caught up
     first_end = (math.floor(first_read / args.window_ms) + SKIPPED_WINDOWS) * args.window_ms
     latencies = [now - pane["end"] for now, pane in reader.panes if first_end <= pane["end"] <= ended]
     stats = {label: percentile(latencies, q) for label, q in PERCENTILES}
@@ -204,6 +213,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runner", action="append", choices=["in-process", "spark"], help="repeatable; default both")
     parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="config overrides, repeatable")
     parser.add_argument("--deadline", type=float, default=180.0, help="seconds for the job to end after the seal")
+    parser.add_argument("--startup-timeout", type=float, default=240.0, help="seconds to the first pane")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "latency_window.json")
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="millstream-latency-window-"))
