@@ -520,14 +520,17 @@ class TaskInstance:
     def _commit_beside_processing(self, started: float) -> None:
         """The commit's cut on the task's thread, everything else on the commit thread (``_snapshot_and_complete``).
 
-        The cut is ``before_checkpoint``, the input offsets, and the stores' cached writes so far, taken by
-        ``storage.hold``; later writes stay in the stores' caches until the snapshot is made, so it names exactly
-        the state the offsets produced while the task goes on processing. Output sent before the cut is flushed
-        before the snapshot and the checkpoint (the flush may cover later output too, which is harmless)."""
+        The cut is ``before_checkpoint`` (after a flush of the task's output on this thread, as its contract says:
+        the high-level engine's aggregated control messages rely on it), the input offsets, and the stores' cached
+        writes so far, taken by ``storage.hold``; later writes stay in the stores' caches until the snapshot is
+        made, so it names exactly the state the offsets produced while the task goes on processing. Output sent
+        before the cut is flushed before the snapshot and the checkpoint (the flush may cover later output too,
+        which is harmless)."""
         storage = self.storage
         executor = self.commit_executor
         assert executor is not None
         if isinstance(self.task, CheckpointListener):
+            self.producers.flush(self.task_name)  # its contract: called once the task's output so far is durable
             self.task.before_checkpoint()
         if self.last_processed == self._snapshotted and not (storage is not None and storage.dirty):
             self.producers.flush(self.task_name)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from millstream.api.task import CheckpointListener
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointV2
 from millstream.config import Config
 from millstream.model import IncomingMessageEnvelope, TaskName
@@ -178,3 +179,42 @@ def test_a_task_without_stores_flushes_and_checkpoints_on_the_commit_thread_whil
     hook.go()
     wait_until(lambda: task.commits == 1, 10, "the commit never completed")
     assert [c.offsets for c in checkpoints.written] == [{INPUT: "1"}, {INPUT: "1"}]  # the cut's offsets
+
+
+class Listening(Ignore, CheckpointListener):
+    """Records, at ``before_checkpoint``, the flushes made so far and the thread it runs on."""
+
+    def __init__(self, producers: Flushes) -> None:
+        self.producers = producers
+        self.calls: list[tuple[int, str]] = []
+
+    def before_checkpoint(self) -> None:
+        self.calls.append((len(self.producers.threads), threading.current_thread().name))
+
+
+def test_a_checkpoint_listener_is_called_on_the_tasks_thread_once_its_output_was_flushed(
+    executor: ThreadPoolExecutor,
+) -> None:
+    """Its contract (the high-level engine sends aggregated control messages only after earlier output is
+    durable): the flush before it stays on the task's thread; the checkpoint's own flush follows on the commit
+    thread."""
+    producers = Flushes()
+    listener = Listening(producers)
+    task = TaskInstance(
+        TASK,
+        listener,
+        frozenset({INPUT}),
+        ContainerContext(TASK, Config({}), frozenset({INPUT}), "0"),
+        producers,
+        DiscardingCollector(),
+        Checkpoints(),
+        {},
+        {},
+        commit_executor=executor,
+    )
+    task.process(INPUT, envelopes(0, [("a", 1)]))
+    task.commit()
+    task.finish_commits()
+    here = threading.current_thread().name
+    assert listener.calls[0] == (1, here) and producers.threads[0] == here
+    assert task.commits == 1 and producers.threads[1] != here
