@@ -64,7 +64,12 @@ from tests.integration.kafka.helpers import create_topic
 REPO = Path(__file__).resolve().parents[1]
 RUN_ID = uuid.uuid4().hex[:6]
 CONTENDERS = ("raw", "millstream", "millstream-tuned", "millstream-eos", "millstream-spark")
-TUNED = ("systems.kafka.transactional.writes=false", "systems.kafka.producer.linger.ms=0", "task.commit.ms=10000")
+TUNED = (
+    "systems.kafka.transactional.writes=false",
+    "systems.kafka.producer.linger.ms=0",
+    "task.commit.ms=10000",
+    "task.commit.snapshot.beside.processing.enabled=true",
+)
 """``millstream-tuned``'s overrides unless ``--set`` is given: changelog writes outside transactions, the
 producer sending at once, a commit every 10 s."""
 EOS = ("task.processing.guarantee=exactly-once",)

@@ -41,7 +41,7 @@ from millstream.systems.log.factory import LogSystemFactory
 
 REPO = Path(__file__).resolve().parents[1]
 CONTENDERS = ("raw-log", "millstream", "millstream-tuned", "millstream-spark")
-TUNED = ("task.commit.ms=10000",)
+TUNED = ("task.commit.ms=10000", "task.commit.snapshot.beside.processing.enabled=true")
 TASKS = {"w1": "PassThrough", "w2": "CountPerKey"}
 SOURCE, SINK = SystemStream("log", "lat-in"), SystemStream("log", "lat-out")
 PROBE_RATE = 10.0

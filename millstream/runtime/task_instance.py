@@ -9,13 +9,14 @@ only then are the checkpoints written — input offsets with the markers of exac
 produced — and what they no longer need cleaned up. A crash anywhere re-processes from the last durable
 checkpoint, with the stores restored to the state it names.
 
-Only the commit's cut pauses processing when the task has no stores, or every store of the task has an object
-cache (the default) and backups: ``before_checkpoint``, the offsets, and the caches' dirty entries taken
-(``TaskStorage.hold``). The write-back of those entries, the producers' flush, the RocksDB flush and checkpoint
-directory and the backends' snapshot then run on the commit thread with the upload, while the task processes on;
-its writes stay in the caches until the snapshot is made, so the snapshot still holds exactly the state of the
-cut's offsets. Without an object cache on every store (a store that writes through, such as the high-level
-engine's operator store), the flush and snapshot run on the task's thread, exclusive with processing.
+With ``task.commit.snapshot.beside.processing.enabled``, only the commit's cut pauses processing when the task has
+no stores, or every store of the task has an object cache (the default) and backups: ``before_checkpoint``, the
+offsets, and the caches' dirty entries taken (``TaskStorage.hold``). The write-back of those entries, the
+producers' flush, the RocksDB flush and checkpoint directory and the backends' snapshot then run on the commit
+thread with the upload, while the task processes on; its writes stay in the caches until the snapshot is made, so
+the snapshot still holds exactly the state of the cut's offsets. Without an object cache on every store (a store
+that writes through, such as the high-level engine's operator store), the flush and snapshot run on the task's
+thread, exclusive with processing.
 
 One commit is in flight per task. A commit due while the previous one still uploads is skipped while
 that one started less than ``task.commit.max.delay.ms`` ago; past that, processing blocks until it
@@ -165,6 +166,9 @@ class CommitSettings:
     skip_during_failures: bool = False
     max_skipped_exceptions: int = 5
     max_skipped_timeouts: int = 2
+    beside_processing: bool = False
+    """``task.commit.snapshot.beside.processing.enabled``: the commit's flush, snapshot and checkpoint on the
+    commit thread, only the cut on the task's thread."""
 
     @classmethod
     def of(cls, config: Config, pause: Callable[[str], None] | None = None) -> CommitSettings:
@@ -177,6 +181,7 @@ class CommitSettings:
             task.commit_skip_during_failures,
             task.commit_skip_exception_max_limit,
             task.commit_skip_timeout_max_limit,
+            task.commit_snapshot_beside_processing,
         )
 
 
@@ -509,11 +514,12 @@ class TaskInstance:
             self._complete_commit(checkpoint_id, offsets, markers, updated)
 
     def _snapshots_beside_processing(self) -> bool:
-        """Whether this commit's flush, snapshot and checkpoint may run on the commit thread: the container gave
-        the task one, no container transaction needs the commit on this thread, and the task has no stores or
+        """Whether this commit's flush, snapshot and checkpoint may run on the commit thread: it is enabled
+        (``task.commit.snapshot.beside.processing.enabled``), the container gave the task one, no container
+        transaction needs the commit on this thread, and the task has no stores or
         every store can hold the task's writes meanwhile (an object cache) and has backups."""
         storage = self.storage
-        if self.commit_executor is None or self.transaction is not None:
+        if not self.commit_settings.beside_processing or self.commit_executor is None or self.transaction is not None:
             return False
         return storage is None or (storage.has_backups and storage.can_hold)
 

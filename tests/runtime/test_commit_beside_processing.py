@@ -1,4 +1,5 @@
-"""A commit of a task whose stores all have an object cache, or that has none, pauses processing only for its cut:
+"""With ``task.commit.snapshot.beside.processing.enabled``, a commit of a task whose stores all have an object cache,
+or that has none, pauses processing only for its cut:
 the write-back, the producers' flush, the stores' snapshot and the checkpoint run on the commit thread while the
 task processes on, and the checkpoint still names exactly the state of the cut's offsets. A store without a cache
 keeps the snapshot on the task's thread. The commit is held at its ``before-snapshot`` point by a hook the test
@@ -86,7 +87,7 @@ def instance(opened: Any, hook: HeldAt, executor: ThreadPoolExecutor, checkpoint
         {},
         {},
         storage=opened.storage,
-        commit_settings=CommitSettings(pause=hook),
+        commit_settings=CommitSettings(pause=hook, beside_processing=True),
         commit_executor=executor,
     )
 
@@ -167,7 +168,7 @@ def test_a_task_without_stores_flushes_and_checkpoints_on_the_commit_thread_whil
         checkpoints,
         {},
         {},
-        commit_settings=CommitSettings(pause=hook),
+        commit_settings=CommitSettings(pause=hook, beside_processing=True),
         commit_executor=executor,
     )
     task.process(INPUT, envelopes(0, [("a", 1), ("b", 1)]))
@@ -210,6 +211,7 @@ def test_a_checkpoint_listener_is_called_on_the_tasks_thread_once_its_output_was
         Checkpoints(),
         {},
         {},
+        commit_settings=CommitSettings(beside_processing=True),
         commit_executor=executor,
     )
     task.process(INPUT, envelopes(0, [("a", 1)]))
@@ -218,3 +220,19 @@ def test_a_checkpoint_listener_is_called_on_the_tasks_thread_once_its_output_was
     here = threading.current_thread().name
     assert listener.calls[0] == (1, here) and producers.threads[0] == here
     assert task.commits == 1 and producers.threads[1] != here
+
+
+def test_without_the_setting_the_snapshot_stays_on_the_tasks_thread(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    harness = StateHarness(state_config(tmp_path, "changelog"))
+    opened = harness.open()
+    hook = HeldAt("before-snapshot")
+    hook.go()
+    task = instance(opened, hook, executor, Checkpoints())
+    task.commit_settings = CommitSettings(pause=hook)
+    task.process(INPUT, envelopes(0, [("a", 1)]))
+    task.commit()
+    assert hook.threads == [threading.current_thread().name]
+    task.finish_commits()
+    opened.close()

@@ -197,6 +197,7 @@ def test_a_container_processes_on_while_a_commit_snapshots_and_a_kill_there_rest
         tmp_path,
         backend,
         job__container__count=1,
+        task__commit__snapshot__beside__processing__enabled="true",
         task__commit__testing__pause__at="before-snapshot",
         task__commit__testing__pause__ms=120_000,
         task__commit__testing__marker__dir=str(markers),
