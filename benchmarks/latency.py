@@ -1,19 +1,24 @@
 """End-to-end latency: a fixed-rate producer, each contender consume → produce, a ``read_committed`` reader.
 
     python -m benchmarks.latency [--rate 1000] [--seconds 20] [--warmup 5] [--partitions 4] [--keys 1000]
+                                 [--state-keys 1000000]
                                  [--workload w1 --workload w2] [--contender raw --contender millstream ...]
                                  [--set key=value ...] [--no-spark] [--bootstrap host:port]
                                  [--out benchmarks/results/latency.json]
 
 Without ``--bootstrap`` a KRaft broker is started from the test harness's JARs (make kafka-jars).
 Workloads: ``w1`` pass-through (input topic → output topic, same key), ``w2`` count per key (millstream:
-a RocksDB store with a Kafka changelog; raw: a dict). Contenders, each alone, in turn, on fresh topics:
+a RocksDB store with a Kafka changelog; raw: a dict), ``w2-blob`` the same count with the store backed up to a blob
+store (the S3 API of a moto server the run starts; raw: a dict). Contenders, each alone, in turn, on fresh topics:
   raw                 confluent-kafka consume → produce loop in a subprocess (read_committed, idempotent producer)
   millstream          ``millstream run --in-process``, the job's DEFAULT config (at-least-once, commit
                       every 60 s)
   millstream-tuned    the same with the ``--set`` overrides (default: ``TUNED`` below)
   millstream-eos      the same with ``task.processing.guarantee=exactly-once`` (a transaction per commit, 100 ms)
   millstream-spark    ``millstream run`` through the Spark runner, local mode, 1 container, default config
+With ``--state-keys N``, one record for each of ``key-0`` … ``key-<N-1>`` is written to the input before the
+contender starts and its output read back before the warm-up begins (not measured): W2 then holds N keys of state
+(RocksDB and its changelog; the raw loop's dict), and ``--keys N`` makes every measured record update one of them.
 Each value is ``b"<seq>,<send time ns>,<padding>"``. The producer first sends probes at 10/s until the
 contender's output topic has a record (read uncommitted: its high watermark moves, whether or not the
 transaction is committed), then ``--warmup`` seconds at ``--rate`` (excluded), then ``--seconds`` at
@@ -46,6 +51,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,19 +64,31 @@ from tests.integration.kafka.helpers import create_topic
 REPO = Path(__file__).resolve().parents[1]
 RUN_ID = uuid.uuid4().hex[:6]
 CONTENDERS = ("raw", "millstream", "millstream-tuned", "millstream-eos", "millstream-spark")
-TUNED = ("systems.kafka.transactional.writes=false", "systems.kafka.producer.linger.ms=0", "task.commit.ms=10000")
+TUNED = (
+    "systems.kafka.transactional.writes=false",
+    "systems.kafka.producer.linger.ms=0",
+    "task.commit.ms=10000",
+    "task.commit.snapshot.beside.processing.enabled=true",
+)
 """``millstream-tuned``'s overrides unless ``--set`` is given: changelog writes outside transactions, the
 producer sending at once, a commit every 10 s."""
 EOS = ("task.processing.guarantee=exactly-once",)
 """``millstream-eos``: output, changelog and checkpoints in one transaction per commit (every 100 ms unless set)."""
+BLOB_ENDPOINT: dict[str, str] = {}
+"""The moto S3 server's URL (``url``) while ``w2-blob`` runs."""
 DEFAULT_COMMIT_MS = 60_000
 EOS_COMMIT_MS = 100
 PROBE_RATE = 10.0
 MAX_COMMIT_LINES = 60
 WARMUP_RECORDS = 200_000
 PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p99.9", 99.9), ("max", 100.0))
-TASKS = {"w1": "PassThrough", "w2": "CountPerKey"}
-WORKLOAD_NAMES = {"w1": "W1 pass-through", "w2": "W2 count per key (RocksDB + changelog)"}
+TASKS = {"w1": "PassThrough", "w2": "CountPerKey", "w2-blob": "CountPerKey"}
+WORKLOAD_NAMES = {
+    "w1": "W1 pass-through",
+    "w2": "W2 count per key (RocksDB + changelog)",
+    "w2-blob": "W2 count per key (RocksDB + blob store: S3 API of moto)",
+}
+WORKLOADS = tuple(TASKS)
 
 
 class MissingRecordsError(RuntimeError):
@@ -89,12 +107,16 @@ class Received:
     duplicates: int = 0
     wrong_counts: int = 0
     received: int = 0
+    preloaded: int = 0
+    """Outputs of the ``--state-keys`` records (seq -1), not measured."""
 
 
 class Reader(threading.Thread):
     """Reads the output topic from offset 0, ``read_committed``, recording each record's latency."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int, workload: str, capacity: int, keys: int) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, partitions: int, workload: str, capacity: int, keys: int, state_keys: int = 0
+    ) -> None:
         super().__init__(daemon=True, name=f"reader-{topic}")
         self.consumer = Consumer(
             {
@@ -109,6 +131,7 @@ class Reader(threading.Thread):
         self.consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         self.workload = workload
         self.keys = keys
+        self.state_keys = state_keys
         self.data = Received(bytearray(capacity))
         self.lock = threading.Lock()
         self.stopping = threading.Event()
@@ -137,12 +160,19 @@ class Reader(threading.Thread):
         data = self.data
         data.received += 1
         fields = message.value().split(b",", 3)
-        if self.workload == "w2":
+        if self.workload != "w1":
             count, seq, sent = int(fields[0]), int(fields[1]), int(fields[2])
-            if count != seq // self.keys + 1:  # the seq-th record is the (seq // keys + 1)-th of its key
+            if seq < 0:
+                data.preloaded += 1
+                return
+            # the seq-th record is the (seq // keys + 1)-th of its key, after the key's --state-keys record if any
+            if count != seq // self.keys + 1 + (seq % self.keys < self.state_keys):
                 data.wrong_counts += 1
         else:
             seq, sent = int(fields[0]), int(fields[1])
+            if seq < 0:
+                data.preloaded += 1
+                return
         if seq >= len(data.seqs) or data.seqs[seq]:
             data.duplicates += 1
             return
@@ -150,6 +180,10 @@ class Reader(threading.Thread):
         data.seq_of.append(seq)
         data.send_ns.append(sent)
         data.latency_ns.append(now - sent)
+
+    def preloaded(self) -> int:
+        with self.lock:
+            return self.data.preloaded
 
     def missing(self, sent: int) -> int:
         with self.lock:
@@ -229,11 +263,22 @@ class FixedRateProducer(threading.Thread):
             self.done.set()
 
 
-def output_has_records(bootstrap: str, topic: str, partitions: int, ready: threading.Event, stop: threading.Event):
-    """Sets ``ready`` when the output topic's high watermark moves (records written, committed or not)."""
+def output_has_records(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    ready: threading.Event,
+    stop: threading.Event,
+    preloaded: Callable[[], bool] = lambda: True,
+):
+    """Sets ``ready`` when the output topic's high watermark moves (records written, committed or not) and
+    ``preloaded()`` says the ``--state-keys`` records were all read back."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"latency-probe-{topic}"})
     try:
         while not stop.is_set() and not ready.is_set():
+            if not preloaded():
+                stop.wait(0.2)
+                continue
             for partition in range(partitions):
                 try:
                     _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=5, cached=False)
@@ -245,6 +290,26 @@ def output_has_records(bootstrap: str, topic: str, partitions: int, ready: threa
             stop.wait(0.05)
     finally:
         consumer.close()
+
+
+def preload(bootstrap: str, topic: str, keys: int) -> None:
+    """One record for each of ``key-0`` … ``key-<keys - 1>`` (value ``-1,0,``: not measured) into the input topic
+    before the contender starts, so a W2 contender holds ``keys`` keys of state while it is measured (the measured
+    records' keys are among them when ``--keys`` is at most ``--state-keys``)."""
+    if keys <= 0:
+        return
+    producer = Producer(  # the fixed-rate producer's partitioner: a key's records meet in one task's store
+        {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10_000, "partitioner": "murmur2_random"}
+    )
+    for index in range(keys):
+        while True:
+            try:
+                producer.produce(topic, b"-1,0,", b"key-%d" % index)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    if producer.flush(120) != 0:
+        raise RuntimeError(f"{topic}: the --state-keys records were not all written within 120 s")
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -278,6 +343,15 @@ def job_properties(
     if workload == "w2":
         config["stores.counts.factory"] = "rocksdb"
         config["stores.counts.changelog"] = f"kafka.{name}-counts-changelog"
+    if workload == "w2-blob":
+        config["stores.counts.factory"] = "rocksdb"
+        config["stores.counts.backup.factories"] = "blobstore"
+        config["task.checkpoint.read.versions"] = "2,1"
+        config["blob.store.manager.factory"] = "s3"
+        config["blob.store.s3.bucket"] = "latency"
+        config["blob.store.s3.endpoint.url"] = BLOB_ENDPOINT.get("url", "")
+        config["sensitive.blob.store.s3.access.key.id"] = "bench"
+        config["sensitive.blob.store.s3.secret.access.key"] = "bench"
     for setting in sets:
         key, _, value = setting.partition("=")
         config[key.strip()] = value.strip()
@@ -292,7 +366,7 @@ def contender_command(
     """The command line, and the config overrides it runs with (millstream's)."""
     if contender == "raw":
         command = [sys.executable, "-m", "benchmarks.latency_tasks", "raw", "--bootstrap", args.bootstrap]
-        command += ["--input", source, "--output", sink, "--workload", workload]
+        command += ["--input", source, "--output", sink, "--workload", "w1" if workload == "w1" else "w2"]
         return [*command, "--partitions", str(args.partitions), "--name", name], []
     sets = {"millstream-tuned": list(args.set or TUNED), "millstream-eos": list(EOS)}.get(contender, [])
     config = job_properties(name, workdir, args.bootstrap, workload, source, sink, sets)
@@ -366,12 +440,15 @@ def measure(contender: str, workload: str, args: argparse.Namespace, root: Path)
     create_topic(args.bootstrap, source, args.partitions)
     create_topic(args.bootstrap, sink, args.partitions)
     command, sets = contender_command(contender, args, name, workdir, workload, source, sink)
+    preload(args.bootstrap, source, args.state_keys)
     capacity = int(args.rate * (args.warmup + args.seconds)) + int(PROBE_RATE * args.startup_timeout) + 1000
-    reader = Reader(args.bootstrap, sink, args.partitions, workload, capacity, args.keys)
+    reader = Reader(args.bootstrap, sink, args.partitions, workload, capacity, args.keys, args.state_keys)
     ready, stop_watch = threading.Event(), threading.Event()
     producer = FixedRateProducer(args.bootstrap, source, args, ready)
     watcher = threading.Thread(
-        target=output_has_records, args=(args.bootstrap, sink, args.partitions, ready, stop_watch), daemon=True
+        target=output_has_records,
+        args=(args.bootstrap, sink, args.partitions, ready, stop_watch, lambda: reader.preloaded() >= args.state_keys),
+        daemon=True,
     )
     log = (args.logs / f"{name}.log").open("wb")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
@@ -589,12 +666,27 @@ def write_json(results: list[dict[str, Any]], title: str, args: argparse.Namespa
 
 
 def run_all(args: argparse.Namespace, root: Path) -> None:
+    if "w2-blob" in (args.workload or []):
+        from tests.integration.blob_emulators import MotoS3Server
+
+        with contextlib.ExitStack() as stack:
+            server = MotoS3Server(root / "moto").start()
+            stack.callback(server.stop)
+            BLOB_ENDPOINT["url"] = server.endpoint_url
+            _run_all(args, root)
+        return
+    _run_all(args, root)
+
+
+def _run_all(args: argparse.Namespace, root: Path) -> None:
     warm_broker(args.bootstrap)
     contenders = args.contender or [c for c in CONTENDERS if not (args.no_spark and c == "millstream-spark")]
     workloads = args.workload or ["w1", "w2"]
     title = (
         f"{args.rate:,} msg/s for {args.seconds:g} s (after {args.warmup:g} s warm-up), {args.partitions} partitions, "
-        f"{args.keys:,} keys, {args.size} B values; tuned: {' '.join(args.set or TUNED)}"
+        f"{args.keys:,} keys, {args.size} B values"
+        + (f", {args.state_keys:,} keys of state preloaded" if args.state_keys else "")
+        + f"; tuned: {' '.join(args.set or TUNED)}"
     )
     print(title, flush=True)
     results: list[dict[str, Any]] = []
@@ -645,7 +737,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--keys", type=int, default=1000)
     parser.add_argument("--size", type=int, default=100, help="bytes per value (default 100)")
-    parser.add_argument("--workload", action="append", choices=["w1", "w2"], help="repeatable; default both")
+    parser.add_argument(
+        "--state-keys",
+        type=int,
+        default=0,
+        help="records of distinct keys written to the input before each contender starts and read back before "
+        "the warm-up (W2: that many keys of state; default 0)",
+    )
+    parser.add_argument(
+        "--workload", action="append", choices=WORKLOADS, help="repeatable; default w1 and w2 (w2-blob: on request)"
+    )
     parser.add_argument("--contender", action="append", choices=CONTENDERS, help="repeatable; default all")
     parser.add_argument(
         "--set",

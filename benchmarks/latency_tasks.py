@@ -2,6 +2,7 @@
 ``benchmarks.latency_tasks:<Name>``) and the raw confluent-kafka loop, run as its own process:
 
     python -m benchmarks.latency_tasks raw --bootstrap host:port --input IN --output OUT --workload w1|w2 --partitions N
+    python -m benchmarks.latency_tasks raw-log --path LOG_DIR --input IN --output OUT --workload w1|w2 --partitions N
 
 Unlike ``benchmarks.tasks.BoundedTask``, nothing here ends by itself: the benchmark stops each contender with
 SIGTERM once the output holds every record it sent. An input value is ``b"<seq>,<send ns>,<padding>"``;
@@ -33,7 +34,9 @@ class PassThrough(StreamTask, InitableTask):
     """W1: every message to ``bench.output``, same key, bytes to bytes."""
 
     def init(self, context: TaskContext) -> None:
-        self.output = SystemStream("kafka", str(context.config["bench.output"]))
+        self.output = SystemStream(
+            str(context.config.get("bench.output.system", "kafka")), str(context.config["bench.output"])
+        )
 
     def process(
         self, envelope: IncomingMessageEnvelope, collector: MessageCollector, coordinator: TaskCoordinator
@@ -46,7 +49,9 @@ class CountPerKey(StreamTask, InitableTask):
     ``b"<count>," + input value``."""
 
     def init(self, context: TaskContext) -> None:
-        self.output = SystemStream("kafka", str(context.config["bench.output"]))
+        self.output = SystemStream(
+            str(context.config.get("bench.output.system", "kafka")), str(context.config["bench.output"])
+        )
         self.store: Any = context.get_store("counts")
 
     def process(
@@ -116,16 +121,66 @@ def raw_loop(args: argparse.Namespace) -> None:
     consumer.close()
 
 
+def raw_log_loop(args: argparse.Namespace) -> None:
+    """The embedded log alone (``benchmarks.latency_log``): its consumer → its producer, each batch flushed at once
+    (what it polled is appended before the next poll); W2 counts per key in a dict. Runs until SIGTERM."""
+    from millstream.config import Config
+    from millstream.model import SystemStreamPartition
+    from millstream.systems.log.factory import LogSystemFactory
+
+    stop = False
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    config = Config({"systems.log.path": args.path})
+    factory = LogSystemFactory()
+    consumer = factory.get_consumer("log", config)
+    producer = factory.get_producer("log", config)
+    ssps = {SystemStreamPartition("log", args.input, p) for p in range(args.partitions)}
+    for ssp in ssps:
+        consumer.register(ssp, "0")
+    consumer.start()
+    producer.start()
+    output = SystemStream("log", args.output)
+    counts: Counter[bytes] = Counter()
+    count_per_key = args.workload == "w2"
+    while not stop:
+        polled = consumer.poll(ssps, 0.1)
+        for ssp, envelopes in polled.items():
+            for envelope in envelopes:
+                if envelope.is_end_of_stream:
+                    continue
+                value, key = envelope.message or b"", envelope.key or b""
+                if count_per_key:
+                    counts[key] += 1
+                    value = b"%d," % counts[key] + value
+                producer.send("raw", OutgoingMessageEnvelope(output, value, key, partition=ssp.partition))
+        if polled:
+            producer.flush("raw")
+    producer.flush("raw")
+    producer.stop()
+    consumer.stop()
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description="the raw confluent-kafka consume → produce loop")
-    parser.add_argument("loop", choices=["raw"])
-    parser.add_argument("--bootstrap", required=True)
+    parser = argparse.ArgumentParser(description="the raw consume → produce loops: confluent-kafka's, the log's")
+    parser.add_argument("loop", choices=["raw", "raw-log"])
+    parser.add_argument("--bootstrap")
+    parser.add_argument("--path", help="raw-log: the embedded log's directory (systems.log.path)")
     parser.add_argument("--input", required=True)
     parser.add_argument("--output", required=True)
     parser.add_argument("--workload", choices=["w1", "w2"], required=True)
     parser.add_argument("--partitions", type=int, required=True)
-    parser.add_argument("--name", required=True)
-    raw_loop(parser.parse_args())
+    parser.add_argument("--name")
+    args = parser.parse_args()
+    if args.loop == "raw-log":
+        raw_log_loop(args)
+    else:
+        raw_loop(args)
 
 
 if __name__ == "__main__":

@@ -493,7 +493,7 @@ class Container:
             plan.startpoints,
             storage=plan.storage,
             commit_settings=commit_settings,
-            commit_executor=self.storage.commit_executor if plan.storage is not None and not self.transaction else None,
+            commit_executor=None if self.transaction else self.storage.commit_executor,
             purger=CommittedMessagePurger.of(str(task_name), plan.ssps, self.config, self.admins),
             process_errors=self.process_errors,
             meters=self.metering.task_meters(task_name, frozenset(plan.ssps)),

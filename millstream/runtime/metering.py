@@ -83,8 +83,9 @@ class TaskMeters:
         self._commit.update(seconds)
 
     def commit_phase(self, phase: str, seconds: float) -> None:
-        """One phase of a commit took ``seconds``: flush and snapshot on the task's thread, upload,
-        checkpoint and cleanup on a commit thread when the task has backups."""
+        """One phase of a commit took ``seconds``: upload, checkpoint and cleanup on a commit thread when the
+        task has backups; flush and snapshot there too when its stores can hold its writes meanwhile, else on the
+        task's thread."""
         self._phases[phase].update(seconds)
 
 

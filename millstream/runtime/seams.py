@@ -86,6 +86,23 @@ class TaskStorage(Protocol):
         """Hand the stores' cached writes to their engines and changelogs (before the producers' flush)."""
         ...
 
+    @property
+    def can_hold(self) -> bool:
+        """Whether the snapshot may run on the commit thread, the task's writes held meanwhile (``hold``)."""
+        ...
+
+    def hold(self) -> None:
+        """A commit's cut, on the task's thread: take the cached writes so far, hold later ones until ``release``."""
+        ...
+
+    def write_held(self) -> None:
+        """On the commit thread: the cut's writes to the engines and changelogs (before the producers' flush)."""
+        ...
+
+    def release(self) -> None:
+        """The snapshot of the cut is made or failed: the held writes may go to the engines again."""
+        ...
+
     def snapshot(self, checkpoint_id: CheckpointId) -> dict[str, dict[str, str]]: ...
 
     def upload(

@@ -3,12 +3,20 @@
 Commit order is what makes output at-least-once and state transactional: the stores' object caches
 write back what they hold dirty, producers are flushed (output and changelogs), the task's
 ``before_checkpoint`` runs (what it writes to a store is written back and flushed to the changelog too,
-so it is part of this commit), the stores are snapshotted (synchronously, exclusive
-with processing: the checkpoint directories and the backends' markers), their snapshots uploaded (asynchronously, on a
-commit thread, while the task keeps processing), and only then are the checkpoints written — input
-offsets with the markers of exactly the state those offsets produced — and what they no longer need
-cleaned up. A crash anywhere re-processes from the last durable checkpoint, with the stores restored
-to the state it names.
+so it is part of this commit), the stores are snapshotted (the checkpoint directories and the backends'
+markers), their snapshots uploaded (asynchronously, on a commit thread, while the task keeps processing), and
+only then are the checkpoints written — input offsets with the markers of exactly the state those offsets
+produced — and what they no longer need cleaned up. A crash anywhere re-processes from the last durable
+checkpoint, with the stores restored to the state it names.
+
+With ``task.commit.snapshot.beside.processing.enabled``, only the commit's cut pauses processing when the task has
+no stores, or every store of the task has an object cache (the default) and backups: ``before_checkpoint``, the
+offsets, and the caches' dirty entries taken (``TaskStorage.hold``). The write-back of those entries, the
+producers' flush, the RocksDB flush and checkpoint directory and the backends' snapshot then run on the commit
+thread with the upload, while the task processes on; its writes stay in the caches until the snapshot is made, so
+the snapshot still holds exactly the state of the cut's offsets. Without an object cache on every store (a store
+that writes through, such as the high-level engine's operator store), the flush and snapshot run on the task's
+thread, exclusive with processing.
 
 One commit is in flight per task. A commit due while the previous one still uploads is skipped while
 that one started less than ``task.commit.max.delay.ms`` ago; past that, processing blocks until it
@@ -16,7 +24,8 @@ ends, and fails after ``task.commit.timeout.ms``. A skipped commit is owed: the 
 as the upload ended (``commit_if_owed``), not at the next ``task.commit.ms``, because what the task asked
 to flush (end-of-stream on intermediate streams, a finished task's last output) may be what the job waits
 for to end. A failed asynchronous stage fails the next commit
-(and so the container) with its cause. A task without stores commits synchronously, as before.
+(and so the container) with its cause. A task without stores has only offsets in its cut: the flush and the
+checkpoint run on the commit thread (synchronously when it has no commit executor, as in tests).
 
 Under exactly-once (``transaction``) commits are synchronous and container-wide: a task's commit appends
 its checkpoints to the container's open Kafka transaction, and what must follow a durable checkpoint
@@ -167,6 +176,9 @@ class CommitSettings:
     skip_during_failures: bool = False
     max_skipped_exceptions: int = 5
     max_skipped_timeouts: int = 2
+    beside_processing: bool = False
+    """``task.commit.snapshot.beside.processing.enabled``: the commit's flush, snapshot and checkpoint on the
+    commit thread, only the cut on the task's thread."""
 
     @classmethod
     def of(cls, config: Config, pause: Callable[[str], None] | None = None) -> CommitSettings:
@@ -179,6 +191,7 @@ class CommitSettings:
             task.commit_skip_during_failures,
             task.commit_skip_exception_max_limit,
             task.commit_skip_timeout_max_limit,
+            task.commit_snapshot_beside_processing,
         )
 
 
@@ -472,6 +485,9 @@ class TaskInstance:
         self.commit_owed = False
         storage = self.storage
         started = self._clock()
+        if self._snapshots_beside_processing():
+            self._commit_beside_processing(started)
+            return
         if storage is not None:
             storage.write_back()  # the stores' cached writes join the changelog before the flush
         self.producers.flush(self.task_name)
@@ -506,6 +522,74 @@ class TaskInstance:
             )
         else:
             self._complete_commit(checkpoint_id, offsets, markers, updated)
+
+    def _snapshots_beside_processing(self) -> bool:
+        """Whether this commit's flush, snapshot and checkpoint may run on the commit thread: it is enabled
+        (``task.commit.snapshot.beside.processing.enabled``), the container gave the task one, no container
+        transaction needs the commit on this thread, and the task has no stores or
+        every store can hold the task's writes meanwhile (an object cache) and has backups."""
+        storage = self.storage
+        if not self.commit_settings.beside_processing or self.commit_executor is None or self.transaction is not None:
+            return False
+        return storage is None or (storage.has_backups and storage.can_hold)
+
+    def _commit_beside_processing(self, started: float) -> None:
+        """The commit's cut on the task's thread, everything else on the commit thread (``_snapshot_and_complete``).
+
+        The cut is ``before_checkpoint`` (after a flush of the task's output on this thread, as its contract says:
+        the high-level engine's aggregated control messages rely on it), the input offsets, and the stores' cached
+        writes so far, taken by ``storage.hold``; later writes stay in the stores' caches until the snapshot is
+        made, so it names exactly the state the offsets produced while the task goes on processing. Output sent
+        before the cut is flushed before the snapshot and the checkpoint (the flush may cover later output too,
+        which is harmless)."""
+        storage = self.storage
+        executor = self.commit_executor
+        assert executor is not None
+        if isinstance(self.task, CheckpointListener):
+            self.producers.flush(self.task_name)  # its contract: called once the task's output so far is durable
+            self.task.before_checkpoint()
+        if self.last_processed == self._snapshotted and not (storage is not None and storage.dirty):
+            self.producers.flush(self.task_name)
+            if self.startpoints is not None and self.startpoints.pending:
+                self.startpoints.committed(self._updated)
+            return
+        checkpoint_id = CheckpointId.create()
+        offsets = dict(self.last_processed)
+        if storage is not None:
+            storage.hold()
+        self._snapshotted = offsets
+        self._commit_started = started
+        self._in_flight_id = checkpoint_id
+        self._in_flight = executor.submit(self._snapshot_and_complete, checkpoint_id, offsets, set(self._updated))
+
+    def _snapshot_and_complete(
+        self,
+        checkpoint_id: CheckpointId,
+        offsets: dict[SystemStreamPartition, str],
+        updated: set[SystemStreamPartition],
+    ) -> None:
+        """On the commit thread: the held cut's writes, the producers' flush, the snapshot, then the stores write
+        back again; then upload, checkpoint and cleanup (``_complete_commit``). A failure fails the next commit."""
+        storage = self.storage
+        try:
+            phase = self._clock()
+            try:
+                if storage is not None:
+                    storage.write_held()
+                self.producers.flush(self.task_name)
+                phase = self._timed("flush", phase)
+                self.commit_settings.pause("before-snapshot")
+                markers = storage.snapshot(checkpoint_id) if storage is not None else {}
+            finally:
+                if storage is not None:
+                    storage.release()
+            self._timed("snapshot", phase)
+            self.commit_settings.pause("after-snapshot")
+        except BaseException as error:  # raised by the next commit, on the task's thread
+            log.error("%s: commit %s failed: %s: %s", self.task_name, checkpoint_id, type(error).__name__, error)
+            self._commit_failure = (checkpoint_id, error)
+            return
+        self._complete_commit_recording_failure(checkpoint_id, offsets, markers, updated)
 
     def commit_if_owed(self) -> None:
         """Make the commit skipped while the last one uploaded, once that upload ended. Called by the run
@@ -657,12 +741,16 @@ class TaskInstance:
 
     def finish_commits(self) -> None:
         """Before the container returns: wait for the commit in flight, and commit what a skipped
-        commit left uncommitted. Raises the failure of any of them."""
+        commit left uncommitted. Raises the failure of any of them; a failure of the last commit that the
+        policy tolerates (``task.commit.skip.commit.*``) makes another, until one succeeds or the limit is reached."""
         self._wait_for_commit()
         self._raise_commit_failure()
         self.commit()
         self._wait_for_commit()
-        self._raise_commit_failure(tolerate=False)
+        while self._commit_failure is not None:
+            self._raise_commit_failure()  # raises past the limit (or when nothing is tolerated)
+            self.commit()
+            self._wait_for_commit()
 
     @in_task_log_context
     def close(self) -> None:

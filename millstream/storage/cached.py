@@ -16,6 +16,13 @@ When dirty entries are written back:
   set goes, as one batch);
 - before anything iterates the engine (``range``, ``all``, ``snapshot``) and at ``flush``.
 
+A commit's snapshot runs beside processing (``TaskStorageManager.hold``): ``hold`` takes the dirty entries as of
+the commit's cut (the commit thread writes them to the engine and the changelog) and holds every write-back until
+``release``. Meanwhile the task's writes stay in the cache, dirty, past ``write.batch.size`` and without evicting
+(the cache may outgrow ``object.cache.size`` by what the task writes during the snapshot), so the engine and the
+changelog hold exactly the state of the cut while the snapshot is made, and reads still see every write; a
+``range``, ``all`` or ``snapshot`` waits for the release (they read the engine, which must hold every write).
+
 Guarantees: reads see the task's own writes; the cache holds at most ``object.cache.size`` entries, least
 recently used evicted first; known-absent keys are cached too. Entries are keyed by the serialized key (the
 engine's key), so two keys the serde maps to the same bytes are one entry, as in the engine.
@@ -30,6 +37,7 @@ from the task's thread only.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -60,6 +68,10 @@ class CachedStore(KeyValueStore):
         self._dirty: dict[bytes, bytes | None] = {}
         """The keys whose cached value the store does not hold yet, in the order they became dirty, with that
         value serialized at ``put`` (``None``: deleted)."""
+        self._held = False
+        """A commit's snapshot is being made: write-backs and evictions wait for ``release``."""
+        self._released = threading.Event()
+        self._released.set()
         self._raw_keys = not store.has_key_serde
         self._encode = store.encode_key
         self._encode_value = store.encode_value
@@ -115,20 +127,41 @@ class CachedStore(KeyValueStore):
             self.put(key, None)
 
     def range(self, from_key: Any, to_key: Any) -> Iterator[tuple[Any, Any]]:
-        self.write_back()
+        self._write_back_released()
         return self.store.range(from_key, to_key)
 
     def all(self) -> Iterator[tuple[Any, Any]]:
-        self.write_back()
+        self._write_back_released()
         return self.store.all()
 
     def snapshot(self, from_key: Any = None, to_key: Any = None) -> KeyValueSnapshot:
-        self.write_back()
+        self._write_back_released()
         return self.store.snapshot(from_key, to_key)
 
     def flush(self) -> None:
-        self.write_back()
+        self._write_back_released()
         self.store.flush()
+
+    def _write_back_released(self) -> None:
+        """Write back once no snapshot holds the cache: what follows reads the engine, which must hold every write."""
+        if self._held:
+            self._released.wait()
+        self.write_back()
+
+    def hold(self) -> list[tuple[bytes, bytes | None]]:
+        """A commit's cut, on the task's thread: the dirty entries in the order they became dirty (the caller
+        writes them to the store, ``put_serialized``), and every later write held in the cache until ``release``."""
+        entries = list(self._dirty.items())
+        self._dirty.clear()
+        self._released.clear()
+        self._held = True
+        return entries
+
+    def release(self) -> None:
+        """The snapshot is made: write-backs and evictions go on (from any thread; the next ``put`` past
+        ``write.batch.size`` or the next commit writes back what was held)."""
+        self._held = False
+        self._released.set()
 
     @property
     def pending_writes(self) -> int:
@@ -139,13 +172,15 @@ class CachedStore(KeyValueStore):
         """Write every dirty entry to the store (engine and changelog) as one batch, in the order the keys
         became dirty; the entries stay cached, clean."""
         dirty = self._dirty
-        if not dirty:
+        if not dirty or self._held:
             return
         entries = list(dirty.items())
         dirty.clear()
         self.store.put_serialized(entries)
 
     def _evict(self) -> None:
+        if self._held:  # a dirty entry evicted now would be read from an engine that lacks it
+            return
         cache = self._cache
         while len(cache) > self.cache_size:
             if next(iter(cache)) in self._dirty:

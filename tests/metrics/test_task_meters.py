@@ -76,6 +76,7 @@ class TimedStorage:
 
     has_backups = False
     restorable_from_v1 = True
+    can_hold = False
     dirty = True
 
     def __init__(self, clock: ManualClock, snapshot: float, upload: float, cleanup: float) -> None:
@@ -87,6 +88,15 @@ class TimedStorage:
 
     def write_back(self) -> None:
         pass
+
+    def hold(self) -> None:
+        raise AssertionError("can_hold is False: a commit never holds")
+
+    def write_held(self) -> None:
+        raise AssertionError("can_hold is False")
+
+    def release(self) -> None:
+        raise AssertionError("can_hold is False")
 
     def snapshot(self, checkpoint_id: CheckpointId) -> dict[str, dict[str, str]]:
         self._spend("snapshot")

@@ -66,6 +66,7 @@ class FakeStorage:
 
     has_backups = True
     restorable_from_v1 = True
+    can_hold = False
 
     def __init__(self, events: Events, gate: threading.Event | None = None, fail: Exception | None = None) -> None:
         self.events = events
@@ -77,6 +78,15 @@ class FakeStorage:
 
     def write_back(self) -> None:
         self.events.append("write-back")
+
+    def hold(self) -> None:
+        raise AssertionError("can_hold is False: a commit never holds")
+
+    def write_held(self) -> None:
+        raise AssertionError("can_hold is False")
+
+    def release(self) -> None:
+        raise AssertionError("can_hold is False")
 
     def snapshot(self, checkpoint_id: CheckpointId) -> dict[str, dict[str, str]]:
         self.events.append("snapshot")

@@ -169,3 +169,38 @@ def test_sigkill_at_a_commit_point(spark_local, tmp_path: Path, point: str, back
     )
     result = run_and_kill(config, spark_local, paused_at(markers, point))
     check_outcome(config, result, tmp_path, backend)
+
+
+def output_grows_while_paused_at(config: Config, marker_dir: Path, point: str) -> Any:
+    """The pid of the container paused at ``point`` once its output has grown since the pause began: its
+    tasks processed on while the commit was held there."""
+    seen: dict[str, int] = {}
+
+    def probe() -> int | None:
+        marker = marker_dir / point
+        if not (marker.is_file() and (text := marker.read_text().strip())):
+            return None
+        written = len(read_stream(config, SystemStream("log", "out"))[0])
+        return int(text) if written > seen.setdefault("at pause", written) + 10 else None
+
+    return probe
+
+
+@pytest.mark.parametrize("backend", ["changelog", "blobstore"])
+def test_a_container_processes_on_while_a_commit_snapshots_and_a_kill_there_restores_exact_state(
+    spark_local, tmp_path: Path, backend: str
+) -> None:
+    """The snapshot runs on the commit thread (the stores have object caches): held there, the container's
+    output keeps growing; SIGKILLed there, the retry restores the last checkpoint's state exactly."""
+    markers = tmp_path / "markers"
+    config = job(
+        tmp_path,
+        backend,
+        job__container__count=1,
+        task__commit__snapshot__beside__processing__enabled="true",
+        task__commit__testing__pause__at="before-snapshot",
+        task__commit__testing__pause__ms=120_000,
+        task__commit__testing__marker__dir=str(markers),
+    )
+    result = run_and_kill(config, spark_local, output_grows_while_paused_at(config, markers, "before-snapshot"))
+    check_outcome(config, result, tmp_path, backend)

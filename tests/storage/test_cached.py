@@ -6,6 +6,7 @@ restores, from the changelog, exactly the last checkpoint's state."""
 from __future__ import annotations
 
 import random
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from millstream.storage.cached import CachedStore
 from millstream.storage.errors import StateBackupError, StoreError
 from millstream.storage.inmemory import InMemoryKeyValueStorageEngine
 from millstream.storage.kv import KeyValueStorageEngine, TaskKeyValueStore
+from tests.helpers import wait_until
 from tests.storage.harness import TASK, Opened, StateHarness, state_config
 
 
@@ -119,6 +121,44 @@ def test_evicting_a_dirty_entry_writes_it_back_and_the_least_recently_used_goes_
     gets = engine.gets
     assert store.get("a") == 1 and engine.gets == gets  # still cached
     assert store.get("b") == 1 and engine.gets == gets + 1  # evicted, read back from the engine
+
+
+def test_a_held_cache_keeps_every_write_past_its_batch_and_size_until_released() -> None:
+    """While a commit's snapshot holds it, the engine and the changelog keep the state of the cut: the cut's
+    entries go to the caller, later writes stay cached (no write-back, no eviction) and reads still see them."""
+    engine = CountingEngine()
+    store, changelog = cached(engine, size=2, batch=1)
+    store.put("a", 1)  # batch 1: written back at once
+    store.put("b", 1)
+    assert changelog.last_values() == {b"a": b"1", b"b": b"1"}
+    store._dirty[b"a"] = b"9"  # a dirty entry the cut takes (as a put below the batch size leaves one)
+    store._cache[b"a"] = 9
+    assert store.hold() == [(b"a", b"9")]
+    for key in "cdef":
+        store.put(key, 2)
+    assert changelog.last_values() == {b"a": b"1", b"b": b"1"} and engine.get(b"c") is None
+    assert [store.get(key) for key in "abcdef"] == [9, 1, 2, 2, 2, 2]
+    store.release()
+    store.put("g", 3)  # past the batch size: everything held goes now, then the cache shrinks to its size
+    assert changelog.last_values() == {b"a": b"1", b"b": b"1", **{k.encode(): b"2" for k in "cdef"}, b"g": b"3"}
+    assert len(store._cache) == 2
+
+
+def test_iterating_a_held_cache_waits_for_the_release_and_sees_every_write() -> None:
+    store, _ = cached(InMemoryKeyValueStorageEngine())
+    store.put("a", 1)
+    store.write_back()
+    store.hold()
+    store.put("b", 2)
+    seen: list[Any] = []
+    reader = threading.Thread(target=lambda: seen.extend(store.all()))
+    reader.start()
+    waiters = store._released._cond._waiters  # type: ignore[attr-defined] # CPython's Event: the threads waiting
+    wait_until(lambda: len(waiters) == 1, 10, "the reader did not wait for the release")
+    assert seen == []
+    store.release()  # what the commit thread does once the snapshot is made
+    reader.join(10)
+    assert seen == [("a", 1), ("b", 2)]
 
 
 def test_absent_keys_are_cached_too() -> None:

@@ -3,11 +3,13 @@ backends). The engine imports only this module; a concrete backend is reached th
 in config (``stores.<s>.backup.factories``, ``stores.<s>.restore.factories``, and the job-level
 ``stores.backup.factories`` / ``stores.restore.factories``).
 
-A commit calls, per task and per backend: ``snapshot`` (synchronous, exclusive with processing: it
-must be short), then ``upload`` (on a commit thread, concurrently with processing), then the engine
-writes the checkpoints, then ``cleanup`` (idempotent: a restart calls it again for the last checkpoint,
-to finish a cleanup a crash cut short). The markers ``upload`` returns go into the V2 checkpoint under
-the factory's ``checkpoint_name``; they must name the exact state the snapshot captured.
+A commit calls, per task and per backend: ``snapshot`` (while no write reaches the task's engines or
+changelogs: on a commit thread while the task processes on with its writes held in the stores' object caches,
+or on the task's thread when a store has none; it must be short), then ``upload`` (on a commit thread,
+concurrently with processing), then the engine writes the checkpoints, then ``cleanup`` (idempotent: a restart
+calls it again for the last checkpoint, to finish a cleanup a crash cut short). The markers ``upload`` returns
+go into the V2 checkpoint under the factory's ``checkpoint_name``; they must name the exact state the snapshot
+captured.
 
 At start, per task: ``TaskRestoreManager.init(checkpoint)``, ``restore()`` (on a restore thread), then
 the stores open, then ``TaskBackupManager.init(checkpoint)``.
@@ -97,7 +99,8 @@ class TaskBackupManager(ABC):
 
     @abstractmethod
     def snapshot(self, checkpoint_id: CheckpointId) -> dict[str, str]:
-        """Capture the stores' state, exclusive with processing; store → marker for ``upload``.
+        """Capture the stores' state as of the commit's cut (nothing reaches the engines or changelogs meanwhile);
+        store → marker for ``upload``.
 
         The engine has already flushed the task's producers and the stores, and made the checkpoint
         directories ``<store dir>-<checkpoint_id>`` of persistent stores.

@@ -3,9 +3,14 @@
 ``ContainerStorageManager`` owns what the tasks share: one instance of each state backend factory
 (its clients and transfer threads), the systems changelogs use, and the restore and commit thread
 pools. ``TaskStorageManager`` owns one task's engines, stores and backup managers and carries out the
-storage steps of a commit for ``TaskInstance``: ``snapshot`` (synchronous: flush the stores, make the
-checkpoint directories, let backends snapshot), ``upload``, ``write_local_checkpoint`` and ``cleanup``
-(on a commit thread).
+storage steps of a commit for ``TaskInstance``: ``snapshot`` (flush the stores, make the checkpoint
+directories, let backends snapshot), ``upload``, ``write_local_checkpoint`` and ``cleanup`` (on a commit thread).
+When every store of the task has an object cache (``can_hold``), the snapshot runs on the commit thread too:
+``hold`` is the commit's cut on the task's thread (the caches' dirty entries are taken and their later writes held
+in the caches), ``write_held`` writes the cut's entries to the engines and changelogs, the producers are flushed,
+``snapshot`` captures exactly the state of the cut (nothing the task wrote since reached an engine or a
+changelog), and ``release`` lets the caches write back again. Otherwise the snapshot runs on the task's thread,
+exclusive with processing.
 
 Restore order per task, as in Samza: persistent stores without a backup lose their directory (they
 are always empty at start); every other store is restored by the backend the checkpoint selects
@@ -119,6 +124,8 @@ class TaskStorageManager:
         first new checkpoint."""
         self.restored_by: dict[str, str] = {}
         """Store → the backend that restored it (for logs and tests)."""
+        self._held: dict[str, list[tuple[bytes, bytes | None]]] | None = None
+        """The cut of the commit whose snapshot is being made beside processing (``hold``), per store."""
         self._local_checkpoints: dict[str, set[CheckpointId]] = {}
         """Per store, the checkpoint directories that may exist since its last cleanup (the one it kept and
         the snapshots made since); a store absent here is not known yet, and its next cleanup lists the store's
@@ -145,6 +152,12 @@ class TaskStorageManager:
     @property
     def dirty(self) -> bool:
         return self.revert_unsealed or any(store.dirty for store in self.stores.values())
+
+    @property
+    def can_hold(self) -> bool:
+        """Whether a commit's snapshot can run beside processing: every store keeps the task's writes in an
+        object cache, which can hold them while the snapshot is made (a store without one writes through)."""
+        return bool(self.stores) and all(isinstance(store, CachedStore) for store in self.stores.values())
 
     def backend_context(self, names: list[str]) -> TaskBackendContext:
         container = self.container
@@ -274,18 +287,51 @@ class TaskStorageManager:
             except Exception as error:
                 raise StateBackupError(f"task '{self.task_name}': cannot write back store '{name}': {error}") from error
 
-    def snapshot(self, checkpoint_id: CheckpointId) -> dict[str, dict[str, str]]:
-        """Synchronous part of a commit: the stores' state as of now; backend → store → marker. Their object
-        caches were written back (``write_back``) and the producers flushed before."""
+    def hold(self) -> None:
+        """The cut of a commit whose snapshot runs beside processing (``can_hold``), on the task's thread: every
+        store's dirty entries are taken for ``write_held``, and the task's later writes stay in the caches until
+        ``release``. The stores count as clean from here: a write after the cut makes the next commit due."""
+        held = {}
         for name, store in self.stores.items():
-            if isinstance(store, CachedStore) and store.pending_writes:
+            assert isinstance(store, CachedStore), "hold() needs can_hold"
+            held[name] = store.hold()
+            store.dirty = False
+        self._held = held
+
+    def write_held(self) -> None:
+        """On the commit thread: the cut's entries to the engines and the changelogs (then the commit flushes
+        the producers and snapshots)."""
+        for name, entries in (self._held or {}).items():
+            store = self.stores[name]
+            assert isinstance(store, CachedStore)
+            try:
+                store.store.put_serialized(entries)
+            except Exception as error:
+                raise StateBackupError(
+                    f"task '{self.task_name}': cannot write back store '{name}' for a snapshot: {error}"
+                ) from error
+
+    def release(self) -> None:
+        """The snapshot of the held cut is made (or failed): the caches write back again."""
+        self._held = None
+        for store in self.stores.values():
+            if isinstance(store, CachedStore):
+                store.release()
+
+    def snapshot(self, checkpoint_id: CheckpointId) -> dict[str, dict[str, str]]:
+        """The stores' state as of the commit's cut; backend → store → marker. Their object caches were written
+        back (``write_back`` on the task's thread, or ``write_held`` after ``hold``) and the producers flushed
+        before. Held, it runs on the commit thread and reads only the engines and backends, never the caches."""
+        held = self._held is not None
+        for name, store in self.stores.items():
+            if not held and isinstance(store, CachedStore) and store.pending_writes:
                 # written back now, they could miss the changelog offsets this snapshot names
                 raise StateBackupError(
                     f"task '{self.task_name}': store '{name}' holds {store.pending_writes} writes not written back "
                     "before the producers' flush: the commit must call write_back first"
                 )
             try:
-                store.flush()
+                store.store.flush() if held and isinstance(store, CachedStore) else store.flush()
             except Exception as error:
                 raise StateBackupError(
                     f"task '{self.task_name}': cannot flush store '{name}' in '{self._stores[name].spec.store_dir}' "
@@ -298,8 +344,9 @@ class TaskStorageManager:
                         known.add(checkpoint_id)
                     self._checkpoint_store(name, checkpoint_dir(entry.spec.store_dir, checkpoint_id))
         markers = {key: manager.snapshot(checkpoint_id) for key, manager in self.backup_managers.items()}
-        for store in self.stores.values():  # only now: a snapshot that failed leaves them for the next commit
-            store.dirty = False
+        if not held:  # only now: a snapshot that failed leaves them for the next commit (held: cleared at the cut)
+            for store in self.stores.values():
+                store.dirty = False
         self.revert_unsealed = False
         return markers
 
