@@ -4,10 +4,11 @@ commit) aborts it, exactly one of "commit" and "timeout abort" wins, and the wri
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from millstream.config import Config
@@ -221,3 +222,59 @@ def test_a_transaction_is_never_both_committed_and_aborted_and_its_records_follo
     visible = record.state is TxnState.COMMITTED
     assert visible == (winners == [TxnState.COMMITTED])
     assert (record.state is TxnState.ABORTED) == (winners == [TxnState.ABORTED])
+
+
+steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("send"), st.integers(1, 3)),
+        st.tuples(st.just("wait"), st.integers(0, 2 * TIMEOUT_MS)),
+        st.tuples(st.just("commit"), st.just(0)),
+        st.tuples(st.just("read"), st.just(0)),
+    ),
+    max_size=14,
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(steps=steps)
+def test_readers_see_exactly_the_committed_records_whatever_the_commits_timeouts_and_reads_interleave(
+    steps: list[tuple[str, int]],
+) -> None:
+    """A writer sends, commits and waits (its clock moving past deadlines or not) while a reader reads, which ends
+    transactions past their deadline: a reader always sees exactly the records of the commits that succeeded, in
+    order; a commit that failed with ``TransactionTimedOutError`` shows none of its records, now or later; a
+    timed-out attempt is followed by the next one, as a container's restart."""
+    with tempfile.TemporaryDirectory() as directory:
+        root = Path(directory) / "log"
+        admin = LogSystemAdmin(SYSTEM, LogLayout(root, SYSTEM))
+        create(admin, "out", 1)
+        clock, epoch, sent = Clock(), 1, 0
+        writer = producer(root, clock, attempt(epoch))
+        committed: list[bytes] = []
+        pending: list[bytes] = []
+        for step, amount in steps:
+            if step == "send":
+                values = [b"%d" % (sent + i) for i in range(amount)]
+                sent += amount
+                try:
+                    send(writer, *values)
+                    pending += values
+                except TransactionTimedOutError:  # a reader aborted its transaction: this attempt is done
+                    writer.stop()
+                    epoch, pending = epoch + 1, []
+                    writer = producer(root, clock, attempt(epoch))
+            elif step == "wait":
+                clock.now += amount
+            elif step == "commit":
+                try:
+                    writer.commit_transaction()
+                    committed, pending = committed + pending, []
+                except TransactionTimedOutError:
+                    writer.stop()
+                    epoch, pending = epoch + 1, []
+                    writer = producer(root, clock, attempt(epoch))
+            else:
+                assert seen(root, clock) == committed
+        writer.stop()
+        assert seen(root, clock) == committed  # stopping discards the open transaction
+        admin.stop()
