@@ -251,7 +251,8 @@ class LogSystemProducer(SystemProducer):
         return TransactionTimedOutError(self.system, txn, self._writer, self._txn_log.path)
 
     def _abort(self) -> None:
-        """Discard the open transaction and what is buffered for it (stopping without a commit)."""
+        """Discard the open transaction and what is buffered for it (stopping without a commit). Refused in a
+        partition once this attempt is fenced or its transaction timed out: whoever did that ends it there."""
         txn_log = cast(TransactionLog, self._txn_log)
         for writer in self._writers.values():
             for buffer in writer.buffers:
@@ -259,7 +260,11 @@ class LogSystemProducer(SystemProducer):
         if self._txn is not None and self._fenced is None:
             txn, members = self._txn, sorted(self._members)
             self._txn, self._members, self._checkpoints = None, set(), {}
-            self._resolve(txn, False, members)
+            try:
+                self._resolve(txn, False, members)
+            except WriterFencedError as fenced:
+                self._fenced = self._explained(fenced)
+                return
             txn_log.forget(txn)
 
     def set_writer(self, writer: WriterToken) -> None:
