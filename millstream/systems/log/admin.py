@@ -7,7 +7,7 @@ another process has meanwhile deleted and re-created.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 from millstream.model import SystemStreamPartition
@@ -21,8 +21,10 @@ from millstream.systems.base import (
 )
 from millstream.systems.log.consumer import parse_offset
 from millstream.systems.log.errors import LogSystemError
+from millstream.systems.log.expiry import Reaper
 from millstream.systems.log.layout import LogLayout
 from millstream.systems.log.storage import LogPartition, PartitionState
+from millstream.systems.log.transactions import wall_clock_ms
 
 RETENTION_KEY = "retention.ms"
 """A stream's own retention in its spec config; overrides ``systems.<s>.retention.ms``."""
@@ -40,13 +42,34 @@ def written_metadata(state: PartitionState) -> SystemStreamPartitionMetadata:
 
 
 class LogSystemAdmin(SystemAdmin):
-    """``SystemAdmin`` of the embedded log. Offsets are decimal integers, compared as integers."""
+    """``SystemAdmin`` of the embedded log. Offsets are decimal integers, compared as integers. The offsets it
+    reports are readers' (up to the stable end), after ending a transaction past its deadline that held it."""
 
-    def __init__(self, system: str, layout: LogLayout, *, fsync: bool = False, retention_ms: int = -1) -> None:
+    def __init__(
+        self,
+        system: str,
+        layout: LogLayout,
+        *,
+        fsync: bool = False,
+        retention_ms: int = -1,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
         self.system = system
         self.layout = layout
         self._fsync = fsync
         self._retention_ms = retention_ms
+        self._reaper = Reaper(system, layout, fsync=fsync, clock=clock)
+
+    def stop(self) -> None:
+        self._reaper.close()
+
+    def _settled(self, log: LogPartition) -> PartitionState:
+        """The partition's state once a transaction past its deadline that held its stable end was ended
+        (``expiry``): offsets the admin reports never stay behind a writer that is gone."""
+        state = log.state()
+        if not state.settled and self._reaper.settle(log):
+            state = log.state()
+        return state
 
     @contextmanager
     def _partition(self, stream: str, partition: int) -> Iterator[LogPartition]:
@@ -70,7 +93,7 @@ class LogSystemAdmin(SystemAdmin):
             partitions = {}
             for partition in range(info.partition_count):
                 with self._partition(stream, partition) as log:
-                    partitions[partition] = partition_metadata(log.state())
+                    partitions[partition] = partition_metadata(self._settled(log))
             result[stream] = SystemStreamMetadata(stream, partitions)
         return result
 
@@ -89,7 +112,7 @@ class LogSystemAdmin(SystemAdmin):
             if not 0 <= ssp.partition < counts[ssp.stream]:
                 continue
             with self._partition(ssp.stream, ssp.partition) as log:
-                result[ssp] = partition_metadata(log.state())
+                result[ssp] = partition_metadata(self._settled(log))
         return result
 
     def get_written_ssp_metadata(

@@ -35,6 +35,15 @@ class LogSystemConfig(ConfigView):
     """Age after which ``trim_expired`` removes records (and deletes the segment files they filled); -1 keeps
     them forever."""
 
+    transaction_timeout_ms: int = Field(60_000, alias="transaction.timeout.ms", ge=1)
+    """Exactly-once: longest time a container's transaction may stay open, from its first append (as Kafka's
+    ``transaction.timeout.ms``). Past it, the transaction can no longer commit: the first reader held at its
+    records, the admin or the job's next attempt aborts it, its records are never visible, and its container's
+    commit fails naming it (the next attempt restores from the last checkpoint). So a container that died for
+    good holds readers of its partitions for at most this long. Must exceed ``task.commit.ms``: a live
+    container's transactions last about one commit interval. Hosts sharing the log compare deadlines on their
+    wall clocks."""
+
     @classmethod
     def for_system(cls, config: Config, system: str) -> LogSystemConfig:
         prefix = f"systems.{system}."

@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Iterable, Set
+from collections.abc import Callable, Iterable, Set
 from itertools import repeat
 
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition
 from millstream.systems.base import SystemConsumer
 from millstream.systems.log.errors import InvalidOffsetError, LogOffsetOutOfRangeError, LogSystemError
+from millstream.systems.log.expiry import Reaper
 from millstream.systems.log.layout import LogLayout
 from millstream.systems.log.storage import LogPartition, Records
+from millstream.systems.log.transactions import wall_clock_ms
 
 MAX_IDLE_SLEEP = 0.01
 """Longest sleep between two checks for new data while a poll waits."""
@@ -56,16 +58,28 @@ class LogSystemConsumer(SystemConsumer):
     Envelopes of one partition come in offset order with ``str`` offsets, bytes keys and values
     (None where none was written), headers decoded (None when there were none) and ``size`` the
     length of the value. A sealed partition, once read to its end, yields one end-of-stream envelope
-    and nothing after it. ``poll`` leaves out partitions that have nothing. One thread at a time.
+    and nothing after it. ``poll`` leaves out partitions that have nothing. One thread at a time. A partition
+    held at its stable end by a transaction past its ``transaction.timeout.ms`` is freed by the poll that finds
+    it (``expiry``): the transaction is aborted and the reader steps over its records.
     """
 
-    def __init__(self, system: str, layout: LogLayout, *, batch_size: int = 5000, fsync: bool = False) -> None:
+    def __init__(
+        self,
+        system: str,
+        layout: LogLayout,
+        *,
+        batch_size: int = 5000,
+        fsync: bool = False,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
         self.system = system
         self.layout = layout
         self.batch_size = batch_size
         self._fsync = fsync
         self._cursors: dict[SystemStreamPartition, _Cursor] = {}
         self._started = False
+        self._reaper = Reaper(system, layout, fsync=fsync, clock=clock)
+        """Ends a transaction past its deadline that holds a partition at its stable end (``expiry``)."""
 
     def register(self, ssp: SystemStreamPartition, offset: str) -> None:
         """Read ``ssp`` from ``offset`` (inclusive); registering it again keeps the earlier offset.
@@ -108,6 +122,7 @@ class LogSystemConsumer(SystemConsumer):
         for cursor in self._cursors.values():
             cursor.partition.close()
         self._cursors.clear()
+        self._reaper.close()
         self._started = False
 
     def poll(
@@ -179,6 +194,8 @@ class LogSystemConsumer(SystemConsumer):
             raise LogOffsetOutOfRangeError(ssp.stream, ssp.partition, position, state.oldest, state.upcoming)
         if position < state.upcoming:  # an aborted transaction's gap, or records published since the read
             cursor.position = position = cursor.partition.readable_from(position)
+        if not state.settled and position >= state.upcoming and self._reaper.settle(cursor.partition):
+            return []  # the stable end moved: the next poll reads on
         if state.sealed and state.settled and position >= state.upcoming:
             cursor.ended = True
             return [IncomingMessageEnvelope.end_of_stream(ssp)]

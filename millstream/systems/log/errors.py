@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from millstream.systems.base import OffsetOutOfRangeError, SystemOperationError
+from millstream.systems.base import OffsetOutOfRangeError, SystemOperationError, WriterFencedError, WriterToken
 
 
 class LogSystemError(SystemOperationError):
@@ -76,3 +76,19 @@ class LogOffsetOutOfRangeError(OffsetOutOfRangeError):
         else:
             reason = f"is beyond the end of the log; the upcoming offset is {upcoming}"
         super().__init__(f"log stream '{stream}' partition {partition}: offset {offset} {reason}")
+
+
+class TransactionTimedOutError(WriterFencedError):
+    """An exactly-once transaction stayed open past ``systems.<s>.transaction.timeout.ms`` and was aborted: its
+    writer's commit (or next write) fails, nothing of the transaction is visible, and the writer's attempt is
+    fenced; the container's next attempt restores from the last committed checkpoint."""
+
+    def __init__(self, system: str, txn: int, writer: WriterToken, path: Path) -> None:
+        self.target = f"log system '{system}' transaction {txn}"
+        self.writer = writer
+        self.txn = txn
+        super(WriterFencedError, self).__init__(  # WriterFencedError's own message says a newer attempt took over
+            f"{self.target} of {writer.describe()} was aborted: it was open longer than "
+            f"systems.{system}.transaction.timeout.ms, so nothing of it was committed and this attempt may write no "
+            f"more; the container's next attempt restores from its last committed checkpoint (file '{path}')",
+        )

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from millstream.config.core import Config
 from millstream.config.views import TaskConfig
+from millstream.errors import ConfigError
 from millstream.systems.base import SystemFactory
 from millstream.systems.log.admin import LogSystemAdmin
 from millstream.systems.log.config import LogSystemConfig, config_keys
@@ -44,6 +45,13 @@ class LogSystemFactory(SystemFactory):
 
     def get_producer(self, system_name: str, config: Config) -> LogSystemProducer:
         settings = LogSystemConfig.for_system(config, system_name)
+        task = TaskConfig.of(config)
+        if task.exactly_once and settings.transaction_timeout_ms <= task.commit_ms:
+            raise ConfigError(
+                f"systems.{system_name}.transaction.timeout.ms ({settings.transaction_timeout_ms}) must exceed "
+                f"task.commit.ms ({task.commit_ms}) under task.processing.guarantee=exactly-once: a live container's "
+                "transactions stay open about one commit interval and would be aborted"
+            )
         return LogSystemProducer(
             system_name,
             LogLayout(settings.root(config), system_name),
@@ -52,7 +60,8 @@ class LogSystemFactory(SystemFactory):
             fsync=settings.fsync,
             auto_create_streams=settings.auto_create_streams,
             default_partitions=settings.default_partitions,
-            transactional=TaskConfig.of(config).exactly_once,
+            transactional=task.exactly_once,
+            transaction_timeout_ms=settings.transaction_timeout_ms,
         )
 
     def transactional(self, system_name: str, config: Config) -> bool:

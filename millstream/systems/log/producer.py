@@ -29,7 +29,10 @@ tasks' checkpoints for the commit, and ``commit_transaction`` appends what is bu
 transaction with the checkpoints in the coordinator file (the commit point) and then publishes it in every
 partition it appended to. ``start`` registers the container's attempt, which fences its earlier attempts,
 and ends what they left: committed transactions are published, open ones discarded. ``stop`` discards
-the open transaction. Records wait in their buffers for the commit instead of ``linger.ms``: nothing
+the open transaction. A transaction open past ``transaction.timeout.ms`` is aborted by whoever finds it
+(``expiry``), and the producer's commit, or its next write, then fails with ``TransactionTimedOutError``
+naming the transaction and the container: nothing of it is visible, and the next attempt restores from the
+last committed checkpoint. Records wait in their buffers for the commit instead of ``linger.ms``: nothing
 would be visible earlier anyway, and fuller batches are cheaper.
 
 A buffer is one flat list, ``timestamp, key, value, headers`` after one another for each record:
@@ -43,7 +46,7 @@ import logging
 import threading
 import time
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice, repeat
 from typing import Any, cast
@@ -51,11 +54,13 @@ from typing import Any, cast
 from millstream.errors import StreamNotFoundError
 from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.systems.base import SystemProducer, WriterFencedError, WriterToken, all_bytes_or_none, all_none
-from millstream.systems.log.errors import LogSystemError
+from millstream.systems.log.errors import LogSystemError, TransactionTimedOutError
+from millstream.systems.log.expiry import end_transaction
 from millstream.systems.log.layout import LogLayout
 from millstream.systems.log.partitioner import Partitioner, round_robin
 from millstream.systems.log.storage import LogPartition
-from millstream.systems.log.transactions import Member, TransactionLog
+from millstream.systems.log.transactions import Ending, Member, TransactionLog, wall_clock_ms
+from millstream.systems.log.txn_protocol import NEVER
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +109,8 @@ class LogSystemProducer(SystemProducer):
         auto_create_streams: bool = False,
         default_partitions: int = 1,
         transactional: bool = False,
+        transaction_timeout_ms: int = NEVER,
+        clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self.system = system
         self.layout = layout
@@ -122,6 +129,9 @@ class LogSystemProducer(SystemProducer):
         self._failure: BaseException | None = None
         """Why an append of a full buffer failed since the last ``flush``: until then nothing more is appended."""
         self._exactly_once = transactional
+        self._txn_timeout_ms = transaction_timeout_ms
+        self._clock = clock
+        """Wall-clock milliseconds for the coordinator: transactions' deadlines."""
         self._txn_log: TransactionLog | None = None
         """Exactly-once: the coordinator file, once ``start`` registered the writer."""
         self._txn: int | None = None
@@ -159,28 +169,29 @@ class LogSystemProducer(SystemProducer):
         if not self.transactional or self._txn_log is not None:
             return
         writer = cast(WriterToken, self._writer)
-        txn_log = TransactionLog(self.layout.root, self.system, fsync=self._fsync)
+        txn_log = TransactionLog(self.layout.root, self.system, fsync=self._fsync, clock=self._clock)
         try:
             plan = txn_log.register(writer)
-            for txn, commit, members in plan:
+            for txn, commit, members, retire in plan:
                 log.info("log system '%s': %s transaction %d left by an earlier writer of job %s",
                          self.system, "publishing" if commit else "aborting", txn, writer.job)  # fmt: skip
-                self._resolve(txn, commit, members)
+                self._resolve(txn, commit, members, retire)
                 txn_log.forget(txn)
         except BaseException:
             txn_log.close()
             raise
         self._txn_log = txn_log
 
-    def _resolve(self, txn: int, commit: bool, members: list[Member]) -> None:
-        """Publish or discard ``txn`` in each of its partitions (a stream deleted since holds nothing)."""
+    def _resolve(self, txn: int, commit: bool, members: list[Member], retire: WriterToken | None = None) -> None:
+        """Publish or discard ``txn`` in each of its partitions (a stream deleted since holds nothing); ``retire``:
+        see ``LogPartition.resolve``."""
         for stream, partition in members:
             writer = self._writers.get(stream)
             if writer is None:
                 if self.layout.read_info(stream) is None:
                     continue
                 writer = self._open_stream(stream)
-            self._partition(writer, partition).resolve(txn, commit=commit, writer=self._writer)
+            self._partition(writer, partition).resolve(txn, commit=commit, writer=self._writer, retire=retire)
 
     def stage_checkpoint(self, task: str, version: int, value: bytes) -> None:
         """Exactly-once: store ``value`` as ``task``'s checkpoint of ``version`` when the open transaction
@@ -203,8 +214,12 @@ class LogSystemProducer(SystemProducer):
                 return
             writer = cast(WriterToken, self._writer)
             try:
-                txn = self._txn if self._txn is not None else txn_log.begin(writer)
+                txn = self._txn if self._txn is not None else txn_log.begin(writer, timeout_ms=self._txn_timeout_ms)
                 txn_log.commit(txn, writer, self._checkpoints)
+            except TransactionTimedOutError as timed_out:
+                self._fenced = timed_out
+                self._timed_out(timed_out)
+                raise
             except WriterFencedError as fenced:
                 self._fenced = fenced
                 raise
@@ -213,8 +228,31 @@ class LogSystemProducer(SystemProducer):
             self._resolve(txn, True, members)
             txn_log.forget(txn)
 
+    def _timed_out(self, error: TransactionTimedOutError) -> None:
+        """The open transaction was aborted by its timeout: discard what it appended (whoever aborted it may not
+        have yet), retiring this attempt in each partition, and drop what is buffered and staged."""
+        txn_log = cast(TransactionLog, self._txn_log)
+        self._txn, self._members, self._checkpoints = None, set(), {}
+        for writer in self._writers.values():
+            for buffer in writer.buffers:
+                buffer.clear()
+        record, retire = txn_log.expire(error.txn)
+        if record is not None:  # else whoever aborted it ended it everywhere already
+            ending = Ending(error.txn, False, txn_log.members(error.txn), retire)
+            end_transaction(self.layout, txn_log, ending, fsync=self._fsync)
+
+    def _explained(self, fenced: WriterFencedError) -> WriterFencedError:
+        """``fenced`` as ``TransactionTimedOutError`` when what fenced this attempt was its transaction's timeout."""
+        if self._txn_log is None or self._writer is None or isinstance(fenced, TransactionTimedOutError):
+            return fenced
+        txn = self._txn_log.timed_out(self._writer)
+        if txn is None:
+            return fenced
+        return TransactionTimedOutError(self.system, txn, self._writer, self._txn_log.path)
+
     def _abort(self) -> None:
-        """Discard the open transaction and what is buffered for it (stopping without a commit)."""
+        """Discard the open transaction and what is buffered for it (stopping without a commit). Refused in a
+        partition once this attempt is fenced or its transaction timed out: whoever did that ends it there."""
         txn_log = cast(TransactionLog, self._txn_log)
         for writer in self._writers.values():
             for buffer in writer.buffers:
@@ -222,7 +260,11 @@ class LogSystemProducer(SystemProducer):
         if self._txn is not None and self._fenced is None:
             txn, members = self._txn, sorted(self._members)
             self._txn, self._members, self._checkpoints = None, set(), {}
-            self._resolve(txn, False, members)
+            try:
+                self._resolve(txn, False, members)
+            except WriterFencedError as fenced:
+                self._fenced = self._explained(fenced)
+                return
             txn_log.forget(txn)
 
     def set_writer(self, writer: WriterToken) -> None:
@@ -502,10 +544,10 @@ class LogSystemProducer(SystemProducer):
             else:
                 log.append_columns(*columns, self._writer, self._transaction_for(writer.stream, partition))
         except WriterFencedError as fenced:
-            self._fenced = fenced
+            self._fenced = self._explained(fenced)
             for stale in writer.buffers:  # a zombie's records are never appended, by this flush or a later one
                 stale.clear()
-            raise
+            raise self._fenced from None
         writer.buffers[partition] = []
         writer.owners[partition] = None
 
@@ -516,7 +558,7 @@ class LogSystemProducer(SystemProducer):
         writer = cast(WriterToken, self._writer)
         member = (stream, partition)
         if self._txn is None:
-            self._txn = txn_log.begin(writer, member)
+            self._txn = txn_log.begin(writer, member, timeout_ms=self._txn_timeout_ms)
             self._members.add(member)
         elif member not in self._members:
             txn_log.add_partition(self._txn, writer, stream, partition)

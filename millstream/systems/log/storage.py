@@ -184,6 +184,12 @@ _WRITERS = (
 )
 _WRITERS_OF_JOB = "SELECT container, generation, epoch FROM writers WHERE job = ?"
 _RECORD_WRITER = "INSERT OR REPLACE INTO writers (job, container, generation, epoch) VALUES (?, ?, ?, ?)"
+# Records ?3, ?4 as the container's attempt unless a newer (or the same) one is recorded: retires older attempts.
+_RETIRE_WRITER = (
+    "INSERT INTO writers (job, container, generation, epoch) VALUES (?1, ?2, ?3, ?4) "
+    "ON CONFLICT (job, container) DO UPDATE SET generation = ?3, epoch = ?4 WHERE (generation, epoch) < (?3, ?4)"
+)
+_BLOCKING = "SELECT txn FROM pending ORDER BY end_offset LIMIT 1"
 # Candidates for offset_for_timestamp, in offset order: only batches holding a recent enough record.
 _BY_TIMESTAMP = (
     "SELECT base_offset, min_ts, segment, position, length, crc FROM batches "
@@ -486,11 +492,15 @@ class LogPartition:
         except sqlite3.Error as error:
             raise self._error(f"cannot record {writer.describe()} as its writer: {error}") from None
 
-    def resolve(self, txn: int, *, commit: bool, writer: WriterToken | None = None) -> None:
+    def resolve(
+        self, txn: int, *, commit: bool, writer: WriterToken | None = None, retire: WriterToken | None = None
+    ) -> None:
         """End transaction ``txn`` here: publish its batches (``commit``; readers see them and what follows)
         or discard them (their offsets become a gap readers step over). Idempotent: resolving a transaction
         that holds nothing here changes nothing. With ``writer``, it is recorded as the partition's writer in
-        the same step (an abort by a container's next attempt fences the attempt whose batches it discards)."""
+        the same step (an abort by a container's next attempt fences the attempt whose batches it discards).
+        With ``retire`` (an abort by the transaction's timeout, by anyone), that token is recorded for its
+        container unless a newer one is: the timed-out attempt appends nothing here after its batches are gone."""
         self._check_file()
         connection = self._connection
         try:
@@ -498,6 +508,11 @@ class LogPartition:
             try:
                 if writer is not None:
                     self._check_writer(writer)
+                if retire is not None:
+                    connection.execute(_WRITERS)
+                    connection.execute(
+                        _RETIRE_WRITER, (retire.job, retire.container_id, retire.generation, retire.epoch)
+                    )
                 if not commit:
                     connection.execute(_DISCARD, (txn,))
                 connection.execute(_PUBLISH, (txn,))
@@ -510,6 +525,14 @@ class LogPartition:
         except sqlite3.Error as error:
             verb = "commit" if commit else "abort"
             raise self._error(f"cannot {verb} log transaction {txn}: {error}") from None
+
+    def blocking_transaction(self) -> int | None:
+        """The open transaction whose first batch is the stable end, if one is (see ``transactions``)."""
+        try:
+            row = self._connection.execute(_BLOCKING).fetchone()
+        except sqlite3.Error as error:
+            raise self._error(f"cannot read the open transactions: {error}") from None
+        return None if row is None else int(row[0])
 
     def _check_writer(self, writer: WriterToken) -> None:
         """Inside a write transaction: refuse a stale ``writer``, record a newer one. One query when the

@@ -13,6 +13,10 @@ any number of partitions and its tasks' checkpoints as one transaction (the rule
    current, stores the checkpoints and marks the transaction committed. A crash before it leaves nothing
    visible; a crash after it leaves a committed transaction that the next ``register`` of the job publishes.
 4. The producer then publishes the batches in each partition and ``forget`` deletes the transaction's rows.
+5. A transaction open past its deadline (``begin`` sets it ``transaction.timeout.ms`` ahead) is aborted by
+   whoever finds it first (``expire``, ``register``, or its writer's ``commit``, which then raises
+   ``TransactionTimedOutError``); the abort retires the writer's attempt in the same SQLite transaction and
+   ``expired`` keeps, per container, which attempt and transaction timed out, so its writer is told why.
 
 Checkpoints live here too (``checkpoints``: the last one per job, task and version), whatever the guarantee,
 when ``task.checkpoint.factory=log``: at-least-once writes them directly (``put_checkpoint``, fenced the same
@@ -23,26 +27,44 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 from millstream.systems.base import WriterFencedError, WriterToken
-from millstream.systems.log.errors import LogSystemError
-from millstream.systems.log.txn_protocol import TxnRecord, TxnState, fenced_by, recovery
+from millstream.systems.log.errors import LogSystemError, TransactionTimedOutError
+from millstream.systems.log.txn_protocol import (
+    NEVER,
+    TxnRecord,
+    TxnState,
+    commit_outcome,
+    expiry_outcome,
+    fenced_by,
+    recovery,
+    retired,
+)
 
 FILE_NAME = ".transactions.db"
 BUSY_TIMEOUT_MS = 30_000
-_SCHEMA = """
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS writers (job TEXT NOT NULL, container TEXT NOT NULL, generation INTEGER NOT NULL,
     epoch INTEGER NOT NULL, PRIMARY KEY (job, container));
 CREATE TABLE IF NOT EXISTS transactions (txn INTEGER PRIMARY KEY AUTOINCREMENT, job TEXT NOT NULL,
-    container TEXT NOT NULL, generation INTEGER NOT NULL, epoch INTEGER NOT NULL, state INTEGER NOT NULL);
+    container TEXT NOT NULL, generation INTEGER NOT NULL, epoch INTEGER NOT NULL, state INTEGER NOT NULL,
+    deadline INTEGER NOT NULL DEFAULT {NEVER});
 CREATE TABLE IF NOT EXISTS members (txn INTEGER NOT NULL, stream TEXT NOT NULL, partition INTEGER NOT NULL,
     PRIMARY KEY (txn, stream, partition));
 CREATE TABLE IF NOT EXISTS checkpoints (job TEXT NOT NULL, task TEXT NOT NULL, version INTEGER NOT NULL,
     value BLOB NOT NULL, written_at INTEGER NOT NULL, PRIMARY KEY (job, task, version));
+CREATE TABLE IF NOT EXISTS expired (job TEXT NOT NULL, container TEXT NOT NULL, generation INTEGER NOT NULL,
+    epoch INTEGER NOT NULL, txn INTEGER NOT NULL, PRIMARY KEY (job, container));
 """
+_RECORD = "SELECT txn, container, generation, epoch, state, deadline, job FROM transactions"
+_RETIRE = (
+    "INSERT INTO writers (job, container, generation, epoch) VALUES (?1, ?2, ?3, ?4) "
+    "ON CONFLICT (job, container) DO UPDATE SET generation = ?3, epoch = ?4 WHERE (generation, epoch) < (?3, ?4)"
+)
 
 Member = tuple[str, int]
 """``(stream, partition)`` a transaction appended to."""
@@ -50,15 +72,34 @@ StoredCheckpoint = tuple[str, int, bytes, int]
 """``(task, version, serialized checkpoint, written at ms)``."""
 
 
+def wall_clock_ms() -> int:
+    """Milliseconds since the epoch: deadlines are compared across the processes sharing the log's files."""
+    return time.time_ns() // 1_000_000
+
+
+class Ending(NamedTuple):
+    """A transaction to end in each of its partitions (publish or discard), then ``forget``."""
+
+    txn: int
+    commit: bool
+    members: list[Member]
+    retire: WriterToken | None
+    """Set for a transaction aborted by its timeout: the attempt to record as its container's writer in each
+    partition while discarding there (``txn_protocol.retired``), so its writer appends nothing more there."""
+
+
 class TransactionLog:
     """The coordinator file of one log system; one thread at a time."""
 
-    def __init__(self, root: Path, system: str, *, fsync: bool = False) -> None:
+    def __init__(
+        self, root: Path, system: str, *, fsync: bool = False, clock: Callable[[], int] = wall_clock_ms
+    ) -> None:
         """Open (creating it if missing) the coordinator of the log under ``root``. As the partition files:
         ``synchronous=NORMAL`` (a commit survives a crash of the process), ``FULL`` with ``fsync`` (it also
-        survives power loss)."""
+        survives power loss). ``clock`` gives wall-clock milliseconds: deadlines and checkpoint times."""
         self.path = root / FILE_NAME
         self.system = system
+        self.clock = clock
         root.mkdir(parents=True, exist_ok=True)
         try:
             self._connection = sqlite3.connect(
@@ -68,6 +109,10 @@ class TransactionLog:
             self._connection.execute("PRAGMA journal_mode = WAL")
             self._connection.execute(f"PRAGMA synchronous = {'FULL' if fsync else 'NORMAL'}")
             self._connection.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} COMMIT;")
+            columns = {row[1] for row in self._connection.execute("PRAGMA table_info(transactions)")}
+            if "deadline" not in columns:  # a file from before transaction timeouts
+                add = f"ALTER TABLE transactions ADD COLUMN deadline INTEGER NOT NULL DEFAULT {NEVER}"
+                self._connection.execute(add)
         except sqlite3.Error as error:
             raise self._error(f"cannot open the transaction coordinator: {error}") from None
 
@@ -106,17 +151,58 @@ class TransactionLog:
                 (writer.job, writer.container_id, writer.generation, writer.epoch),
             )
 
-    def register(self, writer: WriterToken) -> list[tuple[int, bool, list[Member]]]:
-        """Record ``writer`` as current (fencing older attempts and generations); return the transactions it
-        must end: ``(txn, commit, partitions)`` (``txn_protocol.recovery``)."""
+    def register(self, writer: WriterToken) -> list[Ending]:
+        """Record ``writer`` as current (fencing older attempts and generations), abort the job's transactions
+        past their deadline; return the transactions it must end (``txn_protocol.recovery``)."""
+        now = self.clock()
         with self._write(f"register {writer.describe()}") as connection:
             self._check(connection, writer, record=True)
-            rows = connection.execute(
-                "SELECT txn, container, generation, epoch, state FROM transactions WHERE job = ? ORDER BY txn",
-                (writer.job,),
-            ).fetchall()
-        records = [TxnRecord(txn, container, gen, epoch, TxnState(state)) for txn, container, gen, epoch, state in rows]
-        return [(txn, commit, self.members(txn)) for txn, commit in recovery(records, writer)]
+            rows = connection.execute(f"{_RECORD} WHERE job = ? ORDER BY txn", (writer.job,)).fetchall()
+            records = [_record(row) for row in rows]
+            for record in records:
+                if expiry_outcome(record, now) is not record.state:
+                    self._abort_expired(connection, writer.job, record)
+        return [
+            Ending(txn, commit, self.members(txn), None if commit else self._retired(writer.job, txn))
+            for txn, commit in recovery(records, writer, now)
+        ]
+
+    def _abort_expired(self, connection: sqlite3.Connection, job: str, record: TxnRecord) -> None:
+        """Inside a write: abort ``record`` by its timeout and retire its writer's attempt."""
+        connection.execute("UPDATE transactions SET state = ? WHERE txn = ?", (int(TxnState.ABORTED), record.txn))
+        container, generation, epoch = retired(record.writer)
+        connection.execute(_RETIRE, (job, container, generation, epoch))
+        connection.execute(
+            "INSERT OR REPLACE INTO expired (job, container, generation, epoch, txn) VALUES (?, ?, ?, ?, ?)",
+            (job, record.container, record.generation, record.epoch, record.txn),
+        )
+
+    @staticmethod
+    def _retire_token(job: str, record: TxnRecord) -> WriterToken:
+        """The token that retires ``record``'s writer in its partitions (``txn_protocol.retired``)."""
+        container, generation, epoch = retired(record.writer)
+        return WriterToken(job, container, generation, epoch)
+
+    def _retired(self, job: str, txn: int) -> WriterToken | None:
+        row = self._connection.execute(f"{_RECORD} WHERE txn = ?", (txn,)).fetchone()
+        return None if row is None else self._retire_token(job, _record(row))
+
+    def expire(self, txn: int) -> tuple[TxnRecord | None, WriterToken | None]:
+        """Abort ``txn`` when it is open past its deadline (a reader or the admin found it holding a partition's
+        stable end). Returns the transaction as it stands afterwards (None: ended and forgotten) and, when it is
+        aborted, the token to retire its writer with in each partition (``Ending.retire``). Only reads, unless
+        the transaction is due; then the check and the abort are one write, against the writer's commit."""
+        found = self._connection.execute(f"{_RECORD} WHERE txn = ?", (txn,)).fetchone()
+        if found is not None and expiry_outcome(_record(found), self.clock()) is not _record(found).state:
+            with self._write(f"abort transaction {txn} past its timeout") as connection:
+                found = connection.execute(f"{_RECORD} WHERE txn = ?", (txn,)).fetchone()
+                if found is not None and expiry_outcome(_record(found), self.clock()) is not _record(found).state:
+                    self._abort_expired(connection, found[6], _record(found))
+                    found = connection.execute(f"{_RECORD} WHERE txn = ?", (txn,)).fetchone()
+        if found is None:
+            return None, None
+        record = _record(found)
+        return record, self._retire_token(found[6], record) if record.state is TxnState.ABORTED else None
 
     def members(self, txn: int) -> list[Member]:
         rows = self._connection.execute(
@@ -124,14 +210,16 @@ class TransactionLog:
         ).fetchall()
         return [(stream, int(partition)) for stream, partition in rows]
 
-    def begin(self, writer: WriterToken, member: Member | None = None) -> int:
+    def begin(self, writer: WriterToken, member: Member | None = None, *, timeout_ms: int = NEVER) -> int:
         """Open a transaction for ``writer`` (refused once fenced), with the partition ``member`` it appends to
-        first, in one step; its id."""
+        first, in one step; its id. It times out ``timeout_ms`` from now."""
+        deadline = min(self.clock() + timeout_ms, NEVER)
         with self._write(f"begin a transaction of {writer.describe()}") as connection:
             self._check(connection, writer)
             cursor = connection.execute(
-                "INSERT INTO transactions (job, container, generation, epoch, state) VALUES (?, ?, ?, ?, ?)",
-                (writer.job, writer.container_id, writer.generation, writer.epoch, int(TxnState.OPEN)),
+                "INSERT INTO transactions (job, container, generation, epoch, state, deadline) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (writer.job, writer.container_id, writer.generation, writer.epoch, int(TxnState.OPEN), deadline),
             )
             txn = cursor.lastrowid
             assert txn is not None
@@ -142,6 +230,7 @@ class TransactionLog:
     def add_partition(self, txn: int, writer: WriterToken, stream: str, partition: int) -> None:
         """Record that ``txn`` appends to ``stream``'s ``partition``, before it does; refused once fenced."""
         with self._write(f"add {stream} partition {partition} to transaction {txn}") as connection:
+            self._refuse_timed_out(connection, txn, writer)
             self._check(connection, writer)
             self._require_open(connection, txn, writer)
             connection.execute("INSERT OR IGNORE INTO members VALUES (?, ?, ?)", (txn, stream, partition))
@@ -153,15 +242,42 @@ class TransactionLog:
                 f"log system '{self.system}' transaction {txn}", writer, "it was aborted by a newer attempt"
             )
 
+    def _refuse_timed_out(self, connection: sqlite3.Connection, txn: int, writer: WriterToken) -> None:
+        """Inside a write: ``TransactionTimedOutError`` when ``txn`` of ``writer`` was aborted by its timeout."""
+        row = connection.execute(
+            "SELECT txn FROM expired WHERE job = ? AND container = ? AND generation = ? AND epoch = ?",
+            (writer.job, writer.container_id, writer.generation, writer.epoch),
+        ).fetchone()
+        if row is not None and int(row[0]) == txn:
+            raise TransactionTimedOutError(self.system, txn, writer, self.path)
+
+    def timed_out(self, writer: WriterToken) -> int | None:
+        """The transaction of ``writer``'s attempt that was aborted by its timeout, if one was."""
+        row = self._connection.execute(
+            "SELECT txn FROM expired WHERE job = ? AND container = ? AND generation = ? AND epoch = ?",
+            (writer.job, writer.container_id, writer.generation, writer.epoch),
+        ).fetchone()
+        return None if row is None else int(row[0])
+
     def commit(self, txn: int, writer: WriterToken, checkpoints: Mapping[tuple[str, int], bytes]) -> None:
         """The commit point: the checkpoints (``(task, version)`` → serialized) stored and ``txn`` committed in
-        one SQLite transaction, or nothing (``WriterFencedError`` once ``writer`` is fenced)."""
-        now = time.time_ns() // 1_000_000
+        one SQLite transaction, or nothing: ``WriterFencedError`` once ``writer`` is fenced, and
+        ``TransactionTimedOutError`` once ``txn`` is past its deadline (then this call aborts it, if nobody did)."""
+        now = self.clock()
         with self._write(f"commit transaction {txn} of {writer.describe()}") as connection:
+            self._refuse_timed_out(connection, txn, writer)
             self._check(connection, writer)
-            self._require_open(connection, txn, writer)
-            self._store(connection, writer.job, checkpoints, now)
-            connection.execute("UPDATE transactions SET state = ? WHERE txn = ?", (int(TxnState.COMMITTED), txn))
+            row = connection.execute(f"{_RECORD} WHERE txn = ?", (txn,)).fetchone()
+            outcome = None if row is None else commit_outcome(_record(row), now)
+            if outcome is None:
+                self._require_open(connection, txn, writer)
+            elif outcome is TxnState.ABORTED:
+                self._abort_expired(connection, writer.job, _record(row))
+            else:
+                self._store(connection, writer.job, checkpoints, now)
+                connection.execute("UPDATE transactions SET state = ? WHERE txn = ?", (int(TxnState.COMMITTED), txn))
+        if outcome is TxnState.ABORTED:
+            raise TransactionTimedOutError(self.system, txn, writer, self.path)
 
     @staticmethod
     def _store(
@@ -189,7 +305,7 @@ class TransactionLog:
         """At-least-once: store a checkpoint now, unless ``writer`` is fenced (it is recorded as current)."""
         with self._write(f"write the checkpoint of task '{task}'") as connection:
             self._check(connection, writer, record=True)
-            self._store(connection, writer.job, {(task, version): value}, time.time_ns() // 1_000_000)
+            self._store(connection, writer.job, {(task, version): value}, self.clock())
 
     def checkpoints(self, job: str, task: str | None = None) -> list[StoredCheckpoint]:
         """The job's stored checkpoints (of one task), oldest write first."""
@@ -204,3 +320,9 @@ class TransactionLog:
     def clear_checkpoints(self, job: str) -> None:
         with self._write(f"clear the checkpoints of job '{job}'") as connection:
             connection.execute("DELETE FROM checkpoints WHERE job = ?", (job,))
+
+
+def _record(row: tuple[int, str, int, int, int, int, str]) -> TxnRecord:
+    """A row of ``_RECORD`` as the rules see it."""
+    txn, container, generation, epoch, state, deadline, _ = row
+    return TxnRecord(int(txn), str(container), int(generation), int(epoch), TxnState(state), int(deadline))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -18,7 +19,10 @@ import pytest
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
 from millstream.metadata.factory import metadata_store
-from millstream.model import SystemStream
+from millstream.model import SystemStream, SystemStreamPartition
+from millstream.systems.log.factory import LogSystemFactory
+from millstream.systems.log.storage import LogPartition
+from millstream.systems.log.transactions import FILE_NAME
 from millstream.testing import InProcessRunner, read_stream, write_stream
 from tests.api.apps import app_config, messages, reference_counts
 from tests.helpers import create_stream, job_config, seal, wait_until
@@ -76,8 +80,10 @@ def run_until_everything_is_checkpointed(config: Config) -> None:
 
 
 def exact_once(config: Config) -> None:
-    """Every input is in the output exactly once, with the count a fault-free run gives it."""
-    records = [value for pairs in read_stream(config, SystemStream("log", "out")).values() for _, value in pairs]
+    """Every input is in the output exactly once, with the count a fault-free run gives it (records another
+    writer put beside the job's, ``{"marker": ...}``, aside)."""
+    output = read_stream(config, SystemStream("log", "out")).values()
+    records = [value for pairs in output for _, value in pairs if "marker" not in value]
     seen = sorted((r["p"], r["v"]) for r in records)
     assert seen == sorted((p, i) for p in range(2) for i in range(PER_PARTITION)), "duplicates or losses"
     wrong = [r for r in records if r["count"] != r["v"] // KEYS + 1]
@@ -182,4 +188,68 @@ def test_a_paused_container_resumed_after_its_replacement_ran_commits_nothing(tm
     finally:
         zombie.kill()
         zombie.wait(30)
+    exact_once(config)
+
+
+TIMEOUT_MS = 1_000
+"""``systems.log.transaction.timeout.ms`` of the timeout tests: well above ``task.commit.ms`` (100 ms)."""
+
+
+def out_partition(config: Config) -> LogPartition:
+    return LogPartition(Path(config["job.data.dir"]) / "log" / "out" / "p0.db", "out", 0)
+
+
+def test_a_reader_gets_past_the_transaction_of_a_killed_job_once_it_timed_out_and_a_restart_is_exact(
+    tmp_path: Path,
+) -> None:
+    point = "after-upload"  # the output is appended in the open transaction, its commit point not reached
+    config = eos_job(
+        tmp_path,
+        test__delay__seconds="0.005",
+        systems__log__transaction__timeout__ms=str(TIMEOUT_MS),
+        **paused_at(point, tmp_path),
+    )
+    killed_at(config, point, tmp_path)  # and not restarted
+    partition = out_partition(config)
+    try:
+        state = partition.state()
+        assert state.written > state.upcoming == 0, "the killed container's open transaction holds the output"
+    finally:
+        partition.close()
+    marker = {"marker": "written by another writer after the dead transaction"}
+    write_stream(config, SystemStream("log", "out"), [("m", marker)])
+
+    def readable() -> list[Any]:
+        return [value for _, value in read_stream(config, SystemStream("log", "out"), idle_timeout=0.2)[0]]
+
+    wait_until(lambda: readable() != [], 60, "a reader past the dead transaction once it timed out")
+    assert readable() == [marker]  # none of the dead transaction's records
+    run_until_everything_is_checkpointed(config)  # the job restarted
+    exact_once(config)
+
+
+def test_a_live_container_committing_every_100_ms_is_never_aborted_by_the_timeout(tmp_path: Path) -> None:
+    config = eos_job(tmp_path, test__delay__seconds="0.02", systems__log__transaction__timeout__ms=str(TIMEOUT_MS))
+    done = threading.Event()
+
+    def read_at_the_stable_end() -> None:  # a reader held by each open transaction asks whether it is due
+        consumer = LogSystemFactory().get_consumer("log", config)
+        consumer.register(SystemStreamPartition("log", "out", 0), "0")
+        consumer.start()
+        try:
+            while not done.is_set():
+                consumer.poll({SystemStreamPartition("log", "out", 0)}, 0.05)
+        finally:
+            consumer.stop()
+
+    reader = threading.Thread(target=read_at_the_stable_end, daemon=True)
+    reader.start()
+    try:
+        run_until_everything_is_checkpointed(config)  # about 5 s: several timeouts long
+    finally:
+        done.set()
+        reader.join(30)
+    with sqlite3.connect(Path(config["job.data.dir"]) / "log" / FILE_NAME) as coordinator:
+        assert coordinator.execute("SELECT count(*) FROM expired").fetchone() == (0,)
+    coordinator.close()
     exact_once(config)

@@ -27,6 +27,7 @@ def test_config_keys_are_the_documented_settings() -> None:
         "auto.create.streams",
         "default.partitions",
         "retention.ms",
+        "transaction.timeout.ms",
     }
 
 
