@@ -36,7 +36,7 @@ wheel: $(BIN)/.installed-base
 ## Run the whole test suite (unit, in-process, Spark local mode, standalone and mini YARN clusters, a real Kafka
 ## broker, kinesalite, S3 and Azure blob emulators). Installs what the servers need first (cached after the first run).
 test: $(BIN)/.installed-test kafka-jars yarn-jars blob-emulators kinesalite oldest-pyspark
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=25
 
 ## Run only the tests that start no JVM and no server (tests/conftest.py marks the others spark / integration).
 test-fast: $(BIN)/.installed-test
