@@ -13,10 +13,15 @@ Every figure comes from the same topic in the same run, so the ratios hold whate
                  (the default: output through an idempotent producer), and exactly-once
                  (``task.processing.guarantee=exactly-once``: output and checkpoints in one transaction per commit,
                  every 100 ms)
+  count, store   millstream counting per key in a RocksDB store with a Kafka changelog, sending each new count
+                 to another topic (1 container, in-process): at-least-once and exactly-once (the changelog joins
+                 the transaction, and each commit snapshots the store)
   spark          the pass-through through the Spark runner with 2 containers (2 Python workers)
 Jobs keep their checkpoints and metadata in Kafka. Kafka never ends a stream, so each task counts
 its partition's messages and the container shuts itself down when all of its tasks are done.
-Per-container rate = the container's messages / the time from its first to its last message.
+Per-container rate = the container's messages / the time from its first to its last message. CPU per message
+is the benchmark process's user + system time over the job's run (start-up included) / its messages: on a loaded
+machine the steadier figure to compare contenders by.
 """
 
 from __future__ import annotations
@@ -65,6 +70,23 @@ class CountPerKey(BoundedTask):
 
     def process(self, envelope: IncomingMessageEnvelope, collector: MessageCollector, coordinator: TaskCoordinator):
         self.counts[envelope.key] += 1
+        self._count(coordinator)
+
+
+class StoreCountPerKey(BoundedTask):
+    """Counts per key in the ``counts`` store (8-byte big-endian counts, no serdes) and sends each new count."""
+
+    OUTPUT = SystemStream("kafka", SINK)
+
+    def init(self, context: TaskContext) -> None:
+        super().init(context)
+        self.store = context.get_store("counts")
+
+    def process(self, envelope: IncomingMessageEnvelope, collector: MessageCollector, coordinator: TaskCoordinator):
+        previous = self.store.get(envelope.key)
+        count = ((int.from_bytes(previous, "big") if previous else 0) + 1).to_bytes(8, "big")
+        self.store.put(envelope.key, count)
+        collector.send(OutgoingMessageEnvelope(self.OUTPUT, count, envelope.key))
         self._count(coordinator)
 
 
@@ -207,14 +229,15 @@ def raw_passthrough_rate(bootstrap: str, partitions: int, messages: int) -> floa
     return count / max(elapsed, 1e-9)
 
 
-def report(name: str, result: JobResult, wall: float, raw: float) -> None:
+def report(name: str, result: JobResult, wall: float, raw: float, cpu: float | None = None) -> None:
     assert result.outcome == "finished", result.error
     per_container = [c.messages / c.processing_seconds for c in result.containers if c.processing_seconds > 0]
     aggregate = result.messages / max(c.processing_seconds for c in result.containers)
     print(
         f"{name:<30}{aggregate:>12,.0f} msgs/s  {aggregate / raw:>6.0%} of raw consumer   per container: "
         + ", ".join(f"{rate:,.0f}" for rate in per_container)
-        + f"   (wall {wall:.1f}s incl. start-up)",
+        + f"   (wall {wall:.1f}s incl. start-up)"
+        + (f"   {cpu / result.messages * 1e6:.2f} µs CPU/msg" if cpu is not None else ""),
         flush=True,
     )
 
@@ -233,19 +256,25 @@ def run_benchmarks(bootstrap: str, args: Any, root: Path) -> None:
     copy = raw_passthrough_rate(bootstrap, args.partitions, messages)
     print(f"{'raw consume → produce':<30}{copy:>12,.0f} msgs/s  {copy / raw:>6.0%} of raw consumer", flush=True)
     exactly_once = {"task.processing.guarantee": "exactly-once", "task.commit.ms": 100}
+
+    def store(run: int) -> dict[str, Any]:
+        return {"stores.counts.factory": "rocksdb", "stores.counts.changelog": f"kafka.bench-changelog-{run}-{RUN_ID}"}
+
     runs: list[tuple[str, str, int, dict[str, Any]]] = [
         ("no-op job, 1 container", "NoOp", 1, {}),
         ("count per key, 1 container", "CountPerKey", 1, {}),
         ("pass-through, 1 container", "BytesPassThrough", 1, {}),
         ("pass-through, exactly-once", "BytesPassThrough", 1, exactly_once),
+        ("count, store, 1 container", "StoreCountPerKey", 1, store(0)),
+        ("count, store, exactly-once", "StoreCountPerKey", 1, {**store(1), **exactly_once}),
     ]
     for index, (name, task, containers, extra) in enumerate(runs):
         recreate_topic(bootstrap, SINK, args.partitions)
         unfinished_tasks.clear()
         config = job_config(root, bootstrap, task, containers, str(index), per_partition, **extra)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         result = InProcessRunner(config).run()
-        report(name, result, time.perf_counter() - started, raw)
+        report(name, result, time.perf_counter() - started, raw, time.process_time() - cpu)
     if not args.no_spark:
         from millstream.spark.runner import SparkJobRunner
 
@@ -258,9 +287,10 @@ def run_benchmarks(bootstrap: str, args: Any, root: Path) -> None:
 
 
 def delete_job_topics(bootstrap: str) -> None:
-    """Remove this invocation's checkpoint and coordinator topics from the cluster."""
+    """Remove this invocation's checkpoint, coordinator and changelog topics from the cluster."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    topics = [t for t in admin.list_topics(timeout=30).topics if t.startswith("__millstream-") and RUN_ID in t]
+    prefixes = ("__millstream-", "bench-changelog-")
+    topics = [t for t in admin.list_topics(timeout=30).topics if t.startswith(prefixes) and RUN_ID in t]
     if topics:
         for future in admin.delete_topics(topics).values():
             future.result(60)

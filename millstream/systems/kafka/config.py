@@ -84,8 +84,9 @@ class KafkaSystemConfig(ConfigView):
     Output goes through an idempotent producer and is visible at once; under
     ``task.processing.guarantee=exactly-once`` it joins the transaction, with the checkpoints. A transaction's
     timeout is three commit intervals (at least a minute, at most the brokers' default
-    ``transaction.max.timeout.ms``, 15 minutes). ``false``: no transactions, and a zombie attempt's changelog
-    writes are not fenced (refused under exactly-once)."""
+    ``transaction.max.timeout.ms``, 15 minutes) unless ``producer.transaction.timeout.ms`` sets it; past it the
+    brokers abort the transaction and its commit fails (``KafkaTransactionAbortedError``). ``false``: no
+    transactions, and a zombie attempt's changelog writes are not fenced (refused under exactly-once)."""
 
     @classmethod
     def for_system(cls, config: Config, system: str) -> KafkaSystemConfig:

@@ -52,7 +52,7 @@ class KafkaSystemFactory(SystemFactory):
             default_partitions=kafka.settings.default_partitions,
             default_replication_factor=kafka.settings.default_replication_factor,
             transactional=kafka.settings.transactional_writes,
-            transaction_timeout_ms=transaction_timeout_ms(TaskConfig.of(config).commit_ms),
+            transaction_timeout_ms=producer_transaction_timeout_ms(kafka, TaskConfig.of(config).commit_ms),
             commit_on_flush=not TaskConfig.of(config).exactly_once,
             writer_current=lambda writer: writer_is_current(config, writer),
         )
@@ -74,6 +74,13 @@ def writer_is_current(config: Config, writer: WriterToken) -> bool:
 
 MAX_TRANSACTION_TIMEOUT_MS = 900_000
 """The brokers' default ``transaction.max.timeout.ms``: a producer asking for more is refused."""
+
+
+def producer_transaction_timeout_ms(kafka: KafkaClientSettings, commit_ms: int) -> int:
+    """``systems.<s>.producer.transaction.timeout.ms`` when set (handed to librdkafka as every ``producer.`` key
+    is, so the pooled producer must not override it), else ``transaction_timeout_ms(commit_ms)``."""
+    configured = kafka.producer().get("transaction.timeout.ms")
+    return int(configured) if configured is not None else transaction_timeout_ms(commit_ms)
 
 
 def transaction_timeout_ms(commit_ms: int) -> int:

@@ -163,8 +163,20 @@ class KafkaSystemProducer(SystemProducer):
         self._poll = producer.poll
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
+        """Record a failed delivery. A poll that met the producer's fatal error (the brokers fenced it) still
+        serves the delivery reports after it, with that error pending, so the first call into the client here
+        raises ``SystemError`` in its place: the pending error is raised instead, for ``_serve`` to translate
+        (escaping as ``SystemError``, an abort by the brokers read as a crash of unknown cause)."""
         if error is None:
             return
+        try:
+            self._record_failure(error, message)
+        except SystemError as failure:
+            if isinstance(failure.__cause__, KafkaException):
+                raise failure.__cause__ from None
+            raise
+
+    def _record_failure(self, error: KafkaError, message: Message) -> None:
         topic = message.topic() or "?"
         partition = message.partition()
         offset = message.offset()
@@ -473,7 +485,7 @@ class KafkaSystemProducer(SystemProducer):
         stall_s = self.kafka.settings.outage_timeout_ms / 1000
         waited = progressed = time.monotonic()
         remaining = len(producer)
-        while (left := producer.flush(1.0)) > 0:
+        while (left := self._flush_once(producer)) > 0:
             now = time.monotonic()
             if left < remaining:
                 remaining, progressed = left, now
@@ -487,6 +499,14 @@ class KafkaSystemProducer(SystemProducer):
                 log.warning("Kafka system '%s': %d message(s) not acknowledged yet", self.system, left)
                 waited = now
         self._raise_failures()
+
+    def _flush_once(self, producer: Producer) -> int:
+        """One ``flush`` of up to a second; the fatal error it may raise (a fenced producer) is translated as a
+        produce error is, so a transaction the brokers aborted is never reported as a raw client error."""
+        try:
+            return int(producer.flush(1.0))
+        except KafkaException as error:
+            raise self._produce_error(error, "*", None, None) from None
 
     def _raise_failures(self) -> None:
         with self._lock:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -192,4 +193,42 @@ def test_a_paused_container_resumed_after_its_replacement_ran_commits_nothing(
     finally:
         zombie.kill()
         zombie.wait(30)
+    exact_once(bootstrap, config)
+
+
+TRANSACTION_TIMEOUT_MS = 3_000
+"""``systems.kafka.producer.transaction.timeout.ms`` of the abort test: well above its ``task.commit.ms``."""
+
+
+def test_a_transaction_the_broker_aborted_at_its_timeout_loses_and_duplicates_nothing(
+    bootstrap: str, tmp_path: Path, topic_name: Any
+) -> None:
+    config = eos_job(
+        bootstrap,
+        tmp_path,
+        topic_name,
+        test__delay__seconds="0.02",
+        task__commit__ms="1000",  # the paused transaction holds output, not only the checkpoint
+        systems__kafka__producer__transaction__timeout__ms=str(TRANSACTION_TIMEOUT_MS),
+        **{**paused_at("after-upload", tmp_path), "task__commit__testing__pause__ms": "500"},
+    )
+    job = in_process(config, tmp_path)
+    try:
+        marker = tmp_path / "markers" / "after-upload"
+        wait_until(lambda: marker.exists() or job.poll() is not None, 120, "a commit paused before its transaction")
+        os.kill(job.pid, signal.SIGSTOP)  # the transaction holds output and the checkpoint, not yet committed
+        time.sleep(3 * TRANSACTION_TIMEOUT_MS / 1000)  # the fault: stopped past the timeout, so the broker aborts
+        os.kill(job.pid, signal.SIGCONT)
+        code = job.wait(60)
+    finally:
+        job.kill()
+        job.wait(30)
+    log = (tmp_path / "job.log").read_text(errors="replace")
+    assert code != 0, "the aborted transaction's commit failed the container"
+    failure = next(line for line in log.splitlines() if line.startswith("job failed:"))
+    assert "KafkaTransactionAbortedError" in failure and "no newer attempt exists" in failure, failure
+    assert "FencedError" not in log, log[-3000:]  # the brokers' abort, never taken for a newer attempt's fence
+    aborted = len(read_all(bootstrap, config["test.output"], 1, isolation="read_uncommitted"))
+    assert aborted > len(read_all(bootstrap, config["test.output"], 1)), "the aborted transaction held output"
+    run_until_everything_is_checkpointed(config)
     exact_once(bootstrap, config)
