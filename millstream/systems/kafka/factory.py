@@ -8,6 +8,7 @@ from typing import ClassVar
 from millstream.checkpoint.base import WriterFence
 from millstream.config.core import Config
 from millstream.config.views import TaskConfig
+from millstream.errors import ConfigError
 from millstream.metadata.factory import metadata_store
 from millstream.systems.base import SystemFactory, WriterToken
 from millstream.systems.kafka.admin import KafkaSystemAdmin
@@ -80,7 +81,15 @@ def producer_transaction_timeout_ms(kafka: KafkaClientSettings, commit_ms: int) 
     """``systems.<s>.producer.transaction.timeout.ms`` when set (handed to librdkafka as every ``producer.`` key
     is, so the pooled producer must not override it), else ``transaction_timeout_ms(commit_ms)``."""
     configured = kafka.producer().get("transaction.timeout.ms")
-    return int(configured) if configured is not None else transaction_timeout_ms(commit_ms)
+    if configured is None:
+        return transaction_timeout_ms(commit_ms)
+    if commit_ms > 0 and int(configured) <= commit_ms:
+        raise ConfigError(
+            f"config key 'systems.{kafka.system}.producer.transaction.timeout.ms' ({configured}) must exceed "
+            f"task.commit.ms ({commit_ms}): a container's transaction stays open from one commit to the next, and "
+            "the brokers would abort a live container's transactions"
+        )
+    return int(configured)
 
 
 def transaction_timeout_ms(commit_ms: int) -> int:
