@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -27,6 +25,7 @@ from millstream.testing import InProcessRunner, write_stream
 from tests.api.apps import app_config, messages, reference_counts
 from tests.helpers import create_stream, seal, wait_until
 from tests.integration.kafka.helpers import create_topic, job_config, produce, read_all
+from tests.job_process import in_process, killed_at, paused_at
 
 pytestmark = pytest.mark.integration
 
@@ -97,43 +96,6 @@ def test_an_exactly_once_job_writes_every_count_once(bootstrap: str, tmp_path: P
     config = eos_job(bootstrap, tmp_path, topic_name)
     run_until_everything_is_checkpointed(config)
     exact_once(bootstrap, config)
-
-
-def in_process(config: Config, tmp_path: Path) -> subprocess.Popen[bytes]:
-    """``config`` run as ``millstream run --in-process`` in a process of its own (one a test can kill or stop),
-    its output in ``job.log``."""
-    path = tmp_path / "job.properties"
-    path.write_text("".join(f"{key}={value}\n" for key, value in config.items()))
-    with (tmp_path / "job.log").open("wb") as log:
-        return subprocess.Popen(
-            [sys.executable, "-m", "millstream.cli.main", "run", str(path), "--in-process"],
-            cwd=Path(__file__).resolve().parents[3],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-
-
-def killed_at(config: Config, point: str, tmp_path: Path) -> None:
-    """Run ``config`` in a process of its own and SIGKILL it where its first commit paused at ``point``."""
-    markers = Path(config["task.commit.testing.marker.dir"])
-    job = in_process(config, tmp_path)
-    try:
-        wait_until(lambda: (markers / point).exists() or job.poll() is not None, 120, f"a commit paused at {point}")
-        assert job.poll() is None, f"the job ended with {job.returncode} before pausing at {point}: " + "".join(
-            (tmp_path / "job.log").read_text(errors="replace").splitlines(keepends=True)[-15:]
-        )
-        os.kill(job.pid, signal.SIGKILL)
-    finally:
-        job.kill()
-        job.wait(30)
-
-
-def paused_at(point: str, tmp_path: Path) -> dict[str, str]:
-    return {
-        "task__commit__testing__pause__at": point,
-        "task__commit__testing__pause__ms": "60000",
-        "task__commit__testing__marker__dir": str(tmp_path / "markers"),
-    }
 
 
 @pytest.mark.parametrize("point", COMMIT_POINTS)

@@ -26,6 +26,7 @@ from millstream.systems.log.transactions import FILE_NAME
 from millstream.testing import InProcessRunner, read_stream, write_stream
 from tests.api.apps import app_config, messages, reference_counts
 from tests.helpers import create_stream, job_config, seal, wait_until
+from tests.job_process import in_process, killed_at, paused_at
 
 KEYS = 5
 PER_PARTITION = 120
@@ -90,43 +91,10 @@ def exact_once(config: Config) -> None:
     assert not wrong, wrong[:3]
 
 
-def in_process(config: Config, tmp_path: Path) -> subprocess.Popen[bytes]:
-    path = tmp_path / "job.properties"
-    path.write_text("".join(f"{key}={value}\n" for key, value in config.items()))
-    with (tmp_path / "job.log").open("wb") as log:
-        return subprocess.Popen(
-            [sys.executable, "-m", "millstream.cli.main", "run", str(path), "--in-process"],
-            cwd=Path(__file__).resolve().parents[3],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-
-
 def test_an_exactly_once_job_on_the_log_writes_every_count_once(tmp_path: Path) -> None:
     config = eos_job(tmp_path)
     run_until_everything_is_checkpointed(config)
     exact_once(config)
-
-
-def killed_at(config: Config, point: str, tmp_path: Path) -> None:
-    """Run ``config`` in a process of its own and SIGKILL it where its first commit paused at ``point``."""
-    markers = Path(config["task.commit.testing.marker.dir"])
-    job = in_process(config, tmp_path)
-    try:
-        wait_until(lambda: (markers / point).exists() or job.poll() is not None, 120, f"a commit paused at {point}")
-        assert job.poll() is None, (tmp_path / "job.log").read_text(errors="replace")[-3000:]
-        os.kill(job.pid, signal.SIGKILL)
-    finally:
-        job.kill()
-        job.wait(30)
-
-
-def paused_at(point: str, tmp_path: Path) -> dict[str, str]:
-    return {
-        "task__commit__testing__pause__at": point,
-        "task__commit__testing__pause__ms": "60000",
-        "task__commit__testing__marker__dir": str(tmp_path / "markers"),
-    }
 
 
 @pytest.mark.parametrize("point", COMMIT_POINTS)

@@ -1,0 +1,52 @@
+"""A job run as ``millstream run --in-process`` in a process of its own, so a test can SIGKILL or SIGSTOP it at a
+commit point (``task.commit.testing.pause.at``) as a crash or a pause would hit a container."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from millstream.config import Config
+from tests.helpers import wait_until
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def in_process(config: Config, tmp_path: Path) -> subprocess.Popen[bytes]:
+    """``config`` run as ``millstream run --in-process`` in a process of its own, its output in ``job.log``."""
+    path = tmp_path / "job.properties"
+    path.write_text("".join(f"{key}={value}\n" for key, value in config.items()))
+    with (tmp_path / "job.log").open("wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "millstream.cli.main", "run", str(path), "--in-process"],
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def paused_at(point: str, tmp_path: Path) -> dict[str, str]:
+    """The overrides that make a job's first commit pause at ``point`` and say so with a marker file."""
+    return {
+        "task__commit__testing__pause__at": point,
+        "task__commit__testing__pause__ms": "60000",
+        "task__commit__testing__marker__dir": str(tmp_path / "markers"),
+    }
+
+
+def killed_at(config: Config, point: str, tmp_path: Path) -> None:
+    """Run ``config`` in a process of its own and SIGKILL it where its first commit paused at ``point``."""
+    markers = Path(config["task.commit.testing.marker.dir"])
+    job = in_process(config, tmp_path)
+    try:
+        wait_until(lambda: (markers / point).exists() or job.poll() is not None, 120, f"a commit paused at {point}")
+        assert job.poll() is None, f"the job ended with {job.returncode} before pausing at {point}: " + "".join(
+            (tmp_path / "job.log").read_text(errors="replace").splitlines(keepends=True)[-15:]
+        )
+        os.kill(job.pid, signal.SIGKILL)
+    finally:
+        job.kill()
+        job.wait(30)
