@@ -108,7 +108,7 @@ def test_a_container_killed_at_any_commit_point_neither_duplicates_nor_loses_out
     exact_once(bootstrap, config)
 
 
-@pytest.mark.parametrize("point", ["before-snapshot", "after-upload"])
+@pytest.mark.parametrize("point", COMMIT_POINTS)
 def test_windows_behind_a_repartition_come_out_once_with_exact_counts_after_a_kill(
     bootstrap: str, tmp_path: Path, topic_name: Any, point: str
 ) -> None:

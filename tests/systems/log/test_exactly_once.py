@@ -119,8 +119,8 @@ def committed_only(config: Config) -> bool:
     return not any(read_stream(config, SystemStream("log", "out"), idle_timeout=0.2).values())
 
 
-def test_windows_behind_a_repartition_come_out_once_with_exact_counts_after_a_kill(tmp_path: Path) -> None:
-    point = "before-snapshot"
+@pytest.mark.parametrize("point", COMMIT_POINTS)
+def test_windows_behind_a_repartition_come_out_once_with_exact_counts_after_a_kill(tmp_path: Path, point: str) -> None:
     config = app_config(
         tmp_path,
         "tests.api.apps:WindowedCount",
