@@ -81,7 +81,10 @@ def test_a_backfill_across_two_separately_run_stages_gives_exact_windows_and_sta
     topic_config = described([resource])[resource].result(30)
     assert (topic_config["retention.ms"].value, topic_config["retention.bytes"].value) == ("-1", "-1")
     written = log_start_and_end(bootstrap, topic, 2)
-    assert all(start == 0 < end for start, end in written.values()), written
+    # kept whole; a partition no user hashes to may be empty: end-of-stream reaches it through the aggregating
+    # partition, forwarded by the consuming stage (docs/event-time.md)
+    assert all(start == 0 for start, _ in written.values()), written
+    assert sum(end for _, end in written.values()) >= sum(len(pairs) for pairs in data.values()), written
 
     result = SparkJobRunner(downstream, spark=spark).run()
     assert result.outcome == "finished", result.error
