@@ -7,12 +7,19 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
+from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
+from millstream.metadata.factory import metadata_store
+from millstream.testing import InProcessRunner
 from tests.helpers import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
+COMMIT_POINTS = ("before-snapshot", "after-snapshot", "after-upload", "after-checkpoint")
+"""Where a commit pauses for the kill: under exactly-once all but the last come before the transaction commits."""
 
 
 def in_process(config: Config, tmp_path: Path) -> subprocess.Popen[bytes]:
@@ -50,3 +57,31 @@ def killed_at(config: Config, point: str, tmp_path: Path) -> None:
     finally:
         job.kill()
         job.wait(30)
+
+
+def input_checkpointed(config: Config) -> dict[int, int]:
+    """Input partition → its checkpointed offset (committed checkpoints only)."""
+    stream = config["task.inputs"].split(".", 1)[1]
+    with metadata_store(config) as store, checkpoint_manager(config, store) as manager:
+        manager.start()
+        return {
+            ssp.partition: int(offset)
+            for checkpoint in manager.read_all().values()
+            for ssp, offset in checkpoint.offsets.items()
+            if ssp.stream == stream and offset is not None
+        }
+
+
+def run_until_everything_is_checkpointed(config: Config, per_partition: int, partitions: int = 2) -> None:
+    """Run ``config`` in this process until every input partition's last offset is checkpointed, then stop it."""
+    runner = InProcessRunner(config)
+    outcome: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: outcome.setdefault("result", runner.run(timeout=300)), daemon=True)
+    thread.start()
+    try:
+        done = dict.fromkeys(range(partitions), per_partition - 1)
+        wait_until(lambda: input_checkpointed(config) == done or not thread.is_alive(), 180, "inputs checkpointed")
+    finally:
+        runner.request_stop()
+        thread.join(120)
+    assert outcome["result"].outcome == "stopped", outcome["result"].error

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 import uuid
 from collections import Counter
@@ -17,21 +16,24 @@ from typing import Any
 import orjson
 import pytest
 
-from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
-from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStream
 from millstream.testing import InProcessRunner, write_stream
 from tests.api.apps import app_config, messages, reference_counts
 from tests.helpers import create_stream, seal, wait_until
 from tests.integration.kafka.helpers import create_topic, job_config, produce, read_all
-from tests.job_process import in_process, killed_at, paused_at
+from tests.job_process import (
+    COMMIT_POINTS,
+    in_process,
+    killed_at,
+    paused_at,
+    run_until_everything_is_checkpointed,
+)
 
 pytestmark = pytest.mark.integration
 
 KEYS = 5
 PER_PARTITION = 120
-COMMIT_POINTS = ("before-snapshot", "after-snapshot", "after-upload", "after-checkpoint")
 
 
 def eos_job(bootstrap: str, tmp_path: Path, topic_name: Callable[[str], str], **extra: Any) -> Config:
@@ -57,32 +59,6 @@ def eos_job(bootstrap: str, tmp_path: Path, topic_name: Callable[[str], str], **
     )
 
 
-def input_checkpointed(config: Config) -> dict[int, int]:
-    """Input partition → its checkpointed offset (committed checkpoints only: the reader is read_committed)."""
-    with metadata_store(config) as store, checkpoint_manager(config, store) as manager:
-        manager.start()
-        return {
-            ssp.partition: int(offset)
-            for checkpoint in manager.read_all().values()
-            for ssp, offset in checkpoint.offsets.items()
-            if ssp.stream == config["task.inputs"].split(".", 1)[1] and offset is not None
-        }
-
-
-def run_until_everything_is_checkpointed(config: Config) -> None:
-    runner = InProcessRunner(config)
-    outcome: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: outcome.setdefault("result", runner.run(timeout=300)), daemon=True)
-    thread.start()
-    try:
-        done = {0: PER_PARTITION - 1, 1: PER_PARTITION - 1}
-        wait_until(lambda: input_checkpointed(config) == done or not thread.is_alive(), 180, "inputs checkpointed")
-    finally:
-        runner.request_stop()
-        thread.join(120)
-    assert outcome["result"].outcome == "stopped", outcome["result"].error
-
-
 def exact_once(bootstrap: str, config: Config) -> None:
     """Every input is in the output exactly once, with the count a fault-free run gives it."""
     records = [orjson.loads(message.value()) for message in read_all(bootstrap, config["test.output"], 1)]
@@ -94,7 +70,7 @@ def exact_once(bootstrap: str, config: Config) -> None:
 
 def test_an_exactly_once_job_writes_every_count_once(bootstrap: str, tmp_path: Path, topic_name: Any) -> None:
     config = eos_job(bootstrap, tmp_path, topic_name)
-    run_until_everything_is_checkpointed(config)
+    run_until_everything_is_checkpointed(config, PER_PARTITION)
     exact_once(bootstrap, config)
 
 
@@ -104,7 +80,7 @@ def test_a_container_killed_at_any_commit_point_neither_duplicates_nor_loses_out
 ) -> None:
     config = eos_job(bootstrap, tmp_path, topic_name, test__delay__seconds="0.005", **paused_at(point, tmp_path))
     killed_at(config, point, tmp_path)
-    run_until_everything_is_checkpointed(config)
+    run_until_everything_is_checkpointed(config, PER_PARTITION)
     exact_once(bootstrap, config)
 
 
@@ -149,7 +125,9 @@ def test_a_paused_container_resumed_after_its_replacement_ran_commits_nothing(
     try:
         wait_until(lambda: len(read_all(bootstrap, config["test.output"], 1)) >= 20, 120, "the first run's output")
         os.kill(zombie.pid, signal.SIGSTOP)  # paused in the middle of a transaction, with more to write
-        run_until_everything_is_checkpointed(config)  # the replacement: a new generation, which fences it
+        run_until_everything_is_checkpointed(
+            config, PER_PARTITION
+        )  # the replacement: a new generation, which fences it
         os.kill(zombie.pid, signal.SIGCONT)
         assert zombie.wait(120) != 0  # it learns it was fenced at its next write or commit
     finally:
@@ -192,5 +170,5 @@ def test_a_transaction_the_broker_aborted_at_its_timeout_loses_and_duplicates_no
     assert "FencedError" not in log, log[-3000:]  # the brokers' abort, never taken for a newer attempt's fence
     aborted = len(read_all(bootstrap, config["test.output"], 1, isolation="read_uncommitted"))
     assert aborted > len(read_all(bootstrap, config["test.output"], 1)), "the aborted transaction held output"
-    run_until_everything_is_checkpointed(config)
+    run_until_everything_is_checkpointed(config, PER_PARTITION)
     exact_once(bootstrap, config)

@@ -16,9 +16,7 @@ from typing import Any
 
 import pytest
 
-from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
-from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStream, SystemStreamPartition
 from millstream.systems.log.factory import LogSystemFactory
 from millstream.systems.log.storage import LogPartition
@@ -26,12 +24,17 @@ from millstream.systems.log.transactions import FILE_NAME
 from millstream.testing import InProcessRunner, read_stream, write_stream
 from tests.api.apps import app_config, messages, reference_counts
 from tests.helpers import create_stream, job_config, seal, wait_until
-from tests.job_process import in_process, killed_at, paused_at
+from tests.job_process import (
+    COMMIT_POINTS,
+    in_process,
+    input_checkpointed,
+    killed_at,
+    paused_at,
+    run_until_everything_is_checkpointed,
+)
 
 KEYS = 5
 PER_PARTITION = 120
-COMMIT_POINTS = ("before-snapshot", "after-snapshot", "after-upload", "after-checkpoint")
-"""Where a commit pauses for the kill: all but the last before the transaction's commit point, the last after it."""
 
 
 def eos_job(tmp_path: Path, **extra: Any) -> Config:
@@ -55,31 +58,6 @@ def eos_job(tmp_path: Path, **extra: Any) -> Config:
     return config
 
 
-def input_checkpointed(config: Config) -> dict[int, int]:
-    with metadata_store(config) as store, checkpoint_manager(config, store) as manager:
-        manager.start()
-        return {
-            ssp.partition: int(offset)
-            for checkpoint in manager.read_all().values()
-            for ssp, offset in checkpoint.offsets.items()
-            if ssp.stream == "in" and offset is not None
-        }
-
-
-def run_until_everything_is_checkpointed(config: Config) -> None:
-    runner = InProcessRunner(config)
-    outcome: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: outcome.setdefault("result", runner.run(timeout=300)), daemon=True)
-    thread.start()
-    try:
-        done = {0: PER_PARTITION - 1, 1: PER_PARTITION - 1}
-        wait_until(lambda: input_checkpointed(config) == done or not thread.is_alive(), 180, "inputs checkpointed")
-    finally:
-        runner.request_stop()
-        thread.join(120)
-    assert outcome["result"].outcome == "stopped", outcome["result"].error
-
-
 def exact_once(config: Config) -> None:
     """Every input is in the output exactly once, with the count a fault-free run gives it (records another
     writer put beside the job's, ``{"marker": ...}``, aside)."""
@@ -93,7 +71,7 @@ def exact_once(config: Config) -> None:
 
 def test_an_exactly_once_job_on_the_log_writes_every_count_once(tmp_path: Path) -> None:
     config = eos_job(tmp_path)
-    run_until_everything_is_checkpointed(config)
+    run_until_everything_is_checkpointed(config, PER_PARTITION)
     exact_once(config)
 
 
@@ -110,7 +88,7 @@ def test_a_container_killed_at_a_commit_point_neither_duplicates_nor_loses_outpu
             cwd=Path(__file__).resolve().parents[3], capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         assert (consumed.returncode, consumed.stdout) == (0, ""), consumed.stderr
-    run_until_everything_is_checkpointed(config)
+    run_until_everything_is_checkpointed(config, PER_PARTITION)
     exact_once(config)
 
 
@@ -150,7 +128,9 @@ def test_a_paused_container_resumed_after_its_replacement_ran_commits_nothing(tm
     try:
         wait_until(lambda: input_checkpointed(config), 120, "the first run's first commit")
         os.kill(zombie.pid, signal.SIGSTOP)  # paused in the middle of a transaction, with more to write
-        run_until_everything_is_checkpointed(config)  # the replacement: a new generation, which fences it
+        run_until_everything_is_checkpointed(
+            config, PER_PARTITION
+        )  # the replacement: a new generation, which fences it
         os.kill(zombie.pid, signal.SIGCONT)
         assert zombie.wait(120) != 0  # it learns it was fenced at its next append or commit
     finally:
@@ -192,7 +172,7 @@ def test_a_reader_gets_past_the_transaction_of_a_killed_job_once_it_timed_out_an
 
     wait_until(lambda: readable() != [], 60, "a reader past the dead transaction once it timed out")
     assert readable() == [marker]  # none of the dead transaction's records
-    run_until_everything_is_checkpointed(config)  # the job restarted
+    run_until_everything_is_checkpointed(config, PER_PARTITION)  # the job restarted
     exact_once(config)
 
 
@@ -213,7 +193,7 @@ def test_a_live_container_committing_every_100_ms_is_never_aborted_by_the_timeou
     reader = threading.Thread(target=read_at_the_stable_end, daemon=True)
     reader.start()
     try:
-        run_until_everything_is_checkpointed(config)  # about 5 s: several timeouts long
+        run_until_everything_is_checkpointed(config, PER_PARTITION)  # about 5 s: several timeouts long
     finally:
         done.set()
         reader.join(30)
