@@ -1,4 +1,5 @@
-"""Tasks the Kafka tests run through Spark, importable by workers as ``tests.integration.kafka.jobs:<Name>``."""
+"""Tasks the Kafka tests (and the embedded log's exactly-once tests) run, importable by workers as
+``tests.integration.kafka.jobs:<Name>``."""
 
 from __future__ import annotations
 
@@ -79,11 +80,12 @@ class KafkaFailingOnSome(KafkaPassThrough):
 
 class KafkaCountPerKey(StreamTask, InitableTask):
     """Counts messages per key in the store ``counts`` and sends ``{"p", "v", "key", "count"}`` to
-    ``kafka.<test.output>``, at most one message per ``test.delay.seconds``: state a restart must restore exactly."""
+    ``<test.output.system>.<test.output>`` (system ``kafka`` unless set), at most one message per
+    ``test.delay.seconds``: state a restart must restore exactly. The embedded log's exactly-once tests run it too."""
 
     def init(self, context: TaskContext) -> None:
         self.store = context.get_store("counts")
-        self.output = SystemStream("kafka", context.config["test.output"])
+        self.output = SystemStream(context.config.get("test.output.system", "kafka"), context.config["test.output"])
         self.delay = float(context.config.get("test.delay.seconds", "0"))
 
     def process(

@@ -40,7 +40,9 @@ PER_PARTITION = 120
 def eos_job(tmp_path: Path, **extra: Any) -> Config:
     config = job_config(
         tmp_path / "data",
-        "tests.systems.log.eos_jobs:CountPerKey",
+        "tests.integration.kafka.jobs:KafkaCountPerKey",
+        test__output="out",
+        test__output__system="log",
         task__processing__guarantee="exactly-once",
         task__checkpoint__factory="log",
         stores__counts__factory="rocksdb",
