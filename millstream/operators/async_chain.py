@@ -149,6 +149,19 @@ class AsyncChains:
         """The inputs whose messages start with a run through the prefix."""
         for impl in {*prefix, *asyncs}:
             impl.downstream = [self._edge(target, prefix) for target in impl.downstream]
+        self._direct: dict[OperatorImpl, tuple[AsyncMapImpl, list[OperatorImpl]]] = {}
+        """Inputs followed directly by one async operator, itself followed by no other: their messages need
+        no recording until the call returned (the common case, kept as cheap as before chains)."""
+        for impl in self.entries:
+            if len(impl.downstream) == 1 and isinstance(awaited := impl.downstream[0], _Await):
+                edges = [edge for edge in awaited.call_target.downstream if type(edge) is _Edge]
+                if len(edges) == len(awaited.call_target.downstream):
+                    self._direct[impl] = (awaited.call_target, [edge.target for edge in edges])
+
+    def direct(self, entry: OperatorImpl) -> tuple[AsyncMapImpl, list[OperatorImpl]] | None:
+        """When one async operator follows the input ``entry`` directly and no other follows it: that operator
+        and where its results go (then a message's recording is its results to those, in order)."""
+        return self._direct.get(entry)
 
     def _edge(self, target: OperatorImpl, prefix: set[OperatorImpl]) -> OperatorImpl:
         if isinstance(target, AsyncMapImpl):
@@ -160,11 +173,20 @@ class AsyncChains:
     async def run(self, entry: OperatorImpl, message: Any, timestamp: int) -> Recorded:
         """Run ``message`` through the prefix from its input ``entry``, awaiting its calls stage by stage;
         what to deliver at its release."""
+        direct = self._direct.get(entry)
+        if direct is not None:
+            impl, targets = direct
+            results = await impl.call(message)
+            return Recorded(timestamp, [(target, result, timestamp) for result in results for target in targets])
         entries: list[Any] = []
         self._record(entries, entry, (message,), timestamp)
         calls = [item for item in entries if type(item) is Call]
         while calls:
-            results = await _await_all(calls)
+            if len(calls) == 1:
+                call = calls[0]
+                results = [await call.impl.call(call.message)]
+            else:
+                results = await _await_all(calls)
             stage: list[Call] = []
             for call, outputs in zip(calls, results, strict=True):
                 self._record(call.outputs, call.impl, outputs, call.timestamp)
@@ -199,9 +221,6 @@ def _ancestors(impls: list[AsyncMapImpl]) -> set[OperatorImpl]:
 
 async def _await_all(calls: list[Call]) -> list[list[Any]]:
     """The results of ``calls``, awaited together; the first failure fails the message and cancels the rest."""
-    if len(calls) == 1:
-        call = calls[0]
-        return [await call.impl.call(call.message)]
     tasks = [asyncio.ensure_future(call.impl.call(call.message)) for call in calls]
     try:
         return [await task for task in tasks]

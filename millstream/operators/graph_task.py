@@ -79,7 +79,7 @@ from millstream.errors import MillstreamError
 from millstream.metrics.registry import Measurement
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.operators.async_chain import Recorded
-from millstream.operators.graph import GraphContext, InputImpl, OperatorError, OperatorGraph
+from millstream.operators.graph import AsyncMapImpl, GraphContext, InputImpl, OperatorError, OperatorGraph, OperatorImpl
 from millstream.operators.state import InMemoryState, KeyValueState
 from millstream.serde.base import Serde, SerdeError
 
@@ -727,6 +727,12 @@ class AsyncOperatorGraphTask(OperatorGraphTask, AsyncStreamTask):
         self._chains = AsyncChains(self.graph.graph)
         self._chained = frozenset(impl.stream for impl in self._chains.entries)
         """The streams whose messages start with a run through the prefix."""
+        self._direct: dict[SystemStream, tuple[_Source, AsyncMapImpl, list[OperatorImpl]]] = {}
+        """Source streams whose input one async operator follows directly, and no other: ``AsyncChains.direct``."""
+        for stream, source in self.graph._sources.items():
+            direct = self._chains.direct(source.impl)
+            if direct is not None:
+                self._direct[stream] = (source, *direct)
 
     async def process_async(
         self, envelope: IncomingMessageEnvelope, collector: MessageCollector, coordinator: TaskCoordinator
@@ -734,10 +740,16 @@ class AsyncOperatorGraphTask(OperatorGraphTask, AsyncStreamTask):
         graph = self.graph
         assert graph is not None
         recorded: Recorded | None = None
-        if envelope.ssp.system_stream in self._chained and not envelope.is_end_of_stream:
+        stream = envelope.ssp.system_stream
+        if stream in self._chained and not envelope.is_end_of_stream:
             try:
-                entry = graph.entry(envelope)
-                if entry is not None:
+                direct = self._direct.get(stream)
+                if direct is not None:  # the common case inlined: one await per message costs no more
+                    source, impl, targets = direct
+                    timestamp = _source_timestamp(source, envelope)
+                    results = await impl.call(_source_message(source, envelope))
+                    recorded = Recorded(timestamp, [(to, result, timestamp) for result in results for to in targets])
+                elif (entry := graph.entry(envelope)) is not None:
                     recorded = await self._chains.run(*entry)
             except OperatorError as error:
                 raise located(error, envelope) from error.__cause__

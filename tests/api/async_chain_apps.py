@@ -99,3 +99,17 @@ class TwoAwaitsAfterAMerge(StreamApplication):
             .flat_map_async(twice, concurrency=50, ordered=ordered)
             .send_to(OutputDescriptor("log.out", msg_serde="json"))
         )
+
+
+class RepartitionedEnriched(StreamApplication):
+    """``in`` → partition_by(user) → map (the value) → ``map_async`` (the HTTP service) → ``out``: an await
+    after an intermediate stream, whose messages start from the stream's input as a source's do."""
+
+    def describe(self, app: StreamApplicationDescriptor) -> None:
+        (
+            source(app)
+            .partition_by(lambda m: m["user"], name="by-user")
+            .map(lambda kv: kv.value)
+            .map_async(HttpEnrich(str(app.config.get("test.service.url"))), concurrency=20)
+            .send_to(OutputDescriptor("log.out", msg_serde="json"))
+        )

@@ -32,6 +32,7 @@ from tests.runtime.test_async_tasks import checkpointed
 CHAIN = "tests.api.async_chain_apps:ChainEnriched"
 JOINED = "tests.api.async_chain_apps:ChainJoined"
 TWO_AWAITS = "tests.api.async_chain_apps:TwoAwaitsAfterAMerge"
+REPARTITIONED = "tests.api.async_chain_apps:RepartitionedEnriched"
 MISSING = frozenset(n for p in range(2) for n in range(1000 * p, 1000 * p + 150, 7))
 
 
@@ -100,6 +101,22 @@ def test_two_awaits_in_a_chain_after_a_merge_keep_a_synchronous_graphs_order_bes
     side = {p: [m["n"] for m in ms] for p, ms in in_partitions(read(config, "side")).items()}
     assert side == {p: [n for n in partition if n % 2 == 1] for p, partition in ns.items()}
     assert called == Counter(n for partition in ns.values() for n in partition for _ in (0, 1)), "two calls each"
+
+
+def test_an_await_after_a_partition_by_and_a_map_enriches_every_message_once_keeping_each_users_order(tmp_path):
+    with enrich_service(ServiceSettings(latency=(0.0, 0.02))) as service:
+        config, data = map_async_job(tmp_path, service, app__class=REPARTITIONED)
+        result = InProcessRunner(config).run(timeout=120)
+        assert result.outcome == "finished", result.error
+        called = Counter(service.counts.values)
+    out = read(config, "out")
+    messages = [m for pairs in data.values() for _, m in pairs]
+    assert Counter(m["n"] for m in out) == Counter(m["n"] for m in messages) == called, "each once, one call each"
+    assert all(m["e"] == m["n"] * 10 for m in out)
+    for user in {m["user"] for m in messages}:  # one user's messages of one source partition keep their order
+        for partition in data:
+            ns = [m["n"] for m in out if m["user"] == user and m["n"] // 1000 == partition]
+            assert ns == sorted(ns)
 
 
 def test_a_failed_call_behind_a_prefix_fails_the_job_naming_the_task_partition_offset_and_call(tmp_path):
