@@ -19,13 +19,14 @@ from millstream.api.application import InputDescriptor, StreamApplicationDescrip
 from millstream.api.errors import ApplicationError
 from millstream.api.windows import Count, TumblingWindow
 from millstream.config import Config
+from millstream.coordinator.drain import request_drain
 from millstream.coordinator.prepare import load_job_config
 from millstream.model import SystemStream
 from millstream.testing import InProcessRunner, read_stream, write_stream
 from tests.api.async_chain_apps import chain_result, kept
 from tests.api.test_map_async import map_async_job, read, written
 from tests.cli.test_main import millstream, start_job, wait_for
-from tests.helpers import create_stream, seal
+from tests.helpers import create_stream, seal, wait_until
 from tests.http_service import ServiceSettings, enrich_service
 from tests.runtime.test_async_tasks import checkpointed
 
@@ -117,6 +118,33 @@ def test_an_await_after_a_partition_by_and_a_map_enriches_every_message_once_kee
         for partition in data:
             ns = [m["n"] for m in out if m["user"] == user and m["n"] // 1000 == partition]
             assert ns == sorted(ns)
+
+
+def test_a_drain_with_calls_in_flight_behind_a_prefix_waits_for_them_and_the_next_run_goes_on_exactly(tmp_path):
+    from tests.api.test_drain import checkpointed as source_offsets
+    from tests.api.test_drain import run_in_background
+
+    with enrich_service(ServiceSettings(latency=(0.2, 0.4))) as service:
+        config, data = map_async_job(
+            tmp_path, service, app__class=CHAIN, job__drain__poll__interval__ms=100, sealed=False
+        )
+        _, thread, results = run_in_background(config)
+        wait_until(lambda: service.counts.in_flight >= 20, 60, "calls in flight")
+        request_drain(config)
+        thread.join(timeout=90)
+        assert not thread.is_alive(), "the drained job did not end"
+        assert results["result"].outcome == "drained", results["result"].error
+        drained = in_partitions(read(config, "out"))
+        offsets = {int(key.rsplit(".", 1)[-1]): offset for key, offset in source_offsets(config).items()}
+        assert sum(offsets.values()) < 2 * (len(data[0]) - 1), "drained before the end"
+        assert drained == {
+            p: [r for r in rs if r["n"] % 1000 <= offsets.get(p, -1)] for p, rs in expected_chain(data).items()
+        }, "what was in flight at the drain came out, up to the checkpoint, and nothing past it"
+
+        seal(config, "in")
+        result = InProcessRunner(config).run(timeout=120)
+        assert result.outcome == "finished", result.error
+    assert in_partitions(read(config, "out")) == expected_chain(data), "the rest once, in order"
 
 
 def test_a_failed_call_behind_a_prefix_fails_the_job_naming_the_task_partition_offset_and_call(tmp_path):

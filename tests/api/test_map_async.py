@@ -23,7 +23,9 @@ APP = "tests.api.apps:AsyncEnriched"
 PARTITIONS, PER_PARTITION = 2, 150
 
 
-def map_async_job(tmp_path: Path, service: EnrichService, **extra: Any) -> tuple[Config, dict[int, list]]:
+def map_async_job(
+    tmp_path: Path, service: EnrichService, *, sealed: bool = True, **extra: Any
+) -> tuple[Config, dict[int, list]]:
     config = app_config(tmp_path, APP, test__service__url=service.url, **extra)
     data = {p: messages(p, PER_PARTITION) for p in range(PARTITIONS)}
     create_stream(config, "in", PARTITIONS)
@@ -31,7 +33,8 @@ def map_async_job(tmp_path: Path, service: EnrichService, **extra: Any) -> tuple
     create_stream(config, "counts", 1)
     for partition, pairs in data.items():
         write_stream(config, SystemStream("log", "in"), pairs, partition=partition)
-    seal(config, "in")
+    if sealed:
+        seal(config, "in")
     return config, data
 
 
