@@ -510,9 +510,10 @@ class TaskGraph:
             self.apply(resumed)
 
     def _process_source(self, source: _Source, envelope: IncomingMessageEnvelope) -> None:
-        timestamp = _source_timestamp(source, envelope)
+        message = envelope.message
+        timestamp = envelope.timestamp if source.timestamp is None else _source_timestamp(source, envelope)
         self.control.on_source_message(envelope.ssp, timestamp)
-        source.impl.process(_source_message(source, envelope), timestamp)
+        source.impl.process(KV(envelope.key, message) if source.kv else message, timestamp)
 
     def _process_intermediate(self, route: _Intermediate, envelope: IncomingMessageEnvelope) -> None:
         user = self._intermediate_message(route, envelope)
