@@ -78,7 +78,7 @@ from millstream.control.replay import Comparator, ReplayFilter
 from millstream.errors import MillstreamError
 from millstream.metrics.registry import Measurement
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
-from millstream.operators.async_chain import Recorded
+from millstream.operators.async_chain import DirectRecorded, Recorded
 from millstream.operators.graph import AsyncMapImpl, GraphContext, InputImpl, OperatorError, OperatorGraph, OperatorImpl
 from millstream.operators.state import InMemoryState, KeyValueState
 from millstream.serde.base import Serde, SerdeError
@@ -742,18 +742,21 @@ class AsyncOperatorGraphTask(OperatorGraphTask, AsyncStreamTask):
         assert graph is not None
         recorded: Recorded | None = None
         stream = envelope.ssp.system_stream
-        if stream in self._chained and not envelope.is_end_of_stream:
-            try:
-                direct = self._direct.get(stream)
-                if direct is not None:  # the common case inlined: one await per message costs no more
+        direct = self._direct.get(stream)
+        try:
+            if direct is not None:  # the common case inlined: one await per message costs no more than before
+                if not envelope.is_end_of_stream:
                     source, impl, targets = direct
-                    timestamp = _source_timestamp(source, envelope)
-                    results = await impl.call(_source_message(source, envelope))
-                    recorded = Recorded(timestamp, [(to, result, timestamp) for result in results for to in targets])
-                elif (entry := graph.entry(envelope)) is not None:
+                    message = envelope.message
+                    timestamp = envelope.timestamp if source.timestamp is None else _source_timestamp(source, envelope)
+                    results = await impl.call(KV(envelope.key, message) if source.kv else message)
+                    recorded = DirectRecorded(timestamp, results, targets)
+            elif stream in self._chained and not envelope.is_end_of_stream:
+                entry = graph.entry(envelope)
+                if entry is not None:
                     recorded = await self._chains.run(*entry)
-            except OperatorError as error:
-                raise located(error, envelope) from error.__cause__
+        except OperatorError as error:
+            raise located(error, envelope) from error.__cause__
 
         def release(released_to: MessageCollector) -> None:
             graph.process(envelope, released_to, coordinator, recorded)
