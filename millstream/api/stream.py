@@ -16,6 +16,7 @@ from millstream.api.specs import (
     AsyncMapSpec,
     FilterSpec,
     FlatMapSpec,
+    InputSpec,
     JoinSpec,
     MapSpec,
     MergeSpec,
@@ -70,8 +71,14 @@ class MessageStream:
         completes (order within a partition may change; event time and windows still apply). Either way a
         checkpoint covers only the completed prefix of each partition, so a crash loses nothing. A call past
         ``timeout_ms`` is cancelled and fails its message, as a call that raises, under
-        ``task.process.errors``. In this version it must follow an input directly
-        (``app.input(...).map_async(...)``), once per input. See the Async I/O guide."""
+        ``task.process.errors``.
+
+        It may follow any chain of per-message operators without state (``map``, ``filter``, ``flat_map``,
+        ``merge``, a join with a local table, other async operators, an input or a ``partition_by``): those run
+        once, when the message starts, and the rest of the graph gets their outputs when it is released. After
+        a window, a stateful map or a stream join it is refused (they emit at watermarks or keep state a
+        replay would count twice): repartition their output (``partition_by``) and put it after that. See the
+        Async I/O guide."""
         return self._then_async(fn, False, concurrency, ordered, timeout_ms, name)
 
     def flat_map_async(
@@ -97,8 +104,7 @@ class MessageStream:
             raise ApplicationError(f"{label}: concurrency must be >= 1, not {concurrency}")
         if timeout_ms is not None and timeout_ms < 1:
             raise ApplicationError(f"{label}: timeout_ms must be >= 1, not {timeout_ms}")
-        if self.spec.kind != "input":
-            raise ApplicationError(f"{label}: must follow an input directly (app.input(...).{kind}(...))")
+        _check_prefix(label, self.spec)
         spec = self.app.add(
             AsyncMapSpec,
             kind,
@@ -229,8 +235,8 @@ class MessageStream:
         With a ``RemoteTable`` (an async lookup join, Flink's lookup join): the lookup is awaited as a
         ``map_async`` would be, with its ``concurrency``, ``ordered`` and ``timeout_ms`` and its guarantees
         (results in offset order per partition, checkpoints over completed messages only); a lookup that
-        fails for good fails its message under ``task.process.errors``. Like ``map_async``, in this version
-        it must follow an input directly.
+        fails for good fails its message under ``task.process.errors``. Like ``map_async``, it may follow any
+        chain of per-message operators without state.
 
         With a stream (Samza's stream-stream join with a TTL, Flink's interval join):
         ``joiner(message, other_message)`` for every pair with ``key(message) == other_key(other_message)``
@@ -312,3 +318,34 @@ class MessageStream:
     def _same_app(self, app: StreamApplicationDescriptor) -> None:
         if self.app is not app:
             raise ApplicationError(f"stream {self.spec.op_id} belongs to another application")
+
+
+_PER_MESSAGE = (InputSpec, PartitionBySpec, MapSpec, FilterSpec, FlatMapSpec, MergeSpec, JoinSpec, AsyncMapSpec)
+"""What may run before an async operator: once per message, without state (``operators.async_chain``)."""
+
+
+def _check_prefix(label: str, spec: OperatorSpec) -> None:
+    """Refuse an async operator after ``spec`` unless every operator up to its inputs is per message and
+    stateless: that prefix runs when a message starts, before the await (see ``operators.async_chain``)."""
+    stack, seen = [spec], set()
+    while stack:
+        upstream = stack.pop()
+        if id(upstream) in seen:
+            continue
+        seen.add(id(upstream))
+        if not isinstance(upstream, _PER_MESSAGE):
+            raise ApplicationError(
+                f"{label}: cannot follow {upstream.kind} '{upstream.op_id}', which emits at watermarks or keeps "
+                "state; only per-message operators without state may run before an await (map, filter, "
+                "flat_map, merge, a join with a local table, async operators). Repartition its output "
+                "(partition_by) and put the async operator after that"
+            )
+        function = upstream.function
+        hooks = [hook for hook in ("on_watermark", "on_end_of_stream") if callable(getattr(function, hook, None))]
+        if hooks:
+            raise ApplicationError(
+                f"{label}: cannot follow {upstream.kind} '{upstream.op_id}', whose function has "
+                f"{' and '.join(hooks)}: what those emit has no message to await with"
+            )
+        if not isinstance(upstream, PartitionBySpec):  # a partition_by starts the stage: its stream is an input
+            stack.extend(upstream.inputs)

@@ -45,7 +45,7 @@ from millstream.api.specs import (
 from millstream.api.table import ReadableTable
 from millstream.api.task import MessageCollector, TaskContext, TaskCoordinator
 from millstream.control.messages import MAX_WATERMARK, MIN_WATERMARK
-from millstream.errors import MillstreamError
+from millstream.errors import MessageError, MillstreamError
 from millstream.model import OutgoingMessageEnvelope, SystemStream
 
 
@@ -280,15 +280,14 @@ class FlatMapImpl(OperatorImpl):
 
 
 class AsyncMapImpl(OperatorImpl):
-    """``map_async`` / ``flat_map_async``. The awaiting happens before the graph sees the message
-    (``AsyncOperatorGraphTask.process_async`` calls ``call``); when the message is released, in order, the
-    graph processes it as usual and this operator emits the result it was handed (``result``), so every
-    operator downstream sees what a synchronous map would have produced, in the same order."""
+    """``map_async`` / ``flat_map_async``. Messages reach it only while their processing starts, through
+    the edges ``operators.async_chain`` puts in front of it: the task awaits ``call`` there and records what
+    its results lead to, to be delivered when the message is released, so every operator after it sees what
+    a synchronous map would have produced, in the same order."""
 
     def __init__(self, spec: AsyncMapSpec, context: GraphContext) -> None:
         super().__init__(spec, context)
         self.async_spec = spec
-        self.result: list[Any] = []
 
     def init(self, task_context: TaskContext) -> None:
         """The function's ``init`` / ``close`` may be ``async def``: awaited on the container's loop."""
@@ -313,19 +312,29 @@ class AsyncMapImpl(OperatorImpl):
         try:
             async with timeout:
                 result = await spec.fn(message)
-        except TimeoutError:
-            if not timeout.expired():
-                raise
-            raise OperatorTimeoutError(
-                f"{spec.kind} '{self.op_id}' did not complete within timeout_ms={timeout_ms}"
-            ) from None
+        except TimeoutError as error:
+            if timeout.expired():
+                raise OperatorTimeoutError(
+                    f"{spec.kind} '{self.op_id}' did not complete within timeout_ms={timeout_ms}"
+                ) from None
+            raise self._failed(error) from error  # the function's own timeout, not timeout_ms
+        except Exception as error:
+            raise self._failed(error) from error
         return list(result or ()) if spec.flat else [result]
 
+    def _failed(self, error: Exception) -> AsyncCallError:
+        if isinstance(error, AsyncCallError):  # a call awaiting another operator's: already named
+            return error
+        return AsyncCallError(f"{self.async_spec.kind} '{self.op_id}' failed: {type(error).__name__}: {error}")
+
     def process(self, message: Any, timestamp: int) -> None:
-        results, self.result = self.result, []
-        for result in results:
-            for downstream in self.downstream:
-                downstream.process(result, timestamp)
+        raise OperatorError(f"{self.async_spec.kind} '{self.op_id}' is reached only through the task's async chains")
+
+
+class AsyncCallError(MessageError):
+    """A ``map_async`` call (or a remote join's lookup) raised; names the operator and the call's error (the
+    runtime adds the task, stream, partition and offset). A message's failure: ``task.process.errors``
+    decides what happens to it, as for a task's own exception."""
 
 
 class OperatorTimeoutError(TimeoutError):

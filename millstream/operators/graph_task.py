@@ -78,7 +78,8 @@ from millstream.control.replay import Comparator, ReplayFilter
 from millstream.errors import MillstreamError
 from millstream.metrics.registry import Measurement
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
-from millstream.operators.graph import GraphContext, InputImpl, OperatorError, OperatorGraph
+from millstream.operators.async_chain import DirectRecorded, Recorded
+from millstream.operators.graph import AsyncMapImpl, GraphContext, InputImpl, OperatorError, OperatorGraph, OperatorImpl
 from millstream.operators.state import InMemoryState, KeyValueState
 from millstream.serde.base import Serde, SerdeError
 
@@ -328,8 +329,15 @@ class TaskGraph:
         self.graph.close()
 
     def process(
-        self, envelope: IncomingMessageEnvelope, collector: MessageCollector, coordinator: TaskCoordinator
+        self,
+        envelope: IncomingMessageEnvelope,
+        collector: MessageCollector,
+        coordinator: TaskCoordinator,
+        recorded: Recorded | None = None,
     ) -> None:
+        """Run one envelope through the graph. ``recorded``: a user message whose run through the prefix of
+        async operators was recorded when it started (``operators.async_chain``); its deliveries are made
+        now instead of running it from its input."""
         self._bind(collector, coordinator)
         ssp = envelope.ssp
         control = self.control
@@ -338,7 +346,11 @@ class TaskGraph:
         self.dirty = True
         try:
             source = self._sources.get(ssp.system_stream)
-            if source is not None:
+            if recorded is not None:
+                if source is not None:
+                    control.on_source_message(ssp, recorded.timestamp)
+                recorded.deliver()
+            elif source is not None:
                 self._process_source(source, envelope)
             elif (route := self._intermediates.get(ssp.system_stream)) is not None:
                 self._process_intermediate(route, envelope)
@@ -348,9 +360,20 @@ class TaskGraph:
                     f"partition {ssp.partition}, which is neither an input nor an intermediate stream of its stage"
                 )
         except OperatorError as error:
-            raise OperatorError(
-                f"{error} (at offset {envelope.offset} of stream '{ssp.system}.{ssp.stream}' partition {ssp.partition})"
-            ) from error.__cause__
+            raise located(error, envelope) from error.__cause__
+
+    def entry(self, envelope: IncomingMessageEnvelope) -> tuple[InputImpl, Any, int] | None:
+        """Where a user message enters the graph: its input operator, the message as that operator hands it
+        on, and its event time; None for a control message or a stream of no input of the task's."""
+        stream = envelope.ssp.system_stream
+        source = self._sources.get(stream)
+        if source is not None:
+            return source.impl, _source_message(source, envelope), _source_timestamp(source, envelope)
+        route = self._intermediates.get(stream)
+        if route is None:
+            return None
+        user = self._intermediate_message(route, envelope, starting=True)
+        return None if user is None else (route.impl, user, envelope.timestamp)
 
     def window(self, collector: MessageCollector, coordinator: TaskCoordinator) -> None:
         """The timer: source watermarks, idle producers, and (aggregate mode) a flush of the task's output, after
@@ -488,26 +511,27 @@ class TaskGraph:
 
     def _process_source(self, source: _Source, envelope: IncomingMessageEnvelope) -> None:
         message = envelope.message
-        if source.timestamp is not None:
-            try:
-                timestamp = int(source.timestamp(message))
-            except Exception as error:
-                ssp = envelope.ssp
-                raise OperatorError(
-                    f"input '{source.stream}': the timestamp function failed at offset {envelope.offset} of "
-                    f"partition {ssp.partition}: {type(error).__name__}: {error}"
-                ) from error
-        else:
-            timestamp = envelope.timestamp
+        timestamp = envelope.timestamp if source.timestamp is None else _source_timestamp(source, envelope)
         self.control.on_source_message(envelope.ssp, timestamp)
         source.impl.process(KV(envelope.key, message) if source.kv else message, timestamp)
 
     def _process_intermediate(self, route: _Intermediate, envelope: IncomingMessageEnvelope) -> None:
+        user = self._intermediate_message(route, envelope)
+        if user is not None:
+            route.impl.process(user, envelope.timestamp)
+
+    def _intermediate_message(
+        self, route: _Intermediate, envelope: IncomingMessageEnvelope, starting: bool = False
+    ) -> KV | None:
+        """The user message of an intermediate record, decoded; None for a control message, which goes to
+        the protocol (or a record of an unknown type, skipped) — unless ``starting`` (an async start, before
+        the release that will handle it)."""
         try:
             kind, payload = unframe(envelope.message, _where(envelope))
         except UnknownMessageTypeError as error:
-            self._skip_unknown(error)
-            return
+            if not starting:
+                self._skip_unknown(error)
+            return None
         if kind == MessageType.USER_MESSAGE:
             info = route.info
             try:
@@ -517,12 +541,14 @@ class TaskGraph:
                 raise IntermediateSerdeError(
                     f"partition_by '{info.spec.name}': cannot deserialize {_where(envelope)}: {error}"
                 ) from None
-            route.impl.process(KV(key, value), envelope.timestamp)
-            return
+            return KV(key, value)
+        if starting:
+            return None
         assert not isinstance(payload, bytes)
         self.stats.received += 1
         self.stats.received_bytes += len(envelope.message)
         self.apply(self.control.on_control_message(envelope.ssp, payload))
+        return None
 
     def _skip_unknown(self, error: UnknownMessageTypeError) -> None:
         """A newer producer's control message: skipped, so a consumer may be upgraded after its producers."""
@@ -567,6 +593,30 @@ class TaskGraph:
         self.context.send(OutgoingMessageEnvelope(send.stream, send.frame, None, partition=send.partition))
         self.stats.sent += 1
         self.stats.sent_bytes += len(send.frame)
+
+
+def _source_message(source: _Source, envelope: IncomingMessageEnvelope) -> Any:
+    return KV(envelope.key, envelope.message) if source.kv else envelope.message
+
+
+def _source_timestamp(source: _Source, envelope: IncomingMessageEnvelope) -> int:
+    if source.timestamp is None:
+        return envelope.timestamp
+    try:
+        return int(source.timestamp(envelope.message))
+    except Exception as error:
+        raise OperatorError(
+            f"input '{source.stream}': the timestamp function failed at offset {envelope.offset} of "
+            f"partition {envelope.ssp.partition}: {type(error).__name__}: {error}"
+        ) from error
+
+
+def located(error: OperatorError, envelope: IncomingMessageEnvelope) -> OperatorError:
+    """``error`` naming the envelope it failed on as well as its operator."""
+    ssp = envelope.ssp
+    return OperatorError(
+        f"{error} (at offset {envelope.offset} of stream '{ssp.system}.{ssp.stream}' partition {ssp.partition})"
+    )
 
 
 def _where(envelope: IncomingMessageEnvelope) -> str:
@@ -660,43 +710,56 @@ class OperatorGraphTask(
 class AsyncOperatorGraphTask(OperatorGraphTask, AsyncStreamTask):
     """The graph task of an application with ``map_async`` / ``flat_map_async`` (the planner picks it).
 
-    ``process_async`` awaits the async operator that follows the message's input (its argument is what the
-    input hands downstream) and defers the rest: when the runtime releases the message — in offset order
-    per partition when the operators are ordered — the graph processes it as ``process`` would, the async
-    operator emitting the result it was handed. Watermarks, windows and joins downstream therefore see
-    exactly what a synchronous map would give them; the runtime's window of messages in flight gives the
-    concurrency, and checkpoints cover only released messages (``runtime/async_tasks.py``).
+    ``process_async`` runs the message through the prefix of the graph's async operators — the operators
+    before them, and the awaits themselves — and records what the prefix hands to the rest of the graph
+    (``operators.async_chain``); the rest is deferred: when the runtime releases the message — in offset
+    order per partition when the operators are ordered — the graph takes it as ``process`` would, with the
+    recorded deliveries made in place of its run from the input. Watermarks, windows, state and joins after
+    the prefix therefore see exactly what a synchronous graph would give them; the runtime's window of
+    messages in flight gives the concurrency, and checkpoints cover only released messages
+    (``runtime/async_tasks.py``). A message of an input no async operator follows is only deferred.
     """
 
     def init(self, context: TaskContext) -> None:
-        from millstream.operators.graph import AsyncMapImpl
+        from millstream.operators.async_chain import AsyncChains
 
         super().init(context)
         assert self.graph is not None
-        self._async_by_stream: dict[SystemStream, tuple[_Source, AsyncMapImpl]] = {}
+        self._chains = AsyncChains(self.graph.graph)
+        self._chained = frozenset(impl.stream for impl in self._chains.entries)
+        """The streams whose messages start with a run through the prefix."""
+        self._direct: dict[SystemStream, tuple[_Source, AsyncMapImpl, list[OperatorImpl]]] = {}
+        """Source streams whose input one async operator follows directly, and no other: ``AsyncChains.direct``."""
         for stream, source in self.graph._sources.items():
-            found = [impl for impl in source.impl.downstream if isinstance(impl, AsyncMapImpl)]
-            if found:
-                self._async_by_stream[stream] = (source, found[0])
+            direct = self._chains.direct(source.impl)
+            if direct is not None:
+                self._direct[stream] = (source, *direct)
 
     async def process_async(
         self, envelope: IncomingMessageEnvelope, collector: MessageCollector, coordinator: TaskCoordinator
     ) -> None:
-        route = self._async_by_stream.get(envelope.ssp.system_stream)
-        result: list[Any] = []
-        if route is not None and not envelope.is_end_of_stream:
-            source, impl = route
-            result = await impl.call(KV(envelope.key, envelope.message) if source.kv else envelope.message)
+        graph = self.graph
+        assert graph is not None
+        recorded: Recorded | None = None
+        stream = envelope.ssp.system_stream
+        direct = self._direct.get(stream)
+        try:
+            if direct is not None:  # the common case inlined: one await per message costs no more than before
+                if not envelope.is_end_of_stream:
+                    source, impl, targets = direct
+                    message = envelope.message
+                    timestamp = envelope.timestamp if source.timestamp is None else _source_timestamp(source, envelope)
+                    results = await impl.call(KV(envelope.key, message) if source.kv else message)
+                    recorded = DirectRecorded(timestamp, results, targets)
+            elif stream in self._chained and not envelope.is_end_of_stream:
+                entry = graph.entry(envelope)
+                if entry is not None:
+                    recorded = await self._chains.run(*entry)
+        except OperatorError as error:
+            raise located(error, envelope) from error.__cause__
 
         def release(released_to: MessageCollector) -> None:
-            assert self.graph is not None
-            if route is not None:
-                route[1].result = result
-            try:
-                self.graph.process(envelope, released_to, coordinator)
-            finally:
-                if route is not None:
-                    route[1].result = []
+            graph.process(envelope, released_to, coordinator, recorded)
 
         defer = getattr(collector, "defer", None)
         if defer is None:  # called by hand, not by the runtime: nothing to wait for

@@ -394,10 +394,6 @@ def _async_config(config: Config, operators: Sequence[OperatorSpec]) -> dict[str
     asyncs = [spec for spec in operators if isinstance(spec, AsyncMapSpec)]
     if not asyncs:
         return {}
-    inputs = [spec.inputs[0].op_id for spec in asyncs]
-    for op_id in set(inputs):
-        if inputs.count(op_id) > 1:
-            raise ConfigError(f"input '{op_id}' is followed by more than one map_async/flat_map_async; one per input")
     updates = {"task.class": ASYNC_GRAPH_TASK_CLASS}
     if "task.max.concurrency" not in config:
         updates["task.max.concurrency"] = str(max(spec.concurrency for spec in asyncs))

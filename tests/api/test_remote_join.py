@@ -57,5 +57,3 @@ def test_a_join_with_a_remote_table_refuses_a_missing_key_and_an_unknown_how():
         stream.join(table, joiner=lambda m, r: m)
     with pytest.raises(ApplicationError, match="how must be 'inner' or 'left'"):
         stream.join(table, key=lambda m: m, joiner=lambda m, r: m, how="outer")
-    with pytest.raises(ApplicationError, match="must follow an input directly"):
-        stream.map(lambda m: m).join(table, key=lambda m: m, joiner=lambda m, r: m)
