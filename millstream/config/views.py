@@ -297,7 +297,8 @@ class TaskConfig(ConfigView):
     dead_letter_stream: str | None = Field(None, alias="dead.letter.stream")
     """``system.stream`` where skipped messages go, as their original bytes with ``millstream.error.*`` headers."""
     process_errors: ProcessErrorMode = Field("fail", alias="process.errors")
-    """What an exception from ``process()``, ``process_async()`` or ``window()`` does: ``fail`` the container
+    """What an exception from ``process()``, ``process_async()``, ``window()`` or a high-level operator's function
+    does: ``fail`` the container
     naming the message, ``skip`` it (counted), or send it to ``dead.letter.stream`` (``dead-letter``)."""
     max_concurrency: int = Field(1, alias="max.concurrency", ge=1)
     """Messages an ``AsyncStreamTask`` has in flight at once (``process_async`` coroutines started and not

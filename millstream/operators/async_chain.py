@@ -29,6 +29,7 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
+from millstream.errors import MillstreamError
 from millstream.operators.graph import (
     AsyncMapImpl,
     FilterImpl,
@@ -37,7 +38,6 @@ from millstream.operators.graph import (
     JoinImpl,
     MapImpl,
     MergeImpl,
-    OperatorError,
     OperatorGraph,
     OperatorImpl,
 )
@@ -143,7 +143,7 @@ class _Await(_Edge):
     def process(self, message: Any, timestamp: int) -> None:
         entries = self.recorder.entries
         if entries is None:
-            raise OperatorError(
+            raise MillstreamError(
                 f"{self.call_target.async_spec.kind} '{self.op_id}' got a message outside of a message's "
                 "processing (from a window or a hook), which it cannot await"
             )
@@ -158,7 +158,7 @@ class AsyncChains:
         prefix = _ancestors(asyncs)
         for impl in prefix:
             if not isinstance(impl, PREFIX_IMPLS):
-                raise OperatorError(
+                raise MillstreamError(
                     f"operator '{impl.op_id}' ({impl.spec.kind}) cannot run before an async operator: it keeps "
                     "state or emits at watermarks, not once per message"
                 )

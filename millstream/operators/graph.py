@@ -49,9 +49,10 @@ from millstream.errors import MessageError, MillstreamError
 from millstream.model import OutgoingMessageEnvelope, SystemStream
 
 
-class OperatorError(MillstreamError):
+class OperatorError(MessageError):
     """A user function of an operator failed; names the operator (the task adds stream, partition and
-    offset)."""
+    offset). A message's failure, as a task's own exception is: ``task.process.errors`` decides what happens to
+    the message (fail naming it, skip, dead-letter), and a repeated one is a deterministic failure."""
 
 
 def operator_failed(op_id: str, error: BaseException) -> OperatorError:
@@ -328,7 +329,7 @@ class AsyncMapImpl(OperatorImpl):
         return AsyncCallError(f"{self.async_spec.kind} '{self.op_id}' failed: {type(error).__name__}: {error}")
 
     def process(self, message: Any, timestamp: int) -> None:
-        raise OperatorError(f"{self.async_spec.kind} '{self.op_id}' is reached only through the task's async chains")
+        raise MillstreamError(f"{self.async_spec.kind} '{self.op_id}' is reached only through the task's async chains")
 
 
 class AsyncCallError(MessageError):
@@ -479,7 +480,7 @@ def _build_impl(
         return StreamJoinImpl(spec, context, state_factory(spec.op_id))
     if isinstance(spec, PartitionBySpec):
         return PartitionByImpl(spec, context, intermediate_outputs[spec.op_id])
-    raise OperatorError(f"operator {spec.op_id}: unknown kind {type(spec).__name__}")
+    raise MillstreamError(f"operator {spec.op_id}: unknown kind {type(spec).__name__}")
 
 
 class OperatorGraph:

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from millstream.errors import MillstreamError
 from millstream.model import IncomingMessageEnvelope
 from millstream.operators.async_chain import AsyncChains, Recorded
 from millstream.operators.graph import AsyncCallError, OperatorError
@@ -142,5 +143,5 @@ def test_a_failure_before_the_await_or_in_the_call_names_the_operator(fail_befor
 
 def test_an_async_operator_reached_outside_a_messages_start_is_an_error_naming_it():
     graph, _ = failing_graph(False)
-    with pytest.raises(OperatorError, match="map_async 'lookup' got a message outside of a message's processing"):
+    with pytest.raises(MillstreamError, match="map_async 'lookup' got a message outside of a message's processing"):
         graph.graph.impls["check"].downstream[0].process(1, 0)
