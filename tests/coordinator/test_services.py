@@ -1,0 +1,166 @@
+"""``DriverServices``: a driver opens each system's admin once and one metadata-store connection per thread that
+needs one, however many steps use them, and closes them all at the end.
+
+Openings are counted through our own seams: a system factory registered under ``systems.<s>.samza.factory`` and
+a metadata-store factory under ``metadata.store.factory``, each recording the thread that asked."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from millstream import Job, JobResult
+from millstream.config import Config
+from millstream.metadata.base import MetadataStore
+from millstream.metadata.sqlite import SqliteMetadataStoreFactory
+from millstream.startpoint import StartpointOldest
+from millstream.systems.log.admin import LogSystemAdmin
+from millstream.systems.log.factory import LogSystemFactory
+from millstream.testing import InProcessRunner
+from tests.helpers import wait_until
+
+HERE = "tests.coordinator.test_services"
+SYSTEMS = ("log", "side")
+
+_lock = threading.Lock()
+admins_opened: Counter[tuple[str, str]] = Counter()
+"""(thread name, system) -> admins created."""
+admins_stopped: Counter[tuple[str, str]] = Counter()
+stores_opened: Counter[str] = Counter()
+"""thread name -> metadata stores created."""
+
+
+class CountingLogSystemFactory(LogSystemFactory):
+    def get_admin(self, system_name: str, config: Config) -> LogSystemAdmin:
+        admin = super().get_admin(system_name, config)
+        with _lock:
+            admins_opened[(threading.current_thread().name, system_name)] += 1
+        stop = admin.stop
+
+        def counted_stop() -> None:
+            with _lock:
+                admins_stopped[(threading.current_thread().name, system_name)] += 1
+            stop()
+
+        admin.stop = counted_stop  # type: ignore[method-assign]
+        return admin
+
+
+class CountingSqliteFactory(SqliteMetadataStoreFactory):
+    def get_metadata_store(self, config: Config) -> MetadataStore:
+        with _lock:
+            stores_opened[threading.current_thread().name] += 1
+        return super().get_metadata_store(config)
+
+
+def two_system_job(data_dir: Path, **extra: Any) -> dict[str, Any]:
+    """``PassThrough`` reading ``log.in`` and ``side.extra``: two systems (two log systems share one directory,
+    so the stream names differ), both opened through the counting factory."""
+    values = {
+        "job.name": "services",
+        "job.data.dir": str(data_dir),
+        "job.container.count": "2",
+        "task.class": "tests.jobs:PassThrough",
+        "task.inputs": "log.in,side.extra",
+        "task.commit.ms": "200",
+        "metadata.store.factory": f"{HERE}:CountingSqliteFactory",
+    }
+    for system in SYSTEMS:
+        values[f"systems.{system}.samza.factory"] = f"{HERE}:CountingLogSystemFactory"
+        values[f"systems.{system}.samza.offset.default"] = "oldest"
+        values[f"systems.{system}.samza.key.serde"] = "string"
+        values[f"systems.{system}.samza.msg.serde"] = "json"
+    return {**values, **extra}
+
+
+def with_sealed_inputs(job: Job, *, sealed: bool = True) -> None:
+    job.streams.create("log.in", 2)
+    job.streams.create("side.extra", 1)
+    job.streams.create("log.out", 1)
+    job.streams.write("log.in", [("a", 1), ("b", 2)])
+    job.streams.write("side.extra", [("c", 3)])
+    if sealed:
+        job.streams.seal("log.in")
+        job.streams.seal("side.extra")
+
+
+def reset_counts() -> None:
+    with _lock:
+        admins_opened.clear()
+        admins_stopped.clear()
+        stores_opened.clear()
+
+
+def driver_counts(thread: str | None = None) -> tuple[dict[tuple[str, str], int], dict[str, int]]:
+    """Openings of ``thread`` (all but the containers' threads, ``container-<id>``, which open their own)."""
+    with _lock:
+        admins = {k: n for k, n in admins_opened.items() if (thread or k[0]) == k[0] and "container-" not in k[0]}
+        stores = {k: n for k, n in stores_opened.items() if (thread or k) == k and "container-" not in k}
+    return admins, stores
+
+
+@pytest.fixture(autouse=True)
+def _counts() -> None:
+    reset_counts()
+
+
+def test_a_run_of_two_generations_opens_each_systems_admin_once_on_the_driver_and_one_store_per_driver_thread(
+    tmp_path,
+):
+    """A restart (a startpoint applied) plans a second generation and fences the first one's writers: every
+    step uses the driver's admins, so each system's admin is opened once for the whole run."""
+    job = Job(two_system_job(tmp_path))
+    with_sealed_inputs(job, sealed=False)
+    reset_counts()
+    runner = InProcessRunner(job.config)
+    outcome: list[JobResult] = []
+    driver = threading.Thread(target=lambda: outcome.append(runner.run(timeout=120)), name="driver")
+    driver.start()
+    wait_until(lambda: len(job.streams.read("log.out", idle_timeout=0.2).get(0, [])) == 3, 60, "the input processed")
+    job.startpoints.set("log.in", StartpointOldest(), apply=True)
+    wait_until(lambda: job.status().generation == 2, 60, "the restart published generation 2")
+    wait_until(lambda: len(job.streams.read("log.out", idle_timeout=0.2).get(0, [])) == 5, 60, "log.in reread")
+    runner.request_stop()
+    driver.join()
+
+    assert outcome[0].outcome == "stopped", outcome[0].error
+    admins, stores = driver_counts(thread="driver")
+    assert admins == {("driver", "log"): 1, ("driver", "side"): 1}
+    # the driver's own connection, and each generation's heartbeat's (a beat waiting for the store's write lock
+    # must not block the driver's liveness reads)
+    assert stores == {"driver": 1 + 2}
+    assert admins_stopped[("driver", "log")] == admins_stopped[("driver", "side")] == 1, "closed with the run"
+
+
+def test_a_job_used_as_a_context_manager_shares_one_admin_per_system_between_its_calls_and_its_run(tmp_path):
+    with Job(two_system_job(tmp_path)) as job:
+        with_sealed_inputs(job)
+        job.model()
+        job.status()
+        result = job.run("in-process", timeout=60)
+        job.status()
+        admins, stores = driver_counts()
+
+    assert result.outcome == "finished", result.error
+    main = threading.current_thread().name
+    assert admins == {(main, "log"): 1, (main, "side"): 1}
+    assert stores == {main: 2}
+    assert admins_stopped[(main, "log")] == admins_stopped[(main, "side")] == 1, "leaving the block stopped each"
+
+
+def test_a_job_used_call_by_call_holds_no_admin_between_calls(tmp_path):
+    job = Job(two_system_job(tmp_path))
+    with_sealed_inputs(job)
+    assert job.run("in-process", timeout=60).outcome == "finished"
+    reset_counts()
+
+    job.status()
+
+    main = threading.current_thread().name
+    with _lock:
+        assert admins_opened == {(main, "log"): 1, (main, "side"): 1}, "the status read both systems' lag"
+        assert admins_stopped == admins_opened, "and stopped their admins before returning"
