@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -17,6 +17,7 @@ from millstream import Job, JobResult
 from millstream.config import Config
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.sqlite import SqliteMetadataStoreFactory
+from millstream.model import SystemStream
 from millstream.startpoint import StartpointOldest
 from millstream.systems.log.admin import LogSystemAdmin
 from millstream.systems.log.factory import LogSystemFactory
@@ -108,32 +109,53 @@ def _counts() -> None:
     reset_counts()
 
 
+class Runner(Protocol):
+    def run(self) -> JobResult: ...
+
+    def request_stop(self) -> None: ...
+
+
+def run_two_generations(job: Job, runner: Runner) -> JobResult:
+    """Run ``runner`` on a thread named ``driver`` through a restart (a startpoint applied: a second generation
+    planned, the first one's writers fenced), then stop it; its result."""
+    outcome: list[JobResult] = []
+    driver = threading.Thread(target=lambda: outcome.append(runner.run()), name="driver")
+    driver.start()
+    try:
+        out = SystemStream("log", "out")
+        wait_until(lambda: len(job.streams.read(out, idle_timeout=0.2).get(0, [])) == 3, 120, "the input processed")
+        job.startpoints.set("log.in", StartpointOldest(), apply=True)
+        wait_until(lambda: job.status().generation == 2, 120, "the restart published generation 2")
+        wait_until(lambda: len(job.streams.read(out, idle_timeout=0.2).get(0, [])) == 5, 120, "log.in read again")
+    finally:
+        runner.request_stop()
+        driver.join()
+    return outcome[0]
+
+
+def assert_one_admin_per_system_on_the_driver(*, own_connection: bool) -> None:
+    """One admin per system on the driver's thread, stopped once; its metadata-store connections: its own (unless
+    the runner opened it on the thread that built it) and each of the two generations' heartbeat's, which a beat
+    waiting for the store's write lock must not share with the driver's liveness reads."""
+    admins, stores = driver_counts(thread="driver")
+    assert admins == {("driver", "log"): 1, ("driver", "side"): 1}
+    assert stores == {"driver": (1 if own_connection else 0) + 2}
+    assert admins_stopped[("driver", "log")] == admins_stopped[("driver", "side")] == 1, "closed with the run"
+
+
 def test_a_run_of_two_generations_opens_each_systems_admin_once_on_the_driver_and_one_store_per_driver_thread(
     tmp_path,
 ):
-    """A restart (a startpoint applied) plans a second generation and fences the first one's writers: every
-    step uses the driver's admins, so each system's admin is opened once for the whole run."""
+    """Each step of a run (validation, each generation's plan, fencing the previous generation's writers) uses
+    the driver's admins, so each system's admin is opened once for the whole run."""
     job = Job(two_system_job(tmp_path))
     with_sealed_inputs(job, sealed=False)
     reset_counts()
-    runner = InProcessRunner(job.config)
-    outcome: list[JobResult] = []
-    driver = threading.Thread(target=lambda: outcome.append(runner.run(timeout=120)), name="driver")
-    driver.start()
-    wait_until(lambda: len(job.streams.read("log.out", idle_timeout=0.2).get(0, [])) == 3, 60, "the input processed")
-    job.startpoints.set("log.in", StartpointOldest(), apply=True)
-    wait_until(lambda: job.status().generation == 2, 60, "the restart published generation 2")
-    wait_until(lambda: len(job.streams.read("log.out", idle_timeout=0.2).get(0, [])) == 5, 60, "log.in reread")
-    runner.request_stop()
-    driver.join()
 
-    assert outcome[0].outcome == "stopped", outcome[0].error
-    admins, stores = driver_counts(thread="driver")
-    assert admins == {("driver", "log"): 1, ("driver", "side"): 1}
-    # the driver's own connection, and each generation's heartbeat's (a beat waiting for the store's write lock
-    # must not block the driver's liveness reads)
-    assert stores == {"driver": 1 + 2}
-    assert admins_stopped[("driver", "log")] == admins_stopped[("driver", "side")] == 1, "closed with the run"
+    result = run_two_generations(job, InProcessRunner(job.config))
+
+    assert result.outcome == "stopped", result.error
+    assert_one_admin_per_system_on_the_driver(own_connection=True)
 
 
 def test_a_job_used_as_a_context_manager_shares_one_admin_per_system_between_its_calls_and_its_run(tmp_path):
