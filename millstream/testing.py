@@ -262,37 +262,20 @@ class TestRunner:
         values.setdefault("task.inputs", ",".join(inputs))
         values.setdefault("systems.log.samza.offset.default", "oldest")
         config = prepare(Config(values))
-        for stream, partitions, messages in self._inputs:
-            self._create(config, stream, partitions)
-            if isinstance(messages, dict):
-                for partition, pairs in messages.items():
-                    write_stream(config, stream, pairs, partition=partition)
-            else:
-                write_stream(config, stream, messages)
-            self._seal(config, stream)
-        for stream, partitions in self._outputs:
-            self._create(config, stream, partitions)
-        job = InProcessRunner(config).run(timeout)
+        with DriverServices(config) as services:  # the streams' setup and the run share the driver's admins
+            for stream, partitions, messages in self._inputs:
+                services.admin(stream.system).create_stream(StreamSpec(stream.system, stream.stream, partitions))
+                if isinstance(messages, dict):
+                    for partition, pairs in messages.items():
+                        write_stream(config, stream, pairs, partition=partition)
+                else:
+                    write_stream(config, stream, messages)
+                services.admin(stream.system).seal_stream(stream.stream)
+            for stream, partitions in self._outputs:
+                services.admin(stream.system).create_stream(StreamSpec(stream.system, stream.stream, partitions))
+            job = InProcessRunner(config, services=services).run(timeout)
         if job.outcome == "failed":
             raise MillstreamError(f"test job failed: {job.error}")
         if job.outcome != "finished":
             raise EndOfStreamNotReachedError(job, timeout)
         return TestResult(config, job, self._directory)
-
-    @staticmethod
-    def _create(config: Config, stream: SystemStream, partitions: int) -> None:
-        admin = system_factory(config, stream.system).get_admin(stream.system, config)
-        admin.start()
-        try:
-            admin.create_stream(StreamSpec(stream.system, stream.stream, partitions))
-        finally:
-            admin.stop()
-
-    @staticmethod
-    def _seal(config: Config, stream: SystemStream) -> None:
-        admin = system_factory(config, stream.system).get_admin(stream.system, config)
-        admin.start()
-        try:
-            admin.seal_stream(stream.stream)
-        finally:
-            admin.stop()
