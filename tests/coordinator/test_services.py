@@ -35,9 +35,18 @@ stores_opened: Counter[str] = Counter()
 """thread name -> metadata stores created."""
 
 
+def record(config: Config, kind: str, what: str = "") -> None:
+    """Also to ``test.count.file`` when set: a job run as a command counts in a process of its own."""
+    path = config.get("test.count.file")
+    if path:
+        with open(path, "a", encoding="utf-8") as file:
+            file.write(f"{kind} {threading.current_thread().name} {what}\n")
+
+
 class CountingLogSystemFactory(LogSystemFactory):
     def get_admin(self, system_name: str, config: Config) -> LogSystemAdmin:
         admin = super().get_admin(system_name, config)
+        record(config, "admin", system_name)
         with _lock:
             admins_opened[(threading.current_thread().name, system_name)] += 1
         stop = admin.stop
@@ -53,6 +62,7 @@ class CountingLogSystemFactory(LogSystemFactory):
 
 class CountingSqliteFactory(SqliteMetadataStoreFactory):
     def get_metadata_store(self, config: Config) -> MetadataStore:
+        record(config, "store")
         with _lock:
             stores_opened[threading.current_thread().name] += 1
         return super().get_metadata_store(config)
