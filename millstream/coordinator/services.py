@@ -35,6 +35,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Self
 
 from millstream.config import Config
+from millstream.errors import MillstreamError
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import metadata_store
 from millstream.systems.base import SystemAdmin, SystemFactory
@@ -119,7 +120,10 @@ class DriverServices:
 
     def _refuse_closed(self, what: str) -> None:
         if self._closed:
-            raise RuntimeError(f"the driver's services are closed: cannot open {what}")
+            raise MillstreamError(
+                f"job '{self.config.get('job.name', 'millstream-job')}': the driver's services are "
+                f"closed, so {what} cannot be opened"
+            )
 
     def __enter__(self) -> Self:
         return self

@@ -15,6 +15,8 @@ import pytest
 
 from millstream import Job, JobResult
 from millstream.config import Config
+from millstream.coordinator.services import DriverServices
+from millstream.errors import MillstreamError
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.sqlite import SqliteMetadataStoreFactory
 from millstream.model import SystemStream
@@ -196,3 +198,21 @@ def test_a_job_used_call_by_call_holds_no_admin_between_calls(tmp_path):
     with _lock:
         assert admins_opened == {(main, "log"): 1, (main, "side"): 1}, "the status read both systems' lag"
         assert admins_stopped == admins_opened, "and stopped their admins before returning"
+
+
+def test_another_thread_gets_its_own_admin_and_connection_and_close_releases_every_one_once(tmp_path):
+    services = DriverServices(Config(two_system_job(tmp_path)))
+    mine = (services.admin("log"), services.store())
+    assert (services.admin("log"), services.store()) == mine, "the same thread gets the same ones again"
+    theirs: list[object] = []
+    other = threading.Thread(target=lambda: theirs.extend((services.admin("log"), services.store())), name="other")
+    other.start()
+    other.join()
+    assert theirs[0] is not mine[0] and theirs[1] is not mine[1]
+
+    services.close()
+    services.close()
+
+    assert admins_stopped == {("MainThread", "log"): 2}
+    with pytest.raises(MillstreamError, match="job 'services': the driver's services are closed"):
+        services.admin("side")
