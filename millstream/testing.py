@@ -28,11 +28,11 @@ from millstream.config.views import parse_stream
 from millstream.coordinator.driver_loop import DriverLoop
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.prepare import prepare
+from millstream.coordinator.services import DriverServices
 from millstream.coordinator.signals import graceful_stop_on_signals
 from millstream.coordinator.status_document import status_document
 from millstream.coordinator.thread_launcher import ThreadLauncher
 from millstream.errors import MillstreamError, StreamNotFoundError
-from millstream.metadata.factory import metadata_store
 from millstream.metrics.server import metrics_endpoint
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.serde.registry import SerdeRegistry
@@ -61,8 +61,11 @@ class EndOfStreamNotReachedError(MillstreamError):
 class InProcessRunner:
     """Runs a job's containers as threads; ``run`` returns when all of them returned."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, *, services: DriverServices | None = None) -> None:
         self.config = prepare(config)
+        self._services = services
+        """The driver's services of a root that holds them (a ``Job`` in a ``with`` block); else :meth:`run`
+        builds its own and closes them when it returns."""
         self._stop = threading.Event()
 
     def run(self, timeout: float | None = None, *, handle_signals: bool = False) -> JobResult:
@@ -74,15 +77,17 @@ class InProcessRunner:
         stop the containers gracefully too.
         """
         with (
+            contextlib.nullcontext(self._services) if self._services else DriverServices(self.config) as services,
             graceful_stop_on_signals(self._stop) if handle_signals else contextlib.nullcontext(),
-            metrics_endpoint(self.config, lambda: status_document(self.config)),
+            metrics_endpoint(self.config, lambda: status_document(self.config, services), services.store),
         ):
-            return self._run(timeout)
+            return self._run(services, timeout)
 
-    def _run(self, timeout: float | None) -> JobResult:
-        store = metadata_store(self.config)
+    def _run(self, services: DriverServices, timeout: float | None) -> JobResult:
+        store = services.store()
         deadline = None if timeout is None else time.monotonic() + timeout
-        return DriverLoop(self.config, store, ThreadLauncher(self.config, store, self._stop), self._stop).run(deadline)
+        launcher = ThreadLauncher(self.config, store, self._stop)
+        return DriverLoop(self.config, store, launcher, self._stop, services).run(deadline)
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -257,37 +262,20 @@ class TestRunner:
         values.setdefault("task.inputs", ",".join(inputs))
         values.setdefault("systems.log.samza.offset.default", "oldest")
         config = prepare(Config(values))
-        for stream, partitions, messages in self._inputs:
-            self._create(config, stream, partitions)
-            if isinstance(messages, dict):
-                for partition, pairs in messages.items():
-                    write_stream(config, stream, pairs, partition=partition)
-            else:
-                write_stream(config, stream, messages)
-            self._seal(config, stream)
-        for stream, partitions in self._outputs:
-            self._create(config, stream, partitions)
-        job = InProcessRunner(config).run(timeout)
+        with DriverServices(config) as services:  # the streams' setup and the run share the driver's admins
+            for stream, partitions, messages in self._inputs:
+                services.admin(stream.system).create_stream(StreamSpec(stream.system, stream.stream, partitions))
+                if isinstance(messages, dict):
+                    for partition, pairs in messages.items():
+                        write_stream(config, stream, pairs, partition=partition)
+                else:
+                    write_stream(config, stream, messages)
+                services.admin(stream.system).seal_stream(stream.stream)
+            for stream, partitions in self._outputs:
+                services.admin(stream.system).create_stream(StreamSpec(stream.system, stream.stream, partitions))
+            job = InProcessRunner(config, services=services).run(timeout)
         if job.outcome == "failed":
             raise MillstreamError(f"test job failed: {job.error}")
         if job.outcome != "finished":
             raise EndOfStreamNotReachedError(job, timeout)
         return TestResult(config, job, self._directory)
-
-    @staticmethod
-    def _create(config: Config, stream: SystemStream, partitions: int) -> None:
-        admin = system_factory(config, stream.system).get_admin(stream.system, config)
-        admin.start()
-        try:
-            admin.create_stream(StreamSpec(stream.system, stream.stream, partitions))
-        finally:
-            admin.stop()
-
-    @staticmethod
-    def _seal(config: Config, stream: SystemStream) -> None:
-        admin = system_factory(config, stream.system).get_admin(stream.system, config)
-        admin.start()
-        try:
-            admin.seal_stream(stream.stream)
-        finally:
-            admin.stop()

@@ -101,17 +101,19 @@ def run(
     mask_secrets_in_logs(cfg)
     # Planned without publishing: a missing stream, task class or system fails in well under a second, before
     # Spark's JVM starts; the plan also tells the progress line which partitions the job reads.
-    model = guarded(job.model)
-    with run_progress(cfg, model, err, quiet) as progress:
-        try:
-            if in_process:
-                result = guarded(lambda: job.run("in-process", handle_signals=True))
-            else:
-                result = guarded(lambda: job.run("spark", master=master, verbose=verbose, handle_signals=True))
-        except KeyboardInterrupt:  # a second signal: the containers were told to stop, nobody waits for their commit
-            raise typer.Exit(FORCED_STOP_EXIT_CODE) from None
-        if progress is not None:
-            progress.finish(result)
+    # One set of driver services for the command: the plan, the progress line and the run share its admins.
+    with job, job.driver_services() as services:
+        model = guarded(job.model)
+        with run_progress(cfg, model, err, quiet, services) as progress:
+            try:
+                if in_process:
+                    result = guarded(lambda: job.run("in-process", handle_signals=True))
+                else:
+                    result = guarded(lambda: job.run("spark", master=master, verbose=verbose, handle_signals=True))
+            except KeyboardInterrupt:  # a second signal: the containers were told to stop, no one waits for a commit
+                raise typer.Exit(FORCED_STOP_EXIT_CODE) from None
+            if progress is not None:
+                progress.finish(result)
     if result.outcome == "failed":
         err.print(f"[bold red]job failed:[/] {result.error}", highlight=False)
         raise typer.Exit(1)

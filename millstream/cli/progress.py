@@ -35,12 +35,11 @@ from millstream.cli.progress_readings import ProcessedCount, Rate, RestartWatch,
 from millstream.config import Config, JobConfig
 from millstream.config.views import MetricsConfig, TaskConfig
 from millstream.coordinator.job_result import JobResult
+from millstream.coordinator.services import DriverServices
 from millstream.coordinator.status import PartitionLag, partition_lags
 from millstream.errors import MillstreamError
 from millstream.job_model import JobModel
 from millstream.metadata import coordination
-from millstream.metadata.base import MetadataStore
-from millstream.metadata.factory import metadata_store
 from millstream.metrics.snapshot import ContainerSnapshot, current_snapshots
 from millstream.model import SystemStreamPartition
 
@@ -65,12 +64,14 @@ def _next_offsets(lags: list[PartitionLag]) -> dict[SystemStreamPartition, int]:
 
 
 class RunProgress:
-    """Polls the metadata store on a thread of its own and redraws the line; :meth:`finish` ends it."""
+    """Polls the metadata store on a thread of its own and redraws the line; :meth:`finish` ends it. It reads
+    through the driver's ``services``, which give its thread an admin per system and a connection of its own."""
 
-    def __init__(self, config: Config, model: JobModel, console: Console) -> None:
+    def __init__(self, config: Config, model: JobModel, console: Console, services: DriverServices) -> None:
         self.config = config
         self.model = model
-        lags = partition_lags(config, model)
+        self._services = services
+        lags = partition_lags(config, model, services)
         bounded = bool(lags) and all(lag.sealed for lag in lags)
         self.total = sum(lag.lag or 0 for lag in lags) if bounded else None
         self._starts = _next_offsets(lags)
@@ -125,14 +126,10 @@ class RunProgress:
             self._progress.live.transient = True
         self._progress.stop()
 
-    def _say_restarts(self, store: MetadataStore | None = None) -> None:
+    def _say_restarts(self) -> None:
         """One line above the bar per container restart the status records show and no line said yet."""
         try:
-            if store is None:
-                with metadata_store(self.config) as opened:
-                    statuses = coordination.container_statuses(opened)
-            else:
-                statuses = coordination.container_statuses(store)
+            statuses = coordination.container_statuses(self._services.store())
         except MillstreamError as error:  # informational, as the rest of the line
             log.warning("progress line: cannot read the containers' status: %s", error)
             return
@@ -146,21 +143,21 @@ class RunProgress:
             log.warning("progress line stopped following the job: %s: %s", type(error).__name__, error)
 
     def _follow(self) -> None:
-        with metadata_store(self.config) as store:
-            first = coordination.current_generation(store)
-            checked = 0.0
-            while not self._stop.wait(_POLL_SECONDS):
-                self._say_restarts(store)
-                generation = coordination.current_generation(store)
-                if generation <= first and first > 0:
-                    continue  # the job has not published its generation yet: earlier snapshots are stale
-                snapshots = current_snapshots(store, generation)
-                if snapshots:
-                    self._from_snapshots(snapshots)
-                elif time.monotonic() - checked >= _CHECKPOINT_POLL_SECONDS:
-                    checked = time.monotonic()
-                    processed = self._checkpointed()
-                    self.update(processed, self._checkpoint_rate.reading(checked, processed))
+        store = self._services.store()
+        first = coordination.current_generation(store)
+        checked = 0.0
+        while not self._stop.wait(_POLL_SECONDS):
+            self._say_restarts()
+            generation = coordination.current_generation(store)
+            if generation <= first and first > 0:
+                continue  # the job has not published its generation yet: earlier snapshots are stale
+            snapshots = current_snapshots(store, generation)
+            if snapshots:
+                self._from_snapshots(snapshots)
+            elif time.monotonic() - checked >= _CHECKPOINT_POLL_SECONDS:
+                checked = time.monotonic()
+                processed = self._checkpointed()
+                self.update(processed, self._checkpoint_rate.reading(checked, processed))
 
     def _from_snapshots(self, snapshots: list[ContainerSnapshot]) -> None:
         samples = [sample for snapshot in snapshots for sample in snapshot.samples]
@@ -172,7 +169,7 @@ class RunProgress:
 
     def _checkpointed(self) -> float:
         processed = 0
-        for lag in partition_lags(self.config, self.model):
+        for lag in partition_lags(self.config, self.model, self._services):
             start = self._starts.get(lag.ssp)
             try:
                 if start is not None and lag.checkpointed is not None:
@@ -183,13 +180,15 @@ class RunProgress:
 
 
 @contextmanager
-def run_progress(config: Config, model: JobModel | None, console: Console, quiet: bool) -> Iterator[RunProgress | None]:
+def run_progress(
+    config: Config, model: JobModel | None, console: Console, quiet: bool, services: DriverServices
+) -> Iterator[RunProgress | None]:
     """The progress line while the block runs (None with ``quiet``); the block calls ``finish`` with
     the result, and the line is closed either way."""
     if quiet or model is None:
         yield None
         return
-    progress = RunProgress(config, model, console).start()
+    progress = RunProgress(config, model, console, services).start()
     try:
         yield progress
     finally:

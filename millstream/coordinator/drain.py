@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass
 
 from millstream.config import Config
+from millstream.coordinator.services import DriverServices, driver_services
 from millstream.coordinator.status import current_driver
 from millstream.errors import MillstreamError
 from millstream.metadata import coordination
-from millstream.metadata.factory import metadata_store
 
 ACTIVE_STATES = frozenset({"starting", "restoring", "bootstrapping", "running"})
 """Container states of a job that is running (``Container._report``)."""
@@ -34,11 +34,10 @@ class DrainRequest:
     """The containers of the run that were active when the request was written."""
 
 
-def request_drain(config: Config, run_id: str | None = None) -> DrainRequest:
+def request_drain(config: Config, run_id: str | None = None, services: DriverServices | None = None) -> DrainRequest:
     """Write a drain request for the running run of the job (``run_id``, when given, must be that run)."""
-    store = metadata_store(config)
-    store.init()
-    try:
+    with driver_services(config, services) as own:
+        store = own.store()
         generation = coordination.current_generation(store)
         active = {
             container_id: status
@@ -66,5 +65,3 @@ def request_drain(config: Config, run_id: str | None = None) -> DrainRequest:
         target = run_id if run_id is not None else running[0]
         coordination.request_drain(store, target)
         return DrainRequest(target, generation, tuple(sorted(active, key=int)))
-    finally:
-        store.close()

@@ -26,6 +26,7 @@ from typing import Protocol
 from millstream.config import Config, JobConfig
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.job_result import JobResult, generation_result
+from millstream.coordinator.services import DriverServices
 from millstream.job_model import JobModel
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
@@ -81,24 +82,39 @@ class Launcher(Protocol):
 
 
 class DriverLoop:
-    """Runs generations until the job ends, fails, or is stopped (see the module docstring)."""
+    """Runs generations until the job ends, fails, or is stopped (see the module docstring).
+
+    Every generation plans with the same ``services`` (the driver's admins, one per system for the whole run);
+    a loop given none builds its own around ``store`` and closes them when :meth:`run` returns."""
 
     def __init__(
-        self, config: Config, store: MetadataStore, launcher: Launcher, stop: threading.Event | None = None
+        self,
+        config: Config,
+        store: MetadataStore,
+        launcher: Launcher,
+        stop: threading.Event | None = None,
+        services: DriverServices | None = None,
     ) -> None:
         self.config = config
         self.store = store
         self.launcher = launcher
         self.stop = stop or threading.Event()
+        self.services = services
         self.generation = 0
 
     def run(self, deadline: float | None = None) -> JobResult:
         """Run to the end; past ``deadline`` (``time.monotonic()``) the containers are stopped, and commit."""
+        if self.services is not None:
+            return self._run(self.services, deadline)
+        with DriverServices(self.config, store=self.store) as services:
+            return self._run(services, deadline)
+
+    def _run(self, services: DriverServices, deadline: float | None) -> JobResult:
         containers: list[ContainerResult] = []
         while True:
             if self.stop.is_set() and not containers:  # stopped before any container started
                 return JobResult(self.generation, "stopped")
-            model = JobCoordinator(self.config, self.store).start()
+            model = JobCoordinator(self.config, self.store, services).start()
             self.generation = model.generation
             with driver_heartbeat(self.config, model.generation):
                 result, restart = self._run_generation(model, deadline)

@@ -11,19 +11,22 @@ processing, after the commit that snapshotted it, so it cannot join the transact
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from millstream.checkpoint.factory import checkpoint_factory
 from millstream.config.core import Config
 from millstream.config.views import TaskConfig, parse_stream, store_config, store_names, stream_samza
 from millstream.errors import ConfigError
 from millstream.model import SystemStream
 from millstream.storage.backends.registry import backup_factories
-from millstream.systems.registry import system_factory
+from millstream.systems.base import SystemFactory
 
 GUARANTEE = "task.processing.guarantee=exactly-once"
 
 
-def validate_processing_guarantee(config: Config) -> None:
-    """Raise a ``ConfigError`` naming the key to change when the job cannot be exactly-once."""
+def validate_processing_guarantee(config: Config, factories: Callable[[str], SystemFactory]) -> None:
+    """Raise a ``ConfigError`` naming the key to change when the job cannot be exactly-once; ``factories``
+    finds a system's factory (``DriverServices.factory``)."""
     task = TaskConfig.of(config)
     if not task.exactly_once:
         return
@@ -35,7 +38,7 @@ def validate_processing_guarantee(config: Config) -> None:
             f"embedded log's coordinator); checkpoints in '{task.checkpoint_factory}' cannot be committed "
             "atomically with the output"
         )
-    if not system_factory(config, system).transactional(system, config):
+    if not factories(system).transactional(system, config):
         raise ConfigError(
             f"{GUARANTEE}: system '{system}' must write in transactions: remove "
             f"systems.{system}.transactional.writes=false"

@@ -9,12 +9,15 @@ system fences their producers (``SystemAdmin.fence_writers``), and they stop at 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from millstream.checkpoint.factory import checkpoint_factory
 from millstream.config import Config, JobConfig, TaskConfig
 from millstream.config.views import StartpointConfig, adjunct_streams, system_names
 from millstream.coordinator.groupers import group_containers, group_tasks, grouper_for
+from millstream.coordinator.services import DriverServices
 from millstream.errors import ConfigError, StreamNotFoundError
 from millstream.job_model import JOB_MODEL_NAMESPACE, JobModel
 from millstream.metadata import coordination
@@ -24,7 +27,6 @@ from millstream.runtime.container import load_task_class
 from millstream.startpoint.manager import StartpointManager
 from millstream.storage.managers.resources import prepare_state_resources
 from millstream.systems.base import StreamSpec
-from millstream.systems.registry import system_factory
 
 log = logging.getLogger(__name__)
 
@@ -36,18 +38,38 @@ class JobPlan:
 
 
 class JobCoordinator:
-    def __init__(self, config: Config, store: MetadataStore) -> None:
+    """Plans and publishes a job's generations with the driver's ``services`` (its admins: one per system for
+    the whole run); without them, with services of each call alone, closed when it returns."""
+
+    def __init__(self, config: Config, store: MetadataStore, services: DriverServices | None = None) -> None:
         self.config = config
         self.store = store
+        self.services = services
+
+    @contextmanager
+    def _services(self) -> Iterator[DriverServices]:
+        if self.services is not None:
+            yield self.services
+            return
+        with DriverServices(self.config, store=self.store) as own:
+            self.services = own
+            try:
+                yield own
+            finally:
+                self.services = None
 
     def plan(self) -> JobPlan:
         """Compute (but do not publish) the JobModel of the next generation; fails on bad config or streams."""
+        with self._services() as services:
+            return self._plan(services)
+
+    def _plan(self, services: DriverServices) -> JobPlan:
         job = JobConfig.of(self.config)
         task = TaskConfig.of(self.config)
         if self.config.get("app.class"):  # a high-level application reads intermediate streams it creates
             from millstream.operators.planner import prepare_application
 
-            prepare_application(self.config)
+            prepare_application(self.config, services.admin)
         load_task_class(self.config)
         inputs = task.input_streams()
         broadcast = task.broadcast_ssps()
@@ -61,22 +83,17 @@ class JobCoordinator:
         ssps: set[SystemStreamPartition] = set()
         partitions: dict[str, int] = {}
         for system in sorted({stream.system for stream in streams}):
-            system_factory(self.config, system).validate_job(system, self.config)
-            admin = system_factory(self.config, system).get_admin(system, self.config)
-            admin.start()
-            try:
-                names = [stream.stream for stream in streams if stream.system == system]
-                metadata = admin.get_system_stream_metadata(names)
-                for name in names:
-                    if name not in metadata:
-                        raise StreamNotFoundError(
-                            system, name, "create it first (millstream streams create) or fix task.inputs"
-                        )
-                    partitions[f"{system}.{name}"] = metadata[name].partition_count
-                    ssps.update(SystemStreamPartition(system, name, p) for p in metadata[name].partitions)
-            finally:
-                admin.stop()
-        self._ensure_dead_letter_stream()
+            services.factory(system).validate_job(system, self.config)
+            names = [stream.stream for stream in streams if stream.system == system]
+            metadata = services.admin(system).get_system_stream_metadata(names)
+            for name in names:
+                if name not in metadata:
+                    raise StreamNotFoundError(
+                        system, name, "create it first (millstream streams create) or fix task.inputs"
+                    )
+                partitions[f"{system}.{name}"] = metadata[name].partition_count
+                ssps.update(SystemStreamPartition(system, name, p) for p in metadata[name].partitions)
+        self._ensure_dead_letter_stream(services)
         unknown_broadcast = sorted(broadcast - ssps)
         if unknown_broadcast:
             raise ConfigError(f"config key 'task.broadcast.inputs' names {unknown_broadcast[0]}, which does not exist")
@@ -112,13 +129,14 @@ class JobCoordinator:
         lease (``MetadataStore.take_over``): a paused container of an older run cannot stop the takeover."""
         self.store.set_writer("the driver")
         self.store.take_over()
-        plan = self.plan()
-        self._claim_checkpoint_resources()
-        prepare_state_resources(self.config, self.store, plan.model)
-        previous = coordination.latest_job_model(self.store)
-        self.publish(plan.model)
-        if previous is not None:
-            self.fence_writers(previous)
+        with self._services() as services:
+            plan = self._plan(services)
+            self._claim_checkpoint_resources()
+            prepare_state_resources(self.config, self.store, plan.model)
+            previous = coordination.latest_job_model(self.store)
+            self.publish(plan.model)
+            if previous is not None:
+                self._fence_writers(services, previous)
         if JobConfig.of(self.config).startpoint_enabled:
             manager = StartpointManager(self.store, StartpointConfig.of(self.config).max_age_ms)
             manager.fan_out(plan.model.task_to_ssps())
@@ -138,20 +156,18 @@ class JobCoordinator:
         ``transactional.id`` (the same container id) starts, so the zombie could commit changelog records
         that the new owner's next checkpoint covers. Done after publishing, so no attempt of the previous
         generation starts (and takes its id back) afterwards."""
+        with self._services() as services:
+            self._fence_writers(services, previous)
+
+    def _fence_writers(self, services: DriverServices, previous: JobModel) -> None:
         job = JobConfig.of(self.config).job_key
         for system in system_names(self.config):
-            admin = system_factory(self.config, system).get_admin(system, self.config)
-            admin.fence_writers(job, sorted(previous.containers))
+            services.admin(system).fence_writers(job, sorted(previous.containers))
         log.info("fenced the writers of generation %s's %d container(s)", previous.generation, len(previous.containers))
 
-    def _ensure_dead_letter_stream(self) -> None:
+    def _ensure_dead_letter_stream(self, services: DriverServices) -> None:
         dead_letter = TaskConfig.of(self.config).dead_letter()
         if dead_letter is None:
             return
-        admin = system_factory(self.config, dead_letter.system).get_admin(dead_letter.system, self.config)
-        admin.start()
-        try:
-            if admin.create_stream(StreamSpec(dead_letter.system, dead_letter.stream, 1)):
-                log.info("created dead-letter stream %s", dead_letter)
-        finally:
-            admin.stop()
+        if services.admin(dead_letter.system).create_stream(StreamSpec(dead_letter.system, dead_letter.stream, 1)):
+            log.info("created dead-letter stream %s", dead_letter)

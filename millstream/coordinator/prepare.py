@@ -34,20 +34,21 @@ from millstream.config.views import (
     table_ids,
 )
 from millstream.coordinator.guarantee import validate_processing_guarantee
+from millstream.coordinator.services import DriverServices
 from millstream.errors import ConfigError
 from millstream.model import SystemStream
 from millstream.operators.planner import expand_application
 from millstream.serde.registry import SerdeRegistry
 from millstream.storage.backends.changelog.names import with_default_changelogs
 from millstream.storage.managers.validation import validate_state_config
-from millstream.systems.registry import system_factory
 
 
 def prepare(config: Config) -> Config:
     """The config a job runs with: absolute paths, the application expanded, default changelog names
     derived (``storage.backends.changelog.names``), every key checked."""
     resolved = with_default_changelogs(expand_application(resolve_paths(config)))
-    _validate(resolved)
+    with DriverServices(resolved) as services:  # only its factories are used: looking one up opens nothing
+        _validate(resolved, services)
     return resolved
 
 
@@ -56,7 +57,7 @@ def load_job_config(path: str | os.PathLike[str] | None, overrides: Mapping[str,
     return prepare(load_config(path, overrides))
 
 
-def _validate(config: Config) -> None:
+def _validate(config: Config, services: DriverServices) -> None:
     """Stop a job before it starts on any unknown key in a closed namespace or ill-typed value."""
     JobConfig.of(config)
     TaskConfig.of(config).broadcast_ssps()
@@ -71,7 +72,7 @@ def _validate(config: Config) -> None:
     serdes = SerdeRegistry.from_config(config)
     validate_state_config(config, serdes)
     validate_adjunct_config(config)
-    validate_processing_guarantee(config)
+    validate_processing_guarantee(config, services.factory)
     for table_id in table_ids(config):
         table_config(config, table_id)
     _refuse_misspelt_sections(config)
@@ -80,7 +81,7 @@ def _validate(config: Config) -> None:
             raise ConfigError(f"unknown config key '{key}' (expected systems.<system>.<setting>)")
     for system in system_names(config):
         samza = system_samza(config, system)
-        factory = system_factory(config, system)
+        factory = services.factory(system)
         for kind, serde_name in (("key", samza.key_serde), ("msg", samza.msg_serde)):
             if serde_name:
                 serdes.get(serde_name, f"systems.{system}.samza.{kind}.serde")
@@ -95,7 +96,9 @@ def _refuse_intermediate_streams_without_fixed_partitions(config: Config, system
     """An intermediate stream needs fixed partitions numbered from a fixed origin: ``partition_by`` routes each
     key to one partition for good, and a downstream stage that starts fresh knows the stream is complete only
     if its first record is still at the origin. Kinesis shards come and go and their sequence numbers have no
-    origin, so the planner's streams cannot live there; the admin is created only to read its class's traits."""
+    origin, so the planner's streams cannot live there. The admin is created, never started (it opens no
+    connection), only to read its class's traits: the driver's services start their admins later, from the
+    prepared config."""
     suffix = ".samza.intermediate"
     prefix = f"systems.{system}.streams."
     streams = sorted(

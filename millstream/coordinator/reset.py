@@ -30,10 +30,10 @@ from millstream.config import Config, JobConfig
 from millstream.config.views import parse_stream, store_config, stream_samza, task_store_names
 from millstream.control.state import CONTROL_STATE_NAMESPACE
 from millstream.coordinator.drain import ACTIVE_STATES
+from millstream.coordinator.services import DriverServices, driver_services
 from millstream.errors import MillstreamError
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
-from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStream
 from millstream.startpoint.manager import FAN_OUT_NAMESPACE, READ_WRITE_NAMESPACE, STARTPOINT_STATUS_NAMESPACE
 from millstream.storage.backends.blobstore.factory import BlobStoreStateBackendFactory
@@ -42,7 +42,6 @@ from millstream.storage.backends.registry import backup_factories, restore_facto
 from millstream.storage.changelog_partitions import CHANGELOG_PARTITION_NAMESPACE
 from millstream.storage.layout import StoreLayout, task_dir_name
 from millstream.systems.base import StreamSpec
-from millstream.systems.registry import system_factory
 
 RESET_NAMESPACES = {
     READ_WRITE_NAMESPACE: "startpoints",
@@ -93,11 +92,11 @@ class ResetPlan:
             yield f"local state: {directory}"
 
 
-def plan_reset(config: Config, *, force: bool = False) -> ResetPlan:
+def plan_reset(config: Config, *, force: bool = False, services: DriverServices | None = None) -> ResetPlan:
     """What a reset of the job would delete; raises ``ResetRefusedError`` while the job runs (unless ``force``:
     its containers died without saying so)."""
-    with metadata_store(config) as store:
-        store.init()
+    with driver_services(config, services) as driver:
+        store = driver.store()
         if not force:
             _refuse_while_running(config, store)
         plan = ResetPlan(JobConfig.of(config).name)
@@ -107,32 +106,34 @@ def plan_reset(config: Config, *, force: bool = False) -> ResetPlan:
         plan.metadata = {ns: len(entries) for ns in RESET_NAMESPACES if (entries := store.all(ns))}
         model = coordination.latest_job_model(store)
         tasks = sorted(model.tasks) if model is not None else []
-    plan.local_dirs = _local_dirs(config, [str(task) for task in tasks])
-    plan.blobs = _blobs(config)
-    plan.streams = _existing_streams(config)
+        plan.local_dirs = _local_dirs(config, [str(task) for task in tasks])
+        plan.blobs = _blobs(config)
+        plan.streams = _existing_streams(config, driver)
     return plan
 
 
-def reset_job(config: Config, *, dry_run: bool = False, force: bool = False) -> ResetPlan:
+def reset_job(
+    config: Config, *, dry_run: bool = False, force: bool = False, services: DriverServices | None = None
+) -> ResetPlan:
     """Delete what ``plan_reset`` lists (nothing with ``dry_run``) and return it."""
-    plan = plan_reset(config, force=force)
-    if dry_run:
-        return plan
-    with metadata_store(config) as store:
-        store.init()
-        with checkpoint_manager(config, store) as checkpoints:
-            checkpoints.start()
-            checkpoints.clear_checkpoints()
-        for namespace in plan.metadata:
-            store.delete_all(namespace, list(store.all(namespace)))
-        store.flush()
+    with driver_services(config, services) as driver:
+        plan = plan_reset(config, force=force, services=driver)
+        if not dry_run:
+            _delete(config, plan, driver)
+    return plan
+
+
+def _delete(config: Config, plan: ResetPlan, services: DriverServices) -> None:
+    """Delete what ``plan`` lists: checkpoints and metadata first, then streams, blobs and local state."""
+    store = services.store()
+    with checkpoint_manager(config, store) as checkpoints:
+        checkpoints.start()
+        checkpoints.clear_checkpoints()
+    for namespace in plan.metadata:
+        store.delete_all(namespace, list(store.all(namespace)))
+    store.flush()
     for stream in plan.streams:
-        admin = system_factory(config, stream.system).get_admin(stream.system, config)
-        admin.start()
-        try:
-            admin.clear_stream(StreamSpec(stream.system, stream.stream, 1))
-        finally:
-            admin.stop()
+        services.admin(stream.system).clear_stream(StreamSpec(stream.system, stream.stream, 1))
     if plan.blobs:
         blobs = blob_store(config)
         try:
@@ -146,7 +147,6 @@ def reset_job(config: Config, *, dry_run: bool = False, force: bool = False) -> 
             shutil.rmtree(entry)
         else:
             entry.unlink(missing_ok=True)
-    return plan
 
 
 def _refuse_while_running(config: Config, store: MetadataStore) -> None:
@@ -200,7 +200,7 @@ def _blobs(config: Config) -> dict[str, list[str]]:
         store.close()
 
 
-def _existing_streams(config: Config) -> dict[SystemStream, str]:
+def _existing_streams(config: Config, services: DriverServices) -> dict[SystemStream, str]:
     """The job's changelog and intermediate streams that exist."""
     wanted: dict[SystemStream, str] = {}
     for store in task_store_names(config):
@@ -217,8 +217,6 @@ def _existing_streams(config: Config) -> dict[SystemStream, str]:
     existing: dict[SystemStream, str] = {}
     for system in sorted({stream.system for stream in wanted}):
         names = [stream.stream for stream in wanted if stream.system == system]
-        with system_factory(config, system).get_admin(system, config) as admin:
-            admin.start()
-            metadata = admin.get_system_stream_metadata(names)
+        metadata = services.admin(system).get_system_stream_metadata(names)
         existing.update({s: what for s, what in wanted.items() if s.system == system and metadata.get(s.stream)})
     return existing

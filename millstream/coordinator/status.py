@@ -14,14 +14,13 @@ from millstream.adjunct.recovery import RecordedOffsets
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config, JobConfig
 from millstream.config.views import adjunct_streams
+from millstream.coordinator.services import DriverServices, driver_services
 from millstream.job_model import JobModel
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.coordination import latest_job_model
-from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStreamPartition
 from millstream.startpoint.manager import STARTPOINT_STATUS_NAMESPACE
-from millstream.systems.registry import system_factory
 
 
 @dataclass(frozen=True)
@@ -106,9 +105,10 @@ class JobStatus:
     driver: DriverState = field(default_factory=lambda: DriverState("unknown"))
 
 
-def job_status(config: Config) -> JobStatus:
-    store = metadata_store(config)
-    try:
+def job_status(config: Config, services: DriverServices | None = None) -> JobStatus:
+    """The job's status, read with the driver's ``services`` (or services of this call alone)."""
+    with driver_services(config, services) as driver:
+        store = driver.store()
         model = latest_job_model(store)
         status = JobStatus(model, coordination.current_generation(store), coordination.container_statuses(store))
         status.driver = current_driver(config, store)
@@ -117,35 +117,28 @@ def job_status(config: Config) -> JobStatus:
         }
         if model is None:
             return status
-        status.lag, metadata = _partition_lags(config, store, model)
+        status.lag, metadata = _partition_lags(config, driver, model)
         status.adjunct = _adjunct_positions(store, metadata)
         return status
-    finally:
-        store.close()
 
 
-def partition_lags(config: Config, model: JobModel) -> list[PartitionLag]:
+def partition_lags(config: Config, model: JobModel, services: DriverServices | None = None) -> list[PartitionLag]:
     """Per partition of ``model`` (published or only planned), its checkpoint and what is left to read."""
-    with metadata_store(config) as store:
-        return _partition_lags(config, store, model)[0]
+    with driver_services(config, services) as driver:
+        return _partition_lags(config, driver, model)[0]
 
 
 def _partition_lags(
-    config: Config, store: MetadataStore, model: JobModel
+    config: Config, services: DriverServices, model: JobModel
 ) -> tuple[list[PartitionLag], dict[SystemStreamPartition, Any]]:
-    manager = checkpoint_manager(config, store, None)
+    manager = checkpoint_manager(config, services.store(), None)
     manager.start()
     checkpoints = manager.read_all()
     manager.stop()
     ssps = {ssp for task in model.tasks.values() for ssp in task.ssps}
     metadata = {}
     for system in sorted({ssp.system for ssp in ssps}):
-        admin = system_factory(config, system).get_admin(system, config)
-        admin.start()
-        try:
-            metadata.update(admin.get_ssp_metadata(ssp for ssp in ssps if ssp.system == system))
-        finally:
-            admin.stop()
+        metadata.update(services.admin(system).get_ssp_metadata(ssp for ssp in ssps if ssp.system == system))
     adjunct = set(adjunct_streams(config))
     lags = []
     for task_name in sorted(model.tasks, key=lambda n: n.sort_key()):

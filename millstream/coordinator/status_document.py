@@ -13,8 +13,8 @@ import orjson
 
 from millstream.config import Config, JobConfig
 from millstream.config.secrets import mask_secrets
+from millstream.coordinator.services import DriverServices, driver_services
 from millstream.coordinator.status import JobStatus, job_status
-from millstream.metadata.factory import metadata_store
 from millstream.metrics.snapshot import ContainerSnapshot, current_snapshots
 from millstream.startpoint.manager import StartpointManager
 
@@ -39,10 +39,12 @@ _PROGRESS = ("restore", "bootstrap")
 _FAILURES = ("dead_lettered", "process_errors_skipped", "commit_failures_skipped", "commits_timed_out")
 
 
-def status_document(config: Config) -> dict[str, Any]:
-    """The job's status as a JSON-ready document, with ``sensitive.*`` values masked."""
-    status = job_status(config)
-    with metadata_store(config) as store:
+def status_document(config: Config, services: DriverServices | None = None) -> dict[str, Any]:
+    """The job's status as a JSON-ready document, with ``sensitive.*`` values masked; read with the driver's
+    ``services`` (the status server calls it from its request thread, which gets a connection of its own)."""
+    with driver_services(config, services) as driver:
+        status = job_status(config, driver)
+        store = driver.store()
         snapshots = current_snapshots(store, status.generation)
         pending = StartpointManager(store).all_fan_outs()
     job = JobConfig.of(config)

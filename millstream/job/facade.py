@@ -7,6 +7,11 @@ startpoints, checkpoints and adjunct-store versions through ``job.streams``, ``j
 ``job.checkpoints`` and ``job.adstores``. The ``millstream`` command is built on it, so every command is a
 call of this class.
 
+The job's driver services (``coordinator/services.py``: its systems' admins and its metadata-store
+connections) are opened for each call and closed when it returns, so a ``Job`` used call by call holds no
+connection between calls; inside ``with Job.from_file(path) as job:`` every call shares one set, closed on
+leaving the block (each system's admin opened once, as one ``millstream`` command does).
+
 pyspark is imported only when a method needs Spark (``run(runner="spark")``, ``spark_session``), so
 ``import millstream`` and the in-process runner work without starting, or even installing, Spark.
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from millstream.config import Config, JobConfig, load_config
@@ -23,6 +29,7 @@ from millstream.coordinator.drain import DrainRequest, request_drain
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.prepare import prepare
 from millstream.coordinator.reset import ResetPlan, reset_job
+from millstream.coordinator.services import DriverServices, ServiceScope
 from millstream.coordinator.status import JobStatus, job_status
 from millstream.coordinator.status_document import status_document
 from millstream.errors import ConfigError, MillstreamError
@@ -51,21 +58,40 @@ class Job:
 
     ``Job(config)`` takes a ``Config`` or a plain mapping of keys to values and prepares it once (paths
     resolved, a high-level application expanded, every key validated): a bad key fails here, with the key
-    named, before anything starts. ``job.config`` is that prepared config.
+    named, before anything starts. ``job.config`` is that prepared config. Used as a context manager, the job
+    keeps one set of admins and metadata-store connections for the block (see the module docstring).
     """
 
     def __init__(self, config: Config | Mapping[str, Any]) -> None:
         self.config: Config = prepare(config if isinstance(config, Config) else Config(dict(config)))
-        self.streams = Streams(self.config)
+        self._scope = ServiceScope(self.config)
+        self.streams = Streams(self.config, self._scope)
         """Create, list, describe, write, read, seal and delete streams of the job's systems."""
-        self.startpoints = Startpoints(self.config)
+        self.startpoints = Startpoints(self.config, self._scope)
         """Set, show and clear where the job starts reading."""
-        self.checkpoints = Checkpoints(self.config)
+        self.checkpoints = Checkpoints(self.config, self._scope)
         """Show the job's checkpoints."""
-        self.adstores = AdjunctStores(self.config)
+        self.adstores = AdjunctStores(self.config, self._scope)
         """Build, list and end versions of the job's adjunct data stores."""
         self._running: _Stoppable | None = None
         self._lock = threading.Lock()
+
+    def __enter__(self) -> Job:
+        self._scope.hold()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def driver_services(self) -> AbstractContextManager[DriverServices]:
+        """The driver services this job's calls use: inside a ``with`` block the job's own (left open), else
+        services closed on leaving; for tools built on the façade that read the job beside a run (the CLI's
+        progress line)."""
+        return self._scope.use()
+
+    def close(self) -> None:
+        """Close the admins and metadata-store connections a ``with`` block held; idempotent."""
+        self._scope.release()
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], overrides: Mapping[str, Any] | None = None) -> Job:
@@ -101,7 +127,7 @@ class Job:
                 raise ConfigError("run(runner='in-process') takes no Spark master or session")
             from millstream.testing import InProcessRunner
 
-            local = InProcessRunner(self.config)
+            local = InProcessRunner(self.config, services=self._scope.held)
             return self._running_with(local, lambda: local.run(timeout, handle_signals=handle_signals))
         if runner == "spark":
             if timeout is not None:
@@ -138,44 +164,46 @@ class Job:
         if running is not None:
             running.request_stop()
             return None
-        return request_stop(self.config)
+        with self._scope.use() as services:
+            return request_stop(self.config, services.store())
 
     def wait_until_stopped(self, generation: int, timeout: float) -> bool:
         """Whether every container of ``generation`` stopped within ``timeout`` seconds."""
-        return wait_until_stopped(self.config, generation, timeout)
+        with self._scope.use() as services:
+            return wait_until_stopped(services.store(), generation, timeout)
 
     def drain(self, run_id: str | None = None) -> DrainRequest:
         """Drain the running job: its containers stop reading their inputs, fire their windows, commit and
         stop; ``run`` returns ``drained``. ``run_id``, when given, must be the running run
         (``app.run.id`` or ``generation-N``). Raises ``DrainRefusedError``, writing nothing, otherwise."""
-        return request_drain(self.config, run_id)
+        with self._scope.use() as services:
+            return request_drain(self.config, run_id, services)
 
     def reset(self, *, dry_run: bool = False, force: bool = False) -> ResetPlan:
         """Delete the job's checkpoints, startpoints, control state, store state, changelogs and intermediate
         streams, so its next run starts over from its inputs with empty stores; inputs and outputs stay.
         ``dry_run`` deletes nothing; refused while the job runs, unless ``force`` (containers that died unseen)."""
-        return reset_job(self.config, dry_run=dry_run, force=force)
+        with self._scope.use() as services:
+            return reset_job(self.config, dry_run=dry_run, force=force, services=services)
 
     def status(self) -> JobStatus:
         """The published job model, generation, driver and container states, lag per partition, adjunct-store
         positions and startpoints that failed to resolve."""
-        return job_status(self.config)
+        with self._scope.use() as services:
+            return job_status(self.config, services)
 
     def status_document(self) -> dict[str, Any]:
         """The status as the metrics endpoint serves it (``/status``): JSON-ready, ``sensitive.*`` masked."""
-        return status_document(self.config)
+        with self._scope.use() as services:
+            return status_document(self.config, services)
 
     def model(self) -> JobModel:
         """The job model a run would start with (tasks, partitions, containers), planned without publishing it:
         a missing input stream, task class or system fails here."""
         from millstream.coordinator.job_coordinator import JobCoordinator
-        from millstream.metadata.factory import metadata_store
 
-        store = metadata_store(self.config)
-        try:
-            return JobCoordinator(self.config, store).plan().model
-        finally:
-            store.close()
+        with self._scope.use() as services:
+            return JobCoordinator(self.config, services.store(), services).plan().model
 
     def plan(self) -> ExecutionPlan:
         """The stages of the high-level application (cut at each ``partition_by``), its input, intermediate and
@@ -184,7 +212,8 @@ class Job:
 
         if not self.config.get("app.class"):
             raise ConfigError("the config names no application (app.class)")
-        return execution_plan(self.config)
+        with self._scope.use() as services:
+            return execution_plan(self.config, services.admin)
 
     def spark_session(self, master: str | None = None, *, verbose: bool = False) -> SparkSession:
         """The SparkSession for this job (built, or joined if one runs): its ``spark.*`` keys applied and the

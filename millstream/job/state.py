@@ -12,10 +12,10 @@ from millstream.checkpoint.checkpoint import Checkpoint
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
 from millstream.config.views import store_config, store_names
+from millstream.coordinator.services import ServiceScope
 from millstream.errors import ConfigError
-from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStreamPartition, TaskName
-from millstream.startpoint.tools import StartpointListing, delete_startpoints, list_startpoints, set_startpoints
+from millstream.startpoint.tools import StartpointListing, remove_startpoints, startpoint_listing, write_startpoints
 from millstream.systems.startpoints import Startpoint
 
 if TYPE_CHECKING:
@@ -31,8 +31,9 @@ def _stream_name(stream: StreamName) -> str:
 class Startpoints:
     """Startpoints move where a job starts reading, per partition, without touching its checkpoints."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, scope: ServiceScope | None = None) -> None:
         self._config = config
+        self._scope = scope or ServiceScope(config)
 
     def set(
         self,
@@ -46,13 +47,15 @@ class Startpoints:
         """Write ``startpoint`` for ``partitions`` of ``stream`` (all when None), optionally for one task only;
         the partitions it was written for. It applies when the job next starts, or, with ``apply``, a running
         job restarts its containers gracefully to use it."""
-        return set_startpoints(
-            self._config, _stream_name(stream), startpoint, partitions=partitions, task_name=task, apply=apply
-        )
+        with self._scope.use() as services:
+            return write_startpoints(
+                services, _stream_name(stream), startpoint, partitions=partitions, task_name=task, apply=apply
+            )
 
     def show(self) -> StartpointListing:
         """Pending startpoints (stale ones marked), those given to tasks, and those that failed to resolve."""
-        return list_startpoints(self._config)
+        with self._scope.use() as services:
+            return startpoint_listing(services)
 
     def clear(
         self,
@@ -65,32 +68,34 @@ class Startpoints:
         """Delete pending startpoints (all, or of one stream / its partitions / one task); with ``fanned_out``
         those already given to tasks too. How many were deleted."""
         name = None if stream is None else _stream_name(stream)
-        return delete_startpoints(self._config, name, partitions=partitions, task_name=task, fanned_out=fanned_out)
+        with self._scope.use() as services:
+            return remove_startpoints(services, name, partitions=partitions, task_name=task, fanned_out=fanned_out)
 
 
 class Checkpoints:
     """The job's checkpoints: per task, the offset of each partition its next start resumes after."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, scope: ServiceScope | None = None) -> None:
         self._config = config
+        self._scope = scope or ServiceScope(config)
 
     def show(self) -> dict[TaskName, Checkpoint]:
         """The last checkpoint of every task (empty before the first commit)."""
-        store = metadata_store(self._config)
-        manager = checkpoint_manager(self._config, store, None)
-        manager.start()
-        try:
-            return manager.read_all()
-        finally:
-            manager.stop()
-            store.close()
+        with self._scope.use() as services:
+            manager = checkpoint_manager(self._config, services.store(), None)
+            manager.start()
+            try:
+                return manager.read_all()
+            finally:
+                manager.stop()
 
 
 class AdjunctStores:
     """Versions of the job's adjunct data stores: bulk-built with Spark, published, switched to by a running job."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, scope: ServiceScope | None = None) -> None:
         self._config = config
+        self._scope = scope or ServiceScope(config)
 
     def check(self, store: str) -> None:
         """Refuse (``ConfigError`` naming the key) a store that is not an adjunct store of this job."""
@@ -117,12 +122,9 @@ class AdjunctStores:
     def versions(self, store: str) -> tuple[list[PublishedVersion], PublishedVersion | None]:
         """The published versions still kept (oldest first) and the latest, which jobs serve."""
         self.check(store)
-        metadata = metadata_store(self._config)
-        try:
-            metadata.init()
+        with self._scope.use() as services:
+            metadata = services.store()
             return list_versions(metadata, store), latest_version(metadata, store)
-        finally:
-            metadata.close()
 
     def end_version(self, store: str, label: str) -> tuple[str, int]:
         """Write an end-of-version marker to every partition of a versioned store's input stream: the version

@@ -15,7 +15,6 @@ from millstream.coordinator.drain import ACTIVE_STATES
 from millstream.errors import MillstreamError
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
-from millstream.metadata.factory import metadata_store
 
 POLL_S = 0.5
 """How often ``wait_until_stopped`` reads the containers' states."""
@@ -34,36 +33,28 @@ class StopRequest:
     """The containers of the generation that were active when the stop signal was written."""
 
 
-def request_stop(config: Config) -> StopRequest:
-    """Write the stop signal for the job's current generation; ``StopRefusedError`` when none is active."""
-    store = metadata_store(config)
-    store.init()
-    try:
-        generation = coordination.current_generation(store)
-        active = _active(store, generation)
-        if generation == 0 or not active:
-            raise StopRefusedError(
-                f"job '{JobConfig.of(config).name}' is not running (generation {generation}: no container is "
-                "starting or running); nothing to stop"
-            )
-        coordination.request_stop(store, generation)
-        return StopRequest(generation, tuple(active))
-    finally:
-        store.close()
+def request_stop(config: Config, store: MetadataStore) -> StopRequest:
+    """Write the stop signal for the job's current generation to ``store`` (the driver services' connection);
+    ``StopRefusedError`` when none is active."""
+    generation = coordination.current_generation(store)
+    active = _active(store, generation)
+    if generation == 0 or not active:
+        raise StopRefusedError(
+            f"job '{JobConfig.of(config).name}' is not running (generation {generation}: no container is "
+            "starting or running); nothing to stop"
+        )
+    coordination.request_stop(store, generation)
+    return StopRequest(generation, tuple(active))
 
 
-def wait_until_stopped(config: Config, generation: int, timeout_s: float) -> bool:
+def wait_until_stopped(store: MetadataStore, generation: int, timeout_s: float) -> bool:
     """Whether every container of ``generation`` left the active states within ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
-    store = metadata_store(config)
-    try:
-        while _active(store, generation):
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(POLL_S)
-        return True
-    finally:
-        store.close()
+    while _active(store, generation):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(POLL_S)
+    return True
 
 
 def _active(store: MetadataStore, generation: int) -> list[str]:

@@ -1,8 +1,9 @@
 """``job.streams``: create, inspect, write, read, seal and delete the streams of any system a job's config
 names, with the stream's configured serdes.
 
-Every call opens the system's admin (or producer, or consumer) and closes it before returning, so a ``Job``
-holds no connection between calls.
+Every call uses the system's admin of the job's driver services (opened for the call and closed before it
+returns, unless the ``Job`` is used as a context manager: then once for the block), so a ``Job`` used call by
+call holds no connection between calls. Producers and consumers are opened per call.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from typing import Any, TypeVar
 
 from millstream.config import Config
 from millstream.config.views import parse_stream
+from millstream.coordinator.services import ServiceScope
 from millstream.model import IncomingMessageEnvelope, SystemStream
 from millstream.serde.base import Serde
 from millstream.serde.registry import SerdeRegistry
 from millstream.systems.base import StreamSpec, SystemAdmin, SystemStreamMetadata
-from millstream.systems.registry import system_factory
 from millstream.testing import iter_stream, read_stream, write_stream
 
 T = TypeVar("T")
@@ -34,16 +35,13 @@ def stream_of(name: StreamName) -> SystemStream:
 class Streams:
     """The streams of the systems a job's config declares (``job.streams``)."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, scope: ServiceScope | None = None) -> None:
         self._config = config
+        self._scope = scope or ServiceScope(config)
 
     def _with_admin(self, system: str, action: Callable[[SystemAdmin], T]) -> T:
-        admin = system_factory(self._config, system).get_admin(system, self._config)
-        admin.start()
-        try:
-            return action(admin)
-        finally:
-            admin.stop()
+        with self._scope.use() as services:
+            return action(services.admin(system))
 
     def create(self, stream: StreamName, partitions: int = 1, settings: Mapping[str, str] | None = None) -> bool:
         """Create ``stream`` with ``partitions`` partitions and system ``settings``; False (no change) if it exists."""

@@ -32,6 +32,8 @@ from millstream.metrics.snapshot import ContainerSnapshot, current_snapshots
 log = logging.getLogger(__name__)
 
 StatusSource = Callable[[], dict[str, Any]]
+StoreSource = Callable[[], MetadataStore]
+"""The calling thread's metadata-store connection, owned by the caller (``DriverServices.store``)."""
 
 
 def live_snapshots(store: MetadataStore) -> list[ContainerSnapshot]:
@@ -45,9 +47,16 @@ def live_snapshots(store: MetadataStore) -> list[ContainerSnapshot]:
 
 
 class MetricsServer:
-    """Serves the job's metrics and status until :meth:`stop`; a context manager."""
+    """Serves the job's metrics and status until :meth:`stop`; a context manager.
 
-    def __init__(self, config: Config, status: StatusSource, port: int | None = None) -> None:
+    It reads the metadata store through ``store``, called on its request thread (the driver's services give that
+    thread a connection of its own); without one (a runner that passes none) it opens its own, closed by
+    :meth:`stop`. Status and store both come in as callables, so the metrics package never imports the
+    coordinator."""
+
+    def __init__(
+        self, config: Config, status: StatusSource, port: int | None = None, store: StoreSource | None = None
+    ) -> None:
         settings = MetricsConfig.of(config)
         self.config = config
         self.job = JobConfig.of(config).name
@@ -59,7 +68,11 @@ class MetricsServer:
             raise ConfigError(
                 f"config key 'metrics.prometheus.port': cannot serve metrics on {address[0]}:{address[1]}: {error}"
             ) from None
-        self._store = metadata_store(config)
+        self._own_store: MetadataStore | None = None
+        if store is None:
+            own = self._own_store = metadata_store(config)
+            store = lambda: own  # noqa: E731 - the one connection this server opened
+        self._store = store
         self._lock = threading.Lock()
         self._http.metrics_server = self  # type: ignore[attr-defined]
         self._thread = threading.Thread(target=self._http.serve_forever, name="metrics-http", daemon=True)
@@ -77,7 +90,8 @@ class MetricsServer:
         self._http.shutdown()
         self._http.server_close()
         self._thread.join()
-        self._store.close()
+        if self._own_store is not None:
+            self._own_store.close()
 
     def __enter__(self) -> MetricsServer:
         return self.start()
@@ -87,7 +101,7 @@ class MetricsServer:
 
     def metrics(self) -> bytes:
         with self._lock:
-            snapshots = live_snapshots(self._store)
+            snapshots = live_snapshots(self._store())
         return mask_secrets(exposition(snapshots, self.job).decode(), self.config).encode()
 
     def status_json(self) -> bytes:
@@ -127,10 +141,13 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def metrics_endpoint(config: Config, status: StatusSource) -> Iterator[MetricsServer | None]:
-    """The server, started, while the job runs when ``metrics.prometheus.port`` is set; else None."""
+def metrics_endpoint(
+    config: Config, status: StatusSource, store: StoreSource | None = None
+) -> Iterator[MetricsServer | None]:
+    """The server, started, while the job runs when ``metrics.prometheus.port`` is set; else None. It reads
+    the metadata store through ``store`` when given (see :class:`MetricsServer`)."""
     if MetricsConfig.of(config).prometheus_port == 0:
         yield None
         return
-    with MetricsServer(config, status) as server:
+    with MetricsServer(config, status, store=store) as server:
         yield server

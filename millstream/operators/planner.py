@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from millstream.api.application import (
@@ -445,10 +445,12 @@ class ExecutionPlan:
     streams: dict[SystemStream, StreamPlan]
 
 
-def execution_plan(config: Config) -> ExecutionPlan:
-    """The stages and streams of the configured application, with partition counts; reads only."""
-    from millstream.systems.registry import system_factory
+AdminSource = Callable[[str], SystemAdmin]
+"""A system's admin, started, by system name: the driver's (``DriverServices.admin``), which owns and stops it."""
 
+
+def execution_plan(config: Config, admins: AdminSource) -> ExecutionPlan:
+    """The stages and streams of the configured application, with partition counts; reads only."""
     graph = load_application(config)
     app = AppConfig.of(config)
     run = graph.run_set(None if app.stage is None else [app.stage])
@@ -461,14 +463,9 @@ def execution_plan(config: Config) -> ExecutionPlan:
         wanted.setdefault(output.system_stream, "output")
     found: dict[SystemStream, int] = {}
     for system in sorted({stream.system for stream in wanted}):
-        admin = system_factory(config, system).get_admin(system, config)
-        admin.start()
-        try:
-            names = [stream.stream for stream in wanted if stream.system == system]
-            for name, metadata in admin.get_system_stream_metadata(names).items():
-                found[SystemStream(system, name)] = metadata.partition_count
-        finally:
-            admin.stop()
+        names = [stream.stream for stream in wanted if stream.system == system]
+        for name, metadata in admins(system).get_system_stream_metadata(names).items():
+            found[SystemStream(system, name)] = metadata.partition_count
     sources = [found.get(spec.descriptor.system_stream) for spec in graph.source_inputs]
     configured = app.intermediate_partitions
     count = configured if configured > 0 else max((n for n in sources if n is not None), default=1)
@@ -483,13 +480,12 @@ def execution_plan(config: Config) -> ExecutionPlan:
     return ExecutionPlan(graph, run, count, streams)
 
 
-def ensure_intermediate_streams(config: Config) -> dict[SystemStream, int]:
+def ensure_intermediate_streams(config: Config, admins: AdminSource) -> dict[SystemStream, int]:
     """Create the application's intermediate streams that do not exist yet (on the driver, before the job
     model is computed); returns every intermediate stream's partition count."""
     from millstream.systems.base import StreamSpec
-    from millstream.systems.registry import system_factory
 
-    plan = execution_plan(config)
+    plan = execution_plan(config, admins)
     missing_inputs = [
         spec.descriptor.system_stream
         for spec in plan.graph.source_inputs
@@ -522,14 +518,13 @@ def ensure_intermediate_streams(config: Config) -> dict[SystemStream, int]:
             )  # fmt: skip
         partitions = planned.partitions or plan.intermediate_partitions
         spec = StreamSpec(target.system, target.stream, partitions, intermediate=True)
-        with system_factory(config, target.system).get_admin(target.system, config) as admin:
-            admin.start()
-            if not planned.exists and admin.create_stream(spec):
-                log.info("created intermediate stream %s (%d partitions)", target, partitions)
-            _claim_intermediate(config, admin, target)
-            metadata = admin.get_system_stream_metadata([target.stream]).get(target.stream)
-            counts[target] = metadata.partition_count if metadata else partitions
-            admin.validate_stream(replace(spec, partition_count=counts[target]))
+        admin = admins(target.system)
+        if not planned.exists and admin.create_stream(spec):
+            log.info("created intermediate stream %s (%d partitions)", target, partitions)
+        _claim_intermediate(config, admin, target)
+        metadata = admin.get_system_stream_metadata([target.stream]).get(target.stream)
+        counts[target] = metadata.partition_count if metadata else partitions
+        admin.validate_stream(replace(spec, partition_count=counts[target]))
     return counts
 
 
@@ -582,8 +577,8 @@ def feeding_streams(graph: ApplicationGraph, spec: OperatorSpec) -> set[SystemSt
     return streams
 
 
-def prepare_application(config: Config) -> None:
+def prepare_application(config: Config, admins: AdminSource) -> None:
     """What the job coordinator does for a high-level job before computing its model: check the config
     was expanded, and create the intermediate streams."""
     require_expanded(config)
-    ensure_intermediate_streams(config)
+    ensure_intermediate_streams(config, admins)

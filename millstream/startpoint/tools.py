@@ -3,12 +3,20 @@
 Everything is checked before anything is written: the stream must exist in its system, partitions
 must be in range, timestamps must parse, a task must be one of the job's. A refused request writes
 nothing.
+
+Each operation comes in two forms. ``write_startpoints``, ``startpoint_listing`` and ``remove_startpoints`` take
+the driver's services (``StartpointServices``: ``DriverServices`` of a ``Job`` or a CLI command), whose admins
+and metadata-store connection they use and leave open. ``set_startpoints``, ``list_startpoints`` and
+``delete_startpoints`` take a config, as users called them before the ``Job`` façade, and open (and close)
+an admin and a connection of their own for the call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
 import orjson
 
@@ -23,6 +31,7 @@ from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.startpoint.errors import StartpointError
 from millstream.startpoint.manager import STARTPOINT_STATUS_NAMESPACE, StartpointManager, StoredStartpoint
+from millstream.systems.base import SystemAdmin
 from millstream.systems.registry import system_factory
 from millstream.systems.startpoints import Startpoint
 
@@ -38,20 +47,66 @@ def parse_timestamp(text: str) -> int:
         ) from None
 
 
-def target_partitions(config: Config, stream: str, partitions: Iterable[int] | None) -> list[SystemStreamPartition]:
+class StartpointServices(Protocol):
+    """What the operations need of the driver (``DriverServices`` has it): the job's config, a system's admin
+    (started; its owner stops it) and the calling thread's metadata-store connection (its owner closes it)."""
+
+    config: Config
+
+    def admin(self, system: str) -> SystemAdmin: ...
+
+    def store(self) -> MetadataStore: ...
+
+
+class _CallServices:
+    """An admin and a connection for one config-only call: what ``DriverServices`` does, for this layer's
+    compatible entry points, which sit below the coordinator that owns the driver's services."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._admins: dict[str, SystemAdmin] = {}
+        self._store: MetadataStore | None = None
+
+    def admin(self, system: str) -> SystemAdmin:
+        if system not in self._admins:
+            admin = system_factory(self.config, system).get_admin(system, self.config)
+            admin.start()
+            self._admins[system] = admin
+        return self._admins[system]
+
+    def store(self) -> MetadataStore:
+        if self._store is None:
+            self._store = metadata_store(self.config)
+        return self._store
+
+    def close(self) -> None:
+        for admin in self._admins.values():
+            admin.stop()
+        if self._store is not None:
+            self._store.close()
+
+
+@contextmanager
+def _call_services(config: Config) -> Iterator[_CallServices]:
+    services = _CallServices(config)
+    try:
+        yield services
+    finally:
+        services.close()
+
+
+def target_partitions(
+    services: StartpointServices, stream: str, partitions: Iterable[int] | None
+) -> list[SystemStreamPartition]:
     """The partitions named (all when None), refused if the stream is missing or one is out of range."""
+    config = services.config
     target = parse_stream(stream, "--stream")
     if target in adjunct_streams(config):
         raise StartpointError(
             f"'{target}' feeds an adjunct data store, which reads it from its own recorded offsets: startpoints do "
             f"not apply (set systems.{target.system}.streams.{target.stream}.samza.reset.offset=true to rebuild it)"
         )
-    admin = system_factory(config, target.system).get_admin(target.system, config)
-    admin.start()
-    try:
-        metadata = admin.get_system_stream_metadata([target.stream]).get(target.stream)
-    finally:
-        admin.stop()
+    metadata = services.admin(target.system).get_system_stream_metadata([target.stream]).get(target.stream)
     if metadata is None:
         raise StreamNotFoundError(target.system, target.stream)
     chosen = sorted(set(partitions)) if partitions is not None else sorted(metadata.partitions)
@@ -98,17 +153,28 @@ def set_startpoints(
     With ``apply`` a running job restarts its containers gracefully to use it; otherwise it takes
     effect the next time the job starts.
     """
-    ssps = target_partitions(config, stream, partitions)
-    store = metadata_store(config)
-    try:
-        _check_task(store, task_name, ssps)
-        manager = _manager(config, store)
-        for ssp in ssps:
-            manager.write_startpoint(ssp, startpoint, task_name)
-        if apply:
-            coordination.request_restart(store, f"apply startpoints for {stream}")
-    finally:
-        store.close()
+    with _call_services(config) as services:
+        return write_startpoints(services, stream, startpoint, partitions=partitions, task_name=task_name, apply=apply)
+
+
+def write_startpoints(
+    services: StartpointServices,
+    stream: str,
+    startpoint: Startpoint,
+    *,
+    partitions: Iterable[int] | None = None,
+    task_name: str | None = None,
+    apply: bool = False,
+) -> list[SystemStreamPartition]:
+    """``set_startpoints`` with the driver's services."""
+    ssps = target_partitions(services, stream, partitions)
+    store = services.store()
+    _check_task(store, task_name, ssps)
+    manager = _manager(services.config, store)
+    for ssp in ssps:
+        manager.write_startpoint(ssp, startpoint, task_name)
+    if apply:
+        coordination.request_restart(store, f"apply startpoints for {stream}")
     return ssps
 
 
@@ -124,15 +190,19 @@ class StartpointListing:
 
 
 def list_startpoints(config: Config) -> StartpointListing:
-    store = metadata_store(config)
-    try:
-        manager = _manager(config, store)
-        failures = {task: orjson.loads(data) for task, data in sorted(store.all(STARTPOINT_STATUS_NAMESPACE).items())}
-        statuses = coordination.container_statuses(store)
-        running = any(status.get("state") in ("starting", "running") for status in statuses.values())
-        return StartpointListing(manager.list_startpoints(), manager.all_fan_outs(), failures, running)
-    finally:
-        store.close()
+    """The job's startpoints: pending, fanned out to tasks, failed to resolve."""
+    with _call_services(config) as services:
+        return startpoint_listing(services)
+
+
+def startpoint_listing(services: StartpointServices) -> StartpointListing:
+    """``list_startpoints`` with the driver's services."""
+    store = services.store()
+    manager = _manager(services.config, store)
+    failures = {task: orjson.loads(data) for task, data in sorted(store.all(STARTPOINT_STATUS_NAMESPACE).items())}
+    statuses = coordination.container_statuses(store)
+    running = any(status.get("state") in ("starting", "running") for status in statuses.values())
+    return StartpointListing(manager.list_startpoints(), manager.all_fan_outs(), failures, running)
 
 
 def delete_startpoints(
@@ -145,25 +215,35 @@ def delete_startpoints(
 ) -> int:
     """Delete pending startpoints (all, or of one stream / partitions / task); with ``fanned_out``
     also those already given to tasks. Returns how many were deleted."""
-    store = metadata_store(config)
-    try:
-        manager = _manager(config, store)
-        wanted = set(target_partitions(config, stream, partitions)) if stream else None
-        deleted = 0
-        for entry in manager.list_startpoints():
-            if wanted is not None and entry.ssp not in wanted:
+    with _call_services(config) as services:
+        return remove_startpoints(services, stream, partitions=partitions, task_name=task_name, fanned_out=fanned_out)
+
+
+def remove_startpoints(
+    services: StartpointServices,
+    stream: str | None = None,
+    *,
+    partitions: Iterable[int] | None = None,
+    task_name: str | None = None,
+    fanned_out: bool = False,
+) -> int:
+    """``delete_startpoints`` with the driver's services."""
+    store = services.store()
+    manager = _manager(services.config, store)
+    wanted = set(target_partitions(services, stream, partitions)) if stream else None
+    deleted = 0
+    for entry in manager.list_startpoints():
+        if wanted is not None and entry.ssp not in wanted:
+            continue
+        if task_name is not None and entry.task_name != task_name:
+            continue
+        manager.delete_startpoint(entry.ssp, entry.task_name)
+        deleted += 1
+    if fanned_out:
+        for task, fan_out in manager.all_fan_outs().items():
+            if task_name is not None and task != task_name:
                 continue
-            if task_name is not None and entry.task_name != task_name:
-                continue
-            manager.delete_startpoint(entry.ssp, entry.task_name)
-            deleted += 1
-        if fanned_out:
-            for task, fan_out in manager.all_fan_outs().items():
-                if task_name is not None and task != task_name:
-                    continue
-                chosen = [ssp for ssp in fan_out if wanted is None or ssp in wanted]
-                manager.remove_fan_out_for_task_ssps(task, chosen)
-                deleted += len(chosen)
-        return deleted
-    finally:
-        store.close()
+            chosen = [ssp for ssp in fan_out if wanted is None or ssp in wanted]
+            manager.remove_fan_out_for_task_ssps(task, chosen)
+            deleted += len(chosen)
+    return deleted

@@ -14,14 +14,22 @@ from millstream.control.framing import frame_control_message
 from millstream.control.messages import DrainMessage
 from millstream.coordinator.drain import request_drain
 from millstream.coordinator.job_result import JobResult
+from millstream.coordinator.services import DriverServices
 from millstream.metadata.factory import metadata_store
 from millstream.model import OutgoingMessageEnvelope, SystemStream
-from millstream.operators.planner import prepare_application
+from millstream.operators.planner import prepare_application as prepare_with
 from millstream.systems.registry import system_factory
 from millstream.testing import InProcessRunner, write_stream
 from tests.api.apps import app_config, messages, reference_counts
 from tests.api.test_in_process import output, setup
 from tests.helpers import seal, wait_until
+
+
+def prepare_application(config: Config) -> None:
+    """The coordinator's step for a high-level job (intermediate streams created), with the driver's services."""
+    with DriverServices(config) as services:
+        prepare_with(config, services.admin)
+
 
 IN = SystemStream("log", "in")
 BY_USER = SystemStream("log", "test-1-by-user")

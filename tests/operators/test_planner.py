@@ -10,19 +10,28 @@ from millstream.api.application import StreamApplicationDescriptor
 from millstream.api.errors import ApplicationError
 from millstream.config import Config
 from millstream.coordinator.prepare import prepare
+from millstream.coordinator.services import DriverServices
 from millstream.errors import ConfigError, StreamNotFoundError
 from millstream.model import SystemStream
 from millstream.operators.planner import (
     GRAPH_TASK_CLASS,
-    ensure_intermediate_streams,
     expand_application,
     feeding_streams,
     intermediate_owner,
     plan_stages,
     require_expanded,
 )
+from millstream.operators.planner import (
+    ensure_intermediate_streams as ensure_streams,
+)
 from millstream.systems.base import StreamOwnedError
 from tests.helpers import create_stream
+
+
+def ensure_intermediate_streams(config: Config) -> dict[SystemStream, int]:
+    """The planner's step with the driver's services, as the job coordinator takes it."""
+    with DriverServices(config) as services:
+        return ensure_streams(config, services.admin)
 
 
 def planned(describe, **names):
@@ -181,6 +190,13 @@ def test_a_config_the_application_cannot_run_with_is_refused_naming_the_key(tmp_
 def test_a_config_that_bypassed_expansion_is_refused_before_planning(tmp_path):
     with pytest.raises(ConfigError, match="was not expanded"):
         require_expanded(Config({"app.class": "tests.api.apps:WindowedCount"}))
+
+
+def test_the_refusal_of_an_unexpanded_config_names_the_public_way_to_load_a_job_not_an_internal_module(tmp_path):
+    with pytest.raises(ConfigError) as refused:
+        require_expanded(Config({"app.class": "tests.api.apps:WindowedCount"}))
+    assert "Job.from_file" in str(refused.value)
+    assert "millstream.coordinator" not in str(refused.value) and "load_job_config" not in str(refused.value)
 
 
 # --- intermediate streams --------------------------------------------------------------------------

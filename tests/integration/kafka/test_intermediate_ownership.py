@@ -6,10 +6,19 @@ from __future__ import annotations
 import pytest
 
 from millstream.config import Config
-from millstream.operators.planner import ensure_intermediate_streams
+from millstream.coordinator.services import DriverServices
+from millstream.model import SystemStream
+from millstream.operators.planner import ensure_intermediate_streams as ensure_streams
 from millstream.systems.base import StreamOwnedError
 from tests.api.apps import app_config
 from tests.helpers import create_stream
+
+
+def ensure_intermediate_streams(config: Config) -> dict[SystemStream, int]:
+    """The planner's step with the driver's services, as the job coordinator takes it."""
+    with DriverServices(config) as services:
+        return ensure_streams(config, services.admin)
+
 
 pytestmark = pytest.mark.integration
 
