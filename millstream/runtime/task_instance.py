@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Executor, Future
 from concurrent.futures import wait as wait_for
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from millstream.api.remote_table import RemoteTable
 from millstream.api.task import (
@@ -73,6 +73,9 @@ from millstream.startpoint.manager import StartpointManager
 from millstream.storage.errors import CommitFailedError, CommitTimeoutError
 from millstream.table.provider import TableProvider
 from millstream.table.remote import RemoteTableInstance
+
+if TYPE_CHECKING:
+    from millstream.runtime.services import ContainerServices
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +133,8 @@ class ContainerContext:
     """The task's own metrics (``context.metrics.counter("enriched").inc()``); no-ops when metrics are off."""
     tables: TableProvider | None = None
     """The container's remote tables, shared by its tasks."""
+    services: ContainerServices | None = None
+    """The container's services (admins, metadata store, serdes): what the operator graph is wired with."""
 
     def get_store(self, name: str) -> Any:
         try:
