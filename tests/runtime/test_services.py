@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import ClassVar
+from typing import Any
 
 import pytest
 
@@ -16,54 +16,30 @@ from millstream.config import Config
 from millstream.config.views import JobConfig
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.prepare import prepare
-from millstream.metadata.base import MetadataStore
 from millstream.metadata.sqlite import SqliteMetadataStoreFactory
 from millstream.model import SystemStream
 from millstream.runtime.container import Container
 from millstream.runtime.services import STORE_PURPOSES, ContainerServices
-from millstream.systems.base import SystemAdmin, SystemProducer, WriterToken
-from millstream.systems.log.factory import LogSystemFactory
+from millstream.systems.base import WriterToken
 from millstream.testing import write_stream
 from tests.helpers import create_stream, seal
+from tests.runtime import counting
+from tests.runtime.counting import CountingLogFactory, CountingSqliteFactory
 from tests.storage.harness import state_config
 
 
-class CountingLogFactory(LogSystemFactory):
-    """The embedded log, counting the admins and producers built through it (per system)."""
-
-    admins: ClassVar[Counter[str]] = Counter()
-    producers: ClassVar[list[SystemProducer]] = []
-
-    def get_admin(self, system_name: str, config: Config) -> SystemAdmin:
-        CountingLogFactory.admins[system_name] += 1
-        return super().get_admin(system_name, config)
-
-    def get_producer(self, system_name: str, config: Config) -> SystemProducer:
-        producer = super().get_producer(system_name, config)
-        CountingLogFactory.producers.append(producer)
-        return producer
-
-
-class CountingSqliteFactory(SqliteMetadataStoreFactory):
-    """The SQLite metadata store, counting the connections opened."""
-
-    opened: ClassVar[int] = 0
-
-    def get_metadata_store(self, config: Config) -> MetadataStore:
-        CountingSqliteFactory.opened += 1
-        return super().get_metadata_store(config)
-
-
-def counted_job(tmp_path: Path) -> Config:
+def counted_job(tmp_path: Path, **extra: Any) -> Config:
+    """Two inputs, a store with a changelog, metrics shipped to a stream; admins and connections counted."""
     config = prepare(
         state_config(
             tmp_path,
             "changelog",
             task__inputs="log.in,log.more",
-            systems__log__samza__factory=f"{__name__}:CountingLogFactory",
-            metadata__store__factory=f"{__name__}:CountingSqliteFactory",
+            systems__log__samza__factory="tests.runtime.counting:CountingLogFactory",
+            metadata__store__factory="tests.runtime.counting:CountingSqliteFactory",
             metrics__reporters="log,snapshot",
             metrics__reporter__snapshot__stream="log.metrics",
+            **extra,
         )
     )
     for stream in ("in", "more", "out", "metrics"):
@@ -81,9 +57,7 @@ def test_a_container_opens_one_admin_per_system_the_documented_store_connections
     config = counted_job(tmp_path)
     with SqliteMetadataStoreFactory().get_metadata_store(config) as store:
         model = JobCoordinator(config, store).start()
-    CountingLogFactory.admins.clear()
-    CountingLogFactory.producers.clear()
-    CountingSqliteFactory.opened = 0
+    counting.reset()
 
     result = Container(config, model, "0").run()
 
