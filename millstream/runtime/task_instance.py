@@ -1,35 +1,11 @@
-"""One task of a container: the user's task object, its partitions, offsets, stores and commits.
+"""One task of a container: the user's task object, its partitions, what it processed, windowing and end-of-stream.
 
-Commit order is what makes output at-least-once and state transactional: the stores' object caches
-write back what they hold dirty, producers are flushed (output and changelogs), the task's
-``before_checkpoint`` runs (what it writes to a store is written back and flushed to the changelog too,
-so it is part of this commit), the stores are snapshotted (the checkpoint directories and the backends'
-markers), their snapshots uploaded (asynchronously, on a commit thread, while the task keeps processing), and
-only then are the checkpoints written — input offsets with the markers of exactly the state those offsets
-produced — and what they no longer need cleaned up. A crash anywhere re-processes from the last durable
-checkpoint, with the stores restored to the state it names.
-
-With ``task.commit.snapshot.beside.processing.enabled``, only the commit's cut pauses processing when the task has
-no stores, or every store of the task has an object cache (the default) and backups: ``before_checkpoint``, the
-offsets, and the caches' dirty entries taken (``TaskStorage.hold``). The write-back of those entries, the
-producers' flush, the RocksDB flush and checkpoint directory and the backends' snapshot then run on the commit
-thread with the upload, while the task processes on; its writes stay in the caches until the snapshot is made, so
-the snapshot still holds exactly the state of the cut's offsets. Without an object cache on every store (a store
-that writes through, such as the high-level engine's operator store), the flush and snapshot run on the task's
-thread, exclusive with processing.
-
-One commit is in flight per task. A commit due while the previous one still uploads is skipped while
-that one started less than ``task.commit.max.delay.ms`` ago; past that, processing blocks until it
-ends, and fails after ``task.commit.timeout.ms``. A skipped commit is owed: the run loop makes it as soon
-as the upload ended (``commit_if_owed``), not at the next ``task.commit.ms``, because what the task asked
-to flush (end-of-stream on intermediate streams, a finished task's last output) may be what the job waits
-for to end. A failed asynchronous stage fails the next commit
-(and so the container) with its cause. A task without stores has only offsets in its cut: the flush and the
-checkpoint run on the commit thread (synchronously when it has no commit executor, as in tests).
-
-Under exactly-once (``transaction``) commits are synchronous and container-wide: a task's commit appends
-its checkpoints to the container's open Kafka transaction, and what must follow a durable checkpoint
-(startpoints, purges, cleanup) waits until that transaction committed (``runtime/transaction.py``).
+A task instance feeds the task its messages, records the offset of the last message processed per partition
+(the task's progress), serves what the task asks of its coordinator (commit, shutdown, end-of-stream, drain) and
+calls ``window()``, the end-of-stream and drain listeners. Committing is its ``TaskCommitter``'s
+(``runtime/task_committer.py``): the order of a commit's steps, the asynchronous upload, the rules for a commit
+due while the previous one is in flight, exactly-once; the instance calls it, and hands it the progress it
+records, which the committer reads only at a commit's cut.
 """
 
 from __future__ import annotations
@@ -37,10 +13,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Executor, Future
-from concurrent.futures import wait as wait_for
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from millstream.api.remote_table import RemoteTable
 from millstream.api.task import (
@@ -56,7 +31,7 @@ from millstream.api.task import (
     PartitionEndOfStreamListenerTask,
     WindowableTask,
 )
-from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
+from millstream.checkpoint.checkpoint import Checkpoint
 from millstream.checkpoint.offset_manager import count_before
 from millstream.checkpoint.purge import CommittedMessagePurger
 from millstream.config import Config
@@ -68,9 +43,9 @@ from millstream.model import IncomingMessageEnvelope, SystemStreamPartition, Tas
 from millstream.runtime.async_tasks import AsyncProcessor, run_hook
 from millstream.runtime.process_errors import ProcessErrorPolicy, TaskCallbackError
 from millstream.runtime.seams import CheckpointWriter, OutputFlusher, PendingStartpoints, TaskMeter, TaskStorage
+from millstream.runtime.task_committer import CommitSettings, TaskCommitter
 from millstream.runtime.transaction import ContainerTransaction
 from millstream.startpoint.manager import StartpointManager
-from millstream.storage.errors import CommitFailedError, CommitTimeoutError
 from millstream.table.provider import TableProvider
 from millstream.table.remote import RemoteTableInstance
 
@@ -169,35 +144,22 @@ class AppliedStartpoints:
             log.info("%s: startpoints of %s applied and removed", self.task_name, sorted(s.key() for s in done))
 
 
-@dataclass(frozen=True)
-class CommitSettings:
-    """The commit rules of ``task.*`` (see the module docstring)."""
+T = TypeVar("T")
 
-    max_delay_ms: int = 60_000
-    timeout_ms: int = 1_800_000
-    write_versions: tuple[int, ...] = (1, 2)
-    pause: Callable[[str], None] = field(default=lambda point: None, compare=False)
-    """Testing hook at the commit points (``storage.faults``)."""
-    skip_during_failures: bool = False
-    max_skipped_exceptions: int = 5
-    max_skipped_timeouts: int = 2
-    beside_processing: bool = False
-    """``task.commit.snapshot.beside.processing.enabled``: the commit's flush, snapshot and checkpoint on the
-    commit thread, only the cut on the task's thread."""
 
-    @classmethod
-    def of(cls, config: Config, pause: Callable[[str], None] | None = None) -> CommitSettings:
-        task = TaskConfig.of(config)
-        return cls(
-            task.commit_max_delay_ms,
-            task.commit_timeout_ms,
-            tuple(task.checkpoint_write_versions),
-            pause or (lambda point: None),
-            task.commit_skip_during_failures,
-            task.commit_skip_exception_max_limit,
-            task.commit_skip_timeout_max_limit,
-            task.commit_snapshot_beside_processing,
-        )
+class _CommitterAttribute(Generic[T]):
+    """An attribute of a ``TaskInstance`` that is its committer's: the counts the task's metrics read
+    (``MeteredTask``), and what the container and tests set on a task before it commits."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance: TaskInstance, owner: type | None = None) -> T:
+        value: T = getattr(instance.committer, self.name)
+        return value
+
+    def __set__(self, instance: TaskInstance, value: T) -> None:
+        setattr(instance.committer, self.name, value)
 
 
 class TaskInstance:
@@ -223,20 +185,20 @@ class TaskInstance:
         meters: TaskMeter | None = None,
         transaction: ContainerTransaction | None = None,
     ) -> None:
-        """``transaction``: exactly-once, the container's commit of all its tasks in one transaction (a commit of
-        this task is one of all; what must follow a durable checkpoint waits for the transaction to commit)."""
+        """The commit's collaborators (``producers``, ``checkpoint_manager``, ``startpoints``, ``storage``,
+        ``commit_settings``, ``commit_executor``, ``purger``, ``transaction``) go to the task's ``TaskCommitter``."""
         self.task_name = task_name
         self.task = task
         self.ssps = ssps
         self.context = context
-        self.producers = producers
         self.collector = collector
         self.coordinator = ReadableCoordinator()
-        self.checkpoint_manager = checkpoint_manager
         self.last_processed: dict[SystemStreamPartition, str] = {
             ssp: offset for ssp, offset in checkpointed.items() if offset is not None and ssp in ssps
         }
-        self._last_written = dict(self.last_processed)
+        """The offset of the last message processed per partition: what the next commit checkpoints."""
+        self._updated: set[SystemStreamPartition] = set()
+        """Partitions that processed a message (or reached end-of-stream) since start."""
         self._catch_up = dict(catch_up_from)
         """SSPs shared with tasks that start earlier (broadcast): skip envelopes before our own start."""
         self.end_of_stream: set[SystemStreamPartition] = set()
@@ -247,40 +209,40 @@ class TaskInstance:
         self.shutdown_requested = False
         """The task called ``coordinator.shutdown()``: the whole container commits and stops."""
         self.processed = 0
-        self.commits = 0
         self._windowable = isinstance(task, WindowableTask)
         self._process_batch_call = task.process_batch if isinstance(task, BatchStreamTask) else None
         """A ``BatchStreamTask`` takes each partition's batch whole."""
-        self.startpoints = startpoints
-        self._updated: set[SystemStreamPartition] = set()
-        """Partitions that processed a message (or reached end-of-stream) since start."""
-        self.storage = storage
-        self.commit_settings = commit_settings or CommitSettings()
-        self._resumes_from_v2 = storage is not None and not storage.restorable_from_v1
-        """The task resumes from its last V2 checkpoint (see ``_write_order``)."""
-        self.commit_executor = commit_executor
-        self.purger = purger
         self.process_errors = process_errors or ProcessErrorPolicy()
         self._clock = clock
-        self._snapshotted = dict(self.last_processed)
-        """The offsets of the last commit's snapshot (its checkpoint may still be on its way)."""
-        self._in_flight: Future[None] | None = None
-        self._in_flight_id: CheckpointId | None = None
-        self._commit_started = 0.0
-        self._commit_failure: tuple[CheckpointId, BaseException] | None = None
-        self.commits_skipped = 0
-        self.commit_owed = False
-        """A commit was skipped while one uploaded: ``commit_if_owed`` makes it once the upload ended."""
-        self.commits_blocked = 0
-        self.commits_timed_out = 0
-        """Blocked commits that gave up waiting and were skipped (``task.commit.skip.commit.*``)."""
-        self.commit_failures_skipped = 0
-        """Failed commits tolerated (``task.commit.skip.commit.*``); the next commit covers their offsets."""
-        self.last_checkpoint: Checkpoint | None = None
         self.meters = meters
         """The task's runtime metrics; None when metrics are off, so the hot path checks one local."""
-        self.transaction = transaction
+        self.committer = TaskCommitter(
+            task_name,
+            producers,
+            checkpoint_manager,
+            self.last_processed,
+            self._updated,
+            listener=task if isinstance(task, CheckpointListener) else None,
+            startpoints=startpoints,
+            storage=storage,
+            settings=commit_settings,
+            executor=commit_executor,
+            purger=purger,
+            clock=clock,
+            meters=meters,
+            transaction=transaction,
+        )
         self.async_processor = self._async_processor()
+
+    commits = _CommitterAttribute[int]("commits")
+    """Commits that wrote a checkpoint."""
+    commits_skipped = _CommitterAttribute[int]("commits_skipped")
+    commits_blocked = _CommitterAttribute[int]("commits_blocked")
+    commits_timed_out = _CommitterAttribute[int]("commits_timed_out")
+    commit_failures_skipped = _CommitterAttribute[int]("commit_failures_skipped")
+    last_checkpoint = _CommitterAttribute[Checkpoint | None]("last_checkpoint")
+    commit_settings = _CommitterAttribute[CommitSettings]("settings")
+    transaction = _CommitterAttribute[ContainerTransaction | None]("transaction")
 
     def _async_processor(self) -> AsyncProcessor | None:
         """An ``AsyncStreamTask``'s messages in flight (``runtime/async_tasks.py``); None for any other task."""
@@ -461,301 +423,24 @@ class TaskInstance:
 
     @in_task_log_context
     def commit(self) -> None:
-        """Flush this task's output, snapshot its stores, then (asynchronously when it has backups)
-        upload them, checkpoint the offsets it processed and clean up; only when the offsets moved
-        or a store changed. Then drop the startpoints this commit made obsolete. Under exactly-once, the whole
-        container commits in one transaction (``ContainerTransaction``). An ``AsyncStreamTask``'s messages in
-        flight go on: the offsets (``_released``) and output (held until release) cover the completed prefix."""
-        transaction = self.transaction
-        if transaction is not None and not transaction.committing:
-            transaction.commit()
-            return
-        self._raise_commit_failure()
-        in_flight = self._in_flight
-        if in_flight is not None and not in_flight.done():
-            delay_ms = (self._clock() - self._commit_started) * 1000
-            if delay_ms < self.commit_settings.max_delay_ms:
-                self.commits_skipped += 1
-                self.commit_owed = True
-                log.debug("%s: commit skipped, commit %s still uploading", self.task_name, self._in_flight_id)
-                return
-            self.commits_blocked += 1
-            log.warning(
-                "%s: commit %s still uploading after %.0f ms (task.commit.max.delay.ms=%d): processing waits for it",
-                self.task_name, self._in_flight_id, delay_ms, self.commit_settings.max_delay_ms,
-            )  # fmt: skip
-            if not self._wait_for_commit(tolerate_timeout=True):
-                return  # tolerated: the upload goes on, and the next commit waits for it again
-            self._raise_commit_failure()
-        self.commit_owed = False
-        storage = self.storage
-        started = self._clock()
-        if self._snapshots_beside_processing():
-            self._commit_beside_processing(started)
-            return
-        if storage is not None:
-            storage.write_back()  # the stores' cached writes join the changelog before the flush
-        self.producers.flush(self.task_name)
-        if isinstance(self.task, CheckpointListener):
-            self.task.before_checkpoint()
-            if storage is not None and storage.dirty:
-                storage.write_back()
-                self.producers.flush(self.task_name)  # the listener's store writes reach their changelog
-        if self.last_processed == self._snapshotted and not (storage is not None and storage.dirty):
-            if self.startpoints is not None and self.startpoints.pending:
-                self.startpoints.committed(self._updated)
-            return
-        checkpoint_id = CheckpointId.create()
-        offsets = dict(self.last_processed)
-        updated = set(self._updated)
-        phase = self._timed("flush", started)
-        self.commit_settings.pause("before-snapshot")
-        try:
-            markers = storage.snapshot(checkpoint_id) if storage is not None else {}
-        except Exception as error:  # under the commit-failure policy, as a failed upload or checkpoint write
-            self._commit_failure = (checkpoint_id, error)
-            self._raise_commit_failure()
-            return
-        self._timed("snapshot", phase)
-        self._snapshotted = offsets
-        self._commit_started = started
-        self.commit_settings.pause("after-snapshot")
-        if storage is not None and storage.has_backups and self.commit_executor is not None:
-            self._in_flight_id = checkpoint_id
-            self._in_flight = self.commit_executor.submit(
-                self._complete_commit_recording_failure, checkpoint_id, offsets, markers, updated
-            )
-        else:
-            self._complete_commit(checkpoint_id, offsets, markers, updated)
+        """Commit what the task processed so far (``TaskCommitter.commit``): its output, its stores' state and its
+        offsets. An ``AsyncStreamTask``'s messages in flight go on: the offsets (``_released``) and output (held
+        until release) cover the completed prefix."""
+        self.committer.commit()
 
-    def _snapshots_beside_processing(self) -> bool:
-        """Whether this commit's flush, snapshot and checkpoint may run on the commit thread: it is enabled
-        (``task.commit.snapshot.beside.processing.enabled``), the container gave the task one, no container
-        transaction needs the commit on this thread, and the task has no stores or
-        every store can hold the task's writes meanwhile (an object cache) and has backups."""
-        storage = self.storage
-        if not self.commit_settings.beside_processing or self.commit_executor is None or self.transaction is not None:
-            return False
-        return storage is None or (storage.has_backups and storage.can_hold)
-
-    def _commit_beside_processing(self, started: float) -> None:
-        """The commit's cut on the task's thread, everything else on the commit thread (``_snapshot_and_complete``).
-
-        The cut is ``before_checkpoint`` (after a flush of the task's output on this thread, as its contract says:
-        the high-level engine's aggregated control messages rely on it), the input offsets, and the stores' cached
-        writes so far, taken by ``storage.hold``; later writes stay in the stores' caches until the snapshot is
-        made, so it names exactly the state the offsets produced while the task goes on processing. Output sent
-        before the cut is flushed before the snapshot and the checkpoint (the flush may cover later output too,
-        which is harmless)."""
-        storage = self.storage
-        executor = self.commit_executor
-        assert executor is not None
-        if isinstance(self.task, CheckpointListener):
-            self.producers.flush(self.task_name)  # its contract: called once the task's output so far is durable
-            self.task.before_checkpoint()
-        if self.last_processed == self._snapshotted and not (storage is not None and storage.dirty):
-            self.producers.flush(self.task_name)
-            if self.startpoints is not None and self.startpoints.pending:
-                self.startpoints.committed(self._updated)
-            return
-        checkpoint_id = CheckpointId.create()
-        offsets = dict(self.last_processed)
-        if storage is not None:
-            storage.hold()
-        self._snapshotted = offsets
-        self._commit_started = started
-        self._in_flight_id = checkpoint_id
-        self._in_flight = executor.submit(self._snapshot_and_complete, checkpoint_id, offsets, set(self._updated))
-
-    def _snapshot_and_complete(
-        self,
-        checkpoint_id: CheckpointId,
-        offsets: dict[SystemStreamPartition, str],
-        updated: set[SystemStreamPartition],
-    ) -> None:
-        """On the commit thread: the held cut's writes, the producers' flush, the snapshot, then the stores write
-        back again; then upload, checkpoint and cleanup (``_complete_commit``). A failure fails the next commit."""
-        storage = self.storage
-        try:
-            phase = self._clock()
-            try:
-                if storage is not None:
-                    storage.write_held()
-                self.producers.flush(self.task_name)
-                phase = self._timed("flush", phase)
-                self.commit_settings.pause("before-snapshot")
-                markers = storage.snapshot(checkpoint_id) if storage is not None else {}
-            finally:
-                if storage is not None:
-                    storage.release()
-            self._timed("snapshot", phase)
-            self.commit_settings.pause("after-snapshot")
-        except BaseException as error:  # raised by the next commit, on the task's thread
-            log.error("%s: commit %s failed: %s: %s", self.task_name, checkpoint_id, type(error).__name__, error)
-            self._commit_failure = (checkpoint_id, error)
-            return
-        self._complete_commit_recording_failure(checkpoint_id, offsets, markers, updated)
+    @property
+    def commit_owed(self) -> bool:
+        """A commit was skipped while one uploaded (``TaskCommitter.commit_owed``). The run loop reads it for every
+        task each round: a plain property costs less than half of a ``_CommitterAttribute``."""
+        return self.committer.commit_owed
 
     def commit_if_owed(self) -> None:
-        """Make the commit skipped while the last one uploaded, once that upload ended. Called by the run
-        loop between batches; free while nothing is owed."""
-        if self.commit_owed and (self._in_flight is None or self._in_flight.done()):
-            self.commit()
-
-    def _complete_commit_recording_failure(
-        self,
-        checkpoint_id: CheckpointId,
-        offsets: dict[SystemStreamPartition, str],
-        markers: dict[str, dict[str, str]],
-        updated: set[SystemStreamPartition],
-    ) -> None:
-        try:
-            self._complete_commit(checkpoint_id, offsets, markers, updated)
-        except BaseException as error:  # raised by the next commit, on the task's thread
-            log.error("%s: commit %s failed: %s: %s", self.task_name, checkpoint_id, type(error).__name__, error)
-            self._commit_failure = (checkpoint_id, error)
-
-    def _complete_commit(
-        self,
-        checkpoint_id: CheckpointId,
-        offsets: dict[SystemStreamPartition, str],
-        markers: dict[str, dict[str, str]],
-        updated: set[SystemStreamPartition],
-    ) -> None:
-        """Upload → write checkpoints → startpoints → cleanup: the asynchronous stage of a commit."""
-        storage = self.storage
-        phase = self._clock()
-        uploaded = storage.upload(checkpoint_id, markers) if storage is not None else {}
-        phase = self._timed("upload", phase)
-        self.commit_settings.pause("after-upload")
-        checkpoints: list[Checkpoint] = []
-        for version in self.commit_settings.write_versions:
-            if version == 1:
-                v1_offsets: dict[SystemStreamPartition, str | None] = dict(offsets)
-                if storage is not None:
-                    v1_offsets.update(storage.changelog_offsets(checkpoint_id, uploaded))
-                checkpoints.append(CheckpointV1(v1_offsets))
-            else:
-                checkpoints.append(CheckpointV2(checkpoint_id, offsets, uploaded))
-        if storage is not None:
-            storage.write_local_checkpoint(checkpoint_id, checkpoints)
-        for checkpoint in self._write_order(checkpoints):
-            self.checkpoint_manager.write_checkpoint(self.task_name, checkpoint)
-        self._timed("checkpoint", phase)
-        self._last_written = offsets
-        self.last_checkpoint = checkpoints[-1] if checkpoints else None
-        self.commits += 1
-        if self.transaction is not None:  # durable only once the container's transaction commits
-            self.transaction.after_commit(lambda: self._after_checkpoint(checkpoint_id, offsets, uploaded, updated))
-        else:
-            self._after_checkpoint(checkpoint_id, offsets, uploaded, updated)
-
-    def _after_checkpoint(
-        self,
-        checkpoint_id: CheckpointId,
-        offsets: dict[SystemStreamPartition, str],
-        uploaded: dict[str, dict[str, str]],
-        updated: set[SystemStreamPartition],
-    ) -> None:
-        """What may only follow a durable checkpoint: startpoints it applied go, intermediate records it read
-        are purged, snapshots it no longer needs are cleaned up."""
-        if self.startpoints is not None and self.startpoints.pending:
-            self.startpoints.committed(updated)
-        if self.purger is not None:
-            self.purger.after_checkpoint(offsets)
-        self.commit_settings.pause("after-checkpoint")
-        storage = self.storage
-        if storage is not None:
-            phase = self._clock()
-            storage.cleanup(checkpoint_id, uploaded)
-            self._timed("cleanup", phase)
-        if self.meters is not None:
-            self.meters.committed(self._clock() - self._commit_started)
-
-    def _write_order(self, checkpoints: list[Checkpoint]) -> list[Checkpoint]:
-        """The version the task resumes from is written first: a crash between the writes then leaves that
-        version the newer one, so the restart resumes from this commit instead of from the one before it
-        (or, before any V2 existed, from no checkpoint at all)."""
-        if not self._resumes_from_v2:
-            return checkpoints
-        return sorted(checkpoints, key=lambda checkpoint: checkpoint.version, reverse=True)
-
-    def _timed(self, phase: str, since: float) -> float:
-        """Record commit ``phase`` as having run from ``since`` until now; return now, where the next starts."""
-        now = self._clock()
-        if self.meters is not None:
-            self.meters.commit_phase(phase, now - since)
-        return now
-
-    def _wait_for_commit(self, tolerate_timeout: bool = False) -> bool:
-        """Wait for the commit in flight; False when it outlasted ``task.commit.timeout.ms`` and the timeout
-        is tolerated (``task.commit.skip.commit.during.failures.enabled``), else that raises."""
-        in_flight = self._in_flight
-        if in_flight is None:
-            return True
-        settings = self.commit_settings
-        done, _ = wait_for([in_flight], settings.timeout_ms / 1000)
-        if done:
-            self._in_flight = None
-            return True
-        what = (
-            f"task '{self.task_name}': commit {self._in_flight_id} did not finish uploading within "
-            f"task.commit.timeout.ms={settings.timeout_ms}"
-        )
-        if (
-            tolerate_timeout
-            and settings.skip_during_failures
-            and self.commits_timed_out < settings.max_skipped_timeouts
-        ):
-            self.commits_timed_out += 1
-            log.warning(
-                "%s: commit skipped (%d of %d timeouts tolerated)",
-                what,
-                self.commits_timed_out,
-                settings.max_skipped_timeouts,
-            )
-            return False
-        raise CommitTimeoutError(what + _limit_reached(settings, "timeout", self.commits_timed_out))
-
-    def _raise_commit_failure(self, tolerate: bool = True) -> None:
-        """Raise the failure of the last asynchronous commit, unless it is one of the failures the
-        container tolerates (``task.commit.skip.commit.*``): its offsets stay uncheckpointed, and the
-        next commit covers them. The final commit of a task is never skipped (``tolerate=False``)."""
-        failure = self._commit_failure
-        if failure is None:
-            return
-        checkpoint_id, error = failure
-        settings = self.commit_settings
-        what = f"task '{self.task_name}': commit {checkpoint_id} failed: {type(error).__name__}: {error}"
-        if (
-            tolerate
-            and settings.skip_during_failures
-            and self.commit_failures_skipped < settings.max_skipped_exceptions
-        ):
-            self.commit_failures_skipped += 1
-            self._commit_failure = None
-            self._snapshotted = {}  # nothing was checkpointed: the next commit must write one, even if idle
-            log.warning(
-                "%s; skipped (%d of %d failures tolerated)",
-                what,
-                self.commit_failures_skipped,
-                settings.max_skipped_exceptions,
-            )
-            return
-        raise CommitFailedError(what + _limit_reached(settings, "exception", self.commit_failures_skipped)) from error
+        """Make the commit skipped while the last one uploaded, once that upload ended (``TaskCommitter``)."""
+        self.committer.commit_if_owed()
 
     def finish_commits(self) -> None:
-        """Before the container returns: wait for the commit in flight, and commit what a skipped
-        commit left uncommitted. Raises the failure of any of them; a failure of the last commit that the
-        policy tolerates (``task.commit.skip.commit.*``) makes another, until one succeeds or the limit is reached."""
-        self._wait_for_commit()
-        self._raise_commit_failure()
-        self.commit()
-        self._wait_for_commit()
-        while self._commit_failure is not None:
-            self._raise_commit_failure()  # raises past the limit (or when nothing is tolerated)
-            self.commit()
-            self._wait_for_commit()
+        """Before the container returns: the commit in flight and the last one (``TaskCommitter.finish_commits``)."""
+        self.committer.finish_commits()
 
     @in_task_log_context
     def close(self) -> None:
@@ -805,9 +490,3 @@ def _next_stride(stride: int, elapsed: float) -> int:
     if elapsed * 2 < DEADLINE_SLICE_S:
         return min(stride * 2, MAX_STRIDE)
     return 1
-
-
-def _limit_reached(settings: CommitSettings, kind: str, tolerated: int) -> str:
-    if not settings.skip_during_failures:
-        return ""
-    return f" (after {tolerated} tolerated: task.commit.skip.commit.{kind}.max.limit)"
