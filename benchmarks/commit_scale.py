@@ -30,7 +30,7 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,7 +81,7 @@ class MeasuringContainer(Container):
         self.startup = (0.0, 0.0)
         self.commit_cpu: list[float] = []
 
-    def _run(self, tasks: list[TaskInstance], stop_probe: Callable[[], bool]) -> RunLoop:
+    def _run_loop(self, loop: RunLoop, tasks: list[TaskInstance]) -> None:
         wall, cpu = self.began
         self.startup = (time.perf_counter() - wall, time.process_time() - cpu)
         for offset in range(self.rounds):
@@ -96,7 +96,7 @@ class MeasuringContainer(Container):
                 task.finish_commits()  # waits for the commit in flight (a no-op commit follows)
             self.commit_cpu.append(time.process_time() - started)
         self._stop_now.set()
-        return super()._run(tasks, stop_probe)
+        super()._run_loop(loop, tasks)
 
 
 def job_config(root: Path, tasks: int, system: str, bootstrap: str | None) -> Config:

@@ -16,6 +16,7 @@ from millstream.job_model import ContainerModel, JobModel, TaskModel
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStreamPartition, TaskName
+from millstream.runtime.services import ContainerServices
 from millstream.storage.managers.resources import prepare_state_resources
 from millstream.storage.managers.stores import ContainerStorageManager, TaskStorageManager
 from millstream.systems.base import StreamSpec
@@ -48,12 +49,16 @@ def bench_config(root: Path, **extra: Any) -> Config:
 class TaskState:
     container: ContainerStorageManager
     storage: TaskStorageManager
-    producers: ProducerPool
+    services: ContainerServices
+
+    @property
+    def producers(self) -> ProducerPool:
+        return self.services.producers
 
     def close(self) -> None:
         self.storage.close()
         self.container.close()
-        self.producers.stop()
+        self.services.close()
 
 
 class StateJob:
@@ -71,13 +76,13 @@ class StateJob:
     def open(self, checkpoint: Checkpoint | None, config: Config | None = None) -> tuple[TaskState, float]:
         """Restore the task's stores from ``checkpoint``; returns them and the seconds it took."""
         config = config or self.config
-        producers = ProducerPool(config)
-        container = ContainerStorageManager(config, self.model, "0", self.metadata, producers)
+        services = ContainerServices(config)
+        container = ContainerStorageManager(config, self.model, "0", self.metadata, services)
         storage = container.task_storage(TASK, self.model.tasks[TASK])
         assert storage is not None
         started = time.perf_counter()
         container.restore({TASK: (storage, checkpoint)})
-        return TaskState(container, storage, producers), time.perf_counter() - started
+        return TaskState(container, storage, services), time.perf_counter() - started
 
     @staticmethod
     def commit(state: TaskState, offset: int) -> CheckpointV2:

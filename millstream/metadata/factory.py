@@ -1,15 +1,19 @@
-"""Choose the job's metadata store from ``metadata.store.factory`` (``sqlite`` unless configured)."""
+"""The metadata-store factory contract (``metadata.store.factory``: ``sqlite`` unless configured).
+
+Opening a store is :func:`millstream.metadata.opening.metadata_store`'s job, a composition root's; the name
+``metadata_store`` still resolves here for one release, so callers not yet moved keep working.
+"""
 
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from pathlib import Path
+from typing import Any
 
 from millstream.config.core import Config
 from millstream.config.views import JobConfig, MetadataConfig
-from millstream.errors import ConfigError
 from millstream.metadata.base import MetadataStore
-from millstream.plugins import load_object
 
 METADATA_STORE_FACTORIES = {
     "sqlite": "millstream.metadata.sqlite:SqliteMetadataStoreFactory",
@@ -27,18 +31,17 @@ class MetadataStoreFactory(ABC):
     def get_metadata_store(self, config: Config) -> MetadataStore: ...
 
 
-def metadata_store(config: Config) -> MetadataStore:
-    """The store ``metadata.store.factory`` names, not yet opened (``init`` opens it)."""
-    name = MetadataConfig.of(config).store_factory
-    factory_class = load_object(name, FACTORY_KEY, METADATA_STORE_FACTORIES)
-    if not (isinstance(factory_class, type) and issubclass(factory_class, MetadataStoreFactory)):
-        raise ConfigError(f"config key '{FACTORY_KEY}': '{name}' is not a MetadataStoreFactory")
-    return factory_class().get_metadata_store(config)
-
-
 def metadata_store_path(config: Config) -> Path:
     """``metadata.store.path``, else ``metadata.db`` in the job's directory under ``job.data.dir``."""
     configured = MetadataConfig.of(config).store_path
     if configured:
         return Path(configured).expanduser()
     return JobConfig.of(config).job_dir / DEFAULT_FILE_NAME
+
+
+def __getattr__(name: str) -> Any:
+    """``metadata_store`` moved to :mod:`millstream.metadata.opening`; resolved lazily (not imported) so that
+    importing the factory contract never imports the opener, which only composition roots may."""
+    if name == "metadata_store":
+        return importlib.import_module("millstream.metadata.opening").metadata_store
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

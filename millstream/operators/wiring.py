@@ -1,13 +1,15 @@
 """Wiring an ``OperatorGraphTask`` to its job: the application, the metadata store, systems and serdes.
 
-Kept apart from ``graph_task`` so the graph can be built and driven in tests without any of them.
+Kept apart from ``graph_task`` so the graph can be built and driven in tests without any of them. The
+metadata store, the admins and the serdes are the container's (its services, handed over in the task
+context): a high-level task opens none of its own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from millstream.api.task import TaskContext
 from millstream.config.views import AppConfig, TaskConfig
@@ -15,14 +17,15 @@ from millstream.control.state import ControlStateStore
 from millstream.errors import MillstreamError, StreamNotFoundError
 from millstream.metadata import coordination
 from millstream.metadata.coordination import latest_job_model
-from millstream.metadata.factory import metadata_store
 from millstream.operators.graph_task import ControlState, GraphSettings, IntermediateStreamInfo, TaskGraph
 from millstream.operators.planner import IntermediateStream, feeding_streams, load_application
 from millstream.operators.state import StoreBackedState, StoreControlState
 from millstream.operators.stores import OPERATOR_STORE, has_operator_store
 from millstream.serde.registry import SerdeRegistry
 from millstream.systems.base import SystemAdmin
-from millstream.systems.registry import system_factory
+
+if TYPE_CHECKING:
+    from millstream.runtime.services import ContainerServices
 
 
 def build_task_graph(context: TaskContext) -> tuple[TaskGraph, ControlState, list[Callable[[], Any]]]:
@@ -36,9 +39,8 @@ def build_task_graph(context: TaskContext) -> tuple[TaskGraph, ControlState, lis
     task = TaskConfig.of(config)
     run = application.run_set(None if app.stage is None else [app.stage])
     closers: list[Callable[[], Any]] = []
-    store = metadata_store(config)
-    store.init()
-    closers.append(store.close)
+    services = _services(context)
+    store = services.metadata_store()  # the container's own connection: a task runs on the container's thread
     try:
         container_id = context.container_id
         generation = coordination.current_generation(store)
@@ -50,17 +52,12 @@ def build_task_graph(context: TaskContext) -> tuple[TaskGraph, ControlState, lis
         model = latest_job_model(store)
         if model is None:
             raise MillstreamError(f"task '{context.task_name}': no job model is published")
-        serdes = SerdeRegistry.from_config(config)
+        serdes = services.serdes
         operator_store = context.get_store(OPERATOR_STORE) if has_operator_store(config) else None
         state_factory = None if operator_store is None else partial(StoreBackedState, operator_store)
         systems = {ssp.system for ssp in context.system_stream_partitions}
         systems.update(stream.system_stream.system for stream in run.intermediate_streams)
-        admins: dict[str, SystemAdmin] = {}
-        for system in sorted(systems):
-            admin = system_factory(config, system).get_admin(system, config)
-            admin.start()
-            closers.insert(0, admin.stop)
-            admins[system] = admin
+        admins = services.admins.of(systems)
         infos = {
             stream.system_stream: _stream_info(stream, admins[stream.system_stream.system], serdes)
             for stream in run.intermediate_streams
@@ -99,6 +96,17 @@ def build_task_graph(context: TaskContext) -> tuple[TaskGraph, ControlState, lis
         for close in closers:
             close()
         raise
+
+
+def _services(context: TaskContext) -> ContainerServices:
+    """The container's services, which the container hands its tasks in their context."""
+    services: ContainerServices | None = getattr(context, "services", None)
+    if services is None:
+        raise MillstreamError(
+            f"task '{context.task_name}': an operator graph is wired with its container's services, and its "
+            "context has none (run it in a container)"
+        )
+    return services
 
 
 def _stream_info(stream: IntermediateStream, admin: SystemAdmin, serdes: SerdeRegistry) -> IntermediateStreamInfo:

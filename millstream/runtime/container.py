@@ -23,14 +23,15 @@ import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from functools import partial
+from typing import Any, NoReturn, TypeVar
 
 import orjson
 
 from millstream.adjunct.loop import AdjunctLoop
 from millstream.adjunct.manager import AdjunctContext, AdjunctDataStoreManager, adjunct_data_store_manager
 from millstream.api.task import StreamTask
-from millstream.checkpoint.base import WriterFence
+from millstream.checkpoint.base import CheckpointManager, WriterFence
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointV1, CheckpointV2
 from millstream.checkpoint.factory import checkpoint_factory
 from millstream.checkpoint.factory import checkpoint_manager as make_checkpoint_manager
@@ -43,7 +44,6 @@ from millstream.errors import ConfigError, MillstreamError, StreamNotFoundError
 from millstream.job_model import JobModel
 from millstream.metadata import coordination
 from millstream.metadata.base import FencedError, MetadataStore
-from millstream.metadata.factory import metadata_store
 from millstream.metrics.registry import NOOP_METRICS
 from millstream.model import SystemStream, SystemStreamPartition, TaskName
 from millstream.plugins import load_object
@@ -55,6 +55,7 @@ from millstream.runtime.metering import ContainerMetering
 from millstream.runtime.process_errors import ProcessErrorPolicy, TaskCallbackError, TaskProcessError
 from millstream.runtime.restart import RestartSettings, RestartStrategy, read_restarts, write_restarts
 from millstream.runtime.run_loop import DeadLetterPolicy, Decoder, RunLoop, RunLoopSettings
+from millstream.runtime.services import ContainerServices
 from millstream.runtime.task_instance import AppliedStartpoints, CommitSettings, ContainerContext, TaskInstance
 from millstream.runtime.transaction import ContainerTransaction
 from millstream.serde.registry import SerdeRegistry
@@ -63,7 +64,6 @@ from millstream.storage.managers.stores import ContainerStorageManager, TaskStor
 from millstream.systems.base import SystemAdmin, WriterToken
 from millstream.systems.consumers import SystemConsumers
 from millstream.systems.producers import ProducerPool
-from millstream.systems.registry import system_factory
 from millstream.table.provider import TableProvider
 
 log = logging.getLogger(__name__)
@@ -134,14 +134,84 @@ class TaskPlan:
     startpoints: AppliedStartpoints | None
 
 
+@dataclass(frozen=True)
+class Attempt:
+    """What fencing established (``_fence``): this attempt of the container, and its place to report."""
+
+    store: MetadataStore
+    """The container thread's metadata-store connection (the heartbeat thread beats through it too)."""
+    epoch: int
+    fence: WriterFence
+    run_id: str
+    metering: ContainerMetering
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What ``_prepare`` built for the later phases: the container's checkpoints, stores and policies."""
+
+    admins: dict[str, SystemAdmin]
+    """The input systems' admins (the services' shared ones)."""
+    checkpoints: CheckpointManager
+    transaction: ContainerTransaction | None
+    storage: ContainerStorageManager
+    adjunct: AdjunctDataStoreManager | None
+    metadata: dict[Any, Any]
+    """The input partitions' metadata, read once."""
+    process_errors: ProcessErrorPolicy
+    task_class: type
+
+
+@dataclass(frozen=True)
+class Planned:
+    """Each task's start (``_plan_tasks``), and where each partition is registered with its consumer: from the
+    earliest start of the tasks that read it."""
+
+    tasks: dict[TaskName, TaskPlan]
+    registered: dict[SystemStreamPartition, str]
+
+
+@dataclass(frozen=True)
+class Bootstrapped:
+    """The adjunct stores are current (``_bootstrap_adjunct_stores``); the stop check the run loop polls."""
+
+    adjunct_loop: AdjunctLoop | None
+    stop_probe: Callable[[], bool]
+
+
+@dataclass(frozen=True)
+class Started:
+    """The initialised tasks and the started consumers (``_start_tasks``)."""
+
+    tasks: list[TaskInstance]
+    consumers: SystemConsumers
+    tables: TableProvider
+
+
+@dataclass(frozen=True)
+class Running:
+    """The run loop and what it counts (``_run``), kept from before it runs: a container that a newer generation
+    supersedes while it runs reports them too."""
+
+    loop: RunLoop
+    tasks: list[TaskInstance]
+    dead_letters: DeadLetterPolicy
+    process_errors: ProcessErrorPolicy
+    adjunct_loop: AdjunctLoop | None
+
+
 class Container:
     """The composition root of a container: it builds every collaborator of its tasks and owns them.
 
-    ``run`` goes through Samza's phases in order — prepare (fence, admins, producers, checkpoints),
-    plan (each task's start: checkpoint ▸ startpoint ▸ default), restore (stores), bootstrap (adjunct
-    stores), start (tasks, consumers), run (the run loop) and shut down (final commits). Every resource is
-    held in one ``ExitStack`` as it is opened, so it is released in the reverse order, whatever phase
-    failed, and a failure while releasing one never hides the error that ended the container.
+    ``run`` goes through Samza's phases in order — fence (a new attempt), prepare (checkpoints, stores),
+    plan (each task's start: checkpoint ▸ startpoint ▸ default), restore (stores), bootstrap (adjunct stores),
+    start (tasks, consumers), run (the run loop) and shut down (final commits). Each phase returns a frozen
+    record the next ones take (:class:`Attempt`, :class:`Prepared`, ...), so the phase order is checked by
+    the types, not by attributes that appear mid-life. What the container opens outside the process (admins,
+    metadata-store connections, producers, serdes, the metrics registry) its :class:`ContainerServices`
+    opens once and hands down. Every resource is held in one ``ExitStack`` as it is opened, so it is released
+    in the reverse order, whatever phase failed, and a failure while releasing one never hides the error
+    that ended the container.
     """
 
     def __init__(
@@ -157,139 +227,155 @@ class Container:
         self.config = config
         self.job_model = job_model
         self.container_id = container_id
+        self.generation = job_model.generation
         self.model = job_model.containers[container_id]
         self.ssps = {ssp for task in self.model.tasks.values() for ssp in task.ssps}
         self.task_config = TaskConfig.of(config)
-        self.serdes = SerdeRegistry.from_config(config)
         self._stop_event = stop_event
         self._executor = executor or {}
         self._given_store = store
         self._status: dict[str, Any] = {}
         self._started = time.monotonic()
-        self._loop: RunLoop | None = None
+        self._resources = ExitStack()
+        self._running: Running | None = None
         """The run loop once running: what a container handing over to a newer generation reports."""
 
     def run(self) -> ContainerResult:
-        with ExitStack() as resources:
-            self._resources = resources
+        with self._resources:
+            services = self._hold(ContainerServices(self.config, self.container_id, store=self._given_store))
             try:
-                self._fence()
-            except SupersededError as superseded:  # a retry that Spark started after a newer run took over
-                log.warning("container %s: %s; not starting", self.container_id, superseded)
-                return self._empty_result("superseded")
-            except DeterministicFailureError as failed:
-                log.error("container %s: not starting: %s", self.container_id, failed)
-                return self._empty_result("failed")
+                attempt = self._fence(services)
+            except _NotStartingError as not_starting:
+                return self._not_starting(not_starting)
             try:
-                self._prepare()
-                plans = self._plan_tasks()
-                self._restore(plans)
-                driver = driver_watch(self.config, self.store, self.generation)
-                probe = _stop_probe(self.store, self.generation, self._stop_event, driver, self.container_id)
-                stop_probe = self._bootstrap_adjunct_stores(probe)
-                tasks = self._start_tasks(plans)
-                loop = self._run(tasks, stop_probe)
-                return self._shut_down(loop, tasks)
+                prepared = self._prepare(attempt, services)
+                planned = self._plan_tasks(attempt, prepared)
+                self._restore(attempt, prepared, planned)
+                driver = driver_watch(self.config, attempt.store, self.generation)
+                probe = _stop_probe(attempt.store, self.generation, self._stop_event, driver, self.container_id)
+                bootstrapped = self._bootstrap_adjunct_stores(attempt, services, prepared, probe)
+                started = self._start_tasks(attempt, services, prepared, planned)
+                running = self._run(attempt, services, prepared, planned, started, bootstrapped)
+                return self._shut_down(attempt, services, running)
             except (SupersededError, FencedError) as error:
-                newer = coordination.current_generation(self.store) > self.generation
-                if self._loop is None or not newer:
-                    self._report("superseded" if newer else "failed", error=str(error))  # refused once fenced
+                newer = coordination.current_generation(attempt.store) > self.generation
+                if self._running is None or not newer:
+                    self._report(attempt, "superseded" if newer else "failed", error=str(error))  # refused once fenced
                     raise  # fenced by a newer attempt of this container, or before running: Spark retries it
-                return self._hand_over(self._loop, tasks, error)
+                return self._hand_over(attempt, self._running, error)
             except BaseException as error:
-                self._record_failure(error)
-                reported = masked_error(error, self.config)
-                self._report("failed", error=str(reported))
-                if reported is error:
-                    # the runner reports the error once (and its status keeps it): the container's own log names
-                    # the attempt it ended and the error's type, so a worker's log tells attempts apart
-                    log.error(
-                        "container %s (generation %s, attempt %s) failed: %s (its status records the error)",
-                        self.container_id, self.generation, self.epoch, type(error).__name__,
-                    )  # fmt: skip
-                    raise
-                log.error("container %s failed:\n%s", self.container_id, masked_traceback(error, self.config))
-                raise reported from None
+                self._fail(attempt, error)
         raise AssertionError("unreachable: the with block returns or raises")  # pragma: no cover
+
+    def _not_starting(self, not_starting: _NotStartingError) -> ContainerResult:
+        """A retry that Spark started after a newer run took over, or of a generation that failed for good."""
+        if not_starting.outcome == "superseded":
+            log.warning("container %s: %s; not starting", self.container_id, not_starting.error)
+        else:
+            log.error("container %s: not starting: %s", self.container_id, not_starting.error)
+        seconds = time.monotonic() - self._started
+        return ContainerResult(
+            self.container_id, self.generation, not_starting.epoch, not_starting.outcome, {}, 0, 0, seconds, 0.0
+        )
+
+    def _fail(self, attempt: Attempt, error: BaseException) -> NoReturn:
+        """Record and report what ended the attempt, then raise it (masked when it shows a secret)."""
+        self._record_failure(attempt, error)
+        reported = masked_error(error, self.config)
+        self._report(attempt, "failed", error=str(reported))
+        if reported is error:
+            # the runner reports the error once (and its status keeps it): the container's own log names
+            # the attempt it ended and the error's type, so a worker's log tells attempts apart
+            log.error(
+                "container %s (generation %s, attempt %s) failed: %s (its status records the error)",
+                self.container_id, self.generation, attempt.epoch, type(error).__name__,
+            )  # fmt: skip
+            raise error
+        log.error("container %s failed:\n%s", self.container_id, masked_traceback(error, self.config))
+        raise reported from None
 
     # -- phases ---------------------------------------------------------------------------------------
 
-    def _fence(self) -> None:
+    def _fence(self, services: ContainerServices) -> Attempt:
         """A new attempt fences off every earlier one, and a container of an older generation never starts."""
-        if self._given_store is None:
-            self.store = self._hold(metadata_store(self.config))
-        else:
-            self.store = self._given_store
-        self.generation = self.job_model.generation
-        if coordination.deterministic_failure(self.store, self.generation) is not None:
-            self.epoch = coordination.container_epoch(self.store, self.container_id)  # not a new attempt
-            raise DeterministicFailureError(
-                f"generation {self.generation} failed deterministically (job.container.failure.repeat.limit)"
+        store = services.metadata_store()
+        generation = self.generation
+        if coordination.deterministic_failure(store, generation) is not None:
+            raise _NotStartingError(
+                "failed",
+                coordination.container_epoch(store, self.container_id),  # not a new attempt
+                DeterministicFailureError(
+                    f"generation {generation} failed deterministically (job.container.failure.repeat.limit)"
+                ),
             )
-        if (current := coordination.current_generation(self.store)) > self.generation:
+        if (current := coordination.current_generation(store)) > generation:
             # before taking an attempt: a late retry of an old generation must not fence the newer one's container
-            self.epoch = coordination.container_epoch(self.store, self.container_id)
-            raise SupersededError(coordination.superseded_message(self.store, self.generation, current))
-        self.epoch = coordination.start_container_attempt(self.store, self.container_id)
-        current = coordination.current_generation(self.store)
-        if current > self.generation:
-            raise SupersededError(coordination.superseded_message(self.store, self.generation, current))
-        if current != self.generation:
+            message = coordination.superseded_message(store, generation, current)
+            epoch = coordination.container_epoch(store, self.container_id)
+            raise _NotStartingError("superseded", epoch, SupersededError(message))
+        epoch = coordination.start_container_attempt(store, self.container_id)
+        current = coordination.current_generation(store)
+        if current > generation:
+            raise _NotStartingError(
+                "superseded", epoch, SupersededError(coordination.superseded_message(store, generation, current))
+            )
+        if current != generation:
             raise FencedError(
-                f"container {self.container_id} belongs to generation {self.generation}, but the job is at "
+                f"container {self.container_id} belongs to generation {generation}, but the job is at "
                 f"generation {current}"
             )
-        self.fence = WriterFence(self.generation, self.container_id, self.epoch)
-        self.run_id = coordination.job_run_id(self.config, self.generation)
-        self.metering = ContainerMetering(self.config, self.container_id, self.generation, self.epoch)
-        self._resources.callback(_quietly, lambda: self.metering.close("failed"))  # no-op once closed
-        self._status = {"pid": os.getpid(), "host": socket.gethostname(), "attempt": self.epoch, "run-id": self.run_id}
-        self._status.update(generation=self.generation, **self._executor)
+        services.start_attempt(WriterToken(JobConfig.of(self.config).job_key, self.container_id, generation, epoch))
+        metering = ContainerMetering(services, self.container_id, generation, epoch)
+        self._resources.callback(_quietly, lambda: metering.close("failed"))  # no-op once closed
+        run_id = coordination.job_run_id(self.config, generation)
+        attempt = Attempt(store, epoch, WriterFence(generation, self.container_id, epoch), run_id, metering)
+        self._status = {"pid": os.getpid(), "host": socket.gethostname(), "attempt": epoch, "run-id": run_id}
+        self._status.update(generation=generation, **self._executor)
         interval_s = JobConfig.of(self.config).container_heartbeat_interval_ms / 1000
-        heartbeat = ContainerHeartbeat(self.store, self.container_id, self.generation, self.epoch, interval_s)
+        heartbeat = ContainerHeartbeat(store, self.container_id, generation, epoch, interval_s)
         self._resources.callback(heartbeat.start().stop)  # beats through the backoff and the restore too
-        self._back_off()
-        self._report("starting")
-        log.info("container %s (generation %s, attempt %s) starting", self.container_id, self.generation, self.epoch)
+        self._back_off(attempt)
+        self._report(attempt, "starting")
+        log.info("container %s (generation %s, attempt %s) starting", self.container_id, generation, epoch)
+        return attempt
 
-    def _back_off(self) -> None:
+    def _back_off(self, attempt: Attempt) -> None:
         """Apply the restart strategy (``job.container.restart.*``): a new attempt after a failure waits its delay
         (in state ``backoff``, visible in ``job status`` and the metrics) or, past the failure-rate limit,
         fails the job at once naming the limit and the last failure."""
+        store, epoch = attempt.store, attempt.epoch
         strategy = RestartStrategy(RestartSettings.of(self.config), lambda: int(time.time() * 1000))
-        last = coordination.container_statuses(self.store).get(self.container_id, {})
-        decision = strategy.on_attempt(self.container_id, self.generation, read_restarts(self.store, self.container_id))
-        write_restarts(self.store, self.container_id, self.epoch, decision.record)
+        last = coordination.container_statuses(store).get(self.container_id, {})
+        decision = strategy.on_attempt(self.container_id, self.generation, read_restarts(store, self.container_id))
+        write_restarts(store, self.container_id, epoch, decision.record)
         if decision.exceeded is not None:
             cause = f"; its last failure: {str(last['error']).splitlines()[0]}" if last.get("error") else ""
             message = decision.exceeded + cause
-            coordination.record_deterministic_failure(
-                self.store, self.container_id, self.generation, self.epoch, message
-            )
-            raise DeterministicFailureError(message)
+            coordination.record_deterministic_failure(store, self.container_id, self.generation, epoch, message)
+            raise _NotStartingError("failed", epoch, DeterministicFailureError(message))
         self._status.update({"restarts": decision.record.restarts, "backoff-ms": decision.delay_ms})
         if decision.record.restarts:
             self._status["restart-cause"] = _restart_cause(last, self.generation)
-        self.metering.restarted(decision.record.restarts, decision.delay_ms / 1000, self.store)
+        attempt.metering.restarted(decision.record.restarts, decision.delay_ms / 1000, store)
         if decision.delay_ms:
             log.warning(
                 "container %s: restart %d of generation %s waits %.1fs (job.container.restart.backoff.*)",
                 self.container_id, decision.record.restarts, self.generation, decision.delay_ms / 1000,
             )  # fmt: skip
-            self._report("backoff", **{"backoff-until": decision.record.running_from_ms})
-            self._wait(decision.delay_ms / 1000)
+            self._report(attempt, "backoff", **{"backoff-until": decision.record.running_from_ms})
+            self._wait(store, decision.delay_ms / 1000)
 
-    def _wait(self, seconds: float) -> None:
+    def _wait(self, store: MetadataStore, seconds: float) -> None:
         """Sleep through a restart delay, cut short by a stop request: a stopping job does not wait for it."""
         deadline = time.monotonic() + seconds
         while (remaining := deadline - time.monotonic()) > 0:
-            if coordination.stop_requested(self.store, self.generation) or (
+            if coordination.stop_requested(store, self.generation) or (
                 self._stop_event is not None and self._stop_event.is_set()
             ):
                 return
             time.sleep(min(remaining, 0.25))
 
-    def _record_failure(self, error: BaseException) -> None:
+    def _record_failure(self, attempt: Attempt, error: BaseException) -> None:
         """Count a failure of user code; at ``job.container.failure.repeat.limit`` identical ones it is
         deterministic (a retry resumes from the same checkpoint and fails again) and the job fails with it.
         A resume point already deleted (``TrimmedOffsetError``) is deterministic at once: deleted records never
@@ -299,18 +385,17 @@ class Container:
         if not (trimmed or isinstance(error, TaskProcessError | TaskCallbackError)):
             return
         limit = JobConfig.of(self.config).container_failure_repeat_limit
+        store, epoch = attempt.store, attempt.epoch
         try:
             count = 1
             if isinstance(error, TaskProcessError | TaskCallbackError):
                 count = coordination.record_container_failure(
-                    self.store, self.container_id, self.generation, self.epoch, error.failure()
+                    store, self.container_id, self.generation, epoch, error.failure()
                 )
             if not limit or (count < limit and not trimmed):
                 return
             message = mask_secrets(f"{type(error).__module__}.{type(error).__qualname__}: {error}", self.config)
-            if coordination.record_deterministic_failure(
-                self.store, self.container_id, self.generation, self.epoch, message
-            ):
+            if coordination.record_deterministic_failure(store, self.container_id, self.generation, epoch, message):
                 why = "records it must read were deleted" if trimmed else f"the same failure ended {count} attempts"
                 log.error(
                     "container %s: %s; it is deterministic, the job fails (job.container.failure.repeat.limit=%d)",
@@ -319,55 +404,52 @@ class Container:
         except (MillstreamError, OSError) as record_error:
             log.warning("container %s: could not record its failure: %s", self.container_id, record_error)
 
-    def _prepare(self) -> None:
+    def _prepare(self, attempt: Attempt, services: ContainerServices) -> Prepared:
         config = self.config
-        self.admins: dict[str, SystemAdmin] = {}
-        for system in sorted({ssp.system for ssp in self.ssps}):
-            admin = system_factory(config, system).get_admin(system, config)
-            admin.start()
-            self.admins[system] = self._hold(admin)
-        writer = WriterToken(JobConfig.of(config).job_key, self.container_id, self.generation, self.epoch)
-        self.producers = self._hold(ProducerPool(config, writer))
+        admins = services.admins.of(ssp.system for ssp in self.ssps)
         task_config = self.task_config
-        self.process_errors = ProcessErrorPolicy(task_config.process_errors, task_config.dead_letter(), self.producers)
-        self.checkpoints = make_checkpoint_manager(config, self.store, self.fence)
-        self.checkpoints.start()
-        self._hold(self.checkpoints)
-        self.transaction = self._exactly_once()
-        metrics = self.metering.registry or NOOP_METRICS
+        producers = services.producers
+        process_errors = ProcessErrorPolicy(task_config.process_errors, task_config.dead_letter(), producers)
+        checkpoints = make_checkpoint_manager(config, attempt.store, attempt.fence)
+        checkpoints.start()
+        self._hold(checkpoints)
+        transaction = self._exactly_once(checkpoints, producers)
+        metrics = services.registry or NOOP_METRICS
         storage = ContainerStorageManager(
-            config, self.job_model, self.container_id, self.store, self.producers, self.serdes, metrics
+            config, self.job_model, self.container_id, attempt.store, services, services.serdes, metrics
         )
-        self.storage = self._hold(storage)
-        self.adjunct: AdjunctDataStoreManager | None = None
+        self._hold(storage)
+        adjunct: AdjunctDataStoreManager | None = None
         if adjunct_store_names(config):
             # The adjunct loop's own connection: it runs on its own thread.
-            adjunct_store = self._hold(metadata_store(config))
-            context = AdjunctContext(config, self.job_model, self.container_id, adjunct_store, self.serdes, self.admins)
-            self.adjunct = adjunct_data_store_manager(context)
-            if self.adjunct is not None:
-                self._resources.callback(_quietly, self.adjunct.close)
-        self.metadata = _partition_metadata(self.admins, self.ssps)
-        self.task_class = load_task_class(config)
+            adjunct_store = services.metadata_store("adjunct")
+            context = AdjunctContext(config, self.job_model, self.container_id, adjunct_store, services.serdes, admins)
+            adjunct = adjunct_data_store_manager(context)
+            if adjunct is not None:
+                self._resources.callback(_quietly, adjunct.close)
+        metadata = _partition_metadata(admins, self.ssps)
+        task_class = load_task_class(config)
+        return Prepared(admins, checkpoints, transaction, storage, adjunct, metadata, process_errors, task_class)
 
-    def _plan_tasks(self) -> dict[TaskName, TaskPlan]:
+    def _plan_tasks(self, attempt: Attempt, prepared: Prepared) -> Planned:
         """Each task's starting offsets, in task order; partitions several tasks read are registered once,
         from the earliest of their starts (``registered``)."""
-        adjunct_ssps = self.adjunct.ssps if self.adjunct is not None else frozenset()
-        offsets = OffsetManager(self.config, self.admins)
-        startpoints = _startpoint_manager(self.config, self.store)
-        self.registered: dict[SystemStreamPartition, str] = {}
+        adjunct_ssps = prepared.adjunct.ssps if prepared.adjunct is not None else frozenset()
+        admins, checkpoints, store = prepared.admins, prepared.checkpoints, attempt.store
+        offsets = OffsetManager(self.config, admins)
+        startpoints = _startpoint_manager(self.config, store)
+        registered: dict[SystemStreamPartition, str] = {}
         plans: dict[TaskName, TaskPlan] = {}
         for task_name, task_model in sorted(self.model.tasks.items(), key=lambda kv: kv[0].sort_key()):
             ssps = set(task_model.ssps - adjunct_ssps)
-            self.checkpoints.register(task_name)
-            last = self.checkpoints.read_last_checkpoint(task_name)
-            task_store = self.storage.task_storage(task_name, task_model)
+            checkpoints.register(task_name)
+            last = checkpoints.read_last_checkpoint(task_name)
+            task_store = prepared.storage.task_storage(task_name, task_model)
             if task_store is not None:
                 self._hold(task_store)
                 if isinstance(last, CheckpointV1) and not task_store.restorable_from_v1:
-                    last = _last_v2_checkpoint(self.config, self.store, task_name)
-            starts = offsets.starting_offsets(task_name, ssps, last, self.metadata)
+                    last = _last_v2_checkpoint(self.config, store, task_name)
+            starts = offsets.starting_offsets(task_name, ssps, last, prepared.metadata)
             repositioned = {ssp for ssp in ssps if stream_samza(self.config, ssp.system_stream).reset_offset}
             applied: AppliedStartpoints | None = None
             if startpoints is not None:
@@ -375,50 +457,51 @@ class Container:
                 resolution = offsets.apply_startpoints(task_name, starts, fan_out)
                 starts = resolution.offsets
                 repositioned.update(resolution.applied)
-                record_startpoint_failures(self.store, task_name, resolution.failures)
+                record_startpoint_failures(store, task_name, resolution.failures)
                 if in_use := {ssp for ssp in fan_out if ssp in ssps}:
                     applied = AppliedStartpoints(startpoints, task_name, in_use)
-            keep_earliest(self.registered, starts, self.admins)
+            keep_earliest(registered, starts, admins)
             plans[task_name] = TaskPlan(ssps, last, starts, repositioned, task_store, applied)
-        return plans
+        return Planned(plans, registered)
 
-    def _restore(self, plans: dict[TaskName, TaskPlan]) -> None:
-        stateful = {name: (plan.storage, plan.last_checkpoint) for name, plan in plans.items() if plan.storage}
+    def _restore(self, attempt: Attempt, prepared: Prepared, planned: Planned) -> None:
+        stateful = {name: (plan.storage, plan.last_checkpoint) for name, plan in planned.tasks.items() if plan.storage}
         if stateful:
-            self._report("restoring")
-            with self.metering.restoring():
-                self.storage.restore(stateful)
+            self._report(attempt, "restoring")
+            with attempt.metering.restoring():
+                prepared.storage.restore(stateful)
         # Registered after the task stores, so it runs before they close: an upload in flight ends first.
-        self._resources.callback(_quietly, self.storage.drain_commits)
+        self._resources.callback(_quietly, prepared.storage.drain_commits)
 
-    def _bootstrap_adjunct_stores(self, stop_probe: Callable[[], bool]) -> Callable[[], bool]:
+    def _bootstrap_adjunct_stores(
+        self, attempt: Attempt, services: ContainerServices, prepared: Prepared, stop_probe: Callable[[], bool]
+    ) -> Bootstrapped:
         """Adjunct stores are current before any task is initialised; then the adjunct loop keeps them
         current on its own thread, and the stop check raises what failed it on the container's thread."""
-        self.adjunct_loop: AdjunctLoop | None = None
-        if self.adjunct is None:
-            return stop_probe
-        self._report("bootstrapping")
-        starts = self.adjunct.start(self.metadata)
-        consumers = SystemConsumers(_register_consumers(self.config, starts))
+        adjunct = prepared.adjunct
+        if adjunct is None:
+            return Bootstrapped(None, stop_probe)
+        self._report(attempt, "bootstrapping")
+        starts = adjunct.start(prepared.metadata)
+        consumers = SystemConsumers(_register_consumers(services, starts))
         consumers.start()
         self._resources.callback(_quietly, consumers.stop)
         loop = AdjunctLoop(
-            self.adjunct,
+            adjunct,
             consumers,
             starts,
-            self.metadata,
-            self.admins,
+            prepared.metadata,
+            prepared.admins,
             commit_ms=self.task_config.commit_ms,
             poll_interval_ms=self.task_config.poll_interval_ms,
         )
-        self.metering.watch(loop)
+        attempt.metering.watch(loop)
         loop.bootstrap(stop_probe)
         loop.start()
         self._resources.callback(_quietly, loop.stop)
-        self.adjunct_loop = loop
-        return _adjunct_checked(stop_probe, loop)
+        return Bootstrapped(loop, _adjunct_checked(stop_probe, loop))
 
-    def _exactly_once(self) -> ContainerTransaction | None:
+    def _exactly_once(self, checkpoints: CheckpointManager, producers: ProducerPool) -> ContainerTransaction | None:
         """Under exactly-once, the transaction the container's commits end: checkpoints join it through the
         producer of the checkpoint topic's system, which every write of the container goes through."""
         if not self.task_config.exactly_once:
@@ -429,45 +512,52 @@ class Container:
                 "task.processing.guarantee=exactly-once needs checkpoints written in the output's transaction: set "
                 f"task.checkpoint.factory=kafka ('{self.task_config.checkpoint_factory}' cannot)"
             )
-        self.checkpoints.join_transaction(self.producers.state_producer(system))
-        return ContainerTransaction(self.producers)
+        checkpoints.join_transaction(producers.state_producer(system))
+        return ContainerTransaction(producers)
 
-    def _start_tasks(self, plans: dict[TaskName, TaskPlan]) -> list[TaskInstance]:
-        commit_settings = CommitSettings.of(self.config, self.storage.pause)
-        self.tables = TableProvider(self.config, self.metering.registry or NOOP_METRICS)
-        self._resources.callback(_quietly, self._close_tables)
-        tasks = [self._task_instance(name, plan, commit_settings) for name, plan in plans.items()]
-        consumers = SystemConsumers(_register_consumers(self.config, self.registered))
-        for index, (instance, plan) in enumerate(zip(tasks, plans.values(), strict=True)):
+    def _start_tasks(
+        self, attempt: Attempt, services: ContainerServices, prepared: Prepared, planned: Planned
+    ) -> Started:
+        commit_settings = CommitSettings.of(self.config, prepared.storage.pause)
+        tables = TableProvider(self.config, services.registry or NOOP_METRICS)
+        self._resources.callback(_quietly, partial(_close_tables, tables))
+        tasks = [
+            self._task_instance(attempt, services, prepared, name, plan, planned.registered, tables, commit_settings)
+            for name, plan in planned.tasks.items()
+        ]
+        consumers = SystemConsumers(_register_consumers(services, planned.registered))
+        for index, (instance, plan) in enumerate(zip(tasks, planned.tasks.values(), strict=True)):
             instance.init()
-            if self.transaction is not None:
-                self.transaction.tasks = tasks[: index + 1]  # a commit now covers the tasks started so far
+            if prepared.transaction is not None:
+                prepared.transaction.tasks = tasks[: index + 1]  # a commit now covers the tasks started so far
             if plan.storage is not None and plan.storage.revert_unsealed:
                 instance.commit()  # seal the restore's revert in a checkpoint before anything else
         consumers.start()
         self._resources.callback(_quietly, consumers.stop)
-        self.consumers = consumers
-        return tasks
+        return Started(tasks, consumers, tables)
 
-    def _close_tables(self) -> None:
-        """The remote tables' fetches in flight end and their definitions' ``close`` runs, on the loop."""
-        if self.tables.tables:
-            try:
-                run_hook(self.tables.close())
-            except Exception as error:  # a user's close: reported, and the container's cleanup goes on
-                log.warning("ignored while closing the remote tables: %s: %s", type(error).__name__, error)
-
-    def _task_instance(self, task_name: TaskName, plan: TaskPlan, commit_settings: CommitSettings) -> TaskInstance:
+    def _task_instance(
+        self,
+        attempt: Attempt,
+        services: ContainerServices,
+        prepared: Prepared,
+        task_name: TaskName,
+        plan: TaskPlan,
+        registered: Mapping[SystemStreamPartition, str],
+        tables: TableProvider,
+        commit_settings: CommitSettings,
+    ) -> TaskInstance:
         catch_up = {
-            ssp: (offset, self.admins[ssp.system].offset_comparator)
+            ssp: (offset, prepared.admins[ssp.system].offset_comparator)
             for ssp, offset in plan.starts.items()
-            if self.registered[ssp] != offset
+            if registered[ssp] != offset
         }
         stores: dict[str, Any] = dict(plan.storage.stores) if plan.storage else {}
         unavailable: dict[str, str] = {}
-        if self.adjunct is not None:
-            stores.update(self.adjunct.stores_for(task_name))
-            unavailable = self.adjunct.unavailable_for(task_name)
+        if prepared.adjunct is not None:
+            stores.update(prepared.adjunct.stores_for(task_name))
+            unavailable = prepared.adjunct.unavailable_for(task_name)
+        metering = attempt.metering
         context = ContainerContext(
             task_name,
             self.config,
@@ -476,108 +566,135 @@ class Container:
             stores,
             frozenset(plan.repositioned),
             unavailable,
-            self.metering.task_metrics(task_name),
-            self.tables,
+            metering.task_metrics(task_name),
+            tables,
+            services=services,
         )
-        collector = TaskCollector(task_name, self.producers, self.serdes, self.task_config.drop_serialization_errors)
+        producers = services.producers
+        collector = TaskCollector(task_name, producers, services.serdes, self.task_config.drop_serialization_errors)
         return TaskInstance(
             task_name,
-            self.task_class(),
+            prepared.task_class(),
             frozenset(plan.ssps),
             context,
-            self.producers,
+            producers,
             collector,
-            self.checkpoints,
+            prepared.checkpoints,
             dict(plan.last_checkpoint.offsets) if plan.last_checkpoint else {},
             catch_up,
             plan.startpoints,
             storage=plan.storage,
             commit_settings=commit_settings,
-            commit_executor=None if self.transaction else self.storage.commit_executor,
-            purger=CommittedMessagePurger.of(str(task_name), plan.ssps, self.config, self.admins),
-            process_errors=self.process_errors,
-            meters=self.metering.task_meters(task_name, frozenset(plan.ssps)),
-            transaction=self.transaction,
+            commit_executor=None if prepared.transaction else prepared.storage.commit_executor,
+            purger=CommittedMessagePurger.of(str(task_name), plan.ssps, self.config, prepared.admins),
+            process_errors=prepared.process_errors,
+            meters=metering.task_meters(task_name, frozenset(plan.ssps)),
+            transaction=prepared.transaction,
         )
 
-    def _run(self, tasks: list[TaskInstance], stop_probe: Callable[[], bool]) -> RunLoop:
+    def _run(
+        self,
+        attempt: Attempt,
+        services: ContainerServices,
+        prepared: Prepared,
+        planned: Planned,
+        started: Started,
+        bootstrapped: Bootstrapped,
+    ) -> Running:
         task_config = self.task_config
-        self.dead_letters = DeadLetterPolicy(
+        tasks, producers = started.tasks, services.producers
+        process_errors = prepared.process_errors
+        dead_letters = DeadLetterPolicy(
             task_config.drop_deserialization_errors,
             task_config.dead_letter(),
-            self.producers,
-            keep_raw=self.process_errors.keeps_raw_bytes,
+            producers,
+            keep_raw=process_errors.keeps_raw_bytes,
         )
         loop = RunLoop(
-            self.consumers,
+            started.consumers,
             tasks,
-            _decoders(self.serdes, {ssp.system_stream for ssp in self.ssps}),
-            self.dead_letters,
+            _decoders(services.serdes, {ssp.system_stream for ssp in self.ssps}),
+            dead_letters,
             RunLoopSettings(task_config.window_ms, task_config.commit_ms, task_config.poll_interval_ms),
-            stop_probe,
+            bootstrapped.stop_probe,
             drain=DrainMonitor.of(
-                self.config, self.store, self.run_id, tasks, JobConfig.of(self.config).drain_poll_interval_ms
+                self.config, attempt.store, attempt.run_id, tasks, JobConfig.of(self.config).drain_poll_interval_ms
             ),
-            output=self.producers,
-            transaction=self.transaction,
+            output=producers,
+            transaction=prepared.transaction,
         )
         counted = {
-            "dead_lettered": lambda: self.dead_letters.dropped,
-            "process_errors_skipped": lambda: self.process_errors.skipped,
+            "dead_lettered": lambda: dead_letters.dropped,
+            "process_errors_skipped": lambda: process_errors.skipped,
             "polls": lambda: loop.stats.polls,
             "batches": lambda: loop.stats.batches,
         }
-        self.metering.start(tasks, self.registered, counted, self.consumers.consumers.values())
-        self._report("running")
+        attempt.metering.start(tasks, planned.registered, counted, started.consumers.consumers.values())
+        self._report(attempt, "running")
         log.info("container %s running %d task(s) over %d partition(s)", self.container_id, len(tasks), len(self.ssps))
-        self._loop = loop
-        loop.run()
-        return loop
+        self._running = running = Running(loop, tasks, dead_letters, process_errors, bootstrapped.adjunct_loop)
+        self._run_loop(loop, tasks)
+        return running
 
-    def _shut_down(self, loop: RunLoop, tasks: list[TaskInstance]) -> ContainerResult:
+    def _run_loop(self, loop: RunLoop, tasks: list[TaskInstance]) -> None:
+        """Run the loop until it returns (a seam: a measurement replaces what the loop does)."""
+        loop.run()
+
+    def _shut_down(
+        self,
+        attempt: Attempt,
+        services: ContainerServices,
+        running: Running,
+    ) -> ContainerResult:
         """The final commits, then the tasks' own ``close``; what is still open is released by the stack."""
+        tasks, adjunct_loop = running.tasks, running.adjunct_loop
         for instance in tasks:
             instance.finish_commits()
         for instance in tasks:
             instance.close()
-        if self.adjunct_loop is not None:
-            self.adjunct_loop.stop()
-            self.adjunct_loop.raise_if_failed()
-        self.producers.stop()
+        if adjunct_loop is not None:
+            adjunct_loop.stop()
+            adjunct_loop.raise_if_failed()
+        services.producers.stop()
         drained = any(instance.drained for instance in tasks)
-        outcome = "stopped" if loop.stopped_by_request else "drained" if drained else "finished"
-        self.metering.close(outcome)
-        self._report(outcome)
-        return self._result(loop, tasks, outcome)
+        outcome = "stopped" if running.loop.stopped_by_request else "drained" if drained else "finished"
+        attempt.metering.close(outcome)
+        self._report(attempt, outcome)
+        return self._result(attempt, running, outcome)
 
-    def _hand_over(self, loop: RunLoop, tasks: list[TaskInstance], why: Exception) -> ContainerResult:
+    def _hand_over(self, attempt: Attempt, running: Running, why: Exception) -> ContainerResult:
         """Stop without committing: a newer generation owns the checkpoints now (this one's writes are
         refused) and resumes from the last one this run wrote, so nothing acknowledged is lost."""
-        newer = coordination.current_generation(self.store)
-        message = coordination.superseded_message(self.store, self.generation, newer)
+        newer = coordination.current_generation(attempt.store)
+        message = coordination.superseded_message(attempt.store, self.generation, newer)
         log.warning("container %s: %s; stopping without a final commit", self.container_id, message)
         log.debug("container %s: noticed by: %s", self.container_id, why)
-        self.metering.close("superseded")
-        self._report("superseded", error=message)
-        return self._result(loop, tasks, "superseded")
+        attempt.metering.close("superseded")
+        self._report(attempt, "superseded", error=message)
+        return self._result(attempt, running, "superseded")
 
     # -- helpers --------------------------------------------------------------------------------------
 
-    def _result(self, loop: RunLoop, tasks: list[TaskInstance], outcome: str) -> ContainerResult:
-        stats = loop.stats
+    def _result(
+        self,
+        attempt: Attempt,
+        running: Running,
+        outcome: str,
+    ) -> ContainerResult:
+        tasks, adjunct_loop = running.tasks, running.adjunct_loop
+        stats = running.loop.stats
         processing = 0.0
         if stats.first_message_at is not None and stats.last_message_at is not None:
             processing = stats.last_message_at - stats.first_message_at
-        adjunct_loop = self.adjunct_loop
         return ContainerResult(
             container_id=self.container_id,
             generation=self.generation,
-            epoch=self.epoch,
+            epoch=attempt.epoch,
             outcome=outcome,
             processed={str(t.task_name): t.processed for t in tasks},
             commits=sum(t.commits for t in tasks),
-            dropped_deserialization_errors=self.dead_letters.dropped,
-            skipped_process_errors=self.process_errors.skipped,
+            dropped_deserialization_errors=running.dead_letters.dropped,
+            skipped_process_errors=running.process_errors.skipped,
             seconds=time.monotonic() - self._started,
             processing_seconds=processing,
             executor=self._executor,
@@ -592,25 +709,20 @@ class Container:
             },
         )
 
-    def _empty_result(self, outcome: str) -> ContainerResult:
-        """The result of an attempt that ended before it ran a task."""
-        seconds = time.monotonic() - self._started
-        return ContainerResult(self.container_id, self.generation, self.epoch, outcome, {}, 0, 0, seconds, 0.0)
-
     def _hold(self, resource: _Resource) -> _Resource:
         """Keep ``resource`` until the container ends; releasing it fails quietly, so it never hides the
         error that ended the container."""
         self._resources.callback(_quietly, lambda: resource.__exit__(None, None, None))
         return resource
 
-    def _report(self, state: str, **details: Any) -> None:
+    def _report(self, attempt: Attempt, state: str, **details: Any) -> None:
         """Record this attempt's state; a zombie attempt's report is refused by the fence (see
         ``coordination.report_container_status``), so the live attempt's record stays."""
         coordination.report_container_status(
-            self.store,
+            attempt.store,
             self.container_id,
             self.generation,
-            self.epoch,
+            attempt.epoch,
             {**self._status, "state": state, **details},
             handing_over=state == "superseded",
         )
@@ -663,10 +775,10 @@ def _partition_metadata(admins: dict[str, SystemAdmin], ssps: set[SystemStreamPa
     return metadata
 
 
-def _register_consumers(config: Config, registered: dict[SystemStreamPartition, str]) -> dict[str, Any]:
+def _register_consumers(services: ContainerServices, registered: Mapping[SystemStreamPartition, str]) -> dict[str, Any]:
     consumers = {}
     for system in sorted({ssp.system for ssp in registered}):
-        consumer = system_factory(config, system).get_consumer(system, config)
+        consumer = services.new_consumer(system)
         for ssp, offset in sorted(registered.items()):
             if ssp.system == system:
                 consumer.register(ssp, offset)
@@ -704,6 +816,25 @@ class DeterministicFailureError(MillstreamError):
 
 class SupersededError(MillstreamError):
     """Another run of the job published a newer generation while this container ran."""
+
+
+class _NotStartingError(Exception):
+    """An attempt that does not start (``outcome``: ``superseded`` or ``failed``), with the attempt it is."""
+
+    def __init__(self, outcome: str, epoch: int, error: MillstreamError) -> None:
+        super().__init__(str(error))
+        self.outcome = outcome
+        self.epoch = epoch
+        self.error = error
+
+
+def _close_tables(tables: TableProvider) -> None:
+    """The remote tables' fetches in flight end and their definitions' ``close`` runs, on the loop."""
+    if tables.tables:
+        try:
+            run_hook(tables.close())
+        except Exception as error:  # a user's close: reported, and the container's cleanup goes on
+            log.warning("ignored while closing the remote tables: %s: %s", type(error).__name__, error)
 
 
 def _stop_probe(

@@ -152,14 +152,17 @@ class DriverWatch:
 
 
 @contextmanager
-def driver_heartbeat(config: Config, generation: int) -> Iterator[None]:
+def driver_heartbeat(
+    config: Config, generation: int, open_store: Callable[[], MetadataStore] | None = None
+) -> Iterator[None]:
     """The driver beats for ``generation`` while the block runs its containers, and records the run's end after.
 
-    It writes through a metadata-store connection of its own: a beat waiting for the store's write lock (a paused
-    process holding it) must not block the driver's other reads, such as the liveness check that finds that
+    It writes through a metadata-store connection of its own (``open_store`` opens it; the driver's services
+    should pass theirs, the default opener is kept until they do): a beat waiting for the store's write lock (a
+    paused process holding it) must not block the driver's other reads, such as the liveness check that finds that
     process silent and ends it."""
     job = JobConfig.of(config)
-    store = metadata_store(config)
+    store = open_store() if open_store is not None else metadata_store(config)
     store.init()
     store.set_writer("the driver's heartbeat")
     heartbeat = DriverHeartbeat(store, generation, job.driver_heartbeat_interval_ms / 1000).start()

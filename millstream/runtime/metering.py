@@ -13,18 +13,18 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import partial
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from millstream.config import Config
 from millstream.config.views import JobConfig, MetricsConfig
 from millstream.metadata.base import MetadataStore
-from millstream.metadata.factory import metadata_store
 from millstream.metrics.registry import NOOP_METRICS, Measured, MetricsRegistry, Registry, ScopedRegistry
 from millstream.metrics.reporters import LogReporter, MetricsReporter, SnapshotHeader, SnapshotLoop, StoreReporter
 from millstream.metrics.stream_reporter import SnapshotStreamReporter
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.systems.base import SystemAdmin
-from millstream.systems.registry import system_factory
+
+if TYPE_CHECKING:
+    from millstream.runtime.services import ContainerServices
 
 log = logging.getLogger(__name__)
 
@@ -92,17 +92,17 @@ class TaskMeters:
 class ContainerMetering:
     """The container's metrics from start to its last snapshot; inert when metrics are off."""
 
-    def __init__(self, config: Config, container_id: str, generation: int, attempt: int) -> None:
-        self.config = config
-        self.settings = MetricsConfig.of(config)
+    def __init__(self, services: ContainerServices, container_id: str, generation: int, attempt: int) -> None:
+        self.services = services
+        self.config = services.config
+        self.settings = MetricsConfig.of(self.config)
         self.header = SnapshotHeader(container_id, generation, attempt)
-        self.registry: Registry | None = None
+        self.registry = services.registry
+        """The services' registry: None when metrics are off."""
         self._loop: SnapshotLoop | None = None
-        self._store: MetadataStore | None = None
         self._stream_reporter: SnapshotStreamReporter | None = None
         self._lag = LagGauges()
-        if self.settings.active:
-            self.registry = Registry({"container": container_id})
+        if self.registry is not None:
             self.registry.gauge("container_attempt").set(attempt)
             self.registry.gauge("container_generation").set(generation)
 
@@ -163,7 +163,7 @@ class ContainerMetering:
                 registry.before_snapshot(Measurements(registry, consumer).refresh)
         for name, read in counters.items():
             registry.derived(name, "counter", read)
-        self._lag = LagGauges(self.config, registry, tasks, starts)
+        self._lag = LagGauges(self.services.admin, registry, tasks, starts)
         registry.before_snapshot(self._lag.refresh)
         self._start_reporting()
 
@@ -171,12 +171,11 @@ class ContainerMetering:
         """Start the snapshot thread, once: at the restore when there is one, else when the tasks start."""
         if self.registry is None or self._loop is not None:
             return
-        self._store = metadata_store(self.config)
-        reporters: list[MetricsReporter] = [StoreReporter(self._store)]
+        reporters: list[MetricsReporter] = [StoreReporter(self.services.metadata_store("metrics"))]
         if "log" in self.settings.reporters:
             reporters.append(LogReporter())
         if (stream := self.settings.snapshot_stream()) is not None:
-            producer = system_factory(self.config, stream.system).get_producer(stream.system, self.config)
+            producer = self.services.producers.new_producer(stream.system, start=False)  # under the writer token
             job = JobConfig.of(self.config)
             self._stream_reporter = SnapshotStreamReporter(producer, stream, job.name, job.id)
             reporters.append(self._stream_reporter)
@@ -190,10 +189,6 @@ class ContainerMetering:
             if loop is not None:
                 loop.stop(state)
         finally:
-            self._lag.close()
-            if self._store is not None:
-                self._store.close()
-                self._store = None
             if self._stream_reporter is not None:
                 self._stream_reporter.close()
                 self._stream_reporter = None
@@ -241,21 +236,20 @@ class Measurements:
 
 class LagGauges:
     """Consumer lag per partition: upcoming offset - next offset to process, refreshed before each snapshot
-    from admins of the reporter's own (system admins are not shared across threads). Systems whose offsets
+    on the snapshot thread from the container's shared admins (``admin``: thread-safe). Systems whose offsets
     are not numbers (Kinesis sequence numbers) have no lag gauge."""
 
     def __init__(
         self,
-        config: Config | None = None,
+        admin: Callable[[str], SystemAdmin] | None = None,
         registry: Registry | None = None,
         tasks: Sequence[MeteredTask] = (),
         starts: Mapping[SystemStreamPartition, str] | None = None,
     ) -> None:
-        self.config = config
+        self.admin = admin
         self.registry = registry
         self.tasks = list(tasks)
         self.starts = dict(starts or {})
-        self.admins: dict[str, SystemAdmin] = {}
         self.unmeasurable: set[str] = set()
 
     def refresh(self) -> None:
@@ -265,12 +259,12 @@ class LagGauges:
             log.warning("metrics: consumer lag not refreshed: %s: %s", type(error).__name__, error)
 
     def _refresh(self) -> None:
-        if self.registry is None or self.config is None:
+        if self.registry is None or self.admin is None:
             return
         ssps = {ssp for task in self.tasks for ssp in task.ssps if ssp.system not in self.unmeasurable}
         metadata: dict[SystemStreamPartition, Any] = {}
         for system in sorted({ssp.system for ssp in ssps}):
-            metadata.update(self._admin(system).get_ssp_metadata(s for s in ssps if s.system == system))
+            metadata.update(self.admin(system).get_ssp_metadata(s for s in ssps if s.system == system))
         for task in self.tasks:
             processed = task.last_processed.copy()
             for ssp in task.ssps:
@@ -282,23 +276,6 @@ class LagGauges:
                     self.unmeasurable.add(ssp.system)
                     continue
                 self.registry.gauge("lag", task=str(task.task_name), **ssp_labels(ssp)).set(lag)
-
-    def _admin(self, system: str) -> SystemAdmin:
-        admin = self.admins.get(system)
-        if admin is None:
-            assert self.config is not None
-            admin = system_factory(self.config, system).get_admin(system, self.config)
-            admin.start()
-            self.admins[system] = admin
-        return admin
-
-    def close(self) -> None:
-        for admin in self.admins.values():
-            try:
-                admin.stop()
-            except Exception as error:  # best effort: the container is ending anyway
-                log.debug("metrics admin stop failed: %s", error)
-        self.admins.clear()
 
 
 def _lag(upcoming: str | None, last_processed: str | None, start: str | None) -> int | None:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from millstream.api.remote_table import RemoteTable
 from millstream.api.task import (
@@ -48,6 +48,9 @@ from millstream.runtime.transaction import ContainerTransaction
 from millstream.startpoint.manager import StartpointManager
 from millstream.table.provider import TableProvider
 from millstream.table.remote import RemoteTableInstance
+
+if TYPE_CHECKING:
+    from millstream.runtime.services import ContainerServices
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +108,8 @@ class ContainerContext:
     """The task's own metrics (``context.metrics.counter("enriched").inc()``); no-ops when metrics are off."""
     tables: TableProvider | None = None
     """The container's remote tables, shared by its tasks."""
+    services: ContainerServices | None = None
+    """The container's services (admins, metadata store, serdes): what the operator graph is wired with."""
 
     def get_store(self, name: str) -> Any:
         try:

@@ -13,7 +13,7 @@ from itertools import repeat
 from typing import TYPE_CHECKING, ClassVar, Self
 
 from millstream.errors import ConfigError, MillstreamError
-from millstream.metadata.base import FencedError
+from millstream.metadata.base import FencedError, MetadataStore
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 
 if TYPE_CHECKING:
@@ -450,17 +450,50 @@ class SystemProducer(ABC):
         """Flush everything and release resources."""
 
 
+@dataclass(frozen=True)
+class SystemContext:
+    """What a system factory may need from the process that builds it, handed to it instead of built by it.
+
+    A container's services (``millstream.runtime.services``) hand their own; the system registry hands a
+    driver-side one."""
+
+    open_metadata_store: Callable[[], MetadataStore]
+    """A new connection to the job's metadata store, not yet opened; the caller closes it. For what runs on a
+    thread of its own and must not share the container's (a consumer's lease store) or runs once (a fence
+    check)."""
+
+
 class SystemFactory(ABC):
     """Builds a system's admin, consumers and producers from config.
 
     ``config_keys`` lists the keys (relative to ``systems.<name>.``, outside ``samza.`` and
     ``streams.``) this system accepts; any other key there is a configuration error. None means the
     system's namespace is open (e.g. it passes keys through to a client library).
+
+    A factory never opens the job's metadata store itself: what it needs comes through its
+    :class:`SystemContext` (``bind``), which the composition root that built it hands over.
     """
 
     config_keys: ClassVar[frozenset[str] | None] = frozenset()
     open_prefixes: ClassVar[tuple[str, ...]] = ()
     """Key prefixes under ``systems.<name>.`` handed through to a client library unchecked."""
+
+    _context: SystemContext | None = None
+
+    def bind(self, context: SystemContext) -> Self:
+        """Hand the factory its context; returns the factory."""
+        self._context = context
+        return self
+
+    @property
+    def context(self) -> SystemContext:
+        """The context the composition root bound; a factory built by hand has none."""
+        if self._context is None:
+            raise MillstreamError(
+                f"{type(self).__name__} has no SystemContext: build it through a container's services or the "
+                "system registry (millstream.systems.registry.system_factory), which bind one"
+            )
+        return self._context
 
     @abstractmethod
     def get_admin(self, system_name: str, config: Config) -> SystemAdmin: ...

@@ -12,14 +12,14 @@ and checkpoints become visible together or not at all.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Self
 
 from millstream.config import Config
 from millstream.config.views import TaskConfig
 from millstream.errors import ConfigError, MillstreamError
-from millstream.systems.base import SystemProducer, WriterToken
-from millstream.systems.registry import system_factory
+from millstream.systems.base import SystemFactory, SystemProducer, WriterToken
 
 
 class ProducerPool:
@@ -33,8 +33,10 @@ class ProducerPool:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    def __init__(self, config: Config, writer: WriterToken | None = None) -> None:
+    def __init__(self, config: Config, writer: WriterToken | None, factory: Callable[[str], SystemFactory]) -> None:
         self.config = config
+        self.factory = factory
+        """The factory of a system: the container's services build each once (a pool never looks one up)."""
         self.writer = writer
         """A container's attempt: every producer of the pool writes on its behalf, so systems that fence
         writers refuse them once a newer attempt took over (see ``SystemProducer.set_writer``)."""
@@ -42,14 +44,21 @@ class ProducerPool:
         self._output: dict[str, SystemProducer] = {}
         self._state: dict[str, SystemProducer] = {}
 
-    def new_producer(self, system: str, *, pooled: bool = False) -> SystemProducer:
-        """A started producer of ``system`` outside the pool (the caller stops it), writing as the pool's writer;
-        ``pooled``: it holds the container's transactional id (see ``WriterToken.pooled``)."""
-        producer = system_factory(self.config, system).get_producer(system, self.config)
+    def new_producer(self, system: str, *, pooled: bool = False, start: bool = True) -> SystemProducer:
+        """A producer of ``system`` outside the pool (the caller stops it), writing as the pool's writer, started
+        unless ``start`` is False (its user starts it); ``pooled``: it holds the container's transactional id
+        (see ``WriterToken.pooled``)."""
+        producer = self.factory(system).get_producer(system, self.config)
         if self.writer is not None:
             producer.set_writer(replace(self.writer, pooled=pooled))
-        producer.start()
+        if start:
+            producer.start()
         return producer
+
+    @property
+    def started(self) -> bool:
+        """Whether the pool holds a producer."""
+        return bool(self._output or self._state)
 
     def producer(self, system: str) -> SystemProducer:
         """The output producer: tasks' output, control messages, dead letters."""

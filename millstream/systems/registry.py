@@ -1,12 +1,16 @@
-"""Find a system's factory from ``systems.<s>.samza.factory``; ``log`` needs no configuration."""
+"""Find a system's factory from ``systems.<s>.samza.factory``; ``log`` needs no configuration.
+
+Only composition roots import this module (a container's services, the driver's): everything else is handed
+the factories, admins, consumers and producers they build."""
 
 from __future__ import annotations
 
 from millstream.config.core import Config
 from millstream.config.views import DEFAULT_SYSTEM, system_samza
 from millstream.errors import ConfigError
+from millstream.metadata.opening import metadata_store
 from millstream.plugins import load_object
-from millstream.systems.base import SystemFactory
+from millstream.systems.base import SystemContext, SystemFactory
 
 SYSTEM_FACTORIES = {
     "log": "millstream.systems.log.factory:LogSystemFactory",
@@ -17,7 +21,9 @@ SYSTEM_FACTORIES = {
 }
 
 
-def system_factory(config: Config, system: str) -> SystemFactory:
+def system_factory(config: Config, system: str, context: SystemContext | None = None) -> SystemFactory:
+    """A new factory of ``system``, bound to ``context``: by default one that opens a new metadata-store
+    connection per request (what a driver-side caller wants; a container hands its services' context)."""
     name = system_samza(config, system).factory
     key = f"systems.{system}.samza.factory"
     if name is None:
@@ -27,4 +33,4 @@ def system_factory(config: Config, system: str) -> SystemFactory:
     factory_class = load_object(name, key, SYSTEM_FACTORIES)
     if not (isinstance(factory_class, type) and issubclass(factory_class, SystemFactory)):
         raise ConfigError(f"config key '{key}': '{name}' is not a SystemFactory")
-    return factory_class()
+    return factory_class().bind(context or SystemContext(lambda: metadata_store(config)))

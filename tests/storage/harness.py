@@ -14,6 +14,7 @@ from millstream.job_model import JobModel
 from millstream.metadata.factory import metadata_store
 from millstream.metrics.registry import NOOP_METRICS, MetricsRegistry
 from millstream.model import SystemStreamPartition, TaskName
+from millstream.runtime.services import ContainerServices
 from millstream.storage.managers.resources import prepare_state_resources
 from millstream.storage.managers.stores import ContainerStorageManager, TaskStorageManager
 from millstream.systems.base import WriterToken
@@ -43,7 +44,11 @@ def state_config(tmp_path: Path, backend: str, task: str = "tests.storage.jobs:C
 class Opened:
     container: ContainerStorageManager
     storage: TaskStorageManager
-    producers: ProducerPool
+    services: ContainerServices
+
+    @property
+    def producers(self) -> ProducerPool:
+        return self.services.producers
 
     @property
     def store(self) -> Any:
@@ -54,7 +59,7 @@ class Opened:
         self.producers.flush(TASK)
         self.storage.close()
         self.container.close()
-        self.producers.stop()
+        self.services.close()
 
 
 class StateHarness:
@@ -73,12 +78,12 @@ class StateHarness:
         self, checkpoint: Checkpoint | None = None, task: TaskName = TASK, writer: WriterToken | None = None
     ) -> Opened:
         """``writer``: open as that container attempt would (its own directories, claimed partitions)."""
-        producers = ProducerPool(self.config, writer)
-        container = ContainerStorageManager(self.config, self.model, "0", self.metadata, producers)
+        services = ContainerServices(self.config, writer=writer)
+        container = ContainerStorageManager(self.config, self.model, "0", self.metadata, services)
         storage = container.task_storage(task, self.model.tasks[task])
         assert storage is not None
         container.restore({task: (storage, checkpoint if checkpoint is not None else self.checkpoint)})
-        return Opened(container, storage, producers)
+        return Opened(container, storage, services)
 
     def commit(
         self, opened: Opened, *, stop_after: str | None = None, write_versions: tuple[int, ...] = (1, 2)
@@ -123,8 +128,8 @@ def restored_contents(
     model = latest_job_model(metadata)
     assert model is not None
     checkpoint = checkpoint_manager(config, metadata).read_last_checkpoint(task)
-    producers = ProducerPool(config)
-    container = ContainerStorageManager(config, model, model.container_of(task), metadata, producers, metrics=metrics)
+    services = ContainerServices(config)
+    container = ContainerStorageManager(config, model, model.container_of(task), metadata, services, metrics=metrics)
     storage = container.task_storage(task, model.tasks[task])
     assert storage is not None
     try:
@@ -133,4 +138,4 @@ def restored_contents(
     finally:
         storage.close()
         container.close()
-        producers.stop()
+        services.close()

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from millstream.job_model import JobModel, TaskModel
     from millstream.metadata.base import MetadataStore
     from millstream.storage.kv import ChangelogWriter, KeyValueStorageEngine
-    from millstream.systems.base import SystemAdmin, SystemConsumer, SystemProducer
+    from millstream.systems.base import SystemAdmin, SystemConsumer, SystemProducer, WriterToken
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,12 @@ class StoreSpec:
 
 
 class SystemAccess(Protocol):
-    """The container's systems, for backends that read or write streams (the changelog)."""
+    """The container's systems, for backends that read or write streams (the changelog): the container's
+    services (``millstream.runtime.services.ContainerServices``), which own what it hands out."""
+
+    @property
+    def writer(self) -> WriterToken | None:
+        """The container attempt its producers write for (None outside a container)."""
 
     def admin(self, system: str) -> SystemAdmin:
         """A started admin, shared and safe to use from several threads."""

@@ -42,6 +42,7 @@ from millstream.serde.registry import SerdeRegistry
 from millstream.storage.backends.base import (
     StateBackendFactory,
     StoreSpec,
+    SystemAccess,
     TaskBackendContext,
     TaskBackupManager,
 )
@@ -64,9 +65,7 @@ from millstream.storage.layout import (
 )
 from millstream.storage.managers.dropped import DroppedStoreSweep
 from millstream.storage.managers.faults import CommitPauses
-from millstream.storage.managers.systems import ContainerSystems
 from millstream.storage.ownership import claim, owned
-from millstream.systems.producers import ProducerPool
 
 log = logging.getLogger(__name__)
 
@@ -474,7 +473,7 @@ class ContainerStorageManager:
         job_model: JobModel,
         container_id: str,
         metadata_store: MetadataStore,
-        producers: ProducerPool,
+        systems: SystemAccess,
         serdes: SerdeRegistry | None = None,
         metrics: MetricsRegistry = NOOP_METRICS,
     ) -> None:
@@ -485,9 +484,10 @@ class ContainerStorageManager:
         self.container_id = container_id
         self.metadata_store = metadata_store
         self.serdes = serdes or SerdeRegistry.from_config(config)
-        self.systems = ContainerSystems(config, producers)
+        self.systems = systems
+        """The container's systems; its services own (and stop) them, not the storage."""
         self.layout = StoreLayout.of(config)
-        self.writer = producers.writer
+        self.writer = systems.writer
         """The container attempt the stores belong to (None outside a container): it works in its own
         directories, owns the task's checkpoint directories and claims its changelog partitions."""
         self.store_names = task_store_names(config)
@@ -555,4 +555,3 @@ class ContainerStorageManager:
             self._commit_executor.shutdown(wait=False, cancel_futures=True)
         for factory in self._factories.values():
             factory.close()
-        self.systems.stop()

@@ -9,8 +9,7 @@ from millstream.checkpoint.base import WriterFence
 from millstream.config.core import Config
 from millstream.config.views import TaskConfig
 from millstream.errors import ConfigError
-from millstream.metadata.factory import metadata_store
-from millstream.systems.base import SystemFactory, WriterToken
+from millstream.systems.base import SystemContext, SystemFactory, WriterToken
 from millstream.systems.kafka.admin import KafkaSystemAdmin
 from millstream.systems.kafka.config import CLIENT_PREFIXES, KafkaClientSettings, config_keys
 from millstream.systems.kafka.consumer import KafkaSystemConsumer
@@ -55,17 +54,18 @@ class KafkaSystemFactory(SystemFactory):
             transactional=kafka.settings.transactional_writes,
             transaction_timeout_ms=producer_transaction_timeout_ms(kafka, TaskConfig.of(config).commit_ms),
             commit_on_flush=not TaskConfig.of(config).exactly_once,
-            writer_current=lambda writer: writer_is_current(config, writer),
+            writer_current=lambda writer: writer_is_current(self.context, writer),
         )
 
     def transactional(self, system_name: str, config: Config) -> bool:
         return KafkaClientSettings(config, system_name).settings.transactional_writes
 
 
-def writer_is_current(config: Config, writer: WriterToken) -> bool:
+def writer_is_current(context: SystemContext, writer: WriterToken) -> bool:
     """Whether the job's metadata store still names ``writer``'s generation and attempt: asked only after the
-    brokers fenced or aborted a transaction, to tell a broker restart (ridden out) from a newer attempt."""
-    store = metadata_store(config)
+    brokers fenced or aborted a transaction, to tell a broker restart (ridden out) from a newer attempt. Asked
+    rarely and from the producer's caller, so through a connection of its own, opened for the question."""
+    store = context.open_metadata_store()
     store.init()
     try:
         return WriterFence(writer.generation, writer.container_id, writer.epoch).is_current(store)

@@ -13,7 +13,6 @@ from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config.core import Config
 from millstream.config.views import JobConfig, TaskConfig, system_names
 from millstream.metadata.base import MetadataStore
-from millstream.metadata.factory import metadata_store
 from millstream.systems.base import SystemFactory
 from millstream.systems.kinesis.admin import KinesisSystemAdmin
 from millstream.systems.kinesis.config import KINESIS_FACTORY_NAMES, KinesisClients, KinesisSystemConfig, config_keys
@@ -36,7 +35,7 @@ class KinesisSystemFactory(SystemFactory):
         settings = KinesisSystemConfig.for_system(config, system_name)
         clients = KinesisClients(config, system_name, settings)
         admin = KinesisSystemAdmin(system_name, clients, container_count=JobConfig.of(config).container_count)
-        store = metadata_store(config)
+        store = self.context.open_metadata_store()  # the consumer's own: its shard readers use it
         leases: MetadataStore = store
         if settings.lease_store == "dynamodb":
             leases = DynamoDBLeaseStore(

@@ -25,16 +25,17 @@ from millstream.checkpoint.checkpoint import (
 )
 from millstream.checkpoint.factory import CheckpointManagerFactory
 from millstream.config.core import Config
-from millstream.config.views import JobConfig, TaskConfig
+from millstream.config.views import DEFAULT_SYSTEM as DEFAULT_LOG_SYSTEM
+from millstream.config.views import JobConfig, TaskConfig, system_samza
 from millstream.errors import ConfigError
 from millstream.metadata.base import MetadataStore
 from millstream.model import TaskName
+from millstream.plugins import load_object
 from millstream.systems.base import SystemProducer, WriterToken
 from millstream.systems.log.config import LogSystemConfig
 from millstream.systems.log.factory import LogSystemFactory
 from millstream.systems.log.producer import LogSystemProducer
 from millstream.systems.log.transactions import TransactionLog
-from millstream.systems.registry import system_factory
 
 DEFAULT_SYSTEM = "log"
 
@@ -42,12 +43,27 @@ DEFAULT_SYSTEM = "log"
 def checkpoint_log_system(config: Config) -> str:
     """The log system whose coordinator keeps the checkpoints: ``task.checkpoint.system``, default ``log``."""
     system = TaskConfig.of(config).checkpoint_system or DEFAULT_SYSTEM
-    if not isinstance(system_factory(config, system), LogSystemFactory):
+    if not _is_log_system(config, system):
         raise ConfigError(
             f"task.checkpoint.factory=log keeps checkpoints in a log system, but task.checkpoint.system '{system}' "
             "is not one (set task.checkpoint.system to a system whose samza.factory is the embedded log)"
         )
     return system
+
+
+def _is_log_system(config: Config, system: str) -> bool:
+    """Whether ``systems.<system>.samza.factory`` names the embedded log (or a subclass of its factory), told
+    from the name alone: checking a setting builds no factory (only composition roots build those)."""
+    name = system_samza(config, system).factory
+    if name is None:
+        return system == DEFAULT_LOG_SYSTEM
+    try:
+        factory_class = load_object(
+            name, f"systems.{system}.samza.factory", {"log": f"{__package__}.factory:LogSystemFactory"}
+        )
+    except ConfigError:  # another system's alias (kafka, kinesis, Samza's class names)
+        return False
+    return isinstance(factory_class, type) and issubclass(factory_class, LogSystemFactory)
 
 
 class LogCheckpointManager(CheckpointManager):

@@ -14,6 +14,7 @@ may all do it at once.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 
 from millstream.systems.log.layout import LogLayout
@@ -39,7 +40,8 @@ def end_transaction(layout: LogLayout, txn_log: TransactionLog, ending: Ending, 
 
 
 class Reaper:
-    """Ends transactions past their deadline that hold a partition's stable end; one thread at a time."""
+    """Ends transactions past their deadline that hold a partition's stable end; thread-safe (one thread settles at
+    a time): a container shares its admin between its threads (the lag gauges, restores, the adjunct loop)."""
 
     def __init__(
         self, system: str, layout: LogLayout, *, fsync: bool = False, clock: Callable[[], int] = wall_clock_ms
@@ -51,15 +53,21 @@ class Reaper:
         self._txn_log: TransactionLog | None = None
         self._due: dict[tuple[str, int], tuple[int, int]] = {}
         """Per partition, the transaction last found at its stable end and when it is due."""
+        self._lock = threading.RLock()
 
     def close(self) -> None:
-        if self._txn_log is not None:
-            self._txn_log.close()
-            self._txn_log = None
+        with self._lock:
+            if self._txn_log is not None:
+                self._txn_log.close()
+                self._txn_log = None
 
     def settle(self, partition: LogPartition) -> bool:
         """End the transaction holding ``partition``'s stable end when it is past its deadline; True when one was
         ended (read again: the stable end moved)."""
+        with self._lock:
+            return self._settle(partition)
+
+    def _settle(self, partition: LogPartition) -> bool:
         txn = partition.blocking_transaction()
         if txn is None:
             return False

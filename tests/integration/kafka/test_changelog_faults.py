@@ -23,13 +23,13 @@ from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStreamPartition
+from millstream.runtime.services import ContainerServices
 from millstream.storage.errors import StateBackupError
 from millstream.storage.managers.stores import ContainerStorageManager
 from millstream.systems.kafka import checkpoint as kafka_checkpoint
 from millstream.systems.kafka.admin import KafkaSystemAdmin
 from millstream.systems.kafka.errors import KafkaSystemError
 from millstream.systems.kafka.replicated_log import ReplicatedLogTimeoutError
-from millstream.systems.producers import ProducerPool
 from tests.integration.conftest import ProxiedKafka
 from tests.integration.kafka.helpers import kafka_config
 from tests.integration.network import BlackHoleProxy
@@ -87,8 +87,8 @@ def restored_on_a_new_host(harness: StateHarness, fresh_dir: Path) -> dict[Any, 
     metadata = metadata_store(config)
     metadata.init()
     checkpoint = checkpoint_manager(config, metadata).read_last_checkpoint(TASK)
-    producers = ProducerPool(config)
-    container = ContainerStorageManager(config, harness.model, "0", metadata, producers)
+    services = ContainerServices(config)
+    container = ContainerStorageManager(config, harness.model, "0", metadata, services)
     storage = container.task_storage(TASK, harness.model.tasks[TASK])
     assert storage is not None
     try:
@@ -97,7 +97,7 @@ def restored_on_a_new_host(harness: StateHarness, fresh_dir: Path) -> dict[Any, 
     finally:
         storage.close()
         container.close()
-        producers.stop()
+        services.close()
 
 
 def last_checkpoint(harness: StateHarness) -> Checkpoint | None:

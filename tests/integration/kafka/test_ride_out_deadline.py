@@ -17,11 +17,11 @@ from millstream.config.views import JobConfig
 from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
 from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
+from millstream.runtime.services import ContainerServices
 from millstream.systems.base import WriterToken
 from millstream.systems.kafka.admin import KafkaSystemAdmin
 from millstream.systems.kafka.config import KafkaClientSettings
 from millstream.systems.kafka.errors import KafkaProduceError, KafkaSystemError
-from millstream.systems.producers import ProducerPool
 from tests.integration.conftest import ProxiedKafka
 from tests.integration.kafka.helpers import create_topic, kafka_config
 
@@ -78,7 +78,8 @@ def test_a_flush_past_the_deadline_fails_naming_the_call_and_the_brokers(
     store.init()
     coordination.publish_generation(store, 1)
     epoch = coordination.start_container_attempt(store, "0")
-    pool = ProducerPool(config, WriterToken(JobConfig.of(config).job_key, "0", 1, epoch))
+    services = ContainerServices(config, writer=WriterToken(JobConfig.of(config).job_key, "0", 1, epoch))
+    pool = services.producers
     try:
         chosen = pool.producer("kafka") if producer == "output" else pool.state_producer("kafka")
         chosen.send("task", OutgoingMessageEnvelope(SystemStream("kafka", topic), b"v", b"k", partition=0))
@@ -92,7 +93,7 @@ def test_a_flush_past_the_deadline_fails_naming_the_call_and_the_brokers(
     finally:
         kafka_proxy.proxy.heal()
         try:
-            pool.stop()
+            services.close()
         finally:
             store.close()
 

@@ -25,6 +25,7 @@ from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import metadata_store
 from millstream.model import OutgoingMessageEnvelope, SystemStream, TaskName
+from millstream.runtime.services import ContainerServices
 from millstream.systems.base import WriterFencedError, WriterToken
 from millstream.systems.kafka import factory as kafka_factory
 from millstream.systems.kafka.config import KafkaClientSettings
@@ -92,12 +93,13 @@ def open_container(
     store.init()
     coordination.publish_generation(store, 1)
     epoch = coordination.start_container_attempt(store, "0")
-    pool = ProducerPool(config, WriterToken(JobConfig.of(config).job_key, "0", 1, epoch))
+    services = ContainerServices(config, writer=WriterToken(JobConfig.of(config).job_key, "0", 1, epoch))
+    pool = services.producers
     try:
         yield Container(config, store, pool, changelog)
     finally:
         try:
-            pool.stop()
+            services.close()
         except Exception as error:  # the fenced case leaves a fenced producer behind
             logging.getLogger(__name__).info("stopping the pool: %s", error)
         store.close()

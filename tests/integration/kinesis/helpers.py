@@ -16,6 +16,7 @@ from millstream.model import IncomingMessageEnvelope, SystemStreamPartition
 from millstream.systems.kinesis.admin import KinesisSystemAdmin
 from millstream.systems.kinesis.consumer import SEQUENCE_NUMBER_HEADER, SHARD_ID_HEADER, KinesisSystemConsumer
 from millstream.systems.kinesis.factory import KinesisSystemFactory
+from millstream.systems.registry import system_factory
 from tests.helpers import wait_until
 from tests.integration.kinesis.emulator import ACCESS_KEY, REGION, SECRET_KEY
 
@@ -155,7 +156,7 @@ class CheckpointingDriver:
 
 def make_consumer(config: Config, committed: Callable[[], Any] | None = None) -> KinesisSystemConsumer:
     """The factory's consumer, reading task checkpoints from ``committed`` when given."""
-    consumer = KinesisSystemFactory().get_consumer(SYSTEM, config)
+    consumer = KinesisSystemFactory().bind(system_factory(config, SYSTEM).context).get_consumer(SYSTEM, config)
     if committed is not None:
         consumer.committed_offsets = committed
     return consumer
