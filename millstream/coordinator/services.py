@@ -11,8 +11,8 @@ planning, the dead-letter stream, fencing, each generation) use it.
 Guarantees:
 
 * **Admins**: one per system and thread that uses it, created and started on first use (``admin``), stopped
-  by ``close``; callers never stop an admin they got here. ``SystemAdmin`` promises no thread-safety (the
-  embedded log's admin settles expired transactions one thread at a time), so a thread never uses another's.
+  by ``close``; callers never stop an admin they got here. A thread never uses another's: the driver's threads
+  are few, and an admin of their own spares them waiting on each other (a container shares one per system).
   The driver's thread does all of a run's planning (validation, intermediate and dead-letter streams, each
   generation's model, fencing): one run opens each system's admin once there. The other threads that use
   admins read lag: the status server's request thread (``/status.json``) and the CLI's progress line.
