@@ -12,6 +12,7 @@ from typing import Any
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV2
 from millstream.config import Config
 from millstream.coordinator.prepare import prepare
+from millstream.coordinator.services import DriverServices
 from millstream.job_model import ContainerModel, JobModel, TaskModel
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import metadata_store
@@ -71,7 +72,8 @@ class StateJob:
         self.metadata: MetadataStore = metadata_store(config)
         self.metadata.init()
         self.model = JobModel(1, {"0": ContainerModel("0", {TASK: TaskModel(TASK, frozenset({INPUT}))})})
-        prepare_state_resources(config, self.metadata, self.model)
+        with DriverServices(config) as driver:
+            prepare_state_resources(config, self.metadata, self.model, driver.admin)
 
     def open(self, checkpoint: Checkpoint | None, config: Config | None = None) -> tuple[TaskState, float]:
         """Restore the task's stores from ``checkpoint``; returns them and the seconds it took."""

@@ -85,3 +85,13 @@ def unvalidated(config: Config) -> Config:
     """``config`` shaped as ``prepare`` shapes it (absolute paths, an application expanded) but not
     validated, so a test can hand a bad config to the code that must refuse it."""
     return expand_application(resolve_paths(config))
+
+
+def end_version(config: Config, stream: SystemStream, label: str) -> int:
+    """Seal version ``label`` of an adjunct stream with end-of-version markers, as ``Job.adstores.end_version``
+    does for a store, through the driver's services of this call."""
+    from millstream.adjunct.markers import write_end_of_version
+    from millstream.coordinator.services import DriverServices
+
+    with DriverServices(config) as services:
+        return write_end_of_version(services, config, stream, label)

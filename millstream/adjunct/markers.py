@@ -8,9 +8,12 @@ partition tells its readers where the version ends. Markers travel through any s
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from millstream.config.core import Config
+from millstream.errors import StreamNotFoundError
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream
-from millstream.systems.registry import system_factory
+from millstream.systems.base import SystemAdmin, SystemFactory
 
 END_OF_VERSION_HEADER = "millstream.adstore.end-of-version"
 
@@ -32,21 +35,21 @@ def end_of_version(stream: SystemStream, label: str, partition: int) -> Outgoing
     )
 
 
-def write_end_of_version(config: Config, stream: SystemStream, label: str) -> int:
-    """Append an end-of-version marker to every partition of ``stream``; returns the partition count."""
-    factory = system_factory(config, stream.system)
-    admin = factory.get_admin(stream.system, config)
-    admin.start()
-    try:
-        metadata = admin.get_system_stream_metadata([stream.stream])
-    finally:
-        admin.stop()
-    if stream.stream not in metadata:
-        from millstream.errors import StreamNotFoundError
+class SystemSource(Protocol):
+    """Where the marker writer gets a system's admin and factory: the driver's services."""
 
+    def admin(self, system: str) -> SystemAdmin: ...
+
+    def factory(self, system: str) -> SystemFactory: ...
+
+
+def write_end_of_version(systems: SystemSource, config: Config, stream: SystemStream, label: str) -> int:
+    """Append an end-of-version marker to every partition of ``stream``; returns the partition count."""
+    metadata = systems.admin(stream.system).get_system_stream_metadata([stream.stream])
+    if stream.stream not in metadata:
         raise StreamNotFoundError(stream.system, stream.stream, "cannot mark the end of a version")
     partitions = sorted(metadata[stream.stream].partitions)
-    producer = factory.get_producer(stream.system, config)
+    producer = systems.factory(stream.system).get_producer(stream.system, config)
     producer.start()
     try:
         for partition in partitions:

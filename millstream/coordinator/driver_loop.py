@@ -116,7 +116,7 @@ class DriverLoop:
                 return JobResult(self.generation, "stopped")
             model = JobCoordinator(self.config, self.store, services).start()
             self.generation = model.generation
-            with driver_heartbeat(self.config, model.generation):
+            with driver_heartbeat(self.config, model.generation, services.new_store):
                 result, restart = self._run_generation(model, deadline)
             containers.extend(result.containers)
             if restart is None or result.outcome == "failed" or self.stop.is_set():

@@ -132,7 +132,7 @@ class JobCoordinator:
         with self._services() as services:
             plan = self._plan(services)
             self._claim_checkpoint_resources()
-            prepare_state_resources(self.config, self.store, plan.model)
+            prepare_state_resources(self.config, self.store, plan.model, services.admin)
             previous = coordination.latest_job_model(self.store)
             self.publish(plan.model)
             if previous is not None:

@@ -102,6 +102,13 @@ class DriverServices:
             self._stores[ident] = opened
         return opened
 
+    def new_store(self) -> MetadataStore:
+        """A metadata-store connection, not yet opened, that its caller owns (opens, closes): for a thread that
+        keeps its own connection for its whole life, as the driver's heartbeat does."""
+        with self._lock:
+            self._refuse_closed("a metadata-store connection")
+        return metadata_store(self.config)
+
     def close(self) -> None:
         """Stop every admin and close every connection opened here; idempotent. The first error is raised
         after every resource was tried."""

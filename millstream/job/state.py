@@ -138,4 +138,5 @@ class AdjunctStores:
                 f"store '{store}' is not versioned (stores.{store}.adstore.versioned): its readers ignore markers"
             )
         stream = settings.adjunct_input(store)
-        return str(stream), write_end_of_version(self._config, stream, label)
+        with self._scope.use() as services:
+            return str(stream), write_end_of_version(services, self._config, stream, label)

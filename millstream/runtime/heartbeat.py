@@ -26,7 +26,6 @@ from typing import Self
 from millstream.config import Config, JobConfig
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
-from millstream.metadata.factory import metadata_store
 
 log = logging.getLogger(__name__)
 
@@ -152,17 +151,15 @@ class DriverWatch:
 
 
 @contextmanager
-def driver_heartbeat(
-    config: Config, generation: int, open_store: Callable[[], MetadataStore] | None = None
-) -> Iterator[None]:
+def driver_heartbeat(config: Config, generation: int, open_store: Callable[[], MetadataStore]) -> Iterator[None]:
     """The driver beats for ``generation`` while the block runs its containers, and records the run's end after.
 
-    It writes through a metadata-store connection of its own (``open_store`` opens it; the driver's services
-    should pass theirs, the default opener is kept until they do): a beat waiting for the store's write lock (a
+    It writes through a metadata-store connection of its own (``open_store`` makes it, the driver's services'
+    opener; the heartbeat opens and closes it): a beat waiting for the store's write lock (a
     paused process holding it) must not block the driver's other reads, such as the liveness check that finds that
     process silent and ends it."""
     job = JobConfig.of(config)
-    store = open_store() if open_store is not None else metadata_store(config)
+    store = open_store()
     store.init()
     store.set_writer("the driver's heartbeat")
     heartbeat = DriverHeartbeat(store, generation, job.driver_heartbeat_interval_ms / 1000).start()

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from millstream.adjunct.loop import AdjunctLoop
-from millstream.adjunct.markers import write_end_of_version
 from millstream.metadata.factory import metadata_store
 from millstream.metrics.snapshot import read_snapshots
 from millstream.systems.consumers import SystemConsumers
 from millstream.testing import write_stream
 from tests.adjunct.test_manager import RATES, adjunct_config, run, streams
+from tests.helpers import end_version
 
 
 def test_a_bootstrapped_versioned_store_shows_its_progress_and_serving_version(tmp_path) -> None:
@@ -17,7 +17,7 @@ def test_a_bootstrapped_versioned_store_shows_its_progress_and_serving_version(t
     )
     streams(config)
     write_stream(config, RATES, [(f"c{i}", "v1") for i in range(40)])
-    write_end_of_version(config, RATES, "v1")
+    end_version(config, RATES, "v1")
     result = run(config, [("c1", 1)])
 
     with metadata_store(config) as store:

@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from millstream.adjunct.markers import write_end_of_version
 from millstream.adjunct.recovery import OFFSETS_FILE
 from millstream.config import Config
 from millstream.coordinator.job_result import JobResult
@@ -16,7 +15,7 @@ from millstream.storage.layout import StoreLayout
 from millstream.systems.log.admin import LogSystemAdmin
 from millstream.systems.registry import system_factory
 from millstream.testing import InProcessRunner, read_stream, write_stream
-from tests.helpers import create_stream, job_config, seal
+from tests.helpers import create_stream, end_version, job_config, seal
 
 RATES = SystemStream("log", "rates")
 IN = SystemStream("log", "in")
@@ -270,13 +269,13 @@ def test_a_versioned_store_serves_the_last_sealed_version_never_a_partial_one(tm
     config = adjunct_config(tmp_path, stores__rates__adstore__versioned="true")
     streams(config)
     write_stream(config, RATES, [("eur", "v1"), ("gbp", "v1")])
-    write_end_of_version(config, RATES, "v1")
+    end_version(config, RATES, "v1")
     write_stream(config, RATES, [("eur", "v2")])  # v2 is not complete: gbp missing
     run(config, [("eur", 1), ("gbp", 2)])
     assert enriched(config) == {"eur": "v1", "gbp": "v1"}
 
     write_stream(config, RATES, [("jpy", "v2")])
-    write_end_of_version(config, RATES, "v2")
+    end_version(config, RATES, "v2")
     run_again(config, [("eur", 1), ("gbp", 2), ("jpy", 3)])
     assert enriched(config) == {"eur": "v2", "gbp": None, "jpy": "v2"}
 
@@ -358,7 +357,7 @@ def test_job_status_shows_adjunct_positions_instead_of_task_lag_for_adjunct_part
     config = adjunct_config(tmp_path, stores__rates__adstore__versioned="true")
     streams(config)
     write_stream(config, RATES, [("eur", 1.1)], partition=0)
-    write_end_of_version(config, RATES, "2026-11")
+    end_version(config, RATES, "2026-11")
     run(config, [("eur", 1)])
     status = job_status(config)
     assert {row.ssp.stream for row in status.lag} == {"in"}

@@ -11,14 +11,13 @@ from typing import Any
 
 import pytest
 
-from millstream.adjunct.markers import write_end_of_version
 from millstream.config import Config
 from millstream.coordinator.job_result import JobResult
 from millstream.model import SystemStream
 from millstream.spark.runner import SparkJobRunner
 from millstream.storage.layout import StoreLayout
 from millstream.testing import read_stream, write_stream
-from tests.helpers import create_stream, job_config, seal
+from tests.helpers import create_stream, end_version, job_config, seal
 
 pytestmark = pytest.mark.spark
 
@@ -93,7 +92,7 @@ def test_a_restart_continues_valid_stores_from_their_own_offsets(spark_local, tm
 def test_a_running_job_switches_to_a_newly_sealed_version(spark_local, tmp_path):
     config = config_for(tmp_path, stores__rates__adstore__versioned="true", task__commit__ms=200)
     write_stream(config, RATES, [(f"c{i}", "v1") for i in range(CURRENCIES)])
-    write_end_of_version(config, RATES, "v1")
+    end_version(config, RATES, "v1")
     runner = SparkJobRunner(config, spark=spark_local)
     outcome: dict[str, JobResult] = {}
     thread = threading.Thread(target=lambda: outcome.setdefault("result", runner.run()), daemon=True)
@@ -102,7 +101,7 @@ def test_a_running_job_switches_to_a_newly_sealed_version(spark_local, tmp_path)
         seen = probe_until(config, "c7", "v1")
         write_stream(config, RATES, [(f"c{i}", "v2") for i in range(0, CURRENCIES, 2)])  # v2 has half the keys
         assert probe_until(config, "c7", "v1", rounds=3)[-1] == "v1"  # v2 is not sealed: still v1
-        write_end_of_version(config, RATES, "v2")
+        end_version(config, RATES, "v2")
         seen = probe_until(config, "c8", "v2")
         assert seen[-1] == "v2"
         assert probe_until(config, "c7", None)[-1] is None  # the whole of v1 was replaced
@@ -137,7 +136,7 @@ def test_a_running_job_switches_to_a_version_bulk_built_by_spark(spark_local, tm
         tmp_path, stores__rates__adstore__versioned="true", stores__rates__adstore__version__poll__ms=200
     )
     write_stream(config, RATES, [(f"c{i}", "streamed") for i in range(CURRENCIES)])
-    write_end_of_version(config, RATES, "v1")
+    end_version(config, RATES, "v1")
     dataset = str(tmp_path / "rates.parquet")
     spark_local.createDataFrame(
         [(f"c{i}", f"bulk-{i}") for i in range(0, CURRENCIES, 3)], ["key", "value"]

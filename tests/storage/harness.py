@@ -10,6 +10,7 @@ from typing import Any
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
 from millstream.config import Config
 from millstream.coordinator.job_coordinator import JobCoordinator
+from millstream.coordinator.services import DriverServices
 from millstream.job_model import JobModel
 from millstream.metadata.factory import metadata_store
 from millstream.metrics.registry import NOOP_METRICS, MetricsRegistry
@@ -69,7 +70,8 @@ class StateHarness:
         self.metadata = metadata_store(config)
         self.metadata.init()
         self.model: JobModel = JobCoordinator(config, self.metadata).plan().model
-        prepare_state_resources(config, self.metadata, self.model)
+        with DriverServices(config) as driver:
+            prepare_state_resources(config, self.metadata, self.model, driver.admin)
         self.checkpoint: CheckpointV2 | None = None
         """The last commit's V2 checkpoint (its V1 is ``v1``)."""
         self.offset = 0

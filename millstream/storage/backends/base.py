@@ -49,6 +49,11 @@ class StoreSpec:
     """This task's partition of the store's changelog, when ``stores.<s>.changelog`` is set."""
 
 
+AdminSource = Callable[[str], SystemAdmin]
+"""A started admin of a system, owned by the caller (the driver's services): what a backend's job-level admin
+reads and creates streams with."""
+
+
 class SystemAccess(Protocol):
     """The container's systems, for backends that read or write streams (the changelog): the container's
     services (``millstream.runtime.services.ContainerServices``), which own what it hands out."""
@@ -211,8 +216,15 @@ class StateBackendFactory(ABC):
 
     @abstractmethod
     def get_admin(
-        self, config: Config, job_model: JobModel, metadata_store: MetadataStore, stores: Mapping[str, StoreConfig]
-    ) -> StateBackendAdmin: ...
+        self,
+        config: Config,
+        job_model: JobModel,
+        metadata_store: MetadataStore,
+        stores: Mapping[str, StoreConfig],
+        admins: AdminSource,
+    ) -> StateBackendAdmin:
+        """The backend's job-level resources, prepared by the driver before containers start; ``admins`` gives a
+        started admin of a system, owned by the driver (never stopped here)."""
 
     def dropped_stores(self, config: Config, task_name: TaskName, backed_up: frozenset[str]) -> DroppedStores | None:
         """What this backend keeps for ``task_name``'s stores other than ``backed_up`` (the stores the config

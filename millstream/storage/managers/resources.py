@@ -9,12 +9,15 @@ from millstream.config.core import Config
 from millstream.config.views import StoreConfig, store_config, task_store_names
 from millstream.job_model import JobModel
 from millstream.metadata.base import MetadataStore
-from millstream.storage.backends.base import StateBackendFactory
+from millstream.storage.backends.base import AdminSource, StateBackendFactory
 from millstream.storage.backends.registry import backup_factories
 from millstream.storage.changelog_partitions import assign_changelog_partitions
 
 
-def prepare_state_resources(config: Config, metadata_store: MetadataStore, job_model: JobModel) -> None:
+def prepare_state_resources(
+    config: Config, metadata_store: MetadataStore, job_model: JobModel, admins: AdminSource
+) -> None:
+    """``admins``: the driver's started admins (it owns them)."""
     stores = task_store_names(config)
     if not stores:
         return
@@ -27,7 +30,7 @@ def prepare_state_resources(config: Config, metadata_store: MetadataStore, job_m
     for factory_class, backend_stores in by_backend.values():
         factory = factory_class()
         try:
-            admin = factory.get_admin(config, job_model, metadata_store, _frozen(backend_stores))
+            admin = factory.get_admin(config, job_model, metadata_store, _frozen(backend_stores), admins)
             admin.create_resources()
             admin.validate_resources()
         finally:

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from millstream.adjunct.markers import write_end_of_version
 from millstream.config import Config
 from millstream.model import SystemStream
+from tests.helpers import end_version
 from tests.integration.kafka.helpers import TopicTail, create_topic, job_config, produce
 from tests.integration.kafka.test_spark_local import RunningJob, no_sqlite_files
 
@@ -114,14 +114,14 @@ def test_a_versioned_kafka_fed_store_switches_at_end_of_version_markers(
         task__broadcast__inputs=f"kafka.RATES#[0-{PARTITIONS - 1}]",
     )  # fmt: skip
     produce(bootstrap, rates, [(b"eur", b'"v1"'), (b"gbp", b'"v1"')])
-    write_end_of_version(config, SystemStream("kafka", rates), "v1")
+    end_version(config, SystemStream("kafka", rates), "v1")
     produce(bootstrap, rates, [(b"eur", b'"v2"')])  # v2 is being built
     tail = TopicTail(bootstrap, sink, PARTITIONS)
     job = RunningJob(config, spark)
     try:
         latest = probe(bootstrap, source, tail, ["eur", "gbp"], {"eur": "v1", "gbp": "v1"})
         assert latest == {"eur": "v1", "gbp": "v1"}, "v1 serves while v2 is partial"
-        write_end_of_version(config, SystemStream("kafka", rates), "v2")
+        end_version(config, SystemStream("kafka", rates), "v2")
         latest = probe(bootstrap, source, tail, ["eur", "gbp"], {"eur": "v2", "gbp": None})
         assert latest == {"eur": "v2", "gbp": None}, "v2 replaced v1 whole"
     finally:

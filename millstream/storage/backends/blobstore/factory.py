@@ -21,6 +21,7 @@ from millstream.job_model import JobModel
 from millstream.metadata.base import MetadataStore
 from millstream.model import TaskName
 from millstream.storage.backends.base import (
+    AdminSource,
     DroppedStores,
     StateBackendAdmin,
     StateBackendFactory,
@@ -82,7 +83,12 @@ class BlobStoreStateBackendFactory(StateBackendFactory):
         return BlobStoreTaskRestoreManager(context, self.transfer(context.config), self.marker_key())
 
     def get_admin(
-        self, config: Config, job_model: JobModel, metadata_store: MetadataStore, stores: Mapping[str, StoreConfig]
+        self,
+        config: Config,
+        job_model: JobModel,
+        metadata_store: MetadataStore,
+        stores: Mapping[str, StoreConfig],
+        admins: AdminSource,
     ) -> StateBackendAdmin:
         return BlobStoreStateBackendAdmin(config)
 

@@ -13,10 +13,9 @@ from millstream.errors import MillstreamError
 from millstream.job_model import JobModel
 from millstream.metadata.base import MetadataStore
 from millstream.model import SystemStream
-from millstream.storage.backends.base import StateBackendAdmin
+from millstream.storage.backends.base import AdminSource, StateBackendAdmin
 from millstream.storage.changelog_partitions import assign_changelog_partitions
 from millstream.systems.base import StreamOwner, StreamSpec, SystemAdmin
-from millstream.systems.registry import system_factory
 
 log = logging.getLogger(__name__)
 
@@ -25,9 +24,15 @@ CHANGELOG_STREAM_CONFIG = {"cleanup.policy": "compact"}
 
 class ChangelogStateBackendAdmin(StateBackendAdmin):
     def __init__(
-        self, config: Config, job_model: JobModel, metadata_store: MetadataStore, stores: Mapping[str, StoreConfig]
+        self,
+        config: Config,
+        job_model: JobModel,
+        metadata_store: MetadataStore,
+        stores: Mapping[str, StoreConfig],
+        admins: AdminSource,
     ) -> None:
         self.config = config
+        self.admins = admins
         self.job_model = job_model
         self.metadata_store = metadata_store
         self.changelogs: dict[str, SystemStream] = {
@@ -44,26 +49,17 @@ class ChangelogStateBackendAdmin(StateBackendAdmin):
     def create_resources(self) -> None:
         needed = self._partitions_needed()
         for store, stream in sorted(self.changelogs.items()):
-            admin = system_factory(self.config, stream.system).get_admin(stream.system, self.config)
-            admin.start()
-            try:
-                spec = StreamSpec(stream.system, stream.stream, needed, CHANGELOG_STREAM_CONFIG)
-                if admin.create_stream(spec):
-                    log.info("created changelog %s of store '%s' with %d partition(s)", stream, store, needed)
-                self._check(admin, store, stream, needed)
-                self._claim(admin, store, stream)
-            finally:
-                admin.stop()
+            admin = self.admins(stream.system)
+            spec = StreamSpec(stream.system, stream.stream, needed, CHANGELOG_STREAM_CONFIG)
+            if admin.create_stream(spec):
+                log.info("created changelog %s of store '%s' with %d partition(s)", stream, store, needed)
+            self._check(admin, store, stream, needed)
+            self._claim(admin, store, stream)
 
     def validate_resources(self) -> None:
         needed = self._partitions_needed()
         for store, stream in sorted(self.changelogs.items()):
-            admin = system_factory(self.config, stream.system).get_admin(stream.system, self.config)
-            admin.start()
-            try:
-                self._check(admin, store, stream, needed)
-            finally:
-                admin.stop()
+            self._check(self.admins(stream.system), store, stream, needed)
 
     def _claim(self, admin: SystemAdmin, store: str, stream: SystemStream) -> None:
         """Own the changelog before any container writes it: a second job (a copied config naming the same

@@ -12,6 +12,7 @@ from millstream.errors import ConfigError
 from millstream.job_model import JobModel
 from millstream.metadata.base import MetadataStore
 from millstream.storage.backends.base import (
+    AdminSource,
     StateBackendAdmin,
     StateBackendFactory,
     TaskBackendContext,
@@ -41,6 +42,11 @@ class ChangelogStateBackendFactory(StateBackendFactory):
         return ChangelogTaskRestoreManager(context, self.marker_key())
 
     def get_admin(
-        self, config: Config, job_model: JobModel, metadata_store: MetadataStore, stores: Mapping[str, StoreConfig]
+        self,
+        config: Config,
+        job_model: JobModel,
+        metadata_store: MetadataStore,
+        stores: Mapping[str, StoreConfig],
+        admins: AdminSource,
     ) -> StateBackendAdmin:
-        return ChangelogStateBackendAdmin(config, job_model, metadata_store, stores)
+        return ChangelogStateBackendAdmin(config, job_model, metadata_store, stores, admins)
