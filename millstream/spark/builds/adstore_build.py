@@ -48,8 +48,8 @@ from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStream
 from millstream.serde.base import Serde
 from millstream.serde.registry import SerdeRegistry
-from millstream.spark.connect import is_connect
-from millstream.spark.multi_host import refuse_host_local_blobs
+from millstream.spark.run.connect import is_connect
+from millstream.spark.run.multi_host import refuse_host_local_blobs
 from millstream.storage.factory import storage_engine_factory
 from millstream.storage.rocksdb import RocksDbStorageEngineFactory
 from millstream.systems.registry import system_factory

@@ -26,8 +26,8 @@ from pyspark.serializers import CPickleSerializer
 
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
-from millstream.spark.running_tasks import running_tasks
-from millstream.spark.session import local_slots
+from millstream.spark.run.running_tasks import running_tasks
+from millstream.spark.run.session import local_slots
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from typing import cast
 from pyspark.sql import SparkSession
 
 from millstream.errors import ConfigError
-from millstream.spark.datasource import register as register_data_sources
-from millstream.spark.store_datasource import register as register_store_source
+from millstream.spark.sources.datasource import register as register_data_sources
+from millstream.spark.sources.store_datasource import register as register_store_source
 
 
 def remote_session(url: str) -> SparkSession:

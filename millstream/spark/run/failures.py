@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
-from millstream.spark.resources import explain_memory_failure
+from millstream.spark.run.resources import explain_memory_failure
 
 if TYPE_CHECKING:
     from pyspark import SparkContext

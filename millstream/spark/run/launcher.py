@@ -23,12 +23,12 @@ from millstream.coordinator.driver_loop import Launch, LaunchOutcome
 from millstream.job_model import JobModel
 from millstream.metadata.base import MetadataStore
 from millstream.runtime.container import ContainerResult
-from millstream.spark.affinity import PlacementRecorder, container_rdd, launch_locations
-from millstream.spark.container_task import container_partition
-from millstream.spark.failures import describe_failure
-from millstream.spark.liveness import LivenessMonitor
-from millstream.spark.progress import SparkProgress
-from millstream.spark.resources import ContainerResources, explain_memory_failure
+from millstream.spark.run.affinity import PlacementRecorder, container_rdd, launch_locations
+from millstream.spark.run.container_task import container_partition
+from millstream.spark.run.failures import describe_failure
+from millstream.spark.run.liveness import LivenessMonitor
+from millstream.spark.run.progress import SparkProgress
+from millstream.spark.run.resources import ContainerResources, explain_memory_failure
 
 
 @dataclass

@@ -29,8 +29,8 @@ from pyspark import SparkContext
 from millstream.config import Config, JobConfig
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
-from millstream.spark.running_tasks import RunningTask, running_tasks
-from millstream.spark.session import local_slots
+from millstream.spark.run.running_tasks import RunningTask, running_tasks
+from millstream.spark.run.session import local_slots
 
 log = logging.getLogger(__name__)
 

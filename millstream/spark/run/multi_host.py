@@ -34,7 +34,7 @@ from millstream.config.views import (
 from millstream.errors import ConfigError
 from millstream.metadata.factory import FACTORY_KEY as METADATA_FACTORY_KEY
 from millstream.metadata.factory import METADATA_STORE_FACTORIES
-from millstream.spark.session import local_slots
+from millstream.spark.run.session import local_slots
 from millstream.storage.backends.registry import BLOBSTORE, backup_factory_names, restore_factory_names
 from millstream.systems.registry import SYSTEM_FACTORIES
 

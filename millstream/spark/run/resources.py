@@ -37,7 +37,7 @@ from pyspark.resource import ExecutorResourceRequests, ResourceProfile, Resource
 
 from millstream.config import Config, JobConfig
 from millstream.errors import ConfigError
-from millstream.spark.session import dynamic_allocation, local_slots
+from millstream.spark.run.session import dynamic_allocation, local_slots
 from millstream.storage.memory import MIB, rocksdb_budget
 
 log = logging.getLogger(__name__)

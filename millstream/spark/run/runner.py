@@ -34,17 +34,17 @@ from millstream.coordinator.signals import graceful_stop_on_signals
 from millstream.coordinator.status_document import status_document
 from millstream.metadata.factory import metadata_store
 from millstream.metrics.server import metrics_endpoint
-from millstream.spark.launcher import SparkLauncher
-from millstream.spark.multi_host import refuse_host_local_state
-from millstream.spark.progress import SparkProgress, status_url
-from millstream.spark.resources import (
+from millstream.spark.run.launcher import SparkLauncher
+from millstream.spark.run.multi_host import refuse_host_local_state
+from millstream.spark.run.progress import SparkProgress, status_url
+from millstream.spark.run.resources import (
     ContainerResources,
     await_container_executors,
     check_container_memory,
     check_dynamic_allocation_sizing,
     container_resources,
 )
-from millstream.spark.session import (
+from millstream.spark.run.session import (
     abandon_session,
     build_session,
     check_local_slots,

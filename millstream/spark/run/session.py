@@ -23,8 +23,8 @@ from pyspark.sql import SparkSession
 
 from millstream.config import Config, JobConfig
 from millstream.errors import ConfigError, MillstreamError
-from millstream.spark.datasource import register as register_data_sources
-from millstream.spark.store_datasource import register as register_store_source
+from millstream.spark.sources.datasource import register as register_data_sources
+from millstream.spark.sources.store_datasource import register as register_store_source
 
 _LOCAL = re.compile(r"^local\[(?P<threads>\d+|\*)(?:,\s*(?P<failures>\d+))?\]$")
 

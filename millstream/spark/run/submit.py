@@ -24,11 +24,11 @@ from millstream.config import Config, JobConfig
 from millstream.coordinator.prepare import load_job_config
 from millstream.errors import FORCED_STOP_EXIT_CODE, SUPERSEDED_EXIT_CODE, ConfigError, MillstreamError
 from millstream.log_context import configure_logging
-from millstream.spark.multi_host import refuse_host_local_state
-from millstream.spark.resources import check_container_memory, check_dynamic_allocation_sizing
-from millstream.spark.runner import SparkJobRunner
-from millstream.spark.session import local_slots, set_failed_attempt_logging
-from millstream.spark.shutdown_hook import graceful_stop_on_jvm_shutdown
+from millstream.spark.run.multi_host import refuse_host_local_state
+from millstream.spark.run.resources import check_container_memory, check_dynamic_allocation_sizing
+from millstream.spark.run.runner import SparkJobRunner
+from millstream.spark.run.session import local_slots, set_failed_attempt_logging
+from millstream.spark.run.shutdown_hook import graceful_stop_on_jvm_shutdown
 
 
 def check_submitted_conf(conf: SparkConf, config: Config) -> None:

@@ -23,7 +23,7 @@ from millstream.config import Config
 from millstream.config.core import load_config
 from millstream.metadata.factory import metadata_store
 from millstream.model import TaskName
-from millstream.spark.stream_read import StreamReadError
+from millstream.spark.sources.stream_read import StreamReadError
 
 FORMAT = "millstream-checkpoints"
 

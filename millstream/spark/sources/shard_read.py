@@ -1,10 +1,12 @@
-"""Bounded reads of a Kinesis stream's shards, for DataFrame reads: one Spark partition per shard.
+"""Bounded reads of a stream whose partitions split and merge (Kinesis shards), for DataFrame reads: one
+Spark partition per shard, planned and read through the admin's
+:class:`~millstream.systems.base.ShardedSystemAdmin` capability, never by naming the system.
 
 A job reads Kinesis through slots and leases, because shards come and go while it runs. A batch read
-needs neither: it lists the shards once, at planning, and reads each with ``GetShardIterator`` /
-``GetRecords`` from its start to the records that arrived by the instant of planning (Kinesis has no call
-that gives a shard's newest sequence number; finding it by reading would read every shard twice), ending
-at the shard's tip or, for a closed shard, its end. Closed parents and their open children are both read, and
+needs neither: it lists the shards once, at planning, and reads each from its start to the records that
+arrived by the instant of planning (Kinesis has no call that gives a shard's newest sequence number;
+finding it by reading would read every shard twice), ending at the shard's tip or, for a closed shard,
+its end. Closed parents and their open children are both read, and
 the Spark partitions are ordered parents before children, so rows collected in partition order keep
 every partition key's records in the order it was written across splits and merges.
 
@@ -17,15 +19,15 @@ each record's arrival time (an end).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 from millstream.config import Config
 from millstream.errors import StreamNotFoundError
 from millstream.model import IncomingMessageEnvelope, SystemStream, SystemStreamPartition
-from millstream.spark.read_bounds import ReadBounds, StreamReadError
+from millstream.spark.sources.read_bounds import ReadBounds, StreamReadError
+from millstream.systems.base import ShardDescription, ShardedSystemAdmin, SystemOperationError
 from millstream.systems.registry import system_factory
 from millstream.systems.startpoints import (
     Startpoint,
@@ -35,10 +37,6 @@ from millstream.systems.startpoints import (
     StartpointUpcoming,
     now_ms,
 )
-
-if TYPE_CHECKING:
-    from millstream.systems.kinesis.admin import KinesisSystemAdmin
-    from millstream.systems.kinesis.shards import Shard
 
 _SHARD_NUMBER = re.compile(r"(\d+)$")
 
@@ -74,11 +72,14 @@ def shard_number(shard_id: str) -> int:
     return int(match.group(1))
 
 
-def parents_first(shards: list[Shard]) -> list[Shard]:
+S = TypeVar("S", bound=ShardDescription)
+
+
+def parents_first(shards: Sequence[S]) -> list[S]:
     """The shards in an order where every listed parent comes before its children (then by shard id)."""
     listed = {shard.shard_id for shard in shards}
     placed: set[str] = set()
-    ordered: list[Shard] = []
+    ordered: list[S] = []
     pending = sorted(shards, key=lambda shard: shard.shard_id)
     while pending:
         ready = [s for s in pending if all(p in placed or p not in listed for p in s.parents)] or pending[:1]
@@ -93,26 +94,26 @@ def plan_shard_ranges(config: Config, stream: SystemStream, bounds: ReadBounds) 
     """One range per shard Kinesis lists for ``stream`` (closed and open), parents before children."""
     with system_factory(config, stream.system).get_admin(stream.system, config) as admin:
         admin.start()
-        kinesis = _kinesis_admin(admin, stream)
-        if kinesis.describe_stream(stream.stream) is None:
+        listed = sharded_admin(admin, stream).shard_lineage(stream.stream)
+        if listed is None:
             raise StreamNotFoundError(stream.system, stream.stream, "cannot read it as a DataFrame")
-        shards = parents_first(kinesis.list_shards(stream.stream))
+        shards = parents_first(listed)
         bounds.check_partitions(stream, {shard_number(shard.shard_id) for shard in shards})
-        return [_plan_shard(kinesis, stream, shard, bounds) for shard in shards]
+        return [_plan_shard(stream, shard, bounds) for shard in shards]
 
 
-def _kinesis_admin(admin: object, stream: SystemStream) -> KinesisSystemAdmin:
-    from millstream.systems.kinesis.admin import KinesisSystemAdmin
-
-    if not isinstance(admin, KinesisSystemAdmin):
+def sharded_admin(admin: object, stream: SystemStream) -> ShardedSystemAdmin:
+    """``admin`` as a :class:`ShardedSystemAdmin`, or an error naming the stream when its system's partitions
+    come and go but its admin cannot read them shard by shard."""
+    if not isinstance(admin, ShardedSystemAdmin):
         raise StreamReadError(
-            f"stream '{stream}': system '{stream.system}' has partitions that come and go, and only Kinesis "
-            "shards can be read as a DataFrame"
+            f"stream '{stream}': system '{stream.system}' has partitions that come and go, and its admin "
+            f"({type(admin).__name__}) cannot read them shard by shard (no ShardedSystemAdmin capability)"
         )
     return admin
 
 
-def _plan_shard(admin: KinesisSystemAdmin, stream: SystemStream, shard: Shard, bounds: ReadBounds) -> ShardRange:
+def _plan_shard(stream: SystemStream, shard: ShardDescription, bounds: ReadBounds) -> ShardRange:
     number = shard_number(shard.shard_id)
     ssp = stream.partition(number)
     start = _start(ssp, shard.shard_id, bounds.start_of(number))
@@ -157,64 +158,8 @@ def read_shard_range(config: Config, shard: ShardRange) -> Iterator[list[Incomin
         return
     ssp = shard.ssp
     with system_factory(config, ssp.system).get_admin(ssp.system, config) as admin:
-        kinesis = _kinesis_admin(admin, SystemStream(ssp.system, ssp.stream))
-        for response in _responses(kinesis, shard):
-            batch, done = _envelopes(shard, response.get("Records", []))
-            if batch:
-                yield batch
-            if done or (not batch and response.get("MillisBehindLatest", 0) == 0):
-                return
-
-
-def _responses(kinesis: KinesisSystemAdmin, shard: ShardRange) -> Iterator[dict[str, Any]]:
-    """``GetRecords`` answers from the range's start to the end of the shard; Kinesis's refusals (an
-    expired shard, a sequence number it does not hold) as errors naming the shard."""
-    from botocore.exceptions import ClientError
-
-    assert shard.start is not None
-    ssp, start = shard.ssp, dict(shard.start)
-    if "Timestamp" in start:
-        start["Timestamp"] = datetime.fromtimestamp(start["Timestamp"] / 1000, tz=UTC)
-    try:
-        iterator = kinesis.clients.call(
-            "GetShardIterator",
-            kinesis.metrics,
-            stream=ssp.stream,
-            StreamName=ssp.stream,
-            ShardId=shard.shard_id,
-            **start,
-        )["ShardIterator"]
-        while iterator is not None:
-            response = kinesis.clients.call(
-                "GetRecords", kinesis.metrics, stream=ssp.stream, ShardIterator=iterator, Limit=10_000
-            )
-            yield response
-            iterator = response.get("NextShardIterator")
-    except ClientError as error:
-        raise StreamReadError(
-            f"{ssp} (shard '{shard.shard_id}'): Kinesis refused the read from {_describe(shard.start)}: {error}"
-        ) from None
-
-
-def _describe(start: dict[str, Any]) -> str:
-    position = start["ShardIteratorType"]
-    detail = start.get("StartingSequenceNumber") or start.get("Timestamp")
-    return f"{position} {detail}" if detail is not None else position
-
-
-def _envelopes(shard: ShardRange, records: list[dict[str, Any]]) -> tuple[list[IncomingMessageEnvelope], bool]:
-    """The records inside the range as envelopes (as a job's consumer builds them), and whether it ended."""
-    from millstream.systems.kinesis.slots import SEQUENCE_NUMBER_HEADER, SHARD_ID_HEADER, arrival_millis
-
-    shard_header = shard.shard_id.encode()
-    envelopes: list[IncomingMessageEnvelope] = []
-    for record in records:
-        sequence, arrival = record["SequenceNumber"], arrival_millis(record.get("ApproximateArrivalTimestamp"))
-        if shard.ends_before(sequence, arrival):
-            return envelopes, True
-        key, data = record.get("PartitionKey"), record["Data"]
-        headers = {SHARD_ID_HEADER: shard_header, SEQUENCE_NUMBER_HEADER: sequence.encode()}
-        envelopes.append(
-            IncomingMessageEnvelope(shard.ssp, sequence, key and key.encode(), data, arrival, headers, len(data))
-        )
-    return envelopes, False
+        sharded = sharded_admin(admin, SystemStream(ssp.system, ssp.stream))
+        try:
+            yield from sharded.read_shard(ssp, shard.shard_id, shard.start, shard.ends_before)
+        except SystemOperationError as error:
+            raise StreamReadError(f"{ssp}: {error}") from None

@@ -1,4 +1,5 @@
-"""``spark.readStream.format("millstream")`` over a Kinesis stream: shards that come and go, read parents first.
+"""``spark.readStream.format("millstream")`` over a stream of shards that come and go (Kinesis), read parents
+first, through the admin's :class:`~millstream.systems.base.ShardedSystemAdmin` capability.
 
 Spark's offset for a Kinesis stream names shards, not partitions::
 
@@ -35,7 +36,7 @@ from ``planned_at + 1``. Kinesis gives each record its arrival time when it is w
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -47,10 +48,11 @@ from millstream.config import Config
 from millstream.config.views import StartpointConfig
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStream, SystemStreamPartition
-from millstream.spark.datasource import ReadOptions, StreamDataFrameReader, StreamInputPartition
-from millstream.spark.read_bounds import StreamReadError
-from millstream.spark.shard_read import ShardRange, parents_first, shard_number
+from millstream.spark.sources.batch_reader import ReadOptions, StreamDataFrameReader, StreamInputPartition
+from millstream.spark.sources.read_bounds import StreamReadError
+from millstream.spark.sources.shard_read import ShardRange, parents_first, shard_number, sharded_admin
 from millstream.startpoint.manager import StartpointManager
+from millstream.systems.base import ShardDescription, ShardedSystemAdmin, SystemAdmin
 from millstream.systems.registry import system_factory
 from millstream.systems.startpoints import (
     Startpoint,
@@ -64,10 +66,10 @@ from millstream.systems.startpoints import (
 if TYPE_CHECKING:
     import pyarrow
 
-    from millstream.systems.kinesis.admin import KinesisSystemAdmin
-    from millstream.systems.kinesis.shards import Shard
-
 TRIM_HORIZON: dict[str, Any] = {"ShardIteratorType": "TRIM_HORIZON"}
+
+ShardOffsets = Callable[[str], dict[str, str]]
+"""The sharded admin's ``shard_offsets``: shard id → offset of a startpoint's ``shardId:offset[,...]``."""
 
 
 def _at(timestamp_ms: int) -> dict[str, Any]:
@@ -107,7 +109,7 @@ class ShardOffset:
         )
 
 
-class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class ShardedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Plans micro-batches of a Kinesis stream on the driver (shards, startpoints); each Spark task reads one
     shard's range with the batch reader. Holds only options, so Spark can ship it to its workers."""
 
@@ -129,10 +131,9 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's name
         """Every listed shard at ``startingOffsets`` (oldest by default), parents before children; nothing read."""
         planned_at = now_ms()
-        with _kinesis(self.config, self.stream) as admin:
-            shards = _listed(admin, self.stream)
         offset = ShardOffset(planned_at)
-        _apply(offset, shards, self.starting, planned_at)
+        with _sharded(self.config, self.stream) as admin:
+            _apply(offset, _listed(admin, self.stream), self.starting, planned_at, admin.shard_offsets)
         return offset.to_json()
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's name
@@ -142,17 +143,16 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The batch after ``start``: the shards listed now, a startpoint not yet applied, what to read."""
         begun = ShardOffset.of(start)
         planned_at = self.target if self.target is not None else now_ms()
-        with _kinesis(self.config, self.stream) as admin:
-            shards = _listed(admin, self.stream)
         offset = ShardOffset(planned_at, {}, [], dict(begun.shards), list(begun.finished), dict(begun.startpoint))
-        with metadata_store(self._stream_config()) as store:
+        with _sharded(self.config, self.stream) as admin, metadata_store(self._stream_config()) as store:
+            shards = _listed(admin, self.stream)
             manager = StartpointManager(store, StartpointConfig.of(self.config).max_age_ms)
             startpoint = self._newest_startpoint(manager)
             if startpoint is not None:
                 if begun.startpoint.get("created") == startpoint.creation_timestamp:
                     self._delete(manager, startpoint.creation_timestamp)  # the batch that applied it has finished
                 else:
-                    _apply(offset, shards, startpoint, planned_at)
+                    _apply(offset, shards, startpoint, planned_at, admin.shard_offsets)
                     offset.startpoint = {"created": startpoint.creation_timestamp}
         _plan(offset, shards, planned_at, str(self.stream))
         moved = (offset.shards, sorted(offset.finished), offset.startpoint)
@@ -187,7 +187,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _slots(self) -> list[SystemStreamPartition]:
         """The stream's slots, the partitions ``millstream startpoint set`` writes a Kinesis startpoint to."""
-        with _kinesis(self.config, self.stream) as admin:
+        with _admin(self.config, self.stream) as admin:
             metadata = admin.get_system_stream_metadata([self.stream.stream]).get(self.stream.stream)
         return [self.stream.partition(slot) for slot in sorted(metadata.partitions)] if metadata else []
 
@@ -202,7 +202,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 manager.delete_startpoint(ssp)
 
 
-def _plan(offset: ShardOffset, shards: list[Shard], planned_at: int, stream: str) -> None:
+def _plan(offset: ShardOffset, shards: Sequence[ShardDescription], planned_at: int, stream: str) -> None:
     """Fill ``offset.read`` from the shards listed at ``planned_at``, then move them on for the next batch.
 
     A shard the query has not read to its end that Kinesis no longer lists (it passed the stream's retention
@@ -238,7 +238,7 @@ def _plan(offset: ShardOffset, shards: list[Shard], planned_at: int, stream: str
     _activate(offset, shards)
 
 
-def _activate(offset: ShardOffset, shards: list[Shard]) -> None:
+def _activate(offset: ShardOffset, shards: Sequence[ShardDescription]) -> None:
     """Shards none of whose parents is left to read become active."""
     for shard in shards:
         state = offset.shards.get(shard.shard_id)
@@ -246,10 +246,16 @@ def _activate(offset: ShardOffset, shards: list[Shard]) -> None:
             state["active"] = True
 
 
-def _apply(offset: ShardOffset, shards: list[Shard], startpoint: Startpoint, planned_at: int) -> None:
+def _apply(
+    offset: ShardOffset,
+    shards: Sequence[ShardDescription],
+    startpoint: Startpoint,
+    planned_at: int,
+    shard_offsets: ShardOffsets,
+) -> None:
     """Move every listed shard to ``startpoint`` (as the module docstring says); read from the next planning."""
     if isinstance(startpoint, StartpointSpecific):
-        _apply_specific(offset, shards, startpoint)
+        _apply_specific(offset, shards, startpoint, shard_offsets)
         return
     if isinstance(startpoint, StartpointUpcoming):
         offset.finished = [shard.shard_id for shard in shards if shard.closed]
@@ -266,15 +272,13 @@ def _apply(offset: ShardOffset, shards: list[Shard], startpoint: Startpoint, pla
     _activate(offset, shards)
 
 
-def _apply_specific(offset: ShardOffset, shards: list[Shard], startpoint: StartpointSpecific) -> None:
+def _apply_specific(
+    offset: ShardOffset, shards: Sequence[ShardDescription], startpoint: StartpointSpecific, shard_offsets: ShardOffsets
+) -> None:
     """Named shards start at their sequence numbers, their ancestors count as read, their descendants start
     over behind them; the other shards keep their positions."""
-    from millstream.systems.kinesis.offsets import parse_offset
-
     try:
-        named = {
-            shard_id: entry.sequence_number for shard_id, entry in parse_offset(startpoint.specific_offset).items()
-        }
+        named = shard_offsets(startpoint.specific_offset)
     except ValueError as error:
         raise StreamReadError(
             f"startpoint offset '{startpoint.specific_offset}': {error}; a Kinesis startpoint names "
@@ -298,7 +302,7 @@ def _apply_specific(offset: ShardOffset, shards: list[Shard], startpoint: Startp
         }
 
 
-def _lineage(named: dict[str, str], by_id: dict[str, Shard], step: Any) -> set[str]:
+def _lineage(named: dict[str, str], by_id: dict[str, ShardDescription], step: Any) -> set[str]:
     """The shards reached from ``named`` by ``step`` (parents or children), ``named`` excluded."""
     seen: set[str] = set()
     pending = [related for shard_id in named for related in step(by_id[shard_id])]
@@ -311,19 +315,23 @@ def _lineage(named: dict[str, str], by_id: dict[str, Shard], step: Any) -> set[s
     return seen
 
 
-def _listed(admin: KinesisSystemAdmin, stream: SystemStream) -> list[Shard]:
-    if admin.describe_stream(stream.stream) is None:
+def _listed(admin: ShardedSystemAdmin, stream: SystemStream) -> Sequence[ShardDescription]:
+    shards = admin.shard_lineage(stream.stream)
+    if shards is None:
         raise StreamReadError(f"stream '{stream}' does not exist in system '{stream.system}'")
-    return parents_first(admin.list_shards(stream.stream))
+    return parents_first(shards)
 
 
 @contextmanager
-def _kinesis(config: Config, stream: SystemStream) -> Iterator[KinesisSystemAdmin]:
-    """A started Kinesis admin of the stream's system for one planning step, stopped after it."""
-    from millstream.systems.kinesis.admin import KinesisSystemAdmin
-
+def _admin(config: Config, stream: SystemStream) -> Iterator[SystemAdmin]:
+    """A started admin of the stream's system for one planning step, stopped after it."""
     with system_factory(config, stream.system).get_admin(stream.system, config) as admin:
-        if not isinstance(admin, KinesisSystemAdmin):
-            raise StreamReadError(f"stream '{stream}': system '{stream.system}' is not Kinesis")
         admin.start()
         yield admin
+
+
+@contextmanager
+def _sharded(config: Config, stream: SystemStream) -> Iterator[ShardedSystemAdmin]:
+    """:func:`_admin`, for a system whose admin reads shard by shard (an error naming the stream otherwise)."""
+    with _admin(config, stream) as admin:
+        yield sharded_admin(admin, stream)

@@ -7,7 +7,7 @@
 One row per key of every task's copy of the store (``task``, ``key``, ``value``), one Spark partition per task,
 read from the task's latest snapshot in the blob store or from its changelog (``source``: ``blob`` or
 ``changelog``; default: the blob store when the store backs up there, else its changelog; see
-:mod:`millstream.spark.store_read`). Keys and values are decoded by the store's serdes into JSON text, as
+:mod:`millstream.spark.sources.store_read`). Keys and values are decoded by the store's serdes into JSON text, as
 format ``millstream`` decodes a stream's, or left as the bytes stored with ``raw``.
 """
 
@@ -30,9 +30,9 @@ from millstream.errors import MillstreamError
 from millstream.extras import missing_module_hint
 from millstream.serde.base import Serde
 from millstream.serde.registry import SerdeRegistry
-from millstream.spark.datasource import DEFAULT_IDLE_TIMEOUT_MS
-from millstream.spark.store_read import TaskStoreSource, default_source, plan_store_read, read_task_store
-from millstream.spark.stream_read import StreamReadError
+from millstream.spark.sources.batch_reader import DEFAULT_IDLE_TIMEOUT_MS
+from millstream.spark.sources.store_read import TaskStoreSource, default_source, plan_store_read, read_task_store
+from millstream.spark.sources.stream_read import StreamReadError
 
 FORMAT = "millstream-store"
 
@@ -140,7 +140,7 @@ _registered: weakref.WeakSet[SparkSession] = weakref.WeakSet()
 
 def register(spark: SparkSession, *, required: bool = True) -> None:
     """Make format ``millstream-store`` known to ``spark``, once per session; without pyarrow refused, or
-    left out when not ``required`` (see :func:`millstream.spark.datasource.register`)."""
+    left out when not ``required`` (see :func:`millstream.spark.sources.datasource.register`)."""
     if spark in _registered:
         return
     missing = missing_module_hint("pyarrow", "format 'millstream-store' (stores as DataFrames)")

@@ -28,7 +28,7 @@ from millstream.metadata.base import MetadataStore
 from millstream.metadata.coordination import latest_job_model
 from millstream.metadata.factory import metadata_store
 from millstream.model import TaskName
-from millstream.spark.stream_read import OffsetRange, StreamReadError, plan_ranges, read_range
+from millstream.spark.sources.stream_read import OffsetRange, StreamReadError, plan_ranges, read_range
 from millstream.storage.backends.blobstore.factory import BlobStoreStateBackendFactory
 from millstream.storage.backends.blobstore.index import SnapshotIndex
 from millstream.storage.backends.registry import backup_factories

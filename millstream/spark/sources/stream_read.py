@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from millstream.config import Config
 from millstream.errors import MillstreamError, StreamNotFoundError
 from millstream.model import IncomingMessageEnvelope, SystemStream, SystemStreamPartition
-from millstream.spark.read_bounds import ReadBounds, StreamReadError
+from millstream.spark.sources.read_bounds import ReadBounds, StreamReadError
 from millstream.systems.base import SystemAdmin, SystemStreamPartitionMetadata
 from millstream.systems.registry import system_factory
 from millstream.systems.startpoints import Startpoint, StartpointUpcoming

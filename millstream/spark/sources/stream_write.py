@@ -32,7 +32,7 @@ from millstream.errors import MillstreamError
 from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.serde.base import Serde
 from millstream.serde.registry import SerdeRegistry
-from millstream.spark.read_bounds import StreamReadError
+from millstream.spark.sources.read_bounds import StreamReadError
 from millstream.systems.registry import system_factory
 
 if TYPE_CHECKING:

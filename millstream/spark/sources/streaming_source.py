@@ -12,7 +12,7 @@ holds no record yet), plus the last startpoint applied to each partition (``{"of
 "newest": {"0": "16"}, "startpoints": {"0": {"created": 1700000000000, "offset": "5"}}}``).
 Rows are those of the batch format ``millstream`` (same columns, serdes and ``raw``), read by each system's
 own consumer, one Spark partition per stream partition. A Kinesis stream, whose shards come and go, is
-planned by :mod:`millstream.spark.shard_stream` instead, with shards in Spark's offset.
+planned by :mod:`millstream.spark.sources.shard_stream` instead, with shards in Spark's offset.
 
 **Startpoints.** The source reads the startpoints of its stream's partitions from the metadata store of the
 job named by option ``job`` (the config's own job when absent): ``millstream startpoint set job.yaml --stream
@@ -42,8 +42,8 @@ from millstream.config import Config
 from millstream.config.views import StartpointConfig
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStreamPartition
-from millstream.spark.datasource import ReadOptions, StreamDataFrameReader, StreamInputPartition
-from millstream.spark.stream_read import OffsetRange, StreamReadError
+from millstream.spark.sources.batch_reader import ReadOptions, StreamDataFrameReader, StreamInputPartition
+from millstream.spark.sources.stream_read import OffsetRange, StreamReadError
 from millstream.startpoint.manager import StartpointManager
 from millstream.systems.base import SystemAdmin
 from millstream.systems.registry import system_factory
@@ -65,7 +65,7 @@ def stream_reader(options: dict[str, str]) -> DataSourceStreamReader:
     starting = parse_starting_offsets(options.get("startingoffsets"))
     parsed = ReadOptions.parse(options)
     if _has_shards(Config(parsed.config), parsed.stream.system):
-        from millstream.spark.shard_stream import KinesisStreamReader
+        from millstream.spark.sources.shard_stream import ShardedStreamReader
 
         default, given = starting
         if given:
@@ -73,12 +73,12 @@ def stream_reader(options: dict[str, str]) -> DataSourceStreamReader:
                 f"stream '{parsed.stream}': option 'startingOffsets' of a stream of shards is oldest or upcoming "
                 "for every shard, not offsets per partition; start shards at sequence numbers with a startpoint"
             )
-        return KinesisStreamReader(parsed, options.get("job"), default)
+        return ShardedStreamReader(parsed, options.get("job"), default)
     return MillstreamStreamReader(parsed, options.get("job"), starting)
 
 
 def _has_shards(config: Config, system: str) -> bool:
-    """Kinesis: partitions that come and go, planned by :mod:`millstream.spark.shard_stream`."""
+    """Kinesis: partitions that come and go, planned by :mod:`millstream.spark.sources.shard_stream`."""
     with system_factory(config, system).get_admin(system, config) as admin:
         return not admin.partitions_are_fixed
 

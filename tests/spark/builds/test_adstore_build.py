@@ -29,7 +29,7 @@ from millstream.errors import ConfigError
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStream
 from millstream.serde.builtin import JsonSerde
-from millstream.spark.adstore_build import DatasetError, DatasetSchemaError, build_version
+from millstream.spark.builds.adstore_build import DatasetError, DatasetSchemaError, build_version
 from millstream.testing import read_stream, write_stream
 from tests.helpers import create_stream, job_config
 

@@ -6,7 +6,7 @@ import pytest
 
 from millstream.metadata import coordination
 from millstream.metadata.sqlite import SqliteMetadataStore
-from millstream.spark.affinity import container_rdd, preferred_locations, rdd_preferred_locations
+from millstream.spark.run.affinity import container_rdd, preferred_locations, rdd_preferred_locations
 
 pytestmark = pytest.mark.spark
 

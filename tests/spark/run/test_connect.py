@@ -16,17 +16,17 @@ from pyspark.sql import SparkSession
 
 from millstream.config import Config
 from millstream.model import SystemStream
-from millstream.spark.adstore_build import build_version, default_range_files
-from millstream.spark.connect import is_connect
+from millstream.spark.builds.adstore_build import build_version, default_range_files
+from millstream.spark.run.connect import is_connect
 from millstream.testing import InProcessRunner, read_stream, write_stream
 from tests.cli.test_adstore import setup as cli_setup
 from tests.cli.test_main import millstream
 from tests.helpers import create_stream, fill, job_config, seal
+from tests.spark.builds.test_adstore_build import ROWS, adjunct_config, ingested, producer_partitions
 from tests.spark.connect_server import ConnectServer
-from tests.spark.test_adstore_build import ROWS, adjunct_config, ingested, producer_partitions
-from tests.spark.test_store_datasource import EXPECTED as STORE_ROWS
-from tests.spark.test_store_datasource import run_counting_job, store_rows
-from tests.spark.test_stream_write import json_rows, save
+from tests.spark.sources.test_store_datasource import EXPECTED as STORE_ROWS
+from tests.spark.sources.test_store_datasource import run_counting_job, store_rows
+from tests.spark.sources.test_stream_write import json_rows, save
 
 pytestmark = pytest.mark.spark
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from millstream.model import SystemStream
-from millstream.spark.failures import container_failure
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.failures import container_failure
+from millstream.spark.run.runner import SparkJobRunner
 from millstream.testing import write_stream
 from tests.helpers import create_stream, job_config, seal
 

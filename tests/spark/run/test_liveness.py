@@ -20,8 +20,8 @@ from millstream.coordinator.job_result import JobResult
 from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStream
-from millstream.spark.runner import SparkJobRunner
-from millstream.spark.session import build_session
+from millstream.spark.run.runner import SparkJobRunner
+from millstream.spark.run.session import build_session
 from millstream.testing import read_stream, write_stream
 from tests.helpers import create_stream, job_config, wait_until
 from tests.spark.standalone import StandaloneCluster
@@ -62,7 +62,7 @@ def test_a_frozen_container_is_replaced_by_a_new_attempt_and_its_stale_status_ne
     runner = SparkJobRunner(config, spark=spark_local)
     outcome: dict[str, JobResult] = {}
     job = threading.Thread(target=lambda: outcome.setdefault("result", runner.run()), daemon=True)
-    caplog.set_level(logging.WARNING, logger="millstream.spark.liveness")
+    caplog.set_level(logging.WARNING, logger="millstream.spark.run.liveness")
     job.start()
     frozen = 0
     try:
@@ -158,7 +158,7 @@ def test_a_container_on_a_partitioned_executor_is_replaced_on_another_and_its_st
     runner = SparkJobRunner(config, spark=spark)
     outcome: dict[str, JobResult] = {}
     job = threading.Thread(target=lambda: outcome.setdefault("result", runner.run()), daemon=True)
-    caplog.set_level(logging.WARNING, logger="millstream.spark.liveness")
+    caplog.set_level(logging.WARNING, logger="millstream.spark.run.liveness")
     job.start()
     frozen: list[int] = []
     try:

@@ -9,7 +9,7 @@ import pytest
 from millstream.config import Config
 from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError
-from millstream.spark.multi_host import HostLocalStateError, refuse_host_local_blobs, refuse_host_local_state
+from millstream.spark.run.multi_host import HostLocalStateError, refuse_host_local_blobs, refuse_host_local_state
 from tests.cli.test_main import millstream, write_config
 from tests.helpers import create_stream, job_config
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from millstream.metrics.registry import Sample
 from millstream.metrics.snapshot import ContainerSnapshot
-from millstream.spark.progress import Progress, progress_of
+from millstream.spark.run.progress import Progress, progress_of
 
 
 def snapshot(container: str, written_ms: int, processed: dict[str, int], lag: dict[str, int]) -> ContainerSnapshot:

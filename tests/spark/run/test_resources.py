@@ -11,7 +11,7 @@ from millstream import StreamTask
 from millstream.config import Config
 from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError
-from millstream.spark.resources import (
+from millstream.spark.run.resources import (
     check_container_memory,
     check_dynamic_allocation_sizing,
     check_pyspark_memory,
@@ -20,7 +20,7 @@ from millstream.spark.resources import (
     memory_cause,
     size_mb,
 )
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from millstream.storage.memory import MIB
 from tests.helpers import create_stream, fill, job_config, seal
 
@@ -154,7 +154,7 @@ def test_a_failure_not_caused_by_memory_is_left_as_it_is():
 
 def test_local_mode_does_not_apply_container_cpus_and_memory_and_says_so(spark_local, caplog):
     config = Config({**STORE, "job.container.cpus": "2", "job.container.memory.mb": "1024"})
-    with caplog.at_level(logging.WARNING, logger="millstream.spark.resources"):
+    with caplog.at_level(logging.WARNING, logger="millstream.spark.run.resources"):
         resources = container_resources(spark_local.sparkContext, config)
     assert resources.profile is None
     assert "are not applied on Spark master 'local" in caplog.text
@@ -173,7 +173,7 @@ class RunsOutOfMemory(StreamTask):
 
 
 def test_a_container_that_runs_out_of_memory_fails_the_job_saying_so(tmp_path, spark_local):
-    config = prepare(job_config(tmp_path, task="tests.spark.test_resources:RunsOutOfMemory"))
+    config = prepare(job_config(tmp_path, task="tests.spark.run.test_resources:RunsOutOfMemory"))
     create_stream(config, "in", 1)
     create_stream(config, "out", 1)
     fill(config, "in", 1, 3)

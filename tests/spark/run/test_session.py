@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from millstream.config import Config
-from millstream.spark.session import FAILED_ATTEMPT_LOGGERS, build_session
+from millstream.spark.run.session import FAILED_ATTEMPT_LOGGERS, build_session
 
 pytestmark = pytest.mark.spark
 

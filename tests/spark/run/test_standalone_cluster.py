@@ -17,9 +17,9 @@ from pyspark.sql import SparkSession
 
 import millstream.spark.submit
 from millstream.errors import ConfigError
-from millstream.spark.multi_host import HostLocalStateError
-from millstream.spark.runner import SparkJobRunner
-from millstream.spark.session import build_session, cluster_slots
+from millstream.spark.run.multi_host import HostLocalStateError
+from millstream.spark.run.runner import SparkJobRunner
+from millstream.spark.run.session import build_session, cluster_slots
 from tests.helpers import create_stream, fill, job_config, output_origins, seal, wait_until
 from tests.spark.standalone import StandaloneCluster
 from tests.spark.submit_signals import (
@@ -166,7 +166,7 @@ def test_the_runner_refuses_host_local_state_on_the_cluster_naming_each_key_unle
     assert f"Spark master '{cluster.master_url}' runs containers on several hosts" in str(refused.value)
 
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def client_mode_submit(cluster: StandaloneCluster, path: Path) -> list[str]:

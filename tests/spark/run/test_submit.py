@@ -15,7 +15,7 @@ from pyspark import SparkConf
 
 import millstream.spark.submit
 from millstream.errors import ConfigError
-from millstream.spark.submit import check_submitted_conf
+from millstream.spark.run.submit import check_submitted_conf
 from tests.cli.test_main import REPO, write_config
 from tests.helpers import job_config
 from tests.integration.processes import free_port

@@ -42,7 +42,7 @@ from tests.spark.yarn import SPARK_HOME, YarnCluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 OUTPUT = SystemStream("log", "out")
 # A job refused before any task needs no executors: its session need not wait for them to register.
 NO_EXECUTOR_WAIT = {"spark.scheduler.minRegisteredResourcesRatio": "0"}

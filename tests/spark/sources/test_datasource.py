@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from millstream.config import Config
 from millstream.errors import MillstreamError
 from millstream.model import SystemStream
-from millstream.spark import datasource, store_datasource
+from millstream.spark.sources import datasource, store_datasource
 from millstream.systems.startpoints import now_ms
 from millstream.testing import iter_stream, write_stream
 from tests.helpers import create_stream, job_config, wait_until

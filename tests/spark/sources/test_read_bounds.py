@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from millstream.spark.read_bounds import ReadBounds, StreamReadError, parse_bounds, parse_offsets
+from millstream.spark.sources.read_bounds import ReadBounds, StreamReadError, parse_bounds, parse_offsets
 from millstream.systems.startpoints import (
     StartpointSpecific,
     StartpointTimestamp,

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from millstream.spark.read_bounds import StreamReadError
-from millstream.spark.shard_stream import TRIM_HORIZON, ShardOffset, _apply, _plan
+from millstream.spark.sources.read_bounds import StreamReadError
+from millstream.spark.sources.shard_stream import TRIM_HORIZON, ShardOffset, _apply, _plan
+from millstream.systems.kinesis.admin import KinesisSystemAdmin
 from millstream.systems.kinesis.shards import Shard
 from millstream.systems.startpoints import StartpointOldest, StartpointSpecific, StartpointUpcoming
 
@@ -48,7 +49,7 @@ def test_children_wait_for_the_batch_after_their_parent_is_read_to_its_end():
 
 def test_a_plan_at_the_same_instant_reads_nothing_more():
     offset = ShardOffset(0)
-    _apply(offset, SPLIT, StartpointOldest(), 0)
+    _apply(offset, SPLIT, StartpointOldest(), 0, KinesisSystemAdmin.shard_offsets)
     batches = [planned(offset, SPLIT, 50)]
     while len(batches) < 5 and batches[-1].read:
         batches.append(planned(batches[-1], SPLIT, 50))
@@ -58,14 +59,14 @@ def test_a_plan_at_the_same_instant_reads_nothing_more():
 
 def test_upcoming_skips_closed_shards_and_reads_open_ones_after_the_planning():
     offset = ShardOffset(0)
-    _apply(offset, SPLIT, StartpointUpcoming(), 70)
+    _apply(offset, SPLIT, StartpointUpcoming(), 70, KinesisSystemAdmin.shard_offsets)
     assert offset.finished == ["s-0"]
     assert planned(offset, SPLIT, 70).read == {}
 
 
 def test_a_specific_startpoint_counts_ancestors_read_and_restarts_descendants():
     offset = ShardOffset(0, finished=["s-0"], shards={"s-1": {"start": TRIM_HORIZON, "active": True}})
-    _apply(offset, SPLIT, StartpointSpecific("s-0:5"), 80)
+    _apply(offset, SPLIT, StartpointSpecific("s-0:5"), 80, KinesisSystemAdmin.shard_offsets)
     plan = planned(offset, SPLIT, 90)
     assert plan.read == {"s-0": {"ShardIteratorType": "AT_SEQUENCE_NUMBER", "StartingSequenceNumber": "5"}}
     assert {shard_id: state["active"] for shard_id, state in plan.shards.items()} == {"s-1": True, "s-2": True}
@@ -73,7 +74,7 @@ def test_a_specific_startpoint_counts_ancestors_read_and_restarts_descendants():
 
 def test_a_shard_that_expired_before_it_was_read_to_its_end_is_an_error_naming_it():
     offset = ShardOffset(0)
-    _apply(offset, SPLIT, StartpointOldest(), 0)
+    _apply(offset, SPLIT, StartpointOldest(), 0, KinesisSystemAdmin.shard_offsets)
     with pytest.raises(StreamReadError, match=r"kinesis\.clicks.*s-0.*lost"):
         planned(offset, SPLIT[1:], 50)  # the parent left the listing before its records were read
     first = planned(offset, SPLIT, 50)

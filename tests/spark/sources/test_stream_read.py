@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from millstream.model import SystemStream
-from millstream.spark.read_bounds import StreamReadError
-from millstream.spark.stream_read import OffsetRange, plan_ranges, read_range, split_range
+from millstream.spark.sources.read_bounds import StreamReadError
+from millstream.spark.sources.stream_read import OffsetRange, plan_ranges, read_range, split_range
 from millstream.testing import write_stream
 from tests.helpers import create_stream, job_config
 

@@ -15,9 +15,10 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from millstream.config import Config
 from millstream.model import SystemStream
-from millstream.spark.datasource import MillstreamDataSource, StreamInputPartition
-from millstream.spark.stream_read import OffsetRange, StreamReadError
-from millstream.spark.streaming_source import MillstreamStreamReader
+from millstream.spark.sources.batch_reader import StreamInputPartition
+from millstream.spark.sources.datasource import MillstreamDataSource
+from millstream.spark.sources.stream_read import OffsetRange, StreamReadError
+from millstream.spark.sources.streaming_source import MillstreamStreamReader
 from millstream.startpoint.tools import list_startpoints, set_startpoints
 from millstream.systems.startpoints import StartpointSpecific
 from millstream.testing import write_stream
