@@ -91,7 +91,7 @@ def parents_first(shards: Sequence[S]) -> list[S]:
 
 
 def plan_shard_ranges(config: Config, stream: SystemStream, bounds: ReadBounds) -> list[ShardRange]:
-    """One range per shard Kinesis lists for ``stream`` (closed and open), parents before children."""
+    """One range per shard the admin lists for ``stream`` (closed and open), parents before children."""
     with system_factory(config, stream.system).get_admin(stream.system, config) as admin:
         admin.start()
         listed = sharded_admin(admin, stream).shard_lineage(stream.stream)
