@@ -7,10 +7,10 @@ config (``systems.<s>.samza.factory``). Offsets are strings whose order the syst
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence, Set
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import TYPE_CHECKING, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, runtime_checkable
 
 from millstream.errors import ConfigError, MillstreamError
 from millstream.metadata.base import FencedError, MetadataStore
@@ -298,6 +298,51 @@ class SystemAdmin(ABC):
     def seal_stream(self, stream: str) -> None:
         """Mark ``stream`` bounded and complete, for systems that have bounded streams."""
         raise SystemOperationError(f"{type(self).__name__} has no bounded streams: cannot seal '{stream}'")
+
+
+class ShardDescription(Protocol):
+    """One shard of a stream whose partitions split and merge, as a planner needs it."""
+
+    @property
+    def shard_id(self) -> str: ...
+    @property
+    def parents(self) -> tuple[str, ...]:
+        """The shards a split or merge closed to open this one (none listed: it holds the oldest records)."""
+
+    @property
+    def closed(self) -> bool:
+        """True once a split or merge closed the shard: no record will be added to it."""
+
+
+@runtime_checkable
+class ShardedSystemAdmin(Protocol):
+    """The capability of an admin whose partitions split and merge while a stream lives (Kinesis shards; its
+    ``partitions_are_fixed`` is False): bounded reads of a stream shard by shard, parents before children.
+
+    A reader outside the job (a DataFrame read, batch or streaming) plans and reads such a stream through these
+    calls alone, so it never names the system. A shard's start position is a JSON object, kept in a streaming
+    query's offsets: ``{"ShardIteratorType": "TRIM_HORIZON"}``, ``{"ShardIteratorType": "AT_TIMESTAMP",
+    "Timestamp": <epoch ms>}`` or ``{"ShardIteratorType": "AT_SEQUENCE_NUMBER", "StartingSequenceNumber": <offset>}``.
+    """
+
+    def shard_lineage(self, stream: str) -> Sequence[ShardDescription] | None:
+        """Every shard listed now (open ones and closed ones still held), by shard id; None: no such stream."""
+
+    def shard_offsets(self, offset: str) -> dict[str, str]:
+        """Shard id → record offset named by a startpoint's offset (``shardId:offset[,...]``); ValueError
+        saying why when ``offset`` is not one."""
+
+    def read_shard(
+        self,
+        ssp: SystemStreamPartition,
+        shard_id: str,
+        start: Mapping[str, Any],
+        ends_before: Callable[[str, int], bool],
+    ) -> Iterator[list[IncomingMessageEnvelope]]:
+        """The envelopes of ``shard_id`` from ``start`` in batches (``ssp`` on each, offsets and headers as a job's
+        consumer gives them), up to the first record for which ``ends_before(offset, arrival ms)`` is true, the
+        shard's tip (every record written until the read reached it) or the end of a closed shard. A refusal
+        of the system (a position it no longer holds) raises an error naming the stream and shard."""
 
 
 class _GenericStartpointResolver:

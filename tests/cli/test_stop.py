@@ -1,5 +1,5 @@
 """``millstream job stop`` refuses, writing nothing, a job that is not running (its graceful stop of a running
-job is tested where no signal reaches the driver: YARN cluster mode, tests/spark/test_yarn_submit.py)."""
+job is tested where no signal reaches the driver: YARN cluster mode, tests/spark/run/test_yarn_submit.py)."""
 
 from __future__ import annotations
 

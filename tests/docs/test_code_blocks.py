@@ -36,7 +36,7 @@ from millstream.systems.base import StreamSpec
 from millstream.systems.registry import system_factory
 from millstream.testing import write_stream
 from tests.helpers import create_stream
-from tests.spark.test_store_datasource import run_counting_job
+from tests.spark.sources.test_store_datasource import run_counting_job
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]

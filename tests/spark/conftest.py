@@ -26,7 +26,7 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Connect
 @pytest.fixture(scope="session")
 def spark_connect(connect_server: ConnectServer) -> Iterator[SparkSession]:
     """A Spark Connect client session on the test server, millstream's formats registered."""
-    from millstream.spark.connect import remote_session
+    from millstream.spark.run.connect import remote_session
 
     session = remote_session(connect_server.url)
     try:

@@ -14,7 +14,7 @@ import pytest
 from millstream.config import Config
 from millstream.coordinator.job_result import JobResult
 from millstream.model import SystemStream
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from millstream.storage.layout import StoreLayout
 from millstream.testing import read_stream, write_stream
 from tests.helpers import create_stream, end_version, job_config, seal
@@ -130,7 +130,7 @@ def probe_until(config: Config, key: str, expected: Any, rounds: int = 200) -> l
 
 
 def test_a_running_job_switches_to_a_version_bulk_built_by_spark(spark_local, tmp_path):
-    from millstream.spark.adstore_build import build_version
+    from millstream.spark.builds.adstore_build import build_version
 
     config = config_for(
         tmp_path, stores__rates__adstore__versioned="true", stores__rates__adstore__version__poll__ms=200

@@ -19,7 +19,7 @@ from millstream.coordinator.job_result import JobResult
 from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStream, SystemStreamPartition, TaskName
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from millstream.systems.registry import system_factory
 from millstream.testing import read_stream, write_stream
 from tests.api.apps import app_config, messages, reference_counts, reference_stateful, stateful_records, user_messages

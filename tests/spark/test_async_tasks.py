@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from tests.http_service import ServiceSettings, enrich_service
 from tests.runtime.test_async_tasks import async_job, checkpointed, outputs, per_partition
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from tests.helpers import output_origins
 from tests.runtime.test_batch_tasks import batch_job
 

@@ -28,7 +28,7 @@ from millstream.coordinator.prepare import prepare
 from millstream.metadata.factory import metadata_store
 from millstream.metrics.snapshot import read_snapshots
 from millstream.model import TaskName
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from tests.helpers import create_stream, fill, seal, wait_until
 from tests.integration.blob_emulators import MotoS3Server
 from tests.spark.test_state import final_store_dumps

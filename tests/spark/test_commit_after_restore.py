@@ -18,7 +18,7 @@ from millstream.coordinator.job_result import JobResult
 from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStream, SystemStreamPartition, TaskName
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from millstream.testing import read_stream
 from tests.helpers import wait_until
 from tests.spark.test_state import PER_PARTITION, final_store_dumps, job, reference

@@ -11,7 +11,7 @@ import pytest
 
 from millstream.checkpoint.metadata_store import CHECKPOINT_V1_NAMESPACE
 from millstream.metadata.factory import metadata_store
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from tests.helpers import create_stream, fill, job_config, output_origins, seal
 
 pytestmark = pytest.mark.spark

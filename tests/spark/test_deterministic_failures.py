@@ -14,7 +14,7 @@ from millstream.api.task import InitableTask, TaskContext
 from millstream.config import Config
 from millstream.coordinator.prepare import prepare
 from millstream.metadata import coordination
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from tests.helpers import create_stream, fill, job_config, output_origins, seal
 from tests.jobs import PassThrough
 

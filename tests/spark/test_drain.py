@@ -12,7 +12,7 @@ import pytest
 from millstream.config import Config
 from millstream.coordinator.drain import request_drain
 from millstream.coordinator.job_result import JobResult
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from tests.api.apps import app_config, messages
 from tests.api.test_drain import checkpointed, expected_panes, last_offsets, panes
 from tests.api.test_in_process import setup

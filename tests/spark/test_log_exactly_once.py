@@ -15,14 +15,14 @@ import pytest
 
 from millstream.coordinator.job_result import JobResult
 from millstream.model import SystemStream
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from millstream.testing import read_stream
 from tests.api.apps import app_config, messages, reference_counts
 from tests.helpers import wait_until
 from tests.job_process import input_checkpointed
+from tests.spark.run.test_liveness import _alive as alive
+from tests.spark.run.test_liveness import _running as running
 from tests.spark.test_application import output, setup
-from tests.spark.test_liveness import _alive as alive
-from tests.spark.test_liveness import _running as running
 from tests.spark.test_state import PARTITIONS, PER_PARTITION, final_store_dumps, job, paused_at, reference, run_and_kill
 from tests.systems.log.test_exactly_once import PER_PARTITION as EOS_PER_PARTITION
 from tests.systems.log.test_exactly_once import eos_job, exact_once

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from tests.api.apps import reference_counts
 from tests.api.test_map_async import by_partition, map_async_job, read, written
 from tests.http_service import ServiceSettings, enrich_service

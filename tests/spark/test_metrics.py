@@ -12,7 +12,7 @@ from millstream.coordinator.job_result import JobResult
 from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStream
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from millstream.testing import write_stream
 from tests.api.apps import messages
 from tests.helpers import create_stream, fill, job_config, wait_until

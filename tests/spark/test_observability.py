@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 
 from millstream.config import JobConfig
 from millstream.coordinator.job_result import JobResult
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from tests.helpers import create_stream, fill, job_config, wait_until
 from tests.integration.processes import free_port
 from tests.metrics.scrape import status_json

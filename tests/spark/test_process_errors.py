@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from tests.helpers import output_origins
 from tests.runtime.test_process_errors import failing_job
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from tests.api.test_map_async import map_async_job
 from tests.api.test_remote_join import APP, MISSING, check_joined
 from tests.http_service import ServiceSettings, enrich_service

@@ -18,7 +18,7 @@ from millstream.coordinator.status_document import status_document
 from millstream.metadata import coordination
 from millstream.metrics.snapshot import current_snapshots
 from millstream.runtime.restart import read_restarts
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from tests.helpers import create_stream, fill, job_config, output_origins, seal
 from tests.jobs import PassThrough
 

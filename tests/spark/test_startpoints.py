@@ -16,7 +16,7 @@ from millstream.coordinator.job_result import JobResult
 from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStream
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from millstream.startpoint.manager import StartpointManager
 from millstream.startpoint.tools import set_startpoints
 from millstream.systems.startpoints import (
@@ -28,7 +28,7 @@ from millstream.systems.startpoints import (
 )
 from millstream.testing import write_stream
 from tests.helpers import create_stream, fill, job_config, output_origins, seal
-from tests.spark.test_runner import wait_for
+from tests.spark.run.test_runner import wait_for
 
 pytestmark = pytest.mark.spark
 

@@ -24,12 +24,12 @@ from millstream.coordinator.job_result import JobResult
 from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
 from millstream.model import SystemStream, TaskName
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from millstream.storage.backends.blobstore.index import SnapshotIndex
 from millstream.storage.backends.registry import state_backend_factory_class
 from millstream.testing import read_stream, write_stream
 from tests.helpers import create_stream, seal
-from tests.spark.test_runner import wait_for
+from tests.spark.run.test_runner import wait_for
 from tests.storage.harness import restored_contents, state_config
 
 pytestmark = pytest.mark.spark

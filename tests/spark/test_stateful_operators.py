@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from tests.api.apps import (
     app_config,
     assert_running_counts_are_exact,

@@ -12,7 +12,7 @@ import pytest
 
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.prepare import prepare
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from tests.api.test_in_process import run_in_background
 from tests.cli.test_main import _running_with_a_checkpoint
 from tests.cli.test_run_signals import coordination_started

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from tests.storage.test_unusable_state_dir import break_the_state_dir_then_repair_it
 
 pytestmark = pytest.mark.spark

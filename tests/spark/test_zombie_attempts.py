@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from millstream.coordinator.job_result import JobResult
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from millstream.testing import InProcessRunner
 from tests.api.test_in_process import run_in_background
 from tests.helpers import seal, wait_until

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from millstream.model import SystemStreamPartition
+from millstream.model import IncomingMessageEnvelope, SystemStreamPartition
 from millstream.systems.base import StreamSpec, SystemAdmin, SystemStreamMetadata, SystemStreamPartitionMetadata
 from millstream.systems.kinesis.config import KinesisClients
 from millstream.systems.kinesis.errors import KinesisOffsetError, KinesisStreamNotActiveError, KinesisSystemError
@@ -42,6 +42,7 @@ from millstream.systems.kinesis.offsets import (
     parse_offset,
     timestamp_offset,
 )
+from millstream.systems.kinesis.shard_reads import read_shard
 from millstream.systems.kinesis.shards import Shard
 from millstream.systems.kinesis.throttling import KinesisMetrics, error_code
 
@@ -81,7 +82,8 @@ class ShardPositions:
 
 
 class KinesisSystemAdmin(SystemAdmin):
-    """``SystemAdmin`` of a Kinesis system; thread-safe (boto3 clients are)."""
+    """``SystemAdmin`` of a Kinesis system, with the ``ShardedSystemAdmin`` capability (shard lineage and
+    bounded shard reads, for DataFrame reads); thread-safe (boto3 clients are)."""
 
     partitions_are_fixed = False
 
@@ -195,6 +197,29 @@ class KinesisSystemAdmin(SystemAdmin):
     def resolve_startpoint(self, ssp: SystemStreamPartition, startpoint: Startpoint) -> str:
         """A marker the consumer applies once to the stream's shards (see the module docstring)."""
         return str(startpoint.apply(ssp, _StartpointResolver(self)))
+
+    # ---- the ShardedSystemAdmin capability ----------------------------------------------------
+
+    def shard_lineage(self, stream: str) -> list[Shard] | None:
+        """Every shard Kinesis lists for ``stream`` (open and closed), by shard id; None when it does not exist."""
+        if self.describe_stream(stream) is None:
+            return None
+        return self.list_shards(stream)
+
+    @staticmethod
+    def shard_offsets(offset: str) -> dict[str, str]:
+        """Shard id → sequence number of ``shardId:sequenceNumber[,...]``; ValueError saying why if not one."""
+        return {shard_id: entry.sequence_number for shard_id, entry in parse_offset(offset).items()}
+
+    def read_shard(
+        self,
+        ssp: SystemStreamPartition,
+        shard_id: str,
+        start: Mapping[str, Any],
+        ends_before: Callable[[str, int], bool],
+    ) -> Iterator[list[IncomingMessageEnvelope]]:
+        """A bounded read of ``shard_id`` (:mod:`millstream.systems.kinesis.shard_reads`)."""
+        return read_shard(self._call, self.system, ssp, shard_id, start, ends_before)
 
     # ---- Kinesis specifics ----------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from millstream.config import Config
 from millstream.coordinator.job_result import JobResult
 from millstream.metadata import coordination
 from millstream.metadata.factory import metadata_store
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from millstream.systems.kinesis.leases import LEASE_NAMESPACE, Lease
 from tests.integration.kinesis.helpers import create_stream, started_admin
 from tests.integration.kinesis.jobs_support import (

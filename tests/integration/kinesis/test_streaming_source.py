@@ -13,9 +13,9 @@ import yaml
 from pyspark.sql import DataFrame, SparkSession
 
 from millstream.config import Config
-from millstream.spark.shard_stream import KinesisStreamReader
-from millstream.spark.stream_read import StreamReadError
-from millstream.spark.streaming_source import stream_reader
+from millstream.spark.sources.shard_stream import ShardedStreamReader
+from millstream.spark.sources.stream_read import StreamReadError
+from millstream.spark.sources.streaming_source import stream_reader
 from millstream.startpoint.tools import list_startpoints, set_startpoints
 from millstream.systems.startpoints import StartpointOldest, StartpointSpecific
 from tests.integration.kinesis.helpers import (
@@ -67,7 +67,7 @@ def test_starting_offsets_per_partition_are_refused_naming_the_stream(kinesis_en
     options = {"config": str(config_file), "stream": "kinesis.views", "startingoffsets": '{"0": "12"}'}
     with pytest.raises(StreamReadError, match=r"'kinesis.views'.*oldest or upcoming for every shard"):
         stream_reader(options)
-    assert isinstance(stream_reader({**options, "startingoffsets": "latest"}), KinesisStreamReader)
+    assert isinstance(stream_reader({**options, "startingoffsets": "latest"}), ShardedStreamReader)
 
 
 def records(numbers: range) -> list[tuple[str, bytes]]:
