@@ -245,7 +245,7 @@ def main() -> None:
         shutil.rmtree(root / "data" / kept, ignore_errors=True)
 
         if not args.no_spark:
-            from millstream.spark.runner import SparkJobRunner
+            from millstream.spark.run.runner import SparkJobRunner
 
             config = job_config(root, "spark", "bytes", None, task="benchmarks.tasks:NoOp", inputs=TINY, containers=2)
             started = time.perf_counter()

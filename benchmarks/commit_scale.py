@@ -39,7 +39,7 @@ from millstream.api.task import InitableTask, StreamTask
 from millstream.config import Config
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.prepare import prepare
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import IncomingMessageEnvelope
 from millstream.runtime.container import Container
 from millstream.runtime.run_loop import RunLoop

@@ -35,7 +35,7 @@ from pyspark.sql import DataFrame, SparkSession, functions
 from millstream.config import Config
 from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.spark.datasource import register
-from millstream.spark.session import build_session
+from millstream.spark.run.session import build_session
 from millstream.systems.base import StreamSpec
 from millstream.systems.registry import system_factory
 

@@ -276,7 +276,7 @@ def run_benchmarks(bootstrap: str, args: Any, root: Path) -> None:
         result = InProcessRunner(config).run()
         report(name, result, time.perf_counter() - started, raw, time.process_time() - cpu)
     if not args.no_spark:
-        from millstream.spark.runner import SparkJobRunner
+        from millstream.spark.run.runner import SparkJobRunner
 
         recreate_topic(bootstrap, SINK, args.partitions)
         config = job_config(root, bootstrap, "BytesPassThrough", 2, "spark", per_partition)

@@ -164,7 +164,7 @@ def log_count(root: Path) -> int:
 
 
 def spark_rate(config: Config, root: Path, records: int) -> float:
-    from millstream.spark.runner import SparkJobRunner
+    from millstream.spark.run.runner import SparkJobRunner
 
     runner = SparkJobRunner(config, master="local[3]")
     outcome: dict[str, Any] = {}

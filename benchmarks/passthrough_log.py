@@ -70,7 +70,7 @@ def run_job(
     os.sync()
     config = log_job_config(root, name, task, containers=containers, extra=extra)
     if spark:
-        from millstream.spark.runner import SparkJobRunner
+        from millstream.spark.run.runner import SparkJobRunner
 
         return rate(SparkJobRunner(config).run())
     before = _cpu_seconds()

@@ -63,10 +63,10 @@ from millstream.config import Config
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.prepare import prepare
 from millstream.metadata import coordination
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
-from millstream.spark.runner import SparkJobRunner
-from millstream.spark.session import build_session
+from millstream.spark.run.runner import SparkJobRunner
+from millstream.spark.run.session import build_session
 from millstream.systems.base import StreamSpec
 from millstream.systems.registry import system_factory
 from millstream.testing import read_stream, write_stream

@@ -15,7 +15,7 @@ from millstream.coordinator.prepare import prepare
 from millstream.coordinator.services import DriverServices
 from millstream.job_model import ContainerModel, JobModel, TaskModel
 from millstream.metadata.base import MetadataStore
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.runtime.services import ContainerServices
 from millstream.storage.managers.resources import prepare_state_resources

@@ -40,7 +40,7 @@ from millstream.api.windows import Aggregator, TumblingWindow
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
 from millstream.coordinator.prepare import prepare
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
 from millstream.operators.graph_task import OperatorGraphTask
 from millstream.runtime.task_instance import TaskInstance

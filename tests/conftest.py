@@ -53,7 +53,7 @@ def spark_local() -> SparkSession:
     stops the active session, and the next test must not receive a stopped one.
     """
     from millstream.config import Config
-    from millstream.spark.session import build_session
+    from millstream.spark.run.session import build_session
 
     return build_session(Config({"job.container.retry.count": "3"}), master="local[4]")
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.testing import InProcessRunner
 from tests.helpers import wait_until
 

@@ -37,7 +37,7 @@ def internal_imports(source: str) -> Iterator[tuple[int, str]]:
 
 def test_the_checker_finds_internal_imports_and_passes_public_ones():
     source = (
-        "import millstream.spark.runner\n"
+        "import millstream.spark.run.runner\n"
         "from millstream.coordinator.prepare import load_job_config\n"
         "from millstream import Job, _LAZY\n"
         "from millstream import Count, SystemStream\n"
@@ -45,7 +45,7 @@ def test_the_checker_finds_internal_imports_and_passes_public_ones():
         "import orjson\n"
     )
     assert list(internal_imports(source)) == [
-        (1, "millstream.spark.runner"),
+        (1, "millstream.spark.run.runner"),
         (2, "millstream.coordinator.prepare"),
         (3, "millstream._LAZY"),
     ]

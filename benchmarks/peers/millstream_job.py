@@ -64,7 +64,7 @@ def main() -> None:
     args.metrics = metrics
     config = job_config(args, Path(args.workdir))
     if spark:
-        from millstream.spark.runner import SparkJobRunner
+        from millstream.spark.run.runner import SparkJobRunner
 
         result = SparkJobRunner(config).run()
     else:

@@ -47,7 +47,7 @@ def adstore_build(
     overrides: Overrides = None,
 ) -> None:
     """Build a version from a dataset, table or query with Spark and publish it: the running job switches to it."""
-    from millstream.spark.adstore_build import DatasetSchemaError, resolve_target
+    from millstream.spark.builds.adstore_build import DatasetSchemaError, resolve_target
 
     dataset, kind = _dataset(source, fmt, table, sql)
     if remote is not None and master is not None:
@@ -72,7 +72,7 @@ def adstore_build(
 
 def _dataset(source: str | None, fmt: str | None, table: str | None, sql: str | None) -> tuple[str, str]:
     """(source, kind) from the one input given: ``--from`` with ``--format``, ``--table`` or ``--sql``."""
-    from millstream.spark.adstore_build import FORMATS
+    from millstream.spark.builds.adstore_build import FORMATS
 
     given = [name for name, option in (("--from", source), ("--table", table), ("--sql", sql)) if option is not None]
     if len(given) != 1:
@@ -97,7 +97,7 @@ def _session(job: Job, master: str | None, remote: str | None) -> SparkSession:
         from millstream.spark.connect import remote_session
 
         return remote_session(remote)
-    from millstream.spark.multi_host import refuse_host_local_blobs
+    from millstream.spark.run.multi_host import refuse_host_local_blobs
 
     chosen = master or job.config.get("spark.master") or "local[*]"
     refuse_host_local_blobs(job.config, chosen)  # before Spark's JVM starts

@@ -37,7 +37,7 @@ from typing import Self
 from millstream.config import Config
 from millstream.errors import MillstreamError
 from millstream.metadata.base import MetadataStore
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.systems.base import SystemAdmin, SystemFactory
 from millstream.systems.registry import system_factory
 

@@ -3,7 +3,7 @@
 The first signal asks the containers to commit and stop (the runner's stop event); the runner then
 returns ``stopped`` and the CLI exits 0. A second signal stops without waiting (``KeyboardInterrupt``).
 "Second" counts the signals this process received, not the stop event: under ``spark-submit`` a SIGTERM to the
-process group reaches the JVM too, whose shutdown hook sets the same event (``millstream.spark.shutdown_hook``),
+process group reaches the JVM too, whose shutdown hook sets the same event (``millstream.spark.run.shutdown_hook``),
 and that one signal must not read as two.
 """
 

@@ -132,7 +132,9 @@ class Job:
         if runner == "spark":
             if timeout is not None:
                 raise ConfigError("run(timeout=...) applies to runner='in-process' only")
-            remote = _spark_runner()(self.config, master=master, spark=spark, verbose=verbose)
+            remote = _spark_runner()(
+                self.config, master=master, spark=spark, verbose=verbose, services=self._scope.held
+            )
             return self._running_with(remote, lambda: remote.run(handle_signals=handle_signals))
         raise ConfigError(f"run(runner=...) is 'spark' or 'in-process', not {runner!r}")
 
@@ -219,7 +221,7 @@ class Job:
         """The SparkSession for this job (built, or joined if one runs): its ``spark.*`` keys applied and the
         ``millstream`` DataFrame formats registered when pyarrow is installed."""
         _require_pyspark("Job.spark_session")
-        from millstream.spark.session import build_session
+        from millstream.spark.run.session import build_session
 
         return build_session(self.config, master, verbose=verbose)
 
@@ -236,6 +238,6 @@ def _require_pyspark(purpose: str) -> None:
 def _spark_runner() -> Any:
     """The Spark runner's class, imported only now: nothing else of the façade needs pyspark."""
     _require_pyspark("run(runner='spark')")
-    from millstream.spark.runner import SparkJobRunner
+    from millstream.spark.run.runner import SparkJobRunner
 
     return SparkJobRunner

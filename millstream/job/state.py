@@ -115,7 +115,7 @@ class AdjunctStores:
     ) -> PublishedVersion:
         """Build a version of ``store`` from a dataset (``fmt``: parquet, json, csv; or ``table`` / ``sql`` with
         a table name or query as ``source``) on ``spark`` and publish it: a running job switches to it."""
-        from millstream.spark.adstore_build import build_version
+        from millstream.spark.builds.adstore_build import build_version
 
         return build_version(spark, self._config, store, source, fmt, key_column=key_column, value_column=value_column)
 

@@ -6,10 +6,8 @@ Opening a store is :func:`millstream.metadata.opening.metadata_store`'s job, a c
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any
 
 from millstream.config.core import Config
 from millstream.config.views import JobConfig, MetadataConfig
@@ -37,11 +35,3 @@ def metadata_store_path(config: Config) -> Path:
     if configured:
         return Path(configured).expanduser()
     return JobConfig.of(config).job_dir / DEFAULT_FILE_NAME
-
-
-def __getattr__(name: str) -> Any:
-    """``metadata_store`` moved to :mod:`millstream.metadata.opening`; resolved lazily (not imported) so that
-    importing the factory contract never imports the opener, which only composition roots may."""
-    if name == "metadata_store":
-        return importlib.import_module("millstream.metadata.opening").metadata_store
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

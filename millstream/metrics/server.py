@@ -24,7 +24,6 @@ from millstream.config.views import MetricsConfig
 from millstream.errors import ConfigError
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
-from millstream.metadata.factory import metadata_store
 from millstream.metrics.page import STATUS_PAGE
 from millstream.metrics.prometheus import CONTENT_TYPE, exposition
 from millstream.metrics.snapshot import ContainerSnapshot, current_snapshots
@@ -50,13 +49,10 @@ class MetricsServer:
     """Serves the job's metrics and status until :meth:`stop`; a context manager.
 
     It reads the metadata store through ``store``, called on its request thread (the driver's services give that
-    thread a connection of its own); without one (a runner that passes none) it opens its own, closed by
-    :meth:`stop`. Status and store both come in as callables, so the metrics package never imports the
-    coordinator."""
+    thread a connection of its own). Status and store both come in as callables, so the metrics package never
+    imports the coordinator."""
 
-    def __init__(
-        self, config: Config, status: StatusSource, port: int | None = None, store: StoreSource | None = None
-    ) -> None:
+    def __init__(self, config: Config, status: StatusSource, store: StoreSource, port: int | None = None) -> None:
         settings = MetricsConfig.of(config)
         self.config = config
         self.job = JobConfig.of(config).name
@@ -68,10 +64,6 @@ class MetricsServer:
             raise ConfigError(
                 f"config key 'metrics.prometheus.port': cannot serve metrics on {address[0]}:{address[1]}: {error}"
             ) from None
-        self._own_store: MetadataStore | None = None
-        if store is None:
-            own = self._own_store = metadata_store(config)
-            store = lambda: own  # noqa: E731 - the one connection this server opened
         self._store = store
         self._lock = threading.Lock()
         self._http.metrics_server = self  # type: ignore[attr-defined]
@@ -90,8 +82,6 @@ class MetricsServer:
         self._http.shutdown()
         self._http.server_close()
         self._thread.join()
-        if self._own_store is not None:
-            self._own_store.close()
 
     def __enter__(self) -> MetricsServer:
         return self.start()
@@ -141,13 +131,11 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def metrics_endpoint(
-    config: Config, status: StatusSource, store: StoreSource | None = None
-) -> Iterator[MetricsServer | None]:
+def metrics_endpoint(config: Config, status: StatusSource, store: StoreSource) -> Iterator[MetricsServer | None]:
     """The server, started, while the job runs when ``metrics.prometheus.port`` is set; else None. It reads
-    the metadata store through ``store`` when given (see :class:`MetricsServer`)."""
+    the metadata store through ``store`` (see :class:`MetricsServer`)."""
     if MetricsConfig.of(config).prometheus_port == 0:
         yield None
         return
-    with MetricsServer(config, status, store=store) as server:
+    with MetricsServer(config, status, store) as server:
         yield server

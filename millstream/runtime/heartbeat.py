@@ -4,7 +4,7 @@ The driver cannot tell a busy container from a silent one by its output: a netwo
 for 45 s with status ``running``, no log line and stale metrics, and Spark noticed a lost host only after its own
 timeouts (one to two minutes). So each container records a heartbeat every ``job.container.heartbeat.interval.ms``
 from a daemon thread of its own: a long restore or a slow ``process`` call still beats, a frozen process or one cut
-off from the store does not. The driver (``millstream.spark.liveness``) replaces a running container whose heartbeat
+off from the store does not. The driver (``millstream.spark.run.liveness``) replaces a running container whose heartbeat
 stopped changing for ``job.container.liveness.timeout.ms``.
 
 The driver beats too (:class:`DriverHeartbeat`): a container whose driver went silent for

@@ -27,7 +27,7 @@ from millstream.instants import parse_epoch_ms
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.coordination import latest_job_model
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.startpoint.errors import StartpointError
 from millstream.startpoint.manager import STARTPOINT_STATUS_NAMESPACE, StartpointManager, StoredStartpoint

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from millstream.adjunct.loop import AdjunctLoop
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.metrics.snapshot import read_snapshots
 from millstream.systems.consumers import SystemConsumers
 from millstream.testing import write_stream

@@ -24,7 +24,7 @@ from millstream.adjunct.published import (
 from millstream.blobstore.base import blob_store
 from millstream.config import Config
 from millstream.metadata.base import MetadataStore
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from tests.helpers import job_config
 
 

@@ -12,7 +12,7 @@ from millstream.config import Config
 from millstream.config.views import parse_stream, store_config
 from millstream.control.state import CONTROL_STATE_NAMESPACE
 from millstream.errors import StreamNotFoundError
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.operators.state import CONTROL_STATE_KEY
 from millstream.operators.stores import OPERATOR_STORE, has_operator_store
 from millstream.storage.changelog_partitions import changelog_partitions

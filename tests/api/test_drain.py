@@ -15,7 +15,7 @@ from millstream.control.messages import DrainMessage
 from millstream.coordinator.drain import request_drain
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.services import DriverServices
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.operators.planner import prepare_application as prepare_with
 from millstream.systems.registry import system_factory

@@ -15,7 +15,7 @@ from millstream.config import Config
 from millstream.control.framing import MessageType
 from millstream.control.state import CONTROL_STATE_NAMESPACE
 from millstream.coordinator.job_result import JobResult
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream, SystemStreamPartition
 from millstream.testing import InProcessRunner, TestRunner, iter_stream, read_stream, write_stream
 from tests.api.apps import (

@@ -19,7 +19,7 @@ from millstream.config import Config
 from millstream.control.state import CONTROL_STATE_NAMESPACE
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.prepare import load_job_config
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
 from millstream.operators.stores import OPERATOR_STORE
 from millstream.testing import InProcessRunner, read_stream, write_stream

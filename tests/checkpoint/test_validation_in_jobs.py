@@ -9,7 +9,7 @@ from pathlib import Path
 
 from millstream.checkpoint.metadata_store import CHECKPOINT_V1_NAMESPACE
 from millstream.config import Config
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.testing import InProcessRunner
 from tests.helpers import create_stream, fill, job_config, output_origins, seal
 

@@ -13,7 +13,7 @@ import pytest
 from millstream.coordinator.drain import DrainRefusedError, request_drain
 from millstream.coordinator.prepare import load_job_config
 from millstream.coordinator.status import job_status
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from tests.cli.test_main import _running_with_a_checkpoint, millstream, start_job, wait_for, write_config
 from tests.helpers import create_stream, fill, job_config, output_origins, wait_until
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from millstream.coordinator.prepare import load_job_config
-from millstream.spark.session import JavaNotFoundError, find_java
+from millstream.spark.run.session import JavaNotFoundError, find_java
 from tests.cli.test_main import REPO, write_config
 from tests.helpers import create_stream
 

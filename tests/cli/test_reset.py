@@ -11,7 +11,7 @@ from typing import Any
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
 from millstream.coordinator.prepare import load_job_config
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
 from millstream.testing import InProcessRunner, read_stream, write_stream
 from tests.api.apps import reference_stateful, stateful_records, user_messages

@@ -15,7 +15,7 @@ from millstream.config import Config
 from millstream.coordinator.prepare import load_job_config
 from millstream.coordinator.status import job_status
 from millstream.metadata import coordination
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from tests.cli.test_main import (
     _running_with_a_checkpoint,
     by_input_partition,

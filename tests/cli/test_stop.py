@@ -7,7 +7,7 @@ from pathlib import Path
 
 from millstream.coordinator.prepare import load_job_config
 from millstream.metadata import coordination
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from tests.cli.test_main import millstream, write_config
 from tests.helpers import create_stream
 

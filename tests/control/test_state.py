@@ -7,7 +7,7 @@ from millstream.control.errors import ControlStateError
 from millstream.control.state import CONTROL_STATE_NAMESPACE, ControlStateStore
 from millstream.metadata import coordination
 from millstream.metadata.base import FencedError
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 
 
 @pytest.fixture

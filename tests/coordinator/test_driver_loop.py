@@ -12,7 +12,7 @@ from millstream.config import Config
 from millstream.coordinator.driver_loop import DriverLoop, LaunchOutcome
 from millstream.job_model import JobModel
 from millstream.metadata import coordination
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.runtime.container import ContainerResult
 from tests.helpers import create_stream, job_config
 

@@ -9,7 +9,7 @@ import pytest
 
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.prepare import prepare
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.systems.log.admin import LogSystemAdmin
 from tests.helpers import create_stream, job_config
 

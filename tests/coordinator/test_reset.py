@@ -15,7 +15,7 @@ from millstream.control.state import CONTROL_STATE_NAMESPACE
 from millstream.coordinator.prepare import prepare
 from millstream.coordinator.reset import ResetRefusedError, reset_job
 from millstream.metadata import coordination
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
 from millstream.storage.backends.blobstore.transfer import store_blob_prefix
 from millstream.testing import InProcessRunner, read_stream

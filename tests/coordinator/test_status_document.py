@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from millstream.coordinator.status_document import status_document
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.metrics.registry import Sample
 from millstream.metrics.snapshot import read_snapshots, write_snapshot
 from millstream.testing import InProcessRunner

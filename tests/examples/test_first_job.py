@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from millstream.cli.main import app
 from millstream.coordinator.prepare import load_job_config
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 
 pytestmark = pytest.mark.spark
 

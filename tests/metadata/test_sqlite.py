@@ -16,7 +16,8 @@ import pytest
 from millstream.config.core import Config
 from millstream.errors import ConfigError
 from millstream.metadata.base import MetadataStore
-from millstream.metadata.factory import MetadataStoreFactory, metadata_store
+from millstream.metadata.factory import MetadataStoreFactory
+from millstream.metadata.opening import metadata_store
 from millstream.metadata.sqlite import SqliteMetadataStore
 
 

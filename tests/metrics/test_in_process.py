@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from millstream.coordinator.job_result import JobResult
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.metrics.reporters import total
 from millstream.metrics.snapshot import METRICS_NAMESPACE, read_snapshots
 from millstream.model import OutgoingMessageEnvelope, SystemStream

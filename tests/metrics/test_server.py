@@ -7,9 +7,10 @@ from collections.abc import Iterator
 import pytest
 
 from millstream.config import Config
+from millstream.coordinator.services import DriverServices
 from millstream.errors import ConfigError
 from millstream.metadata import coordination
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.metrics.registry import Registry
 from millstream.metrics.server import MetricsServer
 from millstream.metrics.snapshot import ContainerSnapshot, write_snapshot
@@ -28,7 +29,10 @@ def config(tmp_path) -> Config:
 @pytest.fixture
 def server(config) -> Iterator[MetricsServer]:
     status = {"job": {"name": "clicks"}, "error": f"failed with token {SECRET}"}
-    with MetricsServer(config, lambda: status, port=free_port()) as running:
+    with (
+        DriverServices(config) as services,
+        MetricsServer(config, lambda: status, services.store, free_port()) as running,
+    ):
         yield running
 
 
@@ -73,4 +77,4 @@ def test_status_json_and_the_page_are_served_without_secrets(server) -> None:
 def test_a_port_in_use_is_refused_naming_the_key(config, server) -> None:
     expected = rf"'metrics\.prometheus\.port': cannot serve metrics on .*:{server.port}"
     with pytest.raises(ConfigError, match=expected):
-        MetricsServer(config, dict, port=server.port)
+        MetricsServer(config, dict, server._store, server.port)

@@ -17,7 +17,7 @@ from millstream.api.application import (
 )
 from millstream.config import Config
 from millstream.metadata import coordination
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
 from millstream.testing import InProcessRunner, iter_stream, read_stream, write_stream
 from tests.api.apps import app_config

@@ -71,7 +71,7 @@ def test_batch_reads_work_and_the_streaming_source_names_the_pyspark_it_needs_on
         textwrap.dedent(
             """
             from millstream.config import load_config
-            from millstream.spark.session import build_session
+            from millstream.spark.run.session import build_session
 
             spark = build_session(load_config("job.yaml"))
             reader = spark.read.format("millstream").option("config", "job.yaml").option("stream", "log.page-views")

@@ -18,7 +18,7 @@ from millstream import AsyncStreamTask, EndOfStreamListenerTask, WindowableTask
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
 from millstream.coordinator.prepare import prepare
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import IncomingMessageEnvelope, SystemStream, SystemStreamPartition, TaskName
 from millstream.runtime.task_instance import ContainerContext, TaskInstance
 from millstream.testing import InProcessRunner, read_stream, write_stream

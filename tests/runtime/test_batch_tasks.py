@@ -13,7 +13,7 @@ from millstream import BatchStreamTask
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
 from millstream.coordinator.prepare import prepare
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
 from millstream.runtime.task_instance import TaskInstance
 from millstream.testing import InProcessRunner, read_stream

@@ -11,7 +11,7 @@ from typing import Any
 
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
 from millstream.testing import InProcessRunner, write_stream
 from tests.helpers import seal

@@ -6,7 +6,7 @@ from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
 from millstream.coordinator.prepare import prepare
 from millstream.errors import MillstreamError
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream, TaskName
 from millstream.testing import InProcessRunner, TestRunner, read_stream, write_stream
 from tests.jobs import CountingTask, FailsOnPoison, PassThrough, ShutdownAfterThree

@@ -15,7 +15,7 @@ from millstream.coordinator.prepare import prepare
 from millstream.job_model import JobModel
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.runtime.container import Container
 from millstream.runtime.process_errors import TaskCallbackError, TaskProcessError
 from millstream.testing import InProcessRunner

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from millstream.metadata import coordination
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
 from millstream.testing import InProcessRunner, read_stream
 from tests.api.test_drain import checkpointed, run_in_background

@@ -15,7 +15,7 @@ import pytest
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
 from millstream.coordinator.job_result import JobResult
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
 from millstream.testing import InProcessRunner, read_stream
 from tests.helpers import create_stream, fill, job_config, wait_until
@@ -65,7 +65,7 @@ def test_output_is_readable_long_before_the_first_checkpoint(tmp_path: Path, kin
 def test_output_is_readable_long_before_the_first_checkpoint_through_the_spark_runner(
     spark_local: Any, tmp_path: Path
 ) -> None:
-    from millstream.spark.runner import SparkJobRunner
+    from millstream.spark.run.runner import SparkJobRunner
 
     config = job_config(tmp_path, task__commit__ms=TEN_MINUTES, job__container__count=2)
     runner = SparkJobRunner(config, spark=spark_local)

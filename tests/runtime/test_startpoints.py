@@ -4,7 +4,7 @@ import threading
 import time
 
 from millstream.config import Config
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.startpoint.manager import StartpointManager
 from millstream.startpoint.tools import set_startpoints
 from millstream.systems.startpoints import StartpointSpecific, StartpointUpcoming

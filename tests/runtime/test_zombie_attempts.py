@@ -16,7 +16,7 @@ from millstream.coordinator.prepare import prepare
 from millstream.job_model import JobModel
 from millstream.metadata import coordination
 from millstream.metadata.base import FencedError
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream, SystemStreamPartition, TaskName
 from millstream.runtime.container import Container, ContainerResult
 from millstream.systems.base import WriterFencedError

@@ -17,7 +17,7 @@ from millstream.config import Config
 from millstream.control.sender import aggregate_partition
 from millstream.coordinator.job_result import JobResult
 from millstream.metadata import coordination
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream, SystemStreamPartition, TaskName
 from millstream.spark.run.runner import SparkJobRunner
 from millstream.systems.registry import system_factory

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from tests.api.test_async_chains import CHAIN, JOINED, MISSING, expected_chain, in_partitions, unordered
 from tests.api.test_map_async import map_async_job, read
 from tests.http_service import ServiceSettings, enrich_service

@@ -25,7 +25,7 @@ from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.prepare import prepare
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.metrics.snapshot import read_snapshots
 from millstream.model import TaskName
 from millstream.spark.run.runner import SparkJobRunner

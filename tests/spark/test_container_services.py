@@ -8,7 +8,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from tests.runtime.test_services import counted_job
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from millstream import Job
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from tests.coordinator.test_services import (
     assert_one_admin_per_system_on_the_driver,
     reset_counts,

@@ -14,7 +14,7 @@ from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
 from millstream.coordinator.job_result import JobResult
 from millstream.metadata import coordination
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
 from millstream.spark.run.runner import SparkJobRunner
 from millstream.startpoint.manager import StartpointManager

@@ -12,7 +12,7 @@ from millstream.config import Config
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.services import DriverServices
 from millstream.job_model import JobModel
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.metrics.registry import NOOP_METRICS, MetricsRegistry
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.runtime.services import ContainerServices

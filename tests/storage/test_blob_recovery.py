@@ -15,7 +15,7 @@ import pytest
 from millstream.checkpoint.checkpoint import CheckpointV2
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.storage.backends.blobstore.index import SnapshotIndex
 from millstream.storage.backends.registry import state_backend_factory_class

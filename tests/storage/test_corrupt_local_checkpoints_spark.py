@@ -13,7 +13,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from millstream.config import Config
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from tests.helpers import fill, seal
 from tests.storage.test_corrupt_local_checkpoints import corrupt_ssts, local_checkpoint_dirs
 from tests.storage.test_stateful_jobs import config_for, final_stores, prepare, read_everything, reference

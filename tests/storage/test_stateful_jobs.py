@@ -18,7 +18,7 @@ from millstream.checkpoint.checkpoint import CheckpointV1, CheckpointV2
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
 from millstream.errors import MillstreamError
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream, TaskName
 from millstream.runtime.task_instance import ContainerContext
 from millstream.testing import InProcessRunner, read_stream

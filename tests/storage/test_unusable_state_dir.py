@@ -16,7 +16,7 @@ from pathlib import Path
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
 from millstream.coordinator.job_result import JobResult
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.storage.layout import StoreLayout
 from millstream.testing import InProcessRunner
 from tests.helpers import create_stream, fill, seal, wait_until

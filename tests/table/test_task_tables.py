@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.metrics.reporters import total
 from millstream.metrics.snapshot import read_snapshots
 from millstream.testing import InProcessRunner

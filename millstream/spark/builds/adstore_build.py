@@ -44,7 +44,7 @@ from millstream.blobstore.base import RetryPolicy, blob_store
 from millstream.config.core import Config
 from millstream.config.views import TaskConfig, store_config, store_names
 from millstream.errors import ConfigError, MillstreamError
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
 from millstream.serde.base import Serde
 from millstream.serde.registry import SerdeRegistry

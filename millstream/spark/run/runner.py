@@ -30,9 +30,10 @@ from millstream.config.views import MetricsConfig
 from millstream.coordinator.driver_loop import DriverLoop
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.prepare import prepare
+from millstream.coordinator.services import DriverServices
 from millstream.coordinator.signals import graceful_stop_on_signals
 from millstream.coordinator.status_document import status_document
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.metrics.server import metrics_endpoint
 from millstream.spark.run.launcher import SparkLauncher
 from millstream.spark.run.multi_host import refuse_host_local_state
@@ -59,14 +60,24 @@ log = logging.getLogger(__name__)
 
 class SparkJobRunner:
     def __init__(
-        self, config: Config, *, master: str | None = None, spark: SparkSession | None = None, verbose: bool = False
+        self,
+        config: Config,
+        *,
+        master: str | None = None,
+        spark: SparkSession | None = None,
+        verbose: bool = False,
+        services: DriverServices | None = None,
     ) -> None:
+        """``services``: the driver's services of a root that holds them (a ``Job`` in a ``with`` block, a CLI
+        command), shared with its other steps; without them, the run has services of its own, closed when it
+        ends, around the metadata-store connection this runner opens (``store``, left open for its caller)."""
         self.config = prepare(config)
         self.master = master
         self.verbose = verbose
         self._spark = spark
         self._stop = threading.Event()
-        self.store = metadata_store(config)
+        self._services = services
+        self.store = services.store() if services is not None else metadata_store(config)
         self._driver: DriverLoop | None = None
         self._resources = ContainerResources(None, 1)
 
@@ -131,17 +142,21 @@ class SparkJobRunner:
             check_slots(
                 sc, requirement(self.config), wait_seconds=wait, profile=self._resources.profile, stop=self._stop
             )
-        with metrics_endpoint(self.config, functools.partial(status_document, self.config)) as server:
+        services = self._services or DriverServices(self.config, store=self.store)
+        owned = services if self._services is None else None
+        with (
+            owned or contextlib.nullcontext(),
+            metrics_endpoint(
+                self.config, functools.partial(status_document, self.config, services), services.store
+            ) as server,
+        ):
             launcher = SparkLauncher(spark, self.config, self.store, self._resources, verbose=self.verbose)
             if server is not None:
                 launcher.status_url = status_url(self.config, server.port, spark.sparkContext)
             if MetricsConfig.of(self.config).active:  # containers ship snapshots only while metrics are on
                 launcher.progress = SparkProgress(spark.sparkContext, self.config, self.store)
-            return self._loop(launcher).run()
-
-    def _loop(self, launcher: SparkLauncher) -> DriverLoop:
-        self._driver = DriverLoop(self.config, self.store, launcher, self._stop)
-        return self._driver
+            self._driver = DriverLoop(self.config, self.store, launcher, self._stop, services)
+            return self._driver.run()
 
     @property
     def generation(self) -> int:

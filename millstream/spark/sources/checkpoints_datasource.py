@@ -21,7 +21,7 @@ from millstream.checkpoint.checkpoint import CheckpointV2
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
 from millstream.config.core import load_config
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import TaskName
 from millstream.spark.sources.stream_read import StreamReadError
 

@@ -46,7 +46,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailable
 
 from millstream.config import Config
 from millstream.config.views import StartpointConfig
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream, SystemStreamPartition
 from millstream.spark.sources.batch_reader import ReadOptions, StreamDataFrameReader, StreamInputPartition
 from millstream.spark.sources.read_bounds import StreamReadError

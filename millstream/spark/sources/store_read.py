@@ -26,7 +26,7 @@ from millstream.config import Config
 from millstream.config.views import parse_stream, store_config, store_names
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.coordination import latest_job_model
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import TaskName
 from millstream.spark.sources.stream_read import OffsetRange, StreamReadError, plan_ranges, read_range
 from millstream.storage.backends.blobstore.factory import BlobStoreStateBackendFactory

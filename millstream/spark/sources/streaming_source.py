@@ -40,7 +40,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailable
 
 from millstream.config import Config
 from millstream.config.views import StartpointConfig
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStreamPartition
 from millstream.spark.sources.batch_reader import ReadOptions, StreamDataFrameReader, StreamInputPartition
 from millstream.spark.sources.stream_read import OffsetRange, StreamReadError

@@ -49,7 +49,7 @@ class StoreSpec:
     """This task's partition of the store's changelog, when ``stores.<s>.changelog`` is set."""
 
 
-AdminSource = Callable[[str], SystemAdmin]
+AdminSource = Callable[[str], "SystemAdmin"]
 """A started admin of a system, owned by the caller (the driver's services): what a backend's job-level admin
 reads and creates streams with."""
 

@@ -21,7 +21,7 @@ from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStreamPartition
 from millstream.runtime.services import ContainerServices
 from millstream.storage.errors import StateBackupError

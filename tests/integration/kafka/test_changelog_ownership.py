@@ -16,7 +16,7 @@ import pytest
 from millstream.config import Config
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.metadata import coordination
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.systems.base import StreamOwnedError, StreamOwner, StreamSpec
 from millstream.systems.kafka.factory import KafkaSystemFactory
 from millstream.testing import InProcessRunner

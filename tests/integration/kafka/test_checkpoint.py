@@ -17,7 +17,7 @@ from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
 from millstream.metadata import coordination
 from millstream.metadata.base import FencedError
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.systems.kafka.checkpoint import KafkaCheckpointManager, checkpoint_key
 from tests.integration.kafka.helpers import kafka_config, read_all

@@ -13,7 +13,7 @@ import pytest
 
 from millstream.config import Config
 from millstream.metadata import coordination
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.systems.base import StreamOwnedError
 from millstream.testing import InProcessRunner
 from tests.storage.backends.changelog.test_ownership import TASK_CLASS, prepare_input, run_to_end

@@ -16,9 +16,9 @@ from millstream.checkpoint.checkpoint import CheckpointV1
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
 from millstream.metadata import coordination
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream, SystemStreamPartition, TaskName
-from millstream.spark.session import build_session
+from millstream.spark.run.session import build_session
 from millstream.testing import write_stream
 from tests.integration.kafka.helpers import create_topic, kafka_config, produce
 

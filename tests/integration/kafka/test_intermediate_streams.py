@@ -11,8 +11,8 @@ from pyspark.sql import SparkSession
 
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
-from millstream.metadata.factory import metadata_store
-from millstream.spark.runner import SparkJobRunner
+from millstream.metadata.opening import metadata_store
+from millstream.spark.run.runner import SparkJobRunner
 from tests.api.apps import app_config, messages, reference_counts
 from tests.spark.test_application import output, setup
 

@@ -15,7 +15,7 @@ from millstream.config import Config
 from millstream.errors import ConfigError
 from millstream.metadata import coordination
 from millstream.metadata.base import FencedError
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.systems.kafka.errors import KafkaBrokersUnreachableError
 from millstream.systems.kafka.metadata import KafkaMetadataStore
 from millstream.systems.kafka.replicated_log import ReplicatedLogTopicError

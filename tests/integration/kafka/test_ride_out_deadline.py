@@ -15,7 +15,7 @@ import pytest
 
 from millstream.config.views import JobConfig
 from millstream.metadata import coordination
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.runtime.services import ContainerServices
 from millstream.systems.base import WriterToken

@@ -17,7 +17,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from millstream.config import Config
 from millstream.coordinator.job_result import JobResult
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from millstream.testing import InProcessRunner
 from tests.helpers import wait_until
 from tests.integration.kafka.helpers import create_topic, job_config, produce, read_all

@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
 from millstream.metadata import coordination
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import TaskName
 from tests.helpers import wait_until
 from tests.integration.conftest import ProxiedKafka

@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 
 from benchmarks.soak import CheckpointWatch, Settings, check_output, soak_config, write_input
 from millstream.config import Config
-from millstream.spark.runner import SparkJobRunner
+from millstream.spark.run.runner import SparkJobRunner
 from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

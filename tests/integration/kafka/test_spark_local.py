@@ -18,8 +18,8 @@ from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
 from millstream.coordinator.job_result import JobResult
 from millstream.metadata import coordination
-from millstream.metadata.factory import metadata_store
-from millstream.spark.runner import SparkJobRunner
+from millstream.metadata.opening import metadata_store
+from millstream.spark.run.runner import SparkJobRunner
 from tests.integration.kafka.helpers import TopicTail, create_topic, job_config, produce_numbers
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

@@ -17,8 +17,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from millstream.metadata import coordination
-from millstream.metadata.factory import metadata_store
-from millstream.spark.session import build_session
+from millstream.metadata.opening import metadata_store
+from millstream.spark.run.session import build_session
 from tests.helpers import wait_until
 from tests.integration.kafka.helpers import (
     TopicTail,

@@ -10,9 +10,9 @@ import pytest
 
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
-from millstream.metadata.factory import metadata_store
-from millstream.spark.runner import SparkJobRunner
-from millstream.spark.session import build_session
+from millstream.metadata.opening import metadata_store
+from millstream.spark.run.runner import SparkJobRunner
+from millstream.spark.run.session import build_session
 from millstream.systems.kafka.factory import KafkaSystemFactory
 from tests.helpers import create_stream, fill, seal
 from tests.storage.harness import state_config

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from millstream.config import Config
 from millstream.model import SystemStream
-from millstream.spark.session import build_session
+from millstream.spark.run.session import build_session
 from millstream.startpoint.tools import list_startpoints, set_startpoints
 from millstream.systems.startpoints import StartpointSpecific
 from millstream.testing import write_stream

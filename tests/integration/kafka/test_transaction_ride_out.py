@@ -23,7 +23,7 @@ from millstream.config import Config
 from millstream.config.views import JobConfig
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import OutgoingMessageEnvelope, SystemStream, TaskName
 from millstream.runtime.services import ContainerServices
 from millstream.systems.base import WriterFencedError, WriterToken

@@ -17,7 +17,7 @@ import pytest
 from millstream.config import Config
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.prepare import prepare
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import (
     IncomingMessageEnvelope,
     OutgoingMessageEnvelope,

@@ -7,7 +7,7 @@ import time
 import orjson
 import pytest
 
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStreamPartition
 from millstream.systems.kinesis.dynamodb import DynamoDBLeaseStore
 from millstream.systems.kinesis.leases import LEASE_NAMESPACE

@@ -9,7 +9,7 @@ import pytest
 
 from millstream.config import Config
 from millstream.coordinator.job_result import JobResult
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.startpoint.manager import StartpointManager
 from millstream.startpoint.tools import set_startpoints
 from millstream.systems.startpoints import StartpointOldest, StartpointTimestamp

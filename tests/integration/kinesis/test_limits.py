@@ -13,7 +13,7 @@ from millstream.config import Config
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.systems.kinesis.config import KinesisClients
 from tests.integration.kinesis.helpers import SYSTEM, create_stream
 from tests.integration.kinesis.jobs_support import job_config

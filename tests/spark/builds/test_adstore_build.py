@@ -26,7 +26,7 @@ from millstream.adjunct.published import (
 from millstream.blobstore.base import blob_store
 from millstream.config import Config
 from millstream.errors import ConfigError
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
 from millstream.serde.builtin import JsonSerde
 from millstream.spark.builds.adstore_build import DatasetError, DatasetSchemaError, build_version

@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 
 from millstream.coordinator.job_result import JobResult
 from millstream.metadata import coordination
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
 from millstream.spark.run.runner import SparkJobRunner
 from millstream.spark.run.session import build_session

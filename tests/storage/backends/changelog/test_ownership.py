@@ -18,7 +18,7 @@ from millstream.coordinator.prepare import prepare
 from millstream.coordinator.thread_launcher import ThreadLauncher
 from millstream.errors import ConfigError
 from millstream.metadata import coordination
-from millstream.metadata.factory import metadata_store
+from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
 from millstream.systems.base import StreamOwnedError, StreamSpec
 from millstream.systems.registry import system_factory
