@@ -340,13 +340,15 @@ class TaskConfig(ConfigView):
     than this long ago; past it, processing blocks until the upload ends."""
     commit_timeout_ms: int = Field(1_800_000, alias="commit.timeout.ms", ge=1)
     """How long a blocked commit waits for the previous upload before the container fails."""
-    commit_snapshot_beside_processing: Bool = Field(False, alias="commit.snapshot.beside.processing.enabled")
+    commit_snapshot_beside_processing: Bool = Field(True, alias="commit.snapshot.beside.processing.enabled")
     """Run a commit's flush, snapshot and checkpoint write on the commit thread while the task processes on, so a
     commit pauses processing only for its cut (the offsets, the object caches' dirty entries taken: under a
     millisecond) instead of for the stores' write-back, flush and snapshot (tens to hundreds of milliseconds with
     a large store). Applies to tasks without stores and tasks whose every store has an object cache; not under
-    exactly-once. Off by default until a container whose commit thread is stuck on an unreachable broker reports
-    its failure without waiting for that commit (see the performance page)."""
+    exactly-once. A commit thread that fails or is stuck (an unreachable broker) fails the container as an
+    on-thread commit does: at the next commit, or past ``task.commit.timeout.ms`` once a commit waits for it. On by
+    default, as Samza's and Kafka Streams' users expect commits not to stall processing; false restores the
+    commits made wholly on the task's thread."""
     commit_skip_during_failures: Bool = Field(False, alias="commit.skip.commit.during.failures.enabled")
     """Tolerate failed uploads and commit timeouts up to the limits below (the commit is skipped, processing
     goes on, the next commit covers it) instead of failing the container at the first one."""

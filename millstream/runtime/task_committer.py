@@ -9,14 +9,18 @@ only then are the checkpoints written — input offsets with the markers of exac
 produced — and what they no longer need cleaned up. A crash anywhere re-processes from the last durable
 checkpoint, with the stores restored to the state it names.
 
-With ``task.commit.snapshot.beside.processing.enabled``, only the commit's cut pauses processing when the task has
-no stores, or every store of the task has an object cache (the default) and backups: ``before_checkpoint``, the
-offsets, and the caches' dirty entries taken (``TaskStorage.hold``). The write-back of those entries, the
-producers' flush, the RocksDB flush and checkpoint directory and the backends' snapshot then run on the commit
-thread with the upload, while the task processes on; its writes stay in the caches until the snapshot is made, so
-the snapshot still holds exactly the state of the cut's offsets. Without an object cache on every store (a store
-that writes through, such as the high-level engine's operator store), the flush and snapshot run on the task's
-thread, exclusive with processing.
+With ``task.commit.snapshot.beside.processing.enabled`` (the default), only the commit's cut pauses processing when
+the task has no stores, or every store of the task has an object cache (the default) and backups:
+``before_checkpoint``, the offsets, and the caches' dirty entries taken (``TaskStorage.hold``). The write-back of
+those entries, the producers' flush, the RocksDB flush and checkpoint directory and the backends' snapshot then run
+on the commit thread with the upload, while the task processes on; its writes stay in the caches until the snapshot
+is made, so the snapshot still holds exactly the state of the cut's offsets. Without an object cache on every store
+(a store that writes through, such as the high-level engine's operator store), the flush and snapshot run on the
+task's thread, exclusive with processing. A commit thread's failure (a changelog write refused, a flush past the
+system's outage deadline) fails the task's next commit, whether or not the task processed anything since, and a
+stopping container's final one; a commit thread that does not return is reported under the rules below, as an
+upload is. The container's changelog producer is then used from several threads; the producer pool serializes its
+calls (``systems/producers.py``).
 
 One commit is in flight per task. A commit due while the previous one still uploads is skipped while
 that one started less than ``task.commit.max.delay.ms`` ago; past that, processing blocks until it
@@ -75,7 +79,7 @@ class CommitSettings:
     skip_during_failures: bool = False
     max_skipped_exceptions: int = 5
     max_skipped_timeouts: int = 2
-    beside_processing: bool = False
+    beside_processing: bool = True
     """``task.commit.snapshot.beside.processing.enabled``: the commit's flush, snapshot and checkpoint on the
     commit thread, only the cut on the task's thread."""
 

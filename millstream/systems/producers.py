@@ -8,17 +8,27 @@ nothing it writes lands behind the offsets a restore reads) and output with an i
 records consumers see at once. Under exactly-once both are one transactional producer (Kafka's, or the
 embedded log's), whose transaction a commit ends together with the checkpoints, so output, changelog writes
 and checkpoints become visible together or not at all.
+
+Under at-least-once a container's state producer is used from several threads: the container's (a store writing
+back what its cache evicts), and each task's commit thread (a commit made beside processing writes back its cut
+and flushes there). A transactional producer takes one call at a time (librdkafka refuses a send while a
+commit of the transaction is in progress with "Erroneous state", and a flush that found another thread's flush
+covering its sends would return before they are durable), so the pool hands it out behind a lock
+(``SerializedProducer``). A call waits at most for the one in progress, which is bounded by the system's own
+timeouts (``systems.<s>.outage.timeout.ms`` for a Kafka flush).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Self
 
 from millstream.config import Config
 from millstream.config.views import TaskConfig
 from millstream.errors import ConfigError, MillstreamError
+from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.systems.base import SystemFactory, SystemProducer, WriterToken
 
 
@@ -83,7 +93,7 @@ class ProducerPool:
             if self.exactly_once and not producer.transactional:
                 producer.stop()
                 raise ConfigError(self._not_exactly_once(system, "its producer cannot write in transactions"))
-            self._state[system] = producer
+            producer = self._state[system] = producer if self.exactly_once else SerializedProducer(producer)
         return producer
 
     @staticmethod
@@ -128,3 +138,55 @@ class ProducerPool:
         self._state.clear()
         if errors:
             raise MillstreamError(f"producers failed to stop cleanly: {'; '.join(errors)}")
+
+
+class SerializedProducer(SystemProducer):
+    """A started producer whose calls run one at a time, whatever thread makes them (see the module docstring).
+
+    Under exactly-once the pool hands out the producer itself: every call comes from the container's thread."""
+
+    def __init__(self, producer: SystemProducer) -> None:
+        self.producer = producer
+        self._lock = threading.RLock()
+
+    def register(self, source: str) -> None:
+        with self._lock:
+            self.producer.register(source)
+
+    def claim(self, ssp: SystemStreamPartition) -> None:
+        with self._lock:
+            self.producer.claim(ssp)
+
+    def start(self) -> None:
+        with self._lock:
+            self.producer.start()
+
+    def send(self, source: str, envelope: OutgoingMessageEnvelope) -> None:
+        with self._lock:
+            self.producer.send(source, envelope)
+
+    def send_batch(
+        self, source: str, stream: SystemStream, messages: Sequence[bytes | None], keys: Sequence[bytes | None] | None
+    ) -> None:
+        with self._lock:
+            self.producer.send_batch(source, stream, messages, keys)
+
+    def flush(self, source: str) -> None:
+        with self._lock:
+            self.producer.flush(source)
+
+    @property
+    def transactional(self) -> bool:
+        return self.producer.transactional
+
+    def commit_transaction(self) -> None:
+        with self._lock:
+            self.producer.commit_transaction()
+
+    def send_lingering(self) -> float | None:
+        with self._lock:
+            return self.producer.send_lingering()
+
+    def stop(self) -> None:
+        with self._lock:
+            self.producer.stop()

@@ -230,7 +230,7 @@ def test_without_the_setting_the_snapshot_stays_on_the_tasks_thread(
     hook = HeldAt("before-snapshot")
     hook.go()
     task = instance(opened, hook, executor, Checkpoints())
-    task.commit_settings = CommitSettings(pause=hook)
+    task.commit_settings = CommitSettings(pause=hook, beside_processing=False)
     task.process(INPUT, envelopes(0, [("a", 1)]))
     task.commit()
     assert hook.threads == [threading.current_thread().name]

@@ -14,6 +14,7 @@ import pytest
 
 from millstream.api.task import CheckpointListener
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
+from millstream.config import Config
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.runtime.task_committer import CommitSettings, TaskCommitter
 from millstream.runtime.transaction import ContainerTransaction
@@ -46,16 +47,22 @@ class Seams:
     has_backups = True
     restorable_from_v1 = True
 
-    def __init__(self, fail_at: str = "", can_hold: bool = False, gate: threading.Event | None = None) -> None:
+    def __init__(
+        self, fail_at: str = "", can_hold: bool = False, gate: threading.Event | None = None, gate_at: str = "upload"
+    ) -> None:
         self.events: list[str] = []
         self.fail_at = fail_at
         self.can_hold = can_hold
         self.gate = gate
+        """Step ``gate_at`` waits for it: a commit stuck there (an upload, a flush on an unreachable broker)."""
+        self.gate_at = gate_at
         self.dirty = False
         self.written: list[Checkpoint] = []
         self.threads: dict[str, str] = {}
 
     def step(self, name: str) -> None:
+        if self.gate is not None and name == self.gate_at:
+            assert self.gate.wait(10), f"the test never released {name}"
         self.events.append(name)
         self.threads[name] = threading.current_thread().name
         if name == self.fail_at:
@@ -91,8 +98,6 @@ class Seams:
     def upload(
         self, checkpoint_id: CheckpointId, markers: Mapping[str, Mapping[str, str]]
     ) -> dict[str, dict[str, str]]:
-        if self.gate is not None:
-            assert self.gate.wait(10), "the test never released the upload"
         self.step("upload")
         return {"backend": {"store": f"marker-{checkpoint_id}"}}
 
@@ -363,6 +368,50 @@ def test_beside_processing_only_the_cut_runs_on_the_tasks_thread(executor):
     assert all(seams.threads[step].startswith("commit") for step in rest)
     assert seams.events.index("release") < seams.events.index("upload") < seams.events.index("checkpoint-v1")
     assert v2_offsets(seams) == ["4"]
+
+
+def test_beside_processing_is_the_default():
+    assert CommitSettings().beside_processing
+    assert CommitSettings.of(Config({})).beside_processing
+
+
+def test_beside_processing_a_changelog_write_failed_on_the_commit_thread_fails_the_next_commit_of_an_idle_task(
+    executor,
+):
+    """The commit thread's write-back of the cut failed (a send refused by the producer, a broker gone): the task,
+    idle since, reports it at its next commit and nothing is checkpointed; the caches were released."""
+    seams, progress = Seams(fail_at="write-held", can_hold=True), Progress()
+    commits = committer(seams, progress, executor=executor)
+    progress.processed(4)
+    commits.commit()
+    stage_ended(executor)
+    with pytest.raises(CommitFailedError, match=r"task 'Partition 0': commit \d+-\d+ failed: StepError: write-held"):
+        commits.commit()
+    assert seams.written == [] and seams.threads["write-held"].startswith("commit")
+    assert "release" in seams.events and "snapshot" not in seams.events
+
+
+def test_beside_processing_a_commit_thread_stuck_on_its_flush_is_reported_past_the_timeout_and_at_stop(executor):
+    """A commit thread that never returns from the cut's write-back (a black-holed broker) does not hang the task:
+    commits due within ``task.commit.max.delay.ms`` are skipped, the next one waits ``task.commit.timeout.ms`` and
+    fails, and so does the final commit of a stopping container."""
+    gate, clock = threading.Event(), Clock()
+    seams, progress = Seams(can_hold=True, gate=gate, gate_at="write-held"), Progress()
+    settings = CommitSettings(max_delay_ms=100, timeout_ms=20, pause=seams.pause)
+    commits = committer(seams, progress, executor=executor, clock=clock, settings=settings)
+    progress.processed(4)
+    commits.commit()
+    progress.processed(5)
+    commits.commit()
+    assert commits.commits_skipped == 1 and commits.commit_owed
+    clock.advance(100)
+    with pytest.raises(CommitTimeoutError, match=r"task 'Partition 0'.*task\.commit\.timeout\.ms=20"):
+        commits.commit()
+    with pytest.raises(CommitTimeoutError, match=r"task 'Partition 0'"):
+        commits.finish_commits()
+    gate.set()
+    stage_ended(executor)
+    assert v2_offsets(seams) == ["4"], "the stuck commit checkpoints its own cut once it ends, nothing more"
 
 
 class TransactionalOutput:

@@ -338,10 +338,15 @@ class TaskStorageManager:
                 ) from error
         for name, entry in self._stores.items():
             if entry.spec.persistent and entry.backups:
-                with owned(entry.spec.store_dir, self.container.writer):
-                    if (known := self._local_checkpoints.get(name)) is not None:
-                        known.add(checkpoint_id)
-                    self._checkpoint_store(name, checkpoint_dir(entry.spec.store_dir, checkpoint_id))
+                try:
+                    with owned(entry.spec.store_dir, self.container.writer):
+                        if (known := self._local_checkpoints.get(name)) is not None:
+                            known.add(checkpoint_id)
+                        self._checkpoint_store(name, checkpoint_dir(entry.spec.store_dir, checkpoint_id))
+                except OSError as error:  # the owner lock beside the directory (the store flushed nothing to fail)
+                    raise StateBackupError(
+                        f"task '{self.task_name}': cannot snapshot store '{name}' in '{entry.spec.store_dir}': {error}"
+                    ) from error
         markers = {key: manager.snapshot(checkpoint_id) for key, manager in self.backup_managers.items()}
         if not held:  # only now: a snapshot that failed leaves them for the next commit (held: cleared at the cut)
             for store in self.stores.values():

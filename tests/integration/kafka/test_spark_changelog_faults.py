@@ -32,9 +32,13 @@ from tests.storage.harness import restored_contents
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
-PARTITIONS = 2
+PARTITIONS = 1
+"""One task: its commit paused at ``before-snapshot`` is the only one to meet the black hole. A commit is made
+beside processing (``task.commit.snapshot.beside.processing.enabled``, the default), so only that task's commit
+thread pauses; a second task would go on committing and its own flush, failing past the outage deadline, could
+fail the container before the paused snapshot does."""
 KEYS_PER_PARTITION = 4
-MESSAGES_PER_KEY = 100
+MESSAGES_PER_KEY = 200
 OPERATION_TIMEOUT_MS = 3000
 PAUSE_POINT = "before-snapshot"
 
@@ -187,6 +191,10 @@ def test_a_commit_that_cannot_read_the_changelog_offset_fails_the_container_and_
         marker.unlink()  # the next commit pauses after its producers' flush
         failure = black_hole_the_paused_commit(config, kafka_proxy.proxy, start)
         wait_until(lambda: every_key_counted(bootstrap, sink), 300, "every key's final count in the output")
+        # the failed attempt processed on beside its paused commit and may have sent every final count itself:
+        # the job is done once its retry has checkpointed all the input too
+        total = PARTITIONS * KEYS_PER_PARTITION * MESSAGES_PER_KEY
+        wait_until(lambda: checkpointed_messages(config, source) == total, 300, "every input message checkpointed")
     finally:
         result = job.stop(timeout=180)
 
