@@ -27,8 +27,9 @@ from millstream.model import (
 )
 from millstream.runtime.process_errors import ProcessErrorPolicy
 from millstream.systems.base import WriterFencedError, WriterToken
-from millstream.systems.kafka.factory import MAX_TRANSACTION_TIMEOUT_MS, KafkaSystemFactory, transaction_timeout_ms
+from millstream.systems.kafka.factory import MAX_TRANSACTION_TIMEOUT_MS, transaction_timeout_ms
 from millstream.systems.kafka.producer import SERVE_EVERY, KafkaSystemProducer
+from millstream.systems.registry import system_factory
 from millstream.testing import InProcessRunner, read_stream, write_stream
 from tests.api.test_in_process import run_in_background
 from tests.helpers import create_stream, seal, wait_until
@@ -177,7 +178,8 @@ def test_a_superseded_spark_container_whose_task_moved_to_another_container_writ
 
 
 def _transactional_producer(bootstrap: str, writer: WriterToken) -> KafkaSystemProducer:
-    producer = KafkaSystemFactory().get_producer(SYSTEM, kafka_config(bootstrap))
+    config = kafka_config(bootstrap)
+    producer = system_factory(config, SYSTEM).get_producer(SYSTEM, config)  # bound: its fence check opens the store
     assert isinstance(producer, KafkaSystemProducer)
     producer.set_writer(writer)
     producer.start()
