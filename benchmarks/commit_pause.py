@@ -37,7 +37,8 @@ from millstream.blobstore.base import BlobStore, BlobStoreFactory
 from millstream.blobstore.local import LocalBlobStore, LocalBlobStoreFactory
 from millstream.config import Config
 from millstream.model import IncomingMessageEnvelope
-from millstream.runtime.task_instance import CommitSettings, ContainerContext, TaskInstance
+from millstream.runtime.task_committer import CommitSettings
+from millstream.runtime.task_instance import ContainerContext, TaskInstance
 
 BATCH = 1000
 MBPS_ENV = "MILLSTREAM_BENCH_BLOB_MBPS"
@@ -150,9 +151,9 @@ def run(
     return {
         "max_pause": max(pauses),
         "median_pause": statistics.median(pauses),
-        "commits": instance.commits,
-        "skipped": instance.commits_skipped,
-        "blocked": instance.commits_blocked,
+        "commits": instance.committer.commits,
+        "skipped": instance.committer.commits_skipped,
+        "blocked": instance.committer.commits_blocked,
         "slowest_batch": max(batches),
         "median_batch": statistics.median(batches),
         "rate": offset / elapsed,

@@ -56,7 +56,8 @@ from millstream.runtime.process_errors import ProcessErrorPolicy, TaskCallbackEr
 from millstream.runtime.restart import RestartSettings, RestartStrategy, read_restarts, write_restarts
 from millstream.runtime.run_loop import DeadLetterPolicy, Decoder, RunLoop, RunLoopSettings
 from millstream.runtime.services import ContainerServices
-from millstream.runtime.task_instance import AppliedStartpoints, CommitSettings, ContainerContext, TaskInstance
+from millstream.runtime.task_committer import CommitSettings
+from millstream.runtime.task_instance import AppliedStartpoints, ContainerContext, TaskInstance
 from millstream.runtime.transaction import ContainerTransaction
 from millstream.serde.registry import SerdeRegistry
 from millstream.startpoint.manager import STARTPOINT_STATUS_NAMESPACE, StartpointManager
@@ -692,7 +693,7 @@ class Container:
             epoch=attempt.epoch,
             outcome=outcome,
             processed={str(t.task_name): t.processed for t in tasks},
-            commits=sum(t.commits for t in tasks),
+            commits=sum(t.committer.commits for t in tasks),
             dropped_deserialization_errors=running.dead_letters.dropped,
             skipped_process_errors=running.process_errors.skipped,
             seconds=time.monotonic() - self._started,

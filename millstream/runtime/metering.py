@@ -29,6 +29,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class CommitCounts(Protocol):
+    """The counts a task's committer keeps anyway (``TaskCommitter``), read at snapshot time."""
+
+    commits: int
+    commits_skipped: int
+    commits_blocked: int
+    commits_timed_out: int
+    commit_failures_skipped: int
+
+
 class MeteredTask(Protocol):
     """The counts a task instance keeps anyway, read at snapshot time."""
 
@@ -38,11 +48,9 @@ class MeteredTask(Protocol):
     last_processed: dict[SystemStreamPartition, str]
     end_of_stream: set[SystemStreamPartition]
     processed: int
-    commits: int
-    commits_skipped: int
-    commits_blocked: int
-    commits_timed_out: int
-    commit_failures_skipped: int
+
+    @property
+    def committer(self) -> CommitCounts: ...
 
 
 COMMIT_PHASES = ("flush", "snapshot", "upload", "checkpoint", "cleanup")
@@ -196,11 +204,12 @@ class ContainerMetering:
 
 def _derive_task_series(registry: Registry, task: MeteredTask) -> None:
     name = str(task.task_name)
-    registry.derived("commits", "counter", lambda: task.commits, task=name)
-    registry.derived("commits_skipped", "counter", lambda: task.commits_skipped, task=name)
-    registry.derived("commits_blocked", "counter", lambda: task.commits_blocked, task=name)
-    registry.derived("commits_timed_out", "counter", lambda: task.commits_timed_out, task=name)
-    registry.derived("commit_failures_skipped", "counter", lambda: task.commit_failures_skipped, task=name)
+    committer = task.committer
+    registry.derived("commits", "counter", lambda: committer.commits, task=name)
+    registry.derived("commits_skipped", "counter", lambda: committer.commits_skipped, task=name)
+    registry.derived("commits_blocked", "counter", lambda: committer.commits_blocked, task=name)
+    registry.derived("commits_timed_out", "counter", lambda: committer.commits_timed_out, task=name)
+    registry.derived("commit_failures_skipped", "counter", lambda: committer.commit_failures_skipped, task=name)
     for ssp in task.ssps:
         registry.derived("input_end_of_stream", "gauge", partial(_ended, task, ssp), task=name, **ssp_labels(ssp))
     if isinstance(task.task, Measured):

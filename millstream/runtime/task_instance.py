@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from millstream.api.remote_table import RemoteTable
 from millstream.api.task import (
@@ -31,7 +31,6 @@ from millstream.api.task import (
     PartitionEndOfStreamListenerTask,
     WindowableTask,
 )
-from millstream.checkpoint.checkpoint import Checkpoint
 from millstream.checkpoint.offset_manager import count_before
 from millstream.checkpoint.purge import CommittedMessagePurger
 from millstream.config import Config
@@ -144,24 +143,6 @@ class AppliedStartpoints:
             log.info("%s: startpoints of %s applied and removed", self.task_name, sorted(s.key() for s in done))
 
 
-T = TypeVar("T")
-
-
-class _CommitterAttribute(Generic[T]):
-    """An attribute of a ``TaskInstance`` that is its committer's: the counts the task's metrics read
-    (``MeteredTask``), and what the container and tests set on a task before it commits."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __get__(self, instance: TaskInstance, owner: type | None = None) -> T:
-        value: T = getattr(instance.committer, self.name)
-        return value
-
-    def __set__(self, instance: TaskInstance, value: T) -> None:
-        setattr(instance.committer, self.name, value)
-
-
 class TaskInstance:
     def __init__(
         self,
@@ -233,16 +214,6 @@ class TaskInstance:
             transaction=transaction,
         )
         self.async_processor = self._async_processor()
-
-    commits = _CommitterAttribute[int]("commits")
-    """Commits that wrote a checkpoint."""
-    commits_skipped = _CommitterAttribute[int]("commits_skipped")
-    commits_blocked = _CommitterAttribute[int]("commits_blocked")
-    commits_timed_out = _CommitterAttribute[int]("commits_timed_out")
-    commit_failures_skipped = _CommitterAttribute[int]("commit_failures_skipped")
-    last_checkpoint = _CommitterAttribute[Checkpoint | None]("last_checkpoint")
-    commit_settings = _CommitterAttribute[CommitSettings]("settings")
-    transaction = _CommitterAttribute[ContainerTransaction | None]("transaction")
 
     def _async_processor(self) -> AsyncProcessor | None:
         """An ``AsyncStreamTask``'s messages in flight (``runtime/async_tasks.py``); None for any other task."""
@@ -430,8 +401,8 @@ class TaskInstance:
 
     @property
     def commit_owed(self) -> bool:
-        """A commit was skipped while one uploaded (``TaskCommitter.commit_owed``). The run loop reads it for every
-        task each round: a plain property costs less than half of a ``_CommitterAttribute``."""
+        """A commit was skipped while one uploaded (``TaskCommitter.commit_owed``); the run loop reads it for every
+        task each round."""
         return self.committer.commit_owed
 
     def commit_if_owed(self) -> None:

@@ -19,7 +19,8 @@ from millstream.api.task import CheckpointListener
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointV2
 from millstream.config import Config
 from millstream.model import IncomingMessageEnvelope, TaskName
-from millstream.runtime.task_instance import CommitSettings, ContainerContext, TaskInstance
+from millstream.runtime.task_committer import CommitSettings
+from millstream.runtime.task_instance import ContainerContext, TaskInstance
 from tests.helpers import wait_until
 from tests.runtime.fakes import DiscardingCollector
 from tests.storage.harness import INPUT, TASK, StateHarness, state_config
@@ -110,7 +111,7 @@ def test_processing_goes_on_while_a_commit_snapshots_and_the_checkpoint_names_th
     assert (store.get("a"), store.get("c")) == (3, 1)  # the task reads its own writes
     assert engine.get(b"c") is None  # but they wait in the cache: the snapshot sees the cut's state only
     hook.go()
-    wait_until(lambda: task.commits == 1, 10, "the commit never completed")
+    wait_until(lambda: task.committer.commits == 1, 10, "the commit never completed")
 
     v2 = next(c for c in checkpoints.written if isinstance(c, CheckpointV2))
     assert v2.offsets == {INPUT: "2"}
@@ -137,7 +138,7 @@ def test_a_store_without_an_object_cache_snapshots_on_the_tasks_thread(
     task.commit()
     assert hook.threads == [threading.current_thread().name]
     task.finish_commits()
-    assert task.commits == 1
+    assert task.committer.commits == 1
     opened.close()
 
 
@@ -178,7 +179,7 @@ def test_a_task_without_stores_flushes_and_checkpoints_on_the_commit_thread_whil
     task.process(INPUT, envelopes(2, [("c", 1)]))  # processing goes on meanwhile
     assert checkpoints.written == []
     hook.go()
-    wait_until(lambda: task.commits == 1, 10, "the commit never completed")
+    wait_until(lambda: task.committer.commits == 1, 10, "the commit never completed")
     assert [c.offsets for c in checkpoints.written] == [{INPUT: "1"}, {INPUT: "1"}]  # the cut's offsets
 
 
@@ -219,7 +220,7 @@ def test_a_checkpoint_listener_is_called_on_the_tasks_thread_once_its_output_was
     task.finish_commits()
     here = threading.current_thread().name
     assert listener.calls[0] == (1, here) and producers.threads[0] == here
-    assert task.commits == 1 and producers.threads[1] != here
+    assert task.committer.commits == 1 and producers.threads[1] != here
 
 
 def test_without_the_setting_the_snapshot_stays_on_the_tasks_thread(
@@ -230,7 +231,7 @@ def test_without_the_setting_the_snapshot_stays_on_the_tasks_thread(
     hook = HeldAt("before-snapshot")
     hook.go()
     task = instance(opened, hook, executor, Checkpoints())
-    task.commit_settings = CommitSettings(pause=hook, beside_processing=False)
+    task.committer.settings = CommitSettings(pause=hook, beside_processing=False)
     task.process(INPUT, envelopes(0, [("a", 1)]))
     task.commit()
     assert hook.threads == [threading.current_thread().name]

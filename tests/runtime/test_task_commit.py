@@ -15,7 +15,8 @@ from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, Checkpoin
 from millstream.config import Config
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition, TaskName
 from millstream.runtime.process_errors import TaskProcessError
-from millstream.runtime.task_instance import CommitSettings, ContainerContext, TaskInstance
+from millstream.runtime.task_committer import CommitSettings
+from millstream.runtime.task_instance import ContainerContext, TaskInstance
 from millstream.storage.errors import CommitFailedError, CommitTimeoutError
 from tests.helpers import wait_until
 from tests.runtime.fakes import DiscardingCollector
@@ -228,7 +229,7 @@ def test_commit_due_during_an_upload_is_skipped_while_within_max_delay(executor)
     task.process(SSP, [envelope(1)])
     clock.advance(99)
     task.commit()
-    assert task.commits_skipped == 1 and task.commits_blocked == 0
+    assert task.committer.commits_skipped == 1 and task.committer.commits_blocked == 0
     assert events.count("snapshot") == 1
     gate.set()
     task.finish_commits()
@@ -244,7 +245,7 @@ def test_a_commit_skipped_during_an_upload_is_owed_and_made_by_commit_if_owed_on
     task.commit()
     task.process(SSP, [envelope(1)])
     task.commit()
-    assert task.commit_owed and task.commits_skipped == 1
+    assert task.commit_owed and task.committer.commits_skipped == 1
     task.commit_if_owed()
     assert events.count("snapshot") == 1, "not while the upload runs"
     gate.set()
@@ -272,7 +273,7 @@ def test_commit_due_beyond_max_delay_blocks_processing_until_the_upload_ends(exe
     clock.advance(100)
     threading.Timer(0.2, gate.set).start()
     task.commit()  # returns only once the first upload ended, then starts the second commit
-    assert task.commits_blocked == 1 and task.commits_skipped == 0
+    assert task.committer.commits_blocked == 1 and task.committer.commits_skipped == 0
     assert events.count("snapshot") == 2
     assert events.index("cleanup") < len(events) - 1 - events[::-1].index("snapshot")
     task.finish_commits()

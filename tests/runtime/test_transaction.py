@@ -38,7 +38,7 @@ def two_tasks(events: Events, output: FakeTransactionalOutput) -> tuple[Containe
         checkpoints = FakeCheckpoints(events)
         task, _ = make_task(events, FakeStorage(events), checkpoints=checkpoints, startpoints=FakeStartpoints(events))
         task.task_name = TaskName(name)
-        task.transaction = transaction
+        task.committer.transaction = transaction
         tasks.append(task)
     transaction.tasks = tasks
     return transaction, tasks
