@@ -2,7 +2,7 @@
 
     python -m benchmarks.latency [--rate 1000] [--seconds 20] [--warmup 5] [--partitions 4] [--keys 1000]
                                  [--state-keys 1000000]
-                                 [--workload w1 --workload w2] [--contender raw --contender millstream ...]
+                                 [--workload w1 --workload w2] [--contender raw --contender bytewax ...]
                                  [--set key=value ...] [--no-spark] [--bootstrap host:port]
                                  [--out benchmarks/results/latency.json]
 
@@ -31,9 +31,18 @@ Results go to ``--out`` (JSON, rewritten after each contender: figures, ratios t
 100 ms of send time, commit times) and, when matplotlib is installed (the bench extra), a PNG beside it.
 Contenders' logs stay in a temporary directory (printed first); ``--job-verbose`` adds millstream's INFO lines.
 
-Peers (Bytewax, Quix Streams, Faust, Spark Structured Streaming) are not measured here: the scripts in
-``benchmarks/peers/scripts`` are bounded throughput jobs (a message count to stop at, Spark's
-``availableNow`` trigger), not jobs that wait for records sent while they run.
+The peers run the throughput benchmark's scripts (``benchmarks/peers/scripts``) with ``--follow``: unbounded
+consume → produce jobs, stopped with SIGTERM like the others, W2 sending ``b"<count>," + value``, each in its own
+venv (``benchmarks/peers/contenders.py``: created on first use from the pinned requirements, then reused), with
+that peer's default settings but for reading the input from its start (each script's docstring says which):
+  bytewax             Bytewax, its Kafka source tailing the topic, recovery on, 10 s epochs
+  quix                Quix Streams, ``Application.run()``: at-least-once, its 5 s commit interval
+  faust               Faust (faust-streaming), one worker, a Table (memory + changelog) for W2
+  spark-ss            Spark Structured Streaming on ``local[2]`` with its default trigger (a micro-batch as soon as
+                      the previous one ends), the Kafka connector's JARs (``benchmarks/peers/spark_connector.py``)
+  spark-ss-min        the same with Spark's lowest-latency trigger: real-time mode (``trigger(realTime=...)``)
+A peer that cannot be installed, started or deliver every record fails its own row (with the reason); the others
+are still measured, and the run exits non-zero only when one of ours (raw, millstream*) failed.
 """
 
 from __future__ import annotations
@@ -59,11 +68,24 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from benchmarks.peers.contenders import CONTENDERS as PEER_CONTENDERS
+from benchmarks.peers.contenders import Contender, NotRunnableError, interpreter
 from tests.integration.kafka.helpers import create_topic
 
 REPO = Path(__file__).resolve().parents[1]
 RUN_ID = uuid.uuid4().hex[:6]
-CONTENDERS = ("raw", "millstream", "millstream-tuned", "millstream-eos", "millstream-spark")
+PEERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "bytewax": ("Bytewax", ()),
+    "quix": ("Quix Streams", ()),
+    "faust": ("Faust", ()),
+    "spark-ss": ("Spark Structured Streaming", ()),
+    "spark-ss-min": ("Spark Structured Streaming", ("--trigger", "realtime")),
+}
+"""Each peer contender: the throughput benchmark's contender (its script, venv and preparation) and extra arguments."""
+OURS = ("raw", "millstream", "millstream-tuned", "millstream-eos", "millstream-spark")
+CONTENDERS = (*OURS, *PEERS)
+PEER_GRACE_S = 20.0
+"""Seconds a peer has to stop on SIGTERM before it is killed (its figures are taken by then)."""
 TUNED = (
     "systems.kafka.transactional.writes=false",
     "systems.kafka.producer.linger.ms=0",
@@ -360,10 +382,28 @@ def job_properties(
     return path
 
 
+def peer(contender: str) -> Contender:
+    """The throughput benchmark's contender that ``contender`` (a key of ``PEERS``) runs."""
+    return next(c for c in PEER_CONTENDERS if c.name == PEERS[contender][0])
+
+
+def peer_command(
+    contender: str, args: argparse.Namespace, name: str, workdir: Path, workload: str, source: str, sink: str
+) -> tuple[list[str], dict[str, str]]:
+    """A peer's ``--follow`` command line in its own venv (created or updated first) and its environment;
+    :class:`NotRunnableError` when it cannot be installed or prepared."""
+    spec = peer(contender)
+    python = interpreter(spec)
+    env = spec.prepare() if spec.prepare else {}
+    command = [str(python), *spec.command, *PEERS[contender][1], "--bootstrap", args.bootstrap, "--input", source]
+    command += ["--output", sink, "--workload", workload, "--partitions", str(args.partitions)]
+    return [*command, "--workdir", str(workdir / "peer"), "--name", name, "--follow"], env
+
+
 def contender_command(
     contender: str, args: argparse.Namespace, name: str, workdir: Path, workload: str, source: str, sink: str
 ) -> tuple[list[str], list[str]]:
-    """The command line, and the config overrides it runs with (millstream's)."""
+    """The command line, and the config overrides it runs with (millstream's); not for peers (``peer_command``)."""
     if contender == "raw":
         command = [sys.executable, "-m", "benchmarks.latency_tasks", "raw", "--bootstrap", args.bootstrap]
         command += ["--input", source, "--output", sink, "--workload", "w1" if workload == "w1" else "w2"]
@@ -374,6 +414,19 @@ def contender_command(
     if args.job_verbose:
         millstream.append("-v")
     return millstream + ([] if contender == "millstream-spark" else ["--in-process"]), sets
+
+
+def command_and_env(
+    contender: str, args: argparse.Namespace, name: str, workdir: Path, workload: str, source: str, sink: str
+) -> tuple[list[str], list[str], dict[str, str]]:
+    """The contender's command line, its config overrides (millstream's) and the environment it adds (peers')."""
+    if contender not in PEERS:
+        return (*contender_command(contender, args, name, workdir, workload, source, sink), {})
+    if workload not in peer(contender).workloads or workload == "w2-blob":
+        raise NotRunnableError(f"{contender} has no {workload} job")
+    (workdir / "peer").mkdir()
+    command, env = peer_command(contender, args, name, workdir, workload, source, sink)
+    return command, [], env
 
 
 def commit_ms(sets: list[str]) -> int:
@@ -439,7 +492,7 @@ def measure(contender: str, workload: str, args: argparse.Namespace, root: Path)
     workdir.mkdir()
     create_topic(args.bootstrap, source, args.partitions)
     create_topic(args.bootstrap, sink, args.partitions)
-    command, sets = contender_command(contender, args, name, workdir, workload, source, sink)
+    command, sets, extra_env = command_and_env(contender, args, name, workdir, workload, source, sink)
     preload(args.bootstrap, source, args.state_keys)
     capacity = int(args.rate * (args.warmup + args.seconds)) + int(PROBE_RATE * args.startup_timeout) + 1000
     reader = Reader(args.bootstrap, sink, args.partitions, workload, capacity, args.keys, args.state_keys)
@@ -452,6 +505,7 @@ def measure(contender: str, workload: str, args: argparse.Namespace, root: Path)
     )
     log = (args.logs / f"{name}.log").open("wb")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env.update(extra_env)
     reader.start()
     started_ns = time.time_ns()
     process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -493,7 +547,7 @@ def measure(contender: str, workload: str, args: argparse.Namespace, root: Path)
     finally:
         producer.abort.set()
         stop_watch.set()
-        returncode = stop_process(process)
+        returncode = stop_process(process, PEER_GRACE_S if contender in PEERS else 90.0)
         reader.stopping.set()
         reader.join(30)
         log.close()
@@ -680,7 +734,8 @@ def run_all(args: argparse.Namespace, root: Path) -> None:
 
 def _run_all(args: argparse.Namespace, root: Path) -> None:
     warm_broker(args.bootstrap)
-    contenders = args.contender or [c for c in CONTENDERS if not (args.no_spark and c == "millstream-spark")]
+    spark = ("millstream-spark", "spark-ss", "spark-ss-min")
+    contenders = args.contender or [c for c in CONTENDERS if not (args.no_spark and c in spark)]
     workloads = args.workload or ["w1", "w2"]
     title = (
         f"{args.rate:,} msg/s for {args.seconds:g} s (after {args.warmup:g} s warm-up), {args.partitions} partitions, "
@@ -695,8 +750,8 @@ def _run_all(args: argparse.Namespace, root: Path) -> None:
         for contender in contenders:
             try:
                 results.append(measure(contender, workload, args, root))
-            except (MissingRecordsError, RuntimeError) as error:
-                if args.keep_going:
+            except (MissingRecordsError, RuntimeError) as error:  # NotRunnableError too
+                if args.keep_going or contender in PEERS:
                     print(f"  {contender} {workload}: FAILED: {error}", flush=True)
                     results.append({"contender": contender, "workload": workload, "error": str(error)})
                 else:
@@ -710,7 +765,10 @@ def _run_all(args: argparse.Namespace, root: Path) -> None:
         print(f"\nwritten {args.out} and {image}", flush=True)
     else:
         print(f"\nwritten {args.out} (no plot: matplotlib is not installed; `make bench-latency` installs it)")
-    failed = [r for r in results if "error" in r]
+    failed = [r for r in results if "error" in r and r["contender"] not in PEERS]
+    for row in results:
+        if "error" in row and row["contender"] in PEERS:
+            print(f"peer {row['contender']} {row['workload']} not measured: {row['error']}", flush=True)
     if failed:
         raise SystemExit(f"{len(failed)} measurement(s) failed: " + "; ".join(r["error"] for r in failed))
 
@@ -754,7 +812,7 @@ def main(argv: list[str] | None = None) -> None:
         metavar="KEY=VALUE",
         help=f"millstream-tuned's config overrides, repeatable (default: {' '.join(TUNED)})",
     )
-    parser.add_argument("--no-spark", action="store_true", help="skip millstream-spark")
+    parser.add_argument("--no-spark", action="store_true", help="skip millstream-spark, spark-ss and spark-ss-min")
     parser.add_argument(
         "--deadline",
         type=float,
