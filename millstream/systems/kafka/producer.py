@@ -18,15 +18,17 @@
   Sends and flushes of a transactional producer come from one thread at a time (the container's run loop).
 * **Riding out outages.** Topic metadata, flushes and transaction commits retry transient errors until
   ``systems.<s>.outage.timeout.ms`` and then fail naming the call and the brokers.
-* **A source's flush waits for that source.** A producer that is not transactional (a container's output
-  under at-least-once) counts each source's messages not yet acknowledged (``deliveries``: one more at the
-  send, one less in its delivery report), and ``flush(source)`` polls librdkafka only until ``source``'s
-  count is 0, then raises ``source``'s failures: a task's commit waits for its own sends, not for the other
-  tasks' (librdkafka can only flush a whole producer). A transactional producer keeps transaction
-  semantics: its commit needs everything of the transaction acknowledged, so ``flush(source)`` waits (and,
-  when its flush commits, commits) for everything, but only when ``source`` sent since the last flush
-  began; the sources whose sends all came before it need no flush of their own, so a container's tasks
-  committing in turn pay one wait (one transaction of the changelog producer) per round, not one per task.
+* **A source's flush waits for that source.** With ``systems.<s>.flush.per.source``, a producer that is not
+  transactional (a container's output under at-least-once) counts each source's messages not yet
+  acknowledged (``deliveries``: one more at the send, one less in its delivery report), and
+  ``flush(source)`` waits only until ``source``'s count is 0, then raises ``source``'s failures: a task's
+  commit waits for its own sends, not for the other tasks' (librdkafka can only flush a whole producer);
+  each message's delivery report then costs about a microsecond of Python. Otherwise, and always for a
+  transactional producer (its commit needs everything of the transaction acknowledged), ``flush(source)``
+  waits (and, when its flush commits, commits) for everything, but only when ``source`` sent since the last
+  flush began; the sources whose sends all came before it need no flush of their own, so a container's
+  tasks committing in turn pay one wait (one transaction of the changelog producer) per round, not one per
+  task.
 * **Errors are never lost.** librdkafka reports failures asynchronously, in delivery reports (for every
   message of a counting producer, only failures otherwise: ``delivery.report.only.error``), which record
   them; the next ``flush`` (of the failed message's source, when counted) raises the first one, naming topic
@@ -99,12 +101,16 @@ class KafkaSystemProducer(SystemProducer):
         transaction_timeout_ms: int = 60_000,
         commit_on_flush: bool = True,
         writer_current: Callable[[WriterToken], bool] | None = None,
+        flush_per_source: bool = False,
     ) -> None:
         """``commit_on_flush``: a transactional producer's ``flush`` commits its transaction (at-least-once,
         where only changelogs are in it); false under exactly-once, where the container's commit ends the
         transaction after the checkpoints joined it (``commit_transaction``). ``writer_current``: whether the
         metadata store still names the writer's attempt, which tells a fence by the brokers (ridden out) from
-        one by a newer attempt; without it every fence is taken for a newer attempt's."""
+        one by a newer attempt; without it every fence is taken for a newer attempt's. ``flush_per_source``:
+        count each source's messages so that its flush waits for them only (``deliveries``; not transactional
+        producers)."""
+        self._flush_per_source = flush_per_source
         self._writer_current = writer_current
         self._replay: TransactionReplay | None = None
         """At-least-once, transactional: the open transaction's records, sent again if the brokers abort it."""
@@ -151,7 +157,8 @@ class KafkaSystemProducer(SystemProducer):
             return
         transactions = None
         writer = self._writer if self._transactional else None
-        counting = writer is None or not writer.pooled  # a transaction's commit needs everything flushed
+        # a transaction's commit needs everything flushed: only a producer without one counts per source
+        counting = self._flush_per_source and (writer is None or not writer.pooled)
         overrides: dict[str, Any] = {"delivery.report.only.error": not counting, "on_delivery": self._on_delivery}
         if writer is not None and writer.pooled:
             settings = self.kafka.settings

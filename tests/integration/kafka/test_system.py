@@ -446,10 +446,38 @@ def test_a_delivery_failure_surfaces_at_the_next_flush_naming_topic_and_partitio
     assert [m.value() for m in read_all(bootstrap, topic, 1)] == [b"small"]
 
 
+def test_a_sources_flush_waits_only_when_that_source_sent_since_the_last_flush(bootstrap, topic_name):
+    """Issue 40: a task's commit flushed the whole container's producer. A source that sent nothing since the
+    last flush began (that flush covered all it sent) returns at once, leaving the other source's record to
+    its linger; a source with records of its own waits (librdkafka flushes no subset: for everything). This is
+    the default (``systems.<s>.flush.per.source`` off)."""
+    topic = topic_name()
+    create_topic(bootstrap, topic, 1)
+    producer = started_producer(kafka_config(bootstrap, systems__kafka__producer__linger__ms=60_000))
+    stream = SystemStream(SYSTEM, topic)
+    try:
+        producer.send("a", OutgoingMessageEnvelope(stream, b"a1"))
+        producer.flush("b")
+        assert len(producer._producer) == 1, "b's flush waited for a's record"
+        producer.flush("a")
+        assert len(producer._producer) == 0
+        producer.send("b", OutgoingMessageEnvelope(stream, b"b1"))
+        producer.send("a", OutgoingMessageEnvelope(stream, b"a2"))
+        producer.flush("b")
+        assert len(producer._producer) == 0, "b's flush covers a's record sent before it"
+        producer.send("b", OutgoingMessageEnvelope(stream, b"b2"))
+        producer.flush("a")  # a's records all preceded b's flush: nothing of its own to wait for
+        assert len(producer._producer) == 1
+    finally:
+        producer.stop()  # flushes everything, whoever sent it
+    assert [m.value() for m in read_all(bootstrap, topic, 1)] == [b"a1", b"b1", b"a2", b"b2"]
+
+
 def test_a_sources_flush_does_not_wait_for_another_sources_sends_and_raises_only_its_own_failures(
     bootstrap, topic_name
 ):
-    """Issue 40: a task's commit flushed the whole container's producer. Source b sends to a topic deleted after
+    """Issue 40 (``systems.<s>.flush.per.source``): a task's commit flushed the whole container's producer.
+    Source b sends to a topic deleted after
     the producer looked it up (the broker refuses the record and librdkafka retries it until
     ``message.timeout.ms``); a's flush (sending at once what waits for ``linger.ms``) returns once a's own record
     is acknowledged, with b's still outstanding, and b's flush raises b's failure, never a's."""
@@ -458,7 +486,10 @@ def test_a_sources_flush_does_not_wait_for_another_sources_sends_and_raises_only
     create_topic(bootstrap, gone, 1)
     producer = started_producer(
         kafka_config(
-            bootstrap, systems__kafka__producer__message__timeout__ms=5_000, systems__kafka__producer__linger__ms=2_000
+            bootstrap,
+            systems__kafka__flush__per__source="true",
+            systems__kafka__producer__message__timeout__ms=5_000,
+            systems__kafka__producer__linger__ms=2_000,
         )
     )
     try:
