@@ -109,10 +109,11 @@ def stale_attempt_dirs(store_dir: Path) -> list[Path]:
     base = base_dir(store_dir)
     prefix = base.name + ATTEMPT_SEPARATOR
     owner = base.name + OWNER_SUFFIX
+    own, base_name = store_dir.name, base.name  # once, not per entry: the listing holds every task's entries
     return sorted(
         base.parent / name
         for name in _names_in(base.parent)
-        if name != store_dir.name and (name == base.name or (name.startswith(prefix) and name != owner))
+        if (name == base_name or (name.startswith(prefix) and name != owner)) and name != own
     )
 
 

@@ -52,6 +52,7 @@ class KafkaSystemFactory(SystemFactory):
             default_partitions=kafka.settings.default_partitions,
             default_replication_factor=kafka.settings.default_replication_factor,
             transactional=kafka.settings.transactional_writes,
+            flush_per_source=kafka.settings.flush_per_source,
             transaction_timeout_ms=producer_transaction_timeout_ms(kafka, TaskConfig.of(config).commit_ms),
             commit_on_flush=not TaskConfig.of(config).exactly_once,
             writer_current=lambda writer: writer_is_current(self.context, writer),

@@ -18,15 +18,22 @@
   Sends and flushes of a transactional producer come from one thread at a time (the container's run loop).
 * **Riding out outages.** Topic metadata, flushes and transaction commits retry transient errors until
   ``systems.<s>.outage.timeout.ms`` and then fail naming the call and the brokers.
-* **A source's flush waits for that source.** ``flush(source)`` waits (and, for a transactional producer
-  whose flush commits, commits) only when ``source`` sent since the last flush began; librdkafka cannot
-  flush a subset, so such a flush waits for everything, and the sources whose sends all came before it
-  need no flush of their own. A container's tasks committing in turn thus pay one wait (one transaction of
-  the changelog producer) per round rather than one per task, which grew with the tasks.
-* **Errors are never lost.** librdkafka reports failures asynchronously; the delivery callback only
-  fires for failures (``delivery.report.only.error``) and records them, and the next ``flush``
-  raises the first one, naming topic and partition. A record too large for the producer is refused
-  at ``send``, one too large for the topic at the next ``flush``, both naming the topic.
+* **A source's flush waits for that source.** With ``systems.<s>.flush.per.source``, a producer that is not
+  transactional (a container's output under at-least-once) counts each source's messages not yet
+  acknowledged (``deliveries``: one more at the send, one less in its delivery report), and
+  ``flush(source)`` waits only until ``source``'s count is 0, then raises ``source``'s failures: a task's
+  commit waits for its own sends, not for the other tasks' (librdkafka can only flush a whole producer);
+  each message's delivery report then costs about a microsecond of Python. Otherwise, and always for a
+  transactional producer (its commit needs everything of the transaction acknowledged), ``flush(source)``
+  waits (and, when its flush commits, commits) for everything, but only when ``source`` sent since the last
+  flush began; the sources whose sends all came before it need no flush of their own, so a container's
+  tasks committing in turn pay one wait (one transaction of the changelog producer) per round, not one per
+  task.
+* **Errors are never lost.** librdkafka reports failures asynchronously, in delivery reports (for every
+  message of a counting producer, only failures otherwise: ``delivery.report.only.error``), which record
+  them; the next ``flush`` (of the failed message's source, when counted) raises the first one, naming topic
+  and partition. A record too large for the producer is refused at ``send``, one too large for the topic at
+  the next ``flush``, both naming the topic.
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ from millstream.systems.kafka.client import (
     topic_partitions,
 )
 from millstream.systems.kafka.config import KafkaClientSettings
+from millstream.systems.kafka.deliveries import SourceDeliveries
 from millstream.systems.kafka.errors import (
     KafkaProduceError,
     KafkaRecordTooLargeError,
@@ -72,6 +80,10 @@ _PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
 """Delivery failures of the records an aborted transaction held: what the abort means, not a failure."""
 SERVE_EVERY = 1000
 """Sends between two ``poll(0)`` calls, which serve librdkafka's callbacks (failures, logs)."""
+SOURCE_WAIT_S = 0.02
+"""Longest wait of one bounded ``flush`` while a source's flush waits for its count to reach 0: it returns early
+only once every source's messages are acknowledged, so the source's count is looked at again this often (the
+most a source's flush waits past its own last acknowledgement)."""
 
 
 class KafkaSystemProducer(SystemProducer):
@@ -89,12 +101,16 @@ class KafkaSystemProducer(SystemProducer):
         transaction_timeout_ms: int = 60_000,
         commit_on_flush: bool = True,
         writer_current: Callable[[WriterToken], bool] | None = None,
+        flush_per_source: bool = False,
     ) -> None:
         """``commit_on_flush``: a transactional producer's ``flush`` commits its transaction (at-least-once,
         where only changelogs are in it); false under exactly-once, where the container's commit ends the
         transaction after the checkpoints joined it (``commit_transaction``). ``writer_current``: whether the
         metadata store still names the writer's attempt, which tells a fence by the brokers (ridden out) from
-        one by a newer attempt; without it every fence is taken for a newer attempt's."""
+        one by a newer attempt; without it every fence is taken for a newer attempt's. ``flush_per_source``:
+        count each source's messages so that its flush waits for them only (``deliveries``; not transactional
+        producers)."""
+        self._flush_per_source = flush_per_source
         self._writer_current = writer_current
         self._replay: TransactionReplay | None = None
         """At-least-once, transactional: the open transaction's records, sent again if the brokers abort it."""
@@ -125,6 +141,11 @@ class KafkaSystemProducer(SystemProducer):
         """Sources that sent since the last flush began (``flush``); changed under ``_lock``."""
         self._last_source: str | None = None
         """The source that sent last, already in ``_sent_since_flush``: a send by it skips the set."""
+        self._deliveries: dict[str, SourceDeliveries] | None = None
+        """Per source, its messages not yet acknowledged (a producer that is not transactional); None: not
+        counted (transactional: a flush covers everything)."""
+        self._counted: tuple[str | None, SourceDeliveries | None] = (None, None)
+        """The source that sent last and its count: one reference, so threads see them together."""
 
     def set_writer(self, writer: WriterToken) -> None:
         self._writer = writer
@@ -134,13 +155,16 @@ class KafkaSystemProducer(SystemProducer):
         container's pooled producer then takes over its transactional id, fencing earlier attempts."""
         if self._producer is not None:
             return
-        overrides: dict[str, Any] = {"delivery.report.only.error": True, "on_delivery": self._on_delivery}
         transactions = None
-        if self._transactional and self._writer is not None and self._writer.pooled:
+        writer = self._writer if self._transactional else None
+        # a transaction's commit needs everything flushed: only a producer without one counts per source
+        counting = self._flush_per_source and (writer is None or not writer.pooled)
+        overrides: dict[str, Any] = {"delivery.report.only.error": not counting, "on_delivery": self._on_delivery}
+        if writer is not None and writer.pooled:
             settings = self.kafka.settings
             transactions = ProducerTransactions(
                 self.system,
-                self._writer,
+                writer,
                 settings.outage_timeout_ms,
                 self.kafka.bootstrap_servers,
                 request_timeout_ms=settings.operation_timeout_ms,
@@ -153,6 +177,8 @@ class KafkaSystemProducer(SystemProducer):
         if transactions is not None:
             transactions.start(producer)
         self._transactions = transactions
+        self._deliveries = {} if counting else None
+        self._counted = (None, None)
         if transactions is not None and self._commit_on_flush:
             self._replay = TransactionReplay()
         self._use(producer)
@@ -177,19 +203,49 @@ class KafkaSystemProducer(SystemProducer):
             raise
 
     def _record_failure(self, error: KafkaError, message: Message) -> None:
+        failure = self._failure(error, message)
+        if failure is None:
+            return
+        with self._lock:
+            self._failed += 1
+            if len(self._failures) < 10:
+                self._failures.append(failure)
+
+    def _failure(self, error: KafkaError, message: Message) -> KafkaProduceError | None:
+        """What a failed delivery means: None for a fence (raised, or ridden out, by the next send or flush) and
+        for an aborted transaction's purged records (its abort's doing)."""
         topic = message.topic() or "?"
         partition = message.partition()
         offset = message.offset()
         transactions = self._transactions
         if transactions is not None and (transactions.fenced_by(error) is not None or error.code() in _PURGED):
-            return  # a fence is raised (or ridden out) by the next send or flush; purged: its abort's doing
+            return None
         kind = KafkaRecordTooLargeError if error.code() in _TOO_LARGE else KafkaProduceError
         size = len(message.value() or b"")
-        failure = kind(self.system, topic, partition, offset, f"{error.str()} (record of {size} bytes)")
+        return kind(self.system, topic, partition, offset, f"{error.str()} (record of {size} bytes)")
+
+    def _source_failure(self, error: KafkaError, message: Message) -> KafkaProduceError | None:
+        """``_failure`` for a counted source's delivery report, translating a pending fatal error as
+        ``_on_delivery`` does."""
+        try:
+            return self._failure(error, message)
+        except SystemError as failure:
+            if isinstance(failure.__cause__, KafkaException):
+                raise failure.__cause__ from None
+            raise
+
+    def _count_for(self, source: str) -> tuple[str | None, SourceDeliveries | None]:
+        """``source`` and its count (made at its first send), now the last to send; (source, None) when the
+        producer does not count."""
+        deliveries = self._deliveries
+        if deliveries is None:
+            return (source, None)
         with self._lock:
-            self._failed += 1
-            if len(self._failures) < 10:
-                self._failures.append(failure)
+            counted = deliveries.get(source)
+            if counted is None:
+                counted = deliveries[source] = SourceDeliveries(self._source_failure)
+        self._counted = (source, counted)
+        return self._counted
 
     def send(self, source: str, envelope: OutgoingMessageEnvelope) -> None:
         """Hand one message to librdkafka (it batches, sends and retries in the background).
@@ -207,6 +263,28 @@ class KafkaSystemProducer(SystemProducer):
         transactions = self._transactions
         if transactions is not None and transactions.fenced is not None:
             self._ride_out(transactions.fenced, self._ride_out_deadline())
+        counted_source, counted = self._counted
+        if source is not counted_source:
+            counted_source, counted = self._count_for(source)
+        if counted is None:
+            self._send_one(envelope, topic, count, None)
+            if source is not self._last_source:  # after the produce: see ``_begin_flush``
+                self._sent_by(source)
+        else:
+            counted.sent += 1  # before the produce: see ``deliveries``
+            try:
+                self._send_one(envelope, topic, count, counted.delivered)
+            except BaseException:
+                counted.sent -= 1
+                raise
+        self._unserved += 1
+        if self._unserved >= SERVE_EVERY:
+            self._unserved = 0
+            self._serve(topic)
+
+    def _send_one(
+        self, envelope: OutgoingMessageEnvelope, topic: str, count: int, on_delivery: Callable[..., None] | None
+    ) -> None:
         key = envelope.key
         partition = envelope.partition
         if (
@@ -215,18 +293,12 @@ class KafkaSystemProducer(SystemProducer):
             or (envelope.partition_key is not None and envelope.partition_key != key)
             or (partition is not None and not 0 <= partition < count)
         ):
-            self._send_special(envelope, topic, count)
+            self._send_special(envelope, topic, count, on_delivery)
         else:
             try:
-                self._produce(topic, envelope.message, key, -1 if partition is None else partition)
+                self._produce(topic, envelope.message, key, -1 if partition is None else partition, on_delivery)
             except (BufferError, KafkaException, TypeError):
-                self._send_special(envelope, topic, count)
-        if source is not self._last_source:  # after the produce: see ``_begin_flush``
-            self._sent_by(source)
-        self._unserved += 1
-        if self._unserved >= SERVE_EVERY:
-            self._unserved = 0
-            self._serve(topic)
+                self._send_special(envelope, topic, count, on_delivery)
 
     def send_batch(
         self, source: str, stream: SystemStream, messages: Sequence[bytes | None], keys: Sequence[bytes | None] | None
@@ -241,20 +313,37 @@ class KafkaSystemProducer(SystemProducer):
         transactions = self._transactions
         if transactions is not None and transactions.fenced is not None:
             self._ride_out(transactions.fenced, self._ride_out_deadline())
+        counted_source, counted = self._counted
+        if source is not counted_source:
+            counted_source, counted = self._count_for(source)
         produce = self._produce
+        on_delivery = None if counted is None else counted.delivered
         for message, key in zip(messages, repeat(None) if keys is None else keys, strict=False):
+            if counted is not None:
+                counted.sent += 1
             try:
-                produce(topic, message, key)
+                produce(topic, message, key, -1, on_delivery)
             except (BufferError, KafkaException, TypeError):
-                self._send_special(OutgoingMessageEnvelope(stream, message, key), topic, count)
-        if source is not self._last_source:
+                try:
+                    self._send_special(OutgoingMessageEnvelope(stream, message, key), topic, count, on_delivery)
+                except BaseException:
+                    if counted is not None:
+                        counted.sent -= 1
+                    raise
+        if counted is None and source is not self._last_source:
             self._sent_by(source)
         self._unserved += len(messages)
         if self._unserved >= SERVE_EVERY:
             self._unserved = 0
             self._serve(topic)
 
-    def _send_special(self, envelope: OutgoingMessageEnvelope, topic: str, count: int) -> None:
+    def _send_special(
+        self,
+        envelope: OutgoingMessageEnvelope,
+        topic: str,
+        count: int,
+        on_delivery: Callable[..., None] | None = None,
+    ) -> None:
         producer = self._producer
         if producer is None:
             raise KafkaSystemError(f"the producer of Kafka system '{self.system}' is not started")
@@ -276,11 +365,13 @@ class KafkaSystemProducer(SystemProducer):
         while True:
             try:
                 if timestamp is None and not headers:
-                    producer.produce(topic, value, key, partition)
+                    producer.produce(topic, value, key, partition, on_delivery)
                 else:
                     if timestamp is not None and timestamp <= 0:
                         raise self._unrepresentable_timestamp(topic, timestamp)
-                    producer.produce(topic, value, key, partition, timestamp=timestamp or 0, headers=headers or None)
+                    producer.produce(
+                        topic, value, key, partition, on_delivery, timestamp=timestamp or 0, headers=headers or None
+                    )
                 if self._replay is not None:
                     self._replay.record(topic, value, key, partition, timestamp, headers or None)
                 break
@@ -421,13 +512,35 @@ class KafkaSystemProducer(SystemProducer):
             self._last_source = None
 
     def flush(self, source: str) -> None:
-        """Wait until everything ``source`` sent is acknowledged (see the module docstring: when it sent since
-        the last flush began, everything sent by every source); raise the first failure.
+        """Wait until everything ``source`` sent is acknowledged (see the module docstring: a transactional
+        producer's, when it sent since the last flush began, waits for everything sent by every source); raise
+        the first failure (``source``'s, when counted).
 
         librdkafka fails a message only after ``message.timeout.ms`` (default 5 minutes) of retries, so
         a broker that restarts meanwhile delays the flush but loses nothing.
         """
-        self._flush(source)
+        deliveries = self._deliveries
+        producer = self._producer
+        if deliveries is None or producer is None:
+            self._flush(source)
+            return
+        counted = deliveries.get(source)
+        if counted is not None:
+            if counted.outstanding > 0:
+                self._await(lambda: self._poll_until_done(producer, counted), "of this source's ")
+            self._raise_failures(counted)
+        self._raise_failures()
+
+    def _poll_until_done(self, producer: Producer, counted: SourceDeliveries) -> int:
+        """One ``flush`` of up to ``SOURCE_WAIT_S`` unless ``counted`` is done; what it still waits for. A bounded
+        flush rather than a ``poll``: it serves the delivery reports as a poll does, and makes librdkafka send
+        what waits for ``linger.ms`` at once, which a poll does not."""
+        if counted.outstanding > 0:
+            try:
+                producer.flush(SOURCE_WAIT_S)
+            except KafkaException as error:
+                raise self._produce_error(error, "*", None, None) from None
+        return max(counted.outstanding, 0)
 
     def _flush(self, source: str | None) -> None:
         """``flush`` of ``source``, or of everything (None)."""
@@ -482,23 +595,30 @@ class KafkaSystemProducer(SystemProducer):
     def _await_deliveries(self, producer: Producer) -> None:
         """Wait until librdkafka has every message acknowledged (it retries them through broker restarts and
         network cuts); fails, naming the brokers, once none was acknowledged for ``outage.timeout.ms``."""
+        self._await(lambda: self._flush_once(producer), "")
+        for counted in list((self._deliveries or {}).values()):
+            self._raise_failures(counted)
+        self._raise_failures()
+
+    def _await(self, wait_once: Callable[[], int], whose: str) -> None:
+        """Call ``wait_once`` (which waits a little, returning the messages still unacknowledged) until none is
+        left; fail, naming the brokers, once none was acknowledged for ``outage.timeout.ms``."""
         stall_s = self.kafka.settings.outage_timeout_ms / 1000
         waited = progressed = time.monotonic()
-        remaining = len(producer)
-        while (left := self._flush_once(producer)) > 0:
+        remaining = None
+        while (left := wait_once()) > 0:
             now = time.monotonic()
-            if left < remaining:
+            if remaining is None or left < remaining:
                 remaining, progressed = left, now
             elif now - progressed >= stall_s:
                 raise KafkaProduceError(
                     self.system, "*", None, None,
-                    f"flushing failed: {left} message(s) not acknowledged by the brokers at "
+                    f"flushing failed: {left} message(s) {whose}not acknowledged by the brokers at "
                     f"{self.kafka.bootstrap_servers}, none for {self._deadline_text()}",
                 )  # fmt: skip
             if now - waited > 30:
-                log.warning("Kafka system '%s': %d message(s) not acknowledged yet", self.system, left)
+                log.warning("Kafka system '%s': %d message(s) %snot acknowledged yet", self.system, left, whose)
                 waited = now
-        self._raise_failures()
 
     def _flush_once(self, producer: Producer) -> int:
         """One ``flush`` of up to a second; the fatal error it may raise (a fenced producer) is translated as a
@@ -508,10 +628,15 @@ class KafkaSystemProducer(SystemProducer):
         except KafkaException as error:
             raise self._produce_error(error, "*", None, None) from None
 
-    def _raise_failures(self) -> None:
-        with self._lock:
-            failures, self._failures = self._failures, []
-            failed, self._failed = self._failed, 0
+    def _raise_failures(self, counted: SourceDeliveries | None = None) -> None:
+        """Raise the first failure recorded since the last call (of ``counted``'s source, or of the messages
+        sent without a count), naming how many more failed."""
+        if counted is not None:
+            failures, failed = counted.take_failures()
+        else:
+            with self._lock:
+                failures, self._failures = self._failures, []
+                failed, self._failed = self._failed, 0
         if failures:
             first = failures[0]
             if failed > 1:

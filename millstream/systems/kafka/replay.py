@@ -33,11 +33,13 @@ class TransactionReplay:
         self.records: list[Record] = []
 
     def recording(self, produce: Callable[..., Any]) -> Callable[..., None]:
-        """``produce(topic, value, key, partition)`` that keeps what it sent (after librdkafka took it)."""
+        """``produce(topic, value, key, partition, on_delivery)`` that keeps what it sent (after librdkafka took it)."""
         append = self.records.append
 
-        def produce_recorded(topic: str, value: Any, key: Any = None, partition: int = -1) -> None:
-            produce(topic, value, key, partition)
+        def produce_recorded(
+            topic: str, value: Any, key: Any = None, partition: int = -1, on_delivery: Any = None
+        ) -> None:
+            produce(topic, value, key, partition, on_delivery)
             append((topic, value, key, partition, None, None))
 
         return produce_recorded

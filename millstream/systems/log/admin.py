@@ -1,7 +1,9 @@
 """Metadata and lifecycle of log streams: offsets, creation, deletion, retention and sealing.
 
-Partition files are opened per call and closed again, so an admin never holds a handle to a stream
-another process has meanwhile deleted and re-created.
+Partition files are kept open in a bounded pool (``open_partitions``, ``systems.<s>.admin.open.partitions.max``)
+so the same partitions asked about at every commit are not opened again each time; a pooled file that another
+process has meanwhile deleted or re-created is reopened before it answers, so an admin never reports a stale
+stream.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 
 from millstream.model import SystemStreamPartition
 from millstream.systems.base import (
@@ -23,6 +26,7 @@ from millstream.systems.log.consumer import parse_offset
 from millstream.systems.log.errors import LogSystemError
 from millstream.systems.log.expiry import Reaper
 from millstream.systems.log.layout import LogLayout
+from millstream.systems.log.open_partitions import Opener, OpenPartitions
 from millstream.systems.log.storage import LogPartition, PartitionState
 from millstream.systems.log.transactions import wall_clock_ms
 
@@ -53,14 +57,28 @@ class LogSystemAdmin(SystemAdmin):
         fsync: bool = False,
         retention_ms: int = -1,
         clock: Callable[[], int] = wall_clock_ms,
+        max_open_partitions: int = 256,
+        opener: Opener | None = None,
     ) -> None:
+        """``max_open_partitions`` bounds the partition files kept open between queries (0: none);
+        ``opener`` opens one (default: ``LogPartition``)."""
         self.system = system
         self.layout = layout
         self._fsync = fsync
         self._retention_ms = retention_ms
         self._reaper = Reaper(system, layout, fsync=fsync, clock=clock)
+        self._open = OpenPartitions(max_open_partitions, opener or self._open_partition)
+
+    @property
+    def max_open_partitions(self) -> int:
+        """Partition files kept open between queries at most (``systems.<s>.admin.open.partitions.max``)."""
+        return self._open.max_open
+
+    def _open_partition(self, path: Path, stream: str, partition: int) -> LogPartition:
+        return LogPartition(path, stream, partition, fsync=self._fsync)
 
     def stop(self) -> None:
+        self._open.close()
         self._reaper.close()
 
     def _settled(self, log: LogPartition) -> PartitionState:
@@ -78,11 +96,8 @@ class LogSystemAdmin(SystemAdmin):
             raise LogSystemError(
                 f"log stream '{stream}' has partitions 0..{info.partition_count - 1}, not partition {partition}"
             )
-        log = LogPartition(self.layout.partition_path(stream, partition), stream, partition, fsync=self._fsync)
-        try:
+        with self._open.partition(self.layout.partition_path(stream, partition), stream, partition) as log:
             yield log
-        finally:
-            log.close()
 
     def get_system_stream_metadata(self, streams: Iterable[str]) -> dict[str, SystemStreamMetadata]:
         result = {}
@@ -170,6 +185,7 @@ class LogSystemAdmin(SystemAdmin):
         return self.layout.claim(stream, owner, takeover_key, takeover=takeover)
 
     def clear_stream(self, spec: StreamSpec) -> bool:
+        self._open.forget_stream(spec.physical_name)
         return self.layout.delete(spec.physical_name)
 
     def list_streams(self) -> list[str]:

@@ -43,6 +43,13 @@ class LogSystemConfig(ConfigView):
     good holds readers of its partitions for at most this long. Must exceed ``task.commit.ms``: a live
     container's transactions last about one commit interval. Hosts sharing the log compare deadlines on their
     wall clocks."""
+    admin_open_partitions_max: int = Field(256, alias="admin.open.partitions.max", ge=0)
+    """Partition files the system's admin keeps open between metadata queries (each holds about three file
+    descriptors), the least recently asked about closed first: a container's tasks ask about their changelog and
+    input partitions at every commit and at start-up, and reopening a file costs more than the query. A file
+    deleted or re-created since is reopened before it answers. 0 opens and closes the file around each query;
+    raise it up to about a third of ``ulimit -n`` (less the consumers' own open partitions) for containers with
+    more partitions than this that commit often."""
 
     @classmethod
     def for_system(cls, config: Config, system: str) -> LogSystemConfig:

@@ -32,6 +32,7 @@ class LogSystemFactory(SystemFactory):
             LogLayout(settings.root(config), system_name),
             fsync=settings.fsync,
             retention_ms=settings.retention_ms,
+            max_open_partitions=settings.admin_open_partitions_max,
         )
 
     def get_consumer(self, system_name: str, config: Config) -> LogSystemConsumer:

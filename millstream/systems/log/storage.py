@@ -328,6 +328,13 @@ class LogPartition:
     def _error(self, detail: str) -> LogStorageError:
         return LogStorageError(self.stream, self.partition, self.path, detail)
 
+    def is_current(self) -> bool:
+        """Whether the file at ``path`` is still the one this partition opened (not deleted or replaced)."""
+        try:
+            return _identity(self.path) == self._identity
+        except FileNotFoundError:
+            return False
+
     def _check_file(self) -> None:
         """Refuse to go on with a file that was deleted or replaced (its stream cleared or re-created).
 

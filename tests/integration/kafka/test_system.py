@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError, StreamNotFoundError
@@ -15,6 +16,7 @@ from millstream.systems.kafka.errors import (
     KafkaBrokersUnreachableError,
     KafkaClientConfigError,
     KafkaOffsetOutOfRangeError,
+    KafkaProduceError,
     KafkaRecordTooLargeError,
     KafkaSystemError,
 )
@@ -447,7 +449,8 @@ def test_a_delivery_failure_surfaces_at_the_next_flush_naming_topic_and_partitio
 def test_a_sources_flush_waits_only_when_that_source_sent_since_the_last_flush(bootstrap, topic_name):
     """Issue 40: a task's commit flushed the whole container's producer. A source that sent nothing since the
     last flush began (that flush covered all it sent) returns at once, leaving the other source's record to
-    its linger; a source with records of its own waits (librdkafka flushes no subset: for everything)."""
+    its linger; a source with records of its own waits (librdkafka flushes no subset: for everything). This is
+    the default (``systems.<s>.flush.per.source`` off)."""
     topic = topic_name()
     create_topic(bootstrap, topic, 1)
     producer = started_producer(kafka_config(bootstrap, systems__kafka__producer__linger__ms=60_000))
@@ -468,6 +471,47 @@ def test_a_sources_flush_waits_only_when_that_source_sent_since_the_last_flush(b
     finally:
         producer.stop()  # flushes everything, whoever sent it
     assert [m.value() for m in read_all(bootstrap, topic, 1)] == [b"a1", b"b1", b"a2", b"b2"]
+
+
+def test_a_sources_flush_does_not_wait_for_another_sources_sends_and_raises_only_its_own_failures(
+    bootstrap, topic_name
+):
+    """Issue 40 (``systems.<s>.flush.per.source``): a task's commit flushed the whole container's producer.
+    Source b sends to a topic deleted after
+    the producer looked it up (the broker refuses the record and librdkafka retries it until
+    ``message.timeout.ms``); a's flush (sending at once what waits for ``linger.ms``) returns once a's own record
+    is acknowledged, with b's still outstanding, and b's flush raises b's failure, never a's."""
+    good, gone = topic_name(), topic_name()
+    create_topic(bootstrap, good, 1)
+    create_topic(bootstrap, gone, 1)
+    producer = started_producer(
+        kafka_config(
+            bootstrap,
+            systems__kafka__flush__per__source="true",
+            systems__kafka__producer__message__timeout__ms=5_000,
+            systems__kafka__producer__linger__ms=2_000,
+        )
+    )
+    try:
+        producer.send("b", OutgoingMessageEnvelope(SystemStream(SYSTEM, gone), b"b0"))
+        producer.flush("b")  # the producer knows the topic and its leader
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.delete_topics([gone])[gone].result(30)
+        producer.send("b", OutgoingMessageEnvelope(SystemStream(SYSTEM, gone), b"b1"))
+        producer.send("a", OutgoingMessageEnvelope(SystemStream(SYSTEM, good), b"a1"))
+        producer.flush("a")
+        assert producer._deliveries is not None
+        assert producer._deliveries["a"].outstanding == 0
+        assert producer._deliveries["b"].outstanding == 1, "a's flush waited for b's record"
+        assert [m.value() for m in read_all(bootstrap, good, 1)] == [b"a1"]
+        with pytest.raises(KafkaProduceError, match=f"topic '{gone}' partition 0"):
+            producer.flush("b")
+        assert producer._deliveries["b"].outstanding == 0
+        producer.send("a", OutgoingMessageEnvelope(SystemStream(SYSTEM, good), b"a2"))
+        producer.flush("a")  # b's failure was b's: a's flush does not raise it
+    finally:
+        producer.stop()
+    assert [m.value() for m in read_all(bootstrap, good, 1)] == [b"a1", b"a2"]
 
 
 def test_a_transactional_producer_commits_once_for_the_sources_a_flush_covered(bootstrap, topic_name, monkeypatch):

@@ -28,6 +28,7 @@ def test_config_keys_are_the_documented_settings() -> None:
         "default.partitions",
         "retention.ms",
         "transaction.timeout.ms",
+        "admin.open.partitions.max",
     }
 
 
