@@ -10,7 +10,10 @@ Three curves, each relative to its smallest point, on the embedded log and the i
                     ``--messages`` messages whose event time moves 1 ms per message. For each P: the job
                     with watermarks suppressed (``app.control.watermark.interval.ms`` one hour: one
                     watermark and end-of-stream per producer, the baseline "without event time"), with
-                    broadcast watermarks and with ``app.control.aggregation``; control records per user
+                    broadcast watermarks — on their timers only (``timer``:
+                    ``app.watermark.window.boundaries=false``, as before issue 31) and, the default, also
+                    at once when they pass a window's end (``broadcast``) — and with
+                    ``app.control.aggregation``; control records per user
                     record written to the intermediate stream, wall time against the baseline, and how
                     long after the last source message the last sink task saw end-of-stream, and from the last
                     user record a downstream task read until then (the control path alone).
@@ -112,6 +115,7 @@ def fan_out_run(root: Path, partitions: int, messages: int, mode: str) -> FanOut
                 "app.intermediate.partitions": partitions,
                 "app.control.aggregation": str(mode == "aggregated").lower(),
                 "app.control.watermark.interval.ms": 3_600_000 if mode == "baseline" else 200,
+                "app.watermark.window.boundaries": str(mode not in ("baseline", "timer")).lower(),
                 "systems.log.samza.offset.default": "oldest",
                 "task.commit.ms": 10_000,
                 "bench.run": run,
@@ -143,7 +147,7 @@ def fan_out(root: Path, sizes: list[int], messages: int) -> None:
     )
     for size in sizes:
         baseline = None
-        for mode in ("baseline", "broadcast", "aggregated"):
+        for mode in ("baseline", "timer", "broadcast", "aggregated"):
             row = fan_out_run(root, size, messages, mode)
             baseline = baseline or row.seconds
             print(

@@ -87,7 +87,7 @@ def build_task_graph(context: TaskContext) -> tuple[TaskGraph, ControlState, lis
                 quorum_percentage=task.watermark_quorum_percentage,
                 max_out_of_orderness_ms=app.watermark_max_out_of_orderness_ms,
                 watermark_interval_ms=app.control_watermark_interval_ms,
-                watermark_boundary_ms=watermark_boundary_ms(application),
+                watermark_boundary_ms=watermark_boundary_ms(application) if app.watermark_window_boundaries else 0,
             ),
             comparators={system: admin.offset_comparator for system, admin in admins.items()},
             run_id=coordination.job_run_id(config, generation),
