@@ -45,9 +45,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from millstream.control.boundary import crosses
 from millstream.control.framing import MessageType, frame_control_message
 from millstream.control.messages import (
     MAX_WATERMARK,
+    MIN_WATERMARK,
     ControlMessage,
     DrainMessage,
     EndOfStreamMessage,
@@ -131,9 +133,12 @@ class ControlEvents:
     finish: tuple[SystemStream, ...] = ()
     drained: tuple[SystemStreamPartition, ...] = ()
     drain: tuple[SystemStream, ...] = ()
+    flush: bool = False
+    """Aggregate mode: a watermark that passed a window boundary was deferred for a flush of the task's
+    output; flush now (then ``on_flush``) rather than at the next tick, so the window is not kept waiting."""
 
     def __bool__(self) -> bool:
-        return bool(self.sends or self.ended or self.advance or self.finish or self.drained or self.drain)
+        return bool(self.sends or self.ended or self.advance or self.finish or self.drained or self.drain or self.flush)
 
 
 NO_EVENTS = ControlEvents()
@@ -345,11 +350,15 @@ class ControlProtocol:
     def on_output_watermark(self, stream: SystemStream, watermark: int) -> ControlEvents:
         """The task's watermark of a produced stream advanced: sent now if the stream's interval passed,
         else held back for the timer (``pacing``)."""
-        if not self.output_pacer.offer(stream, watermark, self.clock()):
+        pacer = self.output_pacer
+        boundary = crosses(pacer.last_mark.get(stream, MIN_WATERMARK), watermark, pacer.boundary_ms)
+        if not pacer.offer(stream, watermark, self.clock()):
             self.changed = True  # the held-back watermark is part of the snapshot
             return NO_EVENTS
         sends = self._watermark_sends(stream, watermark)
-        return ControlEvents(sends=sends) if sends else NO_EVENTS
+        if sends:
+            return ControlEvents(sends=sends)
+        return ControlEvents(flush=True) if boundary and self.deferred else NO_EVENTS
 
     def _watermark_sends(self, stream: SystemStream, watermark: int) -> tuple[ControlSend, ...]:
         produced = self.produced[stream]

@@ -390,12 +390,18 @@ class TaskGraph:
         self._bind(collector, coordinator)
         self.apply(self.control.on_timer())
         if self.control.wants_commit:
-            flush = getattr(collector, "flush", None)
-            if flush is None:
-                coordinator.commit()
-            else:
-                flush()
-                self.apply(self.control.on_flush())
+            self._flush_for_control()
+
+    def _flush_for_control(self) -> None:
+        """Flush the task's output so the control messages held back for it go out (the aggregate route)."""
+        collector, coordinator = self.context.collector, self.context.coordinator
+        flush = getattr(collector, "flush", None)
+        if flush is None:
+            assert coordinator is not None
+            coordinator.commit()
+        else:
+            flush()
+            self.apply(self.control.on_flush())
 
     def partition_ended(
         self, ssp: SystemStreamPartition, collector: MessageCollector, coordinator: TaskCoordinator
@@ -596,6 +602,8 @@ class TaskGraph:
             if not impl.ended:  # an input that ended for good stays ended
                 impl.drained = True
                 impl.finish()
+        if events.flush:
+            self._flush_for_control()
 
     def _send_frame(self, send: ControlSend) -> None:
         self.context.send(OutgoingMessageEnvelope(send.stream, send.frame, None, partition=send.partition))

@@ -256,15 +256,30 @@ def test_a_negative_boundary_period_is_refused():
         WatermarkPacer(INTERVAL_MS, -1)
 
 
-def boundary_producer(clock: FakeClock, interval_ms: int = INTERVAL_MS) -> ControlProtocol:
+def boundary_producer(clock: FakeClock, interval_ms: int = INTERVAL_MS, aggregate: bool = False) -> ControlProtocol:
     return ControlProtocol(
         "Partition 0",
         frozenset({A0}),
         sources=[SourceInput(SOURCE, frozenset({A0}), 0)],
         produced=[ProducedStream(OUT, 3, 2)],
-        settings=ProtocolSettings(watermark_interval_ms=interval_ms, watermark_boundary_ms=BOUNDARY_MS),
+        settings=ProtocolSettings(
+            aggregate=aggregate, watermark_interval_ms=interval_ms, watermark_boundary_ms=BOUNDARY_MS
+        ),
         clock=clock,
     )
+
+
+def test_aggregated_a_boundary_watermark_asks_for_a_flush_instead_of_waiting_for_the_timer():
+    clock = FakeClock()
+    protocol = boundary_producer(clock, aggregate=True)
+    assert protocol.on_output_watermark(OUT, 100) == ControlEvents(flush=True), "the first one passes a boundary"
+    protocol.on_flush()
+    clock.now += 0.3
+    assert protocol.on_output_watermark(OUT, 900) is NO_EVENTS, "deferred for the timer's flush"
+    protocol.on_flush()
+    clock.now += 0.3
+    assert protocol.on_output_watermark(OUT, 1000) == ControlEvents(flush=True)
+    assert watermarks(protocol.on_flush()) == [1000]
 
 
 def test_a_source_message_passing_a_window_boundary_advances_its_stream_without_a_timer_call():
