@@ -31,15 +31,16 @@ TEN_MINUTES_MS = 600_000
 
 
 def prompt_window_app(tmp_path: Path, **extra: Any) -> Config:
-    """Two input and two intermediate partitions, a watermark timer that never ticks during the test, the
-    intermediate records kept (to count the control records) and the default control pacing (200 ms)."""
+    """Two input and two intermediate partitions, a watermark timer that never ticks and no commit during the
+    test (a commit flushes what the aggregate route holds back), the intermediate records kept (to count the
+    control records) and the default control pacing (200 ms)."""
     keep = f"systems__log__streams__{INTERMEDIATE.stream}__samza__delete__committed__messages"
     config = app_config(
         tmp_path,
         "tests.api.apps:WindowedCount",
         app__intermediate__partitions=PARTITIONS,
         app__watermark__interval__ms=TEN_MINUTES_MS,
-        task__commit__ms=100,
+        task__commit__ms=TEN_MINUTES_MS,
         **{keep: "false"},
         **extra,
     )
