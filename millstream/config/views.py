@@ -526,8 +526,8 @@ class AppConfig(ConfigView):
     watermark_window_boundaries: Bool = Field(True, alias="watermark.window.boundaries")
     """Send a watermark that passes the end of a tumbling or sliding window of the application at once — from
     a source before its next timer tick, to an intermediate stream within ``app.control.watermark.interval.ms``
-    (once per interval) — so a window fires milliseconds after the watermark passed it. Costs at most one
-    extra watermark per interval per stream. ``false``: every advance waits for its interval (session windows
+    (on the send of a later ordinary advance) — so a window fires milliseconds after the watermark passed it,
+    at no more control traffic over time. ``false``: every advance waits for its interval (session windows
     and stream joins always do: they have no fixed ends)."""
     watermark_max_out_of_orderness_ms: int = Field(0, alias="watermark.max.out.of.orderness.ms", ge=0)
     """Default bounded out-of-orderness of the inputs' event times."""

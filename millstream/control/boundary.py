@@ -6,7 +6,8 @@ to both intervals after its end was passed before it fires. Only some advances m
 tumbling or sliding window fires when the watermark reaches its end, and every end of every fixed window of
 an application is a multiple of one *boundary period* ``g`` (the planner's ``watermark_boundary_ms``: the gcd
 of the windows' sizes and slides). An advance that moved ``floor(watermark / g)`` may close a window and goes
-out at once; every other advance waits for its interval as before. Session windows and stream joins close
+out at once (a produced stream's: if the pacer has a send left, ``pacing``); every other advance waits for its
+interval as before. Session windows and stream joins close
 at event times that depend on the data, so they have no boundary and keep the interval.
 
 Pure arithmetic, shared by the source side (``source``) and the pacer.

@@ -16,11 +16,11 @@ tasks and sent to every partition (broadcast: sent at once, and visible when the
 as the producer writes it under at-least-once, at the container's commit under exactly-once; it asks for
 no commit), or, in aggregate mode, to the aggregate partition only — deferred until a flush made the task's
 earlier output durable (``sender``). Watermarks go out only when they advanced and at most once per
-``app.control.watermark.interval.ms`` per stream (``pacing``; one more per interval for a watermark that
-passed a window boundary, ``boundary``), so their cost is bounded by time. End-of-stream
-and drain take the aggregate route in both modes: each producer sends one record, not one per partition.
-The task reading an aggregate partition re-broadcasts each reconciled result, without a task name, to the
-stream's other partitions (watermarks paced like its own).
+``app.control.watermark.interval.ms`` per stream over time (``pacing``: a watermark that passed a window
+boundary, ``boundary``, goes out at once on the send of a later ordinary one), so their cost is bounded by
+time. End-of-stream and drain take the aggregate route in both modes: each producer sends one record, not
+one per partition. The task reading an aggregate partition re-broadcasts each reconciled result, without a
+task name, to the stream's other partitions (watermarks paced like its own).
 
 *Draining* (``millstream job drain``). The runtime stops reading the task's source partitions and
 reports each as drained (``on_drain``); a stream whose partitions all ended or drained is finished as
@@ -75,8 +75,8 @@ class ProtocolSettings:
     advance (``app.control.watermark.interval.ms``, see ``pacing``)."""
     watermark_boundary_ms: int = 0
     """The application's window boundary period (``boundary``): a watermark passing a multiple of it is not
-    held back — a source's goes out before the next tick, a produced stream's within the interval (once per
-    interval). 0: no fixed windows, every advance waits for its interval."""
+    held back — a source's goes out before the next tick, a produced stream's within the interval (if the pacer
+    has a send left). 0: no fixed windows, every advance waits for its interval."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -225,15 +225,16 @@ def test_a_watermark_passing_a_window_boundary_goes_out_at_once_within_the_inter
     assert list(pacer.due(1.0)) == [], "what was held back was superseded"
 
 
-def test_only_one_early_boundary_watermark_per_interval_so_the_cost_stays_bounded_by_time():
+def test_boundaries_faster_than_the_interval_take_the_ordinary_sends_so_the_cost_stays_bounded_by_time():
     pacer: WatermarkPacer[str] = WatermarkPacer(INTERVAL_MS, BOUNDARY_MS)
     assert pacer.offer("s", 500, 0.0)
-    assert pacer.offer("s", 1500, 0.05)
+    assert pacer.offer("s", 1500, 0.05), "the bucket's second send"
     assert not pacer.offer("s", 2500, 0.1), "a second boundary within the interval waits (a replay racing on)"
-    assert list(pacer.due(0.25)) == [("s", 2500)], "the timer sends it once the interval passed"
-    assert pacer.offer("s", 3500, 0.3), "the next interval allows an early one again"
-    sent = sum(pacer.offer("s", 4000 + 1000 * i, 0.3 + i / 10_000) for i in range(1000))
-    assert sent == 0, "a thousand boundaries within the interval: no more watermarks"
+    assert list(pacer.due(0.15)) == [], "no send refilled yet"
+    assert list(pacer.due(0.25)) == [("s", 2500)], "one send refilled: the boundary takes it"
+    sent = sum(pacer.offer("s", 3000 + 1000 * i, 0.25 + i / 10_000) for i in range(1000))
+    assert sent == 0, "a thousand boundaries within the next interval: nothing before the bucket refills"
+    assert list(pacer.due(0.25 + 0.2)) == [("s", 1_002_000)], "then the newest"
 
 
 def test_a_watermark_held_back_and_released_counts_for_the_next_boundary():
@@ -307,8 +308,9 @@ def test_a_producer_sends_the_boundary_watermark_at_once_and_the_others_on_the_t
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 5_000), st.floats(0, 0.5)), min_size=1, max_size=60))
 def test_boundary_watermarks_never_exceed_two_per_interval_and_every_boundary_is_sent(steps):
-    """Whatever the timing: at most two watermarks go out per interval (one paced, one early), and after a
-    final timer call the newest watermark was sent."""
+    """Whatever the timing: at most two watermarks go out within an interval, at most ``T / interval + 2``
+    over any time ``T`` (the bound without boundaries, plus one), and after a final timer call the newest
+    watermark was sent."""
     clock = FakeClock()
     protocol = boundary_producer(clock)
     sent: list[tuple[float, int]] = []
@@ -326,3 +328,5 @@ def test_boundary_watermarks_never_exceed_two_per_interval_and_every_boundary_is
     interval = INTERVAL_MS / 1000 * (1 - JITTER)
     for index, at in enumerate(times):
         assert sum(1 for later in times[index:] if later - at < interval) <= 2, sent
+        for last, until in enumerate(times[index:], start=index):
+            assert last - index + 1 <= (until - at) / interval + 2 + 1e-6, sent
