@@ -309,7 +309,7 @@ def paced_app(tmp_path: Path, aggregate: bool) -> tuple[Config, dict[int, list[t
 def assert_control_bounded_by_time(config: Config, data: dict[int, Any], result: JobResult, aggregate: bool) -> None:
     """8 producers, 8 partitions, a 5 ms timer that moves event time at every tick, watermarks paced to one
     an hour: each producer sends its first watermark (8 records broadcast, 1 aggregated), at most one more when
-    its watermark passes a window boundary (allowed once per interval: ``millstream.control.boundary``) and one
+    its watermark passes a window boundary (the bucket's second send: ``millstream.control.pacing``) and one
     end-of-stream; the aggregating task forwards what it reconciled (as many watermarks, and end-of-stream, to
     7 others). Unpaced, every tick would have cost 64 (or 15) records. The windows still fire exactly."""
     assert result.outcome == "finished", result.error
