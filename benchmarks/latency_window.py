@@ -2,6 +2,7 @@
 
     python -m benchmarks.latency_window [--rate 1000] [--seconds 20] [--window-ms 1000] [--partitions 4]
                                         [--users 100] [--runner in-process --runner spark] [--set key=value ...]
+                                        [--compare-boundaries]
                                         [--out benchmarks/results/latency_window.json]
 
 A high-level application (``WindowCounts``) reads ``log.win-in`` (JSON records ``{"ts": <ms>, "user": ...}``, event
@@ -16,11 +17,15 @@ local mode, 1 container) on fresh streams; the input is sealed at the end so the
 ending before two windows after the first pane was read (start-up, catching up) and those the final end-of-stream
 flushes are not measured.
 
-What the latency is made of (docs/performance.md): the source task emits its watermark at its timer
-(``app.watermark.interval.ms``, the stages' ``task.window.ms``), the ``partition_by`` sends it to every
+What the latency is made of (docs/performance.md): the source task emits a watermark that passes a window's end
+at once (``app.watermark.window.boundaries``; without it, at its timer: ``app.watermark.interval.ms``, and the
+``partition_by`` paces it by ``app.control.watermark.interval.ms``), the ``partition_by`` sends it to every
 intermediate partition (visible after the log producer's ``producer.linger.ms``), the downstream task reads it
 (the run loop polls without waiting while records flow) and fires the window at once, and the pane's output waits
 the producer's linger again.
+
+``--compare-boundaries`` runs every runner twice in one run, with ``app.watermark.window.boundaries=false`` (the
+watermarks on their timers, as before issue 31) and ``true`` (the default), and prints the ratios.
 """
 
 from __future__ import annotations
@@ -159,9 +164,13 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered), max(1, math.ceil(q / 100 * len(ordered)))) - 1]
 
 
-def measure(runner: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
-    workdir = root / runner
+def measure(runner: str, args: argparse.Namespace, root: Path, boundaries: bool | None = None) -> dict[str, Any]:
+    """One job on fresh streams; ``boundaries`` (unless None) sets ``app.watermark.window.boundaries``."""
+    label = runner if boundaries is None else f"{runner}/{'boundaries' if boundaries else 'timer'}"
+    workdir = root / label.replace("/", "-")
     values = job_config(workdir, args)
+    if boundaries is not None:
+        values["app.watermark.window.boundaries"] = str(boundaries).lower()
     config = Config(values)
     admin = system_factory(config, "log").get_admin("log", config)
     admin.start()
@@ -172,7 +181,7 @@ def measure(runner: str, args: argparse.Namespace, root: Path) -> dict[str, Any]
     command = [sys.executable, "-c", "from millstream.cli.main import main; main()", "run", str(properties), "-q"]
     command += ["--in-process"] if runner == "in-process" else []
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    log = (args.logs / f"{runner}.log").open("wb")
+    log = (args.logs / f"{label.replace('/', '-')}.log").open("wb")
     reader = PaneReader(config, args.partitions)
     reader.start()
     started = time.time() * 1000
@@ -190,17 +199,33 @@ def measure(runner: str, args: argparse.Namespace, root: Path) -> dict[str, Any]
         admin.stop()
         log.close()
     if process.returncode != 0:
-        raise RuntimeError(f"{runner}: the job failed ({process.returncode}); see {log.name}")
+        raise RuntimeError(f"{label}: the job failed ({process.returncode}); see {log.name}")
     first_read = reader.first_read or started  # the job is up and caught up
     first_end = (math.floor(first_read / args.window_ms) + SKIPPED_WINDOWS) * args.window_ms
     latencies = [now - pane["end"] for now, pane in reader.panes if first_end <= pane["end"] <= ended]
     stats = {label: percentile(latencies, q) for label, q in PERCENTILES}
     print(
-        f"  {runner:<11} {len(latencies):,} panes: " + "  ".join(f"{k} {v:,.1f} ms" for k, v in stats.items()),
+        f"  {label:<22} {len(latencies):,} panes: " + "  ".join(f"{k} {v:,.1f} ms" for k, v in stats.items()),
         flush=True,
     )
     overrides = args.set or []
-    return {"runner": runner, "panes": len(latencies), "latency_ms": stats, "overrides": overrides, "log": log.name}
+    return {
+        "runner": runner,
+        "boundaries": boundaries,
+        "panes": len(latencies),
+        "latency_ms": stats,
+        "overrides": overrides,
+        "log": log.name,
+    }
+
+
+def print_ratios(results: list[dict[str, Any]]) -> None:
+    """Per runner: the timer-paced latency over the boundary one, per percentile (how many times faster)."""
+    for runner in dict.fromkeys(result["runner"] for result in results):
+        pair = {result["boundaries"]: result["latency_ms"] for result in results if result["runner"] == runner}
+        if False in pair and True in pair:
+            ratios = {label: pair[False][label] / pair[True][label] for label, _ in PERCENTILES if pair[True][label]}
+            print(f"  {runner:<11} timer / boundaries: " + "  ".join(f"{k} {v:.1f}x" for k, v in ratios.items()))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -212,6 +237,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--users", type=int, default=100)
     parser.add_argument("--runner", action="append", choices=["in-process", "spark"], help="repeatable; default both")
     parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="config overrides, repeatable")
+    parser.add_argument(
+        "--compare-boundaries",
+        action="store_true",
+        help="run each runner with app.watermark.window.boundaries false, then true, and print the ratios",
+    )
     parser.add_argument("--deadline", type=float, default=180.0, help="seconds for the job to end after the seal")
     parser.add_argument("--startup-timeout", type=float, default=240.0, help="seconds to the first pane")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "latency_window.json")
@@ -225,7 +255,10 @@ def main(argv: list[str] | None = None) -> None:
         flush=True,
     )
     try:
-        results = [measure(runner, args, root) for runner in args.runner or ["in-process", "spark"]]
+        variants: list[bool | None] = [False, True] if args.compare_boundaries else [None]
+        runners = args.runner or ["in-process", "spark"]
+        results = [measure(runner, args, root, boundaries) for runner in runners for boundaries in variants]
+        print_ratios(results)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,10 @@ Three curves, each relative to its smallest point, on the embedded log and the i
                     ``--messages`` messages whose event time moves 1 ms per message. For each P: the job
                     with watermarks suppressed (``app.control.watermark.interval.ms`` one hour: one
                     watermark and end-of-stream per producer, the baseline "without event time"), with
-                    broadcast watermarks and with ``app.control.aggregation``; control records per user
+                    broadcast watermarks — on their timers only (``timer``:
+                    ``app.watermark.window.boundaries=false``, as before issue 31) and, the default, also
+                    at once when they pass a window's end (``broadcast``) — and with
+                    ``app.control.aggregation`` (``aggregated-timer``: on the timers only); control records per user
                     record written to the intermediate stream, wall time against the baseline, and how
                     long after the last source message the last sink task saw end-of-stream, and from the last
                     user record a downstream task read until then (the control path alone).
@@ -110,8 +113,9 @@ def fan_out_run(root: Path, partitions: int, messages: int, mode: str) -> FanOut
                 "job.container.count": 2,
                 "app.class": "benchmarks.scale_apps:WindowedCount",
                 "app.intermediate.partitions": partitions,
-                "app.control.aggregation": str(mode == "aggregated").lower(),
+                "app.control.aggregation": str(mode.startswith("aggregated")).lower(),
                 "app.control.watermark.interval.ms": 3_600_000 if mode == "baseline" else 200,
+                "app.watermark.window.boundaries": str(mode not in ("baseline", "timer", "aggregated-timer")).lower(),
                 "systems.log.samza.offset.default": "oldest",
                 "task.commit.ms": 10_000,
                 "bench.run": run,
@@ -138,16 +142,16 @@ def fan_out_run(root: Path, partitions: int, messages: int, mode: str) -> FanOut
 def fan_out(root: Path, sizes: list[int], messages: int) -> None:
     print(f"\ncontrol fan-out: P x P partitions, {messages:,} messages, 2 containers, watermark interval 200 ms")
     print(
-        f"{'P x Q':>10}{'mode':>12}{'seconds':>9}{'x baseline':>11}{'ctl records':>13}{'ctl/user':>10}"
+        f"{'P x Q':>10}{'mode':>17}{'seconds':>9}{'x baseline':>11}{'ctl records':>13}{'ctl/user':>10}"
         f"{'EOS lag s':>10}{'after read':>11}"
     )
     for size in sizes:
         baseline = None
-        for mode in ("baseline", "broadcast", "aggregated"):
+        for mode in ("baseline", "timer", "broadcast", "aggregated-timer", "aggregated"):
             row = fan_out_run(root, size, messages, mode)
             baseline = baseline or row.seconds
             print(
-                f"{f'{size}x{size}':>10}{mode:>12}{row.seconds:>9.1f}{row.seconds / baseline:>11.2f}"
+                f"{f'{size}x{size}':>10}{mode:>17}{row.seconds:>9.1f}{row.seconds / baseline:>11.2f}"
                 f"{row.control:>13,}{row.control / max(row.user, 1):>10.4f}{row.end_latency:>10.2f}"
                 f"{row.control_latency:>11.2f}"
             )

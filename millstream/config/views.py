@@ -525,6 +525,12 @@ class AppConfig(ConfigView):
     partitions. 0 sends every advance. End-of-stream and drain are not paced: each producer sends them once."""
     watermark_interval_ms: int = Field(200, alias="watermark.interval.ms", ge=1)
     """How often sources emit watermarks and timers run (the default ``task.window.ms``)."""
+    watermark_window_boundaries: Bool = Field(True, alias="watermark.window.boundaries")
+    """Send a watermark that passes the end of a tumbling or sliding window of the application at once — from
+    a source before its next timer tick, to an intermediate stream within ``app.control.watermark.interval.ms``
+    (on the send of a later ordinary advance) — so a window fires milliseconds after the watermark passed it,
+    at no more control traffic over time. ``false``: every advance waits for its interval (session windows
+    and stream joins always do: they have no fixed ends)."""
     watermark_max_out_of_orderness_ms: int = Field(0, alias="watermark.max.out.of.orderness.ms", ge=0)
     """Default bounded out-of-orderness of the inputs' event times."""
     run_id: str | None = Field(None, alias="run.id", min_length=1)

@@ -9,6 +9,17 @@ watermark that moves once per interval anyway), holds later ones back and keeps 
 next timer call releases once the interval has passed. Watermarks only advance, so dropping the
 intermediate ones loses nothing: the newest one says everything they said.
 
+*Window boundaries* (``boundary``): a watermark that passed a multiple of the application's boundary period
+— a window end — goes out at once even within the interval, so a window fires milliseconds after the
+watermark passed it rather than up to an interval later, without raising what watermarks cost. Per key, a
+token bucket refilled with one send per interval and holding two: every send takes one; an ordinary advance
+goes out only when the bucket is full (once per interval, as before), a boundary one whenever a send is
+left. In a steady stream whose windows are longer than the interval every boundary goes out at once (the
+ordinary send after it waits up to one interval more); when boundaries come faster than the interval — a job
+catching up races through event time, or windows shorter than the interval — they take every send, and
+ordinary advances none. Either way a key sends at most ``T / interval + 2`` watermarks over any time ``T``:
+the bound on control traffic (issue 36) is the one without boundaries, plus one.
+
 End-of-stream and drain are not paced: they are sent once per producer and stream, and they supersede a
 watermark held back (``drop``). The held-back watermarks are part of the task's snapshot, so a restart
 sends them (a watermark must not be lost, or downstream windows would wait for the next advance, which a
@@ -22,6 +33,9 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterator, Mapping
 from typing import Generic, TypeVar
 
+from millstream.control.boundary import NO_BOUNDARY, crosses
+from millstream.control.messages import MIN_WATERMARK
+
 K = TypeVar("K", bound=Hashable)
 
 JITTER = 0.1
@@ -31,38 +45,74 @@ moves a little around the interval: without this, a call that came a few millise
 that tick's watermark back until the next one, a whole interval late."""
 
 
+BURST = 2
+"""Sends a key's bucket holds: one for the interval's ordinary advance, one for a window boundary."""
+
+
 class WatermarkPacer(Generic[K]):
-    """Per key (a produced stream, or a stream an aggregating task re-broadcasts): when the last watermark
-    went out and the newest one held back. ``interval_ms`` 0 lets every advance through; otherwise two
-    watermarks of a key are at least 90 % of it apart (``JITTER``)."""
+    """Per key (a produced stream, or a stream an aggregating task re-broadcasts): the bucket of sends left
+    (module docstring), the last watermark sent and the newest one held back. ``interval_ms`` 0 lets every
+    advance through; otherwise an ordinary advance waits for a full bucket (one interval, less 10 % for the
+    timer's jitter, ``JITTER``, after the last send) and one that passed a window boundary (a multiple of
+    ``boundary_ms``; 0: none) for one send left."""
 
-    __slots__ = ("interval", "last_sent", "pending")
+    __slots__ = ("boundary_ms", "interval", "last_mark", "pending", "refilled", "tokens")
 
-    def __init__(self, interval_ms: int) -> None:
+    def __init__(self, interval_ms: int, boundary_ms: int = NO_BOUNDARY) -> None:
         if interval_ms < 0:
             raise ValueError(f"a watermark interval cannot be negative: {interval_ms} ms")
+        if boundary_ms < 0:
+            raise ValueError(f"a window boundary period cannot be negative: {boundary_ms} ms")
         self.interval = interval_ms / 1000 * (1 - JITTER)
-        """The least time between two watermarks of a key, the timer's jitter allowed for."""
-        self.last_sent: dict[K, float] = {}
+        """The time one send takes to refill, the timer's jitter allowed for."""
+        self.boundary_ms = boundary_ms
+        self.tokens: dict[K, float] = {}
+        """Sends left per key, as of ``refilled``; a key not in it has a full bucket."""
+        self.refilled: dict[K, float] = {}
+        self.last_mark: dict[K, int] = {}
+        """The last watermark sent per key: a boundary is passed relative to it."""
         self.pending: dict[K, int] = {}
-        """Watermarks held back, newest per key: sent by ``due`` once the interval has passed."""
+        """Watermarks held back, newest per key: sent by ``due`` once the bucket allows."""
 
     def offer(self, key: K, watermark: int, now: float) -> bool:
         """Whether ``watermark`` goes out now; if not, it is held back (replacing an older one)."""
-        last = self.last_sent.get(key)
-        if last is None or now - last >= self.interval:
-            self.last_sent[key] = now
-            self.pending.pop(key, None)
+        if self._allows(key, watermark, now):
+            self._sent(key, watermark, now)
             return True
         if watermark > self.pending.get(key, watermark - 1):
             self.pending[key] = watermark
         return False
 
+    def _allows(self, key: K, watermark: int, now: float) -> bool:
+        """Whether the bucket has a send for ``watermark``: a boundary one needs one, an ordinary one a full
+        bucket (a hair below, for float error)."""
+        if not self.interval:
+            return True
+        tokens = self._refill(key, now)
+        boundary = crosses(self.last_mark.get(key, MIN_WATERMARK), watermark, self.boundary_ms)
+        return tokens >= (1 if boundary else BURST) - 1e-9
+
+    def _refill(self, key: K, now: float) -> float:
+        last = self.refilled.get(key)
+        if last is None:
+            return BURST
+        tokens = min(BURST, self.tokens[key] + max(0.0, now - last) / self.interval)
+        self.tokens[key], self.refilled[key] = tokens, now
+        return tokens
+
+    def _sent(self, key: K, watermark: int, now: float) -> None:
+        if self.interval:
+            self.tokens[key] = max(0.0, self._refill(key, now) - 1)
+            self.refilled[key] = now
+        self.last_mark[key] = max(watermark, self.last_mark.get(key, watermark))
+        self.pending.pop(key, None)
+
     def due(self, now: float) -> Iterator[tuple[K, int]]:
-        """The held-back watermarks whose interval has passed; each is then counted as sent now."""
-        for key in [key for key in self.pending if now - self.last_sent.get(key, now) >= self.interval]:
-            self.last_sent[key] = now
-            yield key, self.pending.pop(key)
+        """The held-back watermarks the bucket now allows; each is then counted as sent now."""
+        for key in [key for key, mark in self.pending.items() if self._allows(key, mark, now)]:
+            watermark = self.pending[key]
+            self._sent(key, watermark, now)
+            yield key, watermark
 
     def drop(self, key: K) -> None:
         """End-of-stream or drain went out for ``key``: a watermark held back says nothing more."""
@@ -71,10 +121,13 @@ class WatermarkPacer(Generic[K]):
     def restore(self, pending: Mapping[K, int]) -> None:
         """Held-back watermarks of a snapshot: sent by ``take_all`` at the first call after a restart."""
         self.pending = dict(pending)
-        self.last_sent.clear()
+        self.tokens.clear()
+        self.refilled.clear()
+        self.last_mark.clear()
 
     def take_all(self, now: float) -> dict[K, int]:
         """Everything held back, counted as sent now (a restart sends it at once)."""
-        taken, self.pending = self.pending, {}
-        self.last_sent.update(dict.fromkeys(taken, now))
+        taken = dict(self.pending)
+        for key, watermark in taken.items():
+            self._sent(key, watermark, now)
         return taken

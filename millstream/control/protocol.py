@@ -8,17 +8,19 @@ operator, so every rule below can be tested message by message (``tests/control/
 (``reconciliation``). A partition that reconciled end-of-stream is declared ended to the runtime; the
 stream is finished once all of the task's partitions of it ended, otherwise its watermark — the minimum
 over the task's partitions — is raised. Source partitions' watermarks come from event times
-(``source``); their end-of-stream comes from the system.
+(``source``), advanced on the timer or at once when they pass a window boundary (``boundary``); their
+end-of-stream comes from the system.
 
 *Producing.* A watermark of a produced stream is framed with the task's name and the number of producing
 tasks and sent to every partition (broadcast: sent at once, and visible when the task's other output is —
 as the producer writes it under at-least-once, at the container's commit under exactly-once; it asks for
 no commit), or, in aggregate mode, to the aggregate partition only — deferred until a flush made the task's
 earlier output durable (``sender``). Watermarks go out only when they advanced and at most once per
-``app.control.watermark.interval.ms`` per stream (``pacing``), so their cost is bounded by time. End-of-stream
-and drain take the aggregate route in both modes: each producer sends one record, not one per partition.
-The task reading an aggregate partition re-broadcasts each reconciled result, without a task name, to the
-stream's other partitions (watermarks paced like its own).
+``app.control.watermark.interval.ms`` per stream over time (``pacing``: a watermark that passed a window
+boundary, ``boundary``, goes out at once on the send of a later ordinary one), so their cost is bounded by
+time. End-of-stream and drain take the aggregate route in both modes: each producer sends one record, not
+one per partition. The task reading an aggregate partition re-broadcasts each reconciled result, without a
+task name, to the stream's other partitions (watermarks paced like its own).
 
 *Draining* (``millstream job drain``). The runtime stops reading the task's source partitions and
 reports each as drained (``on_drain``); a stream whose partitions all ended or drained is finished as
@@ -43,9 +45,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from millstream.control.boundary import crosses
 from millstream.control.framing import MessageType, frame_control_message
 from millstream.control.messages import (
     MAX_WATERMARK,
+    MIN_WATERMARK,
     ControlMessage,
     DrainMessage,
     EndOfStreamMessage,
@@ -69,6 +73,10 @@ class ProtocolSettings:
     watermark_interval_ms: int = 0
     """At most one watermark per produced stream (and per re-broadcast stream) per interval; 0: every
     advance (``app.control.watermark.interval.ms``, see ``pacing``)."""
+    watermark_boundary_ms: int = 0
+    """The application's window boundary period (``boundary``): a watermark passing a multiple of it is not
+    held back — a source's goes out before the next tick, a produced stream's within the interval (if the pacer
+    has a send left). 0: no fixed windows, every advance waits for its interval."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,9 +133,12 @@ class ControlEvents:
     finish: tuple[SystemStream, ...] = ()
     drained: tuple[SystemStreamPartition, ...] = ()
     drain: tuple[SystemStream, ...] = ()
+    flush: bool = False
+    """Aggregate mode: a watermark that passed a window boundary was deferred for a flush of the task's
+    output; flush now (then ``on_flush``) rather than at the next tick, so the window is not kept waiting."""
 
     def __bool__(self) -> bool:
-        return bool(self.sends or self.ended or self.advance or self.finish or self.drained or self.drain)
+        return bool(self.sends or self.ended or self.advance or self.finish or self.drained or self.drain or self.flush)
 
 
 NO_EVENTS = ControlEvents()
@@ -160,7 +171,7 @@ class ControlProtocol:
         self.settings = settings or ProtocolSettings()
         self.sources = {source.stream: source for source in sources}
         self.source_marks = {
-            stream: SourceWatermarks(source.max_out_of_orderness_ms, source.ssps)
+            stream: SourceWatermarks(source.max_out_of_orderness_ms, source.ssps, self.settings.watermark_boundary_ms)
             for stream, source in self.sources.items()
         }
         self.consumed = {stream.stream: stream for stream in consumed}
@@ -179,9 +190,10 @@ class ControlProtocol:
         flush of this task's earlier output."""
         self.in_flight: list[ControlSend] = []
         """The aggregate route: control messages sent after the last flush (re-sent after a restart)."""
-        self.output_pacer: WatermarkPacer[SystemStream] = WatermarkPacer(self.settings.watermark_interval_ms)
-        """Watermarks of produced streams: at most one per interval (``pacing``)."""
-        self.rebroadcast_pacer: WatermarkPacer[SystemStream] = WatermarkPacer(self.settings.watermark_interval_ms)
+        interval, boundary = self.settings.watermark_interval_ms, self.settings.watermark_boundary_ms
+        self.output_pacer: WatermarkPacer[SystemStream] = WatermarkPacer(interval, boundary)
+        """Watermarks of produced streams: at most one per interval, window boundaries aside (``pacing``)."""
+        self.rebroadcast_pacer: WatermarkPacer[SystemStream] = WatermarkPacer(interval, boundary)
         """Aggregate mode, the aggregating task: reconciled watermarks it copies to the other partitions."""
         self.changed = False
         """The state changed since the last ``saved``."""
@@ -189,10 +201,16 @@ class ControlProtocol:
 
     # --- inputs -----------------------------------------------------------------------------------
 
-    def on_source_message(self, ssp: SystemStreamPartition, timestamp: int) -> None:
-        """A source partition delivered a message with this event time (the hot path: one lookup)."""
-        self.source_marks[ssp.system_stream].observe(ssp, timestamp)
+    def on_source_message(self, ssp: SystemStreamPartition, timestamp: int) -> ControlEvents:
+        """A source partition delivered a message with this event time (the hot path: one lookup). The
+        stream's watermark advances at once if it passed a window boundary (``source``), else on the timer;
+        the engine applies the events after the message went through the graph."""
+        marks = self.source_marks[ssp.system_stream]
         self.changed = True
+        if not marks.observe(ssp, timestamp):
+            return NO_EVENTS
+        watermark = marks.boundary_advance()
+        return NO_EVENTS if watermark is None else ControlEvents(advance=((ssp.system_stream, watermark),))
 
     def on_end_of_stream(self, ssp: SystemStreamPartition) -> ControlEvents:
         """A source partition ended in the system: finish its stream, or raise the stream's watermark.
@@ -221,7 +239,7 @@ class ControlProtocol:
     def _source_progress(self, source: SourceInput, marks: SourceWatermarks) -> ControlEvents:
         """A source partition ended or drained: finish the stream once all are done, else advance it."""
         if not source.ssps <= self.ended | self.drained:
-            return ControlEvents(advance=((source.stream, marks.stream_watermark()),))
+            return ControlEvents(advance=((source.stream, marks.advance()),))
         if source.ssps & self.drained:
             return ControlEvents(drain=(source.stream,))
         return ControlEvents(finish=(source.stream,))
@@ -268,7 +286,7 @@ class ControlProtocol:
             sends.extend(self._rebroadcast_frame(self.consumed[stream], WatermarkMessage(watermark, None, 0)))
         for stream, watermark in self.output_pacer.due(now):
             sends.extend(self._watermark_sends(stream, watermark))
-        advance = [(stream, marks.stream_watermark()) for stream, marks in self.source_marks.items()]
+        advance = [(stream, marks.advance()) for stream, marks in self.source_marks.items()]
         for ssp in self.reconciler.check_idle():
             self.changed = True
             consumed = self.consumed[ssp.system_stream]
@@ -332,11 +350,15 @@ class ControlProtocol:
     def on_output_watermark(self, stream: SystemStream, watermark: int) -> ControlEvents:
         """The task's watermark of a produced stream advanced: sent now if the stream's interval passed,
         else held back for the timer (``pacing``)."""
-        if not self.output_pacer.offer(stream, watermark, self.clock()):
+        pacer = self.output_pacer
+        boundary = crosses(pacer.last_mark.get(stream, MIN_WATERMARK), watermark, pacer.boundary_ms)
+        if not pacer.offer(stream, watermark, self.clock()):
             self.changed = True  # the held-back watermark is part of the snapshot
             return NO_EVENTS
         sends = self._watermark_sends(stream, watermark)
-        return ControlEvents(sends=sends) if sends else NO_EVENTS
+        if sends:
+            return ControlEvents(sends=sends)
+        return ControlEvents(flush=True) if boundary and self.deferred else NO_EVENTS
 
     def _watermark_sends(self, stream: SystemStream, watermark: int) -> tuple[ControlSend, ...]:
         produced = self.produced[stream]

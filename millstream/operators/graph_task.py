@@ -122,10 +122,17 @@ class GraphSettings:
     """Default of the inputs' bounded out-of-orderness."""
     watermark_interval_ms: int = 0
     """At most one watermark per produced stream per interval (``app.control.watermark.interval.ms``)."""
+    watermark_boundary_ms: int = 0
+    """The application's window boundary period (``planner.watermark_boundary_ms``): watermarks passing a
+    window end go out at once (``millstream.control.boundary``); 0: none."""
 
     def protocol(self) -> ProtocolSettings:
         return ProtocolSettings(
-            self.aggregate, self.idle_timeout_ms, self.quorum_percentage, self.watermark_interval_ms
+            self.aggregate,
+            self.idle_timeout_ms,
+            self.quorum_percentage,
+            self.watermark_interval_ms,
+            self.watermark_boundary_ms,
         )
 
 
@@ -347,9 +354,9 @@ class TaskGraph:
         try:
             source = self._sources.get(ssp.system_stream)
             if recorded is not None:
-                if source is not None:
-                    control.on_source_message(ssp, recorded.timestamp)
+                events = NO_EVENTS if source is None else control.on_source_message(ssp, recorded.timestamp)
                 recorded.deliver()
+                self.apply(events)
             elif source is not None:
                 self._process_source(source, envelope)
             elif (route := self._intermediates.get(ssp.system_stream)) is not None:
@@ -383,12 +390,18 @@ class TaskGraph:
         self._bind(collector, coordinator)
         self.apply(self.control.on_timer())
         if self.control.wants_commit:
-            flush = getattr(collector, "flush", None)
-            if flush is None:
-                coordinator.commit()
-            else:
-                flush()
-                self.apply(self.control.on_flush())
+            self._flush_for_control()
+
+    def _flush_for_control(self) -> None:
+        """Flush the task's output so the control messages held back for it go out (the aggregate route)."""
+        collector, coordinator = self.context.collector, self.context.coordinator
+        flush = getattr(collector, "flush", None)
+        if flush is None:
+            assert coordinator is not None
+            coordinator.commit()
+        else:
+            flush()
+            self.apply(self.control.on_flush())
 
     def partition_ended(
         self, ssp: SystemStreamPartition, collector: MessageCollector, coordinator: TaskCoordinator
@@ -512,8 +525,9 @@ class TaskGraph:
     def _process_source(self, source: _Source, envelope: IncomingMessageEnvelope) -> None:
         message = envelope.message
         timestamp = envelope.timestamp if source.timestamp is None else _source_timestamp(source, envelope)
-        self.control.on_source_message(envelope.ssp, timestamp)
+        events = self.control.on_source_message(envelope.ssp, timestamp)
         source.impl.process(KV(envelope.key, message) if source.kv else message, timestamp)
+        self.apply(events)  # a window boundary passed: the watermark moves now, after the message
 
     def _process_intermediate(self, route: _Intermediate, envelope: IncomingMessageEnvelope) -> None:
         user = self._intermediate_message(route, envelope)
@@ -588,6 +602,8 @@ class TaskGraph:
             if not impl.ended:  # an input that ended for good stays ended
                 impl.drained = True
                 impl.finish()
+        if events.flush:
+            self._flush_for_control()
 
     def _send_frame(self, send: ControlSend) -> None:
         self.context.send(OutgoingMessageEnvelope(send.stream, send.frame, None, partition=send.partition))

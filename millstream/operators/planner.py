@@ -50,9 +50,12 @@ from millstream.api.specs import (
     PartitionBySpec,
     SendToSpec,
     StreamJoinSpec,
+    WindowSpec,
 )
+from millstream.api.windows import SlidingWindow, TumblingWindow
 from millstream.config import Config, JobConfig
 from millstream.config.views import AppConfig, config_flag
+from millstream.control.boundary import boundary_period
 from millstream.errors import ConfigError, StreamNotFoundError
 from millstream.model import SystemStream
 from millstream.operators.stores import operator_store_config
@@ -168,6 +171,25 @@ class ApplicationGraph:
         )
         self._run_sets[selected] = run
         return run
+
+
+def watermark_boundary_ms(graph: ApplicationGraph) -> int:
+    """The boundary period of the application's windows (``millstream.control.boundary``): every end of every
+    tumbling and sliding window of every stage is a multiple of it — the gcd of their sizes and slides (a
+    sliding window's ends are ``k * slide + size``). Every stage gets the same period: a source's watermark
+    reaches the windows of later stages through their intermediate streams. 0 when there is no fixed window:
+    session windows and stream joins close at event times that depend on the data, so their watermarks keep
+    the interval."""
+    periods: list[int] = []
+    for op in graph.descriptor.graph.operators:
+        if not isinstance(op, WindowSpec):
+            continue
+        window = op.window
+        if isinstance(window, TumblingWindow):
+            periods.append(window.size_ms)
+        elif isinstance(window, SlidingWindow):
+            periods.extend((window.size_ms, window.slide_ms))
+    return boundary_period(periods)
 
 
 def intermediate_stream_name(app_name: str, app_id: str, name: str) -> str:

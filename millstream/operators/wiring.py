@@ -18,7 +18,12 @@ from millstream.errors import MillstreamError, StreamNotFoundError
 from millstream.metadata import coordination
 from millstream.metadata.coordination import latest_job_model
 from millstream.operators.graph_task import ControlState, GraphSettings, IntermediateStreamInfo, TaskGraph
-from millstream.operators.planner import IntermediateStream, feeding_streams, load_application
+from millstream.operators.planner import (
+    IntermediateStream,
+    feeding_streams,
+    load_application,
+    watermark_boundary_ms,
+)
 from millstream.operators.state import StoreBackedState, StoreControlState
 from millstream.operators.stores import OPERATOR_STORE, has_operator_store
 from millstream.serde.registry import SerdeRegistry
@@ -82,6 +87,7 @@ def build_task_graph(context: TaskContext) -> tuple[TaskGraph, ControlState, lis
                 quorum_percentage=task.watermark_quorum_percentage,
                 max_out_of_orderness_ms=app.watermark_max_out_of_orderness_ms,
                 watermark_interval_ms=app.control_watermark_interval_ms,
+                watermark_boundary_ms=watermark_boundary_ms(application) if app.watermark_window_boundaries else 0,
             ),
             comparators={system: admin.offset_comparator for system, admin in admins.items()},
             run_id=coordination.job_run_id(config, generation),

@@ -210,3 +210,123 @@ def test_paced_forwarding_reconciles_to_the_aggregate_partitions_result(history,
             downstream.apply(other, message)
     assert downstream.is_end_of_stream(other) == protocol.reconciler.is_end_of_stream(own)
     assert downstream.watermark(other) == protocol.reconciler.watermark(own)
+
+
+# --- window boundaries (``millstream.control.boundary``) -------------------------------------------------
+
+BOUNDARY_MS = 1000
+
+
+def test_a_watermark_passing_a_window_boundary_goes_out_at_once_within_the_interval():
+    pacer: WatermarkPacer[str] = WatermarkPacer(INTERVAL_MS, BOUNDARY_MS)
+    assert pacer.offer("s", 500, 0.0)
+    assert not pacer.offer("s", 999, 0.01), "no boundary passed: held back"
+    assert pacer.offer("s", 1000, 0.02), "the end of [0, 1000): at once"
+    assert list(pacer.due(1.0)) == [], "what was held back was superseded"
+
+
+def test_boundaries_faster_than_the_interval_take_the_ordinary_sends_so_the_cost_stays_bounded_by_time():
+    pacer: WatermarkPacer[str] = WatermarkPacer(INTERVAL_MS, BOUNDARY_MS)
+    assert pacer.offer("s", 500, 0.0)
+    assert pacer.offer("s", 1500, 0.05), "the bucket's second send"
+    assert not pacer.offer("s", 2500, 0.1), "a second boundary within the interval waits (a replay racing on)"
+    assert list(pacer.due(0.15)) == [], "no send refilled yet"
+    assert list(pacer.due(0.25)) == [("s", 2500)], "one send refilled: the boundary takes it"
+    sent = sum(pacer.offer("s", 3000 + 1000 * i, 0.25 + i / 10_000) for i in range(1000))
+    assert sent == 0, "a thousand boundaries within the next interval: nothing before the bucket refills"
+    assert list(pacer.due(0.25 + 0.2)) == [("s", 1_002_000)], "then the newest"
+
+
+def test_a_watermark_held_back_and_released_counts_for_the_next_boundary():
+    pacer: WatermarkPacer[str] = WatermarkPacer(INTERVAL_MS, BOUNDARY_MS)
+    assert pacer.offer("s", 100, 0.0)
+    assert not pacer.offer("s", 900, 0.05)
+    assert list(pacer.due(0.2)) == [("s", 900)]
+    assert not pacer.offer("s", 950, 0.25), "still the first window"
+    assert pacer.offer("s", 1000, 0.26)
+
+
+def test_without_a_boundary_period_pacing_is_unchanged():
+    pacer: WatermarkPacer[str] = WatermarkPacer(INTERVAL_MS)
+    assert pacer.offer("s", 500, 0.0)
+    assert not pacer.offer("s", 10_000, 0.01)
+
+
+def test_a_negative_boundary_period_is_refused():
+    with pytest.raises(ValueError, match="-1 ms"):
+        WatermarkPacer(INTERVAL_MS, -1)
+
+
+def boundary_producer(clock: FakeClock, interval_ms: int = INTERVAL_MS, aggregate: bool = False) -> ControlProtocol:
+    return ControlProtocol(
+        "Partition 0",
+        frozenset({A0}),
+        sources=[SourceInput(SOURCE, frozenset({A0}), 0)],
+        produced=[ProducedStream(OUT, 3, 2)],
+        settings=ProtocolSettings(
+            aggregate=aggregate, watermark_interval_ms=interval_ms, watermark_boundary_ms=BOUNDARY_MS
+        ),
+        clock=clock,
+    )
+
+
+def test_aggregated_a_boundary_watermark_asks_for_a_flush_instead_of_waiting_for_the_timer():
+    clock = FakeClock()
+    protocol = boundary_producer(clock, aggregate=True)
+    assert protocol.on_output_watermark(OUT, 100) == ControlEvents(flush=True), "the first one passes a boundary"
+    protocol.on_flush()
+    clock.now += 0.3
+    assert protocol.on_output_watermark(OUT, 900) is NO_EVENTS, "deferred for the timer's flush"
+    protocol.on_flush()
+    clock.now += 0.3
+    assert protocol.on_output_watermark(OUT, 1000) == ControlEvents(flush=True)
+    assert watermarks(protocol.on_flush()) == [1000]
+
+
+def test_a_source_message_passing_a_window_boundary_advances_its_stream_without_a_timer_call():
+    clock = FakeClock()
+    protocol = boundary_producer(clock)
+    assert protocol.on_source_message(A0, 100) == ControlEvents(advance=((SOURCE, 100),))
+    assert protocol.on_source_message(A0, 900) is NO_EVENTS, "no boundary: for the timer"
+    assert protocol.on_source_message(A0, 1200) == ControlEvents(advance=((SOURCE, 1200),))
+    assert protocol.on_timer().advance == ((SOURCE, 1200),)
+    assert protocol.on_source_message(A0, 1900) is NO_EVENTS
+
+
+def test_a_producer_sends_the_boundary_watermark_at_once_and_the_others_on_the_timer():
+    clock = FakeClock()
+    protocol = boundary_producer(clock, interval_ms=3_600_000)
+    assert watermarks(protocol.on_output_watermark(OUT, 100)) == [100]
+    clock.now += 0.01
+    assert protocol.on_output_watermark(OUT, 900) is NO_EVENTS
+    assert watermarks(protocol.on_output_watermark(OUT, 1000)) == [1000], "an hour's interval, yet at once"
+    assert len(protocol.on_output_watermark(OUT, 2000).sends) == 0, "one early watermark per interval"
+    snapshot = protocol.snapshot()
+    assert snapshot["held_back"]["output"] == {str(OUT): 2000}, "held back, so part of the snapshot"
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5_000), st.floats(0, 0.5)), min_size=1, max_size=60))
+def test_boundary_watermarks_never_exceed_two_per_interval_and_every_boundary_is_sent(steps):
+    """Whatever the timing: at most two watermarks go out within an interval, at most ``T / interval + 2``
+    over any time ``T`` (the bound without boundaries, plus one), and after a final timer call the newest
+    watermark was sent."""
+    clock = FakeClock()
+    protocol = boundary_producer(clock)
+    sent: list[tuple[float, int]] = []
+    mark = 0
+    for step, pause in steps:
+        clock.now += pause
+        mark += step
+        events = protocol.on_output_watermark(OUT, mark)
+        events = events if events.sends else protocol.on_timer()
+        sent.extend((clock.now, w) for w in watermarks(events))
+    clock.now += 1
+    sent.extend((clock.now, w) for w in watermarks(protocol.on_timer()))
+    assert sent[-1][1] == mark
+    times = [at for at, _ in sent]
+    interval = INTERVAL_MS / 1000 * (1 - JITTER)
+    for index, at in enumerate(times):
+        assert sum(1 for later in times[index:] if later - at < interval) <= 2, sent
+        for last, until in enumerate(times[index:], start=index):
+            assert last - index + 1 <= (until - at) / interval + 2 + 1e-6, sent

@@ -8,6 +8,7 @@ import pytest
 
 from millstream.api.application import StreamApplicationDescriptor
 from millstream.api.errors import ApplicationError
+from millstream.api.windows import Count, SessionWindow, SlidingWindow, TumblingWindow
 from millstream.config import Config
 from millstream.coordinator.prepare import prepare
 from millstream.coordinator.services import DriverServices
@@ -20,6 +21,7 @@ from millstream.operators.planner import (
     intermediate_owner,
     plan_stages,
     require_expanded,
+    watermark_boundary_ms,
 )
 from millstream.operators.planner import (
     ensure_intermediate_streams as ensure_streams,
@@ -105,6 +107,22 @@ def test_a_stage_outside_the_application_is_a_config_error():
     graph = planned(lambda app: app.input("log.in").partition_by(len, name="p").send_to("log.out"), app_class="m:App")
     with pytest.raises(ConfigError, match=r"'app\.stage' is 2, but application m:App has stages 0\.\.1"):
         graph.run_set([2])
+
+
+def test_the_watermark_boundary_period_divides_every_window_end_of_every_stage():
+    def describe(app):
+        counted = app.input("log.in").window(TumblingWindow(60_000), aggregate=Count(), name="minutes")
+        counted.partition_by(len, name="p").window(SlidingWindow(20_000, 15_000), aggregate=Count(), name="slides")
+
+    # tumbling ends at k * 60 s; sliding ends at k * 15 s + 20 s: all multiples of 5 s
+    assert watermark_boundary_ms(planned(describe, app_name="x", app_id="1")) == 5_000
+
+
+def test_an_application_with_only_session_windows_has_no_watermark_boundary():
+    def describe(app):
+        app.input("log.in").window(SessionWindow(3_000), aggregate=Count(), name="sessions").send_to("log.out")
+
+    assert watermark_boundary_ms(planned(describe, app_name="x", app_id="1")) == 0
 
 
 # --- the expanded config ---------------------------------------------------------------------------
