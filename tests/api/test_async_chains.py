@@ -6,8 +6,6 @@ cannot run before an await (a window, a hook) is refused naming the operator."""
 
 from __future__ import annotations
 
-import os
-import signal
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -25,9 +23,10 @@ from millstream.model import SystemStream
 from millstream.testing import InProcessRunner, read_stream, write_stream
 from tests.api.async_chain_apps import chain_result, kept
 from tests.api.test_map_async import map_async_job, read, written
-from tests.cli.test_main import millstream, start_job, wait_for
+from tests.cli.test_main import millstream
 from tests.helpers import create_stream, seal, wait_until
 from tests.http_service import ServiceSettings, enrich_service
+from tests.runtime.test_async_kill import killed_with_calls_in_flight
 from tests.runtime.test_async_tasks import checkpointed
 
 CHAIN = "tests.api.async_chain_apps:ChainEnriched"
@@ -232,19 +231,7 @@ def test_a_sigkill_with_hundreds_in_flight_behind_a_filter_and_a_map_loses_nothi
             write_stream(config, SystemStream("log", "in"), values, partition=partition)
         seal(config, "in")
 
-        job, _, stderr = start_job(path, tmp_path / "first", "--in-process")
-        try:
-            wait_for(
-                lambda: service.counts.in_flight >= 300 and any(o is not None for o in checkpointed(config).values()),
-                timeout=120,
-                process=job,
-                log=stderr,
-            )
-            in_flight_at_kill = service.counts.in_flight
-        finally:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait()
-        committed = {p: int(offset) for p, offset in checkpointed(config).items() if offset is not None}
+        committed, in_flight_at_kill = killed_with_calls_in_flight(path, tmp_path, config, service)
         before = out_counts(config)
         assert in_flight_at_kill >= 300, "hundreds of calls were in flight when the job was killed"
         for partition, offset in committed.items():

@@ -16,3 +16,16 @@ class DiscardingCollector:
 
     def send_batch(self, stream: SystemStream, messages: Sequence[Any], keys: Sequence[Any] | None = None) -> None:
         pass
+
+
+class Clock:
+    """A hand-moved clock (seconds, as ``time.monotonic``) for code that takes its time as an input."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, ms: float) -> None:
+        self.now += ms / 1000

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import yaml
 
+from millstream.config import Config
 from millstream.coordinator.prepare import load_job_config
 from millstream.model import SystemStream
 from millstream.testing import read_stream, write_stream
 from tests.cli.test_main import millstream, start_job, wait_for
 from tests.helpers import create_stream, seal
-from tests.http_service import ServiceSettings, enrich_service
+from tests.http_service import EnrichService, ServiceSettings, enrich_service
 from tests.runtime.test_async_tasks import checkpointed
 
 PARTITIONS, PER_PARTITION = 2, 4000
@@ -48,6 +49,27 @@ def outputs_by_partition(config) -> dict[int, Counter[int]]:
     return counts
 
 
+def killed_with_calls_in_flight(
+    path: Path, tmp_path: Path, config: Config, service: EnrichService, at_least: int = 300
+) -> tuple[dict[int, int], int]:
+    """Run the job file ``path`` as ``millstream run --in-process`` and SIGKILL it once ``at_least`` calls are in
+    flight at ``service`` and a checkpoint was written: the checkpointed offset per partition, and the calls in
+    flight at the kill."""
+    job, _, stderr = start_job(path, tmp_path / "first", "--in-process")
+    try:
+        wait_for(
+            lambda: service.counts.in_flight >= at_least and any(o is not None for o in checkpointed(config).values()),
+            timeout=120,
+            process=job,
+            log=stderr,
+        )
+        in_flight = service.counts.in_flight
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    return {p: int(offset) for p, offset in checkpointed(config).items() if offset is not None}, in_flight
+
+
 def test_a_sigkill_with_hundreds_of_calls_in_flight_loses_nothing_and_replays_only_past_the_checkpoint(tmp_path):
     with enrich_service(ServiceSettings(latency=(0.1, 0.4))) as service:
         path = job_file(tmp_path, service.url)
@@ -59,19 +81,7 @@ def test_a_sigkill_with_hundreds_of_calls_in_flight_loses_nothing_and_replays_on
             write_stream(config, SystemStream("log", "in"), values, partition=partition)
         seal(config, "in")
 
-        job, _, stderr = start_job(path, tmp_path / "first", "--in-process")
-        try:
-            wait_for(
-                lambda: service.counts.in_flight >= 300 and any(o is not None for o in checkpointed(config).values()),
-                timeout=120,
-                process=job,
-                log=stderr,
-            )
-            in_flight_at_kill = service.counts.in_flight
-        finally:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait()
-        committed = {p: int(offset) for p, offset in checkpointed(config).items() if offset is not None}
+        committed, in_flight_at_kill = killed_with_calls_in_flight(path, tmp_path, config, service)
         before = outputs_by_partition(config)
         assert in_flight_at_kill >= 300, "hundreds of calls were in flight when the job was killed"
         for partition, offset in committed.items():

@@ -19,22 +19,11 @@ from millstream.runtime.task_committer import CommitSettings
 from millstream.runtime.task_instance import ContainerContext, TaskInstance
 from millstream.storage.errors import CommitFailedError, CommitTimeoutError
 from tests.helpers import wait_until
-from tests.runtime.fakes import DiscardingCollector
+from tests.runtime.fakes import Clock, DiscardingCollector
 
 TASK = TaskName("Partition 0")
 SSP = SystemStreamPartition("log", "in", 0)
 CHANGELOG = SystemStreamPartition("log", "changelog", 0)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, ms: float) -> None:
-        self.now += ms / 1000
 
 
 class Events(list[str]):

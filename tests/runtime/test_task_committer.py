@@ -20,21 +20,11 @@ from millstream.runtime.task_committer import CommitSettings, TaskCommitter
 from millstream.runtime.transaction import ContainerTransaction
 from millstream.storage.errors import CommitFailedError, CommitTimeoutError
 from tests.helpers import wait_until
+from tests.runtime.fakes import Clock
 
 TASK = TaskName("Partition 0")
 SSP = SystemStreamPartition("log", "in", 0)
 CHANGELOG = SystemStreamPartition("log", "changelog", 0)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, ms: float) -> None:
-        self.now += ms / 1000
 
 
 class StepError(Exception):
