@@ -60,6 +60,7 @@ from millstream.model import SystemStreamPartition, TaskName
 from millstream.runtime.seams import CheckpointWriter, OutputFlusher, PendingStartpoints, TaskMeter, TaskStorage
 from millstream.runtime.transaction import ContainerTransaction
 from millstream.storage.errors import CommitFailedError, CommitTimeoutError
+from millstream.systems.base import FencedError
 
 log = logging.getLogger(__name__)
 
@@ -440,6 +441,8 @@ class TaskCommitter:
         if failure is None:
             return
         checkpoint_id, error = failure
+        if isinstance(error, FencedError):  # a newer attempt owns the writes: the container hands over, not fails
+            raise error
         settings = self.settings
         what = f"task '{self.task_name}': commit {checkpoint_id} failed: {type(error).__name__}: {error}"
         if (

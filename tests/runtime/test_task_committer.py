@@ -19,6 +19,7 @@ from millstream.model import SystemStreamPartition, TaskName
 from millstream.runtime.task_committer import CommitSettings, TaskCommitter
 from millstream.runtime.transaction import ContainerTransaction
 from millstream.storage.errors import CommitFailedError, CommitTimeoutError
+from millstream.systems.base import WriterFencedError, WriterToken
 from tests.helpers import wait_until
 from tests.runtime.fakes import Clock
 
@@ -42,6 +43,8 @@ class Seams:
     ) -> None:
         self.events: list[str] = []
         self.fail_at = fail_at
+        self.failure: Exception = StepError(f"{fail_at} failed")
+        """What the step ``fail_at`` raises."""
         self.can_hold = can_hold
         self.gate = gate
         """Step ``gate_at`` waits for it: a commit stuck there (an upload, a flush on an unreachable broker)."""
@@ -56,7 +59,7 @@ class Seams:
         self.events.append(name)
         self.threads[name] = threading.current_thread().name
         if name == self.fail_at:
-            raise StepError(f"{name} failed")
+            raise self.failure
 
     # the producer pool (OutputFlusher)
     def flush(self, source: str) -> None:
@@ -264,6 +267,23 @@ def test_an_asynchronous_failure_fails_the_next_commit_naming_the_task_and_cause
     with pytest.raises(CommitFailedError, match=r"task 'Partition 0': commit \d+-\d+ failed: StepError: upload failed"):
         commits.commit()
     assert seams.written == [] and seams.threads["upload"].startswith("commit")
+
+
+def test_a_commit_thread_fenced_by_a_newer_attempt_raises_the_fence_itself_so_the_container_hands_over(executor):
+    """Not a commit failure the policy may tolerate or a restart may retry: the container hands over to the attempt
+    that fenced it (``superseded``), as it does when its own thread is fenced."""
+    seams, progress = Seams(fail_at="upload"), Progress()
+    fence = WriterFencedError("kafka.changelog partition 0", WriterToken("job", "0", 1, 1), "a newer epoch")
+    seams.failure = fence
+    settings = CommitSettings(skip_during_failures=True, max_skipped_exceptions=5)
+    commits = committer(seams, progress, executor=executor, settings=settings)
+    progress.processed(4)
+    commits.commit()
+    stage_ended(executor)
+    progress.processed(5)
+    with pytest.raises(WriterFencedError) as raised:
+        commits.commit()
+    assert raised.value is fence and commits.commit_failures_skipped == 0 and seams.written == []
 
 
 def test_a_tolerated_failure_leaves_its_offsets_to_the_next_commit_even_when_the_task_is_idle(executor):
