@@ -7,11 +7,9 @@ cannot run before an await (a window, a hook) is refused naming the operator."""
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from millstream.api.application import InputDescriptor, StreamApplicationDescriptor
 from millstream.api.errors import ApplicationError
@@ -26,7 +24,7 @@ from tests.api.test_map_async import map_async_job, read, written
 from tests.cli.test_main import millstream
 from tests.helpers import create_stream, seal, wait_until
 from tests.http_service import ServiceSettings, enrich_service
-from tests.runtime.test_async_kill import killed_with_calls_in_flight
+from tests.runtime.test_async_kill import job_file, killed_with_calls_in_flight
 from tests.runtime.test_async_tasks import checkpointed
 
 CHAIN = "tests.api.async_chain_apps:ChainEnriched"
@@ -194,23 +192,6 @@ def test_an_async_operator_after_a_window_a_stateful_map_or_a_hook_is_refused_na
 PARTITIONS, PER_PARTITION, SPAN = 2, 6000, 10_000
 
 
-def kill_job_file(tmp_path: Path, url: str) -> Path:
-    values = {
-        "job.name": "async-chain-kill",
-        "job.data.dir": str(tmp_path / "data"),
-        "app.class": CHAIN,
-        "task.commit.ms": 100,
-        "task.max.concurrency": 1000,
-        "test.service.url": url,
-        "systems.log.samza.offset.default": "oldest",
-        "systems.log.samza.key.serde": "string",
-        "systems.log.samza.msg.serde": "json",
-    }
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(values), encoding="utf-8")
-    return path
-
-
 def out_counts(config: Config) -> dict[int, Counter[int]]:
     counts: dict[int, Counter[int]] = {p: Counter() for p in range(PARTITIONS)}
     for pairs in read_stream(config, SystemStream("log", "out")).values():
@@ -222,7 +203,7 @@ def out_counts(config: Config) -> dict[int, Counter[int]]:
 
 def test_a_sigkill_with_hundreds_in_flight_behind_a_filter_and_a_map_loses_nothing(tmp_path):
     with enrich_service(ServiceSettings(latency=(0.2, 0.5))) as service:
-        path = kill_job_file(tmp_path, service.url)
+        path = job_file(tmp_path, service.url, {"job.name": "async-chain-kill", "app.class": CHAIN})
         config = load_job_config(path)
         create_stream(config, "in", PARTITIONS)
         create_stream(config, "out", 1)

@@ -23,12 +23,15 @@ from tests.runtime.test_async_tasks import checkpointed
 PARTITIONS, PER_PARTITION = 2, 4000
 
 
-def job_file(tmp_path: Path, url: str) -> Path:
+ASYNC_ENRICH = {"job.name": "async-kill", "task.class": "tests.jobs:AsyncEnrich", "task.inputs": "log.in"}
+
+
+def job_file(tmp_path: Path, url: str, job: dict[str, str] = ASYNC_ENRICH) -> Path:
+    """A job file of ``job`` (its name and task or application) calling the service at ``url`` with 1,000
+    messages in flight per task and a commit every 100 ms."""
     values = {
-        "job.name": "async-kill",
+        **job,
         "job.data.dir": str(tmp_path / "data"),
-        "task.class": "tests.jobs:AsyncEnrich",
-        "task.inputs": "log.in",
         "task.commit.ms": 100,
         "task.max.concurrency": 1000,
         "test.service.url": url,
