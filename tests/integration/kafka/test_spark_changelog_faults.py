@@ -43,16 +43,23 @@ OPERATION_TIMEOUT_MS = 3000
 PAUSE_POINT = "before-snapshot"
 
 
-def input_records() -> dict[int, list[tuple[bytes, bytes]]]:
-    """Per input partition, its messages: keys ``p<partition>-k<n>`` in turn, ``MESSAGES_PER_KEY`` each."""
+def input_records(counts: range) -> dict[int, list[tuple[bytes, bytes]]]:
+    """Per input partition, its messages numbered ``counts``: keys ``p<partition>-k<n>`` in turn."""
     return {
-        partition: [
-            (f"p{partition}-k{n}".encode(), orjson.dumps(i))
-            for i in range(MESSAGES_PER_KEY)
-            for n in range(KEYS_PER_PARTITION)
-        ]
+        partition: [(f"p{partition}-k{n}".encode(), orjson.dumps(i)) for i in counts for n in range(KEYS_PER_PARTITION)]
         for partition in range(PARTITIONS)
     }
+
+
+FIRST_HALF, SECOND_HALF = range(MESSAGES_PER_KEY // 2), range(MESSAGES_PER_KEY // 2, MESSAGES_PER_KEY)
+"""The input comes in two halves: the second is produced only once the pause is armed, so a commit with new
+offsets always follows it (commits that move nothing are skipped and never reach the pause point), however late
+the test sees checkpoint A on a loaded machine."""
+
+
+def produce_input(bootstrap: str, source: str, counts: range) -> None:
+    for partition, records in input_records(counts).items():
+        produce(bootstrap, source, records, partition=partition)
 
 
 TASK_CLASSES = {
@@ -178,8 +185,7 @@ def test_a_commit_that_cannot_read_the_changelog_offset_fails_the_container_and_
     source, sink, changelog = topics = topic_name("in"), topic_name("out"), topic_name("counts")
     create_topic(bootstrap, source, PARTITIONS)
     create_topic(bootstrap, sink, PARTITIONS)
-    for partition, records in input_records().items():
-        produce(bootstrap, source, records, partition=partition)
+    produce_input(bootstrap, source, FIRST_HALF)
     config = faults_config(tmp_path, kafka_proxy, topics, start)
     marker = tmp_path / "markers" / PAUSE_POINT
     marker.parent.mkdir()
@@ -188,7 +194,8 @@ def test_a_commit_that_cannot_read_the_changelog_offset_fails_the_container_and_
     job = RunningJob(config, spark)
     try:
         wait_until(lambda: checkpointed_messages(config, source) > 0, 120, "checkpoint A, after some input")
-        marker.unlink()  # the next commit pauses after its producers' flush
+        marker.unlink()  # the next commit that moves the offsets pauses after its producers' flush
+        produce_input(bootstrap, source, SECOND_HALF)
         failure = black_hole_the_paused_commit(config, kafka_proxy.proxy, start)
         wait_until(lambda: every_key_counted(bootstrap, sink), 300, "every key's final count in the output")
         # the failed attempt processed on beside its paused commit and may have sent every final count itself:
