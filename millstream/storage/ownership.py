@@ -32,7 +32,7 @@ import orjson
 
 from millstream.files import sync_dir
 from millstream.metadata.base import FencedError
-from millstream.storage.layout import OWNER_SUFFIX, base_dir, delete_path, stale_attempt_dirs
+from millstream.storage.layout import LIVE, OWNER_SUFFIX, StoreDirListing, base_dir, delete_path, stale_attempt_dirs
 from millstream.systems.base import WriterToken
 
 
@@ -82,12 +82,12 @@ def owned(store_dir: Path, writer: WriterToken | None, *, claim: bool = False) -
         yield
 
 
-def claim(store_dir: Path, writer: WriterToken | None) -> None:
+def claim(store_dir: Path, writer: WriterToken | None, listing: StoreDirListing = LIVE) -> None:
     """Take ``store_dir``'s directories for ``writer`` and delete every other attempt's working directory
-    (a zombie still working in one fails at its next write there)."""
+    (a zombie still working in one fails at its next write there), as ``listing`` finds them."""
     with owned(store_dir, writer, claim=True):
         if writer is not None:
-            for stale in stale_attempt_dirs(store_dir):
+            for stale in stale_attempt_dirs(store_dir, listing):
                 delete_path(stale)
 
 

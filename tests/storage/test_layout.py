@@ -13,6 +13,9 @@ from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError
 from millstream.model import SystemStreamPartition
 from millstream.storage.layout import (
+    LIVE,
+    ListedOnce,
+    StoreDirListing,
     StoreLayout,
     attempt_dir,
     checkpoint_dir,
@@ -108,8 +111,9 @@ def test_copy_links_sst_files_and_copies_the_rest(tmp_path: Path) -> None:
     assert (tmp_path / "dst" / "MANIFEST-000001").stat().st_ino != (source / "MANIFEST-000001").stat().st_ino
 
 
+@pytest.mark.parametrize("listing", [LIVE, ListedOnce()], ids=["listed-live", "listed-once"])
 def test_an_attempts_directory_shares_the_tasks_checkpoint_directories_and_finds_the_others_stale(
-    tmp_path: Path,
+    tmp_path: Path, listing: StoreDirListing
 ) -> None:
     base = tmp_path / "counts" / "Partition_0"
     mine = attempt_dir(base, 2, 5)
@@ -126,11 +130,26 @@ def test_an_attempts_directory_shares_the_tasks_checkpoint_directories_and_finds
         directory.mkdir(parents=True)
     (tmp_path / "counts" / "Partition_0@1.9.restoring").mkdir()
     (tmp_path / "counts" / "Partition_0@owner").touch()
-    assert checkpoint_dirs(mine) == {checkpoint_id: checkpoint_dir(base, checkpoint_id)}
-    assert [path.name for path in stale_attempt_dirs(mine)] == [
+    assert checkpoint_dirs(mine, listing) == {checkpoint_id: checkpoint_dir(base, checkpoint_id)}
+    assert [path.name for path in stale_attempt_dirs(mine, listing)] == [
         "Partition_0",
         "Partition_0@1.9.restoring",
         "Partition_0@2.4",
     ]
-    delete_checkpoint_dirs(mine)
+    delete_checkpoint_dirs(mine, listing=listing)
     assert not checkpoint_dir(base, checkpoint_id).exists() and mine.is_dir()
+    assert checkpoint_dirs(mine, listing) == {}, "a deleted directory is never found again"
+
+
+def test_a_directory_listed_once_answers_from_its_first_listing(tmp_path: Path) -> None:
+    listing = ListedOnce()
+    for name in ("Partition_1-1-1", "Partition_1@owner", "Partition_10-1-1", "Partition_2-1-1"):
+        (tmp_path / name).mkdir()
+    assert listing.starting_with(tmp_path, "Partition_1-") == ["Partition_1-1-1"]
+    (tmp_path / "Partition_1-2-2").mkdir()  # made after the listing: this container's own, never a leftover
+    assert listing.starting_with(tmp_path, "Partition_1") == [
+        "Partition_1-1-1",
+        "Partition_10-1-1",
+        "Partition_1@owner",
+    ]
+    assert listing.starting_with(tmp_path / "missing", "Partition_1") == []

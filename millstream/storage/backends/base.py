@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from millstream.metrics.registry import NOOP_METRICS, MetricsRegistry
 from millstream.model import SystemStreamPartition, TaskName
+from millstream.storage.layout import LIVE, StoreDirListing
 
 if TYPE_CHECKING:
     from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId
@@ -94,6 +95,8 @@ class TaskBackendContext:
     """Testing hook: a named point of a commit where a test may stop the process."""
     metrics: MetricsRegistry = field(default=NOOP_METRICS, repr=False)
     """The container's metrics: restore managers report their progress to it (``RestoreProgress``)."""
+    listing: StoreDirListing = field(default=LIVE, repr=False)
+    """How restores find the checkpoint directories earlier attempts left: the container's one listing."""
 
 
 class TaskBackupManager(ABC):

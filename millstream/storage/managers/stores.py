@@ -54,6 +54,7 @@ from millstream.storage.errors import StateBackupError, StateRestoreError
 from millstream.storage.factory import StorageEngineFactory, storage_engine_factory
 from millstream.storage.kv import ChangelogWriter, KeyValueStorageEngine, TaskKeyValueStore
 from millstream.storage.layout import (
+    ListedOnce,
     StoreLayout,
     attempt_dir,
     checkpoint_dir,
@@ -171,6 +172,7 @@ class TaskStorageManager:
             self.open_engine,
             container.pause,
             container.metrics,
+            container.listing,
         )
 
     def open_engine(self, store: str) -> KeyValueStorageEngine:
@@ -194,7 +196,7 @@ class TaskStorageManager:
             return
         for entry in self._stores.values():
             if entry.spec.persistent:
-                claim(entry.spec.store_dir, writer)
+                claim(entry.spec.store_dir, writer, self.container.listing)
             if entry.spec.changelog is not None:
                 self.container.systems.producer(entry.spec.changelog.system).claim(entry.spec.changelog)
 
@@ -215,18 +217,18 @@ class TaskStorageManager:
         for name, entry in self._stores.items():
             if entry.spec.persistent and not entry.logged:
                 delete_path(entry.spec.store_dir)
-                delete_checkpoint_dirs(entry.spec.store_dir)
+                delete_checkpoint_dirs(entry.spec.store_dir, listing=self.container.listing)
                 continue
             if entry.spec.persistent and entry.spec.config.clean_on_container_start:
                 delete_path(entry.spec.store_dir)
-                delete_checkpoint_dirs(entry.spec.store_dir)
+                delete_checkpoint_dirs(entry.spec.store_dir, listing=self.container.listing)
             factory_class = restore_factory_for(
                 self.container.config, name, checkpoint, entry.spec.changelog is not None
             )
             if factory_class is None:
                 if entry.spec.persistent:
                     delete_path(entry.spec.store_dir)
-                    delete_checkpoint_dirs(entry.spec.store_dir)
+                    delete_checkpoint_dirs(entry.spec.store_dir, listing=self.container.listing)
                 continue
             groups.setdefault(factory_class.marker_key(), (factory_class, []))[1].append(name)
         for key, (factory_class, names) in groups.items():
@@ -436,7 +438,7 @@ class TaskStorageManager:
 
     def _delete_older_checkpoints(self, name: str, store_dir: Path, keep: CheckpointId) -> None:
         known = self._local_checkpoints.get(name)
-        if known is None:
+        if known is None:  # listed live: a zombie may have snapshotted after the start's listing, before its claim
             delete_checkpoint_dirs(store_dir, keep=keep)
         else:
             delete_checkpoint_dirs_among(store_dir, sorted(known), keep=keep)
@@ -497,6 +499,8 @@ class ContainerStorageManager:
         directories, owns the task's checkpoint directories and claims its changelog partitions."""
         self.store_names = task_store_names(config)
         self.pause = CommitPauses.of(config)
+        self.listing = ListedOnce()
+        """The store directories as this container first found them, listed once for all its tasks' scans."""
         self._factories: dict[str, StateBackendFactory] = {}
         self._lock = threading.Lock()
         tasks = len(job_model.containers[container_id].tasks) if container_id in job_model.containers else 1

@@ -83,9 +83,9 @@ class BlobStoreTaskRestoreManager(TaskRestoreManager):
             if store in self.lost_index:
                 self._restore_without_index(store, spec)
             elif entry is None or self.checkpoint is None:
-                delete_checkpoint_dirs(spec.store_dir)
+                delete_checkpoint_dirs(spec.store_dir, listing=self.context.listing)
             elif not self._reuse_local(store, spec, entry[1]):
-                delete_checkpoint_dirs(spec.store_dir)
+                delete_checkpoint_dirs(spec.store_dir, listing=self.context.listing)
                 self._download(store, spec, *entry)
 
     def _reuse_local(self, store: str, spec: StoreSpec, index: SnapshotIndex) -> bool:

@@ -233,7 +233,7 @@ class ChangelogTaskRestoreManager(TaskRestoreManager):
     ) -> tuple[Path, str] | None:
         """The local checkpoint directory with the highest changelog offset in ``[oldest, target]``."""
         best: tuple[Path, str] | None = None
-        for directory in checkpoint_dirs(spec.store_dir).values():
+        for directory in checkpoint_dirs(spec.store_dir, self.context.listing).values():
             local = self._local_offset(spec, ssp, directory)
             if local is None or not (_le(compare, oldest, local) and _le(compare, local, target)):
                 continue
@@ -290,7 +290,7 @@ class ChangelogTaskRestoreManager(TaskRestoreManager):
             if plan.retained_dir is not None:
                 self._copy_retained(plan)
             else:
-                delete_checkpoint_dirs(spec.store_dir)
+                delete_checkpoint_dirs(spec.store_dir, listing=self.context.listing)
         engine = self.context.open_engine(spec.name)
         admin = self.context.systems.admin(plan.ssp.system)
         replayed = reverted = 0
@@ -316,7 +316,7 @@ class ChangelogTaskRestoreManager(TaskRestoreManager):
         revert that follows is unchanged, so the store still equals the checkpoint exactly)."""
         spec, retained = plan.store, plan.retained_dir
         assert retained is not None
-        for directory in checkpoint_dirs(spec.store_dir).values():
+        for directory in checkpoint_dirs(spec.store_dir, self.context.listing).values():
             if directory != retained:
                 delete_path(directory)
         try:

@@ -1,0 +1,57 @@
+"""A container's start lists each store's directory once, however many tasks it restores: the directory holds
+every task's working, owner and checkpoint directories, so a listing per task made a start cost tasks² (issue
+40). What earlier attempts left there still goes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from millstream.checkpoint.checkpoint import CheckpointId
+from millstream.runtime.services import ContainerServices
+from millstream.storage.layout import attempt_dir, checkpoint_dir
+from millstream.storage.managers.stores import ContainerStorageManager
+from millstream.systems.base import WriterToken
+from tests.storage.harness import StateHarness, state_config
+
+TASKS = 4
+
+
+def test_a_container_start_lists_the_shared_store_directory_once_and_still_deletes_every_tasks_leftovers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness = StateHarness(state_config(tmp_path, "changelog"), partitions=TASKS)
+    assert len(harness.model.tasks) == TASKS
+    services = ContainerServices(harness.config, writer=WriterToken("test-1", "0", 1, 2))
+    container = ContainerStorageManager(harness.config, harness.model, "0", harness.metadata, services)
+    storages = {task: container.task_storage(task, model) for task, model in harness.model.tasks.items()}
+    working = {
+        task: storage.backend_context(["counts"]).stores["counts"].store_dir
+        for task, storage in storages.items()
+        if storage
+    }
+    shared = next(iter(working.values())).parent
+    leftovers = []
+    for store_dir in working.values():
+        leftovers += [attempt_dir(store_dir, 1, 1), checkpoint_dir(store_dir, CheckpointId.create())]
+    for leftover in leftovers:
+        leftover.mkdir(parents=True)  # what attempt 1 left: a working directory and a snapshot per task
+    listed: list[Path] = []
+    listdir = os.listdir
+
+    def counting(path: str | os.PathLike[str] = ".") -> list[str]:
+        if Path(path) == shared:
+            listed.append(Path(path))
+        return listdir(path)
+
+    monkeypatch.setattr(os, "listdir", counting)
+    container.restore({task: (storage, None) for task, storage in storages.items() if storage})
+    assert listed == [shared], f"{len(listed)} listings of the directory every task's stores share"
+    assert [leftover for leftover in leftovers if leftover.exists()] == []
+    for storage in storages.values():
+        assert storage is not None
+        storage.close()
+    container.close()
+    services.close()
