@@ -43,8 +43,8 @@ OPERATION_TIMEOUT_MS = 3000
 PAUSE_POINT = "before-snapshot"
 
 
-def input_records(counts: range) -> dict[int, list[tuple[bytes, bytes]]]:
-    """Per input partition, its messages numbered ``counts``: keys ``p<partition>-k<n>`` in turn."""
+def input_records(counts: range = range(MESSAGES_PER_KEY)) -> dict[int, list[tuple[bytes, bytes]]]:
+    """Per input partition, its messages numbered ``counts`` (all by default): keys ``p<partition>-k<n>`` in turn."""
     return {
         partition: [(f"p{partition}-k{n}".encode(), orjson.dumps(i)) for i in counts for n in range(KEYS_PER_PARTITION)]
         for partition in range(PARTITIONS)
