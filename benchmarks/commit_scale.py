@@ -9,9 +9,12 @@ measurement. Reported per ``N``:
 * **start-up**: wall seconds and process CPU seconds from ``Container.run`` to its tasks being started
   (fence, admins and producers, checkpoints read, stores opened and restored — empty here —, tasks
   initialised, consumers started);
-* **commit round**: process CPU seconds (``time.process_time``, every thread of the process, the commit
-  threads included) of one full round — every task processed one message, which writes one key, then every
-  task commits (flush, snapshot, checkpoint) and the round waits for the commits to end; the median of
+* **commit round**: wall seconds and process CPU seconds (``time.process_time``, every thread of the process,
+  the commit threads included) of one full round — every task processed one message, which writes one key, then
+  every task commits (flush, snapshot, checkpoint) and the round waits for the commits to end; the median of
+  ``--rounds`` rounds;
+* **idle round**: the same, straight after a full round, when no task processed anything since its last commit
+  (issue 36 asks 1,000 tasks for under 100 ms: nothing to flush, snapshot or checkpoint); the median of
   ``--rounds`` rounds;
 
 each with the ratio of its CPU seconds to the 100-task row's (issue 40 asks 1,000 tasks for under 10x the cost of
@@ -68,6 +71,12 @@ class Measured:
     startup_cpu: float
     commit_cpu: float
     """Median CPU seconds of one full commit round."""
+    commit_seconds: float
+    """Median wall seconds of one full commit round."""
+    idle_cpu: float
+    """Median CPU seconds of one commit round in which no task changed."""
+    idle_seconds: float
+    """Median wall seconds of one commit round in which no task changed."""
 
 
 class MeasuringContainer(Container):
@@ -80,6 +89,9 @@ class MeasuringContainer(Container):
         self.began = (time.perf_counter(), time.process_time())
         self.startup = (0.0, 0.0)
         self.commit_cpu: list[float] = []
+        self.commit_wall: list[float] = []
+        self.idle_cpu: list[float] = []
+        self.idle_wall: list[float] = []
 
     def _run_loop(self, loop: RunLoop, tasks: list[TaskInstance]) -> None:
         wall, cpu = self.began
@@ -89,14 +101,24 @@ class MeasuringContainer(Container):
                 (ssp,) = task.ssps
                 key = f"{task.task_name}/{offset}".encode()
                 task.process(ssp, [IncomingMessageEnvelope(ssp, str(offset), key, b"v" * 16)])
-            started = time.process_time()
-            for task in tasks:
-                task.commit()
-            for task in tasks:
-                task.finish_commits()  # waits for the commit in flight (a no-op commit follows)
-            self.commit_cpu.append(time.process_time() - started)
+            wall, cpu = _commit_round(tasks)
+            self.commit_wall.append(wall)
+            self.commit_cpu.append(cpu)
+            wall, cpu = _commit_round(tasks)  # nothing processed since: an idle round
+            self.idle_wall.append(wall)
+            self.idle_cpu.append(cpu)
         self._stop_now.set()
         super()._run_loop(loop, tasks)
+
+
+def _commit_round(tasks: list[TaskInstance]) -> tuple[float, float]:
+    """Wall and CPU seconds of every task's commit, until the commits in flight ended."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    for task in tasks:
+        task.commit()
+    for task in tasks:
+        task.committer.wait_for_commit()
+    return time.perf_counter() - wall, time.process_time() - cpu
 
 
 def job_config(root: Path, tasks: int, system: str, bootstrap: str | None) -> Config:
@@ -149,7 +171,16 @@ def measure(root: Path, tasks: int, rounds: int, system: str, bootstrap: str | N
     if result.commits < tasks * rounds:
         raise RuntimeError(f"{tasks} tasks: {result.commits} commits wrote a checkpoint, not {tasks * rounds}")
     wall, cpu = container.startup
-    return Measured(tasks, wall, cpu, statistics.median(container.commit_cpu))
+    median = statistics.median
+    return Measured(
+        tasks,
+        wall,
+        cpu,
+        median(container.commit_cpu),
+        median(container.commit_wall),
+        median(container.idle_cpu),
+        median(container.idle_wall),
+    )
 
 
 def table(rows: list[Measured]) -> str:
@@ -159,14 +190,17 @@ def table(rows: list[Measured]) -> str:
         return f"{value / of:.2f}x" if of else "-"
 
     lines = [
-        "| tasks | start-up s | start-up CPU s | CPU vs 100 | commit round CPU s | per task ms | CPU vs 100 |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "| tasks | start-up s | start-up CPU s | CPU vs 100 | commit round s | commit round CPU s | per task ms "
+        "| CPU vs 100 | idle round s | idle round CPU s | idle CPU vs 100 |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         lines.append(
             f"| {row.tasks:,} | {row.startup_seconds:.3f} | {row.startup_cpu:.3f} | "
-            f"{ratio(row.startup_cpu, base.startup_cpu if base else None)} | {row.commit_cpu:.4f} | "
-            f"{row.commit_cpu / row.tasks * 1000:.2f} | {ratio(row.commit_cpu, base.commit_cpu if base else None)} |"
+            f"{ratio(row.startup_cpu, base.startup_cpu if base else None)} | {row.commit_seconds:.4f} | "
+            f"{row.commit_cpu:.4f} | {row.commit_cpu / row.tasks * 1000:.2f} | "
+            f"{ratio(row.commit_cpu, base.commit_cpu if base else None)} | {row.idle_seconds:.4f} | "
+            f"{row.idle_cpu:.4f} | {ratio(row.idle_cpu, base.idle_cpu if base else None)} |"
         )
     return "\n".join(lines)
 

@@ -346,8 +346,8 @@ class TaskCommitter:
         checkpoints = self._checkpoints(checkpoint_id, offsets, uploaded)
         if storage is not None:
             storage.write_local_checkpoint(checkpoint_id, checkpoints)
-        for checkpoint in self._write_order(checkpoints):
-            self.checkpoint_manager.write_checkpoint(self.task_name, checkpoint)
+        if checkpoints:  # with the checkpoints of the container's other tasks committing now (group commit)
+            self.checkpoint_manager.write_task_checkpoints(self.task_name, self._write_order(checkpoints))
         self._timed("checkpoint", phase)
         self.last_checkpoint = checkpoints[-1] if checkpoints else None
         self.commits += 1
@@ -461,6 +461,12 @@ class TaskCommitter:
             )
             return
         raise CommitFailedError(what + _limit_reached(settings, "exception", self.commit_failures_skipped)) from error
+
+    def wait_for_commit(self) -> None:
+        """Wait for the commit in flight, then raise its failure (under the commit-failure policy), without starting
+        another; free when none is in flight."""
+        self._wait_for_commit()
+        self._raise_commit_failure()
 
     def finish_commits(self) -> None:
         """Before the container returns: wait for the commit in flight, and commit what a skipped
