@@ -1,10 +1,10 @@
 """Commit CPU and start-up time against the number of tasks, each with a RocksDB store and its changelog.
 
-    python -m benchmarks.commit_scale [--tasks 1,10,100,1000] [--rounds 3] [--system log|kafka]
+    python -m benchmarks.commit_scale [--tasks 1,10,100,1000] [--rounds 3] [--system log|kafka] [--stateless]
 
 One container runs ``N`` tasks (one input partition each) of a job whose store ``counts`` is backed up to a
-changelog; the container is the real one (``Container``) in this process, with its run loop replaced by the
-measurement. Reported per ``N``:
+changelog (``--stateless``: tasks without stores, whose commits only flush and checkpoint); the container is the
+real one (``Container``) in this process, with its run loop replaced by the measurement. Reported per ``N``:
 
 * **start-up**: wall seconds and process CPU seconds from ``Container.run`` to its tasks being started
   (fence, admins and producers, checkpoints read, stores opened and restored — empty here —, tasks
@@ -13,6 +13,8 @@ measurement. Reported per ``N``:
   the commit threads included) of one full round — every task processed one message, which writes one key, then
   every task commits (flush, snapshot, checkpoint) and the round waits for the commits to end; the median of
   ``--rounds`` rounds;
+* **checkpoint batches**: how many batches the container's group commit wrote the checkpoints of a full round
+  in (``CheckpointGroupCommit.batches``; the median of the rounds);
 * **idle round**: the same, straight after a full round, when no task processed anything since its last commit
   (issue 36 asks 1,000 tasks for under 100 ms: nothing to flush, snapshot or checkpoint); the median of
   ``--rounds`` rounds;
@@ -54,6 +56,13 @@ BASELINE = 100
 """The row every ratio is taken against."""
 
 
+class Ignore(StreamTask):
+    """Processes each message by doing nothing: its commits have offsets to checkpoint and nothing else."""
+
+    def process(self, envelope: Any, collector: Any, coordinator: Any) -> None:
+        pass
+
+
 class PutEachMessage(StreamTask, InitableTask):
     """Writes each message's key into the ``counts`` store: one changelog record per message."""
 
@@ -77,6 +86,8 @@ class Measured:
     """Median CPU seconds of one commit round in which no task changed."""
     idle_seconds: float
     """Median wall seconds of one commit round in which no task changed."""
+    batches: float | None = None
+    """Median batches the checkpoints of a full round were written in (None: no group commit to ask)."""
 
 
 class MeasuringContainer(Container):
@@ -92,6 +103,7 @@ class MeasuringContainer(Container):
         self.commit_wall: list[float] = []
         self.idle_cpu: list[float] = []
         self.idle_wall: list[float] = []
+        self.batches: list[int] = []
 
     def _run_loop(self, loop: RunLoop, tasks: list[TaskInstance]) -> None:
         wall, cpu = self.began
@@ -101,14 +113,23 @@ class MeasuringContainer(Container):
                 (ssp,) = task.ssps
                 key = f"{task.task_name}/{offset}".encode()
                 task.process(ssp, [IncomingMessageEnvelope(ssp, str(offset), key, b"v" * 16)])
+            batches = _checkpoint_batches(tasks)
             wall, cpu = _commit_round(tasks)
             self.commit_wall.append(wall)
             self.commit_cpu.append(cpu)
+            if batches is not None:
+                self.batches.append((_checkpoint_batches(tasks) or 0) - batches)
             wall, cpu = _commit_round(tasks)  # nothing processed since: an idle round
             self.idle_wall.append(wall)
             self.idle_cpu.append(cpu)
         self._stop_now.set()
         super()._run_loop(loop, tasks)
+
+
+def _checkpoint_batches(tasks: list[TaskInstance]) -> int | None:
+    """The batches the container's checkpoint writer wrote so far, where it counts them (a group commit)."""
+    batches = getattr(tasks[0].committer.checkpoint_manager, "batches", None) if tasks else None
+    return batches if isinstance(batches, int) else None
 
 
 def _commit_round(tasks: list[TaskInstance]) -> tuple[float, float]:
@@ -121,7 +142,7 @@ def _commit_round(tasks: list[TaskInstance]) -> tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
-def job_config(root: Path, tasks: int, system: str, bootstrap: str | None) -> Config:
+def job_config(root: Path, tasks: int, system: str, bootstrap: str | None, stateless: bool = False) -> Config:
     """Names are unique per call: on a broker, streams outlive a measurement."""
     run = f"{tasks}-{int(time.time() * 1000)}"
     values: dict[str, Any] = {
@@ -138,6 +159,9 @@ def job_config(root: Path, tasks: int, system: str, bootstrap: str | None) -> Co
         "serializers.registry.bytes.class": "bytes",
         f"systems.{system}.samza.offset.default": "oldest",
     }
+    if stateless:
+        values["task.class"] = f"{__name__}:Ignore"
+        values = {key: value for key, value in values.items() if not key.startswith("stores.")}
     if system == "log":
         values["systems.log.path"] = str(root / "log")
     else:
@@ -151,8 +175,10 @@ def job_config(root: Path, tasks: int, system: str, bootstrap: str | None) -> Co
     return prepare(Config(values))
 
 
-def measure(root: Path, tasks: int, rounds: int, system: str, bootstrap: str | None) -> Measured:
-    config = job_config(root, tasks, system, bootstrap)
+def measure(
+    root: Path, tasks: int, rounds: int, system: str, bootstrap: str | None, stateless: bool = False
+) -> Measured:
+    config = job_config(root, tasks, system, bootstrap, stateless)
     admin = system_factory(config, system).get_admin(system, config)
     admin.start()
     try:
@@ -180,6 +206,7 @@ def measure(root: Path, tasks: int, rounds: int, system: str, bootstrap: str | N
         median(container.commit_wall),
         median(container.idle_cpu),
         median(container.idle_wall),
+        median(container.batches) if container.batches else None,
     )
 
 
@@ -191,8 +218,8 @@ def table(rows: list[Measured]) -> str:
 
     lines = [
         "| tasks | start-up s | start-up CPU s | CPU vs 100 | commit round s | commit round CPU s | per task ms "
-        "| CPU vs 100 | idle round s | idle round CPU s | idle CPU vs 100 |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| CPU vs 100 | idle round s | idle round CPU s | idle CPU vs 100 | checkpoint batches |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         lines.append(
@@ -200,7 +227,8 @@ def table(rows: list[Measured]) -> str:
             f"{ratio(row.startup_cpu, base.startup_cpu if base else None)} | {row.commit_seconds:.4f} | "
             f"{row.commit_cpu:.4f} | {row.commit_cpu / row.tasks * 1000:.2f} | "
             f"{ratio(row.commit_cpu, base.commit_cpu if base else None)} | {row.idle_seconds:.4f} | "
-            f"{row.idle_cpu:.4f} | {ratio(row.idle_cpu, base.idle_cpu if base else None)} |"
+            f"{row.idle_cpu:.4f} | {ratio(row.idle_cpu, base.idle_cpu if base else None)} | "
+            f"{'-' if row.batches is None else f'{row.batches:g}'} |"
         )
     return "\n".join(lines)
 
@@ -222,6 +250,7 @@ def main() -> None:
     parser.add_argument("--tasks", default="1,10,100,1000", help="comma-separated task counts")
     parser.add_argument("--rounds", type=int, default=3, help="commit rounds per task count (the median is shown)")
     parser.add_argument("--system", choices=["log", "kafka"], default="log")
+    parser.add_argument("--stateless", action="store_true", help="tasks without stores")
     args = parser.parse_args()
     counts = [int(count) for count in args.tasks.split(",")]
     root = Path(tempfile.mkdtemp(prefix="millstream-bench-commit-scale-"))
@@ -229,11 +258,12 @@ def main() -> None:
     try:
         with system_for(args.system, root) as bootstrap:
             for tasks in counts:
-                rows.append(measure(root / str(tasks), tasks, args.rounds, args.system, bootstrap))
+                rows.append(measure(root / str(tasks), tasks, args.rounds, args.system, bootstrap, args.stateless))
                 print(f"{tasks} tasks done", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    print(f"\nsystem: {args.system}, RocksDB store + changelog per task, {args.rounds} commit rounds (median)\n")
+    stores = "no stores" if args.stateless else "RocksDB store + changelog per task"
+    print(f"\nsystem: {args.system}, {stores}, {args.rounds} commit rounds (median)\n")
     print(table(rows))
 
 

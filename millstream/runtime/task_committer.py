@@ -6,8 +6,9 @@ write back what they hold dirty, producers are flushed (output and changelogs), 
 so it is part of this commit), the stores are snapshotted (the checkpoint directories and the backends'
 markers), their snapshots uploaded (asynchronously, on a commit thread, while the task keeps processing), and
 only then are the checkpoints written — input offsets with the markers of exactly the state those offsets
-produced — and what they no longer need cleaned up. A crash anywhere re-processes from the last durable
-checkpoint, with the stores restored to the state it names.
+produced, handed to the container's group commit, which writes them in one batch with those of the other tasks
+committing meanwhile (``checkpoint/group_commit.py``) — and what they no longer need cleaned up. A crash anywhere
+re-processes from the last durable checkpoint, with the stores restored to the state it names.
 
 With ``task.commit.snapshot.beside.processing.enabled`` (the default), only the commit's cut pauses processing when
 the task has no stores, or every store of the task has an object cache (the default) and backups:

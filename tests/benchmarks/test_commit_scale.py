@@ -9,6 +9,7 @@ def test_a_measurement_commits_every_task_in_every_round_and_times_start_up(tmp_
     row = measure(tmp_path, tasks=3, rounds=2, system="log", bootstrap=None)  # raises when a commit is missing
     assert row.tasks == 3 and row.startup_seconds > 0 and row.startup_cpu > 0 and row.commit_cpu > 0
     assert row.commit_seconds > 0 and row.idle_seconds > 0 and row.idle_cpu >= 0
+    assert row.batches is not None and 1 <= row.batches <= 3, "the group commit wrote each round in 1 to 3 batches"
 
 
 def test_the_table_gives_each_rows_cpu_as_a_ratio_of_the_100_task_rows():
