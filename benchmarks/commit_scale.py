@@ -1,24 +1,28 @@
 """Commit CPU and start-up time against the number of tasks, each with a RocksDB store and its changelog.
 
-    python -m benchmarks.commit_scale [--tasks 1,10,100,1000] [--rounds 3] [--system log|kafka] [--repeats 1]
+    python -m benchmarks.commit_scale [--tasks 1,10,100,1000] [--rounds 3] [--system log|kafka] [--stateless]
+                                      [--repeats 1]
 
 One container runs ``N`` tasks (one input partition each) of a job whose store ``counts`` is backed up to a
-changelog; the container is the real one (``Container``) in this process, with its run loop replaced by the
-measurement. Reported per ``N``:
+changelog (``--stateless``: tasks without stores, whose commits only flush and checkpoint); the container is the
+real one (``Container``) in this process, with its run loop replaced by the measurement. Reported per ``N``:
 
 * **start-up**: wall seconds and process CPU seconds from ``Container.run`` to its tasks being started
   (fence, admins and producers, checkpoints read, stores opened and restored — empty here —, tasks
   initialised, consumers started);
-* **commit round**: process CPU seconds (``time.process_time``, every thread of the process, the commit
-  threads included) of one full round — every task processed one message, which writes one key, then every
-  task commits (flush, snapshot, checkpoint) and the round waits for the commits to end; the median of
+* **commit round**: wall seconds and process CPU seconds (``time.process_time``, every thread of the process,
+  the commit threads included) of one full round — every task processed one message, which writes one key, then
+  every task commits (flush, snapshot, checkpoint) and the round waits for the commits to end; the median of
+  ``--rounds`` rounds;
+* **checkpoint batches**: how many batches the container's group commit wrote the checkpoints of a full round
+  in (``CheckpointGroupCommit.batches``; the median of the rounds);
+* **idle round**: the same, straight after a full round, when no task processed anything since its last commit
+  (issue 36 asks 1,000 tasks for under 100 ms: nothing to flush, snapshot or checkpoint); the median of
   ``--rounds`` rounds;
 
 each with the ratio of its CPU seconds to the 100-task row's (issue 40 asks 1,000 tasks for under 10x the cost of
-100; CPU, as wall time on a shared machine moves with its load), with and without the CPU of librdkafka's own
-threads, which poll the brokers on timers and so follow how long a phase lasts rather than its work.
-``--repeats R`` measures every task count R times, the counts in turn, and shows the medians: on a shared
-machine one measurement of a count moves by more than a third between runs. Input
+100; CPU, as wall time on a shared machine moves with its load). ``--repeats R`` measures every task count R
+times, the counts in turn, and shows each figure's median. Input
 and changelog live in the embedded log (``--system log``) or in a Kafka broker the benchmark starts
 (``--system kafka``: ``tests.integration.kafka_broker``, ``make kafka-jars``), where checkpoints go to Kafka as
 well. The figures are process-local, so they move with the machine; the ratios are what to compare.
@@ -28,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import shutil
 import statistics
 import tempfile
@@ -55,6 +58,13 @@ BASELINE = 100
 """The row every ratio is taken against."""
 
 
+class Ignore(StreamTask):
+    """Processes each message by doing nothing: its commits have offsets to checkpoint and nothing else."""
+
+    def process(self, envelope: Any, collector: Any, coordinator: Any) -> None:
+        pass
+
+
 class PutEachMessage(StreamTask, InitableTask):
     """Writes each message's key into the ``counts`` store: one changelog record per message."""
 
@@ -65,46 +75,21 @@ class PutEachMessage(StreamTask, InitableTask):
         self.store.put(envelope.key, envelope.message)
 
 
-CLIENT_THREADS = "rdk:"
-"""librdkafka names its threads ``rdk:main``, ``rdk:broker<n>``, ...: the Kafka clients' own work."""
-
-
-def client_thread_cpu() -> float:
-    """CPU seconds so far of this process's live librdkafka threads (``/proc/self/task``). They poll the
-    brokers on timers of their own, so their CPU follows the wall time a phase lasts as much as its work; it
-    is shown apart, so the ratios can be read without it. (Threads that ended took their CPU with them: the
-    process's Kafka clients live from start-up to the end of the run.)"""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as comm:
-                if not comm.read().startswith(CLIENT_THREADS):
-                    continue
-            with open(f"/proc/self/task/{tid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-        except (FileNotFoundError, ProcessLookupError):
-            continue  # the thread ended meanwhile
-    return total / ticks
-
-
-def cpu_now() -> tuple[float, float]:
-    """The process's CPU seconds and its Kafka client threads' share of them."""
-    return (time.process_time(), client_thread_cpu())
-
-
 @dataclass
 class Measured:
     tasks: int
     startup_seconds: float
     startup_cpu: float
-    startup_client_cpu: float
-    """Of ``startup_cpu``, the Kafka client threads' (0 on the embedded log)."""
     commit_cpu: float
     """Median CPU seconds of one full commit round."""
-    commit_client_cpu: float
-    """Of ``commit_cpu``, the Kafka client threads' (the same round's)."""
+    commit_seconds: float
+    """Median wall seconds of one full commit round."""
+    idle_cpu: float
+    """Median CPU seconds of one commit round in which no task changed."""
+    idle_seconds: float
+    """Median wall seconds of one commit round in which no task changed."""
+    batches: float | None = None
+    """Median batches the checkpoints of a full round were written in (None: no group commit to ask)."""
 
 
 class MeasuringContainer(Container):
@@ -114,31 +99,52 @@ class MeasuringContainer(Container):
         self._stop_now = threading.Event()
         super().__init__(*args, stop_event=self._stop_now, **kwargs)
         self.rounds = rounds
-        self.began = (time.perf_counter(), *cpu_now())
-        self.startup = (0.0, 0.0, 0.0)
-        self.commit_cpu: list[tuple[float, float]] = []
+        self.began = (time.perf_counter(), time.process_time())
+        self.startup = (0.0, 0.0)
+        self.commit_cpu: list[float] = []
+        self.commit_wall: list[float] = []
+        self.idle_cpu: list[float] = []
+        self.idle_wall: list[float] = []
+        self.batches: list[int] = []
 
     def _run_loop(self, loop: RunLoop, tasks: list[TaskInstance]) -> None:
-        wall, cpu, client = self.began
-        cpu_then, client_then = cpu_now()
-        self.startup = (time.perf_counter() - wall, cpu_then - cpu, client_then - client)
+        wall, cpu = self.began
+        self.startup = (time.perf_counter() - wall, time.process_time() - cpu)
         for offset in range(self.rounds):
             for task in tasks:
                 (ssp,) = task.ssps
                 key = f"{task.task_name}/{offset}".encode()
                 task.process(ssp, [IncomingMessageEnvelope(ssp, str(offset), key, b"v" * 16)])
-            cpu, client = cpu_now()
-            for task in tasks:
-                task.commit()
-            for task in tasks:
-                task.finish_commits()  # waits for the commit in flight (a no-op commit follows)
-            cpu_then, client_then = cpu_now()
-            self.commit_cpu.append((cpu_then - cpu, client_then - client))
+            batches = _checkpoint_batches(tasks)
+            wall, cpu = _commit_round(tasks)
+            self.commit_wall.append(wall)
+            self.commit_cpu.append(cpu)
+            if batches is not None:
+                self.batches.append((_checkpoint_batches(tasks) or 0) - batches)
+            wall, cpu = _commit_round(tasks)  # nothing processed since: an idle round
+            self.idle_wall.append(wall)
+            self.idle_cpu.append(cpu)
         self._stop_now.set()
         super()._run_loop(loop, tasks)
 
 
-def job_config(root: Path, tasks: int, system: str, bootstrap: str | None) -> Config:
+def _checkpoint_batches(tasks: list[TaskInstance]) -> int | None:
+    """The batches the container's checkpoint writer wrote so far, where it counts them (a group commit)."""
+    batches = getattr(tasks[0].committer.checkpoint_manager, "batches", None) if tasks else None
+    return batches if isinstance(batches, int) else None
+
+
+def _commit_round(tasks: list[TaskInstance]) -> tuple[float, float]:
+    """Wall and CPU seconds of every task's commit, until the commits in flight ended."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    for task in tasks:
+        task.commit()
+    for task in tasks:
+        task.committer.wait_for_commit()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def job_config(root: Path, tasks: int, system: str, bootstrap: str | None, stateless: bool = False) -> Config:
     """Names are unique per call: on a broker, streams outlive a measurement."""
     run = f"{tasks}-{int(time.time() * 1000)}"
     values: dict[str, Any] = {
@@ -155,6 +161,9 @@ def job_config(root: Path, tasks: int, system: str, bootstrap: str | None) -> Co
         "serializers.registry.bytes.class": "bytes",
         f"systems.{system}.samza.offset.default": "oldest",
     }
+    if stateless:
+        values["task.class"] = f"{__name__}:Ignore"
+        values = {key: value for key, value in values.items() if not key.startswith("stores.")}
     if system == "log":
         values["systems.log.path"] = str(root / "log")
     else:
@@ -168,8 +177,10 @@ def job_config(root: Path, tasks: int, system: str, bootstrap: str | None) -> Co
     return prepare(Config(values))
 
 
-def measure(root: Path, tasks: int, rounds: int, system: str, bootstrap: str | None) -> Measured:
-    config = job_config(root, tasks, system, bootstrap)
+def measure(
+    root: Path, tasks: int, rounds: int, system: str, bootstrap: str | None, stateless: bool = False
+) -> Measured:
+    config = job_config(root, tasks, system, bootstrap, stateless)
     admin = system_factory(config, system).get_admin(system, config)
     admin.start()
     try:
@@ -187,21 +198,30 @@ def measure(root: Path, tasks: int, rounds: int, system: str, bootstrap: str | N
         raise RuntimeError(f"{tasks} tasks: the container ended {result.outcome}")
     if result.commits < tasks * rounds:
         raise RuntimeError(f"{tasks} tasks: {result.commits} commits wrote a checkpoint, not {tasks * rounds}")
-    wall, cpu, client = container.startup
-    rounds_by_cpu = sorted(container.commit_cpu)
-    commit_cpu, commit_client = rounds_by_cpu[len(rounds_by_cpu) // 2]  # the median round, with its own share
-    return Measured(tasks, wall, cpu, client, commit_cpu, commit_client)
+    wall, cpu = container.startup
+    median = statistics.median
+    return Measured(
+        tasks,
+        wall,
+        cpu,
+        median(container.commit_cpu),
+        median(container.commit_wall),
+        median(container.idle_cpu),
+        median(container.idle_wall),
+        median(container.batches) if container.batches else None,
+    )
 
 
 def median_of(runs: list[Measured]) -> Measured:
-    """Each figure's median over repeated measurements of one task count. The task counts are measured in
-    turn, repeat after repeat, so a busy spell of a shared machine weighs on every count alike."""
-
-    def median(figure: str) -> float:
-        return statistics.median(getattr(run, figure) for run in runs)
-
-    figures = ("startup_seconds", "startup_cpu", "startup_client_cpu", "commit_cpu", "commit_client_cpu")
-    return Measured(runs[0].tasks, *(median(figure) for figure in figures))
+    """Each figure's median over repeated measurements of one task count (``--repeats``). The counts are
+    measured in turn, repeat after repeat, so a busy spell of a shared machine weighs on every count alike: one
+    measurement of a count moved by more than a third between runs on a loaded machine."""
+    if len(runs) == 1:
+        return runs[0]
+    batches = [run.batches for run in runs if run.batches is not None]
+    figures = ("startup_seconds", "startup_cpu", "commit_cpu", "commit_seconds", "idle_cpu", "idle_seconds")
+    medians = {figure: statistics.median(getattr(run, figure) for run in runs) for figure in figures}
+    return Measured(runs[0].tasks, **medians, batches=statistics.median(batches) if batches else None)
 
 
 def table(rows: list[Measured]) -> str:
@@ -211,19 +231,18 @@ def table(rows: list[Measured]) -> str:
         return f"{value / of:.2f}x" if of else "-"
 
     lines = [
-        "| tasks | start-up s | start-up CPU s | CPU vs 100 | without clients vs 100 | commit round CPU s "
-        "| per task ms | CPU vs 100 | without clients vs 100 |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| tasks | start-up s | start-up CPU s | CPU vs 100 | commit round s | commit round CPU s | per task ms "
+        "| CPU vs 100 | idle round s | idle round CPU s | idle CPU vs 100 | checkpoint batches |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
-        own_startup, own_commit = row.startup_cpu - row.startup_client_cpu, row.commit_cpu - row.commit_client_cpu
         lines.append(
             f"| {row.tasks:,} | {row.startup_seconds:.3f} | {row.startup_cpu:.3f} | "
-            f"{ratio(row.startup_cpu, base.startup_cpu if base else None)} | "
-            f"{ratio(own_startup, base.startup_cpu - base.startup_client_cpu if base else None)} | "
+            f"{ratio(row.startup_cpu, base.startup_cpu if base else None)} | {row.commit_seconds:.4f} | "
             f"{row.commit_cpu:.4f} | {row.commit_cpu / row.tasks * 1000:.2f} | "
-            f"{ratio(row.commit_cpu, base.commit_cpu if base else None)} | "
-            f"{ratio(own_commit, base.commit_cpu - base.commit_client_cpu if base else None)} |"
+            f"{ratio(row.commit_cpu, base.commit_cpu if base else None)} | {row.idle_seconds:.4f} | "
+            f"{row.idle_cpu:.4f} | {ratio(row.idle_cpu, base.idle_cpu if base else None)} | "
+            f"{'-' if row.batches is None else f'{row.batches:g}'} |"
         )
     return "\n".join(lines)
 
@@ -245,6 +264,7 @@ def main() -> None:
     parser.add_argument("--tasks", default="1,10,100,1000", help="comma-separated task counts")
     parser.add_argument("--rounds", type=int, default=3, help="commit rounds per task count (the median is shown)")
     parser.add_argument("--system", choices=["log", "kafka"], default="log")
+    parser.add_argument("--stateless", action="store_true", help="tasks without stores")
     parser.add_argument(
         "--repeats", type=int, default=1, help="measure every task count this many times, interleaved (medians shown)"
     )
@@ -256,13 +276,15 @@ def main() -> None:
         with system_for(args.system, root) as bootstrap:
             for repeat in range(args.repeats):
                 for tasks in counts:
-                    runs[tasks].append(measure(root / f"{tasks}-{repeat}", tasks, args.rounds, args.system, bootstrap))
+                    where = root / f"{tasks}-{repeat}"
+                    runs[tasks].append(measure(where, tasks, args.rounds, args.system, bootstrap, args.stateless))
                     print(f"{tasks} tasks done", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    stores = "no stores" if args.stateless else "RocksDB store + changelog per task"
     print(
-        f"\nsystem: {args.system}, RocksDB store + changelog per task, {args.rounds} commit rounds (median), "
-        f"{args.repeats} interleaved repeat(s) per task count (median)\n"
+        f"\nsystem: {args.system}, {stores}, {args.rounds} commit rounds (median), "
+        f"{args.repeats} interleaved repeat(s) per task count (medians)\n"
     )
     print(table([median_of(measured) for measured in runs.values()]))
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Self
 
 from millstream.checkpoint.checkpoint import Checkpoint
 from millstream.errors import ConfigError, MillstreamError
-from millstream.metadata.base import MetadataStore
+from millstream.metadata.base import FencedError, MetadataStore
 from millstream.model import TaskName
 from millstream.systems.base import SystemProducer
 
@@ -65,6 +66,34 @@ class CheckpointManager(ABC):
     @abstractmethod
     def write_checkpoint(self, task_name: TaskName, checkpoint: Checkpoint) -> None:
         """Durably record ``checkpoint``; raises ``FencedError`` if this writer is fenced off."""
+
+    def write_batch(self, checkpoints: Sequence[tuple[TaskName, Checkpoint]]) -> dict[TaskName, BaseException]:
+        """Durably record the checkpoints of several tasks at once (a commit round's group, handed over by
+        ``CheckpointGroupCommit``): each task's in the order given. Returns the tasks whose checkpoints failed,
+        with why; every other task's are written. Raises ``FencedError`` when this writer is fenced off (every
+        task of the batch failed then), and anything it cannot assign to a task for the whole batch.
+
+        A manager that can writes the batch in one round trip (one SQL transaction, one produce batch and
+        flush); this default writes one checkpoint at a time and, once a task's write failed, skips that
+        task's later ones (the version a task resumes from is first: see ``TaskCommitter``)."""
+        failures: dict[TaskName, BaseException] = {}
+        for task_name, checkpoint in checkpoints:
+            if task_name in failures:
+                continue
+            try:
+                self.write_checkpoint(task_name, checkpoint)
+            except FencedError:
+                raise
+            except Exception as error:  # this task's commit fails; the others' go on
+                failures[task_name] = error
+        return failures
+
+    def write_task_checkpoints(self, task_name: TaskName, checkpoints: Sequence[Checkpoint]) -> None:
+        """One task's checkpoints, in order, as a batch of its own (``TaskCommitter``'s seam; a container hands
+        its tasks a ``CheckpointGroupCommit`` instead, which batches tasks committing at the same time)."""
+        failures = self.write_batch([(task_name, checkpoint) for checkpoint in checkpoints])
+        if task_name in failures:
+            raise failures[task_name]
 
     @abstractmethod
     def read_all(self) -> dict[TaskName, Checkpoint]:

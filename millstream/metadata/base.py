@@ -8,7 +8,7 @@ processes, and ``compare_and_put`` must be atomic: it is how a zombie container 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Self
 
 from millstream.errors import MillstreamError
@@ -60,6 +60,18 @@ class MetadataStore(ABC):
     ) -> bool:
         """Write ``value`` only if every ``(namespace, key)`` in ``expected`` currently holds the given
         value (None: absent). Atomic with respect to every other writer; False when refused."""
+
+    def compare_and_put_all(
+        self,
+        items: Sequence[tuple[str, str, bytes]],
+        expected: Mapping[tuple[str, str], bytes | None],
+    ) -> bool:
+        """Write every ``(namespace, key, value)`` of ``items``, in order, only if ``expected`` holds (as
+        ``compare_and_put``); False when refused. A store that can should do it in one atomic write, all or none
+        (the SQLite store does: one transaction for a commit round's checkpoints). This default makes one
+        ``compare_and_put`` per item and stops at the first refused: each write is fenced, the items before a
+        refusal stay written."""
+        return all(self.compare_and_put(namespace, key, value, expected) for namespace, key, value in items)
 
     def set_writer(self, writer: str) -> None:  # noqa: B027 - only stores with a write lock name its holder
         """Say which part of the job writes through this store object (``container 0 attempt 2``, ``the

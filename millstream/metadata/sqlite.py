@@ -28,7 +28,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -325,6 +325,19 @@ class SqliteMetadataStore(MetadataStore):
         value: bytes,
         expected: Mapping[tuple[str, str], bytes | None],
     ) -> bool:
+        return self.compare_and_put_all([(namespace, key, value)], expected)
+
+    def compare_and_put_all(
+        self,
+        items: Sequence[tuple[str, str, bytes]],
+        expected: Mapping[tuple[str, str], bytes | None],
+    ) -> bool:
+        """One transaction: the expectations checked once, then every item written (one ``executemany``), or
+        nothing."""
+        rows = [(namespace, key, bytes(value)) for namespace, key, value in items]
+        if not rows:
+            return True
+
         def body(connection: sqlite3.Connection) -> bool:
             for (expected_namespace, expected_key), expected_value in expected.items():
                 row = connection.execute(
@@ -334,13 +347,10 @@ class SqliteMetadataStore(MetadataStore):
                 wanted = None if expected_value is None else bytes(expected_value)
                 if current != wanted:
                     return False
-            connection.execute(
-                "INSERT OR REPLACE INTO metadata (namespace, key, value) VALUES (?, ?, ?)",
-                (namespace, key, bytes(value)),
-            )
+            connection.executemany("INSERT OR REPLACE INTO metadata (namespace, key, value) VALUES (?, ?, ?)", rows)
             return True
 
-        return self._write(namespace, body)
+        return self._write(rows[0][0], body)
 
     def close(self) -> None:
         """Close this process's connection; the store reopens it if used again."""

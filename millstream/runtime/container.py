@@ -35,6 +35,7 @@ from millstream.checkpoint.base import CheckpointManager, WriterFence
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointV1, CheckpointV2
 from millstream.checkpoint.factory import checkpoint_factory
 from millstream.checkpoint.factory import checkpoint_manager as make_checkpoint_manager
+from millstream.checkpoint.group_commit import CheckpointGroupCommit
 from millstream.checkpoint.offset_manager import OffsetManager, TrimmedOffsetError, keep_earliest
 from millstream.checkpoint.purge import CommittedMessagePurger
 from millstream.config import Config, JobConfig, TaskConfig
@@ -161,6 +162,8 @@ class Prepared:
     """The input partitions' metadata, read once."""
     process_errors: ProcessErrorPolicy
     task_class: type
+    checkpoint_writer: CheckpointGroupCommit
+    """What the tasks' commits write their checkpoints through: one batch for the tasks committing together."""
 
 
 @dataclass(frozen=True)
@@ -430,7 +433,17 @@ class Container:
                 self._resources.callback(_quietly, adjunct.close)
         metadata = _partition_metadata(admins, self.ssps)
         task_class = load_task_class(config)
-        return Prepared(admins, checkpoints, transaction, storage, adjunct, metadata, process_errors, task_class)
+        return Prepared(
+            admins,
+            checkpoints,
+            transaction,
+            storage,
+            adjunct,
+            metadata,
+            process_errors,
+            task_class,
+            CheckpointGroupCommit(checkpoints),
+        )
 
     def _plan_tasks(self, attempt: Attempt, prepared: Prepared) -> Planned:
         """Each task's starting offsets, in task order; partitions several tasks read are registered once,
@@ -580,7 +593,7 @@ class Container:
             context,
             producers,
             collector,
-            prepared.checkpoints,
+            prepared.checkpoint_writer,
             dict(plan.last_checkpoint.offsets) if plan.last_checkpoint else {},
             catch_up,
             plan.startpoints,

@@ -59,9 +59,13 @@ class ProducerLookup(Protocol):
 
 
 class CheckpointWriter(Protocol):
-    """The checkpoint manager as a commit sees it: the last step that makes a commit durable."""
+    """The checkpoint manager as a commit sees it: the last step that makes a commit durable. The container
+    hands its tasks a ``CheckpointGroupCommit``, which writes the checkpoints of tasks committing at the same
+    time together; a ``CheckpointManager`` writes them as a batch of their own."""
 
-    def write_checkpoint(self, task_name: TaskName, checkpoint: Checkpoint) -> None: ...
+    def write_task_checkpoints(self, task_name: TaskName, checkpoints: Sequence[Checkpoint]) -> None:
+        """Durably record ``checkpoints`` of ``task_name``, in this order; raise why not."""
+        ...
 
 
 class TaskStorage(Protocol):

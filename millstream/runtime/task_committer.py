@@ -6,8 +6,9 @@ write back what they hold dirty, producers are flushed (output and changelogs), 
 so it is part of this commit), the stores are snapshotted (the checkpoint directories and the backends'
 markers), their snapshots uploaded (asynchronously, on a commit thread, while the task keeps processing), and
 only then are the checkpoints written — input offsets with the markers of exactly the state those offsets
-produced — and what they no longer need cleaned up. A crash anywhere re-processes from the last durable
-checkpoint, with the stores restored to the state it names.
+produced, handed to the container's group commit, which writes them in one batch with those of the other tasks
+committing meanwhile (``checkpoint/group_commit.py``) — and what they no longer need cleaned up. A crash anywhere
+re-processes from the last durable checkpoint, with the stores restored to the state it names.
 
 With ``task.commit.snapshot.beside.processing.enabled`` (the default), only the commit's cut pauses processing when
 the task has no stores, or every store of the task has an object cache (the default) and backups:
@@ -346,8 +347,8 @@ class TaskCommitter:
         checkpoints = self._checkpoints(checkpoint_id, offsets, uploaded)
         if storage is not None:
             storage.write_local_checkpoint(checkpoint_id, checkpoints)
-        for checkpoint in self._write_order(checkpoints):
-            self.checkpoint_manager.write_checkpoint(self.task_name, checkpoint)
+        if checkpoints:  # with the checkpoints of the container's other tasks committing now (group commit)
+            self.checkpoint_manager.write_task_checkpoints(self.task_name, self._write_order(checkpoints))
         self._timed("checkpoint", phase)
         self.last_checkpoint = checkpoints[-1] if checkpoints else None
         self.commits += 1
@@ -461,6 +462,12 @@ class TaskCommitter:
             )
             return
         raise CommitFailedError(what + _limit_reached(settings, "exception", self.commit_failures_skipped)) from error
+
+    def wait_for_commit(self) -> None:
+        """Wait for the commit in flight, then raise its failure (under the commit-failure policy), without starting
+        another; free when none is in flight."""
+        self._wait_for_commit()
+        self._raise_commit_failure()
 
     def finish_commits(self) -> None:
         """Before the container returns: wait for the commit in flight, and commit what a skipped

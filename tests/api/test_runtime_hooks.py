@@ -33,8 +33,9 @@ class Checkpoints:
     def __init__(self, events: Events) -> None:
         self.events = events
 
-    def write_checkpoint(self, task_name, checkpoint) -> None:
-        self.events.append(("checkpoint", dict(checkpoint.offsets)))
+    def write_task_checkpoints(self, task_name, checkpoints) -> None:
+        for checkpoint in checkpoints:
+            self.events.append(("checkpoint", dict(checkpoint.offsets)))
 
 
 class ListeningTask(StreamTask, EndOfStreamListenerTask, PartitionEndOfStreamListenerTask, CheckpointListener):

@@ -2,17 +2,33 @@
 
 from __future__ import annotations
 
-from benchmarks.commit_scale import Measured, measure, table
+from benchmarks.commit_scale import Measured, measure, median_of, table
 
 
 def test_a_measurement_commits_every_task_in_every_round_and_times_start_up(tmp_path):
     row = measure(tmp_path, tasks=3, rounds=2, system="log", bootstrap=None)  # raises when a commit is missing
     assert row.tasks == 3 and row.startup_seconds > 0 and row.startup_cpu > 0 and row.commit_cpu > 0
+    assert row.commit_seconds > 0 and row.idle_seconds > 0 and row.idle_cpu >= 0
+    assert row.batches is not None and 1 <= row.batches <= 3, "the group commit wrote each round in 1 to 3 batches"
 
 
 def test_the_table_gives_each_rows_cpu_as_a_ratio_of_the_100_task_rows():
     """CPU, not wall time: on a shared machine wall time moves with the load of others."""
-    rows = [Measured(10, 1.0, 0.5, 0.1), Measured(100, 4.0, 2.0, 1.0), Measured(1000, 60.0, 16.0, 9.5)]
+    rows = [
+        Measured(10, 1.0, 0.5, 0.1, 0.2, 0.001, 0.002),
+        Measured(100, 4.0, 2.0, 1.0, 2.0, 0.01, 0.02),
+        Measured(1000, 60.0, 16.0, 9.5, 20.0, 0.04, 0.08),
+    ]
     lines = table(rows).splitlines()
-    assert lines[2].split("|")[4].strip() == "0.25x" and lines[2].split("|")[7].strip() == "0.10x"
-    assert lines[4].split("|")[4].strip() == "8.00x" and lines[4].split("|")[7].strip() == "9.50x"
+    first, last = lines[2].split("|"), lines[4].split("|")
+    assert first[4].strip() == "0.25x" and first[8].strip() == "0.10x" and first[11].strip() == "0.10x"
+    assert last[4].strip() == "8.00x" and last[8].strip() == "9.50x" and last[11].strip() == "4.00x"
+
+
+def test_repeated_measurements_of_a_task_count_are_shown_as_each_figures_median():
+    runs = [
+        Measured(100, 4.0, 2.0, 1.0, 2.0, 0.01, 0.02, 3),
+        Measured(100, 9.0, 5.0, 0.5, 1.0, 0.03, 0.01, None),
+        Measured(100, 5.0, 3.0, 2.0, 4.0, 0.02, 0.03, 5),
+    ]
+    assert median_of(runs) == Measured(100, 5.0, 3.0, 1.0, 2.0, 0.02, 0.02, 4)

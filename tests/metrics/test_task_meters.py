@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId
 from millstream.config import Config
@@ -125,8 +125,8 @@ class TimedCheckpoints:
         self.clock = clock
         self.cost = cost
 
-    def write_checkpoint(self, task_name: TaskName, checkpoint: Checkpoint) -> None:
-        self.clock.now += self.cost
+    def write_task_checkpoints(self, task_name: TaskName, checkpoints: Sequence[Checkpoint]) -> None:
+        self.clock.now += self.cost * len(checkpoints)
 
 
 def test_a_commit_times_each_of_its_phases_apart() -> None:

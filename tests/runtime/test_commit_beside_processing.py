@@ -8,7 +8,7 @@ releases."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -40,8 +40,8 @@ class Checkpoints:
     def __init__(self) -> None:
         self.written: list[Checkpoint] = []
 
-    def write_checkpoint(self, task_name: TaskName, checkpoint: Checkpoint) -> None:
-        self.written.append(checkpoint)
+    def write_task_checkpoints(self, task_name: TaskName, checkpoints: Sequence[Checkpoint]) -> None:
+        self.written.extend(checkpoints)
 
 
 class HeldAt:

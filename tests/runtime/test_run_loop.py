@@ -8,7 +8,7 @@ a message costs what its task says, a flush costs what the producers say. Interv
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from millstream.api.task import MessageCollector, StreamTask, TaskCoordinator, WindowableTask
@@ -97,7 +97,7 @@ class TimedProducers:
 
 
 class NoCheckpoints:
-    def write_checkpoint(self, task_name: TaskName, checkpoint: Checkpoint) -> None:
+    def write_task_checkpoints(self, task_name: TaskName, checkpoints: Sequence[Checkpoint]) -> None:
         pass
 
 

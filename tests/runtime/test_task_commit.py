@@ -5,7 +5,7 @@ the tests move by hand."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -44,11 +44,12 @@ class FakeCheckpoints:
         self.written: list[Checkpoint] = []
         self.fail = fail
 
-    def write_checkpoint(self, task_name: TaskName, checkpoint: Checkpoint) -> None:
-        self.events.append(f"checkpoint-v{checkpoint.version}")
-        if self.fail is not None:
-            raise self.fail
-        self.written.append(checkpoint)
+    def write_task_checkpoints(self, task_name: TaskName, checkpoints: Sequence[Checkpoint]) -> None:
+        for checkpoint in checkpoints:
+            self.events.append(f"checkpoint-v{checkpoint.version}")
+            if self.fail is not None:
+                raise self.fail
+            self.written.append(checkpoint)
 
 
 class FakeStorage:

@@ -6,7 +6,7 @@ commit due while the previous one is in flight does (skip and owe, block, time o
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -66,9 +66,10 @@ class Seams:
         self.step("flush")
 
     # the checkpoint manager (CheckpointWriter)
-    def write_checkpoint(self, task_name: TaskName, checkpoint: Checkpoint) -> None:
-        self.step(f"checkpoint-v{checkpoint.version}")
-        self.written.append(checkpoint)
+    def write_task_checkpoints(self, task_name: TaskName, checkpoints: Sequence[Checkpoint]) -> None:
+        for checkpoint in checkpoints:
+            self.step(f"checkpoint-v{checkpoint.version}")
+            self.written.append(checkpoint)
 
     # the task's stores (TaskStorage)
     def write_back(self) -> None:

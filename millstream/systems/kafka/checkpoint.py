@@ -24,9 +24,12 @@ through a transactional producer whose ``transactional.id`` is the container's
    still at the writer's attempt (``WriterFence``); if not, abort and raise ``FencedError``;
 3. commit.
 
-A producer runs one transaction at a time while a container's tasks finish their commits on a thread
-pool: concurrent writes are grouped, and the first writer to get the producer writes every waiting
-checkpoint in one transaction (each task's commit returns once its record is committed).
+A container's tasks finish their commits on a thread pool and hand their checkpoints to one group commit
+(``checkpoint/group_commit.py``), which writes those of every task committing at the same time as one batch
+(``write_batch``): one transaction, one produce batch and one flush for the whole batch, one record per task
+and version as Samza writes them. A producer runs one transaction at a time: batches arriving meanwhile are
+grouped too, and the first writer to get the producer writes every waiting record in one transaction (each
+task's commit returns once its record is committed).
 
 Why this is as strong as the SQLite manager's compare-and-put: a newer writer (a new attempt or a
 new generation) fences the old one *before* it reads the checkpoints it resumes from, and that
@@ -51,6 +54,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -310,27 +314,45 @@ class KafkaCheckpointManager(CheckpointManager):
 
     def write_checkpoint(self, task_name: TaskName, checkpoint: Checkpoint) -> None:
         """Append the checkpoint in a transaction of the container's producer and commit it; under exactly-once,
-        append it to the container's open transaction, which the container's commit ends.
+        append it to the container's open transaction, which the container's commit ends (``write_batch``)."""
+        failures = self.write_batch([(task_name, checkpoint)])
+        if task_name in failures:
+            raise failures[task_name]
 
-        A container's tasks finish their commits on a thread pool, and a transactional producer runs one
-        transaction at a time: writes that arrive while a transaction is under way wait, and the first of
-        them to get the producer writes every waiting checkpoint in one transaction (group commit), so four
-        tasks committing at once cost one round of begin → append → fence check → commit, not four.
+    def write_batch(self, checkpoints: Sequence[tuple[TaskName, Checkpoint]]) -> dict[TaskName, BaseException]:
+        """Append a batch of checkpoints (one record per task and version, Samza's format) in one transaction:
+        one produce batch, one flush, one fence check and one commit; under exactly-once, append them to the
+        container's open transaction, which the container's commit ends. All or none: a failure raises for the
+        whole batch.
+
+        Batches may also arrive from several threads at once (a manager used without ``CheckpointGroupCommit``),
+        and a transactional producer runs one transaction at a time: writes that arrive while a transaction is
+        under way wait, and the first of them to get the producer writes every waiting record in one
+        transaction.
         """
-        fence = require_fence(self.fence, f"write the checkpoint of task '{task_name}'")
-        kind = CHECKPOINT_TYPES.get(checkpoint.version)
-        if kind is None:
-            raise CheckpointFormatError(f"task '{task_name}': cannot write a version {checkpoint.version} checkpoint")
-        record = (checkpoint_key(self.grouper_factory, task_name, kind), serialize_checkpoint(checkpoint))
+        if not checkpoints:
+            return {}
+        tasks = sorted({task_name for task_name, _ in checkpoints})
+        fence = require_fence(self.fence, f"write the checkpoints of task(s) {', '.join(tasks)}")
+        writes: list[_PendingWrite] = []
+        for task_name, checkpoint in checkpoints:
+            kind = CHECKPOINT_TYPES.get(checkpoint.version)
+            if kind is None:
+                raise CheckpointFormatError(
+                    f"task '{task_name}': cannot write a version {checkpoint.version} checkpoint"
+                )
+            record = (checkpoint_key(self.grouper_factory, task_name, kind), serialize_checkpoint(checkpoint))
+            writes.append(_PendingWrite(task_name, record))
         if self._in_transaction is not None:
             stream = SystemStream(self.system, self.topic)
-            self._in_transaction.send(task_name, OutgoingMessageEnvelope(stream, record[1], record[0], partition=0))
-            return
-        write = _PendingWrite(task_name, record)
+            for write in writes:
+                key, value = write.record
+                self._in_transaction.send(write.task_name, OutgoingMessageEnvelope(stream, value, key, partition=0))
+            return {}
         with self._queue_lock:
-            self._queue.append(write)
+            self._queue.extend(writes)
         with self._transaction_lock:
-            if not write.done:
+            if not writes[-1].done:
                 with self._queue_lock:
                     batch, self._queue = self._queue, []
                 try:
@@ -341,8 +363,10 @@ class KafkaCheckpointManager(CheckpointManager):
                     raise
                 for pending in batch:
                     pending.finish(None)
-        if write.error is not None:  # written, and failed, by another task's commit
-            raise write.error
+        failed = next((write.error for write in writes if write.error is not None), None)
+        if failed is not None:  # written, and failed, by another thread's write
+            raise failed
+        return {}
 
     def _write_batch(self, fence: WriterFence, batch: list[_PendingWrite]) -> None:
         tasks = ", ".join(f"'{pending.task_name}'" for pending in batch)

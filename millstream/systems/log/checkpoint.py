@@ -15,6 +15,8 @@ stores it when its transaction commits.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from millstream.checkpoint.base import CheckpointManager, WriterFence, require_fence
 from millstream.checkpoint.checkpoint import (
     Checkpoint,
@@ -125,13 +127,26 @@ class LogCheckpointManager(CheckpointManager):
         self._in_transaction = producer
 
     def write_checkpoint(self, task_name: TaskName, checkpoint: Checkpoint) -> None:
-        fence = require_fence(self.fence, f"write the checkpoint of task '{task_name}'")
-        value = serialize_checkpoint(checkpoint)
+        failures = self.write_batch([(task_name, checkpoint)])
+        if task_name in failures:
+            raise failures[task_name]
+
+    def write_batch(self, checkpoints: Sequence[tuple[TaskName, Checkpoint]]) -> dict[TaskName, BaseException]:
+        """A commit round's checkpoints in one fenced SQLite transaction of the coordinator (all or none); under
+        exactly-once, staged in the container's transaction, which stores them when it commits."""
+        if not checkpoints:
+            return {}
+        fence = require_fence(self.fence, f"write the checkpoint of task '{checkpoints[0][0]}'")
+        values: dict[tuple[str, int], bytes] = {
+            (task_name, checkpoint.version): serialize_checkpoint(checkpoint) for task_name, checkpoint in checkpoints
+        }
         if self._in_transaction is not None:
-            self._in_transaction.stage_checkpoint(task_name, checkpoint.version, value)
-            return
+            for (task_name, version), value in values.items():
+                self._in_transaction.stage_checkpoint(task_name, version, value)
+            return {}
         writer = WriterToken(self.job, fence.container_id, fence.generation, fence.epoch)
-        self._coordinator().put_checkpoint(writer, task_name, checkpoint.version, value)
+        self._coordinator().put_checkpoints(writer, values)
+        return {}
 
     def clear_checkpoints(self) -> None:
         self._coordinator().clear_checkpoints(self.job)

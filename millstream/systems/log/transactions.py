@@ -303,9 +303,16 @@ class TransactionLog:
 
     def put_checkpoint(self, writer: WriterToken, task: str, version: int, value: bytes) -> None:
         """At-least-once: store a checkpoint now, unless ``writer`` is fenced (it is recorded as current)."""
-        with self._write(f"write the checkpoint of task '{task}'") as connection:
+        self.put_checkpoints(writer, {(task, version): value})
+
+    def put_checkpoints(self, writer: WriterToken, checkpoints: Mapping[tuple[str, int], bytes]) -> None:
+        """At-least-once: store a batch of checkpoints (``(task, version)`` → serialized) in one SQLite
+        transaction, unless ``writer`` is fenced (it is recorded as current): a commit round's group at once."""
+        tasks = sorted({task for task, _ in checkpoints})
+        what = f"task '{tasks[0]}'" if len(tasks) == 1 else f"{len(tasks)} tasks ({', '.join(tasks[:10])}...)"
+        with self._write(f"write the checkpoints of {what}") as connection:
             self._check(connection, writer, record=True)
-            self._store(connection, writer.job, {(task, version): value}, self.clock())
+            self._store(connection, writer.job, checkpoints, self.clock())
 
     def checkpoints(self, job: str, task: str | None = None) -> list[StoredCheckpoint]:
         """The job's stored checkpoints (of one task), oldest write first."""

@@ -12,7 +12,13 @@ import pytest
 from confluent_kafka import Producer
 
 from millstream.checkpoint.base import ReadOnlyCheckpointManagerError, WriterFence
-from millstream.checkpoint.checkpoint import CheckpointFormatError, CheckpointV1
+from millstream.checkpoint.checkpoint import (
+    Checkpoint,
+    CheckpointFormatError,
+    CheckpointId,
+    CheckpointV1,
+    CheckpointV2,
+)
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
 from millstream.metadata import coordination
@@ -313,4 +319,25 @@ def test_tasks_of_one_container_committing_at_once_all_land_in_the_checkpoint_to
         task: offsets(str(rounds - 1), partition) for partition, task in enumerate(tasks)
     }
     shared.write_checkpoint(tasks[0], offsets(str(rounds), 0))  # the writer is still the container's current one
+    shared.stop()
+
+
+def test_a_batch_of_many_tasks_checkpoints_is_one_transaction_of_a_record_per_task_and_version(config, store):
+    """A commit round's group (``CheckpointGroupCommit``) costs one transaction and one flush, in Samza's format:
+    the batch's records sit at consecutive offsets (a transaction per task would put a commit marker between
+    each), and each task reads back its own."""
+    both = config.with_overrides({"task.checkpoint.read.versions": "2,1"})
+    shared = writer(both, store, "0")
+    tasks = [TaskName(f"Partition {p}") for p in range(50)]
+    batch: list[tuple[TaskName, Checkpoint]] = []
+    for partition, task in enumerate(tasks):
+        v2 = CheckpointV2(CheckpointId.create(), {SystemStreamPartition("kafka", "in", partition): "7"}, {})
+        batch += [(task, v2), (task, offsets("7", partition))]
+    assert shared.write_batch(batch) == {}
+    reader = manager(both, store)
+    assert {task: checkpoint.offsets for task, checkpoint in reader.read_all().items()} == {
+        task: {SystemStreamPartition("kafka", "in", partition): "7"} for partition, task in enumerate(tasks)
+    }
+    at = sorted(offset for versions in reader._latest.values() for offset, _, _ in versions.values())
+    assert at == list(range(at[0], at[0] + len(batch))), "the batch's records were not written in one transaction"
     shared.stop()

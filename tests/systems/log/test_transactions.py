@@ -279,3 +279,18 @@ def test_a_new_writer_publishes_every_committed_transaction_and_aborts_only_fenc
             assert plan[record.txn] is False
         else:
             assert record.txn not in plan  # a current writer's open transaction is its own to end
+
+
+def test_at_least_once_a_batch_of_checkpoints_is_stored_together_and_a_fenced_writers_batch_not_at_all(
+    streams: Path,
+) -> None:
+    coordinator = TransactionLog(streams, SYSTEM)
+    batch = {(f"Partition {p}", version): f"{p}-{version}".encode() for p in range(30) for version in (1, 2)}
+    coordinator.put_checkpoints(attempt(1), batch)
+    stored = coordinator.checkpoints("job-1")
+    assert {(task, version): value for task, version, value, _ in stored} == batch
+    coordinator.register(attempt(2))
+    with pytest.raises(WriterFencedError, match="fenced off"):
+        coordinator.put_checkpoints(attempt(1), {key: b"zombie" for key in batch})
+    assert {value for _, _, value, _ in coordinator.checkpoints("job-1")} == set(batch.values())
+    coordinator.close()
