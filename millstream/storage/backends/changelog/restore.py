@@ -39,6 +39,7 @@ from millstream.errors import MillstreamError
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStreamPartition
 from millstream.storage.backends.base import StoreSpec, TaskBackendContext, TaskRestoreManager
 from millstream.storage.backends.changelog.marker import ChangelogStateCheckpointMarker, parse_v1_entry
+from millstream.storage.backends.changelog.read_ahead import read_ahead
 from millstream.storage.errors import StateRestoreError, StoreError
 from millstream.storage.kv import KeyValueStorageEngine
 from millstream.storage.layout import (
@@ -57,6 +58,9 @@ from millstream.storage.rocksdb import RocksDbKeyValueStorageEngine
 from millstream.systems.base import BulkReadingSystemConsumer, RecordBatch, SystemAdmin, SystemConsumer
 
 log = logging.getLogger(__name__)
+
+READ_AHEAD_BATCHES = 2
+"""Batches a bulk read runs ahead of the engine's writes (``read_ahead``): enough to keep both busy."""
 
 READ_STALL_SECONDS = 60.0
 """How long a changelog read may see no record before the restore fails (the changelog is missing
@@ -406,7 +410,8 @@ class ChangelogTaskRestoreManager(TaskRestoreManager):
         consumer = self.context.systems.new_consumer(ssp.system)
         if isinstance(consumer, BulkReadingSystemConsumer):
             try:
-                with closing(consumer.read_range(ssp, start, end)) as batches:
+                reading = consumer.read_range(ssp, start, end)
+                with closing(read_ahead(reading, READ_AHEAD_BATCHES, f"changelog-read {ssp}")) as batches:
                     for batch in batches:
                         handle(batch)
                         bulk += len(batch)
