@@ -22,6 +22,12 @@ Per store, following Samza's ``TransactionalStateTaskRestoreManager``:
 
 A revert appends records, so restoring again after a crash reverts them again with the same values:
 it is idempotent.
+
+Replay and revert read the changelog in bulk where its system's consumer can (``BulkReadingSystemConsumer``:
+the embedded log hands over a range of offsets as key and value columns, with no envelope per record), on a
+thread of its own a few batches ahead (``read_ahead``), and the engine writes each batch in one call
+(``put_columns``); other systems (Kafka, Kinesis) are polled an envelope at a time, as is whatever follows
+where a bulk read stops early. The gauge ``store_restored_bulk_records`` says how many records came in bulk.
 """
 
 from __future__ import annotations
@@ -480,7 +486,8 @@ def _within(batch: list[IncomingMessageEnvelope], end: str, compare: Callable[[s
 
 
 def _columns(envelopes: list[IncomingMessageEnvelope]) -> RecordBatch:
-    """Polled envelopes as the columns a bulk read hands over (``next_offset`` is not needed by ``handle``)."""
+    """Polled envelopes as the columns a bulk read hands over. Its ``next_offset`` is the last envelope's own
+    offset, not the one after it (which only the system knows): ``_poll`` keeps its own position."""
     return RecordBatch(
         [envelope.key for envelope in envelopes],
         [envelope.message for envelope in envelopes],
