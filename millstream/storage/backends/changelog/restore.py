@@ -24,10 +24,10 @@ A revert appends records, so restoring again after a crash reverts them again wi
 it is idempotent.
 
 Replay and revert read the changelog in bulk where its system's consumer can (``BulkReadingSystemConsumer``:
-the embedded log hands over a range of offsets as key and value columns, with no envelope per record), on a
-thread of its own a few batches ahead (``read_ahead``), and the engine writes each batch in one call
-(``put_columns``); other systems (Kafka, Kinesis) are polled an envelope at a time, as is whatever follows
-where a bulk read stops early. The gauge ``store_restored_bulk_records`` says how many records came in bulk.
+the embedded log hands over a range of offsets as key and value columns, with no envelope per record), and
+the engine writes each batch in one call (``put_columns``); other systems (Kafka, Kinesis) are polled an
+envelope at a time, as is whatever follows where a bulk read stops early. The gauge
+``store_restored_bulk_records`` says how many records came in bulk.
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ from millstream.errors import MillstreamError
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStreamPartition
 from millstream.storage.backends.base import StoreSpec, TaskBackendContext, TaskRestoreManager
 from millstream.storage.backends.changelog.marker import ChangelogStateCheckpointMarker, parse_v1_entry
-from millstream.storage.backends.changelog.read_ahead import read_ahead
 from millstream.storage.errors import StateRestoreError, StoreError
 from millstream.storage.kv import KeyValueStorageEngine
 from millstream.storage.layout import (
@@ -64,9 +63,6 @@ from millstream.storage.rocksdb import RocksDbKeyValueStorageEngine
 from millstream.systems.base import BulkReadingSystemConsumer, RecordBatch, SystemAdmin, SystemConsumer
 
 log = logging.getLogger(__name__)
-
-READ_AHEAD_BATCHES = 2
-"""Batches a bulk read runs ahead of the engine's writes (``read_ahead``): enough to keep both busy."""
 
 READ_STALL_SECONDS = 60.0
 """How long a changelog read may see no record before the restore fails (the changelog is missing
@@ -416,8 +412,7 @@ class ChangelogTaskRestoreManager(TaskRestoreManager):
         consumer = self.context.systems.new_consumer(ssp.system)
         if isinstance(consumer, BulkReadingSystemConsumer):
             try:
-                reading = consumer.read_range(ssp, start, end)
-                with closing(read_ahead(reading, READ_AHEAD_BATCHES, f"changelog-read {ssp}")) as batches:
+                with closing(consumer.read_range(ssp, start, end)) as batches:
                     for batch in batches:
                         handle(batch)
                         bulk += len(batch)
