@@ -2,6 +2,7 @@
 
     python -m benchmarks.scale [--fanout 4,32,128] [--messages 200000] [--partitions 4,64,256]
                                [--passthrough-messages 100000] [--keys 1000000] [--value-size 100]
+                               [--restore-runs 3] [--random-order]
 
 Three curves, each relative to its smallest point, on the embedded log and the in-process runner
 (2 containers):
@@ -25,7 +26,10 @@ Three curves, each relative to its smallest point, on the embedded log and the i
                     store after the files were evicted from the page cache, against the disk's
                     sequential read speed (the changelog's own files read back after eviction); by wall
                     time and by the process's CPU time (a restore is CPU-bound: on a machine whose cores
-                    are shared, MB per CPU second is what an idle core would give).
+                    are shared, MB per CPU second is what an idle core would give). Each is the median of
+                    ``--restore-runs`` runs: on a shared machine one read of the disk varies several-fold.
+                    The keys are written in key order, or shuffled with ``--random-order`` (as a real
+                    changelog holds them: RocksDB's own cost of taking them is then several times higher).
 
 Figures come from one run on a shared machine: compare rows with each other, not with other machines.
 """
@@ -37,6 +41,7 @@ import logging
 import os
 import re
 import shutil
+import statistics
 import tempfile
 import time
 from collections.abc import Iterator
@@ -45,6 +50,7 @@ from pathlib import Path
 
 from benchmarks import scale_apps
 from benchmarks.state_common import StateJob, bench_config, fill_store
+from millstream.checkpoint.checkpoint import CheckpointV2
 from millstream.config import Config
 from millstream.coordinator.prepare import prepare
 from millstream.model import SystemStream
@@ -217,42 +223,65 @@ def sequential_read(directory: Path) -> tuple[int, float]:
     return total, time.perf_counter() - started
 
 
-def restore_curve(root: Path, keys: int, value_size: int) -> None:
+def restore_curve(root: Path, keys: int, value_size: int, runs: int = 3, random_order: bool = False) -> None:
+    """Each restore, and the disk's sequential read, ``runs`` times after evicting the files; the medians."""
     config = bench_config(root / "restore")
     job = StateJob(config)
     state, _ = job.open(None)
-    fill_store(state, keys, value_size)
+    fill_store(state, keys, value_size, random_order=random_order)
     state.producers.flush("Partition 0")
     checkpoint = job.commit(state, keys)
     state.close()
     log_dir = Path(config["systems.log.path"])
-    evict(log_dir)
-    size, seconds = sequential_read(log_dir)
+    reads = []
+    for _ in range(runs):
+        evict(log_dir)
+        size, seconds = sequential_read(log_dir)
+        reads.append(seconds)
+    seconds = statistics.median(reads)
     disk = size / seconds
-    print(f"\nrestore vs disk: {keys:,} keys of {value_size} B; the embedded log's files: {size / 1e6:,.0f} MB")
+    print(
+        f"\nrestore vs disk: {keys:,} keys of {value_size} B written in {'random' if random_order else 'key'} order; "
+        f"the embedded log's files: {size / 1e6:,.0f} MB; medians of {runs} runs"
+    )
     print(f"{'read':<32}{'seconds':>9}{'MB/s':>9}{'x disk':>8}{'CPU s':>8}{'MB/CPU s':>10}{'x disk':>8}")
     print(f"{'disk, sequential (evicted)':<32}{seconds:>9.2f}{disk / 1e6:>9.0f}{1:>8.2f}")
     for source in ("changelog", "blobstore"):
-        host = root / f"restore-host-{source}"
-        evict(root / "restore")
-        cpu = time.process_time()
-        restored, took = job.open(
-            checkpoint,
-            config.with_overrides(
-                {
-                    "stores.restore.factories": source,
-                    "job.logged.store.base.dir": str(host / "logged"),
-                    "job.non-logged.store.base.dir": str(host / "non-logged"),
-                }
-            ),
-        )
-        cpu = time.process_time() - cpu
-        restored.close()
+        hosts = [root / f"host-{source}-{run}" for run in range(runs)]
+        timings = [restore_once(job, checkpoint, config, host, source, keys) for host in hosts]
+        took = statistics.median(t[0] for t in timings)
+        cpu = statistics.median(t[1] for t in timings)
         rate, cpu_rate = size / took, size / cpu
         print(
             f"{'restore from the ' + source:<32}{took:>9.2f}{rate / 1e6:>9.0f}{rate / disk:>8.2f}"
             f"{cpu:>8.2f}{cpu_rate / 1e6:>10.0f}{cpu_rate / disk:>8.2f}"
         )
+
+
+def restore_once(
+    job: StateJob, checkpoint: CheckpointV2, config: Config, host: Path, source: str, keys: int
+) -> tuple[float, float]:
+    """Restore ``checkpoint`` from ``source`` on a new host (``host``) after evicting the job's files: the wall
+    seconds and the process's CPU seconds it took. The store must then hold its ``keys`` keys (counted untimed)."""
+    evict(Path(config["job.data.dir"]).parent)
+    cpu = time.process_time()
+    restored, took = job.open(
+        checkpoint,
+        config.with_overrides(
+            {
+                "stores.restore.factories": source,
+                "job.logged.store.base.dir": str(host / "logged"),
+                "job.non-logged.store.base.dir": str(host / "non-logged"),
+            }
+        ),
+    )
+    cpu = time.process_time() - cpu
+    held = sum(1 for _ in restored.storage.stores["counts"].all())
+    restored.close()
+    shutil.rmtree(host, ignore_errors=True)
+    if held != keys:
+        raise RuntimeError(f"the restore from the {source} holds {held:,} keys, not {keys:,}")
+    return took, cpu
 
 
 def sizes(text: str) -> list[int]:
@@ -267,6 +296,8 @@ def main() -> None:
     parser.add_argument("--passthrough-messages", type=int, default=100_000)
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--value-size", type=int, default=100)
+    parser.add_argument("--restore-runs", type=int, default=3)
+    parser.add_argument("--random-order", action="store_true", help="write the restored store's keys shuffled")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="millstream-bench-scale-"))
     try:
@@ -275,7 +306,7 @@ def main() -> None:
         if args.partitions:
             partitions_curve(root, args.partitions, args.passthrough_messages)
         if args.keys:
-            restore_curve(root, args.keys, args.value_size)
+            restore_curve(root, args.keys, args.value_size, args.restore_runs, args.random_order)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

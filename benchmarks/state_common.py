@@ -3,6 +3,7 @@ without a running container, so that each benchmark times exactly the step it is
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -99,9 +100,15 @@ class StateJob:
         return checkpoint
 
 
-def fill_store(state: TaskState, keys: int, value_size: int = 16, batch: int = 20_000) -> None:
-    """Write ``keys`` distinct keys through the task's store (and so its changelog)."""
+def fill_store(
+    state: TaskState, keys: int, value_size: int = 16, batch: int = 20_000, *, random_order: bool = False
+) -> None:
+    """Write ``keys`` distinct keys through the task's store (and so its changelog): in key order, or with
+    ``random_order`` in a shuffled (seeded) order, as a real changelog holds them."""
     store = state.storage.stores["counts"]
     value = b"v" * value_size
+    order = list(range(keys))
+    if random_order:
+        random.Random(36).shuffle(order)
     for start in range(0, keys, batch):
-        store.put_all([(b"key%010d" % i, value) for i in range(start, min(start + batch, keys))])
+        store.put_all([(b"key%010d" % i, value) for i in order[start : start + batch]])

@@ -100,6 +100,12 @@ class KeyValueStorageEngine(ABC):
             else:
                 self.put(key, value)
 
+    def put_columns(self, keys: Sequence[bytes | None], values: Sequence[bytes | None]) -> None:
+        """Write ``keys[i]`` → ``values[i]`` in order, as one write where the engine has one: what a changelog
+        replay hands over per batch (``RecordBatch``). A None value deletes its key; a None key is skipped (a
+        record that names no key holds no state)."""
+        self.put_all((key, value) for key, value in zip(keys, values, strict=True) if key is not None)
+
     @abstractmethod
     def delete(self, key: bytes) -> None: ...
 

@@ -9,6 +9,7 @@ whatever the store's size.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -82,6 +83,24 @@ class RocksDbKeyValueStorageEngine(KeyValueStorageEngine):
 
     def delete(self, key: bytes) -> None:
         self._db.delete(key)
+
+    def put_columns(self, keys: Sequence[bytes | None], values: Sequence[bytes | None]) -> None:
+        """One write batch, filled by ``map`` over the columns so that the loop runs in C: a changelog replay
+        is bound by the work per record in Python. A None key or value makes rocksdict refuse the record; the
+        batch is then filled again record by record, skipping the key or deleting it."""
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        try:
+            deque(map(batch.put, keys, values), maxlen=0)  # type: ignore[arg-type]  # None is refused, below
+        except (ValueError, KeyError, TypeError):  # rocksdict's refusal of a None value (ValueError) or key
+            batch.clear()
+            for key, value in zip(keys, values, strict=True):
+                if key is None:
+                    continue
+                if value is None:
+                    batch.delete(key)
+                else:
+                    batch.put(key, value)
+        self._db.write(batch)
 
     def range(self, start: bytes | None, end: bytes | None) -> Iterator[Entry]:
         return _scan(self._db.iter(), start, end, self.path)

@@ -7,7 +7,7 @@ config (``systems.<s>.samza.factory``). Offsets are strings whose order the syst
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, runtime_checkable
@@ -412,6 +412,43 @@ class SystemConsumer(ABC):
 
     @abstractmethod
     def stop(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RecordBatch:
+    """Consecutive records of one partition, column by column: what a bulk read hands over instead of an
+    envelope per record (a changelog replay needs only each record's key and value bytes).
+
+    ``keys[i]`` and ``values[i]`` are the i-th record's, still bytes (no serde applied); ``keys`` is None when
+    no record of the batch has a key, and a None value is a tombstone. ``next_offset`` is the offset a reader
+    goes on at after the batch (past any gap the system skipped, such as an aborted transaction's records);
+    ``size`` the bytes of the values, as ``IncomingMessageEnvelope.size`` counts them. A batch may be empty: it
+    then only says that the read moved on to ``next_offset``."""
+
+    keys: Sequence[bytes | None] | None
+    values: Sequence[bytes | None]
+    next_offset: str
+    size: int
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+@runtime_checkable
+class BulkReadingSystemConsumer(Protocol):
+    """The capability of a consumer that hands over a partition's records between two offsets in bulk, as
+    ``RecordBatch`` columns with no envelope per record (the embedded log). A changelog restore asks for it
+    and, for systems without it (Kafka, Kinesis), reads envelope by envelope through ``poll``."""
+
+    def read_range(self, ssp: SystemStreamPartition, start: str, end: str) -> Generator[RecordBatch, None, None]:
+        """The records of ``ssp`` from ``start`` through ``end`` (inclusive), in offset order, in batches, on a
+        consumer that was neither registered nor started (``stop`` releases what the read holds).
+
+        Never a record past ``end``. It may stop before ``end`` when what follows cannot be read now (held
+        by a transaction still open): the last batch's ``next_offset`` says where a reader goes on, by
+        ``poll``, which waits for it. Nothing is read when ``start`` is past ``end``. A ``start`` the
+        partition no longer holds raises ``OffsetOutOfRangeError``, and a partition that cannot be read an
+        error naming it. A generator, so that closing it early releases the partition it reads."""
 
 
 _BYTES_OR_NONE = frozenset({bytes, type(None)})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from benchmarks.scale import evict, fan_out_run, sequential_read
+from benchmarks.scale import evict, fan_out_run, restore_curve, sequential_read
 
 
 def test_a_fan_out_run_counts_every_user_record_and_the_end_of_stream_of_each_producer(tmp_path):
@@ -21,3 +21,10 @@ def test_sequential_read_reads_every_byte_of_every_file_after_eviction(tmp_path)
     evict(tmp_path)
     size, seconds = sequential_read(tmp_path)
     assert size == 3_000_010 and seconds > 0
+
+
+def test_the_restore_curve_restores_every_key_written_in_random_order_from_both_backends(tmp_path, capsys):
+    restore_curve(tmp_path, keys=3_000, value_size=10, runs=2, random_order=True)  # raises when a key is missing
+    out = capsys.readouterr().out
+    assert "written in random order" in out and "medians of 2 runs" in out
+    assert "restore from the changelog" in out and "restore from the blobstore" in out

@@ -143,10 +143,43 @@ def test_sigkill_during_processing(spark_local, tmp_path: Path, backend: str) ->
 
 def test_sigkill_during_processing_with_an_object_cache_smaller_than_the_keys(spark_local, tmp_path: Path) -> None:
     """Evictions write back between commits, so the changelog runs ahead of the checkpoint when the kill comes:
-    the restore reverts to the checkpoint and the end equals a run without faults."""
-    config = job(tmp_path, "changelog", stores__counts__object__cache__size=3, stores__counts__write__batch__size=2)
+    the restore reverts to the checkpoint and the end equals a run without faults. The retry starts from no
+    local state (``clean.on.container.start``), so it replays each store's whole changelog, and the embedded log
+    hands it every record in bulk: the retried container's metrics say so."""
+    config = job(
+        tmp_path,
+        "changelog",
+        stores__counts__object__cache__size=3,
+        stores__counts__write__batch__size=2,
+        stores__counts__clean__on__container__start="true",
+        metrics__reporters="snapshot",
+        metrics__reporter__snapshot__stream="log.metrics",
+        metrics__snapshot__interval__ms=100,
+    )
+    create_stream(config, "metrics", 1)
     result = run_and_kill(config, spark_local, running_container_with_a_checkpoint(config))
     check_outcome(config, result, tmp_path, "changelog")
+    replayed = restored_records_of_the_retry(config, "0")
+    assert sum(records for records, _ in replayed.values()) > 0
+    assert all(records == bulk for records, bulk in replayed.values()), replayed
+
+
+def restored_records_of_the_retry(config: Config, container: str) -> dict[str, tuple[float, float]]:
+    """Per task of ``container``'s last attempt: the records its store's restore replayed, and how many of them
+    came in bulk, from the last metrics snapshot that attempt sent."""
+    last: dict[str, Any] = {}
+    for _, document in read_stream(config, SystemStream("log", "metrics"))[0]:
+        header = document["header"]
+        if header["container-name"] == container and header["attempt"] >= 2:
+            last = document
+    assert last, f"no snapshot of a retry of container {container}"
+    values: dict[tuple[str, str], float] = {
+        (metric["labels"]["task"], metric["name"]): metric["value"]
+        for metric in last["metrics"]
+        if metric["name"] in ("store_restored_records", "store_restored_bulk_records")
+    }
+    tasks = {task for task, _ in values}
+    return {t: (values[(t, "store_restored_records")], values[(t, "store_restored_bulk_records")]) for t in tasks}
 
 
 @pytest.mark.parametrize(

@@ -77,11 +77,16 @@ class StateHarness:
         self.offset = 0
 
     def open(
-        self, checkpoint: Checkpoint | None = None, task: TaskName = TASK, writer: WriterToken | None = None
+        self,
+        checkpoint: Checkpoint | None = None,
+        task: TaskName = TASK,
+        writer: WriterToken | None = None,
+        metrics: MetricsRegistry = NOOP_METRICS,
     ) -> Opened:
-        """``writer``: open as that container attempt would (its own directories, claimed partitions)."""
+        """``writer``: open as that container attempt would (its own directories, claimed partitions); the
+        restore reports to ``metrics``."""
         services = ContainerServices(self.config, writer=writer)
-        container = ContainerStorageManager(self.config, self.model, "0", self.metadata, services)
+        container = ContainerStorageManager(self.config, self.model, "0", self.metadata, services, metrics=metrics)
         storage = container.task_storage(task, self.model.tasks[task])
         assert storage is not None
         container.restore({task: (storage, checkpoint if checkpoint is not None else self.checkpoint)})

@@ -114,6 +114,24 @@ def test_unserializable_values_name_task_and_store(store: TaskKeyValueStore) -> 
         store.put(5, 1)
 
 
+def test_a_batch_of_columns_is_written_in_order_with_none_values_deleting(engine: KeyValueStorageEngine) -> None:
+    engine.put(b"old", b"0")
+    engine.put_columns([b"a", b"b", b"a", b"old"], [b"1", b"2", b"3", None])
+    assert list(engine.all()) == [(b"a", b"3"), (b"b", b"2")]
+
+
+def test_a_batch_of_columns_skips_records_without_a_key_and_deletes_after_a_put(
+    engine: KeyValueStorageEngine,
+) -> None:
+    engine.put_columns([b"a", None, b"b", b"a", b"c"], [b"1", b"x", b"2", None, b"3"])
+    assert list(engine.all()) == [(b"b", b"2"), (b"c", b"3")]
+
+
+def test_a_batch_of_columns_of_nothing_writes_nothing(engine: KeyValueStorageEngine) -> None:
+    engine.put_columns([], [])
+    assert list(engine.all()) == []
+
+
 def test_rocksdb_checkpoint_is_a_consistent_copy_by_hard_links(tmp_path: Path) -> None:
     engine = RocksDbKeyValueStorageEngine(tmp_path / "store")
     engine.put_all([(b"k%d" % i, b"v") for i in range(1000)])

@@ -109,5 +109,6 @@ def test_a_restore_from_either_backend_reports_what_it_restored(tmp_path, backen
     assert values["store_restored_bytes"] > 0
     if backend == "changelog":  # one changelog record per key update, known in advance by its offsets
         assert values["store_restored_records"] == values["store_restore_expected_records"] == 30
+        assert values["store_restored_bulk_records"] == 30  # the embedded log hands its records over in bulk
     else:  # the snapshot's files, their size known from its index
         assert values["store_restored_bytes"] == values["store_restore_expected_bytes"]

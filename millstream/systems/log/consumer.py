@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Callable, Iterable, Set
+from collections.abc import Callable, Generator, Iterable, Set
 from itertools import repeat
 
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition
-from millstream.systems.base import SystemConsumer
+from millstream.systems.base import RecordBatch, SystemConsumer
+from millstream.systems.log import bulk_read
 from millstream.systems.log.errors import InvalidOffsetError, LogOffsetOutOfRangeError, LogSystemError
 from millstream.systems.log.expiry import Reaper
 from millstream.systems.log.layout import LogLayout
@@ -170,6 +171,20 @@ class LogSystemConsumer(SystemConsumer):
         """Past the gaps aborted transactions left once a poll found nothing before the stable end."""
         cursor = self._cursors.get(ssp)
         return None if cursor is None else str(cursor.position)
+
+    def read_range(self, ssp: SystemStreamPartition, start: str, end: str) -> Generator[RecordBatch, None, None]:
+        """The ``BulkReadingSystemConsumer`` capability: ``ssp``'s records from ``start`` through ``end`` as
+        columns (``bulk_read``), on a partition file of its own that the read closes when done."""
+        if ssp.system != self.system:
+            raise LogSystemError(f"consumer of system '{self.system}' cannot read {ssp}")
+        first, last = parse_offset(ssp, start), parse_offset(ssp, end)
+        if first > last:
+            return
+        partition = self._open(ssp)
+        try:
+            yield from bulk_read.read_range(partition, first, last, self.batch_size)
+        finally:
+            partition.close()
 
     def _read(self, ssp: SystemStreamPartition, cursor: _Cursor, inspect: bool) -> list[IncomingMessageEnvelope]:
         """The next batch of ``ssp``; when there is none and ``inspect``, the end-of-stream or a trim.

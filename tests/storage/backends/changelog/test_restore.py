@@ -5,16 +5,22 @@ checkpoint says little or nothing."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
+from millstream.config import Config
+from millstream.metrics.registry import Registry
 from millstream.model import SystemStream, SystemStreamPartition
 from millstream.storage.backends.changelog.marker import ChangelogStateCheckpointMarker, parse_v1_entry, v1_entry
 from millstream.storage.backends.changelog.restore import ChangelogTaskRestoreManager
 from millstream.storage.backends.registry import state_backend_factory_class
 from millstream.storage.layout import checkpoint_dirs, read_offset_file, write_offset_file
+from millstream.systems.base import RecordBatch
+from millstream.systems.log.consumer import LogSystemConsumer
+from millstream.systems.log.factory import LogSystemFactory
 from millstream.testing import read_stream
 from tests.storage.harness import INPUT, Opened, StateHarness, state_config
 
@@ -274,3 +280,63 @@ def test_an_offset_file_holding_a_v1_entry_is_still_read_as_its_offset(tmp_path:
     (plan,) = plans(probe, h.v1)
     assert plan.retained_dir == directory and plan.start is None
     probe.close()
+
+
+class PollingOnlyLogConsumer(LogSystemConsumer):
+    """A log consumer without the bulk-read capability, as Kafka's and Kinesis's are."""
+
+    read_range = None  # type: ignore[assignment]
+
+
+class StoppingEarlyLogConsumer(LogSystemConsumer):
+    """A bulk read that stops after its first batch, as the log's does at a transaction still open."""
+
+    def read_range(self, ssp: SystemStreamPartition, start: str, end: str) -> Generator[RecordBatch, None, None]:
+        batches = super().read_range(ssp, start, end)
+        yield next(batches)
+        batches.close()
+
+
+class PollingOnlyLogFactory(LogSystemFactory):
+    def get_consumer(self, system_name: str, config: Config) -> LogSystemConsumer:
+        consumer = super().get_consumer(system_name, config)
+        return PollingOnlyLogConsumer(system_name, consumer.layout, batch_size=consumer.batch_size)
+
+
+class StoppingEarlyLogFactory(LogSystemFactory):
+    def get_consumer(self, system_name: str, config: Config) -> LogSystemConsumer:
+        consumer = super().get_consumer(system_name, config)
+        return StoppingEarlyLogConsumer(system_name, consumer.layout, batch_size=consumer.batch_size)
+
+
+@pytest.mark.parametrize(
+    ("factory", "bulk"),
+    [("log", 45), (f"{__name__}:StoppingEarlyLogFactory", 4), (f"{__name__}:PollingOnlyLogFactory", 0)],
+)
+def test_a_replay_in_bulk_by_polling_or_both_restores_the_same_state_exactly(
+    tmp_path: Path, factory: str, bulk: int
+) -> None:
+    """The embedded log hands the replay its records in bulk; a system without that capability is polled an
+    envelope at a time, and where a bulk read stops early the rest is polled: the same state every way, the
+    records after the checkpoint reverted, and the gauge says how many records came in bulk."""
+    h = harness(tmp_path, stores__counts__object__cache__size="0", systems__log__poll__batch__size="4")
+    opened = h.open()
+    opened.store.put_all({f"k{i}": i for i in range(40)})
+    opened.store.delete_all([f"k{i}" for i in range(0, 40, 10)])  # tombstones
+    opened.store.put("k0", -1)
+    h.commit(opened)
+    opened.store.put_all({"k1": 100, "late": 1})
+    crash(opened)
+
+    # a new host: no local checkpoint directory to start from, the whole changelog is replayed
+    h.config = h.config.with_overrides(
+        {"systems.log.samza.factory": factory, "stores.counts.clean.on.container.start": "true"}
+    )
+    registry = Registry()
+    restored = h.open(metrics=registry)
+    wanted = {f"k{i}": i for i in range(40) if i % 10} | {"k0": -1}
+    assert contents(restored) == wanted
+    values = {sample.name: sample.value for sample in registry.snapshot()}
+    assert values["store_restored_records"] == 45
+    assert values["store_restored_bulk_records"] == bulk
+    restored.close()
