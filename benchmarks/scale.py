@@ -258,6 +258,7 @@ def idle_rss(root: Path, partitions: int) -> int:
     admin = system_factory(cfg, "log").get_admin("log", cfg)
     admin.create_stream(StreamSpec("log", SOURCE.stream, partitions))
     runner = InProcessRunner(cfg)
+    tasks_module().WINDOWED.clear()
     thread = threading.Thread(target=runner.run, kwargs={"timeout": 600})
     thread.start()
     try:
