@@ -1,7 +1,7 @@
 """How millstream's costs grow with the size of a job, as ratios, in one run (issue 36).
 
     python -m benchmarks.scale [--fanout 4,32,128] [--messages 200000] [--partitions 4,64,256]
-                               [--passthrough-messages 100000] [--keys 1000000] [--value-size 100]
+                               [--passthrough-messages 100000] [--idle] [--keys 1000000] [--value-size 100]
                                [--restore-runs 3] [--random-order]
 
 Three curves, each relative to its smallest point, on the embedded log and the in-process runner
@@ -18,10 +18,14 @@ Three curves, each relative to its smallest point, on the embedded log and the i
                     record written to the intermediate stream, wall time against the baseline, and how
                     long after the last source message the last sink task saw end-of-stream, and from the last
                     user record a downstream task read until then (the control path alone).
-  partitions        a low-level pass-through (``benchmarks.tasks:NoOp``) of ``--passthrough-messages``
-                    spread over P partitions: wall time of the run and CPU per message (the process's
-                    CPU time over the run, start-up included, divided by the messages), against the
-                    smallest P.
+  partitions        a low-level pass-through (a no-op task) of ``--passthrough-messages`` spread over P
+                    partitions: wall time of the run and CPU per message (the process's CPU time over the
+                    run, start-up included, divided by the messages), against the smallest P; start-up (from
+                    the run's start to the first message processed, planning included) and the CPU per
+                    message from the first message on (the steady cost); and, with ``--idle``, the
+                    container's memory per idle partition: the RSS of a process running the job over P
+                    empty partitions once every task has had a window call, less that at the smallest P,
+                    per partition added.
   restore vs disk   one RocksDB store of ``--keys`` keys: restore from its changelog and from the blob
                     store after the files were evicted from the page cache, against the disk's
                     sequential read speed (the changelog's own files read back after eviction); by wall
@@ -37,19 +41,26 @@ Figures come from one run on a shared machine: compare rows with each other, not
 from __future__ import annotations
 
 import argparse
+import importlib
+import itertools
 import logging
 import os
 import re
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from benchmarks import scale_apps
 from benchmarks.state_common import StateJob, bench_config, fill_store
+from millstream import InitableTask, StreamTask, WindowableTask
 from millstream.checkpoint.checkpoint import CheckpointV2
 from millstream.config import Config
 from millstream.coordinator.prepare import prepare
@@ -163,39 +174,144 @@ def fan_out(root: Path, sizes: list[int], messages: int) -> None:
             )
 
 
-def passthrough_run(root: Path, partitions: int, messages: int) -> tuple[float, float]:
-    run = f"passthrough-{partitions}"
-    cfg = prepare(
+FIRST_MESSAGE: dict[str, tuple[float, float]] = {}
+"""Per run: the wall clock and the process's CPU time when its first message was processed."""
+LAST_MESSAGE: dict[str, tuple[float, float]] = {}
+"""Per run: the same when its last message (``bench.messages``) was processed."""
+PROCESSED = itertools.count(1)
+"""Messages processed by ``TimedNoOp`` tasks of this process (``next`` is atomic: the containers are threads)."""
+WINDOWED: set[str] = set()
+"""Tasks (of any run) that had their first window call: their container's loop is running."""
+
+
+def tasks_module() -> Any:
+    """This module as the runner loads ``task.class`` from (under ``python -m`` it is not ``__main__``)."""
+    return importlib.import_module("benchmarks.scale")
+
+
+class TimedNoOp(StreamTask, InitableTask, WindowableTask):
+    """Reads and does nothing, but notes when the first message of its run (``bench.run``) was processed."""
+
+    def init(self, context):
+        self.run = context.config.get("bench.run", "")
+        self.last = int(context.config.get("bench.messages", "0"))
+        self.name = str(context.task_name)
+        self.first = True
+
+    def process(self, envelope, collector, coordinator):
+        if self.first:
+            self.first = False
+            FIRST_MESSAGE.setdefault(self.run, (time.perf_counter(), time.process_time()))
+        if next(PROCESSED) == self.last:
+            LAST_MESSAGE[self.run] = (time.perf_counter(), time.process_time())
+
+    def window(self, collector, coordinator):
+        WINDOWED.add(self.name)
+
+
+def passthrough_config(root: Path, run: str, **extra: object) -> Config:
+    return prepare(
         Config(
             {
                 "job.name": run,
                 "job.data.dir": str(root / run),
                 "job.container.count": 2,
-                "task.class": "benchmarks.tasks:NoOp",
+                "task.class": "benchmarks.scale:TimedNoOp",
                 "task.inputs": f"log.{SOURCE.stream}",
                 "systems.log.samza.offset.default": "oldest",
                 "systems.log.samza.msg.serde": "json",
+                "bench.run": run,
+                **extra,
             }
         )
     )
+
+
+@dataclass
+class PassThrough:
+    seconds: float
+    cpu_per_message: float
+    startup: float
+    """From the run's start to its first message processed."""
+    steady_cpu_per_message: float
+    """The process's CPU time from the first message to the last one processed, per message."""
+    end_cpu: float
+    """The process's CPU seconds after the last message: the final commits and the shutdown."""
+
+
+def passthrough_run(root: Path, partitions: int, messages: int) -> PassThrough:
+    run = f"passthrough-{partitions}"
+    cfg = passthrough_config(root, run, **{"bench.messages": messages})
     create_input(cfg, partitions, messages, event_time=False)
+    tasks_module().PROCESSED = itertools.count(1)
     started, cpu = time.perf_counter(), time.process_time()
     result = InProcessRunner(cfg).run(timeout=900)
-    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    seconds, ended_cpu = time.perf_counter() - started, time.process_time()
     assert result.outcome == "finished", f"{run}: {result.outcome} {result.error}"
-    return seconds, cpu / messages  # the containers are threads of this process: its CPU is theirs
+    first, first_cpu = tasks_module().FIRST_MESSAGE[run]
+    _, last_cpu = tasks_module().LAST_MESSAGE[run]
+    # the containers are threads of this process: its CPU is theirs
+    return PassThrough(
+        seconds, (ended_cpu - cpu) / messages, first - started, (last_cpu - first_cpu) / messages, ended_cpu - last_cpu
+    )
 
 
-def partitions_curve(root: Path, sizes: list[int], messages: int) -> None:
+def idle_rss(root: Path, partitions: int) -> int:
+    """The RSS of this process (bytes) running the pass-through over ``partitions`` empty, open partitions, once
+    every task had a window call (its container's loop polls them)."""
+    run = f"idle-{partitions}"
+    cfg = passthrough_config(root, run, **{"task.window.ms": 50})
+    admin = system_factory(cfg, "log").get_admin("log", cfg)
+    admin.create_stream(StreamSpec("log", SOURCE.stream, partitions))
+    runner = InProcessRunner(cfg)
+    tasks_module().WINDOWED.clear()
+    thread = threading.Thread(target=runner.run, kwargs={"timeout": 600})
+    thread.start()
+    try:
+        while len(tasks_module().WINDOWED) < partitions and thread.is_alive():
+            time.sleep(0.1)
+        time.sleep(1.0)  # a few more polls over every partition
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    finally:
+        runner.request_stop()
+        thread.join()
+
+
+def idle_rss_in_child(partitions: int) -> int:
+    """``idle_rss`` in a process of its own, so that no earlier run's heap is in the figure."""
+    code = (
+        "import sys, tempfile, pathlib; from benchmarks import scale; "
+        "print(scale.idle_rss(pathlib.Path(tempfile.mkdtemp(prefix='millstream-bench-idle-')), int(sys.argv[1])))"
+    )
+    output = subprocess.run([sys.executable, "-c", code, str(partitions)], check=True, capture_output=True, text=True)
+    return int(output.stdout.split()[-1])
+
+
+def partitions_curve(root: Path, sizes: list[int], messages: int, idle: bool) -> None:
     print(f"\npartitions: pass-through of {messages:,} messages, 2 containers")
-    print(f"{'P':>8}{'run s':>9}{'x':>7}{'µs/msg':>9}{'x':>7}")
-    first: tuple[float, float] | None = None
+    print(
+        f"{'P':>8}{'run s':>9}{'x':>7}{'µs/msg':>9}{'x':>7}{'start-up s':>12}{'steady µs/msg':>15}{'x':>7}"
+        f"{'end CPU s':>11}" + (f"{'RSS MB':>9}{'KB/partition':>14}" if idle else "")
+    )
+    first: PassThrough | None = None
+    first_rss = 0
     for size in sizes:
-        seconds, per_message = passthrough_run(root, size, messages)
-        first = first or (seconds, per_message)
-        print(
-            f"{size:>8}{seconds:>9.1f}{seconds / first[0]:>7.2f}{per_message * 1e6:>9.1f}{per_message / first[1]:>7.2f}"
+        row = passthrough_run(root, size, messages)
+        first = first or row
+        line = (
+            f"{size:>8}{row.seconds:>9.1f}{row.seconds / first.seconds:>7.2f}{row.cpu_per_message * 1e6:>9.1f}"
+            f"{row.cpu_per_message / first.cpu_per_message:>7.2f}{row.startup:>12.2f}"
+            f"{row.steady_cpu_per_message * 1e6:>15.1f}"
+            f"{row.steady_cpu_per_message / first.steady_cpu_per_message:>7.2f}"
+            f"{row.end_cpu:>11.2f}"
         )
+        if idle:
+            rss = idle_rss_in_child(size)
+            first_rss = first_rss or rss
+            per_partition = (rss - first_rss) / (size - sizes[0]) / 1024 if size != sizes[0] else 0.0
+            line += f"{rss / 1e6:>9.0f}{per_partition:>14.1f}"
+        print(line)
 
 
 def files_under(directory: Path) -> Iterator[Path]:
@@ -294,6 +410,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--partitions", type=sizes, default=[4, 64, 256])
     parser.add_argument("--passthrough-messages", type=int, default=100_000)
+    parser.add_argument("--idle", action="store_true", help="also measure the memory per idle partition")
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--value-size", type=int, default=100)
     parser.add_argument("--restore-runs", type=int, default=3)
@@ -304,7 +421,7 @@ def main() -> None:
         if args.fanout:
             fan_out(root, args.fanout, args.messages)
         if args.partitions:
-            partitions_curve(root, args.partitions, args.passthrough_messages)
+            partitions_curve(root, args.partitions, args.passthrough_messages, args.idle)
         if args.keys:
             restore_curve(root, args.keys, args.value_size, args.restore_runs, args.random_order)
     finally:

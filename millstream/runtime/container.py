@@ -452,6 +452,8 @@ class Container:
         admins, checkpoints, store = prepared.admins, prepared.checkpoints, attempt.store
         offsets = OffsetManager(self.config, admins)
         startpoints = _startpoint_manager(self.config, store)
+        fan_outs = startpoints.fan_outs_for_tasks(self.model.tasks) if startpoints is not None else {}
+        failures_shown = set(store.all(STARTPOINT_STATUS_NAMESPACE)) if startpoints is not None else set()
         registered: dict[SystemStreamPartition, str] = {}
         plans: dict[TaskName, TaskPlan] = {}
         for task_name, task_model in sorted(self.model.tasks.items(), key=lambda kv: kv[0].sort_key()):
@@ -467,11 +469,11 @@ class Container:
             repositioned = {ssp for ssp in ssps if stream_samza(self.config, ssp.system_stream).reset_offset}
             applied: AppliedStartpoints | None = None
             if startpoints is not None:
-                fan_out = startpoints.get_fan_out_for_task(task_name)
+                fan_out = fan_outs[str(task_name)]
                 resolution = offsets.apply_startpoints(task_name, starts, fan_out)
                 starts = resolution.offsets
                 repositioned.update(resolution.applied)
-                record_startpoint_failures(store, task_name, resolution.failures)
+                record_startpoint_failures(store, task_name, resolution.failures, str(task_name) in failures_shown)
                 if in_use := {ssp for ssp in fan_out if ssp in ssps}:
                     applied = AppliedStartpoints(startpoints, task_name, in_use)
             keep_earliest(registered, starts, admins)
@@ -769,12 +771,20 @@ def _startpoint_manager(config: Config, store: MetadataStore) -> StartpointManag
     return StartpointManager(store, StartpointConfig.of(config).max_age_ms)
 
 
-def record_startpoint_failures(store: MetadataStore, task_name: str, failures: dict[Any, str]) -> None:
-    """Keep the last start's unresolvable startpoints of a task where ``millstream job status`` shows them."""
+def record_startpoint_failures(
+    store: MetadataStore, task_name: str, failures: dict[Any, str], shown: bool | None = None
+) -> None:
+    """Keep the last start's unresolvable startpoints of a task where ``millstream job status`` shows them.
+
+    ``shown``: whether a record of earlier failures exists (the container reads them all in one query); None
+    reads it here."""
     if failures:
         document = {ssp.key(): reason for ssp, reason in sorted(failures.items())}
         store.put(STARTPOINT_STATUS_NAMESPACE, str(task_name), orjson.dumps(document))
-    elif store.get(STARTPOINT_STATUS_NAMESPACE, str(task_name)) is not None:
+        return
+    if shown is None:
+        shown = store.get(STARTPOINT_STATUS_NAMESPACE, str(task_name)) is not None
+    if shown:
         store.delete(STARTPOINT_STATUS_NAMESPACE, str(task_name))
 
 

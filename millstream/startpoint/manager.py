@@ -166,6 +166,19 @@ class StartpointManager:
             return {}
         return fan_out_from_bytes(data, f"fan-out of task '{task_name}'")[1]
 
+    def fan_outs_for_tasks(self, task_names: Iterable[str]) -> dict[str, dict[SystemStreamPartition, Startpoint]]:
+        """``get_fan_out_for_task`` of each of ``task_names`` (an empty fan-out for a task without one), read in
+        one query of the namespace rather than one per task: a container starting a thousand tasks reads it once.
+        Only the named tasks' records are parsed, so another container's damaged record fails only its owner."""
+        self._check()
+        stored = self.store.all(FAN_OUT_NAMESPACE)
+        result: dict[str, dict[SystemStreamPartition, Startpoint]] = {}
+        for task_name in task_names:
+            data = stored.get(str(task_name))
+            fan_out = {} if data is None else fan_out_from_bytes(data, f"fan-out of task '{task_name}'")[1]
+            result[str(task_name)] = fan_out
+        return result
+
     def all_fan_outs(self) -> dict[TaskName, dict[SystemStreamPartition, Startpoint]]:
         self._check()
         return {

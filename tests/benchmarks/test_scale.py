@@ -1,10 +1,11 @@
-"""``benchmarks.scale`` counts every record a run wrote to its intermediate stream and reads files whole."""
+"""``benchmarks.scale`` counts every record a run wrote to its intermediate stream, reads files whole, and times
+a pass-through's start-up and steady CPU."""
 
 from __future__ import annotations
 
 import math
 
-from benchmarks.scale import evict, fan_out_run, restore_curve, sequential_read
+from benchmarks.scale import evict, fan_out_run, idle_rss, passthrough_run, restore_curve, sequential_read
 
 
 def test_a_fan_out_run_counts_every_user_record_and_the_end_of_stream_of_each_producer(tmp_path):
@@ -28,3 +29,14 @@ def test_the_restore_curve_restores_every_key_written_in_random_order_from_both_
     out = capsys.readouterr().out
     assert "written in random order" in out and "medians of 2 runs" in out
     assert "restore from the changelog" in out and "restore from the blobstore" in out
+
+
+def test_a_pass_through_run_times_its_start_up_and_its_steady_cpu_from_the_first_to_the_last_message(tmp_path):
+    row = passthrough_run(tmp_path, partitions=3, messages=300)
+    assert 0 < row.startup < row.seconds
+    assert 0 <= row.steady_cpu_per_message * 300 <= row.cpu_per_message * 300
+    assert row.end_cpu >= 0
+
+
+def test_the_idle_run_measures_a_process_whose_containers_poll_every_partition(tmp_path):
+    assert idle_rss(tmp_path, partitions=3) > 10 * 1024 * 1024

@@ -124,3 +124,15 @@ def test_every_operation_after_stop_raises(manager):
     ):
         with pytest.raises(StartpointManagerStoppedError):
             operation()
+
+
+def test_fan_outs_for_tasks_gives_each_named_task_its_fan_out_and_an_empty_one_to_the_others(manager):
+    manager.write_startpoint(P0, StartpointOldest())
+    manager.write_startpoint(P1, StartpointUpcoming())
+    manager.fan_out({T0: {P0}, T1: {P1}})
+    other = TaskName("Partition 2")
+
+    fan_outs = manager.fan_outs_for_tasks([T0, other])
+
+    assert fan_outs == {str(T0): manager.get_fan_out_for_task(T0), str(other): {}}
+    assert isinstance(fan_outs[str(T0)][P0], StartpointOldest)

@@ -75,7 +75,10 @@ class LogSystemAdmin(SystemAdmin):
         return self._open.max_open
 
     def _open_partition(self, path: Path, stream: str, partition: int) -> LogPartition:
-        return LogPartition(path, stream, partition, fsync=self._fsync)
+        """Without a page cache: the pool keeps up to ``max_open_partitions`` files open for queries of a meta
+        row or a batch or two, which the memory map serves as well, and a cache costs each open file as much
+        memory again."""
+        return LogPartition(path, stream, partition, fsync=self._fsync, page_cache=False)
 
     def stop(self) -> None:
         self._open.close()

@@ -15,7 +15,7 @@ from millstream.errors import StreamNotFoundError
 from millstream.model import END_OF_STREAM_OFFSET, IncomingMessageEnvelope
 from millstream.systems.base import OffsetOutOfRangeError, StreamSpec
 from millstream.systems.log.admin import LogSystemAdmin
-from millstream.systems.log.consumer import LogSystemConsumer
+from millstream.systems.log.consumer import QUIET_RECHECK_MS, LogSystemConsumer
 from millstream.systems.log.errors import (
     InvalidOffsetError,
     LogOffsetOutOfRangeError,
@@ -23,6 +23,7 @@ from millstream.systems.log.errors import (
     LogSystemError,
 )
 from millstream.systems.log.factory import LogSystemFactory
+from millstream.systems.log.layout import LogLayout
 from millstream.systems.log.producer import LogSystemProducer
 
 from .conftest import SYSTEM, create, envelope, log_config, read_all, ssp, write
@@ -279,15 +280,23 @@ def test_trimming_behind_the_read_position_does_not_disturb_the_reader(
 
 
 def test_a_reader_of_a_stream_that_was_re_created_fails_rather_than_waiting_forever(
-    events: list[bytes], admin: LogSystemAdmin, consumer: LogSystemConsumer
+    events: list[bytes], admin: LogSystemAdmin, root: Path
 ) -> None:
+    """The partition read to its end is quiet: the replaced file is found by its next full inspection, at most
+    ``QUIET_RECHECK_MS`` on the consumer's clock later (nothing commits to the old file to wake it sooner)."""
+    now = [0]
+    consumer = LogSystemConsumer(SYSTEM, LogLayout(root), clock=lambda: now[0])
     consumer.register(ssp("events"), "0")
     consumer.start()
-    assert messages(read_all(consumer, {ssp("events")})) == events
-    admin.clear_stream(StreamSpec(SYSTEM, "events"))
-    create(admin, "events")
-    with pytest.raises(LogStorageError, match="deleted or replaced"):
-        consumer.poll({ssp("events")}, 0)
+    try:
+        assert messages(read_all(consumer, {ssp("events")})) == events
+        admin.clear_stream(StreamSpec(SYSTEM, "events"))
+        create(admin, "events")
+        now[0] += QUIET_RECHECK_MS
+        with pytest.raises(LogStorageError, match="deleted or replaced"):
+            consumer.poll({ssp("events")}, 0)
+    finally:
+        consumer.stop()
 
 
 operations = st.lists(
