@@ -124,12 +124,15 @@ class RunLoop:
             wait = poll_timeout if lingering is None else min(poll_timeout, lingering)
             in_flight = bool(self.async_tasks) and self._async_in_flight()
             if pollable:
-                timeout = 0.0 if pending or in_flight else max(0.0, min(wait, deadline - now))
+                # output held back for batching: look without waiting, and send it if no input is there
+                timeout = 0.0 if pending or in_flight or lingering is not None else max(0.0, min(wait, deadline - now))
                 batches = self.consumers.poll(pollable, timeout)
                 self.stats.polls += 1
             work = list(pending.items())
             pending.clear()
             work.extend((ssp, self._decode(ssp, batch)) for ssp, batch in batches.items() if batch)
+            if lingering is not None and not work and self.output is not None:
+                self.output.send_lingering(drained=True)  # nothing would join the held batch: lingering only delays
             if work:
                 rotation = (rotation + 1) % len(work)
                 for ssp, batch in work[rotation:] + work[:rotation]:

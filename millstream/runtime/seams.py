@@ -45,7 +45,7 @@ class OutputFlusher(Protocol):
 class LingeringOutput(Protocol):
     """The producer pool as the run loop sees it between batches (``ProducerPool.send_lingering``)."""
 
-    def send_lingering(self) -> float | None: ...
+    def send_lingering(self, drained: bool = False) -> float | None: ...
 
 
 class MessageSender(Protocol):

@@ -521,10 +521,12 @@ class SystemProducer(ABC):
         """Make everything sent since the last call visible, atomically, and begin the next transaction. Only a
         ``transactional`` producer whose ``flush`` does not commit (exactly-once) needs it; a no-op otherwise."""
 
-    def send_lingering(self) -> float | None:
-        """Send what ``send`` held back for batching once it waited ``linger.ms``; the run loop calls this
-        between batches. Returns the seconds until what is still held back must go, None when nothing is
-        (this default: a producer that sends on its own, as Kafka's does in the background)."""
+    def send_lingering(self, drained: bool = False) -> float | None:
+        """Send what ``send`` held back for batching once it waited ``linger.ms``, or at once when ``drained``:
+        the run loop found no input waiting, so no record would join the batch before ``linger.ms`` (lingering
+        then only adds latency). The run loop calls this between batches. Returns the seconds until what is
+        still held back must go, None when nothing is (this default: a producer that sends on its own, as
+        Kafka's does in the background)."""
         return None
 
     @abstractmethod

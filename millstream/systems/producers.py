@@ -121,10 +121,11 @@ class ProducerPool:
         for _, producer in self._all():
             producer.flush(source)
 
-    def send_lingering(self) -> float | None:
-        """Send what output producers hold back for batching and has waited long enough; returns the seconds
-        until the next such deadline, None when nothing is held back."""
-        deadlines = [d for _, p in self._all() if (d := p.send_lingering()) is not None]
+    def send_lingering(self, drained: bool = False) -> float | None:
+        """Send what output producers hold back for batching and has waited long enough (all of it when
+        ``drained``: no input is waiting); returns the seconds until the next such deadline, None when nothing
+        is held back."""
+        deadlines = [d for _, p in self._all() if (d := p.send_lingering(drained)) is not None]
         return min(deadlines) if deadlines else None
 
     def stop(self) -> None:
@@ -183,9 +184,9 @@ class SerializedProducer(SystemProducer):
         with self._lock:
             self.producer.commit_transaction()
 
-    def send_lingering(self) -> float | None:
+    def send_lingering(self, drained: bool = False) -> float | None:
         with self._lock:
-            return self.producer.send_lingering()
+            return self.producer.send_lingering(drained)
 
     def stop(self) -> None:
         with self._lock:

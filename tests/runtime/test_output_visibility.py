@@ -1,7 +1,8 @@
 """Output is visible within milliseconds, not at the next checkpoint: with ``task.commit.ms`` at ten minutes,
 a running job's output (pass-through and a stateful count with a changelog) is readable on the embedded log
 while no checkpoint exists yet. The producers write what they held back for batching once it waited
-``producer.linger.ms``, between batches of the run loop."""
+``producer.linger.ms``, between batches of the run loop, or at once when the loop finds no input waiting: with
+a linger of ten minutes too, the output is still readable long before either."""
 
 from __future__ import annotations
 
@@ -51,12 +52,14 @@ def visible_before_any_checkpoint(config: Config, run: Callable[[], JobResult], 
     assert outcome["result"].outcome == "stopped", outcome["result"].error
 
 
-@pytest.mark.parametrize("kind", ["pass-through", "stateful"])
+@pytest.mark.parametrize("kind", ["pass-through", "stateful", "pass-through lingering ten minutes"])
 def test_output_is_readable_long_before_the_first_checkpoint(tmp_path: Path, kind: str) -> None:
     if kind == "pass-through":
         config = job_config(tmp_path, task__commit__ms=TEN_MINUTES)
-    else:
+    elif kind == "stateful":
         config = state_config(tmp_path, "changelog", task__commit__ms=TEN_MINUTES)
+    else:  # only the drained input can send the held output before the test gives up
+        config = job_config(tmp_path, task__commit__ms=TEN_MINUTES, systems__log__producer__linger__ms=TEN_MINUTES)
     runner = InProcessRunner(config)
     visible_before_any_checkpoint(config, lambda: runner.run(timeout=300), runner.request_stop)
 
@@ -67,6 +70,11 @@ def test_output_is_readable_long_before_the_first_checkpoint_through_the_spark_r
 ) -> None:
     from millstream.spark.run.runner import SparkJobRunner
 
-    config = job_config(tmp_path, task__commit__ms=TEN_MINUTES, job__container__count=2)
+    config = job_config(
+        tmp_path,
+        task__commit__ms=TEN_MINUTES,
+        systems__log__producer__linger__ms=TEN_MINUTES,  # sent once a container's input is drained
+        job__container__count=2,
+    )
     runner = SparkJobRunner(config, spark=spark_local)
     visible_before_any_checkpoint(config, runner.run, runner.request_stop)

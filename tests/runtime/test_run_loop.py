@@ -111,6 +111,24 @@ class DiscardingSender:
         pass
 
 
+class HeldOutput:
+    """Output held back for batching from the start, for ``linger`` seconds; records when it was sent and
+    whether because the loop found its input drained."""
+
+    def __init__(self, clock: ManualClock, linger: float) -> None:
+        self.clock = clock
+        self.deadline = clock.now + linger
+        self.sent: list[tuple[float, bool]] = []
+
+    def send_lingering(self, drained: bool = False) -> float | None:
+        if self.sent:
+            return None
+        if drained or self.clock.now >= self.deadline:
+            self.sent.append((self.clock.now, drained))
+            return None
+        return self.deadline - self.clock.now
+
+
 class StopProbe:
     """``stop_requested``: records when it is asked; true from ``at`` on."""
 
@@ -139,6 +157,7 @@ def make_loop(
     commit_ms: int = 1000,
     poll_interval_ms: int = 125,
     stop_check_ms: int = 500,
+    output: HeldOutput | None = None,
 ) -> RunLoop:
     context = ContainerContext(TASK, Config({}), frozenset({SSP}), "0")
     instance = TaskInstance(
@@ -161,6 +180,7 @@ def make_loop(
         RunLoopSettings(window_ms, commit_ms, poll_interval_ms, stop_check_ms),
         stop,
         clock=clock,
+        output=output,
     )
 
 
@@ -278,3 +298,19 @@ def test_the_loop_ends_with_a_final_commit_once_every_partition_reached_end_of_s
     assert h.task.events == [("process 0", at(0.125)), ("window", at(0.25))]
     assert h.producers.flushes == [at(0.375), at(0.375)]  # the task's end-of-stream commit, then the loop's
     assert h.clock.now == at(0.375)
+
+
+def test_output_held_for_batching_is_sent_once_a_poll_finds_no_input_and_not_while_input_is_waiting() -> None:
+    """Lingering only pays while more records would join the batch: once the input is drained, the held output
+    goes at once instead of ``linger.ms`` later (issue 31: output visible in milliseconds)."""
+    clock = ManualClock()
+    consumers = ScriptedConsumers(clock, [(at(0.0), envelope(n)) for n in range(3)] + [(at(0.5), envelope(3))])
+    task = TimedTask(clock, cost=0.0625)
+    output = HeldOutput(clock, linger=10.0)
+    loop = make_loop(clock, consumers, task, TimedProducers(clock), StopProbe(clock, at(1.0)), output=output)
+    loop.run()
+    processed = [instant for event, instant in task.events if event.startswith("process")]
+    assert processed[:3] == [at(0.0), at(0.0625), at(0.125)]
+    assert output.sent == [(at(0.1875), True)], "sent by the first poll that found no input, not after 10 s"
+    # while held, a poll looks without waiting; once the output went, the loop waits for input again
+    assert consumers.polls[:3] == [(at(0.0), 0.0), (at(0.1875), 0.0), (at(0.1875), 0.0625)]

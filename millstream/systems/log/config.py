@@ -25,8 +25,9 @@ class LogSystemConfig(ConfigView):
     """Records a producer buffers before it writes them in one transaction."""
     producer_linger_ms: int = Field(5, alias="producer.linger.ms", ge=0)
     """Longest time a record waits in a producer's buffer before it is written (and readable), as Kafka's
-    ``linger.ms``: a container's run loop writes what waited this long between batches; a buffer that fills
-    up is written at once."""
+    ``linger.ms``: a container's run loop writes what waited this long between batches, and everything held
+    as soon as a poll finds no input waiting (no record would join the batch); a buffer that fills up is
+    written at once. So records linger only while input keeps coming, where batching pays."""
     auto_create_streams: Bool = Field(False, alias="auto.create.streams")
     """Create a missing output stream on first send instead of failing."""
     default_partitions: int = Field(1, alias="default.partitions", ge=1)

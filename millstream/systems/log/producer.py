@@ -476,14 +476,15 @@ class LogSystemProducer(SystemProducer):
         if not any(any(writer.buffers) for writer in self._writers.values()):
             self._held_since = None  # nothing left to linger: ``send_lingering`` has no deadline
 
-    def send_lingering(self) -> float | None:
-        """Append every buffer once its oldest record waited ``linger.ms``; the seconds left until then, or
-        None when nothing is buffered. A failed append is raised by the next ``flush``, as a full buffer's is."""
+    def send_lingering(self, drained: bool = False) -> float | None:
+        """Append every buffer once its oldest record waited ``linger.ms`` (at once when ``drained``); the
+        seconds left until then, or None when nothing is buffered. A failed append is raised by the next
+        ``flush``, as a full buffer's is."""
         held = self._held_since
         if held is None or self._txn_log is not None:
             return None
         left = held + self._linger - _monotonic()
-        if left > 0:
+        if left > 0 and not drained:
             return left
         with self._lock:
             self._raise_if_fenced()
@@ -494,6 +495,8 @@ class LogSystemProducer(SystemProducer):
                     raise
                 except Exception:  # kept in self._failure for the next flush
                     self._held_since = None
+            else:  # the records wait for the next flush, which raises the failure: no deadline to keep
+                self._held_since = None
         return None
 
     def _hand_over(self, writer: _StreamWriter, partition: int) -> None:

@@ -431,3 +431,16 @@ def test_a_record_is_held_back_until_its_linger_passes(admin: LogSystemAdmin, ro
     producer.flush("test")
     assert upcoming(admin, "t") == 1 and producer.send_lingering() is None
     producer.stop()
+
+
+def test_records_held_for_batching_are_written_at_once_when_the_input_is_drained(
+    admin: LogSystemAdmin, root: Path
+) -> None:
+    create(admin, "t")
+    producer = LogSystemFactory().get_producer(SYSTEM, log_config(root, producer__linger__ms=600_000))
+    producer.start()
+    producer.send("test", envelope("t", b"a"))
+    assert producer.send_lingering() is not None and upcoming(admin, "t") == 0  # ten minutes to linger
+    assert producer.send_lingering(drained=True) is None
+    assert upcoming(admin, "t") == 1, "written at once: no record would join the batch"
+    producer.stop()
