@@ -157,7 +157,6 @@ def make_loop(
     commit_ms: int = 1000,
     poll_interval_ms: int = 125,
     stop_check_ms: int = 500,
-    output: HeldOutput | None = None,
 ) -> RunLoop:
     context = ContainerContext(TASK, Config({}), frozenset({SSP}), "0")
     instance = TaskInstance(
@@ -180,7 +179,6 @@ def make_loop(
         RunLoopSettings(window_ms, commit_ms, poll_interval_ms, stop_check_ms),
         stop,
         clock=clock,
-        output=output,
     )
 
 
@@ -307,7 +305,8 @@ def test_output_held_for_batching_is_sent_once_a_poll_finds_no_input_and_not_whi
     consumers = ScriptedConsumers(clock, [(at(0.0), envelope(n)) for n in range(3)] + [(at(0.5), envelope(3))])
     task = TimedTask(clock, cost=0.0625)
     output = HeldOutput(clock, linger=10.0)
-    loop = make_loop(clock, consumers, task, TimedProducers(clock), StopProbe(clock, at(1.0)), output=output)
+    loop = make_loop(clock, consumers, task, TimedProducers(clock), StopProbe(clock, at(1.0)))
+    loop.output = output
     loop.run()
     processed = [instant for event, instant in task.events if event.startswith("process")]
     assert processed[:3] == [at(0.0), at(0.0625), at(0.125)]
