@@ -311,9 +311,10 @@ class ChangelogTaskRestoreManager(TaskRestoreManager):
             self.reverted += reverted
         progress.finish()
         log.info(
-            "%s restored from %s in %.2fs: %d record(s) replayed (%d in bulk)%s, %d key(s) reverted (%s)",
-            self._where(spec.name), plan.ssp, time.monotonic() - started, replayed, bulk,
-            f" after local checkpoint {plan.retained_dir.name}" if plan.retained_dir else "", reverted, plan.reason,
+            "%s restored from %s in %.2fs: %d record(s) replayed%s (%d in bulk), %d key(s) reverted (%s)",
+            self._where(spec.name), plan.ssp, time.monotonic() - started, replayed,
+            f" after local checkpoint {plan.retained_dir.name}" if plan.retained_dir else "", bulk, reverted,
+            plan.reason,
         )  # fmt: skip
 
     def _copy_retained(self, plan: StoreRestorePlan) -> None:
