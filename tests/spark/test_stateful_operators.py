@@ -48,10 +48,11 @@ def test_operator_state_survives_a_container_sigkilled_after_a_checkpoint(spark_
         task__commit__testing__pause__at="after-checkpoint",
         task__commit__testing__pause__ms=60_000,
         task__commit__testing__marker__dir=str(markers),
-        # output waits for the commit, so nothing the container sends while its checkpoint is written lies past
-        # it (at-least-once: what lingered out after a checkpoint is sent again after the kill, and counted twice
-        # downstream; exactly-once, on Kafka, is what rules that out)
+        # output waits for the commit, however idle the input, so nothing the container sends while its checkpoint
+        # is written lies past it (at-least-once: what lingered out after a checkpoint is sent again after the kill,
+        # and counted twice downstream; exactly-once is what rules that out)
         systems__log__producer__linger__ms=600_000,
+        systems__log__producer__linger__when__drained=True,
     )
     data = {p: user_messages(p, 60) for p in range(2)}
     setup(config, data)

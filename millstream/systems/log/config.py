@@ -28,6 +28,10 @@ class LogSystemConfig(ConfigView):
     ``linger.ms``: a container's run loop writes what waited this long between batches, and everything held
     as soon as a poll finds no input waiting (no record would join the batch); a buffer that fills up is
     written at once. So records linger only while input keeps coming, where batching pays."""
+    producer_linger_when_drained: Bool = Field(False, alias="producer.linger.when.drained")
+    """Let records wait all of ``producer.linger.ms`` even when the run loop finds no input waiting, instead of
+    writing them at once: fewer, larger appends at low input rates, for output that may wait (with a linger
+    longer than ``task.commit.ms``, output is written at each commit)."""
     auto_create_streams: Bool = Field(False, alias="auto.create.streams")
     """Create a missing output stream on first send instead of failing."""
     default_partitions: int = Field(1, alias="default.partitions", ge=1)

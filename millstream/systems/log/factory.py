@@ -58,6 +58,7 @@ class LogSystemFactory(SystemFactory):
             LogLayout(settings.root(config), system_name),
             batch_size=settings.producer_batch_size,
             linger_ms=settings.producer_linger_ms,
+            linger_when_drained=settings.producer_linger_when_drained,
             fsync=settings.fsync,
             auto_create_streams=settings.auto_create_streams,
             default_partitions=settings.default_partitions,

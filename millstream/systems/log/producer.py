@@ -105,6 +105,7 @@ class LogSystemProducer(SystemProducer):
         *,
         batch_size: int = 1000,
         linger_ms: int = 5,
+        linger_when_drained: bool = False,
         fsync: bool = False,
         auto_create_streams: bool = False,
         default_partitions: int = 1,
@@ -116,6 +117,8 @@ class LogSystemProducer(SystemProducer):
         self.layout = layout
         self.batch_size = batch_size
         self._linger = linger_ms / 1000
+        self._linger_when_drained = linger_when_drained
+        """``producer.linger.when.drained``: records wait all of ``linger.ms`` even when no input is waiting."""
         self._held_since: float | None = None
         """When the oldest record still buffered was sent (monotonic seconds); None: nothing is buffered."""
         self._fsync = fsync
@@ -484,7 +487,7 @@ class LogSystemProducer(SystemProducer):
         if held is None or self._txn_log is not None:
             return None
         left = held + self._linger - _monotonic()
-        if left > 0 and not drained:
+        if left > 0 and (not drained or self._linger_when_drained):
             return left
         with self._lock:
             self._raise_if_fenced()

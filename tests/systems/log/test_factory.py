@@ -24,6 +24,7 @@ def test_config_keys_are_the_documented_settings() -> None:
         "poll.batch.size",
         "producer.batch.size",
         "producer.linger.ms",
+        "producer.linger.when.drained",
         "auto.create.streams",
         "default.partitions",
         "retention.ms",

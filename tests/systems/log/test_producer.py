@@ -444,3 +444,17 @@ def test_records_held_for_batching_are_written_at_once_when_the_input_is_drained
     assert producer.send_lingering(drained=True) is None
     assert upcoming(admin, "t") == 1, "written at once: no record would join the batch"
     producer.stop()
+
+
+def test_records_may_be_told_to_linger_their_whole_time_even_when_the_input_is_drained(
+    admin: LogSystemAdmin, root: Path
+) -> None:
+    create(admin, "t")
+    config = log_config(root, producer__linger__ms=600_000, producer__linger__when__drained=True)
+    producer = LogSystemFactory().get_producer(SYSTEM, config)
+    producer.start()
+    producer.send("test", envelope("t", b"a"))
+    assert producer.send_lingering(drained=True) is not None and upcoming(admin, "t") == 0  # waits for its linger
+    producer.flush("test")
+    assert upcoming(admin, "t") == 1
+    producer.stop()
