@@ -365,15 +365,14 @@ class ChangelogTaskRestoreManager(TaskRestoreManager):
         return count, bulk
 
     def _revert(self, engine: KeyValueStorageEngine, admin: SystemAdmin, plan: StoreRestorePlan) -> int:
-        keys: dict[bytes | None, None] = {}
+        keys: dict[bytes, None] = {}
 
         def collect(batch: RecordBatch) -> None:
-            if batch.keys is not None:
-                keys.update(dict.fromkeys(batch.keys))
+            if batch.keys is not None:  # a record that names no key holds no state to revert
+                keys.update((key, None) for key in batch.keys if key is not None)
 
         assert plan.revert_from is not None and plan.newest is not None
         self._read(admin, plan, plan.revert_from, plan.newest, collect)
-        keys.pop(None, None)
         if not keys:
             return 0
         ssp = plan.ssp
@@ -381,7 +380,6 @@ class ChangelogTaskRestoreManager(TaskRestoreManager):
         try:
             stream = ssp.system_stream
             for key in keys:
-                assert key is not None
                 producer.send(
                     self.context.task_name,
                     OutgoingMessageEnvelope(stream, engine.get(key), key, partition=ssp.partition),
