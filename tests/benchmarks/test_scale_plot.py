@@ -162,3 +162,16 @@ def test_a_run_of_some_curves_only_still_draws_its_plot(tmp_path):
     target = tmp_path / "scale.png"
     scale_plot.plot(run, target)
     assert target.read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_a_run_measures_the_tasks_curve_with_commit_scale_and_writes_its_figures_and_plot(tmp_path, monkeypatch):
+    target = tmp_path / "scale.png"
+    argv = ["scale", "--fanout", "", "--partitions", "", "--keys", "0", "--tasks", "1,3", "--task-rounds", "1"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--plot", str(target)])
+    scale.main()
+    run = scale_plot.read_json(tmp_path / "scale.json")
+    assert [row["tasks"] for row in run["tasks"]] == [1, 3]
+    assert all(row["commit_cpu"] > 0 and row["startup_seconds"] > 0 for row in run["tasks"])
+    assert "fanout" not in run and "partitions" not in run and "restore" not in run, "empty sizes leave curves out"
+    assert [label for label, _ in run["load"]] == ["start", "tasks"]
+    assert target.read_bytes().startswith(PNG_SIGNATURE)
