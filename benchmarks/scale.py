@@ -1,11 +1,13 @@
 """How millstream's costs grow with the size of a job, as ratios, in one run (issue 36).
 
     python -m benchmarks.scale [--fanout 4,32,128] [--messages 200000] [--partitions 4,64,256]
-                               [--passthrough-messages 100000] [--idle] [--keys 1000000] [--value-size 100]
-                               [--restore-runs 3] [--random-order]
+                               [--passthrough-messages 100000] [--idle] [--tasks 1,10,100,1000]
+                               [--task-rounds 3] [--task-repeats 1] [--keys 1000000] [--value-size 100]
+                               [--restore-runs 3] [--random-order] [--plot PATH.png]
+    python -m benchmarks.scale --replot PATH.json
 
-Three curves, each relative to its smallest point, on the embedded log and the in-process runner
-(2 containers):
+Four curves, each relative to its smallest point, on the embedded log and the in-process runner
+(2 containers; an empty list, ``--fanout ""``, or ``--keys 0`` leaves a curve out):
 
   control fan-out   P source partitions -> partition_by into Q = P partitions -> 1 s tumbling count,
                     ``--messages`` messages whose event time moves 1 ms per message. For each P: the job
@@ -26,14 +28,23 @@ Three curves, each relative to its smallest point, on the embedded log and the i
                     container's memory per idle partition: the RSS of a process running the job over P
                     empty partitions once every task has had a window call, less that at the smallest P,
                     per partition added.
-  restore vs disk   one RocksDB store of ``--keys`` keys: restore from its changelog and from the blob
-                    store after the files were evicted from the page cache, against the disk's
-                    sequential read speed (the changelog's own files read back after eviction); by wall
-                    time and by the process's CPU time (a restore is CPU-bound: on a machine whose cores
+  tasks             ``benchmarks.commit_scale``'s measurement, imported (one container of N tasks, each with a
+                    RocksDB store and its changelog on the embedded log): start-up and the CPU of a full and of
+                    an idle commit round; ``--task-repeats`` interleaved measurements per count, medians.
+  restore vs disk   for each count of ``--keys`` (a list: a curve over the store's size), one RocksDB
+                    store of that many keys: restore from its changelog and from the blob store after
+                    the files were evicted from the page cache, against the disk's sequential read speed
+                    (the changelog's own files read back after eviction); by wall time and by the
+                    process's CPU time (a restore is CPU-bound: on a machine whose cores
                     are shared, MB per CPU second is what an idle core would give). Each is the median of
                     ``--restore-runs`` runs: on a shared machine one read of the disk varies several-fold.
                     The keys are written in key order, or shuffled with ``--random-order`` (as a real
                     changelog holds them: RocksDB's own cost of taking them is then several times higher).
+
+``--plot PATH`` writes the run's figures to ``PATH`` with the suffix ``.json`` after each curve (an interrupted
+run keeps what it measured) and, at the end, draws every curve as ratios into the PNG ``PATH``
+(``benchmarks/scale_plot.py``; matplotlib, the ``bench`` extra). ``--replot JSON`` redraws the PNG beside an
+earlier run's JSON and measures nothing.
 
 Figures come from one run on a shared machine: compare rows with each other, not with other machines.
 """
@@ -53,12 +64,12 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import scale_apps
+from benchmarks import commit_scale, scale_apps, scale_plot
 from benchmarks.state_common import StateJob, bench_config, fill_store
 from millstream import InitableTask, StreamTask, WindowableTask
 from millstream.checkpoint.checkpoint import CheckpointV2
@@ -70,6 +81,7 @@ from millstream.systems.registry import system_factory
 from millstream.testing import InProcessRunner, write_stream
 
 SOURCE = SystemStream("log", "scale-in")
+FANOUT_MODES = scale_plot.FANOUT_MODES
 STATS = re.compile(r"(\d+) user message\(s\) written; control messages (\d+) sent")
 
 
@@ -156,22 +168,25 @@ def fan_out_run(root: Path, partitions: int, messages: int, mode: str) -> FanOut
     )
 
 
-def fan_out(root: Path, sizes: list[int], messages: int) -> None:
+def fan_out(root: Path, sizes: list[int], messages: int) -> list[dict[str, Any]]:
     print(f"\ncontrol fan-out: P x P partitions, {messages:,} messages, 2 containers, watermark interval 200 ms")
     print(
         f"{'P x Q':>10}{'mode':>17}{'seconds':>9}{'x baseline':>11}{'ctl records':>13}{'ctl/user':>10}"
         f"{'EOS lag s':>10}{'after read':>11}"
     )
+    rows: list[dict[str, Any]] = []
     for size in sizes:
         baseline = None
-        for mode in ("baseline", "timer", "broadcast", "aggregated-timer", "aggregated"):
+        for mode in FANOUT_MODES:
             row = fan_out_run(root, size, messages, mode)
+            rows.append({"size": size, "mode": mode, **asdict(row)})
             baseline = baseline or row.seconds
             print(
                 f"{f'{size}x{size}':>10}{mode:>17}{row.seconds:>9.1f}{row.seconds / baseline:>11.2f}"
                 f"{row.control:>13,}{row.control / max(row.user, 1):>10.4f}{row.end_latency:>10.2f}"
                 f"{row.control_latency:>11.2f}"
             )
+    return rows
 
 
 FIRST_MESSAGE: dict[str, tuple[float, float]] = {}
@@ -288,7 +303,7 @@ def idle_rss_in_child(partitions: int) -> int:
     return int(output.stdout.split()[-1])
 
 
-def partitions_curve(root: Path, sizes: list[int], messages: int, idle: bool) -> None:
+def partitions_curve(root: Path, sizes: list[int], messages: int, idle: bool) -> list[dict[str, Any]]:
     print(f"\npartitions: pass-through of {messages:,} messages, 2 containers")
     print(
         f"{'P':>8}{'run s':>9}{'x':>7}{'µs/msg':>9}{'x':>7}{'start-up s':>12}{'steady µs/msg':>15}{'x':>7}"
@@ -296,8 +311,10 @@ def partitions_curve(root: Path, sizes: list[int], messages: int, idle: bool) ->
     )
     first: PassThrough | None = None
     first_rss = 0
+    rows: list[dict[str, Any]] = []
     for size in sizes:
         row = passthrough_run(root, size, messages)
+        rows.append({"partitions": size, **asdict(row), "rss": None})
         first = first or row
         line = (
             f"{size:>8}{row.seconds:>9.1f}{row.seconds / first.seconds:>7.2f}{row.cpu_per_message * 1e6:>9.1f}"
@@ -308,10 +325,12 @@ def partitions_curve(root: Path, sizes: list[int], messages: int, idle: bool) ->
         )
         if idle:
             rss = idle_rss_in_child(size)
+            rows[-1]["rss"] = rss
             first_rss = first_rss or rss
             per_partition = (rss - first_rss) / (size - sizes[0]) / 1024 if size != sizes[0] else 0.0
             line += f"{rss / 1e6:>9.0f}{per_partition:>14.1f}"
         print(line)
+    return rows
 
 
 def files_under(directory: Path) -> Iterator[Path]:
@@ -339,8 +358,9 @@ def sequential_read(directory: Path) -> tuple[int, float]:
     return total, time.perf_counter() - started
 
 
-def restore_curve(root: Path, keys: int, value_size: int, runs: int = 3, random_order: bool = False) -> None:
-    """Each restore, and the disk's sequential read, ``runs`` times after evicting the files; the medians."""
+def restore_curve(root: Path, keys: int, value_size: int, runs: int = 3, random_order: bool = False) -> dict[str, Any]:
+    """Each restore, and the disk's sequential read, ``runs`` times after evicting the files; the medians (the
+    row ``scale_plot`` reads: bytes, the disk's seconds, and each source's wall and CPU seconds)."""
     config = bench_config(root / "restore")
     job = StateJob(config)
     state, _ = job.open(None)
@@ -362,16 +382,19 @@ def restore_curve(root: Path, keys: int, value_size: int, runs: int = 3, random_
     )
     print(f"{'read':<32}{'seconds':>9}{'MB/s':>9}{'x disk':>8}{'CPU s':>8}{'MB/CPU s':>10}{'x disk':>8}")
     print(f"{'disk, sequential (evicted)':<32}{seconds:>9.2f}{disk / 1e6:>9.0f}{1:>8.2f}")
-    for source in ("changelog", "blobstore"):
+    row: dict[str, Any] = {"keys": keys, "value_size": value_size, "bytes": size, "disk_seconds": seconds}
+    for source in scale_plot.SOURCES:
         hosts = [root / f"host-{source}-{run}" for run in range(runs)]
         timings = [restore_once(job, checkpoint, config, host, source, keys) for host in hosts]
         took = statistics.median(t[0] for t in timings)
         cpu = statistics.median(t[1] for t in timings)
         rate, cpu_rate = size / took, size / cpu
+        row[source] = {"seconds": took, "cpu": cpu}
         print(
             f"{'restore from the ' + source:<32}{took:>9.2f}{rate / 1e6:>9.0f}{rate / disk:>8.2f}"
             f"{cpu:>8.2f}{cpu_rate / 1e6:>10.0f}{cpu_rate / disk:>8.2f}"
         )
+    return row
 
 
 def restore_once(
@@ -400,8 +423,53 @@ def restore_once(
     return took, cpu
 
 
+def tasks_curve(root: Path, counts: list[int], rounds: int, repeats: int) -> list[dict[str, Any]]:
+    """``benchmarks.commit_scale``'s measurement (one container of N tasks, a RocksDB store and its changelog
+    each, on the embedded log) for each count, ``repeats`` times interleaved; each figure's median per count."""
+    print(f"\ntasks: commit rounds and start-up, one container, a store + changelog per task, {rounds} rounds")
+    runs: dict[int, list[commit_scale.Measured]] = {count: [] for count in counts}
+    for repeat in range(repeats):
+        for count in counts:
+            runs[count].append(commit_scale.measure(root / f"tasks-{count}-{repeat}", count, rounds, "log", None))
+    rows = [commit_scale.median_of(measured) for measured in runs.values()]
+    print(commit_scale.table(rows))
+    return [asdict(row) for row in rows]
+
+
+def load_average() -> float:
+    return os.getloadavg()[0]
+
+
+def run_curves(args: argparse.Namespace, root: Path, save: Callable[[dict[str, Any]], None]) -> None:
+    """Every curve asked for, in turn; ``save`` gets the figures so far after each curve (an interrupted run
+    still leaves what it measured), with the 1-minute load average noted before and after each."""
+    document: dict[str, Any] = {"title": TITLE, "load": [["start", load_average()]]}
+    curves: list[tuple[str, Callable[[], Any]]] = [
+        ("fanout", lambda: fan_out(root, args.fanout, args.messages)),
+        ("partitions", lambda: partitions_curve(root, args.partitions, args.passthrough_messages, args.idle)),
+        ("tasks", lambda: tasks_curve(root, args.tasks, args.task_rounds, args.task_repeats)),
+        (
+            "restore",
+            lambda: [
+                restore_curve(root / f"keys-{keys}", keys, args.value_size, args.restore_runs, args.random_order)
+                for keys in args.keys
+            ],
+        ),
+    ]
+    asked = {"fanout": args.fanout, "partitions": args.partitions, "tasks": args.tasks, "restore": args.keys}
+    for name, curve in curves:
+        if asked[name]:
+            document[name] = curve()
+            document["load"].append([name, load_average()])
+            save(document)
+
+
+TITLE = "benchmarks.scale: growth as ratios to each curve's smallest point (embedded log, one run)"
+
+
 def sizes(text: str) -> list[int]:
-    return [int(part) for part in text.split(",") if part]
+    """A comma-separated list of sizes; empty, or 0, leaves the curve out (``--keys 0`` as before it was a list)."""
+    return [size for size in (int(part) for part in text.split(",") if part) if size > 0]
 
 
 def main() -> None:
@@ -411,21 +479,34 @@ def main() -> None:
     parser.add_argument("--partitions", type=sizes, default=[4, 64, 256])
     parser.add_argument("--passthrough-messages", type=int, default=100_000)
     parser.add_argument("--idle", action="store_true", help="also measure the memory per idle partition")
-    parser.add_argument("--keys", type=int, default=1_000_000)
+    parser.add_argument("--tasks", type=sizes, default=[1, 10, 100, 1000], help="task counts of the commit curve")
+    parser.add_argument("--task-rounds", type=int, default=3, help="commit rounds per task count (median)")
+    parser.add_argument("--task-repeats", type=int, default=1, help="measure each task count this many times")
+    parser.add_argument("--keys", type=sizes, default=[1_000_000], help="key counts of the restore curve")
     parser.add_argument("--value-size", type=int, default=100)
     parser.add_argument("--restore-runs", type=int, default=3)
     parser.add_argument("--random-order", action="store_true", help="write the restored store's keys shuffled")
+    parser.add_argument("--plot", type=Path, help="draw the run's curves into this PNG, its figures beside it as JSON")
+    parser.add_argument("--replot", type=Path, help="redraw the PNG beside this JSON of an earlier run; run nothing")
     args = parser.parse_args()
+    if args.replot:
+        scale_plot.plot(scale_plot.read_json(args.replot), args.replot.with_suffix(".png"))
+        print(f"written {args.replot.with_suffix('.png')}")
+        return
+    plot_to: Path | None = args.plot
+
+    def save(document: dict[str, Any]) -> None:
+        if plot_to is not None:
+            scale_plot.write_json(document, plot_to.with_suffix(".json"))
+
     root = Path(tempfile.mkdtemp(prefix="millstream-bench-scale-"))
     try:
-        if args.fanout:
-            fan_out(root, args.fanout, args.messages)
-        if args.partitions:
-            partitions_curve(root, args.partitions, args.passthrough_messages, args.idle)
-        if args.keys:
-            restore_curve(root, args.keys, args.value_size, args.restore_runs, args.random_order)
+        run_curves(args, root, save)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    if plot_to is not None:
+        scale_plot.plot(scale_plot.read_json(plot_to.with_suffix(".json")), plot_to)
+        print(f"\nwritten {plot_to} and {plot_to.with_suffix('.json')}")
 
 
 if __name__ == "__main__":
