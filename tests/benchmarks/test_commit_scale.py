@@ -42,9 +42,13 @@ def test_counting_calls_gives_start_up_and_commit_calls_and_a_table_of_them_per_
     row = measure(tmp_path, tasks=2, rounds=1, system="log", bootstrap=None, calls=True)
     assert row.startup_calls is not None and row.startup_calls > 1_000
     assert row.commit_calls is not None and row.commit_calls > 100
-    rows = [Measured(100, 1, 1, 1, 1, 0, 0, None, 200_000, 100_000), Measured(1000, 1, 1, 1, 1, 0, 0, None, 2e6, 1.2e6)]
+    assert row.first_commit_calls is not None and row.first_commit_calls > 100
+    rows = [
+        Measured(100, 1, 1, 1, 1, 0, 0, None, 200_000, 100_000, 150_000),
+        Measured(1000, 1, 1, 1, 1, 0, 0, None, 2e6, 1.2e6, 3e6),
+    ]
     last = table(rows).splitlines()[-1].split("|")
-    assert [cell.strip() for cell in last[2:6]] == ["2,000", "10.00x", "1,200", "12.00x"]
+    assert [cell.strip() for cell in last[2:8]] == ["2,000", "10.00x", "1,200", "12.00x", "3,000", "20.00x"]
 
 
 def test_the_call_counter_counts_calls_of_threads_started_while_it_is_active():
