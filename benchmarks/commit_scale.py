@@ -1,7 +1,7 @@
 """Commit CPU and start-up time against the number of tasks, each with a RocksDB store and its changelog.
 
     python -m benchmarks.commit_scale [--tasks 1,10,100,1000] [--rounds 3] [--system log|kafka] [--stateless]
-                                      [--repeats 1]
+                                      [--repeats 1] [--calls]
 
 One container runs ``N`` tasks (one input partition each) of a job whose store ``counts`` is backed up to a
 changelog (``--stateless``: tasks without stores, whose commits only flush and checkpoint); the container is the
@@ -21,8 +21,12 @@ real one (``Container``) in this process, with its run loop replaced by the meas
   ``--rounds`` rounds;
 
 each with the ratio of its CPU seconds to the 100-task row's (issue 40 asks 1,000 tasks for under 10x the cost of
-100; CPU, as wall time on a shared machine moves with its load). ``--repeats R`` measures every task count R
-times, the counts in turn, and shows each figure's median. Input
+100; CPU, as wall time on a shared machine moves with its load). ``--calls`` also counts the Python calls of
+start-up, of a full commit round (the median) and of the first one, which also deletes what earlier attempts
+left (``benchmarks.call_count``: every thread, at about twice the CPU): a measure of work that a busy machine
+does not move, as CPU seconds do by a third and more between runs of the same code; it does not see work inside
+RocksDB and SQLite. ``--repeats R`` measures every task count R times, the counts in turn, and shows each
+figure's median. Input
 and changelog live in the embedded log (``--system log``) or in a Kafka broker the benchmark starts
 (``--system kafka``: ``tests.integration.kafka_broker``, ``make kafka-jars``), where checkpoints go to Kafka as
 well. The figures are process-local, so they move with the machine; the ratios are what to compare.
@@ -42,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.call_count import CallCounter
 from millstream.api.task import InitableTask, StreamTask
 from millstream.config import Config
 from millstream.coordinator.job_coordinator import JobCoordinator
@@ -90,17 +95,27 @@ class Measured:
     """Median wall seconds of one commit round in which no task changed."""
     batches: float | None = None
     """Median batches the checkpoints of a full round were written in (None: no group commit to ask)."""
+    startup_calls: float | None = None
+    """Python calls of start-up (``--calls``; None: not counted)."""
+    commit_calls: float | None = None
+    """Median Python calls of one full commit round (``--calls``; None: not counted)."""
+    first_commit_calls: float | None = None
+    """Python calls of the first full commit round, which also deletes what earlier attempts left (``--calls``)."""
 
 
 class MeasuringContainer(Container):
     """The real container, whose run loop is replaced by the measurement; it then stops (and commits)."""
 
-    def __init__(self, *args: Any, rounds: int, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, rounds: int, counter: CallCounter | None = None, **kwargs: Any) -> None:
         self._stop_now = threading.Event()
+        self.counter = counter
+        self.began_calls = counter.calls() if counter is not None else 0
         super().__init__(*args, stop_event=self._stop_now, **kwargs)
         self.rounds = rounds
         self.began = (time.perf_counter(), time.process_time())
         self.startup = (0.0, 0.0)
+        self.startup_calls: int | None = None
+        self.commit_calls: list[int] = []
         self.commit_cpu: list[float] = []
         self.commit_wall: list[float] = []
         self.idle_cpu: list[float] = []
@@ -110,13 +125,19 @@ class MeasuringContainer(Container):
     def _run_loop(self, loop: RunLoop, tasks: list[TaskInstance]) -> None:
         wall, cpu = self.began
         self.startup = (time.perf_counter() - wall, time.process_time() - cpu)
+        counter = self.counter
+        if counter is not None:
+            self.startup_calls = counter.calls() - self.began_calls
         for offset in range(self.rounds):
             for task in tasks:
                 (ssp,) = task.ssps
                 key = f"{task.task_name}/{offset}".encode()
                 task.process(ssp, [IncomingMessageEnvelope(ssp, str(offset), key, b"v" * 16)])
             batches = _checkpoint_batches(tasks)
+            calls = counter.calls() if counter is not None else 0
             wall, cpu = _commit_round(tasks)
+            if counter is not None:
+                self.commit_calls.append(counter.calls() - calls)
             self.commit_wall.append(wall)
             self.commit_cpu.append(cpu)
             if batches is not None:
@@ -178,7 +199,13 @@ def job_config(root: Path, tasks: int, system: str, bootstrap: str | None, state
 
 
 def measure(
-    root: Path, tasks: int, rounds: int, system: str, bootstrap: str | None, stateless: bool = False
+    root: Path,
+    tasks: int,
+    rounds: int,
+    system: str,
+    bootstrap: str | None,
+    stateless: bool = False,
+    calls: bool = False,
 ) -> Measured:
     config = job_config(root, tasks, system, bootstrap, stateless)
     admin = system_factory(config, system).get_admin(system, config)
@@ -190,8 +217,9 @@ def measure(
     store = metadata_store(config)
     try:
         model = JobCoordinator(config, store).start()
-        container = MeasuringContainer(config, model, "0", rounds=rounds, store=store)
-        result = container.run()
+        with CallCounter() if calls else contextlib.nullcontext() as counter:
+            container = MeasuringContainer(config, model, "0", rounds=rounds, store=store, counter=counter)
+            result = container.run()
     finally:
         store.close()
     if result.outcome not in ("stopped", "finished"):
@@ -209,6 +237,9 @@ def measure(
         median(container.idle_cpu),
         median(container.idle_wall),
         median(container.batches) if container.batches else None,
+        container.startup_calls,
+        median(container.commit_calls) if container.commit_calls else None,
+        container.commit_calls[0] if container.commit_calls else None,
     )
 
 
@@ -218,10 +249,12 @@ def median_of(runs: list[Measured]) -> Measured:
     measurement of a count moved by more than a third between runs on a loaded machine."""
     if len(runs) == 1:
         return runs[0]
-    batches = [run.batches for run in runs if run.batches is not None]
     figures = ("startup_seconds", "startup_cpu", "commit_cpu", "commit_seconds", "idle_cpu", "idle_seconds")
-    medians = {figure: statistics.median(getattr(run, figure) for run in runs) for figure in figures}
-    return Measured(runs[0].tasks, **medians, batches=statistics.median(batches) if batches else None)
+    medians: dict[str, Any] = {figure: statistics.median(getattr(run, figure) for run in runs) for figure in figures}
+    for optional in ("batches", "startup_calls", "commit_calls", "first_commit_calls"):
+        known = [getattr(run, optional) for run in runs if getattr(run, optional) is not None]
+        medians[optional] = statistics.median(known) if known else None
+    return Measured(runs[0].tasks, **medians)
 
 
 def table(rows: list[Measured]) -> str:
@@ -243,6 +276,34 @@ def table(rows: list[Measured]) -> str:
             f"{ratio(row.commit_cpu, base.commit_cpu if base else None)} | {row.idle_seconds:.4f} | "
             f"{row.idle_cpu:.4f} | {ratio(row.idle_cpu, base.idle_cpu if base else None)} | "
             f"{'-' if row.batches is None else f'{row.batches:g}'} |"
+        )
+    if any(row.startup_calls is not None for row in rows):
+        lines += ["", calls_table(rows, base)]
+    return "\n".join(lines)
+
+
+def calls_table(rows: list[Measured], base: Measured | None) -> str:
+    """Python calls of start-up and of a full commit round, per task and against the 100-task row (``--calls``)."""
+
+    def ratio(value: float | None, of: float | None) -> str:
+        return f"{value / of:.2f}x" if value is not None and of else "-"
+
+    def per_task(value: float | None, tasks: int) -> str:
+        return "-" if value is None else f"{value / tasks:,.0f}"
+
+    lines = [
+        "| tasks | start-up calls per task | start-up calls vs 100 | commit round calls per task "
+        "| commit calls vs 100 | first round calls per task | first round calls vs 100 |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row.tasks:,} | {per_task(row.startup_calls, row.tasks)} | "
+            f"{ratio(row.startup_calls, base.startup_calls if base else None)} | "
+            f"{per_task(row.commit_calls, row.tasks)} | "
+            f"{ratio(row.commit_calls, base.commit_calls if base else None)} | "
+            f"{per_task(row.first_commit_calls, row.tasks)} | "
+            f"{ratio(row.first_commit_calls, base.first_commit_calls if base else None)} |"
         )
     return "\n".join(lines)
 
@@ -268,6 +329,7 @@ def main() -> None:
     parser.add_argument(
         "--repeats", type=int, default=1, help="measure every task count this many times, interleaved (medians shown)"
     )
+    parser.add_argument("--calls", action="store_true", help="also count Python calls (about twice the CPU)")
     args = parser.parse_args()
     counts = [int(count) for count in args.tasks.split(",")]
     root = Path(tempfile.mkdtemp(prefix="millstream-bench-commit-scale-"))
@@ -277,7 +339,9 @@ def main() -> None:
             for repeat in range(args.repeats):
                 for tasks in counts:
                     where = root / f"{tasks}-{repeat}"
-                    runs[tasks].append(measure(where, tasks, args.rounds, args.system, bootstrap, args.stateless))
+                    runs[tasks].append(
+                        measure(where, tasks, args.rounds, args.system, bootstrap, args.stateless, args.calls)
+                    )
                     print(f"{tasks} tasks done", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)

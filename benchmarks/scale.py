@@ -2,7 +2,8 @@
 
     python -m benchmarks.scale [--fanout 4,32,128] [--messages 200000] [--partitions 4,64,256]
                                [--passthrough-messages 100000] [--idle] [--tasks 1,10,100,1000]
-                               [--task-rounds 3] [--task-repeats 1] [--keys 1000000] [--value-size 100]
+                               [--task-rounds 3] [--task-repeats 1] [--task-systems log,kafka]
+                               [--keys 1000000] [--value-size 100]
                                [--restore-runs 3] [--random-order] [--plot PATH.png]
     python -m benchmarks.scale --replot PATH.json
 
@@ -29,8 +30,9 @@ Four curves, each relative to its smallest point, on the embedded log and the in
                     empty partitions once every task has had a window call, less that at the smallest P,
                     per partition added.
   tasks             ``benchmarks.commit_scale``'s measurement, imported (one container of N tasks, each with a
-                    RocksDB store and its changelog on the embedded log): start-up and the CPU of a full and of
-                    an idle commit round; ``--task-repeats`` interleaved measurements per count, medians.
+                    RocksDB store and its changelog on the embedded log, and with ``--task-systems log,kafka``
+                    also on a Kafka broker started for it, checkpoints in Kafka): start-up and the CPU of a full
+                    and of an idle commit round; ``--task-repeats`` interleaved measurements per count, medians.
   restore vs disk   for each count of ``--keys`` (a list: a curve over the store's size), one RocksDB
                     store of that many keys: restore from its changelog and from the blob store after
                     the files were evicted from the page cache, against the disk's sequential read speed
@@ -423,14 +425,19 @@ def restore_once(
     return took, cpu
 
 
-def tasks_curve(root: Path, counts: list[int], rounds: int, repeats: int) -> list[dict[str, Any]]:
+def tasks_curve(root: Path, counts: list[int], rounds: int, repeats: int, system: str = "log") -> list[dict[str, Any]]:
     """``benchmarks.commit_scale``'s measurement (one container of N tasks, a RocksDB store and its changelog
-    each, on the embedded log) for each count, ``repeats`` times interleaved; each figure's median per count."""
-    print(f"\ntasks: commit rounds and start-up, one container, a store + changelog per task, {rounds} rounds")
+    each, on the embedded log or a Kafka broker started for it) for each count, ``repeats`` times interleaved;
+    each figure's median per count."""
+    print(
+        f"\ntasks ({system}): commit rounds and start-up, one container, a store + changelog per task, {rounds} rounds"
+    )
     runs: dict[int, list[commit_scale.Measured]] = {count: [] for count in counts}
-    for repeat in range(repeats):
-        for count in counts:
-            runs[count].append(commit_scale.measure(root / f"tasks-{count}-{repeat}", count, rounds, "log", None))
+    with commit_scale.system_for(system, root / f"tasks-{system}") as bootstrap:
+        for repeat in range(repeats):
+            for count in counts:
+                where = root / f"tasks-{system}-{count}-{repeat}"
+                runs[count].append(commit_scale.measure(where, count, rounds, system, bootstrap))
     rows = [commit_scale.median_of(measured) for measured in runs.values()]
     print(commit_scale.table(rows))
     return [asdict(row) for row in rows]
@@ -448,6 +455,7 @@ def run_curves(args: argparse.Namespace, root: Path, save: Callable[[dict[str, A
         ("fanout", lambda: fan_out(root, args.fanout, args.messages)),
         ("partitions", lambda: partitions_curve(root, args.partitions, args.passthrough_messages, args.idle)),
         ("tasks", lambda: tasks_curve(root, args.tasks, args.task_rounds, args.task_repeats)),
+        ("tasks_kafka", lambda: tasks_curve(root, args.tasks, args.task_rounds, args.task_repeats, "kafka")),
         (
             "restore",
             lambda: [
@@ -456,7 +464,13 @@ def run_curves(args: argparse.Namespace, root: Path, save: Callable[[dict[str, A
             ],
         ),
     ]
-    asked = {"fanout": args.fanout, "partitions": args.partitions, "tasks": args.tasks, "restore": args.keys}
+    asked = {
+        "fanout": args.fanout,
+        "partitions": args.partitions,
+        "tasks": args.tasks if "log" in args.task_systems else [],
+        "tasks_kafka": args.tasks if "kafka" in args.task_systems else [],
+        "restore": args.keys,
+    }
     for name, curve in curves:
         if asked[name]:
             document[name] = curve()
@@ -464,7 +478,7 @@ def run_curves(args: argparse.Namespace, root: Path, save: Callable[[dict[str, A
             save(document)
 
 
-TITLE = "benchmarks.scale: growth as ratios to each curve's smallest point (embedded log, one run)"
+TITLE = "benchmarks.scale: growth as ratios to each curve's smallest point (embedded log unless it says Kafka, one run)"
 
 
 def sizes(text: str) -> list[int]:
@@ -482,6 +496,12 @@ def main() -> None:
     parser.add_argument("--tasks", type=sizes, default=[1, 10, 100, 1000], help="task counts of the commit curve")
     parser.add_argument("--task-rounds", type=int, default=3, help="commit rounds per task count (median)")
     parser.add_argument("--task-repeats", type=int, default=1, help="measure each task count this many times")
+    parser.add_argument(
+        "--task-systems",
+        type=lambda text: [part for part in text.split(",") if part],
+        default=["log"],
+        help="where the tasks curve runs: log, kafka (a broker started for it: make kafka-jars) or both",
+    )
     parser.add_argument("--keys", type=sizes, default=[1_000_000], help="key counts of the restore curve")
     parser.add_argument("--value-size", type=int, default=100)
     parser.add_argument("--restore-runs", type=int, default=3)

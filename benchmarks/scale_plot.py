@@ -176,17 +176,9 @@ def plot(document: dict[str, Any], target: Path) -> None:
             "partitions: pass-through CPU per message, start-up",
             "partitions",
         )
-    if document.get("tasks"):
-        shown = tasks_ratios(document["tasks"])
-        labels = {"commit_cpu": "commit round CPU", "idle_cpu": "idle commit round CPU", "startup_cpu": "start-up CPU"}
-        curves = {label: shown[key] for key, label in labels.items()}
-        _growth(
-            cells[1],
-            [row["tasks"] for row in document["tasks"]],
-            curves,
-            "tasks: commit round CPU (full, idle), start-up CPU",
-            "tasks",
-        )
+    tasks_curves, task_counts = _tasks_curves(document)
+    if tasks_curves:
+        _growth(cells[1], task_counts, tasks_curves, "tasks: commit round CPU (full, idle), start-up CPU", "tasks")
     if document.get("fanout"):
         series = fanout_series(document["fanout"])
         _per_mode(cells[2], series, "control_per_user", 0.01, "P x Q fan-out: control records per user record")
@@ -204,6 +196,22 @@ def plot(document: dict[str, Any], target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(target, dpi=100)
     plt.close(figure)
+
+
+def _tasks_curves(document: dict[str, Any]) -> tuple[dict[str, list[float]], list[float]]:
+    """The tasks curves of the embedded log (``tasks``) and of Kafka (``tasks_kafka``), where measured, over the
+    counts of the first (the runs of one invocation share their counts)."""
+    labels = {"commit_cpu": "commit round CPU", "idle_cpu": "idle commit round CPU", "startup_cpu": "start-up CPU"}
+    curves: dict[str, list[float]] = {}
+    counts: list[float] = []
+    for key, system in (("tasks", ""), ("tasks_kafka", "Kafka: ")):
+        rows = document.get(key)
+        if not rows:
+            continue
+        counts = counts or [row["tasks"] for row in rows]
+        shown = tasks_ratios(rows)
+        curves.update({f"{system}{label}": shown[figure] for figure, label in labels.items()})
+    return curves, counts
 
 
 def _idle_memory(axes: Any, rows: Sequence[dict[str, Any]]) -> None:

@@ -133,7 +133,8 @@ class ListedOnce:
     what earlier attempts left (their working directories, leftover checkpoints). Entries deleted since are
     skipped by every caller (deleting a missing path is a no-op; ``checkpoint_dirs`` keeps directories
     only). A snapshot that a task's zombie made after the listing but before the task's claim fenced it is
-    missed here and deleted by the task's first commit cleanup, which lists the directory live.
+    missed here and deleted by the task's first commit cleanup, which looks in a second listing, taken once
+    after every task of the container claimed its directories (``ContainerStorageManager.claimed_listing``).
     One per container (``ContainerStorageManager``); thread-safe."""
 
     def __init__(self) -> None:

@@ -493,6 +493,18 @@ class SystemProducer(ABC):
         """Fence off older writers of ``ssp`` now, before the caller reads its end (a store's restore):
         nothing a zombie appends afterwards can land behind the offsets the caller's checkpoints name."""
 
+    def written_offsets(self, ssps: Iterable[SystemStreamPartition]) -> dict[SystemStreamPartition, str]:
+        """The offset of the newest record this producer appended to each of ``ssps`` since it started (the
+        records of an open transaction included); a partition it appended nothing to is left out. This
+        default knows none.
+
+        A changelog snapshot takes the end of the task's changelog partition from here, the way Kafka Streams
+        takes it from its producer's acknowledgements: the task claimed the partition and writes it through
+        this producer alone, so the newest record appended is the partition's end, positively given by the
+        append itself, and the commit asks the admin nothing. Only what an append returned may be reported:
+        never an offset the system did not acknowledge."""
+        return {}
+
     @abstractmethod
     def start(self) -> None: ...
 

@@ -21,7 +21,7 @@ timeouts (``systems.<s>.outage.timeout.ms`` for a Kafka flush).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Self
 
@@ -157,6 +157,10 @@ class SerializedProducer(SystemProducer):
     def claim(self, ssp: SystemStreamPartition) -> None:
         with self._lock:
             self.producer.claim(ssp)
+
+    def written_offsets(self, ssps: Iterable[SystemStreamPartition]) -> dict[SystemStreamPartition, str]:
+        with self._lock:
+            return self.producer.written_offsets(ssps)
 
     def start(self) -> None:
         with self._lock:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
+
+from benchmarks.call_count import CallCounter
 from benchmarks.commit_scale import Measured, measure, median_of, table
 
 
@@ -32,3 +36,30 @@ def test_repeated_measurements_of_a_task_count_are_shown_as_each_figures_median(
         Measured(100, 5.0, 3.0, 2.0, 4.0, 0.02, 0.03, 5),
     ]
     assert median_of(runs) == Measured(100, 5.0, 3.0, 1.0, 2.0, 0.02, 0.02, 4)
+
+
+def test_counting_calls_gives_start_up_and_commit_calls_and_a_table_of_them_per_task_against_100(tmp_path: Path):
+    row = measure(tmp_path, tasks=2, rounds=1, system="log", bootstrap=None, calls=True)
+    assert row.startup_calls is not None and row.startup_calls > 1_000
+    assert row.commit_calls is not None and row.commit_calls > 100
+    assert row.first_commit_calls is not None and row.first_commit_calls > 100
+    rows = [
+        Measured(100, 1, 1, 1, 1, 0, 0, None, 200_000, 100_000, 150_000),
+        Measured(1000, 1, 1, 1, 1, 0, 0, None, 2e6, 1.2e6, 3e6),
+    ]
+    last = table(rows).splitlines()[-1].split("|")
+    assert [cell.strip() for cell in last[2:8]] == ["2,000", "10.00x", "1,200", "12.00x", "3,000", "20.00x"]
+
+
+def test_the_call_counter_counts_calls_of_threads_started_while_it_is_active():
+    def work() -> None:
+        for value in range(1_000):
+            str.upper(str(value))
+
+    with CallCounter() as counter:
+        before = counter.calls()
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join()
+        counted = counter.calls() - before
+    assert counted >= 1_000

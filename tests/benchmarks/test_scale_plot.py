@@ -126,6 +126,26 @@ def test_every_curve_is_given_as_ratios_to_its_smallest_point():
     assert tasks["startup_cpu"] == pytest.approx([1.0, 8.0])
 
 
+def test_the_kafka_tasks_curve_is_drawn_beside_the_logs_under_its_own_labels():
+    run = document()
+    run["tasks_kafka"] = [dict(row, commit_cpu=row["commit_cpu"] * 2) for row in run["tasks"]]
+    curves, counts = scale_plot._tasks_curves(run)
+    assert counts == [row["tasks"] for row in run["tasks"]]
+    assert curves["commit round CPU"] == pytest.approx([1.0, 15.0])
+    assert curves["Kafka: commit round CPU"] == pytest.approx([1.0, 15.0])
+    assert set(curves) == {
+        f"{system}{label}"
+        for system in ("", "Kafka: ")
+        for label in ("commit round CPU", "idle commit round CPU", "start-up CPU")
+    }
+    del run["tasks"]
+    assert set(scale_plot._tasks_curves(run)[0]) == {
+        "Kafka: commit round CPU",
+        "Kafka: idle commit round CPU",
+        "Kafka: start-up CPU",
+    }
+
+
 def test_the_fan_out_is_given_per_mode_as_control_per_user_record_and_time_against_the_same_sizes_baseline():
     series = scale_plot.fanout_series(document()["fanout"])
     assert series["aggregated"]["size"] == [4, 32]

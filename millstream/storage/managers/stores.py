@@ -54,7 +54,9 @@ from millstream.storage.errors import StateBackupError, StateRestoreError
 from millstream.storage.factory import StorageEngineFactory, storage_engine_factory
 from millstream.storage.kv import ChangelogWriter, KeyValueStorageEngine, TaskKeyValueStore
 from millstream.storage.layout import (
+    LIVE,
     ListedOnce,
+    StoreDirListing,
     StoreLayout,
     attempt_dir,
     checkpoint_dir,
@@ -127,10 +129,13 @@ class TaskStorageManager:
         self._held: dict[str, list[tuple[bytes, bytes | None]]] | None = None
         """The cut of the commit whose snapshot is being made beside processing (``hold``), per store."""
         self._local_checkpoints: dict[str, set[CheckpointId]] = {}
-        """Per store, the checkpoint directories that may exist since its last cleanup (the one it kept and
-        the snapshots made since); a store absent here is not known yet, and its next cleanup lists the store's
-        directory once (leftovers of earlier attempts, restores). Only the owning task's thread and its one
-        commit in flight touch it, one after the other."""
+        """Per store, the checkpoint directories this attempt may have left since its last cleanup (the one it
+        kept and the snapshots made since). Only the owning task's thread and its one commit in flight touch it,
+        one after the other."""
+        self._cleaned: set[str] = set()
+        """Stores whose first cleanup ran: that one also deletes what earlier attempts and restores left, as the
+        container's listing after every claim names it (``claimed_listing``); later ones only what this
+        attempt made."""
 
     def __repr__(self) -> str:
         return f"TaskStorageManager({self.task_name!r}, stores={sorted(self._stores)})"
@@ -342,8 +347,7 @@ class TaskStorageManager:
             if entry.spec.persistent and entry.backups:
                 try:
                     with owned(entry.spec.store_dir, self.container.writer):
-                        if (known := self._local_checkpoints.get(name)) is not None:
-                            known.add(checkpoint_id)
+                        self._local_checkpoints.setdefault(name, set()).add(checkpoint_id)
                         self._checkpoint_store(name, checkpoint_dir(entry.spec.store_dir, checkpoint_id))
                 except OSError as error:  # the owner lock beside the directory (the store flushed nothing to fail)
                     raise StateBackupError(
@@ -419,9 +423,9 @@ class TaskStorageManager:
 
     def cleanup(self, checkpoint_id: CheckpointId, markers: Mapping[str, Mapping[str, str]]) -> None:
         """After ``checkpoint_id`` is durable: backends delete what it no longer needs, then the older
-        checkpoint directories go: the first cleanup of a store lists its directory for them, later ones
-        delete the snapshots made since (``_local_checkpoints``), so a commit's cost does not grow with the
-        container's tasks, whose directories share that directory."""
+        checkpoint directories go: the snapshots this attempt made since (``_local_checkpoints``) and, at a
+        store's first cleanup, what the container's one listing after every claim found, so a commit's cost
+        does not grow with the container's tasks, whose directories share that directory."""
         for key, manager in self.backup_managers.items():
             manager.cleanup(checkpoint_id, markers.get(key, {}))
         for name, entry in self._stores.items():
@@ -437,11 +441,10 @@ class TaskStorageManager:
         self._dropped.after_checkpoint(checkpoint_id)
 
     def _delete_older_checkpoints(self, name: str, store_dir: Path, keep: CheckpointId) -> None:
-        known = self._local_checkpoints.get(name)
-        if known is None:  # listed live: a zombie may have snapshotted after the start's listing, before its claim
-            delete_checkpoint_dirs(store_dir, keep=keep)
-        else:
-            delete_checkpoint_dirs_among(store_dir, sorted(known), keep=keep)
+        if name not in self._cleaned:  # a zombie may have snapshotted after the start's listing, before the claim
+            delete_checkpoint_dirs(store_dir, keep=keep, listing=self.container.claimed_listing)
+            self._cleaned.add(name)
+        delete_checkpoint_dirs_among(store_dir, sorted(self._local_checkpoints.get(name, ())), keep=keep)
         self._local_checkpoints[name] = {keep}
 
     def close(self) -> None:
@@ -501,6 +504,10 @@ class ContainerStorageManager:
         self.pause = CommitPauses.of(config)
         self.listing = ListedOnce()
         """The store directories as this container first found them, listed once for all its tasks' scans."""
+        self.claimed_listing: StoreDirListing = LIVE
+        """The store directories as listed once after every task's claim (``restore`` sets it): what the tasks'
+        first commit cleanups look in, for snapshots their zombies made before the claims fenced them; one
+        listing for all of them, where a live listing per task cost a 1,000-task round tasks² names."""
         self._factories: dict[str, StateBackendFactory] = {}
         self._lock = threading.Lock()
         tasks = len(job_model.containers[container_id].tasks) if container_id in job_model.containers else 1
@@ -546,6 +553,7 @@ class ContainerStorageManager:
                     failure = failure or error
             if failure is not None:
                 raise failure
+        self.claimed_listing = ListedOnce()  # listed at its first look, after every task claimed its directories
         for storage, checkpoint in tasks.values():
             storage.start(checkpoint)
         log.info(

@@ -46,7 +46,7 @@ import logging
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice, repeat
 from typing import Any, cast
@@ -145,6 +145,8 @@ class LogSystemProducer(SystemProducer):
         """``(task, version)`` → the serialized checkpoint the next commit stores."""
         self._slots: list[tuple[_StreamWriter, int]] = []
         """Per buffer slot, its writer and partition."""
+        self._appended: dict[tuple[str, int], int] = {}
+        """Per ``(stream, partition)``, the offset of the newest record this producer appended (``written_offsets``)."""
         self._touched: dict[str, set[int]] = {}
         """Per source, the slots of the buffers it sent to since its last ``flush``: what that flush appends."""
         self._last: tuple[str | None, SystemStream | None, _StreamWriter, set[int]] = (
@@ -236,6 +238,7 @@ class LogSystemProducer(SystemProducer):
         have yet), retiring this attempt in each partition, and drop what is buffered and staged."""
         txn_log = cast(TransactionLog, self._txn_log)
         self._txn, self._members, self._checkpoints = None, set(), {}
+        self._appended.clear()
         for writer in self._writers.values():
             for buffer in writer.buffers:
                 buffer.clear()
@@ -257,6 +260,7 @@ class LogSystemProducer(SystemProducer):
         """Discard the open transaction and what is buffered for it (stopping without a commit). Refused in a
         partition once this attempt is fenced or its transaction timed out: whoever did that ends it there."""
         txn_log = cast(TransactionLog, self._txn_log)
+        self._appended.clear()
         for writer in self._writers.values():
             for buffer in writer.buffers:
                 buffer.clear()
@@ -269,6 +273,17 @@ class LogSystemProducer(SystemProducer):
                 self._fenced = self._explained(fenced)
                 return
             txn_log.forget(txn)
+
+    def written_offsets(self, ssps: Iterable[SystemStreamPartition]) -> dict[SystemStreamPartition, str]:
+        """The newest offset each append to ``ssps`` returned (an open transaction's records included). Forgotten
+        when a transaction is discarded: what it appended is then no position of the partition's records."""
+        with self._lock:
+            appended = self._appended
+            return {
+                ssp: str(appended[key])
+                for ssp in ssps
+                if ssp.system == self.system and (key := (ssp.stream, ssp.partition)) in appended
+            }
 
     def set_writer(self, writer: WriterToken) -> None:
         self._writer = writer
@@ -546,9 +561,9 @@ class LogSystemProducer(SystemProducer):
         columns = buffer[0::_FIELDS], buffer[1::_FIELDS], buffer[2::_FIELDS], buffer[3::_FIELDS]
         try:
             if self._txn_log is None:
-                log.append_columns(*columns, self._writer)
+                first = log.append_columns(*columns, self._writer)
             else:
-                log.append_columns(*columns, self._writer, self._transaction_for(writer.stream, partition))
+                first = log.append_columns(*columns, self._writer, self._transaction_for(writer.stream, partition))
         except WriterFencedError as fenced:
             self._fenced = self._explained(fenced)
             for stale in writer.buffers:  # a zombie's records are never appended, by this flush or a later one
@@ -556,6 +571,7 @@ class LogSystemProducer(SystemProducer):
             raise self._fenced from None
         writer.buffers[partition] = []
         writer.owners[partition] = None
+        self._appended[(writer.stream, partition)] = first + len(columns[2]) - 1
 
     def _transaction_for(self, stream: str, partition: int) -> int:
         """The open transaction (begun now if none is), with ``partition`` of ``stream`` recorded as one it

@@ -55,3 +55,40 @@ def test_a_container_start_lists_the_shared_store_directory_once_and_still_delet
         storage.close()
     container.close()
     services.close()
+
+
+def test_the_first_commits_look_for_zombie_snapshots_in_one_listing_taken_after_every_claim(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness = StateHarness(state_config(tmp_path, "changelog"), partitions=TASKS)
+    services = ContainerServices(harness.config, writer=WriterToken("test-1", "0", 1, 2))
+    container = ContainerStorageManager(harness.config, harness.model, "0", harness.metadata, services)
+    storages = {task: container.task_storage(task, model) for task, model in harness.model.tasks.items()}
+    container.restore({task: (storage, None) for task, storage in storages.items() if storage})
+    working = [
+        storage.backend_context(["counts"]).stores["counts"].store_dir for storage in storages.values() if storage
+    ]
+    zombies = [checkpoint_dir(store_dir, CheckpointId.create()) for store_dir in working]
+    for zombie in zombies:
+        zombie.mkdir(parents=True)  # a snapshot made by an older attempt of each task, not seen at the start
+    shared = working[0].parent
+    listed: list[Path] = []
+    listdir = os.listdir
+
+    def counting(path: str | os.PathLike[str] = ".") -> list[str]:
+        if Path(path) == shared:
+            listed.append(Path(path))
+        return listdir(path)
+
+    monkeypatch.setattr(os, "listdir", counting)
+    for storage in storages.values():
+        assert storage is not None
+        storage.cleanup(CheckpointId.create(), {})
+        storage.cleanup(CheckpointId.create(), {})  # later cleanups list nothing
+    assert listed == [shared], f"{len(listed)} listings of the directory every task's stores share"
+    assert [zombie for zombie in zombies if zombie.exists()] == []
+    for storage in storages.values():
+        assert storage is not None
+        storage.close()
+    container.close()
+    services.close()

@@ -11,7 +11,7 @@ import pytest
 
 from millstream.config import Config
 from millstream.errors import StreamNotFoundError
-from millstream.model import IncomingMessageEnvelope, SystemStream
+from millstream.model import IncomingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.systems.base import StreamSpec
 from millstream.systems.log.admin import LogSystemAdmin
 from millstream.systems.log.consumer import LogSystemConsumer
@@ -45,6 +45,24 @@ def test_flush_makes_every_sent_record_readable_in_send_order(
         producer.send("task", envelope("events", b"%d" % index))
     producer.flush("task")
     assert [e.message for e in read_stream(root, "events")[0]] == [b"%d" % index for index in range(10)]
+
+
+def test_written_offsets_name_the_newest_record_each_partitions_appends_returned_and_nothing_else(
+    admin: LogSystemAdmin, producer: LogSystemProducer
+) -> None:
+    create(admin, "events", 3)
+    create(admin, "other")
+    producer.send("task", envelope("events", b"a", partition=1))
+    for value in (b"b", b"c", b"d"):
+        producer.send("task", envelope("events", value, partition=2))
+    asked = [ssp("events", partition) for partition in range(3)] + [SystemStreamPartition("kafka", "events", 2)]
+    assert producer.written_offsets(asked) == {}  # buffered, not appended: nothing acknowledged yet
+    producer.flush("task")
+    assert producer.written_offsets(asked) == {ssp("events", 1): "0", ssp("events", 2): "2"}
+    producer.send("task", envelope("events", b"e", partition=2))
+    producer.flush("task")
+    assert producer.written_offsets([ssp("events", 2)]) == {ssp("events", 2): "3"}
+    assert upcoming(admin, "events", 2) == 4
 
 
 def test_records_below_the_batch_size_stay_buffered_until_flush(

@@ -168,6 +168,18 @@ def test_the_writers_view_of_a_partition_includes_its_open_transaction(streams: 
     writer.stop()
 
 
+def test_the_producer_reports_its_open_transactions_appends_as_the_writers_view_and_forgets_them_when_discarded(
+    streams: Path, admin: LogSystemAdmin
+) -> None:
+    writer = producer(streams, attempt(1))
+    send(writer, b"s", b"t", stream="changelog")
+    changelog = ssp("changelog")
+    assert writer.written_offsets([changelog]) == {changelog: "1"}
+    assert admin.get_written_ssp_metadata([changelog])[changelog].newest_offset == "1"
+    writer.stop()  # no commit: the transaction is discarded, and with it what its appends returned
+    assert writer.written_offsets([changelog]) == {}
+
+
 def test_stopping_without_a_commit_discards_the_open_transaction(streams: Path) -> None:
     writer = producer(streams, attempt(1))
     send(writer, b"lost")

@@ -17,7 +17,8 @@ from millstream.storage.kv import ChangelogWriter
 class ChangelogTaskBackupManager(TaskBackupManager):
     """Writes every change to the store's changelog partition; a snapshot is the partition's newest offset.
 
-    A snapshot records only a position the system positively gave: a failed or timed-out metadata call
+    A snapshot records only a position the system positively gave (an append's acknowledgement, or the
+    admin's answer where the producer has none, see ``_newest_offsets``): a failed or timed-out metadata call
     fails the commit (naming the task, store and partition), and so does an answer that cannot be true for
     what this task knows, an empty partition although the task wrote to it since the last snapshot, or a
     newest offset before the one its last snapshot recorded (changelog offsets never go back). A checkpoint
@@ -67,36 +68,60 @@ class ChangelogTaskBackupManager(TaskBackupManager):
         return markers
 
     def _newest_offsets(self) -> dict[SystemStreamPartition, str | None]:
-        """The newest offset of every changelog partition of the task, one metadata call per system."""
+        """The newest offset of every changelog partition of the task: what the producer's appends returned
+        (``SystemProducer.written_offsets``), else, for a store not written since the last snapshot, the
+        offset that snapshot recorded (the task claimed the partition: nobody else appends to it), else the
+        admin's answer, one metadata call per system. So a commit asks the admin only about partitions it
+        has no acknowledged position for, and its cost does not follow the container's other partitions."""
         by_system: dict[str, list[SystemStreamPartition]] = {}
         for ssp in self.stores.values():
             by_system.setdefault(ssp.system, []).append(ssp)
+        unchanged = {
+            ssp: self._known[store]
+            for store, ssp in self.stores.items()
+            if store in self._known and store not in self._written
+        }
         newest: dict[SystemStreamPartition, str | None] = {}
         for system, ssps in by_system.items():
-            try:
-                found = self.context.systems.admin(system).get_written_ssp_metadata(ssps)
-            except Exception as error:
+            newest.update(self._appended(system, ssps))
+            unknown = [ssp for ssp in ssps if ssp not in newest and ssp not in unchanged]
+            if unknown:
+                newest.update(self._asked(system, unknown))
+        return {**unchanged, **newest}
+
+    def _appended(self, system: str, ssps: list[SystemStreamPartition]) -> dict[SystemStreamPartition, str]:
+        try:
+            return self.context.systems.producer(system).written_offsets(ssps)
+        except Exception as error:
+            raise self._unreadable(ssps, error) from error
+
+    def _asked(self, system: str, ssps: list[SystemStreamPartition]) -> dict[SystemStreamPartition, str | None]:
+        try:
+            found = self.context.systems.admin(system).get_written_ssp_metadata(ssps)
+        except Exception as error:
+            raise self._unreadable(ssps, error) from error
+        newest: dict[SystemStreamPartition, str | None] = {}
+        for ssp in ssps:
+            if (metadata := found.get(ssp)) is None:
                 raise StateBackupError(
-                    f"task '{self.context.task_name}': cannot read the newest offset of changelog partition(s) "
-                    f"{', '.join(str(ssp) for ssp in ssps)} for the snapshot of store(s) {self._stores_of(ssps)}: "
-                    f"{error}; the commit fails and no checkpoint is written"
-                ) from error
-            for ssp in ssps:
-                if (metadata := found.get(ssp)) is None:
-                    raise StateBackupError(
-                        f"task '{self.context.task_name}' store(s) {self._stores_of([ssp])}: changelog partition "
-                        f"{ssp} does not exist"
-                    )
-                newest[ssp] = metadata.newest_offset
+                    f"task '{self.context.task_name}' store(s) {self._stores_of([ssp])}: changelog partition "
+                    f"{ssp} does not exist"
+                )
+            newest[ssp] = metadata.newest_offset
         return newest
+
+    def _unreadable(self, ssps: list[SystemStreamPartition], error: Exception) -> StateBackupError:
+        return StateBackupError(
+            f"task '{self.context.task_name}': cannot read the newest offset of changelog partition(s) "
+            f"{', '.join(str(ssp) for ssp in ssps)} for the snapshot of store(s) {self._stores_of(ssps)}: "
+            f"{error}; the commit fails and no checkpoint is written"
+        )
 
     def _check_position(self, store: str, ssp: SystemStreamPartition, offset: str | None) -> None:
         where = f"task '{self.context.task_name}' store '{store}': changelog partition {ssp}"
         known = self._known.get(store)
         if offset is None and store in self._written:
             problem = "reports no records although the task wrote to it since the last snapshot"
-        elif offset is None and known is not None:
-            problem = f"reports no records although the last snapshot recorded its offset {known}"
         elif offset is not None and known is not None and not _at_or_after(self._compare(ssp), offset, known):
             problem = f"reports newest offset {offset}, before offset {known} the last snapshot recorded"
         else:

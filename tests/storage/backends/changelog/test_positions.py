@@ -15,9 +15,10 @@ from millstream.checkpoint.checkpoint import CheckpointId, CheckpointV2
 from millstream.model import SystemStreamPartition
 from millstream.storage.backends.changelog.marker import ChangelogStateCheckpointMarker
 from millstream.storage.errors import StateBackupError, StateRestoreError
-from millstream.systems.base import SystemStreamPartitionMetadata
+from millstream.systems.base import SystemProducer, SystemStreamPartitionMetadata
 from millstream.systems.log.admin import LogSystemAdmin
 from millstream.systems.log.factory import LogSystemFactory
+from millstream.systems.log.producer import LogSystemProducer
 from tests.storage.backends.changelog.test_restore import CHANGELOG, MARKER_KEY, contents, crash, harness
 from tests.storage.harness import INPUT, TASK, Opened, StateHarness
 
@@ -25,6 +26,13 @@ from tests.storage.harness import INPUT, TASK, Opened, StateHarness
 def flushed(opened: Opened) -> None:
     opened.storage.write_back()
     opened.producers.flush(TASK)
+
+
+@pytest.fixture
+def admin_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The log producer reports no acknowledged position, as Kafka's does not: a snapshot of a written store asks
+    the admin where the changelog ends, as every snapshot did before producers reported their appends."""
+    monkeypatch.setattr(LogSystemProducer, "written_offsets", SystemProducer.written_offsets)
 
 
 @pytest.fixture
@@ -46,7 +54,7 @@ def unreadable_index(tmp_path: Path) -> Iterator[Any]:
 
 
 def test_a_snapshot_fails_naming_task_store_and_partition_when_the_changelog_index_is_unreadable(
-    tmp_path: Path, unreadable_index: Any
+    tmp_path: Path, unreadable_index: Any, admin_only: None
 ) -> None:
     h = harness(tmp_path)
     opened = h.open()
@@ -66,7 +74,9 @@ def test_a_snapshot_fails_naming_task_store_and_partition_when_the_changelog_ind
     restored.close()
 
 
-def test_a_snapshot_after_the_index_is_readable_again_covers_every_write(tmp_path: Path, unreadable_index: Any) -> None:
+def test_a_snapshot_after_the_index_is_readable_again_covers_every_write(
+    tmp_path: Path, unreadable_index: Any, admin_only: None
+) -> None:
     h = harness(tmp_path)
     opened = h.open()
     opened.store.put_all({"a": 1})
@@ -96,7 +106,7 @@ def answering(monkeypatch: pytest.MonkeyPatch, newest: str | None) -> None:
 
 
 def test_a_snapshot_refuses_an_empty_changelog_after_the_task_wrote_to_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, admin_only: None
 ) -> None:
     h = harness(tmp_path)
     opened = h.open()
@@ -108,18 +118,78 @@ def test_a_snapshot_refuses_an_empty_changelog_after_the_task_wrote_to_it(
 
 
 def test_a_snapshot_refuses_a_newest_offset_before_the_last_snapshot(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, admin_only: None
 ) -> None:
     h = harness(tmp_path)
     opened = h.open()
     opened.store.put_all({"a": 1, "b": 2, "c": 3})
     h.commit(opened)
+    opened.store.put("d", 4)
+    flushed(opened)
     answering(monkeypatch, "1")
     with pytest.raises(StateBackupError, match="newest offset 1, before offset 2"):
         opened.storage.snapshot(CheckpointId.create())
-    answering(monkeypatch, None)
-    with pytest.raises(StateBackupError, match="reports no records although the last snapshot recorded"):
-        opened.storage.snapshot(CheckpointId.create())
+
+
+def unanswering(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The log admin fails every question about where a changelog ends."""
+
+    def written(self: LogSystemAdmin, ssps: Any) -> dict[SystemStreamPartition, SystemStreamPartitionMetadata]:
+        raise AssertionError("the admin was asked where the changelog ends")
+
+    monkeypatch.setattr(LogSystemAdmin, "get_written_ssp_metadata", written)
+
+
+def marker_offset(checkpoint: CheckpointV2 | None) -> str | None:
+    assert checkpoint is not None
+    (text,) = checkpoint.state_checkpoint_markers[MARKER_KEY].values()
+    return ChangelogStateCheckpointMarker.parse(text).changelog_offset
+
+
+def test_a_snapshot_takes_the_changelog_end_from_the_producers_appends_without_asking_the_admin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = harness(tmp_path)
+    opened = h.open()
+    opened.store.put_all({"a": 1, "b": 2, "c": 3})
+    assert marker_offset(h.commit(opened)) == "2"
+    unanswering(monkeypatch)
+    opened.store.put_all({"d": 4})
+    assert marker_offset(h.commit(opened)) == "3"
+    crash(opened)
+    monkeypatch.undo()
+    restored = h.open()
+    assert contents(restored) == {"a": 1, "b": 2, "c": 3, "d": 4}
+    restored.close()
+
+
+def test_a_store_unwritten_since_the_last_snapshot_keeps_its_offset_without_asking_the_admin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, admin_only: None
+) -> None:
+    h = harness(tmp_path)
+    opened = h.open()
+    opened.store.put_all({"a": 1, "b": 2})
+    assert marker_offset(h.commit(opened)) == "1"
+    unanswering(monkeypatch)
+    (marker,) = opened.storage.snapshot(CheckpointId.create())[MARKER_KEY].values()
+    assert ChangelogStateCheckpointMarker.parse(marker).changelog_offset == "1"
+    opened.close()
+
+
+def test_the_first_snapshot_after_a_restore_asks_the_admin_and_fails_when_it_cannot_answer(
+    tmp_path: Path, unreadable_index: Any
+) -> None:
+    h = harness(tmp_path)
+    opened = h.open()
+    opened.store.put_all({"a": 1, "b": 2})
+    h.commit(opened)
+    crash(opened)
+    restored = h.open()  # its producer appended nothing yet: only the admin knows where the changelog ends
+    unreadable_index(h)
+    with pytest.raises(StateBackupError, match="cannot read the newest offset of changelog partition"):
+        restored.storage.snapshot(CheckpointId.create())
+    unreadable_index(h, repair=True)
+    restored.close()
 
 
 def test_an_idle_task_with_an_empty_changelog_still_snapshots_it_as_empty(tmp_path: Path) -> None:
