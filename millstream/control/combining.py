@@ -27,9 +27,12 @@ of the container's tasks' timer comes first once the interval passed; a minimum 
 boundary goes out at once). A held-back record is computed anew when released, from the watermarks of
 that moment.
 
-Restarts. A task's watermark that no record covered yet (``unsent``) is part of its snapshot, as a
-held-back watermark was, and re-reported after a restore: sent at once, or within an interval when
-another restored task of the container took the interval's send. A restarted container, or a task that
+Restarts. A task's newest watermarks (``reported``) are part of its snapshot, as a held-back watermark
+was, and re-reported after a restore: sent at once, or within an interval when another restored task of
+the container took the interval's send. All of them, covered by a record or not: the record that covered
+one may have been written through another task's collector, and whether it is durable when this task's
+checkpoint is written depends on that task's flush (a producer may flush per task), so a restart sends
+them again rather than trusting it — a duplicate changes nothing downstream. A restarted container, or a task that
 moved to another container in a new generation, starts with an empty combiner and may send a lower
 watermark for a task than one a consumer already counted: harmless, a consumer keeps the maximum.
 
@@ -123,13 +126,10 @@ class WatermarkCombiner:
                 sends.extend(self._sends(entry, record))
         return tuple(sends)
 
-    def unsent(self, task: str) -> dict[SystemStream, int]:
-        """``task``'s watermarks that no record covered yet (part of its snapshot)."""
-        return {
-            stream: entry.marks[task]
-            for stream, entry in self.streams.items()
-            if task in entry.marks and entry.sent.get(task, MIN_WATERMARK) < entry.marks[task]
-        }
+    def reported(self, task: str) -> dict[SystemStream, int]:
+        """``task``'s newest watermark of each stream it reported one of (part of its snapshot: re-sent after
+        a restart, covered by a record or not, see the module docstring)."""
+        return {stream: entry.marks[task] for stream, entry in self.streams.items() if task in entry.marks}
 
     @staticmethod
     def _sends(entry: _Stream, record: CombinedWatermarkMessage) -> tuple[ControlSend, ...]:

@@ -366,7 +366,7 @@ class ControlProtocol:
         """The task's watermark of a produced stream advanced: sent now if the stream's interval passed,
         else held back for the timer (``pacing``); with a combiner, by the container for all of its tasks."""
         if self.combiner is not None:
-            self.changed = True  # uncovered by a record, it is part of the snapshot (``combining``)
+            self.changed = True  # the newest reported watermark is part of the snapshot (``combining``)
             sends = self.combiner.report(self.task_name, stream, watermark)
             return ControlEvents(sends=sends) if sends else NO_EVENTS
         pacer = self.output_pacer
@@ -454,9 +454,9 @@ class ControlProtocol:
         }
 
     def _held_back_output(self) -> Mapping[SystemStream, int]:
-        """This task's watermarks of produced streams not sent yet: held back by its pacer, or (combined)
-        not covered by one of its container's records."""
-        return self.output_pacer.pending if self.combiner is None else self.combiner.unsent(self.task_name)
+        """This task's watermarks of produced streams to send again after a restart: held back by its pacer,
+        or (combined) the newest it reported (``combining``: re-sent whether a record covered them or not)."""
+        return self.output_pacer.pending if self.combiner is None else self.combiner.reported(self.task_name)
 
     def close(self) -> None:
         """The task stops: its container's records no longer name it."""

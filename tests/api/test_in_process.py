@@ -13,6 +13,7 @@ import pytest
 
 from millstream.config import Config
 from millstream.control.framing import MessageType, unframe
+from millstream.control.messages import CombinedWatermarkMessage
 from millstream.control.state import CONTROL_STATE_NAMESPACE
 from millstream.coordinator.job_result import JobResult
 from millstream.metadata.opening import metadata_store
@@ -335,12 +336,12 @@ def assert_watermarks_combined_per_container(config: Config, combine: bool) -> N
     each. Not combined: the tasks' own records only."""
     records = [e.message for _, batch in iter_stream(config, SystemStream("log", INTERMEDIATE)) for e in batch]
     kinds = Counter(record[0] for record in records)
-    combined = [unframe(record)[1] for record in records if record[0] == MessageType.COMBINED_WATERMARK]
+    combined = [message for record in records if isinstance(message := unframe(record)[1], CombinedWatermarkMessage)]
     if not combine:
         assert not combined and kinds[MessageType.WATERMARK] > 0
         return
     assert kinds[MessageType.WATERMARK] == 0 and combined
-    groups = {frozenset(message.task_names) for message in combined}  # type: ignore[union-attr]
+    groups = {frozenset(message.task_names) for message in combined}
     largest = [group for group in groups if not any(group < other for other in groups)]
     assert sorted(len(group) for group in largest) == [4, 4], largest
     assert len(largest[0] | largest[1]) == 8, "two containers, disjoint tasks"
