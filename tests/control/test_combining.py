@@ -164,7 +164,7 @@ def producing_task(name: str, combined: WatermarkCombiner, aggregate: bool = Fal
     )
 
 
-def test_tasks_given_a_combiner_send_their_watermarks_through_it_and_a_restart_sends_what_none_covered():
+def test_tasks_given_a_combiner_send_their_watermarks_through_it_and_a_restart_sends_their_newest_again():
     clock = FakeClock()
     combined = WatermarkCombiner(200, clock=clock)
     first, second = producing_task("t0", combined), producing_task("t1", combined)
