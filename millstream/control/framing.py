@@ -2,7 +2,8 @@
 
 Type 0 is a user message whose payload the user's serde wrote; types 1 (watermark), 2 (end-of-stream)
 and 3 (drain) carry a JSON control message ``{"version", "taskName", "taskCount"[, "timestamp"][,
-"runId"]}``. JSON keeps control messages readable with ``millstream streams consume`` and decodable by
+"runId"]}``; type 4 (a container's combined watermark, ours, not Samza's) ``{"version", "taskNames",
+"taskCount", "timestamp"}``. JSON keeps control messages readable with ``millstream streams consume`` and decodable by
 any language; Samza's ``task-name`` / ``task-count`` / ``run-id`` spellings are accepted on read.
 
 A type byte above the known ones is a newer producer's control message: ``unframe`` raises
@@ -18,23 +19,32 @@ from typing import Any
 import orjson
 
 from millstream.control.errors import FramingError, UnknownMessageTypeError
-from millstream.control.messages import ControlMessage, DrainMessage, EndOfStreamMessage, WatermarkMessage
+from millstream.control.messages import (
+    CombinedWatermarkMessage,
+    ControlMessage,
+    DrainMessage,
+    EndOfStreamMessage,
+    WatermarkMessage,
+)
 
 
 class MessageType(IntEnum):
-    """The type byte; the values are Samza's ``MessageType`` ordinals."""
+    """The type byte; 0-3 are Samza's ``MessageType`` ordinals."""
 
     USER_MESSAGE = 0
     WATERMARK = 1
     END_OF_STREAM = 2
     DRAIN = 3
+    COMBINED_WATERMARK = 4
+    """Not Samza's: one watermark for several producing tasks of one container (``combining``)."""
 
 
 _USER_PREFIX = bytes([MessageType.USER_MESSAGE])
 _WATERMARK_PREFIX = bytes([MessageType.WATERMARK])
 _END_OF_STREAM_PREFIX = bytes([MessageType.END_OF_STREAM])
 _DRAIN_PREFIX = bytes([MessageType.DRAIN])
-_CONTROL_TYPES = (MessageType.WATERMARK, MessageType.END_OF_STREAM, MessageType.DRAIN)
+_COMBINED_PREFIX = bytes([MessageType.COMBINED_WATERMARK])
+_CONTROL_TYPES = (MessageType.WATERMARK, MessageType.END_OF_STREAM, MessageType.DRAIN, MessageType.COMBINED_WATERMARK)
 
 
 def frame_user_message(payload: bytes) -> bytes:
@@ -42,6 +52,14 @@ def frame_user_message(payload: bytes) -> bytes:
 
 
 def frame_control_message(message: ControlMessage) -> bytes:
+    if isinstance(message, CombinedWatermarkMessage):
+        combined = {
+            "version": message.version,
+            "taskNames": list(message.task_names),
+            "taskCount": message.task_count,
+            "timestamp": message.timestamp,
+        }
+        return _COMBINED_PREFIX + orjson.dumps(combined)
     document: dict[str, Any] = {
         "version": message.version,
         "taskName": message.task_name,
@@ -81,6 +99,8 @@ def decode_control_message(kind: MessageType, payload: bytes, where: str = "") -
         raise FramingError(f"{place}: control message is not JSON: {error}") from None
     if not isinstance(document, dict):
         raise FramingError(f"{place}: control message is not a JSON object")
+    if kind == MessageType.COMBINED_WATERMARK:
+        return _combined(document, place)
     task_name = _first(document, "taskName", "task-name")
     task_count = _first(document, "taskCount", "task-count")
     version = document.get("version", 1)
@@ -104,6 +124,20 @@ def decode_control_message(kind: MessageType, payload: bytes, where: str = "") -
     if not isinstance(timestamp, int) or isinstance(timestamp, bool):
         raise FramingError(f"{place}: watermark message needs an integer timestamp, got {timestamp!r}")
     return WatermarkMessage(timestamp, task_name, count, version)
+
+
+def _combined(document: dict[str, Any], place: str) -> CombinedWatermarkMessage:
+    names, count = document.get("taskNames"), document.get("taskCount")
+    version, timestamp = document.get("version", 1), document.get("timestamp")
+    if not isinstance(names, list) or not names or not all(isinstance(name, str) for name in names):
+        raise FramingError(f"{place}: combined watermark needs a non-empty list of taskNames, got {names!r}")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise FramingError(f"{place}: combined watermark of tasks {names} needs a positive taskCount, got {count!r}")
+    if not isinstance(version, int):
+        raise FramingError(f"{place}: control message version must be an integer, got {version!r}")
+    if not isinstance(timestamp, int) or isinstance(timestamp, bool):
+        raise FramingError(f"{place}: combined watermark needs an integer timestamp, got {timestamp!r}")
+    return CombinedWatermarkMessage(timestamp, tuple(names), count, version)
 
 
 def _first(document: dict[str, Any], *names: str) -> Any:

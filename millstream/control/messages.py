@@ -55,4 +55,19 @@ class DrainMessage:
     version: int = CONTROL_MESSAGE_VERSION
 
 
-ControlMessage = EndOfStreamMessage | WatermarkMessage | DrainMessage
+@dataclass(frozen=True, slots=True)
+class CombinedWatermarkMessage:
+    """Each of ``task_names`` will send nothing more to this partition with a timestamp below ``timestamp``.
+
+    One container's watermark of a stream for all of its producing tasks (``combining``): the minimum of
+    their watermarks, so a lower bound for each. A consumer raises each named task's watermark to it (never
+    lowers one), so its per-producer rules see what ``len(task_names)`` watermark messages would have said,
+    or less. Always names its tasks: it is never authoritative by itself."""
+
+    timestamp: int
+    task_names: tuple[str, ...]
+    task_count: int
+    version: int = CONTROL_MESSAGE_VERSION
+
+
+ControlMessage = EndOfStreamMessage | WatermarkMessage | DrainMessage | CombinedWatermarkMessage

@@ -20,7 +20,9 @@ earlier output durable (``sender``). Watermarks go out only when they advanced a
 boundary, ``boundary``, goes out at once on the send of a later ordinary one), so their cost is bounded by
 time. End-of-stream and drain take the aggregate route in both modes: each producer sends one record, not
 one per partition. The task reading an aggregate partition re-broadcasts each reconciled result, without a
-task name, to the stream's other partitions (watermarks paced like its own).
+task name, to the stream's other partitions (watermarks paced like its own). In broadcast mode a task given
+its container's ``WatermarkCombiner`` (``combining``) hands its watermarks to it instead: the container sends
+one record per partition for all of its producing tasks, paced per stream, not one per task.
 
 *Draining* (``millstream job drain``). The runtime stops reading the task's source partitions and
 reports each as drained (``on_drain``); a stream whose partitions all ended or drained is finished as
@@ -43,13 +45,14 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from millstream.control.boundary import crosses
 from millstream.control.framing import MessageType, frame_control_message
 from millstream.control.messages import (
     MAX_WATERMARK,
     MIN_WATERMARK,
+    CombinedWatermarkMessage,
     ControlMessage,
     DrainMessage,
     EndOfStreamMessage,
@@ -60,6 +63,9 @@ from millstream.control.reconciliation import ControlReconciler, Reconciled
 from millstream.control.sender import aggregate_partition, control_targets, rebroadcast_targets
 from millstream.control.source import SourceWatermarks
 from millstream.model import SystemStream, SystemStreamPartition
+
+if TYPE_CHECKING:
+    from millstream.control.combining import WatermarkCombiner
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +169,7 @@ class ControlProtocol:
         settings: ProtocolSettings | None = None,
         clock: Callable[[], float] = time.monotonic,
         run_id: str = "",
+        combiner: WatermarkCombiner | None = None,
     ) -> None:
         self.task_name = str(task_name)
         self.run_id = run_id
@@ -198,6 +205,11 @@ class ControlProtocol:
         self.changed = False
         """The state changed since the last ``saved``."""
         self._resume_pending = False
+        self.combiner = None if self.settings.aggregate else combiner
+        """Broadcast mode: the container's combined watermarks (``combining``), which send this task's
+        watermarks of produced streams for it, with its container's other tasks'; None: the task's own."""
+        if self.combiner is not None:
+            self.combiner.join(self.task_name, self.produced.values())
 
     # --- inputs -----------------------------------------------------------------------------------
 
@@ -286,6 +298,8 @@ class ControlProtocol:
             sends.extend(self._rebroadcast_frame(self.consumed[stream], WatermarkMessage(watermark, None, 0)))
         for stream, watermark in self.output_pacer.due(now):
             sends.extend(self._watermark_sends(stream, watermark))
+        if self.combiner is not None:
+            sends.extend(self.combiner.due())  # the container's held-back records: any of its tasks' timers
         advance = [(stream, marks.advance()) for stream, marks in self.source_marks.items()]
         for ssp in self.reconciler.check_idle():
             self.changed = True
@@ -323,7 +337,8 @@ class ControlProtocol:
         task name (authoritative), to the stream's other partitions."""
         stream, count = consumed.stream, consumed.partition_count
         if (
-            not self._aggregated(message)
+            isinstance(message, CombinedWatermarkMessage)  # a broadcast producer's: already at every partition
+            or not self._aggregated(message)
             or message.task_name is None
             or ssp.partition != aggregate_partition(stream.stream, count)
         ):
@@ -349,7 +364,11 @@ class ControlProtocol:
 
     def on_output_watermark(self, stream: SystemStream, watermark: int) -> ControlEvents:
         """The task's watermark of a produced stream advanced: sent now if the stream's interval passed,
-        else held back for the timer (``pacing``)."""
+        else held back for the timer (``pacing``); with a combiner, by the container for all of its tasks."""
+        if self.combiner is not None:
+            self.changed = True  # the newest reported watermark is part of the snapshot (``combining``)
+            sends = self.combiner.report(self.task_name, stream, watermark)
+            return ControlEvents(sends=sends) if sends else NO_EVENTS
         pacer = self.output_pacer
         boundary = crosses(pacer.last_mark.get(stream, MIN_WATERMARK), watermark, pacer.boundary_ms)
         if not pacer.offer(stream, watermark, self.clock()):
@@ -361,6 +380,8 @@ class ControlProtocol:
         return ControlEvents(flush=True) if boundary and self.deferred else NO_EVENTS
 
     def _watermark_sends(self, stream: SystemStream, watermark: int) -> tuple[ControlSend, ...]:
+        if self.combiner is not None:  # a restored held-back watermark: the container's record, if it raises any
+            return self.combiner.report(self.task_name, stream, watermark)
         produced = self.produced[stream]
         return self._send(produced, WatermarkMessage(watermark, self.task_name, produced.task_count)).sends
 
@@ -392,7 +413,7 @@ class ControlProtocol:
         """Whether ``message`` goes through the aggregate partition: every message in aggregate mode; in
         broadcast mode end-of-stream and drain, which each producer sends once — to one partition rather
         than all, since their extra hop costs latency once per run, not once per watermark."""
-        return self.settings.aggregate or not isinstance(message, WatermarkMessage)
+        return self.settings.aggregate or isinstance(message, (EndOfStreamMessage, DrainMessage))
 
     @property
     def wants_commit(self) -> bool:
@@ -427,10 +448,20 @@ class ControlProtocol:
                 if send.frame[0] != MessageType.DRAIN  # a drain belongs to this run: never re-sent by the next
             ],
             "held_back": {
-                "output": {str(stream): mark for stream, mark in self.output_pacer.pending.items()},
+                "output": {str(stream): mark for stream, mark in self._held_back_output().items()},
                 "rebroadcast": {str(stream): mark for stream, mark in self.rebroadcast_pacer.pending.items()},
             },
         }
+
+    def _held_back_output(self) -> Mapping[SystemStream, int]:
+        """This task's watermarks of produced streams to send again after a restart: held back by its pacer,
+        or (combined) the newest it reported (``combining``: re-sent whether a record covered them or not)."""
+        return self.output_pacer.pending if self.combiner is None else self.combiner.reported(self.task_name)
+
+    def close(self) -> None:
+        """The task stops: its container's records no longer name it."""
+        if self.combiner is not None:
+            self.combiner.leave(self.task_name)
 
     def restore(
         self, snapshot: Mapping[str, Any], repositioned: frozenset[SystemStreamPartition] = frozenset()

@@ -17,6 +17,9 @@ Rules (Samza's ``EndOfStreamStates`` / ``WatermarkStates``, plus persistence):
   long, the minimum may be taken over a quorum (``task.watermark.quorum.size.percentage`` of the
   producers) instead of all of them; and when the overall minimum is held back, over the producers heard
   from within the timeout, if they are a quorum.
+* **Combined watermarks** (``combining``): a container's one watermark for several of its producing tasks
+  counts as a watermark of each task it names, at its timestamp (a lower bound for each): each is raised,
+  never lowered, so everything below holds as for one message per task.
 
 Why restarts and replays cannot change the result: without idle timeouts, the state is a join
 (least upper bound) of the messages applied — a set union of ended task names, a per-task maximum of
@@ -41,6 +44,7 @@ from millstream.control.errors import ControlStateError
 from millstream.control.messages import (
     MAX_WATERMARK,
     MIN_WATERMARK,
+    CombinedWatermarkMessage,
     ControlMessage,
     DrainMessage,
     EndOfStreamMessage,
@@ -150,6 +154,8 @@ class ControlReconciler:
         state = self.state(ssp)
         if state.ended or state.drained:
             return NOTHING
+        if isinstance(message, CombinedWatermarkMessage):
+            return self._apply_combined(ssp, state, message)
         if message.task_name is not None and message.task_count > state.expected:
             state.expected = message.task_count
         if isinstance(message, EndOfStreamMessage):
@@ -169,17 +175,31 @@ class ControlReconciler:
         if message.task_name is None:
             state.watermark = max(state.watermark, message.timestamp)
         else:
-            previous = state.timestamps.get(message.task_name)
-            if previous is not None and previous > message.timestamp:
-                log.debug(
-                    "%s: ignored watermark %d from %s, below its earlier %d",
-                    ssp, message.timestamp, message.task_name, previous,
-                )  # fmt: skip
-            else:
-                state.timestamps[message.task_name] = message.timestamp
-                state.last_update[message.task_name] = self.clock()
+            self._raise(ssp, state, message.task_name, message.timestamp, self.clock())
             self._recompute(state)
         return Reconciled(watermark=state.watermark) if state.watermark > before else NOTHING
+
+    def _apply_combined(
+        self, ssp: SystemStreamPartition, state: PartitionControlState, message: CombinedWatermarkMessage
+    ) -> Reconciled:
+        """A container's combined watermark: a watermark of each task it names, at its timestamp — so each
+        named task's watermark is raised to it, never lowered (the join the module docstring relies on)."""
+        state.expected = max(state.expected, message.task_count)
+        before, now = state.watermark, self.clock()
+        for task in message.task_names:
+            self._raise(ssp, state, task, message.timestamp, now)
+        self._recompute(state)
+        return Reconciled(watermark=state.watermark) if state.watermark > before else NOTHING
+
+    @staticmethod
+    def _raise(ssp: SystemStreamPartition, state: PartitionControlState, task: str, timestamp: int, now: float) -> None:
+        """One producer's watermark: kept if not below its earlier one (per-producer monotonic)."""
+        previous = state.timestamps.get(task)
+        if previous is not None and previous > timestamp:
+            log.debug("%s: ignored watermark %d from %s, below its earlier %d", ssp, timestamp, task, previous)
+            return
+        state.timestamps[task] = timestamp
+        state.last_update[task] = now
 
     @staticmethod
     def _drain_complete(state: PartitionControlState) -> Reconciled:

@@ -61,6 +61,7 @@ from millstream.api.task import (
     TaskCoordinator,
     WindowableTask,
 )
+from millstream.control.combining import WatermarkCombiner
 from millstream.control.errors import UnknownMessageTypeError
 from millstream.control.framing import MessageType, frame_user_message, unframe
 from millstream.control.messages import MAX_WATERMARK, MIN_WATERMARK
@@ -240,6 +241,7 @@ class TaskGraph:
         clock: Callable[[], float] = time.monotonic,
         state_factory: Callable[[str], KeyValueState] | None = None,
         run_id: str = "",
+        combiner: WatermarkCombiner | None = None,
     ) -> None:
         self.task_name = str(task_name)
         self.run_id = run_id
@@ -286,7 +288,7 @@ class TaskGraph:
             for spec in sources
         }
         self._intermediates = {info.stream: _Intermediate(info, self.graph.inputs[info.stream]) for info in consumed}
-        self.control = self._protocol(sources, consumed, intermediate_outputs, producer_counts, clock)
+        self.control = self._protocol(sources, consumed, intermediate_outputs, producer_counts, clock, combiner)
         self.dirty = False
         """The offsets or operators changed since the last snapshot (the protocol tracks its own)."""
 
@@ -297,8 +299,10 @@ class TaskGraph:
         produced: list[IntermediateStreamInfo],
         producer_counts: Mapping[str, int],
         clock: Callable[[], float],
+        combiner: WatermarkCombiner | None,
     ) -> ControlProtocol:
-        """The task's control protocol over the partitions it owns and the streams it produces."""
+        """The task's control protocol over the partitions it owns and the streams it produces; ``combiner``:
+        its container's combined watermarks (``millstream.control.combining``), shared by its tasks."""
 
         def owned(stream: SystemStream) -> frozenset[SystemStreamPartition]:
             return frozenset(ssp for ssp in self.ssps if ssp.system_stream == stream)
@@ -325,6 +329,7 @@ class TaskGraph:
             settings=self.settings.protocol(),
             clock=clock,
             run_id=self.run_id,
+            combiner=combiner,
         )
 
     # --- task calls -------------------------------------------------------------------------------
@@ -334,6 +339,7 @@ class TaskGraph:
 
     def close(self) -> None:
         self.graph.close()
+        self.control.close()
 
     def process(
         self,

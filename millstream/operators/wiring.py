@@ -10,9 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
+from weakref import WeakKeyDictionary
 
 from millstream.api.task import TaskContext
 from millstream.config.views import AppConfig, TaskConfig
+from millstream.control.combining import WatermarkCombiner
 from millstream.control.state import ControlStateStore
 from millstream.errors import MillstreamError, StreamNotFoundError
 from millstream.metadata import coordination
@@ -92,6 +94,7 @@ def build_task_graph(context: TaskContext) -> tuple[TaskGraph, ControlState, lis
             comparators={system: admin.offset_comparator for system, admin in admins.items()},
             run_id=coordination.job_run_id(config, generation),
             state_factory=state_factory,
+            combiner=_combiner(services, app, task, watermark_boundary_ms(application)),
         )
         in_metadata = ControlStateStore(store, str(context.task_name), fence)
         if operator_store is None:
@@ -102,6 +105,25 @@ def build_task_graph(context: TaskContext) -> tuple[TaskGraph, ControlState, lis
         for close in closers:
             close()
         raise
+
+
+_COMBINERS: WeakKeyDictionary[ContainerServices, WatermarkCombiner] = WeakKeyDictionary()
+"""Each container attempt's combined watermarks, shared by its graph tasks (its services stand for the attempt;
+the entry goes with them). Built and used on the container's run-loop thread only, as its tasks are."""
+
+
+def _combiner(
+    services: ContainerServices, app: AppConfig, task: TaskConfig, boundary_ms: int
+) -> WatermarkCombiner | None:
+    """The container's ``WatermarkCombiner``, or None where each task sends its own watermarks: aggregate mode,
+    an idle timeout, or ``app.control.watermark.combine: false`` (see that key)."""
+    if app.control_aggregation or task.watermark_idle_timeout_ms > 0 or not app.control_watermark_combine:
+        return None
+    combiner = _COMBINERS.get(services)
+    if combiner is None:
+        boundary = boundary_ms if app.watermark_window_boundaries else 0
+        combiner = _COMBINERS[services] = WatermarkCombiner(app.control_watermark_interval_ms, boundary)
+    return combiner
 
 
 def _services(context: TaskContext) -> ContainerServices:

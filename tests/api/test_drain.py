@@ -138,7 +138,7 @@ def test_an_intermediate_record_of_an_unknown_type_is_skipped_not_a_container_fa
     producer = system_factory(config, "log").get_producer("log", config)
     producer.start()
     for partition in range(2):
-        newer = bytes([4]) + b'{"version": 2, "taskName": "Partition 0", "taskCount": 2}'
+        newer = bytes([5]) + b'{"version": 2, "taskName": "Partition 0", "taskCount": 2}'
         producer.send("test", OutgoingMessageEnvelope(BY_USER, newer, None, partition=partition))
     producer.flush("test")
     producer.stop()

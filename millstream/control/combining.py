@@ -1,0 +1,140 @@
+"""One container's watermarks of a produced stream, combined: one record per partition, not one per task.
+
+In broadcast mode each producing task used to send its watermark to every partition of the intermediate
+stream: P producing tasks and Q partitions cost P x Q records per watermark interval (16,384 per 200 ms at
+128 x 128). The tasks of a container run on one thread and write through one producer per system, so the
+container can speak for all of them: per stream and interval it sends each partition one
+``CombinedWatermarkMessage`` carrying the *minimum* of its producing tasks' watermarks and the names of
+the tasks it covers — C x Q records per interval for C containers.
+
+Why it is safe. A task's watermark ``W`` promises that nothing it writes later has a timestamp below
+``W``; the minimum over several tasks is a lower bound of each, so the same promise holds for every task
+named. The record is written after everything the named tasks wrote to that partition before (one thread,
+one producer per system, one transaction under exactly-once), so it follows their earlier output as their
+own watermark would have. A consumer raises each named task's watermark to the record's (never lowers it:
+``reconciliation``), so its per-producer tracking and "every producer reported" rule are unchanged, and
+its minimum over all producers is the minimum over the containers' minima: the same watermark as before.
+
+What is covered. Every task of the container that reported a watermark of the stream, including one
+that finished (its last watermark is the maximum, so it keeps rising with the others downstream rather
+than holding the partition back until the stream ends); a task that never reported one is not named, and
+consumers wait for it as before. A task leaves (``leave``) when it closes.
+
+What is sent. A record goes out only when it raises the watermark of at least one task it names — a
+minimum that advanced, or a task named for the first time — and is paced per stream like a task's own
+watermarks (``pacing``: the first of an interval at once, later ones held back and released by whichever
+of the container's tasks' timer comes first once the interval passed; a minimum that passed a window
+boundary goes out at once). A held-back record is computed anew when released, from the watermarks of
+that moment.
+
+Restarts. A task's newest watermarks (``reported``) are part of its snapshot, as a held-back watermark
+was, and re-reported after a restore: sent at once, or within an interval when another restored task of
+the container took the interval's send. All of them, covered by a record or not: the record that covered
+one may have been written through another task's collector, and whether it is durable when this task's
+checkpoint is written depends on that task's flush (a producer may flush per task), so a restart sends
+them again rather than trusting it — a duplicate changes nothing downstream. A restarted container, or a task that
+moved to another container in a new generation, starts with an empty combiner and may send a lower
+watermark for a task than one a consumer already counted: harmless, a consumer keeps the maximum.
+
+Pure bookkeeping over an injected clock (seconds): frames come back as ``ControlSend`` for the calling
+task to write. Not thread-safe, and needs none: one container's tasks share it on its run-loop thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from millstream.control.framing import frame_control_message
+from millstream.control.messages import MIN_WATERMARK, CombinedWatermarkMessage
+from millstream.control.pacing import WatermarkPacer
+from millstream.control.protocol import ControlSend, ProducedStream
+from millstream.control.sender import control_targets
+from millstream.model import SystemStream
+
+
+@dataclass
+class _Stream:
+    """One produced stream in the container: its producing tasks' watermarks and what records said of them."""
+
+    produced: ProducedStream
+    members: set[str] = field(default_factory=set)
+    """The container's tasks that produce to the stream."""
+    marks: dict[str, int] = field(default_factory=dict)
+    """The newest watermark each member reported (only ever raised)."""
+    sent: dict[str, int] = field(default_factory=dict)
+    """Per member, the timestamp of the last record that named it."""
+
+    def record(self) -> CombinedWatermarkMessage | None:
+        """The record to send now: the minimum over the members that reported, naming them; None when it
+        would raise none of them."""
+        marks = self.marks
+        if not marks:
+            return None
+        low = min(marks.values())
+        sent = self.sent
+        if all(sent.get(task, MIN_WATERMARK) >= low for task in marks):
+            return None
+        return CombinedWatermarkMessage(low, tuple(sorted(marks)), self.produced.task_count)
+
+
+class WatermarkCombiner:
+    """The container's combined watermarks of its produced streams (module docstring): tasks ``join`` with
+    the streams they produce, ``report`` their watermarks and get back the sends to write; ``due`` releases
+    held-back records on a timer call. ``interval_ms`` and ``boundary_ms`` pace them as ``WatermarkPacer``."""
+
+    def __init__(self, interval_ms: int, boundary_ms: int = 0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.pacer: WatermarkPacer[SystemStream] = WatermarkPacer(interval_ms, boundary_ms)
+        self.clock = clock
+        self.streams: dict[SystemStream, _Stream] = {}
+
+    def join(self, task: str, produced: Iterable[ProducedStream]) -> None:
+        """``task`` of this container produces ``produced``; a stream's partition and task counts are the
+        first joiner's (every task of a job model sees the same)."""
+        for stream in produced:
+            self.streams.setdefault(stream.stream, _Stream(stream)).members.add(task)
+
+    def leave(self, task: str) -> None:
+        """``task`` closed: later records no longer name it (consumers keep what earlier ones said)."""
+        for entry in self.streams.values():
+            entry.members.discard(task)
+            entry.marks.pop(task, None)
+            entry.sent.pop(task, None)
+
+    def report(self, task: str, stream: SystemStream, watermark: int) -> tuple[ControlSend, ...]:
+        """``task``'s watermark of ``stream`` advanced: the record to send now, or nothing (no task raised,
+        or held back for the interval)."""
+        entry = self.streams.get(stream)
+        if entry is None or task not in entry.members:
+            raise KeyError(f"task '{task}' did not join the combined watermarks of '{stream}'")
+        if watermark <= entry.marks.get(task, MIN_WATERMARK):
+            return ()
+        entry.marks[task] = watermark
+        record = entry.record()
+        if record is None or not self.pacer.offer(stream, record.timestamp, self.clock()):
+            return ()
+        return self._sends(entry, record)
+
+    def due(self) -> tuple[ControlSend, ...]:
+        """The held-back records whose interval passed, computed from the watermarks of now."""
+        sends: list[ControlSend] = []
+        for stream, _ in self.pacer.due(self.clock()):
+            entry = self.streams[stream]
+            record = entry.record()
+            if record is not None:
+                sends.extend(self._sends(entry, record))
+        return tuple(sends)
+
+    def reported(self, task: str) -> dict[SystemStream, int]:
+        """``task``'s newest watermark of each stream it reported one of (part of its snapshot: re-sent after
+        a restart, covered by a record or not, see the module docstring)."""
+        return {stream: entry.marks[task] for stream, entry in self.streams.items() if task in entry.marks}
+
+    @staticmethod
+    def _sends(entry: _Stream, record: CombinedWatermarkMessage) -> tuple[ControlSend, ...]:
+        for task in record.task_names:
+            entry.sent[task] = max(record.timestamp, entry.sent.get(task, MIN_WATERMARK))
+        produced, frame = entry.produced, frame_control_message(record)
+        targets = control_targets(produced.stream.stream, produced.partition_count, aggregate=False)
+        return tuple(ControlSend(produced.stream, partition, frame) for partition in targets)

@@ -1,0 +1,189 @@
+"""A container's combined watermarks (``millstream.control.combining``): one record per partition carrying the
+minimum over the container's producing tasks and their names, paced per stream; and the consuming side, which
+raises each named task's watermark to it and never lowers one."""
+
+from __future__ import annotations
+
+import pytest
+
+from millstream.control.combining import WatermarkCombiner
+from millstream.control.framing import MessageType, frame_control_message, unframe
+from millstream.control.messages import MAX_WATERMARK, MIN_WATERMARK, CombinedWatermarkMessage
+from millstream.control.protocol import ControlProtocol, ControlSend, ProducedStream, ProtocolSettings, SourceInput
+from millstream.control.reconciliation import ControlReconciler
+from millstream.model import SystemStream
+from tests.control.test_reconciliation import FakeClock, eos, wm
+
+OUT = SystemStream("log", "app-1-by-page")
+OTHER = SystemStream("log", "app-1-by-user")
+SOURCE = SystemStream("log", "in")
+I0 = OUT.partition(0)
+
+
+def combiner(clock: FakeClock, interval_ms: int = 0, boundary_ms: int = 0, tasks: int = 3) -> WatermarkCombiner:
+    combined = WatermarkCombiner(interval_ms, boundary_ms, clock)
+    for task in range(tasks):
+        combined.join(f"t{task}", [ProducedStream(OUT, 2, 4)])
+    return combined
+
+
+def records(sends: tuple[ControlSend, ...]) -> list[tuple[int, CombinedWatermarkMessage]]:
+    decoded = []
+    for send in sends:
+        kind, message = unframe(send.frame)
+        assert kind == MessageType.COMBINED_WATERMARK and isinstance(message, CombinedWatermarkMessage)
+        decoded.append((send.partition, message))
+    return decoded
+
+
+def test_a_record_carries_the_minimum_over_the_tasks_that_reported_and_names_them_to_every_partition():
+    combined = combiner(FakeClock())
+    assert records(combined.report("t1", OUT, 50)) == [(p, CombinedWatermarkMessage(50, ("t1",), 4)) for p in (0, 1)], (
+        "a task that never reported (t0, t2) is not named: consumers wait for it as before"
+    )
+    assert records(combined.report("t0", OUT, 30)) == [
+        (p, CombinedWatermarkMessage(30, ("t0", "t1"), 4)) for p in (0, 1)
+    ]
+    assert records(combined.report("t2", OUT, 70))[0] == (0, CombinedWatermarkMessage(30, ("t0", "t1", "t2"), 4))
+
+
+def test_only_a_record_that_raises_a_named_task_is_sent():
+    combined = combiner(FakeClock())
+    combined.report("t0", OUT, 30)
+    combined.report("t1", OUT, 50)
+    assert combined.report("t1", OUT, 60) == (), "the minimum (t0's 30) did not move: it would raise nobody"
+    assert combined.report("t1", OUT, 60) == (), "not an advance of t1's"
+    assert combined.report("t0", OUT, 20) == (), "a task's watermark never goes back"
+    assert [m.timestamp for _, m in records(combined.report("t0", OUT, 55))] == [55, 55]
+
+
+def test_records_are_paced_per_stream_and_a_held_back_one_is_computed_anew_by_any_tasks_timer():
+    clock = FakeClock()
+    combined = combiner(clock, interval_ms=200)
+    combined.join("t0", [ProducedStream(OTHER, 3, 4)])
+    assert len(combined.report("t0", OUT, 10)) == 2, "the first of an interval goes out at once"
+    assert len(combined.report("t0", OTHER, 10)) == 3, "another stream has an interval of its own"
+    assert combined.report("t0", OUT, 20) == () and combined.report("t1", OUT, 40) == ()
+    assert combined.due() == (), "the interval has not passed"
+    clock.now += 0.2
+    assert {m for _, m in records(combined.due())} == {CombinedWatermarkMessage(20, ("t0", "t1"), 4)}
+    assert combined.due() == ()
+
+
+def test_a_minimum_passing_a_window_boundary_goes_out_within_the_interval():
+    combined = combiner(FakeClock(), interval_ms=200, boundary_ms=100)
+    combined.report("t0", OUT, 10)
+    assert combined.report("t0", OUT, 50) == ()
+    assert [m.timestamp for _, m in records(combined.report("t0", OUT, 100))] == [100, 100]
+
+
+def test_a_task_that_leaves_is_no_longer_named_and_no_longer_holds_the_minimum_back():
+    combined = combiner(FakeClock())
+    combined.report("t0", OUT, 10)
+    combined.report("t1", OUT, 50)
+    combined.leave("t0")
+    assert combined.reported("t0") == {}
+    assert records(combined.report("t1", OUT, 60))[0][1] == CombinedWatermarkMessage(60, ("t1",), 4)
+    with pytest.raises(KeyError, match="t0"):
+        combined.report("t0", OUT, 70)
+
+
+def test_a_task_that_joins_later_is_named_from_its_first_watermark_on_even_below_the_minimum_sent():
+    combined = combiner(FakeClock(), tasks=1)
+    combined.report("t0", OUT, 50)
+    combined.join("t9", [ProducedStream(OUT, 2, 4)])
+    assert records(combined.report("t9", OUT, 20))[0][1] == CombinedWatermarkMessage(20, ("t0", "t9"), 4), (
+        "lower than t0's earlier record: harmless, consumers keep t0's maximum"
+    )
+
+
+def test_a_finished_task_stays_named_at_the_maximum_so_it_rises_with_the_others_downstream():
+    combined = combiner(FakeClock(), tasks=2)
+    combined.report("t0", OUT, 10)
+    combined.report("t1", OUT, MAX_WATERMARK)
+    assert records(combined.report("t0", OUT, 40))[0][1] == CombinedWatermarkMessage(40, ("t0", "t1"), 4)
+
+
+def test_a_tasks_snapshot_keeps_its_newest_watermark_whether_a_record_covered_it_or_not():
+    """The record that covered it went through whichever task's collector: not necessarily durable when this
+    task's checkpoint is, so a restart sends it again (harmless downstream)."""
+    clock = FakeClock()
+    combined = combiner(clock, interval_ms=200)
+    combined.report("t0", OUT, 10)
+    combined.report("t0", OUT, 30)
+    assert combined.reported("t0") == {OUT: 30} and combined.reported("t1") == {}
+    clock.now += 0.2
+    assert combined.due() and combined.reported("t0") == {OUT: 30}
+
+
+def test_a_combined_record_raises_each_named_tasks_watermark_and_never_lowers_one():
+    clock = FakeClock()
+    reconciler = ControlReconciler(clock=clock)
+    reconciler.apply(I0, wm(70, "t1", 3))
+    assert reconciler.apply(I0, CombinedWatermarkMessage(40, ("t0", "t1"), 3)).watermark is None, "t2 not heard"
+    assert reconciler.partitions[I0].timestamps == {"t0": 40, "t1": 70}, "t1 kept its higher 70"
+    assert reconciler.apply(I0, wm(90, "t2", 3)).watermark == 40
+    assert reconciler.apply(I0, CombinedWatermarkMessage(80, ("t0", "t1"), 3)).watermark == 80
+    assert reconciler.apply(I0, CombinedWatermarkMessage(80, ("t0", "t1"), 3)).watermark is None, "idempotent"
+    assert reconciler.apply(I0, CombinedWatermarkMessage(10, ("t0", "t1", "t2"), 3)).watermark is None
+    assert reconciler.watermark(I0) == 80 and reconciler.partitions[I0].timestamps == {"t0": 80, "t1": 80, "t2": 90}
+    for task in ("t0", "t1", "t2"):
+        reconciler.apply(I0, eos(task, 3))
+    assert reconciler.watermark(I0) == MAX_WATERMARK
+
+
+def test_a_combined_record_counts_its_task_count_as_the_producers_to_wait_for():
+    reconciler = ControlReconciler(clock=FakeClock())
+    assert reconciler.apply(I0, CombinedWatermarkMessage(5, ("t0", "t1"), 3)).watermark is None
+    assert reconciler.partitions[I0].expected == 3 and reconciler.watermark(I0) == MIN_WATERMARK
+
+
+def test_the_combined_frame_names_its_tasks_and_malformed_ones_fail_naming_the_record():
+    message = CombinedWatermarkMessage(123, ("Partition 0", "Partition 2"), 8)
+    frame = frame_control_message(message)
+    assert frame[0] == MessageType.COMBINED_WATERMARK
+    assert b'"taskNames":["Partition 0","Partition 2"]' in frame
+    assert unframe(frame) == (MessageType.COMBINED_WATERMARK, message)
+    from millstream.control.errors import FramingError
+
+    with pytest.raises(FramingError, match=r"offset 4: .*taskNames"):
+        unframe(b'\x04{"taskNames": [], "taskCount": 2, "timestamp": 1}', "offset 4")
+    with pytest.raises(FramingError, match=r"offset 4: .*taskCount"):
+        unframe(b'\x04{"taskNames": ["a"], "timestamp": 1}', "offset 4")
+
+
+def producing_task(name: str, combined: WatermarkCombiner, aggregate: bool = False) -> ControlProtocol:
+    return ControlProtocol(
+        name,
+        frozenset({SOURCE.partition(0)}),
+        sources=[SourceInput(SOURCE, frozenset({SOURCE.partition(0)}), 0)],
+        produced=[ProducedStream(OUT, 2, 4)],
+        settings=ProtocolSettings(aggregate=aggregate, watermark_interval_ms=200),
+        combiner=combined,
+        clock=combined.clock,
+    )
+
+
+def test_tasks_given_a_combiner_send_their_watermarks_through_it_and_a_restart_sends_their_newest_again():
+    clock = FakeClock()
+    combined = WatermarkCombiner(200, clock=clock)
+    first, second = producing_task("t0", combined), producing_task("t1", combined)
+    assert [m.task_names for _, m in records(first.on_output_watermark(OUT, 10).sends)] == [("t0",)] * 2
+    assert second.on_output_watermark(OUT, 20).sends == (), "held back for the container's interval"
+    assert second.snapshot()["held_back"]["output"] == {str(OUT): 20}
+    clock.now += 0.2
+    assert {m for _, m in records(first.on_timer().sends)} == {CombinedWatermarkMessage(10, ("t0", "t1"), 4)}, (
+        "any task's timer releases the container's held-back record"
+    )
+    snapshot = second.snapshot()
+
+    restarted = WatermarkCombiner(200, clock=clock)  # a new container attempt
+    again = producing_task("t1", restarted)
+    again.restore(snapshot)
+    assert {m for _, m in records(again.resume().sends)} == {CombinedWatermarkMessage(20, ("t1",), 4)}
+
+
+def test_aggregate_mode_ignores_the_combiner():
+    combined = WatermarkCombiner(0, clock=FakeClock())
+    task = producing_task("t0", combined, aggregate=True)
+    assert task.combiner is None and combined.streams == {}
