@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
-from weakref import WeakKeyDictionary
 
 from millstream.api.task import TaskContext
 from millstream.config.views import AppConfig, TaskConfig
@@ -107,11 +106,6 @@ def build_task_graph(context: TaskContext) -> tuple[TaskGraph, ControlState, lis
         raise
 
 
-_COMBINERS: WeakKeyDictionary[ContainerServices, WatermarkCombiner] = WeakKeyDictionary()
-"""Each container attempt's combined watermarks, shared by its graph tasks (its services stand for the attempt;
-the entry goes with them). Built and used on the container's run-loop thread only, as its tasks are."""
-
-
 def _combiner(
     services: ContainerServices, app: AppConfig, task: TaskConfig, boundary_ms: int
 ) -> WatermarkCombiner | None:
@@ -119,11 +113,8 @@ def _combiner(
     an idle timeout, or ``app.control.watermark.combine: false`` (see that key)."""
     if app.control_aggregation or task.watermark_idle_timeout_ms > 0 or not app.control_watermark_combine:
         return None
-    combiner = _COMBINERS.get(services)
-    if combiner is None:
-        boundary = boundary_ms if app.watermark_window_boundaries else 0
-        combiner = _COMBINERS[services] = WatermarkCombiner(app.control_watermark_interval_ms, boundary)
-    return combiner
+    boundary = boundary_ms if app.watermark_window_boundaries else 0
+    return services.watermark_combiner(app.control_watermark_interval_ms, boundary)
 
 
 def _services(context: TaskContext) -> ContainerServices:

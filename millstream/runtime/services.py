@@ -29,6 +29,7 @@ from typing import Self
 
 from millstream.config import Config
 from millstream.config.views import MetricsConfig
+from millstream.control.combining import WatermarkCombiner
 from millstream.errors import MillstreamError
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.opening import metadata_store
@@ -125,6 +126,7 @@ class ContainerServices:
         self._stores: dict[str, MetadataStore] = {}
         self._given_store = store
         self._closed = False
+        self._combiner: WatermarkCombiner | None = None
 
     def start_attempt(self, writer: WriterToken) -> None:
         """The container's attempt is known once it fenced the earlier ones: from now on every producer
@@ -132,6 +134,14 @@ class ContainerServices:
         if self.producers.started:
             raise MillstreamError(f"container {writer.container_id}: producers were built before its attempt")
         self.writer = self.producers.writer = writer
+
+    def watermark_combiner(self, interval_ms: int, boundary_ms: int) -> WatermarkCombiner:
+        """The attempt's one ``WatermarkCombiner``, which its graph tasks share to send one watermark record per
+        partition for all of them (built at the first task's init; every call comes from the run-loop thread,
+        as the tasks' init and processing do). A new attempt has new services, hence an empty combiner."""
+        if self._combiner is None:
+            self._combiner = WatermarkCombiner(interval_ms, boundary_ms)
+        return self._combiner
 
     # -- systems --------------------------------------------------------------------------------------
 
