@@ -1,7 +1,7 @@
 """Commit CPU and start-up time against the number of tasks, each with a RocksDB store and its changelog.
 
     python -m benchmarks.commit_scale [--tasks 1,10,100,1000] [--rounds 3] [--system log|kafka] [--stateless]
-                                      [--repeats 1] [--calls]
+                                      [--repeats 1] [--calls] [--root DIR]
 
 One container runs ``N`` tasks (one input partition each) of a job whose store ``counts`` is backed up to a
 changelog (``--stateless``: tasks without stores, whose commits only flush and checkpoint); the container is the
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shutil
 import statistics
 import tempfile
@@ -214,6 +215,7 @@ def measure(
         admin.create_stream(StreamSpec(system, config.get_list("task.inputs")[0].split(".", 1)[1], tasks))
     finally:
         admin.stop()
+    os.sync()  # earlier runs' files written out first: their writeback slowed this run's file creation by 2x
     store = metadata_store(config)
     try:
         model = JobCoordinator(config, store).start()
@@ -330,9 +332,12 @@ def main() -> None:
         "--repeats", type=int, default=1, help="measure every task count this many times, interleaved (medians shown)"
     )
     parser.add_argument("--calls", action="store_true", help="also count Python calls (about twice the CPU)")
+    parser.add_argument(
+        "--root", type=Path, help="where the runs' files go (default: the temporary directory; /dev/shm: a tmpfs)"
+    )
     args = parser.parse_args()
     counts = [int(count) for count in args.tasks.split(",")]
-    root = Path(tempfile.mkdtemp(prefix="millstream-bench-commit-scale-"))
+    root = Path(tempfile.mkdtemp(prefix="millstream-bench-commit-scale-", dir=args.root))
     runs: dict[int, list[Measured]] = {tasks: [] for tasks in counts}
     try:
         with system_for(args.system, root) as bootstrap:

@@ -1,6 +1,7 @@
 """How millstream's costs grow with the size of a job, as ratios, in one run (issue 36).
 
-    python -m benchmarks.scale [--fanout 4,32,128] [--messages 200000] [--partitions 4,64,256]
+    python -m benchmarks.scale [--fanout 4,32,128] [--messages 200000] [--watermark-interval-ms 200]
+                               [--partitions 4,64,256]
                                [--passthrough-messages 100000] [--idle] [--tasks 1,10,100,1000]
                                [--task-rounds 3] [--task-repeats 1] [--task-systems log,kafka]
                                [--keys 1000000] [--value-size 100]
@@ -134,7 +135,7 @@ class FanOut:
     """From the last user record read downstream to the last sink task's end-of-stream."""
 
 
-def fan_out_run(root: Path, partitions: int, messages: int, mode: str) -> FanOut:
+def fan_out_run(root: Path, partitions: int, messages: int, mode: str, interval_ms: int = 200) -> FanOut:
     run = f"fanout-{partitions}-{mode}"
     cfg = prepare(
         Config(
@@ -145,7 +146,7 @@ def fan_out_run(root: Path, partitions: int, messages: int, mode: str) -> FanOut
                 "app.class": "benchmarks.scale_apps:WindowedCount",
                 "app.intermediate.partitions": partitions,
                 "app.control.aggregation": str(mode.startswith("aggregated")).lower(),
-                "app.control.watermark.interval.ms": 3_600_000 if mode == "baseline" else 200,
+                "app.control.watermark.interval.ms": 3_600_000 if mode == "baseline" else interval_ms,
                 "app.watermark.window.boundaries": str(mode not in ("baseline", "timer", "aggregated-timer")).lower(),
                 "systems.log.samza.offset.default": "oldest",
                 "task.commit.ms": 10_000,
@@ -170,8 +171,10 @@ def fan_out_run(root: Path, partitions: int, messages: int, mode: str) -> FanOut
     )
 
 
-def fan_out(root: Path, sizes: list[int], messages: int) -> list[dict[str, Any]]:
-    print(f"\ncontrol fan-out: P x P partitions, {messages:,} messages, 2 containers, watermark interval 200 ms")
+def fan_out(root: Path, sizes: list[int], messages: int, interval_ms: int = 200) -> list[dict[str, Any]]:
+    print(
+        f"\ncontrol fan-out: P x P partitions, {messages:,} messages, 2 containers, watermark interval {interval_ms} ms"
+    )
     print(
         f"{'P x Q':>10}{'mode':>17}{'seconds':>9}{'x baseline':>11}{'ctl records':>13}{'ctl/user':>10}"
         f"{'EOS lag s':>10}{'after read':>11}"
@@ -180,7 +183,7 @@ def fan_out(root: Path, sizes: list[int], messages: int) -> list[dict[str, Any]]
     for size in sizes:
         baseline = None
         for mode in FANOUT_MODES:
-            row = fan_out_run(root, size, messages, mode)
+            row = fan_out_run(root, size, messages, mode, interval_ms)
             rows.append({"size": size, "mode": mode, **asdict(row)})
             baseline = baseline or row.seconds
             print(
@@ -452,7 +455,7 @@ def run_curves(args: argparse.Namespace, root: Path, save: Callable[[dict[str, A
     still leaves what it measured), with the 1-minute load average noted before and after each."""
     document: dict[str, Any] = {"title": TITLE, "load": [["start", load_average()]]}
     curves: list[tuple[str, Callable[[], Any]]] = [
-        ("fanout", lambda: fan_out(root, args.fanout, args.messages)),
+        ("fanout", lambda: fan_out(root, args.fanout, args.messages, args.watermark_interval_ms)),
         ("partitions", lambda: partitions_curve(root, args.partitions, args.passthrough_messages, args.idle)),
         ("tasks", lambda: tasks_curve(root, args.tasks, args.task_rounds, args.task_repeats)),
         ("tasks_kafka", lambda: tasks_curve(root, args.tasks, args.task_rounds, args.task_repeats, "kafka")),
@@ -490,6 +493,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--fanout", type=sizes, default=[4, 32, 128])
     parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument(
+        "--watermark-interval-ms", type=int, default=200, help="the fan-out's app.control.watermark.interval.ms"
+    )
     parser.add_argument("--partitions", type=sizes, default=[4, 64, 256])
     parser.add_argument("--passthrough-messages", type=int, default=100_000)
     parser.add_argument("--idle", action="store_true", help="also measure the memory per idle partition")
