@@ -56,6 +56,19 @@ class LogSystemConfig(ConfigView):
     raise it up to about a third of ``ulimit -n`` (less the consumers' own open partitions) for containers with
     more partitions than this that commit often."""
 
+    consumer_open_partitions_max: int = Field(1024, alias="consumer.open.partitions.max", ge=1)
+    """Partition files a consumer keeps open (each holds three or four file descriptors and about 70 KB), the least
+    recently read closed first. A closed partition costs a few hundred bytes and no descriptor: while it has
+    nothing to read, a poll compares its files' size and modification time (``os.stat``) instead of querying
+    it, and reopens it when they change (or, as a backstop, once a minute). Partitions with data beyond this
+    bound are reopened in turn, each still read at every poll, so raise it when more partitions than this are
+    busy at once; lower it to hold more partitions under ``ulimit -n``."""
+    producer_open_partitions_max: int = Field(256, alias="producer.open.partitions.max", ge=1)
+    """Partition files a producer keeps open for appends (each holds three or four file descriptors), the least
+    recently appended to closed first and reopened by its next append. Under exactly-once a transaction's
+    partitions need not stay open: its open batches are in the files, and the commit reopens the ones it
+    publishes in, so the bound holds however many partitions a transaction writes."""
+
     @classmethod
     def for_system(cls, config: Config, system: str) -> LogSystemConfig:
         prefix = f"systems.{system}."

@@ -8,13 +8,18 @@ from typing import ClassVar
 from millstream.config.core import Config
 from millstream.config.views import TaskConfig
 from millstream.errors import ConfigError
-from millstream.systems.base import SystemFactory
+from millstream.systems.base import FileBudget, SystemFactory
 from millstream.systems.log.admin import LogSystemAdmin
 from millstream.systems.log.config import LogSystemConfig, config_keys
 from millstream.systems.log.consumer import LogSystemConsumer
 from millstream.systems.log.layout import LogLayout
 from millstream.systems.log.partitioner import partition_for_key
 from millstream.systems.log.producer import LogSystemProducer
+
+DESCRIPTORS_PER_PARTITION = 3
+"""File descriptors an open partition holds: its SQLite file, its ``-wal`` and the segment file it reads or
+appends to (SQLite shares one descriptor of the ``-shm`` among a process's connections to a file; a reader going
+back over older segments holds a few more for a while, which the container's headroom covers)."""
 
 
 class LogSystemFactory(SystemFactory):
@@ -42,6 +47,7 @@ class LogSystemFactory(SystemFactory):
             LogLayout(settings.root(config), system_name),
             batch_size=settings.poll_batch_size,
             fsync=settings.fsync,
+            open_max=settings.consumer_open_partitions_max,
         )
 
     def get_producer(self, system_name: str, config: Config) -> LogSystemProducer:
@@ -64,7 +70,20 @@ class LogSystemFactory(SystemFactory):
             default_partitions=settings.default_partitions,
             transactional=task.exactly_once,
             transaction_timeout_ms=settings.transaction_timeout_ms,
+            open_max=settings.producer_open_partitions_max,
         )
+
+    def file_budget(self, system_name: str, config: Config) -> FileBudget:
+        """``DESCRIPTORS_PER_PARTITION`` for each partition the admin's, a consumer's and a producer's pools may
+        hold open (the admin opens one around a query even with a pool of 0)."""
+        settings = LogSystemConfig.for_system(config, system_name)
+        partitions = (
+            max(settings.admin_open_partitions_max, 1)
+            + settings.consumer_open_partitions_max
+            + settings.producer_open_partitions_max
+        )
+        keys = ("admin.open.partitions.max", "consumer.open.partitions.max", "producer.open.partitions.max")
+        return FileBudget(partitions * DESCRIPTORS_PER_PARTITION, tuple(f"systems.{system_name}.{key}" for key in keys))
 
     def transactional(self, system_name: str, config: Config) -> bool:
         """A container's pooled producer writes in transactions of the log (``transactions``)."""
