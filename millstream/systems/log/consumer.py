@@ -17,10 +17,12 @@ statement that touches no page, a fifth of a read and its meta query) until it c
 guarantees on any commit to the file by any other connection. So a poll over many idle partitions costs
 little per partition, and nothing is missed: an append, a seal, a trim or a transaction's end all commit.
 A file deleted or re-created under a quiet partition commits nothing to the file the consumer has open, so
-a quiet partition is inspected in full at least every ``QUIET_RECHECK_MS`` as well (and fails then, as
-any partition whose file was replaced does).
+a quiet partition is checked at least every ``QUIET_RECHECK_MS`` as well (and fails then, as any partition
+whose file was replaced does).
 
-A quiet partition that the pool closes keeps its quietness as a *signature* of its files (``stat_watch``),
+A partition quiet for ``QUIET_RECHECK_MS`` is closed (so an idle partition holds no connection and no
+descriptor), and so is a quiet one the pool closes: it keeps its quietness as a *signature* of its files
+(``stat_watch``, which holds the file's inode, so a replaced file changes it too),
 taken after its ``data_version`` proved it still quiet and trusted only when it sees every commit since that
 check; a poll then costs two ``os.stat`` calls for it, and the partition is reopened and read in full when
 the signature changes, or at least every ``CLOSED_RECHECK_MS`` as a backstop. A partition closed while it
@@ -67,7 +69,8 @@ IDLE_CHECK_RATIO = 9
 so that checking for new data costs at most about a tenth of a core however many partitions it reads (a
 container reading 500 idle partitions checks every 30 ms or so instead of every 10 ms)."""
 QUIET_RECHECK_MS = 1000
-"""Longest time a quiet partition goes without a full read and inspection (which sees its file replaced)."""
+"""How long a partition stays open while quiet: then it is closed and watched through its files' signature
+(which also sees its file replaced), or, when that cannot be trusted, read in full at the next poll."""
 CLOSED_RECHECK_MS = 60_000
 """Longest time a closed quiet partition goes without being reopened and read in full: the backstop behind its
 files' signature (``stat_watch``), spread thin because reopening costs about as much as a hundred stats."""
@@ -212,7 +215,9 @@ class LogSystemConsumer(SystemConsumer):
             still_quiet = False
         partition.close()  # closing may checkpoint the file: the signature is taken after it
         if still_quiet:  # nothing committed up to ``checked``; the signature must see every commit from then on
-            cursor.signature = stat_watch.trusted(cursor.path, checked)
+            signature = stat_watch.trusted(cursor.path, checked)
+            if signature is not None and signature[:2] == cursor.identity:  # not a file replaced meanwhile
+                cursor.signature = signature
 
     def _open_file(self, ssp: SystemStreamPartition) -> LogPartition:
         info = self._infos.get(ssp.stream)
@@ -329,8 +334,13 @@ class LogSystemConsumer(SystemConsumer):
             self._open.move_to_end(ssp)
             quiet = cursor.quiet_version
             if quiet is not None:
-                if 0 <= now - cursor.quiet_since < QUIET_RECHECK_MS and partition.version() == quiet:
-                    return []
+                if partition.version() == quiet:
+                    if 0 <= now - cursor.quiet_since < QUIET_RECHECK_MS:
+                        return []
+                    if partition.is_current():  # quiet for a while: release its files, watch its signature instead
+                        del self._open[ssp]
+                        self._close(cursor)
+                        return []
                 cursor.quiet_version = None
                 inspect = True
         position = cursor.position
