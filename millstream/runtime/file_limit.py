@@ -65,5 +65,11 @@ def _ensure(needed: int, budget: FileBudget) -> None:
             f"{needed} files open ({HEADROOM} of them for other uses): raise the limit (ulimit -n {needed}) or lower "
             f"{', '.join(budget.keys)} (each open partition holds a few descriptors)"
         )
-    resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+    except (ValueError, OSError) as error:  # e.g. above a system-wide cap the hard limit does not show
+        raise ConfigError(
+            f"cannot raise the open-file limit (ulimit -n) from {soft} to the {needed} files this process's "
+            f"containers may hold open ({error}): raise it before starting, or lower {', '.join(budget.keys)}"
+        ) from None
     log.info("raised the open-file limit (ulimit -n) from %d to %d for %s", soft, needed, ", ".join(budget.keys))

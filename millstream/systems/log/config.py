@@ -56,18 +56,21 @@ class LogSystemConfig(ConfigView):
     raise it up to about a third of ``ulimit -n`` (less the consumers' own open partitions) for containers with
     more partitions than this that commit often."""
 
-    consumer_open_partitions_max: int = Field(1024, alias="consumer.open.partitions.max", ge=1)
-    """Partition files a consumer keeps open (each holds three or four file descriptors and about 70 KB), the least
-    recently read closed first. A closed partition costs a few hundred bytes and no descriptor: while it has
-    nothing to read, a poll compares its files' size and modification time (``os.stat``) instead of querying
-    it, and reopens it when they change (or, as a backstop, once a minute). Partitions with data beyond this
-    bound are reopened in turn, each still read at every poll, so raise it when more partitions than this are
-    busy at once; lower it to hold more partitions under ``ulimit -n``."""
+    consumer_open_partitions_max: int = Field(512, alias="consumer.open.partitions.max", ge=1)
+    """Partition files a consumer keeps open (each holds about three file descriptors and 70 KB), the least
+    recently read closed first; a partition quiet for a second is closed anyway. A closed partition costs a few
+    hundred bytes and no descriptor: while it has nothing to read, a poll compares its files' size and
+    modification time (``os.stat``) instead of querying it, and reopens it when they change (or, as a backstop,
+    once a minute). Partitions with data beyond this bound are reopened in turn, each still read at every poll,
+    so raise it when more partitions than this are busy at once; lower it to fit ``ulimit -n``. The defaults of
+    the three pools fit a hard limit of 4,096 (the container checks it at start)."""
     producer_open_partitions_max: int = Field(256, alias="producer.open.partitions.max", ge=1)
-    """Partition files a producer keeps open for appends (each holds three or four file descriptors), the least
-    recently appended to closed first and reopened by its next append. Under exactly-once a transaction's
-    partitions need not stay open: its open batches are in the files, and the commit reopens the ones it
-    publishes in, so the bound holds however many partitions a transaction writes."""
+    """Partition files a producer keeps open for appends (each holds about three file descriptors), the least
+    recently appended to closed first and reopened by its next append (about 2 ms for the close and the reopen
+    on a slow disk: SQLite checkpoints a file its last connection closes), so raise it when a container writes
+    more partitions than this. Under exactly-once a transaction's partitions need not stay open: its open
+    batches are in the files, and the commit reopens the ones it publishes in, so the bound holds however many
+    partitions a transaction writes."""
 
     @classmethod
     def for_system(cls, config: Config, system: str) -> LogSystemConfig:

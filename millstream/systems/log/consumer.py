@@ -123,7 +123,7 @@ class LogSystemConsumer(SystemConsumer):
         *,
         batch_size: int = 5000,
         fsync: bool = False,
-        open_max: int = 1024,
+        open_max: int = 512,
         clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
         if open_max < 1:

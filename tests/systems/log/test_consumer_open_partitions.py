@@ -199,4 +199,4 @@ def test_a_partition_file_replaced_while_the_pool_had_it_closed_fails_the_poll_n
 def test_the_pool_size_comes_from_its_config_key(root: Path) -> None:
     consumer = LogSystemFactory().get_consumer(SYSTEM, log_config(root, consumer__open__partitions__max=3))
     assert consumer.open_max == 3
-    assert LogSystemFactory().get_consumer(SYSTEM, Config({})).open_max == 1024
+    assert LogSystemFactory().get_consumer(SYSTEM, Config({})).open_max == 512
