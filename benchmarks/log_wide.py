@@ -81,9 +81,9 @@ def wide_config(root: Path, run: str, containers: int, extra: dict[str, str]) ->
     return prepare(Config(values))
 
 
-def create_streams(cfg: Config, partitions: int, messages: int) -> list[list[bytes]]:
+def create_streams(cfg: Config, partitions: int, messages: int, seal: bool = True) -> list[list[bytes]]:
     """Both streams, the input filled (each partition written through a file of its own, opened and closed in
-    turn) and sealed; the values written, per partition."""
+    turn) and sealed unless not ``seal``; the values written, per partition."""
     admin = system_factory(cfg, "log").get_admin("log", cfg)
     admin.start()
     try:
@@ -100,7 +100,8 @@ def create_streams(cfg: Config, partitions: int, messages: int) -> list[list[byt
                     log.append_columns([0] * len(values), None, values, None)
                 finally:
                     log.close()
-        admin.seal_stream(INPUT.stream)
+        if seal:
+            admin.seal_stream(INPUT.stream)
     finally:
         admin.stop()
     return written
@@ -140,14 +141,16 @@ def idle_rss(root: Path, partitions: int, extra: dict[str, str]) -> int:
     had a window call (its container's loop polls them)."""
     run = f"idle-{partitions}"
     cfg = wide_config(root, run, 1, {"task.window.ms": "50", **extra})
-    create_streams(cfg, partitions, 0)
+    create_streams(cfg, partitions, 0, seal=False)
     runner = InProcessRunner(cfg)
     thread = threading.Thread(target=runner.run, kwargs={"timeout": 1800})
     thread.start()
     try:
         while len(this_module().WINDOWED) < partitions and thread.is_alive():
             time.sleep(0.1)
-        time.sleep(2.0)  # a few more polls over every partition
+        time.sleep(2.0)  # a few more polls over every partition, and time for quiet ones to close
+        if not thread.is_alive() or len(this_module().WINDOWED) < partitions:
+            raise RuntimeError(f"{run}: the job ended or not every task ran ({len(this_module().WINDOWED)})")
         with open("/proc/self/statm") as statm:
             return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     finally:
