@@ -200,3 +200,26 @@ def test_the_pool_size_comes_from_its_config_key(root: Path) -> None:
     consumer = LogSystemFactory().get_consumer(SYSTEM, log_config(root, consumer__open__partitions__max=3))
     assert consumer.open_max == 3
     assert LogSystemFactory().get_consumer(SYSTEM, Config({})).open_max == 512
+
+
+def test_partitions_paused_behind_a_small_pool_resume_where_they_stopped(
+    admin: LogSystemAdmin, root: Path, small_pool: LogSystemConsumer
+) -> None:
+    """Polling a subset (the others paused) closes the paused partitions' files as the pool turns over; resumed,
+    they read on from their positions, nothing skipped or read twice."""
+    create(admin, "paused", 30)
+    for partition in range(30):
+        append(root, "paused", partition, [b"%d-%d" % (partition, n) for n in range(10)])
+    ssps = register_all(small_pool, "paused", 30)
+    read: dict[int, list[bytes]] = {partition: [] for partition in range(30)}
+    for partition, got in values(small_pool.poll(ssps, 0)).items():
+        read[partition] += got  # the first 7 of each
+    running = {each for each in ssps if each.partition % 3 == 0}
+    while batches := small_pool.poll(running, 0):
+        for partition, got in values(batches).items():
+            read[partition] += got
+    assert all(len(read[partition]) == (10 if partition % 3 == 0 else 7) for partition in range(30))
+    while batches := small_pool.poll(ssps, 0):
+        for partition, got in values(batches).items():
+            read[partition] += got
+    assert read == {partition: [b"%d-%d" % (partition, n) for n in range(10)] for partition in range(30)}
