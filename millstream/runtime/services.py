@@ -14,7 +14,9 @@ that a container opens each of them once, shares them, and closes them at its en
   consumer's leases) or asks once (Kafka's fence check);
 * **the producer pool**: every producer of the container writes under its writer token (the attempt), the
   metrics stream's included;
-* **serdes** and **the metrics registry** (None when metrics are off).
+* **serdes** and **the metrics registry** (None when metrics are off);
+* **the open-file limit**: a system's first use reserves the descriptors its config lets it hold
+  (:mod:`~millstream.runtime.file_limit`), which fails the container at start when ``ulimit -n`` is too low.
 
 Only this module (with the driver's composition roots) imports the system registry and the metadata-store
 opener; the rest of the container side is handed what it needs.
@@ -34,6 +36,7 @@ from millstream.errors import MillstreamError
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.opening import metadata_store
 from millstream.metrics.registry import Registry
+from millstream.runtime import file_limit
 from millstream.serde.registry import SerdeRegistry
 from millstream.systems.base import (
     SystemAdmin,
@@ -150,7 +153,9 @@ class ContainerServices:
         with self._factory_lock:
             factory = self._factories.get(system)
             if factory is None:
-                factory = self._factories[system] = system_factory(self.config, system, self.system_context)
+                factory = system_factory(self.config, system, self.system_context)
+                file_limit.reserve(self, system, factory.file_budget(system, self.config))
+                self._factories[system] = factory
             return factory
 
     def admin(self, system: str) -> SystemAdmin:
@@ -198,7 +203,7 @@ class ContainerServices:
             return
         self._closed = True
         errors: list[Exception] = []
-        for release in (self.producers.stop, self.admins.stop, self._close_stores):
+        for release in (self.producers.stop, self.admins.stop, self._close_stores, lambda: file_limit.release(self)):
             try:
                 release()
             except Exception as error:  # the rest must still be released

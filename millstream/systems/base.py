@@ -559,6 +559,15 @@ class SystemContext:
     check)."""
 
 
+@dataclass(frozen=True, slots=True)
+class FileBudget:
+    """The most file descriptors a container's admin, consumer and producer of a system hold at once, and the
+    config keys that bound them (what a message about ``ulimit -n`` names)."""
+
+    descriptors: int
+    keys: tuple[str, ...]
+
+
 class SystemFactory(ABC):
     """Builds a system's admin, consumers and producers from config.
 
@@ -611,6 +620,11 @@ class SystemFactory(ABC):
         Bulk builds of adjunct stores use it to put each record where the task reading the key's
         partition looks for it, so it must be a picklable module-level function: it runs in Spark
         executors."""
+        return None
+
+    def file_budget(self, system_name: str, config: Config) -> FileBudget | None:
+        """The descriptors a container's admin, consumer and producer of this system may hold at once, when its
+        config bounds them; None (the default) when not: the container checks ``ulimit -n`` only for the others."""
         return None
 
     def validate_job(self, system_name: str, config: Config) -> None:  # noqa: B027 - optional hook

@@ -8,13 +8,21 @@ from typing import ClassVar
 from millstream.config.core import Config
 from millstream.config.views import TaskConfig
 from millstream.errors import ConfigError
-from millstream.systems.base import SystemFactory
+from millstream.systems.base import FileBudget, SystemFactory
 from millstream.systems.log.admin import LogSystemAdmin
 from millstream.systems.log.config import LogSystemConfig, config_keys
 from millstream.systems.log.consumer import LogSystemConsumer
 from millstream.systems.log.layout import LogLayout
+from millstream.systems.log.open_files import PoolBounds, pool_bounds
 from millstream.systems.log.partitioner import partition_for_key
 from millstream.systems.log.producer import LogSystemProducer
+
+
+def bounds(settings: LogSystemConfig) -> PoolBounds:
+    """The pools' bounds: the keys set, else shares of the hard open-file limit (``open_files``)."""
+    return pool_bounds(
+        settings.admin_open_partitions_max, settings.consumer_open_partitions_max, settings.producer_open_partitions_max
+    )
 
 
 class LogSystemFactory(SystemFactory):
@@ -32,7 +40,7 @@ class LogSystemFactory(SystemFactory):
             LogLayout(settings.root(config), system_name),
             fsync=settings.fsync,
             retention_ms=settings.retention_ms,
-            max_open_partitions=settings.admin_open_partitions_max,
+            max_open_partitions=bounds(settings).admin,
         )
 
     def get_consumer(self, system_name: str, config: Config) -> LogSystemConsumer:
@@ -42,6 +50,7 @@ class LogSystemFactory(SystemFactory):
             LogLayout(settings.root(config), system_name),
             batch_size=settings.poll_batch_size,
             fsync=settings.fsync,
+            open_max=bounds(settings).consumer,
         )
 
     def get_producer(self, system_name: str, config: Config) -> LogSystemProducer:
@@ -64,7 +73,15 @@ class LogSystemFactory(SystemFactory):
             default_partitions=settings.default_partitions,
             transactional=task.exactly_once,
             transaction_timeout_ms=settings.transaction_timeout_ms,
+            open_max=bounds(settings).producer,
         )
+
+    def file_budget(self, system_name: str, config: Config) -> FileBudget:
+        """``DESCRIPTORS_PER_PARTITION`` for each partition the admin's, a consumer's and a producer's pools may
+        hold open (the admin opens one around a query even with a pool of 0)."""
+        settings = LogSystemConfig.for_system(config, system_name)
+        keys = ("admin.open.partitions.max", "consumer.open.partitions.max", "producer.open.partitions.max")
+        return FileBudget(bounds(settings).descriptors, tuple(f"systems.{system_name}.{key}" for key in keys))
 
     def transactional(self, system_name: str, config: Config) -> bool:
         """A container's pooled producer writes in transactions of the log (``transactions``)."""

@@ -35,6 +35,16 @@ naming the transaction and the container: nothing of it is visible, and the next
 last committed checkpoint. Records wait in their buffers for the commit instead of ``linger.ms``: nothing
 would be visible earlier anyway, and fuller batches are cheaper.
 
+A producer keeps at most ``open_max`` partition files open (``systems.<s>.producer.open.partitions.max``), the
+least recently appended to closed first and reopened by the next append to it (``_partition``); a reopened
+file must be the one first opened, so a stream deleted or re-created under the producer fails its append as
+it does with the file held open. Nothing a producer guarantees lives in an open file: a partition's records
+wait in its buffer, in send order, whether its file is open or not; the writer check runs in each append's
+own transaction against the file (a reopened file checks it in full once); and a transaction's batches are
+in the files, so its partitions need not stay open until its commit, which reopens the ones it publishes in.
+The bound therefore holds however many partitions a transaction writes. Closing costs only the fast path of
+the next append (where the file ends, which it then reads).
+
 A buffer is one flat list, ``timestamp, key, value, headers`` after one another for each record:
 extending it costs a send less than appending a tuple, and its columns come out for the append as
 four strided slices instead of a ``zip`` over every record.
@@ -46,6 +56,7 @@ import logging
 import threading
 import time
 import zlib
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice, repeat
@@ -85,7 +96,8 @@ class _StreamWriter:
     """Per partition, the source that last recorded its buffer as touched, None once the buffer was appended:
     while a source is the owner, the buffer is in its touched set, so ``send`` skips the set (an identity test
     instead of a set insertion per record)."""
-    partitions: dict[int, LogPartition] = field(default_factory=dict)
+    identities: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """Per partition opened, the file first opened (``LogPartition.identity``): a reopened one must be it."""
 
 
 class LogSystemProducer(SystemProducer):
@@ -112,8 +124,14 @@ class LogSystemProducer(SystemProducer):
         transactional: bool = False,
         transaction_timeout_ms: int = NEVER,
         clock: Callable[[], int] = wall_clock_ms,
+        open_max: int = 256,
     ) -> None:
+        if open_max < 1:
+            raise ValueError(f"open_max must be >= 1, got {open_max}")
         self.system = system
+        self.open_max = open_max
+        self._open: OrderedDict[tuple[str, int], LogPartition] = OrderedDict()
+        """The open partition files, least recently appended to first."""
         self.layout = layout
         self.batch_size = batch_size
         self._linger = linger_ms / 1000
@@ -154,6 +172,11 @@ class LogSystemProducer(SystemProducer):
         )  # fmt: skip
         """The source and stream sent to last, the stream's writer and the source's touched slots, as one
         reference (see ``_stream_writer``)."""
+
+    @property
+    def open_partitions(self) -> int:
+        """How many partition files the producer holds open now (at most ``open_max``)."""
+        return len(self._open)
 
     @property
     def batch_size(self) -> int:
@@ -319,10 +342,9 @@ class LogSystemProducer(SystemProducer):
                 elif self._fenced is None:
                     self._flush_all()
             finally:
-                for writer in self._writers.values():
-                    for partition in writer.partitions.values():
-                        partition.close()
-                    writer.partitions.clear()
+                opened, self._open = self._open, OrderedDict()
+                for partition in opened.values():
+                    partition.close()
 
     def send(self, source: str, envelope: OutgoingMessageEnvelope) -> None:
         system_stream = envelope.system_stream
@@ -549,14 +571,27 @@ class LogSystemProducer(SystemProducer):
             touched.clear()
 
     def _partition(self, writer: _StreamWriter, partition: int) -> LogPartition:
-        log = writer.partitions.get(partition)
-        if log is None:
-            path = self.layout.partition_path(writer.stream, partition)
-            log = writer.partitions[partition] = LogPartition(path, writer.stream, partition, fsync=self._fsync)
+        """The open file of ``partition``, (re)opened if need be, as the most recently used; closes the least
+        recently used beyond ``open_max``. Under the lock."""
+        key = (writer.stream, partition)
+        opened = self._open
+        log = opened.get(key)
+        if log is not None:
+            opened.move_to_end(key)
+            return log
+        path = self.layout.partition_path(writer.stream, partition)
+        log = LogPartition(path, writer.stream, partition, fsync=self._fsync)
+        first = writer.identities.setdefault(partition, log.identity)
+        if first != log.identity:
+            log.close()
+            raise log.replaced_error()
+        opened[key] = log
+        while len(opened) > self.open_max:
+            opened.popitem(last=False)[1].close()
         return log
 
     def _append(self, writer: _StreamWriter, partition: int) -> None:
-        log = writer.partitions.get(partition) or self._partition(writer, partition)
+        log = self._partition(writer, partition)
         buffer = writer.buffers[partition]
         columns = buffer[0::_FIELDS], buffer[1::_FIELDS], buffer[2::_FIELDS], buffer[3::_FIELDS]
         try:

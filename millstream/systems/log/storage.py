@@ -350,6 +350,16 @@ class LogPartition:
         except FileNotFoundError:
             return False
 
+    @property
+    def identity(self) -> tuple[int, int]:
+        """The device and inode of the file this partition opened: a pool that closes and reopens partitions
+        compares it to refuse a file deleted or replaced meanwhile, as ``_check_file`` does for an open one."""
+        return self._identity
+
+    def replaced_error(self) -> LogStorageError:
+        """The error of an operation on a file deleted or replaced since it was first opened."""
+        return self._error("the partition file was deleted or replaced since it was opened")
+
     def _check_file(self) -> None:
         """Refuse to go on with a file that was deleted or replaced (its stream cleared or re-created).
 
@@ -361,7 +371,7 @@ class LogPartition:
         except FileNotFoundError:
             current = None
         if current != self._identity:
-            raise self._error("the partition file was deleted or replaced since it was opened")
+            raise self.replaced_error()
 
     def _state(self) -> PartitionState:
         row = self._connection.execute(_META).fetchone()

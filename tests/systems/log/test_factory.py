@@ -30,6 +30,8 @@ def test_config_keys_are_the_documented_settings() -> None:
         "retention.ms",
         "transaction.timeout.ms",
         "admin.open.partitions.max",
+        "consumer.open.partitions.max",
+        "producer.open.partitions.max",
     }
 
 
@@ -41,7 +43,13 @@ def test_startup_validation_accepts_log_settings_and_rejects_unknown_keys(tmp_pa
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [("poll.batch.size", "0"), ("default.partitions", "x"), ("fsync", "maybe"), ("retention.ms", "-5")],
+    [
+        ("poll.batch.size", "0"),
+        ("default.partitions", "x"),
+        ("fsync", "maybe"),
+        ("retention.ms", "-5"),
+        ("consumer.open.partitions.max", "0"),
+    ],
 )
 def test_an_invalid_setting_fails_naming_the_key(key: str, value: str) -> None:
     with pytest.raises(ConfigError, match=f"'systems.log.{key}'"):

@@ -1,0 +1,89 @@
+"""The open-file limit checked when a container first uses a system whose config bounds its open files: the soft
+limit raised when the hard one allows, a ``ConfigError`` naming the keys and the limit when it does not."""
+
+from __future__ import annotations
+
+import resource
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from millstream.config import Config
+from millstream.errors import ConfigError
+from millstream.runtime import file_limit
+from millstream.runtime.services import ContainerServices
+from millstream.systems.base import FileBudget
+from millstream.systems.log.factory import LogSystemFactory
+from millstream.systems.log.open_files import DESCRIPTORS_PER_PARTITION
+
+
+@pytest.fixture
+def limit() -> Iterator[tuple[int, int]]:
+    """The limit as it was, restored after the test (lowering then raising the soft limit needs no privilege)."""
+    before = resource.getrlimit(resource.RLIMIT_NOFILE)
+    yield before
+    resource.setrlimit(resource.RLIMIT_NOFILE, before)
+
+
+def test_a_budget_over_the_soft_limit_but_under_the_hard_one_raises_the_soft_limit(limit: tuple[int, int]) -> None:
+    _, hard = limit
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))  # never the hard limit: it could not be raised back
+    owner = object()
+    try:
+        file_limit.reserve(owner, "log", FileBudget(300, ("systems.log.consumer.open.partitions.max",)))
+        assert resource.getrlimit(resource.RLIMIT_NOFILE) == (300 + file_limit.HEADROOM, hard)
+    finally:
+        file_limit.release(owner)
+
+
+def test_a_budget_over_the_hard_limit_fails_naming_the_keys_and_the_limit(limit: tuple[int, int]) -> None:
+    soft, hard = limit
+    keys = ("systems.log.consumer.open.partitions.max", "systems.log.producer.open.partitions.max")
+    with pytest.raises(ConfigError, match=rf"ulimit -n\) is {soft}, at most {hard}.*{keys[0]}, {keys[1]}"):
+        file_limit.reserve(object(), "log", FileBudget(hard + 1, keys))
+    assert resource.getrlimit(resource.RLIMIT_NOFILE) == limit
+
+
+def test_each_container_is_checked_on_its_own_and_its_systems_budgets_add_up(limit: tuple[int, int]) -> None:
+    """Two containers of one process, each allowed about 60 % of the hard limit, both start: a pool's bound is what a
+    container may reach, and summing the bounds failed several small containers that hold a few files. Within one
+    container, two systems of 60 % each do not fit."""
+    _, hard = limit
+    keys = ("systems.log.consumer.open.partitions.max",)
+    budget = FileBudget(hard * 6 // 10, keys)
+    first, second = object(), object()
+    try:
+        file_limit.reserve(first, "log", budget)
+        file_limit.reserve(second, "log", budget)
+        with pytest.raises(ConfigError, match=r"systems\.log\.consumer\.open\.partitions\.max"):
+            file_limit.reserve(first, "other", budget)
+    finally:
+        file_limit.release(first)
+        file_limit.release(second)
+
+
+def test_a_containers_budget_goes_with_its_services(limit: tuple[int, int], tmp_path: Path) -> None:
+    """A container's services reserve the log's pools at its first use and release them at close."""
+    _, hard = limit
+    partitions = hard * 6 // 10 // DESCRIPTORS_PER_PARTITION
+    config = Config(
+        {
+            "job.name": "limits",
+            "job.data.dir": str(tmp_path),
+            "systems.log.admin.open.partitions.max": "1",
+            "systems.log.producer.open.partitions.max": "1",
+            "systems.log.consumer.open.partitions.max": str(partitions - 2),
+        }
+    )
+    assert LogSystemFactory().file_budget("log", config).descriptors == partitions * DESCRIPTORS_PER_PARTITION
+    services = ContainerServices(config, "0")
+    try:
+        services.factory("log")
+        with pytest.raises(ConfigError, match=r"systems\.log\.admin\.open\.partitions\.max"):
+            file_limit.reserve(services, "other", FileBudget(hard * 6 // 10, ("systems.other.pool",)))
+        services.close()
+        file_limit.reserve(services, "other", FileBudget(hard * 6 // 10, ("systems.other.pool",)))
+    finally:
+        file_limit.release(services)
+        services.close()
