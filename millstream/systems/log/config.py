@@ -49,7 +49,7 @@ class LogSystemConfig(ConfigView):
     container's transactions last about one commit interval. Hosts sharing the log compare deadlines on their
     wall clocks."""
     admin_open_partitions_max: int | None = Field(None, alias="admin.open.partitions.max", ge=0)
-    """Partition files the system's admin keeps open between metadata queries (each holds about three file
+    """Partition files the system's admin keeps open between metadata queries (each holds about four file
     descriptors), the least recently asked about closed first: a container's tasks ask about their changelog and
     input partitions at every commit and at start-up, and reopening a file costs more than the query. A file
     deleted or re-created since is reopened before it answers. 0 opens and closes the file around each query.
@@ -57,16 +57,16 @@ class LogSystemConfig(ConfigView):
     it allows)."""
 
     consumer_open_partitions_max: int | None = Field(None, alias="consumer.open.partitions.max", ge=1)
-    """Partition files a consumer keeps open (each holds about three file descriptors and 70 KB), the least
+    """Partition files a consumer keeps open (each holds about four file descriptors and 70 KB), the least
     recently read closed first; a partition quiet for a second is closed anyway. A closed partition costs a few
     hundred bytes and no descriptor: while it has nothing to read, a poll compares its files' size and
     modification time (``os.stat``) instead of querying it, and reopens it when they change (or, as a backstop,
     once a minute). Partitions with data beyond this bound are reopened in turn, each still read at every poll,
-    so it should hold every partition busy at once. Unset: a share of the hard open-file limit (``ulimit -Hn``:
-    half of what the admin's pool and 512 spare descriptors leave, at most 4,096 partitions), to which a container
-    raises its soft limit at start; set it lower where other code of the process needs the descriptors."""
+    so it should hold every partition busy at once. Unset: a share of the hard open-file limit (``ulimit -Hn``,
+    see ``open_files``: 1,058 partitions with a hard limit of 20,000), to which a container raises its soft limit at
+    start; set it lower where other code of the process needs the descriptors."""
     producer_open_partitions_max: int | None = Field(None, alias="producer.open.partitions.max", ge=1)
-    """Partition files a producer keeps open for appends (each holds about three file descriptors), the least
+    """Partition files a producer keeps open for appends (each holds about four file descriptors), the least
     recently appended to closed first and reopened by its next append (about 2 ms for the close and the reopen
     on a slow disk: SQLite checkpoints a file its last connection closes), so it should hold every partition a
     container writes between two commits (a changelog partition per task, the outputs). Unset: the same share

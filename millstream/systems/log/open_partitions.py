@@ -4,7 +4,7 @@ Opening a partition file costs a SQLite connection, its pragmas and a format che
 the admin about the same partitions at every commit (their changelog's end) and at start-up. The pool keeps
 at most ``max_open`` partitions open, the least recently used closed first, so repeated queries reuse one
 handle while a container with thousands of partitions never holds more than the bound (each open partition
-holds about three descriptors: its file, WAL and shared-memory file, plus segments a query read).
+holds about four descriptors: its file, WAL and shared-memory file and a segment, plus segments a query read).
 
 Guarantees:
 
