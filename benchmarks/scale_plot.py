@@ -21,7 +21,7 @@ Document layout (every section optional; a run may leave curves out)::
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -155,47 +155,63 @@ def _restore(axes: Any, series: dict[str, dict[str, list[float]]]) -> None:
 
 
 def plot(document: dict[str, Any], target: Path) -> None:
-    """One PNG of every curve in ``document``: a subplot per curve and figure, each as ratios."""
+    """One PNG of every curve in ``document``: a subplot per curve and figure, each as ratios; a run of some curves
+    only draws those (a grid of up to three columns)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, grid = plt.subplots(2, 3, figsize=(15, 8.5))
+    panels = _panels(document)
+    columns = min(3, max(len(panels), 1))
+    rows = max(1, -(-len(panels) // columns))
+    figure, grid = plt.subplots(rows, columns, figsize=(5 * columns, 4.25 * rows), squeeze=False)
     cells = list(grid.flat)
-    if document.get("partitions"):
-        shown = partitions_ratios(document["partitions"])
-        labels = {"cpu_per_message": "CPU / msg, whole run", "steady_cpu_per_message": "CPU / msg, steady"}
-        curves = {
-            labels.get(key, "start-up"): shown[key] for key in ("cpu_per_message", "steady_cpu_per_message", "startup")
-        }
-        _growth(
-            cells[0],
-            [row["partitions"] for row in document["partitions"]],
-            curves,
-            "partitions: pass-through CPU per message, start-up",
-            "partitions",
-        )
-    tasks_curves, task_counts = _tasks_curves(document)
-    if tasks_curves:
-        _growth(cells[1], task_counts, tasks_curves, "tasks: commit round CPU (full, idle), start-up CPU", "tasks")
-    if document.get("fanout"):
-        series = fanout_series(document["fanout"])
-        _per_mode(cells[2], series, "control_per_user", 0.01, "P x Q fan-out: control records per user record")
-        _per_mode(cells[3], series, "x_baseline", 1.5, "P x Q fan-out: wall time, x the job without event time")
-    if document.get("restore"):
-        _restore(cells[4], restore_series(document["restore"]))
-    _idle_memory(cells[5], document.get("partitions") or [])
+    for cell, draw in zip(cells, panels, strict=False):
+        draw(cell)
     for cell in cells:
         if not cell.has_data():
             cell.set_axis_off()
     loads = [load for _, load in document.get("load", [])]
     during = f"  (1-min load average during the run: {min(loads):.1f} to {max(loads):.1f})" if loads else ""
-    figure.suptitle(f"{document.get('title', 'benchmarks.scale')}{during}", fontsize=10)
-    figure.tight_layout(rect=(0, 0, 1, 0.96))
+    title = f"{document.get('title', 'benchmarks.scale')}{during}"
+    figure.suptitle(title if columns > 1 else title.replace(" (", "\n("), fontsize=10 if columns > 1 else 8)
+    figure.tight_layout(rect=(0, 0, 1, 0.93 if columns > 1 else 0.88))
     target.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(target, dpi=100)
     plt.close(figure)
+
+
+def _panels(document: dict[str, Any]) -> list[Callable[[Any], None]]:
+    """A drawing per subplot, for the curves ``document`` holds, in the order of the full figure."""
+    panels: list[Callable[[Any], None]] = []
+    if document.get("partitions"):
+        rows = document["partitions"]
+        shown = partitions_ratios(rows)
+        labels = {"cpu_per_message": "CPU / msg, whole run", "steady_cpu_per_message": "CPU / msg, steady"}
+        curves = {
+            labels.get(key, "start-up"): shown[key] for key in ("cpu_per_message", "steady_cpu_per_message", "startup")
+        }
+        title = "partitions: pass-through CPU per message, start-up"
+        sizes = [row["partitions"] for row in rows]
+        panels.append(lambda cell: _growth(cell, sizes, curves, title, "partitions"))
+    tasks_curves, task_counts = _tasks_curves(document)
+    if tasks_curves:
+        tasks_title = "tasks: commit round CPU (full, idle), start-up CPU"
+        panels.append(lambda cell: _growth(cell, task_counts, tasks_curves, tasks_title, "tasks"))
+    if document.get("fanout"):
+        series = fanout_series(document["fanout"])
+        control = "P x Q fan-out: control records per user record"
+        wall = "P x Q fan-out: wall time, x the job without event time"
+        panels.append(lambda cell: _per_mode(cell, series, "control_per_user", 0.01, control))
+        panels.append(lambda cell: _per_mode(cell, series, "x_baseline", 1.5, wall))
+    if document.get("restore"):
+        restore = restore_series(document["restore"])
+        panels.append(lambda cell: _restore(cell, restore))
+    if len([row for row in document.get("partitions") or [] if row.get("rss")]) >= 2:
+        idle = document["partitions"]
+        panels.append(lambda cell: _idle_memory(cell, idle))
+    return panels
 
 
 def _tasks_curves(document: dict[str, Any]) -> tuple[dict[str, list[float]], list[float]]:
