@@ -81,6 +81,28 @@ def output_origins(config: Config, stream: str = "out") -> list[tuple[int, int]]
     return [(value["p"], value["v"]) for pairs in by_partition.values() for _, value in pairs]
 
 
+def checkpointed_offsets(config: Config, stream: str, partitions: int) -> dict[int, str | None]:
+    """Per partition of the log stream ``stream``, the input offset the last checkpoint of the task
+    ``Partition <n>`` names (None: no checkpoint, or none of that partition)."""
+    from millstream.checkpoint.factory import checkpoint_manager
+    from millstream.metadata.opening import metadata_store
+    from millstream.model import SystemStreamPartition, TaskName
+
+    store = metadata_store(config)
+    checkpoints = checkpoint_manager(config, store)
+    checkpoints.start()
+    try:
+        offsets: dict[int, str | None] = {}
+        for partition in range(partitions):
+            checkpoint = checkpoints.read_last_checkpoint(TaskName(f"Partition {partition}"))
+            ssp = SystemStreamPartition("log", stream, partition)
+            offsets[partition] = checkpoint.offsets.get(ssp) if checkpoint is not None else None
+        return offsets
+    finally:
+        checkpoints.stop()
+        store.close()
+
+
 def unvalidated(config: Config) -> Config:
     """``config`` shaped as ``prepare`` shapes it (absolute paths, an application expanded) but not
     validated, so a test can hand a bad config to the code that must refuse it."""

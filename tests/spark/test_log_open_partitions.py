@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from millstream.checkpoint.factory import checkpoint_manager
-from millstream.metadata.opening import metadata_store
-from millstream.model import SystemStreamPartition, TaskName
 from millstream.spark.run.runner import SparkJobRunner
-from tests.helpers import create_stream, fill, job_config, output_origins, seal
+from tests.helpers import checkpointed_offsets, create_stream, fill, job_config, output_origins, seal
 
 pytestmark = pytest.mark.spark
 
@@ -39,19 +36,6 @@ def test_a_job_over_64_partitions_through_pools_of_8_copies_every_message_once_a
     assert result.outcome == "finished", result.error
     origins = output_origins(config)
     assert sorted(origins) == sorted(written), "duplicates or losses"
-    store = metadata_store(config)
-    checkpoints = checkpoint_manager(config, store)
-    checkpoints.start()
-    try:
-        last = {
-            partition: checkpoints.read_last_checkpoint(TaskName(f"Partition {partition}"))
-            for partition in range(PARTITIONS)
-        }
-        offsets = {
-            partition: checkpoint and checkpoint.offsets.get(SystemStreamPartition("log", "in", partition))
-            for partition, checkpoint in last.items()
-        }
-        assert offsets == {partition: str(PER_PARTITION - 1) for partition in range(PARTITIONS)}
-    finally:
-        checkpoints.stop()
-        store.close()
+    assert checkpointed_offsets(config, "in", PARTITIONS) == {
+        partition: str(PER_PARTITION - 1) for partition in range(PARTITIONS)
+    }

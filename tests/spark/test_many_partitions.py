@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from millstream.checkpoint.factory import checkpoint_manager
-from millstream.metadata.opening import metadata_store
-from millstream.model import SystemStreamPartition, TaskName
 from millstream.spark.run.runner import SparkJobRunner
-from tests.helpers import create_stream, fill, job_config, output_origins, seal
+from tests.helpers import checkpointed_offsets, create_stream, fill, job_config, output_origins, seal
 
 pytestmark = pytest.mark.spark
 
@@ -33,19 +30,6 @@ def test_a_job_over_256_partitions_processes_every_message_once_and_checkpoints_
     origins = output_origins(config)
     assert len(origins) == len(written)
     assert set(origins) == written
-    store = metadata_store(config)
-    checkpoints = checkpoint_manager(config, store)
-    checkpoints.start()
-    try:
-        last = {
-            partition: checkpoints.read_last_checkpoint(TaskName(f"Partition {partition}"))
-            for partition in range(PARTITIONS)
-        }
-        offsets = {
-            partition: checkpoint and checkpoint.offsets.get(SystemStreamPartition("log", "in", partition))
-            for partition, checkpoint in last.items()
-        }
-        assert offsets == {partition: "11" if partition < PARTITIONS // 2 else None for partition in range(PARTITIONS)}
-    finally:
-        checkpoints.stop()
-        store.close()
+    assert checkpointed_offsets(config, "in", PARTITIONS) == {
+        partition: "11" if partition < PARTITIONS // 2 else None for partition in range(PARTITIONS)
+    }

@@ -19,6 +19,21 @@ from tests.storage.harness import StateHarness, state_config
 TASKS = 4
 
 
+def listings_of(directory: Path, monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Every listing of ``directory`` from now on (``os.listdir``, which both the live and the once-only listings
+    use), as the list returned, which grows."""
+    listed: list[Path] = []
+    listdir = os.listdir
+
+    def counting(path: str | os.PathLike[str] = ".") -> list[str]:
+        if Path(path) == directory:
+            listed.append(Path(path))
+        return listdir(path)
+
+    monkeypatch.setattr(os, "listdir", counting)
+    return listed
+
+
 def test_a_container_start_lists_the_shared_store_directory_once_and_still_deletes_every_tasks_leftovers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -38,15 +53,7 @@ def test_a_container_start_lists_the_shared_store_directory_once_and_still_delet
         leftovers += [attempt_dir(store_dir, 1, 1), checkpoint_dir(store_dir, CheckpointId.create())]
     for leftover in leftovers:
         leftover.mkdir(parents=True)  # what attempt 1 left: a working directory and a snapshot per task
-    listed: list[Path] = []
-    listdir = os.listdir
-
-    def counting(path: str | os.PathLike[str] = ".") -> list[str]:
-        if Path(path) == shared:
-            listed.append(Path(path))
-        return listdir(path)
-
-    monkeypatch.setattr(os, "listdir", counting)
+    listed = listings_of(shared, monkeypatch)
     container.restore({task: (storage, None) for task, storage in storages.items() if storage})
     assert listed == [shared], f"{len(listed)} listings of the directory every task's stores share"
     assert [leftover for leftover in leftovers if leftover.exists()] == []
@@ -72,15 +79,7 @@ def test_the_first_commits_look_for_zombie_snapshots_in_one_listing_taken_after_
     for zombie in zombies:
         zombie.mkdir(parents=True)  # a snapshot made by an older attempt of each task, not seen at the start
     shared = working[0].parent
-    listed: list[Path] = []
-    listdir = os.listdir
-
-    def counting(path: str | os.PathLike[str] = ".") -> list[str]:
-        if Path(path) == shared:
-            listed.append(Path(path))
-        return listdir(path)
-
-    monkeypatch.setattr(os, "listdir", counting)
+    listed = listings_of(shared, monkeypatch)
     for storage in storages.values():
         assert storage is not None
         storage.cleanup(CheckpointId.create(), {})
