@@ -58,6 +58,7 @@ from millstream.systems.log.errors import (
 )
 from millstream.systems.log.expiry import Reaper
 from millstream.systems.log.layout import LogLayout, StreamInfo
+from millstream.systems.log.open_files import pool_bounds
 from millstream.systems.log.stat_watch import Signature
 from millstream.systems.log.storage import LogPartition, Records
 from millstream.systems.log.transactions import wall_clock_ms
@@ -123,9 +124,11 @@ class LogSystemConsumer(SystemConsumer):
         *,
         batch_size: int = 5000,
         fsync: bool = False,
-        open_max: int = 512,
+        open_max: int | None = None,
         clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
+        if open_max is None:  # the factory's default: one source of it (``open_files``)
+            open_max = pool_bounds(None, None, None).consumer
         if open_max < 1:
             raise ValueError(f"open_max must be >= 1, got {open_max}")
         self.system = system

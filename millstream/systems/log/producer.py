@@ -68,6 +68,7 @@ from millstream.systems.base import SystemProducer, WriterFencedError, WriterTok
 from millstream.systems.log.errors import LogSystemError, TransactionTimedOutError
 from millstream.systems.log.expiry import end_transaction
 from millstream.systems.log.layout import LogLayout
+from millstream.systems.log.open_files import pool_bounds
 from millstream.systems.log.partitioner import Partitioner, round_robin
 from millstream.systems.log.storage import LogPartition
 from millstream.systems.log.transactions import Ending, Member, TransactionLog, wall_clock_ms
@@ -124,8 +125,10 @@ class LogSystemProducer(SystemProducer):
         transactional: bool = False,
         transaction_timeout_ms: int = NEVER,
         clock: Callable[[], int] = wall_clock_ms,
-        open_max: int = 256,
+        open_max: int | None = None,
     ) -> None:
+        if open_max is None:  # the factory's default: one source of it (``open_files``)
+            open_max = pool_bounds(None, None, None).producer
         if open_max < 1:
             raise ValueError(f"open_max must be >= 1, got {open_max}")
         self.system = system

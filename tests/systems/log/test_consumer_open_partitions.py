@@ -121,12 +121,18 @@ def test_200_partitions_through_a_pool_of_8_are_each_read_exactly_once_in_order_
     assert {each: small_pool.position(each) for each in ssps} == {each: "20" for each in ssps}
 
 
+def watched_idle(admin: LogSystemAdmin, consumer: LogSystemConsumer, partitions: int) -> set[SystemStreamPartition]:
+    """An ``idle`` stream of ``partitions`` registered with ``consumer``, once every closed partition is watched."""
+    create(admin, "idle", partitions)
+    ssps = register_all(consumer, "idle", partitions)
+    wait_until(lambda: all_watched(consumer, ssps), 10, "every closed partition watched by its signature")
+    return ssps
+
+
 def test_a_closed_quiet_partition_is_watched_by_stat_and_sees_every_later_append_without_being_reopened(
     admin: LogSystemAdmin, root: Path, small_pool: LogSystemConsumer, opens: list[tuple[str, int]]
 ) -> None:
-    create(admin, "idle", 50)
-    ssps = register_all(small_pool, "idle", 50)
-    wait_until(lambda: all_watched(small_pool, ssps), 10, "every closed partition watched by its signature")
+    ssps = watched_idle(admin, small_pool, 50)
     opens.clear()
     for _ in range(5):
         assert small_pool.poll(ssps, 0) == {}
@@ -143,9 +149,7 @@ def test_a_closed_quiet_partition_is_watched_by_stat_and_sees_every_later_append
 def test_closed_quiet_partitions_are_read_in_full_once_their_backstop_is_due(
     admin: LogSystemAdmin, small_pool: LogSystemConsumer, clock: Clock, opens: list[tuple[str, int]]
 ) -> None:
-    create(admin, "idle", 20)
-    ssps = register_all(small_pool, "idle", 20)
-    wait_until(lambda: all_watched(small_pool, ssps), 10, "every closed partition watched by its signature")
+    ssps = watched_idle(admin, small_pool, 20)
     closed = {each.partition for each in ssps if small_pool._cursors[each].partition is None}
     assert len(closed) == 20 - POOL
     opens.clear()
