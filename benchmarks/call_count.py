@@ -14,6 +14,7 @@ of two readings. Threads started before it was entered are not counted.
 from __future__ import annotations
 
 import cProfile
+import gc
 import threading
 from types import FrameType
 from typing import Any, Self
@@ -48,7 +49,18 @@ class CallCounter:
         profile.enable()
 
     def calls(self) -> int:
-        """Python calls counted so far, in every profiled thread."""
+        """Python calls counted so far, in every profiled thread; never fewer than an earlier reading.
+
+        The garbage collector is off while the profiles are read: ``getstats`` allocates, a collection it set
+        off could run finalizers, whose Python calls reshape the very (self-adjusting) tree of calls it was
+        walking, so it skipped or repeated entries and a later reading could come out lower than an earlier.
+        """
         with self._lock:
             profiles = list(self._profiles)
-        return sum(entry.callcount for profile in profiles for entry in profile.getstats())
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return sum(entry.callcount for profile in profiles for entry in profile.getstats())
+        finally:
+            if collecting:
+                gc.enable()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 from pathlib import Path
 
@@ -63,3 +64,33 @@ def test_the_call_counter_counts_calls_of_threads_started_while_it_is_active():
         thread.join()
         counted = counter.calls() - before
     assert counted >= 1_000
+
+
+class _CollectedWithCalls:
+    """Garbage only the cycle collector frees, whose finalizer makes Python calls when it does."""
+
+    def __init__(self) -> None:
+        self.cycle = self
+
+    def __del__(self) -> None:
+        for value in range(20):
+            str.upper(str(value))
+
+
+def test_the_call_counter_never_reads_fewer_calls_than_an_earlier_reading_while_finalizers_run():
+    callees = [eval(f"lambda: {number}") for number in range(200)]  # distinct entries in the profile's tree
+    thresholds = gc.get_threshold()
+    gc.set_threshold(10)  # a collection during almost every reading
+    readings = []
+    try:
+        with CallCounter() as counter:
+            for round_ in range(600):
+                for callee in callees[: round_ % len(callees)]:
+                    callee()
+                garbage = [_CollectedWithCalls() for _ in range(20)]
+                del garbage
+                readings.append(counter.calls())
+    finally:
+        gc.set_threshold(*thresholds)
+    assert readings == sorted(readings)
+    assert readings[-1] > readings[0]
