@@ -7,13 +7,31 @@ container can speak for all of them: per stream and interval it sends each parti
 ``CombinedWatermarkMessage`` carrying the *minimum* of its producing tasks' watermarks and the names of
 the tasks it covers — C x Q records per interval for C containers.
 
+*Aggregate mode* (``app.control.aggregation``, Samza's two-phase route, ``sender``) combines the first hop the
+same way: the container sends one record to the stream's aggregate partition, not one per task, and the
+aggregating task re-broadcasts what it reconciled — C + Q - 1 records per interval instead of P + Q - 1.
+
 Why it is safe. A task's watermark ``W`` promises that nothing it writes later has a timestamp below
 ``W``; the minimum over several tasks is a lower bound of each, so the same promise holds for every task
-named. The record is written after everything the named tasks wrote to that partition before (one thread,
-one producer per system, one transaction under exactly-once), so it follows their earlier output as their
-own watermark would have. A consumer raises each named task's watermark to the record's (never lowers it:
-``reconciliation``), so its per-producer tracking and "every producer reported" rule are unchanged, and
-its minimum over all producers is the minimum over the containers' minima: the same watermark as before.
+named. The record must follow everything the named tasks wrote before their watermarks. Broadcast: it is
+written after everything they wrote to that partition before (one thread, one producer per system, one
+transaction under exactly-once), so it follows their earlier output as their own watermark would have.
+Aggregate mode: a record to one partition is not ordered with a task's output to the others, so a task
+reports a watermark here only after a flush made its earlier output durable (the protocol defers the report
+to the task's next flush, as it deferred the task's own record before): everything every named task wrote
+below its reported watermark is durable before the record is written, whichever task's collector writes it.
+Under exactly-once the record goes through the container's one transactional producer after that output, so
+it becomes visible in the same transaction or a later one. A consumer raises each named task's watermark to
+the record's (never lowers it: ``reconciliation``), so its per-producer tracking and "every producer
+reported" rule are unchanged — the aggregating task's as well, which re-broadcasts the reconciled result as
+it did for one record per task — and its minimum over all producers is the minimum over the containers'
+minima: the same watermark as before.
+
+Not with an idle timeout (``task.watermark.idle.timeout.ms``; the wiring gives such tasks no combiner, in
+either mode): a consumer's idle rule drops a producer it has not heard from within the timeout, but a record
+names every task of its container whose watermark it covers, the idle one too, at the minimum the idle one
+holds back — the consumer would hear from the idle task at every interval and could never tell it apart.
+Each task then sends its own records.
 
 What is covered. Every task of the container that reported a watermark of the stream, including one
 that finished (its last watermark is the maximum, so it keeps rising with the others downstream rather
@@ -29,12 +47,14 @@ that moment.
 
 Restarts. A task's newest watermarks (``reported``) are part of its snapshot, as a held-back watermark
 was, and re-reported after a restore: sent at once, or within an interval when another restored task of
-the container took the interval's send. All of them, covered by a record or not: the record that covered
-one may have been written through another task's collector, and whether it is durable when this task's
-checkpoint is written depends on that task's flush (a producer may flush per task), so a restart sends
-them again rather than trusting it — a duplicate changes nothing downstream. A restarted container, or a task that
-moved to another container in a new generation, starts with an empty combiner and may send a lower
-watermark for a task than one a consumer already counted: harmless, a consumer keeps the maximum.
+the container took the interval's send (aggregate mode: at the task's first flush). All of them, covered by a
+record or not: the record that covered one may have been written through another task's collector, and
+whether it is durable when this task's checkpoint is written depends on that task's flush (a producer may
+flush per task), so a restart sends them again rather than trusting it — a duplicate changes nothing
+downstream. A restarted container, or a task that moved to another container in a new generation, starts
+with an empty combiner and may send a lower watermark for a task than one a consumer already counted:
+harmless, a consumer keeps the maximum. A record the earlier attempt wrote naming a task that moved is
+likewise only a lower bound of that task's watermark, which its restored snapshot re-reports.
 
 Pure bookkeeping over an injected clock (seconds): frames come back as ``ControlSend`` for the calling
 task to write. Not thread-safe, and needs none: one container's tasks share it on its run-loop thread.
@@ -82,11 +102,20 @@ class _Stream:
 class WatermarkCombiner:
     """The container's combined watermarks of its produced streams (module docstring): tasks ``join`` with
     the streams they produce, ``report`` their watermarks and get back the sends to write; ``due`` releases
-    held-back records on a timer call. ``interval_ms`` and ``boundary_ms`` pace them as ``WatermarkPacer``."""
+    held-back records on a timer call. ``interval_ms`` and ``boundary_ms`` pace them as ``WatermarkPacer``;
+    ``aggregate``: records go to each stream's aggregate partition only (``app.control.aggregation``), and the
+    tasks report only watermarks whose earlier output a flush made durable."""
 
-    def __init__(self, interval_ms: int, boundary_ms: int = 0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        interval_ms: int,
+        boundary_ms: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+        aggregate: bool = False,
+    ) -> None:
         self.pacer: WatermarkPacer[SystemStream] = WatermarkPacer(interval_ms, boundary_ms)
         self.clock = clock
+        self.aggregate = aggregate
         self.streams: dict[SystemStream, _Stream] = {}
 
     def join(self, task: str, produced: Iterable[ProducedStream]) -> None:
@@ -131,10 +160,9 @@ class WatermarkCombiner:
         a restart, covered by a record or not, see the module docstring)."""
         return {stream: entry.marks[task] for stream, entry in self.streams.items() if task in entry.marks}
 
-    @staticmethod
-    def _sends(entry: _Stream, record: CombinedWatermarkMessage) -> tuple[ControlSend, ...]:
+    def _sends(self, entry: _Stream, record: CombinedWatermarkMessage) -> tuple[ControlSend, ...]:
         for task in record.task_names:
             entry.sent[task] = max(record.timestamp, entry.sent.get(task, MIN_WATERMARK))
         produced, frame = entry.produced, frame_control_message(record)
-        targets = control_targets(produced.stream.stream, produced.partition_count, aggregate=False)
+        targets = control_targets(produced.stream.stream, produced.partition_count, self.aggregate)
         return tuple(ControlSend(produced.stream, partition, frame) for partition in targets)

@@ -19,10 +19,13 @@ earlier output durable (``sender``). Watermarks go out only when they advanced a
 ``app.control.watermark.interval.ms`` per stream over time (``pacing``: a watermark that passed a window
 boundary, ``boundary``, goes out at once on the send of a later ordinary one), so their cost is bounded by
 time. End-of-stream and drain take the aggregate route in both modes: each producer sends one record, not
-one per partition. The task reading an aggregate partition re-broadcasts each reconciled result, without a
-task name, to the stream's other partitions (watermarks paced like its own). In broadcast mode a task given
-its container's ``WatermarkCombiner`` (``combining``) hands its watermarks to it instead: the container sends
-one record per partition for all of its producing tasks, paced per stream, not one per task.
+one per partition, and asks for a flush at once rather than waiting for the timer's. The task reading an
+aggregate partition re-broadcasts each reconciled result, without a
+task name, to the stream's other partitions (watermarks paced like its own). A task given its container's
+``WatermarkCombiner`` (``combining``) hands its watermarks to it instead: the container sends one record per
+partition (broadcast) or one to the aggregate partition (aggregate mode) for all of its producing tasks, paced
+per stream, not one per task. In aggregate mode the task still paces its own watermarks (which bounds its
+flushes by time) and reports one to the combiner only after a flush made its earlier output durable.
 
 *Draining* (``millstream job drain``). The runtime stops reading the task's source partitions and
 reports each as drained (``on_drain``); a stream whose partitions all ended or drained is finished as
@@ -140,8 +143,9 @@ class ControlEvents:
     drained: tuple[SystemStreamPartition, ...] = ()
     drain: tuple[SystemStream, ...] = ()
     flush: bool = False
-    """Aggregate mode: a watermark that passed a window boundary was deferred for a flush of the task's
-    output; flush now (then ``on_flush``) rather than at the next tick, so the window is not kept waiting."""
+    """The aggregate route: end-of-stream or drain, or (aggregate mode) a watermark that passed a window boundary,
+    was deferred for a flush of the task's output; flush now (then ``on_flush``) rather than at the next tick, so
+    neither the window nor the end of the stream is kept waiting."""
 
     def __bool__(self) -> bool:
         return bool(self.sends or self.ended or self.advance or self.finish or self.drained or self.drain or self.flush)
@@ -205,11 +209,20 @@ class ControlProtocol:
         self.changed = False
         """The state changed since the last ``saved``."""
         self._resume_pending = False
-        self.combiner = None if self.settings.aggregate else combiner
-        """Broadcast mode: the container's combined watermarks (``combining``), which send this task's
-        watermarks of produced streams for it, with its container's other tasks'; None: the task's own."""
-        if self.combiner is not None:
-            self.combiner.join(self.task_name, self.produced.values())
+        self.combiner = combiner
+        """The container's combined watermarks (``combining``), which send this task's watermarks of produced
+        streams for it, with its container's other tasks'; None: the task's own."""
+        self.unreported: dict[SystemStream, int] = {}
+        """Aggregate mode with a combiner: watermarks the pacer let through, reported to the combiner at the next
+        flush of the task's output (the aggregate route's rule, ``sender``)."""
+        if combiner is not None:
+            if combiner.aggregate != self.settings.aggregate:
+                raise ValueError(
+                    f"task '{self.task_name}': its container's watermark combiner sends "
+                    f"{'aggregated' if combiner.aggregate else 'broadcast'} records, the task is configured for "
+                    f"{'aggregated' if self.settings.aggregate else 'broadcast'} control messages"
+                )
+            combiner.join(self.task_name, self.produced.values())
 
     # --- inputs -----------------------------------------------------------------------------------
 
@@ -336,13 +349,10 @@ class ControlProtocol:
         """Aggregate mode, in the task of the aggregate partition: producers' reconciled result, without a
         task name (authoritative), to the stream's other partitions."""
         stream, count = consumed.stream, consumed.partition_count
-        if (
-            isinstance(message, CombinedWatermarkMessage)  # a broadcast producer's: already at every partition
-            or not self._aggregated(message)
-            or message.task_name is None
-            or ssp.partition != aggregate_partition(stream.stream, count)
-        ):
-            return ()
+        if not self._aggregated(message) or ssp.partition != aggregate_partition(stream.stream, count):
+            return ()  # broadcast: the producers' records went to every partition
+        if not isinstance(message, CombinedWatermarkMessage) and message.task_name is None:
+            return ()  # already a re-broadcast copy
         copy: ControlMessage
         if result.end_of_stream or result.drained:
             self.rebroadcast_pacer.drop(stream)
@@ -364,8 +374,9 @@ class ControlProtocol:
 
     def on_output_watermark(self, stream: SystemStream, watermark: int) -> ControlEvents:
         """The task's watermark of a produced stream advanced: sent now if the stream's interval passed,
-        else held back for the timer (``pacing``); with a combiner, by the container for all of its tasks."""
-        if self.combiner is not None:
+        else held back for the timer (``pacing``); with a combiner, by the container for all of its tasks
+        (aggregate mode: once the task's pacer let it through and a flush made its earlier output durable)."""
+        if self.combiner is not None and not self.settings.aggregate:
             self.changed = True  # the newest reported watermark is part of the snapshot (``combining``)
             sends = self.combiner.report(self.task_name, stream, watermark)
             return ControlEvents(sends=sends) if sends else NO_EVENTS
@@ -377,9 +388,13 @@ class ControlProtocol:
         sends = self._watermark_sends(stream, watermark)
         if sends:
             return ControlEvents(sends=sends)
-        return ControlEvents(flush=True) if boundary and self.deferred else NO_EVENTS
+        return ControlEvents(flush=True) if boundary and (self.deferred or self.unreported) else NO_EVENTS
 
     def _watermark_sends(self, stream: SystemStream, watermark: int) -> tuple[ControlSend, ...]:
+        if self.combiner is not None and self.settings.aggregate:  # reported at the next flush (``on_flush``)
+            self.unreported[stream] = max(watermark, self.unreported.get(stream, watermark))
+            self.changed = True
+            return ()
         if self.combiner is not None:  # a restored held-back watermark: the container's record, if it raises any
             return self.combiner.report(self.task_name, stream, watermark)
         produced = self.produced[stream]
@@ -388,14 +403,23 @@ class ControlProtocol:
     def on_output_end_of_stream(self, stream: SystemStream) -> ControlEvents:
         """The task will write nothing more to a produced stream: sent once, superseding a held-back watermark."""
         produced = self.produced[stream]
-        self.output_pacer.drop(stream)
+        self._supersede_held_back(stream)
         return self._send(produced, EndOfStreamMessage(self.task_name, produced.task_count))
 
     def on_output_drain(self, stream: SystemStream) -> ControlEvents:
         """The task will write nothing more to a produced stream in this run: the job drains."""
         produced = self.produced[stream]
-        self.output_pacer.drop(stream)
+        self._supersede_held_back(stream)
         return self._send(produced, DrainMessage(self.task_name, produced.task_count, self.run_id))
+
+    def _supersede_held_back(self, stream: SystemStream) -> None:
+        """End-of-stream or drain supersedes the task's own held-back watermark; with a combiner in aggregate mode
+        it is reported at the same flush instead, since the container's records name this task with others, and a
+        final watermark left out would hold their minimum back until the task closes."""
+        held = self.output_pacer.pending.get(stream)
+        self.output_pacer.drop(stream)
+        if held is not None and self.combiner is not None and self.settings.aggregate:
+            self._watermark_sends(stream, held)
 
     def _send(self, produced: ProducedStream, message: ControlMessage) -> ControlEvents:
         """Broadcast now, or defer until the task's output was flushed (aggregate; end-of-stream and drain
@@ -406,7 +430,9 @@ class ControlProtocol:
         sends = tuple(ControlSend(produced.stream, partition, frame) for partition in targets)
         if aggregated:
             self.deferred.extend(sends)
-            return NO_EVENTS
+            # end-of-stream and drain come once per run: flushed now, not at the next tick (issue 36: up to a
+            # timer interval of end-of-stream latency per hop); a watermark waits for the tick's flush
+            return ControlEvents(flush=True) if isinstance(message, (EndOfStreamMessage, DrainMessage)) else NO_EVENTS
         return ControlEvents(sends=sends)
 
     def _aggregated(self, message: ControlMessage) -> bool:
@@ -417,21 +443,30 @@ class ControlProtocol:
 
     @property
     def wants_commit(self) -> bool:
-        """The aggregate route: deferred messages wait for a flush, in-flight ones for theirs. A flush of the
-        task's output is enough (then ``on_flush``): the engine asks for one on its timer, not for a commit."""
-        return bool(self.deferred or self.in_flight)
+        """The aggregate route: deferred messages and unreported watermarks wait for a flush, in-flight messages
+        for theirs. A flush of the task's output is enough (then ``on_flush``): the engine asks for one on its
+        timer, not for a commit."""
+        return bool(self.deferred or self.in_flight or self.unreported)
 
     def on_flush(self) -> ControlEvents:
-        """The task's output was flushed: what was in flight is durable, the deferred messages go out."""
+        """The task's output was flushed: what was in flight is durable, the deferred messages go out, and the
+        unreported watermarks go to the combiner (its record, if one is due, is written now)."""
         self.in_flight, self.deferred = self.deferred, []
-        return ControlEvents(sends=tuple(self.in_flight)) if self.in_flight else NO_EVENTS
+        sends = list(self.in_flight)
+        if self.unreported:
+            assert self.combiner is not None
+            unreported, self.unreported = self.unreported, {}
+            for stream, watermark in unreported.items():
+                sends.extend(self.combiner.report(self.task_name, stream, watermark))
+            self.changed = True  # the reported watermark is part of the snapshot (``combining``)
+        return ControlEvents(sends=tuple(sends)) if sends else NO_EVENTS
 
     # --- state ------------------------------------------------------------------------------------
 
     @property
     def unsaved(self) -> bool:
         """Whether a snapshot now differs from the last saved one."""
-        return self.changed or bool(self.in_flight) or bool(self.deferred)
+        return self.changed or bool(self.in_flight) or bool(self.deferred) or bool(self.unreported)
 
     def saved(self) -> None:
         self.changed = False
@@ -455,8 +490,15 @@ class ControlProtocol:
 
     def _held_back_output(self) -> Mapping[SystemStream, int]:
         """This task's watermarks of produced streams to send again after a restart: held back by its pacer,
-        or (combined) the newest it reported (``combining``: re-sent whether a record covered them or not)."""
-        return self.output_pacer.pending if self.combiner is None else self.combiner.reported(self.task_name)
+        or (combined) the newest it reported (``combining``: re-sent whether a record covered them or not),
+        held back or not yet reported (aggregate mode), whichever is newest."""
+        if self.combiner is None:
+            return self.output_pacer.pending
+        marks = dict(self.combiner.reported(self.task_name))
+        for held in (self.unreported, self.output_pacer.pending):
+            for stream, watermark in held.items():
+                marks[stream] = max(watermark, marks.get(stream, watermark))
+        return marks
 
     def close(self) -> None:
         """The task stops: its container's records no longer name it."""

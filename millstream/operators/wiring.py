@@ -109,12 +109,13 @@ def build_task_graph(context: TaskContext) -> tuple[TaskGraph, ControlState, lis
 def _combiner(
     services: ContainerServices, app: AppConfig, task: TaskConfig, boundary_ms: int
 ) -> WatermarkCombiner | None:
-    """The container's ``WatermarkCombiner``, or None where each task sends its own watermarks: aggregate mode,
-    an idle timeout, or ``app.control.watermark.combine: false`` (see that key)."""
-    if app.control_aggregation or task.watermark_idle_timeout_ms > 0 or not app.control_watermark_combine:
+    """The container's ``WatermarkCombiner`` (broadcast, or aggregated with ``app.control.aggregation``), or None
+    where each task sends its own watermarks: an idle timeout, or ``app.control.watermark.combine: false`` (see
+    that key)."""
+    if task.watermark_idle_timeout_ms > 0 or not app.control_watermark_combine:
         return None
     boundary = boundary_ms if app.watermark_window_boundaries else 0
-    return services.watermark_combiner(app.control_watermark_interval_ms, boundary)
+    return services.watermark_combiner(app.control_watermark_interval_ms, boundary, app.control_aggregation)
 
 
 def _services(context: TaskContext) -> ContainerServices:

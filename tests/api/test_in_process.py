@@ -14,6 +14,7 @@ import pytest
 from millstream.config import Config
 from millstream.control.framing import MessageType, unframe
 from millstream.control.messages import CombinedWatermarkMessage
+from millstream.control.sender import aggregate_partition
 from millstream.control.state import CONTROL_STATE_NAMESPACE
 from millstream.coordinator.job_result import JobResult
 from millstream.metadata.opening import metadata_store
@@ -322,42 +323,62 @@ def assert_control_bounded_by_time(config: Config, data: dict[int, Any], result:
     assert sum(1 for record in records if record[0] == MessageType.END_OF_STREAM) == 8 + 7, "once per producer"
 
 
-def combined_app(tmp_path: Path, combine: bool) -> tuple[Config, dict[int, list[tuple[str, dict[str, Any]]]]]:
+def combined_app(
+    tmp_path: Path, combine: bool, aggregate: bool = False
+) -> tuple[Config, dict[int, list[tuple[str, dict[str, Any]]]]]:
     """``watermark_heavy_app`` (8 producing tasks, 4 per container) sending every advance, with
     ``app.control.watermark.combine`` set and the intermediate records kept."""
     keep = f"systems__log__streams__{INTERMEDIATE}__samza__delete__committed__messages"
     extra: dict[str, Any] = {keep: "false", "app__control__watermark__combine": str(combine).lower()}
-    return watermark_heavy_app(tmp_path, False, 0, **extra)
+    return watermark_heavy_app(tmp_path, aggregate, 0, **extra)
 
 
-def assert_watermarks_combined_per_container(config: Config, combine: bool) -> None:
+def assert_watermarks_combined_per_container(config: Config, combine: bool, aggregate: bool = False) -> None:
     """Combined: no task's own watermark record, only its container's, each naming tasks of one container —
     the names a container's records carry only grow, so the largest sets are the two containers' four tasks
-    each. Not combined: the tasks' own records only."""
-    records = [e.message for _, batch in iter_stream(config, SystemStream("log", INTERMEDIATE)) for e in batch]
+    each; aggregated, only at the aggregate partition, and the watermark records there are the aggregating
+    task's copies (no task name). Not combined: the tasks' own records only."""
+    partitioned = [
+        (partition, e.message)
+        for partition, batch in iter_stream(config, SystemStream("log", INTERMEDIATE))
+        for e in batch
+    ]
+    records = [record for _, record in partitioned]
     kinds = Counter(record[0] for record in records)
     combined = [message for record in records if isinstance(message := unframe(record)[1], CombinedWatermarkMessage)]
     if not combine:
         assert not combined and kinds[MessageType.WATERMARK] > 0
         return
-    assert kinds[MessageType.WATERMARK] == 0 and combined
+    assert combined
+    if aggregate:
+        at = {partition for partition, record in partitioned if record[0] == MessageType.COMBINED_WATERMARK}
+        assert at == {aggregate_partition(INTERMEDIATE, 8)}, "the first hop goes to the aggregate partition only"
+        copies = [unframe(record)[1] for record in records if record[0] == MessageType.WATERMARK]
+        assert copies and all(getattr(copy, "task_name", "") is None for copy in copies), "the aggregator's only"
+    else:
+        assert kinds[MessageType.WATERMARK] == 0
     groups = {frozenset(message.task_names) for message in combined}
     largest = [group for group in groups if not any(group < other for other in groups)]
     assert sorted(len(group) for group in largest) == [4, 4], largest
     assert len(largest[0] | largest[1]) == 8, "two containers, disjoint tasks"
 
 
-@pytest.mark.parametrize("combine", [True, False], ids=["combined", "per-task"])
+@pytest.mark.parametrize(
+    ("combine", "aggregate"),
+    [(True, False), (False, False), (True, True), (False, True)],
+    ids=["combined", "per-task", "aggregated-combined", "aggregated-per-task"],
+)
 def test_a_containers_tasks_combine_their_watermarks_and_windows_fire_exactly_as_with_one_record_per_task(
-    tmp_path, combine
+    tmp_path, combine, aggregate
 ):
-    """Broadcast mode, 8 producers in 2 containers, 8 partitions, every watermark advance sent: each container
-    sends one record per partition for its four producing tasks (``millstream.control.combining``), and every
-    pane fires once, with its exact count, when the watermark reached its end — as with each task's own."""
-    config, data = combined_app(tmp_path, combine)
+    """8 producers in 2 containers, 8 partitions, every watermark advance sent: each container sends one record
+    per partition (aggregated: one to the aggregate partition, whose task forwards what it reconciled) for its
+    four producing tasks (``millstream.control.combining``), and every pane fires once, with its exact count,
+    when the watermark reached its end — as with each task's own."""
+    config, data = combined_app(tmp_path, combine, aggregate)
     records = assert_exact_without_forced_commits(config, data, InProcessRunner(config).run(timeout=120))
     assert_panes_fired_exactly_when_the_watermark_reached_their_end(records)
-    assert_watermarks_combined_per_container(config, combine)
+    assert_watermarks_combined_per_container(config, combine, aggregate)
 
 
 @pytest.mark.parametrize("aggregate", [False, True], ids=["broadcast", "aggregated"])

@@ -4,14 +4,32 @@ raises each named task's watermark to it and never lowers one."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from millstream.control.combining import WatermarkCombiner
 from millstream.control.framing import MessageType, frame_control_message, unframe
-from millstream.control.messages import MAX_WATERMARK, MIN_WATERMARK, CombinedWatermarkMessage
-from millstream.control.protocol import ControlProtocol, ControlSend, ProducedStream, ProtocolSettings, SourceInput
+from millstream.control.messages import (
+    MAX_WATERMARK,
+    MIN_WATERMARK,
+    CombinedWatermarkMessage,
+    EndOfStreamMessage,
+    WatermarkMessage,
+)
+from millstream.control.protocol import (
+    NO_EVENTS,
+    ConsumedStream,
+    ControlEvents,
+    ControlProtocol,
+    ControlSend,
+    ProducedStream,
+    ProtocolSettings,
+    SourceInput,
+)
 from millstream.control.reconciliation import ControlReconciler
-from millstream.model import SystemStream
+from millstream.control.sender import aggregate_partition
+from millstream.model import SystemStream, SystemStreamPartition
 from tests.control.test_reconciliation import FakeClock, eos, wm
 
 OUT = SystemStream("log", "app-1-by-page")
@@ -152,12 +170,12 @@ def test_the_combined_frame_names_its_tasks_and_malformed_ones_fail_naming_the_r
         unframe(b'\x04{"taskNames": ["a"], "timestamp": 1}', "offset 4")
 
 
-def producing_task(name: str, combined: WatermarkCombiner, aggregate: bool = False) -> ControlProtocol:
+def producing_task(name: str, combined: WatermarkCombiner, aggregate: bool = False, tasks: int = 4) -> ControlProtocol:
     return ControlProtocol(
         name,
         frozenset({SOURCE.partition(0)}),
         sources=[SourceInput(SOURCE, frozenset({SOURCE.partition(0)}), 0)],
-        produced=[ProducedStream(OUT, 2, 4)],
+        produced=[ProducedStream(OUT, 2, tasks)],
         settings=ProtocolSettings(aggregate=aggregate, watermark_interval_ms=200),
         combiner=combined,
         clock=combined.clock,
@@ -183,7 +201,141 @@ def test_tasks_given_a_combiner_send_their_watermarks_through_it_and_a_restart_s
     assert {m for _, m in records(again.resume().sends)} == {CombinedWatermarkMessage(20, ("t1",), 4)}
 
 
-def test_aggregate_mode_ignores_the_combiner():
-    combined = WatermarkCombiner(0, clock=FakeClock())
+def test_a_task_refuses_a_combiner_of_the_other_fan_out_mode():
+    with pytest.raises(ValueError, match=r"'t0'.*broadcast records.*aggregated control messages"):
+        producing_task("t0", WatermarkCombiner(0, clock=FakeClock()), aggregate=True)
+
+
+# --- aggregate mode: the first hop combined ----------------------------------------------------------------
+
+AGGREGATE_OUT = aggregate_partition(OUT.stream, 2)
+
+
+def test_aggregated_a_record_goes_to_the_aggregate_partition_only_with_the_minimum_and_the_names():
+    combined = WatermarkCombiner(0, clock=FakeClock(), aggregate=True)
+    for task in ("t0", "t1", "t2"):
+        combined.join(task, [ProducedStream(OUT, 2, 4)])
+    assert records(combined.report("t1", OUT, 50)) == [(AGGREGATE_OUT, CombinedWatermarkMessage(50, ("t1",), 4))]
+    assert records(combined.report("t0", OUT, 30)) == [(AGGREGATE_OUT, CombinedWatermarkMessage(30, ("t0", "t1"), 4))]
+    expected = CombinedWatermarkMessage(30, ("t0", "t1", "t2"), 4)
+    assert combined.report("t2", OUT, 90) == records_of(AGGREGATE_OUT, expected), "frames exactly as a record's"
+    assert combined.report("t1", OUT, 60) == (), "the minimum (t0's 30) did not move: it would raise nobody"
+    assert combined.report("t0", OUT, 20) == (), "a task's watermark never goes back"
+    assert records(combined.report("t0", OUT, 70)) == [
+        (AGGREGATE_OUT, CombinedWatermarkMessage(60, ("t0", "t1", "t2"), 4))
+    ], "only advances, to the minimum over the tasks"
+
+
+def records_of(partition: int, message: CombinedWatermarkMessage) -> tuple[ControlSend, ...]:
+    return (ControlSend(OUT, partition, frame_control_message(message)),)
+
+
+def test_aggregated_a_task_reports_a_watermark_only_after_a_flush_and_the_container_sends_one_record():
+    """The aggregate route's rule: a record to one partition is not ordered with the task's output to the
+    others, so the task reports its watermark only once a flush made that output durable; the container then
+    sends one record for its tasks, not one per task."""
+    clock = FakeClock()
+    combined = WatermarkCombiner(200, clock=clock, aggregate=True)
+    first, second = producing_task("t0", combined, aggregate=True), producing_task("t1", combined, aggregate=True)
+    assert first.on_output_watermark(OUT, 10) is NO_EVENTS and second.on_output_watermark(OUT, 20) is NO_EVENTS
+    assert combined.reported("t0") == {} and first.wants_commit and first.unsaved
+    assert records(first.on_flush().sends) == [(AGGREGATE_OUT, CombinedWatermarkMessage(10, ("t0",), 4))]
+    assert second.on_flush() is NO_EVENTS, "within the container's interval: held back"
+    assert not first.wants_commit and not second.wants_commit, "a reported watermark needs no further flush"
+    clock.now += 0.2
+    assert records(second.on_timer().sends) == [(AGGREGATE_OUT, CombinedWatermarkMessage(10, ("t0", "t1"), 4))]
+    clock.now += 0.2
+    assert first.on_output_watermark(OUT, 30) is NO_EVENTS
+    assert records(first.on_flush().sends) == [(AGGREGATE_OUT, CombinedWatermarkMessage(20, ("t0", "t1"), 4))]
+
+
+def test_aggregated_a_watermark_passing_a_window_boundary_asks_for_a_flush_at_once():
+    clock = FakeClock()
+    combined = WatermarkCombiner(200, boundary_ms=100, clock=clock, aggregate=True)
+    task = ControlProtocol(
+        "t0",
+        frozenset({SOURCE.partition(0)}),
+        sources=[SourceInput(SOURCE, frozenset({SOURCE.partition(0)}), 0)],
+        produced=[ProducedStream(OUT, 2, 1)],
+        settings=ProtocolSettings(aggregate=True, watermark_interval_ms=200, watermark_boundary_ms=100),
+        combiner=combined,
+        clock=clock,
+    )
+    task.on_output_watermark(OUT, 10)
+    assert records(task.on_flush().sends)[0][1].timestamp == 10
+    assert task.on_output_watermark(OUT, 150) == ControlEvents(flush=True), "a window ends at 100: not held back"
+    assert records(task.on_flush().sends) == [(AGGREGATE_OUT, CombinedWatermarkMessage(150, ("t0",), 1))]
+
+
+def test_aggregated_end_of_stream_reports_the_held_back_watermark_with_it_so_the_containers_minimum_rises():
+    clock = FakeClock()
+    combined = WatermarkCombiner(200, clock=clock, aggregate=True)
+    first, second = producing_task("t0", combined, aggregate=True), producing_task("t1", combined, aggregate=True)
+    first.on_output_watermark(OUT, 10)
+    second.on_output_watermark(OUT, 40)
+    first.on_flush(), second.on_flush()
+    assert first.on_output_watermark(OUT, MAX_WATERMARK) is NO_EVENTS, "held back by the task's own interval"
+    assert first.on_output_end_of_stream(OUT) == ControlEvents(flush=True)
+    clock.now += 0.2
+    sent = [message for _, message in (unframe(send.frame) for send in first.on_flush().sends)]
+    assert sent == [EndOfStreamMessage("t0", 4), CombinedWatermarkMessage(40, ("t0", "t1"), 4)]
+
+
+def test_aggregated_a_snapshot_keeps_the_newest_watermark_reported_held_back_or_unreported_and_a_restart_reports_it():
+    clock = FakeClock()
+    combined = WatermarkCombiner(200, clock=clock, aggregate=True)
     task = producing_task("t0", combined, aggregate=True)
-    assert task.combiner is None and combined.streams == {}
+    task.on_output_watermark(OUT, 10)
+    task.on_flush()
+    assert task.snapshot()["held_back"]["output"] == {str(OUT): 10}, "reported"
+    clock.now += 0.2
+    task.on_output_watermark(OUT, 20)
+    assert task.snapshot()["held_back"]["output"] == {str(OUT): 20}, "not reported yet: it waits for a flush"
+    task.on_output_watermark(OUT, 30)
+    snapshot = task.snapshot()
+    assert snapshot["held_back"]["output"] == {str(OUT): 30}, "held back by the task's interval"
+
+    restarted = WatermarkCombiner(200, clock=clock, aggregate=True)  # a new container attempt
+    again = producing_task("t0", restarted, aggregate=True)
+    again.restore(snapshot)
+    assert again.resume().sends == () and again.wants_commit, "reported at the first flush"
+    assert records(again.on_flush().sends) == [(AGGREGATE_OUT, CombinedWatermarkMessage(30, ("t0",), 4))]
+
+
+def aggregator(partitions: int = 4, **settings: Any) -> tuple[ControlProtocol, SystemStreamPartition]:
+    own = OUT.partition(aggregate_partition(OUT.stream, partitions))
+    task = ControlProtocol(
+        "Partition 9",
+        frozenset({own}),
+        consumed=[ConsumedStream(OUT, partitions, frozenset({own}))],
+        settings=ProtocolSettings(aggregate=True, **settings),
+        clock=FakeClock(),
+    )
+    return task, own
+
+
+def test_the_aggregating_task_counts_a_combined_record_for_each_named_task_and_forwards_the_result():
+    task, own = aggregator()
+    others = [p for p in range(4) if p != own.partition]
+    assert task.on_control_message(own, CombinedWatermarkMessage(30, ("t0", "t1"), 3)).sends == (), (
+        "t2 has not reported: every producer must be known, as before"
+    )
+    events = task.on_control_message(own, WatermarkMessage(50, "t2", 3))
+    assert decoded(events) == [(p, WatermarkMessage(30, None, 0)) for p in others]
+    assert task.on_control_message(own, CombinedWatermarkMessage(20, ("t0", "t1"), 3)) is NO_EVENTS, "only raises"
+    events = task.on_control_message(own, CombinedWatermarkMessage(45, ("t0", "t1"), 3))
+    assert decoded(events) == [(p, WatermarkMessage(45, None, 0)) for p in others]
+    assert task.reconciler.partitions[own].timestamps == {"t0": 45, "t1": 45, "t2": 50}
+
+
+def test_a_broadcast_consumer_forwards_no_combined_record():
+    task, own = aggregator()
+    broadcast = ControlProtocol(
+        "Partition 9", task.ssps, consumed=task.consumed.values(), settings=ProtocolSettings(), clock=FakeClock()
+    )
+    events = broadcast.on_control_message(own, CombinedWatermarkMessage(30, ("t0",), 1))
+    assert events.sends == () and events.advance == ((OUT, 30),)
+
+
+def decoded(events: ControlEvents) -> list[tuple[int, object]]:
+    return [(send.partition, unframe(send.frame)[1]) for send in events.sends]

@@ -169,7 +169,7 @@ def test_drain_is_only_a_sources_partition_to_drain():
 
 def test_a_producer_sends_one_drain_stamped_with_its_run_to_the_aggregate_partition_after_a_flush():
     protocol = source_task()
-    assert protocol.on_output_drain(OUT) is NO_EVENTS, "held back until the task's output was flushed"
+    assert protocol.on_output_drain(OUT) == ControlEvents(flush=True), "held back for a flush of the output, now"
     events = protocol.on_flush()
     assert decoded(events) == [(aggregate_partition(OUT.stream, 3), DrainMessage("Partition 0", 2, RUN))]
     assert events == ControlEvents(sends=events.sends), "the task commits as it finishes draining"

@@ -136,7 +136,7 @@ def test_broadcast_sends_each_watermark_to_every_partition_at_once_and_asks_for_
 
 def test_broadcast_sends_end_of_stream_once_to_the_aggregate_partition_after_a_flush():
     protocol = producer(partitions=5)
-    assert protocol.on_output_end_of_stream(OUT) is NO_EVENTS and protocol.wants_commit
+    assert protocol.on_output_end_of_stream(OUT) == ControlEvents(flush=True) and protocol.wants_commit
     assert decoded(protocol.on_flush()) == [(aggregate_partition(OUT.stream, 5), EndOfStreamMessage("Partition 0", 2))]
 
 

@@ -260,19 +260,23 @@ def test_every_producing_task_sends_watermarks_to_every_partition_and_end_of_str
     driver = Driver(task_graph(repartitioned(), [A0], stages=[0], partitions=3, producers=2))
     driver.source(A0, {"user": "u1", "ts": 5}, 0)
     driver.tick()
-    driver.end(A0)
     assert controls(driver) == [
         (0, WatermarkMessage(5, "Partition 0", 2)),
         (1, WatermarkMessage(5, "Partition 0", 2)),
         (2, WatermarkMessage(5, "Partition 0", 2)),
     ]
     assert driver.coordinator.commits == 0, "a broadcast asks for no commit: commits follow task.commit.ms"
-    driver.checkpoint()  # end-of-stream waits for a flush of the task's output, then goes to one partition
+    driver.end(A0)
+    assert controls(driver)[3:] == [], "end-of-stream waits for a flush of the task's output"
+    assert driver.coordinator.commits == 1, "and asks for it at once (this collector cannot flush: a commit)"
+    driver.checkpoint()
     assert controls(driver)[3:] == [(aggregate_partition(BY_USER.stream, 3), EndOfStreamMessage("Partition 0", 2))]
 
 
-def test_what_a_commit_releases_is_flushed_with_it_and_kept_in_flight():
-    """A producer finishing with this commit has no later flush: its end-of-stream must not wait for one."""
+def test_end_of_stream_flushes_the_tasks_output_at_once_and_goes_out_without_waiting_for_a_tick_or_commit():
+    """Issue 36: end-of-stream used to wait for the timer's flush (or the commit's), up to a timer interval per hop
+    of end-of-stream latency; it comes once per run, so the task flushes for it at once. The commit after it
+    finds it durable (its runtime flush came after the send), so nothing is left in flight or flushed again."""
 
     class FlushingCollector(Collector):
         flushes = 0
@@ -284,11 +288,10 @@ def test_what_a_commit_releases_is_flushed_with_it_and_kept_in_flight():
     driver.collector = collector = FlushingCollector()
     driver.source(A0, {"user": "u1", "ts": 5}, 0)
     driver.end(A0)
-    assert collector.flushes == 0, "end-of-stream waits for the commit's flush of the task's output"
-    snapshot = driver.checkpoint()
     assert collector.flushes == 1 and controls(driver)[-1][1] == EndOfStreamMessage("Partition 0", 2)
-    assert snapshot is not None and len(snapshot["in_flight"]) == 1, "durable only with the commit"
-    assert driver.checkpoint() is not None and collector.flushes == 1, "nothing more released, nothing flushed"
+    assert driver.graph.control.in_flight and driver.coordinator.commits == 0, "in flight until the next flush"
+    snapshot = driver.checkpoint()
+    assert snapshot is not None and snapshot["in_flight"] == [] and collector.flushes == 1
 
 
 def test_a_task_that_reads_no_stream_feeding_a_partition_by_is_not_its_producer():
