@@ -31,7 +31,6 @@ from tests.api.test_in_process import (
     assert_watermarks_combined_per_container,
     combined_app,
     paced_app,
-    watermark_heavy_app,
 )
 from tests.api.test_intermediate_streams import INTERMEDIATE, staged
 from tests.helpers import create_stream, seal, wait_until
@@ -130,9 +129,13 @@ def test_watermark_broadcasts_through_spark_do_not_force_commits_and_the_counts_
     spark_local, tmp_path, aggregate
 ):
     """As ``tests/api/test_in_process.py``'s: 8x8 partitions, a 5 ms watermark timer, commits only at the end
-    (broadcast, or aggregated control messages)."""
-    config, data = watermark_heavy_app(tmp_path, aggregate)
-    assert_exact_without_forced_commits(config, data, SparkJobRunner(config, spark=spark_local).run())
+    (broadcast, or aggregated control messages); 8 producers in 2 Spark containers, every advance sent, so each
+    container sends one watermark record for its four tasks — to every partition, or (aggregated) to the
+    aggregate partition, whose task forwards what it reconciled — and every pane fires exactly."""
+    config, data = combined_app(tmp_path, combine=True, aggregate=aggregate)
+    records = assert_exact_without_forced_commits(config, data, SparkJobRunner(config, spark=spark_local).run())
+    assert_panes_fired_exactly_when_the_watermark_reached_their_end(records)
+    assert_watermarks_combined_per_container(config, combine=True, aggregate=aggregate)
 
 
 @pytest.mark.parametrize("aggregate", [False, True], ids=["broadcast", "aggregated"])
@@ -142,15 +145,6 @@ def test_watermarks_through_spark_are_paced_by_time_and_end_of_stream_goes_once_
     """As ``tests/api/test_in_process.py``'s: 8x8 partitions, a 5 ms timer, watermarks paced to one an hour."""
     config, data = paced_app(tmp_path, aggregate)
     assert_control_bounded_by_time(config, data, SparkJobRunner(config, spark=spark_local).run(), aggregate)
-
-
-def test_a_containers_tasks_combine_their_watermarks_through_spark_and_windows_fire_exactly(spark_local, tmp_path):
-    """As ``tests/api/test_in_process.py``'s: 8 producers in 2 Spark containers, every advance sent; each
-    container sends one watermark record per partition for its four tasks, and every pane fires exactly."""
-    config, data = combined_app(tmp_path, combine=True)
-    records = assert_exact_without_forced_commits(config, data, SparkJobRunner(config, spark=spark_local).run())
-    assert_panes_fired_exactly_when_the_watermark_reached_their_end(records)
-    assert_watermarks_combined_per_container(config, combine=True)
 
 
 def running(config: Config) -> bool:
