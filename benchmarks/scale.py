@@ -19,7 +19,8 @@ Four curves, each relative to its smallest point, on the embedded log and the in
                     ``app.watermark.window.boundaries=false``, as before issue 31) and, the default, also
                     at once when they pass a window's end (``broadcast``) — and with
                     ``app.control.aggregation`` (``aggregated-timer``: on the timers only); control records per user
-                    record written to the intermediate stream, wall time against the baseline, and how
+                    record written to the intermediate stream and per watermark interval while event time moved
+                    (from the first source message to the last), wall time against the baseline, and how
                     long after the last source message the last sink task saw end-of-stream, and from the last
                     user record a downstream task read until then (the control path alone).
   partitions        a low-level pass-through (a no-op task) of ``--passthrough-messages`` spread over P
@@ -133,6 +134,13 @@ class FanOut:
     """From the last source message to the last sink task's end-of-stream."""
     control_latency: float
     """From the last user record read downstream to the last sink task's end-of-stream."""
+    event_seconds: float
+    """From the first source message to the last: while event time moves, watermarks go out every interval."""
+
+    def per_interval(self, interval_ms: int) -> float:
+        """Control records per watermark interval while event time moved (end-of-stream's once-per-run records
+        included, so an upper bound)."""
+        return self.control / max(self.event_seconds * 1000 / interval_ms, 1.0)
 
 
 def fan_out_run(root: Path, partitions: int, messages: int, mode: str, interval_ms: int = 200) -> FanOut:
@@ -168,6 +176,7 @@ def fan_out_run(root: Path, partitions: int, messages: int, mode: str, interval_
         counts.control,
         ended - scale_apps.LAST_SOURCE.get(run, nan),
         ended - scale_apps.LAST_READ.get(run, nan),
+        scale_apps.LAST_SOURCE.get(run, nan) - scale_apps.FIRST_SOURCE.get(run, nan),
     )
 
 
@@ -177,18 +186,19 @@ def fan_out(root: Path, sizes: list[int], messages: int, interval_ms: int = 200)
     )
     print(
         f"{'P x Q':>10}{'mode':>17}{'seconds':>9}{'x baseline':>11}{'ctl records':>13}{'ctl/user':>10}"
-        f"{'EOS lag s':>10}{'after read':>11}"
+        f"{'per interval':>13}{'EOS lag s':>10}{'after read':>11}"
     )
     rows: list[dict[str, Any]] = []
     for size in sizes:
         baseline = None
         for mode in FANOUT_MODES:
             row = fan_out_run(root, size, messages, mode, interval_ms)
-            rows.append({"size": size, "mode": mode, **asdict(row)})
+            rows.append({"size": size, "mode": mode, **asdict(row), "per_interval": row.per_interval(interval_ms)})
             baseline = baseline or row.seconds
             print(
                 f"{f'{size}x{size}':>10}{mode:>17}{row.seconds:>9.1f}{row.seconds / baseline:>11.2f}"
-                f"{row.control:>13,}{row.control / max(row.user, 1):>10.4f}{row.end_latency:>10.2f}"
+                f"{row.control:>13,}{row.control / max(row.user, 1):>10.4f}{row.per_interval(interval_ms):>13.1f}"
+                f"{row.end_latency:>10.2f}"
                 f"{row.control_latency:>11.2f}"
             )
     return rows

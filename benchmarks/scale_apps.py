@@ -13,6 +13,8 @@ from millstream.api.windows import Count, TumblingWindow
 
 LAST_SOURCE: dict[str, float] = {}
 """Run id -> wall clock (s) of the last message a source task processed."""
+FIRST_SOURCE: dict[str, float] = {}
+"""Run id -> wall clock (s) of the first message a source task processed: from then on event time moves."""
 SINK_ENDS: dict[str, list[float]] = {}
 """Run id -> wall clock (s) at which each sink task saw end-of-stream."""
 LAST_READ: dict[str, float] = {}
@@ -20,12 +22,15 @@ LAST_READ: dict[str, float] = {}
 
 
 class NoteSource:
-    def __init__(self, run: str, into: dict[str, float]) -> None:
+    def __init__(self, run: str, into: dict[str, float], first: dict[str, float] | None = None) -> None:
         self.run = run
         self.into = into
+        self.first = first
 
     def __call__(self, message: Any) -> Any:
-        self.into[self.run] = time.time()
+        now = self.into[self.run] = time.time()
+        if self.first is not None:
+            self.first.setdefault(self.run, now)
         return message
 
 
@@ -45,7 +50,7 @@ class WindowedCount(StreamApplication):
         run = app.config.get("bench.run", "run")
         (
             app.input(InputDescriptor("log.scale-in", msg_serde="json", timestamp=lambda m: m["ts"]))
-            .map(NoteSource(run, LAST_SOURCE))
+            .map(NoteSource(run, LAST_SOURCE, FIRST_SOURCE))
             .partition_by(lambda m: m["user"], name="by-user")
             .map(NoteSource(run, LAST_READ))
             .window(TumblingWindow(1000), key=lambda kv: kv.key, aggregate=Count(), name="per-second")

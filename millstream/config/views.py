@@ -519,18 +519,21 @@ class AppConfig(ConfigView):
     """The least time between two watermarks a task sends to one intermediate stream (Flink's auto-watermark
     interval; a tenth of it is allowed for the timer's jitter): a watermark goes out only when it advanced,
     and one that advances again within the interval is held back and sent, newest only, by the task's timer
-    once the interval passed. Each one costs a record per partition of the stream (per producing task,
-    broadcast; ``app.control.aggregation``: one per producer plus one per partition), so this bounds control
-    traffic by time, not by how often watermarks move — raise it for streams with many producers and
-    partitions. 0 sends every advance. End-of-stream and drain are not paced: each producer sends them once."""
+    once the interval passed. Each one costs a record per partition of the stream (per producing container with
+    ``app.control.watermark.combine``, else per producing task; ``app.control.aggregation``: one per producing
+    container or task plus one per partition), so this bounds control traffic by time, not by how often
+    watermarks move — raise it for streams with many producers and partitions. 0 sends every advance.
+    End-of-stream and drain are not paced: each producer sends them once."""
     control_watermark_combine: Bool = Field(True, alias="control.watermark.combine")
-    """Broadcast mode: a container sends one watermark record per partition of an intermediate stream for all
-    of its tasks producing to it — the minimum of their watermarks, naming them — instead of one per task and
-    partition: C x Q records per interval for C containers, not P x Q. Consumers of an older version skip these
-    records (type byte 4) and would wait for end-of-stream, so when stages run as separate jobs upgrade the
-    consuming stage first, or set this to false until it is. Not used with ``app.control.aggregation`` or an idle
-    timeout (``task.watermark.idle.timeout.ms``), where each task sends its own: a container's minimum would let
-    one idle task hold back the watermarks of all the others, which the consumer's idle rule could not tell apart."""
+    """A container sends one watermark record for all of its tasks producing to an intermediate stream — the
+    minimum of their watermarks, naming them — instead of one per task: to each partition (broadcast, C x Q records
+    per interval for C containers, not P x Q) or, with ``app.control.aggregation``, to the aggregate partition
+    once each task's earlier output was flushed (C + Q - 1, not P + Q - 1). Consumers of an older version skip
+    these records (type byte 4) and would wait for end-of-stream, and in aggregate mode an older aggregating
+    task does not forward them, so when stages run as separate jobs upgrade the consuming stage first, or set this
+    to false until it is. Not used with an idle timeout (``task.watermark.idle.timeout.ms``), where each task
+    sends its own: a container's minimum would let one idle task hold back the watermarks of all the others,
+    which the consumer's idle rule could not tell apart."""
     watermark_interval_ms: int = Field(200, alias="watermark.interval.ms", ge=1)
     """How often sources emit watermarks and timers run (the default ``task.window.ms``)."""
     watermark_window_boundaries: Bool = Field(True, alias="watermark.window.boundaries")

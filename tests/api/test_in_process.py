@@ -324,12 +324,12 @@ def assert_control_bounded_by_time(config: Config, data: dict[int, Any], result:
 
 
 def combined_app(
-    tmp_path: Path, combine: bool, aggregate: bool = False
+    tmp_path: Path, combine: bool, aggregate: bool = False, **extra: Any
 ) -> tuple[Config, dict[int, list[tuple[str, dict[str, Any]]]]]:
     """``watermark_heavy_app`` (8 producing tasks, 4 per container) sending every advance, with
     ``app.control.watermark.combine`` set and the intermediate records kept."""
     keep = f"systems__log__streams__{INTERMEDIATE}__samza__delete__committed__messages"
-    extra: dict[str, Any] = {keep: "false", "app__control__watermark__combine": str(combine).lower()}
+    extra = {keep: "false", "app__control__watermark__combine": str(combine).lower(), **extra}
     return watermark_heavy_app(tmp_path, aggregate, 0, **extra)
 
 
@@ -379,6 +379,36 @@ def test_a_containers_tasks_combine_their_watermarks_and_windows_fire_exactly_as
     records = assert_exact_without_forced_commits(config, data, InProcessRunner(config).run(timeout=120))
     assert_panes_fired_exactly_when_the_watermark_reached_their_end(records)
     assert_watermarks_combined_per_container(config, combine, aggregate)
+
+
+def test_aggregated_combined_watermarks_under_exactly_once_fire_every_window_once_with_exact_counts(tmp_path):
+    """Exactly-once: a container's combined record goes through its one transactional producer after the output
+    of the tasks it names (each flushed before it reported), so it is visible with that output or after it; every
+    pane fires once, exactly, when the watermark reached its end, and the first hop is the containers' records."""
+    keep = f"systems__log__streams__{INTERMEDIATE}__samza__delete__committed__messages"
+    config = app_config(
+        tmp_path,
+        "tests.api.apps:WindowedCount",
+        job__container__count=2,
+        app__intermediate__partitions=8,
+        app__watermark__interval__ms=5,
+        app__control__watermark__interval__ms=0,
+        app__control__aggregation="true",
+        task__commit__ms=100,  # output is visible at the transaction's commit
+        task__processing__guarantee="exactly-once",
+        task__checkpoint__factory="log",
+        test__delay__seconds=0.004,
+        **{keep: "false"},
+    )
+    data = {p: messages(p, 40, users=7) for p in range(8)}
+    setup(config, data)
+    result = InProcessRunner(config).run(timeout=120)
+    assert result.outcome == "finished", result.error
+    records = output(config)
+    assert {(p["user"], p["start"]): p["count"] for p in records if "count" in p} == reference_counts(data)
+    assert sum(1 for r in records if "count" in r) == len(reference_counts(data)), "every pane exactly once"
+    assert_panes_fired_exactly_when_the_watermark_reached_their_end(records)
+    assert_watermarks_combined_per_container(config, combine=True, aggregate=True)
 
 
 @pytest.mark.parametrize("aggregate", [False, True], ids=["broadcast", "aggregated"])
