@@ -11,7 +11,9 @@ reconciles and re-broadcasts the result without a task name to the other partiti
 messages. A producer's user messages to *other* partitions are not ordered with its control message, so
 the producer sends it only after a flush made its earlier output durable (the task defers it to its next
 flush: its timer flushes the task's output — no commit — or a commit comes first,
-``CheckpointListener.before_checkpoint``): fewer messages, for about one timer interval of delay.
+``CheckpointListener.before_checkpoint``): fewer messages, for about one timer interval of delay. With its
+container's ``WatermarkCombiner`` (``combining``) a task's watermarks take the same route as one record per
+container: ``c + m - 1`` messages for ``c`` containers.
 """
 
 from __future__ import annotations
