@@ -20,12 +20,12 @@ earlier output durable (``sender``). Watermarks go out only when they advanced a
 boundary, ``boundary``, goes out at once on the send of a later ordinary one), so their cost is bounded by
 time. End-of-stream and drain take the aggregate route in both modes: each producer sends one record, not
 one per partition, and asks for a flush at once rather than waiting for the timer's. The task reading an
-aggregate partition re-broadcasts each reconciled result, without a
-task name, to the stream's other partitions (watermarks paced like its own). A task given its container's
-``WatermarkCombiner`` (``combining``) hands its watermarks to it instead: the container sends one record per
-partition (broadcast) or one to the aggregate partition (aggregate mode) for all of its producing tasks, paced
-per stream, not one per task. In aggregate mode the task still paces its own watermarks (which bounds its
-flushes by time) and reports one to the combiner only after a flush made its earlier output durable.
+aggregate partition re-broadcasts each reconciled result, without a task name, to the stream's other
+partitions (watermarks paced like its own). A task given its container's ``WatermarkCombiner``
+(``combining``) hands its watermarks to it instead: the container sends one record per partition (broadcast)
+or one to the aggregate partition (aggregate mode) for all of its producing tasks, paced per stream, not one
+per task. In aggregate mode the task still paces its own watermarks (which bounds its flushes by time) and
+reports one to the combiner only after a flush made its earlier output durable.
 
 *Draining* (``millstream job drain``). The runtime stops reading the task's source partitions and
 reports each as drained (``on_drain``); a stream whose partitions all ended or drained is finished as
