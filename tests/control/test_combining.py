@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from millstream.control.combining import WatermarkCombiner
 from millstream.control.framing import MessageType, frame_control_message, unframe
@@ -300,6 +302,64 @@ def test_aggregated_a_snapshot_keeps_the_newest_watermark_reported_held_back_or_
     again.restore(snapshot)
     assert again.resume().sends == () and again.wants_commit, "reported at the first flush"
     assert records(again.on_flush().sends) == [(AGGREGATE_OUT, CombinedWatermarkMessage(30, ("t0",), 4))]
+
+
+AGGREGATED_STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("watermark"), st.integers(0, 3), st.integers(1, 50)),
+        st.tuples(st.just("flush"), st.integers(0, 3), st.just(0)),
+        st.tuples(st.just("tick"), st.integers(0, 3), st.integers(0, 300)),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(AGGREGATED_STEPS)
+def test_aggregated_a_record_never_claims_more_than_a_named_task_had_when_its_output_was_last_flushed(steps):
+    """Any interleaving of four tasks' watermark advances, flushes and timer calls in one container: every record
+    the container sends is at most, for each task it names, the watermark that task had at its last flush (its
+    output before that is durable), so it follows everything they wrote below it; and once every task flushed after
+    its last advance and the interval passed, the aggregating partition's watermark is the minimum of all four."""
+    clock = FakeClock()
+    combined = WatermarkCombiner(200, clock=clock, aggregate=True)
+    names = [f"t{i}" for i in range(4)]
+    tasks = [producing_task(name, combined, aggregate=True) for name in names]
+    current, flushed = [0] * 4, [0] * 4
+    reconciler = ControlReconciler(clock=clock)
+    target = OUT.partition(AGGREGATE_OUT)
+
+    def deliver(events: ControlEvents) -> None:
+        for send in events.sends:
+            message = unframe(send.frame)[1]
+            assert send.partition == AGGREGATE_OUT and isinstance(message, CombinedWatermarkMessage)
+            for name in message.task_names:
+                assert message.timestamp <= flushed[names.index(name)], (message, flushed)
+            reconciler.apply(target, message)
+
+    def flush(index: int) -> None:
+        flushed[index] = current[index]
+        deliver(tasks[index].on_flush())
+
+    for kind, index, amount in steps:
+        if kind == "watermark":
+            current[index] += amount
+            if tasks[index].on_output_watermark(OUT, current[index]).flush:
+                flush(index)
+        elif kind == "flush":
+            flush(index)
+        else:
+            clock.now += amount / 1000
+            events = tasks[index].on_timer()
+            deliver(events)
+            if tasks[index].wants_commit:  # the engine's timer flushes for what waits on it
+                flush(index)
+    for _ in range(2):  # what the pacers held back goes out once their intervals passed; then the flushes
+        clock.now += 0.5
+        for index, task in enumerate(tasks):
+            deliver(task.on_timer())
+            flush(index)
+    assert reconciler.watermark(target) == (min(current) if all(current) else MIN_WATERMARK), (current, flushed)
 
 
 def aggregator(partitions: int = 4, **settings: Any) -> tuple[ControlProtocol, SystemStreamPartition]:
