@@ -111,8 +111,23 @@ class ConfigView(BaseModel):
             raise _config_error(cls, error, prefix) from None
 
     @classmethod
+    def prefix_for(cls, name: object) -> str:
+        """The keys' prefix of the section ``name`` of a schema of named sections (a store, a table, ...); the
+        namespace's own ``PREFIX`` for the others, which take no name."""
+        if name is not None:
+            raise TypeError(f"{cls.__name__} reads one namespace, '{cls.PREFIX}', not named sections")
+        return cls.PREFIX
+
+    @classmethod
     def of(cls: type[View], config: Config) -> View:
-        return cls.parse(config.subset(cls.PREFIX), cls.PREFIX)
+        """Parse this namespace of ``config`` anew. Being replaced by ``Settings.view``, which parses it once."""
+        return cls.read(config)
+
+    @classmethod
+    def read(cls: type[View], config: Config, name: object = None) -> View:
+        """Parse this schema's keys of ``config``: what ``Settings.view`` does once per settings."""
+        prefix = cls.prefix_for(name)
+        return cls.parse(config.subset(prefix), prefix)
 
 
 def accepted_keys(cls: type[BaseModel]) -> str:
@@ -410,6 +425,13 @@ class TaskConfig(ConfigView):
 class SystemSamzaConfig(ConfigView):
     """``systems.<s>.samza.*``"""
 
+    @classmethod
+    def prefix_for(cls, name: object) -> str:
+        """The keys of the system ``name``."""
+        if name is None:
+            raise TypeError(f"{cls.__name__} reads named sections: give the name")
+        return f"systems.{name}.samza."
+
     factory: str | None = None
     """``log``, ``kafka``, ``kinesis`` (or Samza's factory class names), or ``module:Class`` of a ``SystemFactory``;
     the system named ``log`` defaults to ``log``."""
@@ -427,6 +449,13 @@ class SystemSamzaConfig(ConfigView):
 
 class StreamSamzaConfig(ConfigView):
     """``systems.<s>.streams.<stream>.samza.*``: overrides of the system-level settings."""
+
+    @classmethod
+    def prefix_for(cls, name: object) -> str:
+        """The keys of the stream ``name`` (a ``SystemStream``)."""
+        if not isinstance(name, SystemStream):
+            raise TypeError(f"{cls.__name__} reads the section of a SystemStream, not {name!r}")
+        return f"systems.{name.system}.streams.{name.stream}.samza."
 
     key_serde: str | None = Field(None, alias="key.serde")
     """Serde name of this stream's keys; overrides the system's."""
@@ -456,6 +485,13 @@ class SerdeConfig(ConfigView):
     """``serializers.registry.<name>.*``: a named serde, and for the schema serdes (``avro``, ``protobuf``)
     their schema and the schema registry they use. Keys other than ``class`` are refused for serdes that
     take no settings."""
+
+    @classmethod
+    def prefix_for(cls, name: object) -> str:
+        """The keys of the serde ``name``."""
+        if name is None:
+            raise TypeError(f"{cls.__name__} reads named sections: give the name")
+        return f"serializers.registry.{name}."
 
     class_name: str = Field(alias="class")
     """A built-in serde (``string``, ``bytes``, ``json``, ``long``, ``msgpack``, ``avro``, ``protobuf``), a Samza
@@ -637,12 +673,23 @@ class StoresConfig(ConfigView):
 
     @classmethod
     def of(cls, config: Config) -> StoresConfig:
+        return cls.read(config)
+
+    @classmethod
+    def read(cls, config: Config, name: object = None) -> StoresConfig:
         values = {key: config[f"stores.{key}"] for key in JOB_LEVEL_STORE_KEYS if f"stores.{key}" in config}
         return cls.parse(values, "stores.")
 
 
 class StoreConfig(ConfigView):
     """``stores.<s>.*``: one key-value store of every task."""
+
+    @classmethod
+    def prefix_for(cls, name: object) -> str:
+        """The keys of the store ``name``."""
+        if name is None:
+            raise TypeError(f"{cls.__name__} reads named sections: give the name")
+        return f"stores.{name}."
 
     factory: str = "rocksdb"
     """``rocksdb``, ``inmemory`` (or Samza's factory class names), or ``module:Class``."""
@@ -751,6 +798,13 @@ def store_config(config: Config, store: str) -> StoreConfig:
 class TableConfig(ConfigView):
     """``tables.<id>.*``: a remote table (see the Async I/O guide). A table defined in the application
     (``RemoteTable(...)``) takes its settings from its arguments; these keys override them."""
+
+    @classmethod
+    def prefix_for(cls, name: object) -> str:
+        """The keys of the table ``name``."""
+        if name is None:
+            raise TypeError(f"{cls.__name__} reads named sections: give the name")
+        return f"tables.{name}."
 
     definition: str | None = None
     """``module:name`` of the table's definition: a ``RemoteTable`` or a function of the config returning one.
