@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.config.views import parse_stream
 from millstream.coordinator.driver_loop import DriverLoop
 from millstream.coordinator.job_result import JobResult
@@ -261,7 +262,7 @@ class TestRunner:
         inputs = [str(stream) for stream, _, _ in self._inputs]
         values.setdefault("task.inputs", ",".join(inputs))
         values.setdefault("systems.log.samza.offset.default", "oldest")
-        config = prepare(Config(values))
+        config = prepare(Settings(values))
         with DriverServices(config) as services:  # the streams' setup and the run share the driver's admins
             for stream, partitions, messages in self._inputs:
                 services.admin(stream.system).create_stream(StreamSpec(stream.system, stream.stream, partitions))

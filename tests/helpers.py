@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.config.views import resolve_paths
 from millstream.model import SystemStream
 from millstream.operators.planner import expand_application
@@ -44,7 +45,7 @@ def job_config(data_dir: Path, task: str = "tests.jobs:PassThrough", **extra: An
         "systems.log.samza.msg.serde": "json",
     }
     values.update({key.replace("__", "."): str(value) for key, value in extra.items()})
-    return unvalidated(Config(values))
+    return unvalidated(Settings(values))
 
 
 def create_stream(config: Config, stream: str, partitions: int) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from millstream.adjunct.validation import validate_adjunct_config
 from millstream.config.core import Config, load_config
+from millstream.config.settings import Settings
 from millstream.config.views import (
     CLOSED_NAMESPACES,
     AppConfig,
@@ -43,16 +44,17 @@ from millstream.storage.backends.changelog.names import with_default_changelogs
 from millstream.storage.managers.validation import validate_state_config
 
 
-def prepare(config: Config) -> Config:
-    """The config a job runs with: absolute paths, the application expanded, default changelog names
-    derived (``storage.backends.changelog.names``), every key checked."""
-    resolved = with_default_changelogs(expand_application(resolve_paths(config)))
+def prepare(config: Config) -> Settings:
+    """The settings a job runs with: absolute paths, the application expanded, default changelog names
+    derived (``storage.backends.changelog.names``), every key checked — so every view the job reads later was
+    parsed once here without an error, and is kept by the settings (``millstream.config.settings``)."""
+    resolved = Settings.of(with_default_changelogs(expand_application(resolve_paths(config))))
     with DriverServices(resolved) as services:  # only its factories are used: looking one up opens nothing
         _validate(resolved, services)
     return resolved
 
 
-def load_job_config(path: str | os.PathLike[str] | None, overrides: Mapping[str, Any] | None = None) -> Config:
+def load_job_config(path: str | os.PathLike[str] | None, overrides: Mapping[str, Any] | None = None) -> Settings:
     """``load_config`` then ``prepare``: a job's config file as a runner takes it."""
     return prepare(load_config(path, overrides))
 

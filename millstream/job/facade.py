@@ -25,6 +25,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from millstream.config import Config, JobConfig, load_config
+from millstream.config.settings import Settings
 from millstream.coordinator.drain import DrainRequest, request_drain
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.prepare import prepare
@@ -63,7 +64,7 @@ class Job:
     """
 
     def __init__(self, config: Config | Mapping[str, Any]) -> None:
-        self.config: Config = prepare(config if isinstance(config, Config) else Config(dict(config)))
+        self.config: Settings = prepare(config if isinstance(config, Config) else Settings(dict(config)))
         self._scope = ServiceScope(self.config)
         self.streams = Streams(self.config, self._scope)
         """Create, list, describe, write, read, seal and delete streams of the job's systems."""

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable
 from typing import Self
 
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.config.views import MetricsConfig
 from millstream.control.combining import WatermarkCombiner
 from millstream.errors import MillstreamError
@@ -110,7 +111,9 @@ class ContainerServices:
         writer: WriterToken | None = None,
         store: MetadataStore | None = None,
     ) -> None:
-        self.config = config
+        self.config = Settings.of(config)
+        """The container's settings: what the driver prepared and shipped, each view parsed once here."""
+        config = self.config
         self.writer = writer
         """The container's attempt: every producer writes on its behalf (None outside a container until
         :meth:`start_attempt`)."""

@@ -51,7 +51,8 @@ class StartpointServices(Protocol):
     """What the operations need of the driver (``DriverServices`` has it): the job's config, a system's admin
     (started; its owner stops it) and the calling thread's metadata-store connection (its owner closes it)."""
 
-    config: Config
+    @property
+    def config(self) -> Config: ...
 
     def admin(self, system: str) -> SystemAdmin: ...
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from millstream.api.remote_table import RemoteTable
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.config.views import table_config
 from millstream.errors import ConfigError
 from millstream.metrics.registry import NOOP_METRICS, MetricsRegistry
@@ -38,7 +39,7 @@ class TableProvider:
         if instance is None:
             definition = table if isinstance(table, RemoteTable) else self._definition(table_id)
             overrides = self.config.subset(f"tables.{table_id}.", strip_prefix=False)
-            settings = table_config(Config({**definition.settings, **overrides}), table_id)
+            settings = table_config(Settings({**definition.settings, **overrides}), table_id)
             instance = self.tables[table_id] = RemoteTableInstance(definition, settings, self.metrics, self.clock)
         return instance
 

@@ -15,6 +15,7 @@ from millstream.api.application import InputDescriptor, StreamApplicationDescrip
 from millstream.api.errors import ApplicationError
 from millstream.api.windows import Count, TumblingWindow
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.drain import request_drain
 from millstream.coordinator.prepare import load_job_config
 from millstream.model import SystemStream
@@ -165,7 +166,7 @@ def test_under_skip_a_failed_call_behind_a_prefix_skips_only_its_message(tmp_pat
 
 
 def test_an_async_operator_after_a_window_a_stateful_map_or_a_hook_is_refused_naming_the_operator():
-    app = StreamApplicationDescriptor(Config({}))
+    app = StreamApplicationDescriptor(Settings({}))
     stream = app.input(InputDescriptor("log.in"))
 
     async def enrich(message: Any) -> Any:

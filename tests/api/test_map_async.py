@@ -13,6 +13,7 @@ import pytest
 from millstream.api.application import InputDescriptor, StreamApplicationDescriptor
 from millstream.api.errors import ApplicationError
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.model import SystemStream
 from millstream.testing import InProcessRunner, read_stream, write_stream
 from tests.api.apps import app_config, messages, reference_counts
@@ -94,7 +95,7 @@ def test_a_map_async_call_past_its_timeout_fails_the_job_naming_the_operator_and
 
 
 def test_map_async_refuses_a_sync_function_and_a_concurrency_below_one():
-    app = StreamApplicationDescriptor(Config({}))
+    app = StreamApplicationDescriptor(Settings({}))
     stream = app.input(InputDescriptor("log.in"))
 
     async def enrich(message: Any) -> Any:

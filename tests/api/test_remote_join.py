@@ -14,6 +14,7 @@ from millstream import RemoteTable
 from millstream.api.application import InputDescriptor, StreamApplicationDescriptor
 from millstream.api.errors import ApplicationError
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.testing import InProcessRunner
 from tests.api.apps import reference_counts
 from tests.api.test_map_async import by_partition, map_async_job, read, written
@@ -46,7 +47,7 @@ def test_a_remote_join_joins_every_message_once_in_order_with_batched_retried_re
 
 
 def test_a_join_with_a_remote_table_refuses_a_missing_key_and_an_unknown_how():
-    app = StreamApplicationDescriptor(Config({}))
+    app = StreamApplicationDescriptor(Settings({}))
     stream = app.input(InputDescriptor("log.in"))
 
     async def read(key: Any) -> Any:

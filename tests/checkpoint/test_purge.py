@@ -10,6 +10,7 @@ import pytest
 
 from millstream.checkpoint.purge import CommittedMessagePurger
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.systems.base import StreamSpec, SystemAdmin
 from millstream.systems.log.admin import LogSystemAdmin
@@ -20,7 +21,7 @@ PURGED, KEPT = SystemStreamPartition("log", "by-user", 0), SystemStreamPartition
 
 @pytest.fixture
 def config(tmp_path: Path) -> Config:
-    return Config(
+    return Settings(
         {
             "systems.log.path": str(tmp_path / "log"),
             "systems.log.streams.by-user.samza.delete.committed.messages": "true",

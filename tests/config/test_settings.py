@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import pytest
 
-from millstream.config.core import Config
 from millstream.config.settings import Settings
 from millstream.config.views import JobConfig, StoreConfig, StreamSamzaConfig, SystemSamzaConfig, TableConfig
 from millstream.errors import ConfigError
@@ -56,7 +55,7 @@ def test_the_stream_level_offset_default_and_trim_policy_override_the_system_lev
 
 
 def test_settings_of_a_config_keeps_its_keys_and_source_and_of_settings_is_the_same_object():
-    config = Config({"job.name": "j", "my.own.key": "x"}, source="/tmp/job.yaml")
+    config = Settings({"job.name": "j", "my.own.key": "x"}, source="/tmp/job.yaml")
     settings = Settings.of(config)
     assert dict(settings) == dict(config) and settings.source == config.source
     assert Settings.of(settings) is settings

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.config.views import TaskConfig
 from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError
@@ -24,7 +25,7 @@ def eos(**extra: Any) -> Config:
         "systems.kafka.bootstrap.servers": "127.0.0.1:9",
     }
     values.update({key.replace("__", "."): str(value) for key, value in extra.items()})
-    return Config(values)
+    return Settings(values)
 
 
 def test_an_exactly_once_job_with_everything_on_one_kafka_system_is_accepted() -> None:
@@ -75,7 +76,7 @@ def log_eos(**extra: Any) -> Config:
         "task.checkpoint.factory": "log",
     }
     values.update({key.replace("__", "."): str(value) for key, value in extra.items()})
-    return Config(values)
+    return Settings(values)
 
 
 def test_an_exactly_once_job_on_the_embedded_log_with_its_checkpoints_there_is_accepted() -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from millstream import Job, JobResult
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.services import DriverServices
 from millstream.errors import MillstreamError
 from millstream.metadata.base import MetadataStore
@@ -201,7 +202,7 @@ def test_a_job_used_call_by_call_holds_no_admin_between_calls(tmp_path):
 
 
 def test_another_thread_gets_its_own_admin_and_connection_and_close_releases_every_one_once(tmp_path):
-    services = DriverServices(Config(two_system_job(tmp_path)))
+    services = DriverServices(Settings(two_system_job(tmp_path)))
     mine = (services.admin("log"), services.store())
     assert (services.admin("log"), services.store()) == mine, "the same thread gets the same ones again"
     theirs: list[object] = []

@@ -17,6 +17,7 @@ import pytest
 from millstream import AsyncStreamTask, EndOfStreamListenerTask, WindowableTask
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.metadata.opening import metadata_store
 from millstream.model import IncomingMessageEnvelope, SystemStream, SystemStreamPartition, TaskName
@@ -155,7 +156,7 @@ class Gated(AsyncStreamTask):
 
 def gated_instance(concurrency: int) -> tuple[TaskInstance, Gated, FakeCheckpoints]:
     events = Events()
-    config = Config({"task.max.concurrency": str(concurrency), "task.callback.timeout.ms": "60000"})
+    config = Settings({"task.max.concurrency": str(concurrency), "task.callback.timeout.ms": "60000"})
     task = Gated()
     checkpoints = FakeCheckpoints(events)
     instance = TaskInstance(
@@ -222,7 +223,7 @@ def test_a_shutdown_asked_by_a_message_waits_for_the_others_in_flight_and_its_co
     events = Events()
     checkpoints = FakeCheckpoints(events)
     task = ShutsDownAtOne()
-    config = Config({"task.max.concurrency": "10"})
+    config = Settings({"task.max.concurrency": "10"})
     name = TaskName("Partition 0")
     instance = TaskInstance(
         name, task, frozenset({SSP}), ContainerContext(name, config, frozenset({SSP}), "0"),
@@ -280,7 +281,7 @@ def test_window_and_end_of_stream_wait_for_the_messages_in_flight_and_async_hook
     events = Events()
     task = Hooks()
     name = TaskName("Partition 0")
-    context = ContainerContext(name, Config({"task.max.concurrency": "5"}), frozenset({SSP}), "0")
+    context = ContainerContext(name, Settings({"task.max.concurrency": "5"}), frozenset({SSP}), "0")
     instance = TaskInstance(
         name, task, frozenset({SSP}), context,
         FakeProducers(events), DiscardingCollector(), FakeCheckpoints(events), {}, {},

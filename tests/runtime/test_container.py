@@ -4,6 +4,7 @@ import pytest
 
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.errors import MillstreamError
 from millstream.metadata.opening import metadata_store
@@ -110,7 +111,7 @@ def _bytes_job(tmp_path, extra=None) -> Config:
         "systems.log.streams.out.samza.msg.serde": "json",
         **(extra or {}),
     }
-    return prepare(Config(values))
+    return prepare(Settings(values))
 
 
 def _create(config: Config, stream: str, values: list[bytes], seal: bool) -> None:

@@ -6,6 +6,7 @@ import glob
 from pathlib import Path
 
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.config.views import store_config
 from millstream.storage.factory import storage_engine_factory
 from millstream.storage.memory import MIB, rocksdb_budget, shared_rocksdb_memory
@@ -15,7 +16,7 @@ from millstream.storage.rocksdb import RocksDbKeyValueStorageEngine, RocksDbStor
 def _config(**extra: str) -> Config:
     values = {"stores.counts.changelog": "log.counts-changelog", "stores.cache.factory": "inmemory"}
     values.update({key.replace("__", "."): value for key, value in extra.items()})
-    return Config(values)
+    return Settings(values)
 
 
 def _options_file(path: Path) -> dict[str, str]:
@@ -47,7 +48,7 @@ def test_a_container_wide_rocksdb_limit_replaces_the_per_store_budgets():
 
 
 def test_a_job_without_rocksdb_stores_has_no_rocksdb_budget_even_with_a_container_wide_limit():
-    assert rocksdb_budget(Config({"job.container.rocksdb.memory.mb": "300"})).total_bytes == 0
+    assert rocksdb_budget(Settings({"job.container.rocksdb.memory.mb": "300"})).total_bytes == 0
 
 
 def test_a_store_opens_with_its_configured_memtables_split_between_the_containers_tasks(tmp_path):

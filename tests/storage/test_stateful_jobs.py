@@ -17,6 +17,7 @@ from millstream.blobstore.local import LocalBlobStore
 from millstream.checkpoint.checkpoint import CheckpointV1, CheckpointV2
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.errors import MillstreamError
 from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream, TaskName
@@ -157,7 +158,7 @@ def test_a_failed_upload_fails_the_job_with_the_cause_naming_the_task(tmp_path: 
 
 
 def test_a_task_asking_for_an_unknown_store_gets_an_error_naming_it() -> None:
-    context = ContainerContext(TaskName("Partition 0"), Config({}), frozenset(), "0", {})
+    context = ContainerContext(TaskName("Partition 0"), Settings({}), frozenset(), "0", {})
     with pytest.raises(MillstreamError, match="task 'Partition 0' has no store 'nope'"):
         context.get_store("nope")
 

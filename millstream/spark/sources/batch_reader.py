@@ -34,6 +34,7 @@ from pyspark.sql.types import (
 
 from millstream.config import Config
 from millstream.config.core import load_config, parse_bool
+from millstream.config.settings import Settings
 from millstream.errors import MillstreamError
 from millstream.model import IncomingMessageEnvelope, SystemStream
 from millstream.serde.base import Serde
@@ -119,7 +120,7 @@ class StreamDataFrameReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> Sequence[InputPartition]:
-        config = Config(self.options.config)
+        config = Settings(self.options.config)
         stream = self.options.stream
         ranges: Sequence[OffsetRange | ShardRange]
         if _partitions_are_fixed(config, stream):
@@ -130,7 +131,7 @@ class StreamDataFrameReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pyarrow.RecordBatch]:
         assert isinstance(partition, StreamInputPartition)
-        config = Config(self.options.config)
+        config = Settings(self.options.config)
         rows = RecordBatchBuilder(self.options, config)
         offsets, idle_timeout = partition.range, self.options.idle_timeout
         batches = (

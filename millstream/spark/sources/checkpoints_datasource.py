@@ -21,6 +21,7 @@ from millstream.checkpoint.checkpoint import CheckpointV2
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
 from millstream.config.core import load_config
+from millstream.config.settings import Settings
 from millstream.metadata.opening import metadata_store
 from millstream.model import TaskName
 from millstream.spark.sources.stream_read import StreamReadError
@@ -70,7 +71,7 @@ class CheckpointsReader(DataSourceReader):
         return [InputPartition(0)]
 
     def read(self, partition: InputPartition) -> Iterator[CheckpointRow]:
-        yield from checkpoint_rows(Config(self.config))
+        yield from checkpoint_rows(Settings(self.config))
 
 
 def checkpoint_rows(config: Config) -> list[CheckpointRow]:

@@ -45,6 +45,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.config.views import StartpointConfig
 from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream, SystemStreamPartition
@@ -122,7 +123,7 @@ class ShardedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @property
     def config(self) -> Config:
-        return Config(self.options.config)
+        return Settings(self.options.config)
 
     @property
     def stream(self) -> SystemStream:

@@ -25,6 +25,7 @@ from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from millstream.config import Config
 from millstream.config.core import load_config, parse_bool
+from millstream.config.settings import Settings
 from millstream.config.views import store_config
 from millstream.errors import MillstreamError
 from millstream.extras import missing_module_hint
@@ -95,12 +96,12 @@ class StoreDataFrameReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> Sequence[InputPartition]:
-        planned = plan_store_read(Config(self.options.config), self.options.store, self.options.source)
+        planned = plan_store_read(Settings(self.options.config), self.options.store, self.options.source)
         return [TaskStorePartition(source) for source in planned]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[str, Any, Any]]:
         assert isinstance(partition, TaskStorePartition)
-        config = Config(self.options.config)
+        config = Settings(self.options.config)
         decode = StoreEntryDecoder(config, self.options.store, partition.source.task, self.options.raw)
         entries = read_task_store(config, self.options.store, partition.source, DEFAULT_IDLE_TIMEOUT_MS / 1000)
         for key, value in entries:

@@ -28,6 +28,7 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 
 from millstream.config import Config
 from millstream.config.core import load_config, parse_bool
+from millstream.config.settings import Settings
 from millstream.errors import MillstreamError
 from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.serde.base import Serde
@@ -105,7 +106,7 @@ class StreamDataFrameWriter(DataSourceArrowWriter):
         self.options = options
 
     def write(self, iterator: Iterator[pyarrow.RecordBatch]) -> WriteCount:
-        config = Config(self.options.config)
+        config = Settings(self.options.config)
         stream = self.options.stream
         encoder = RowEncoder(self.options, config)
         rows = 0

@@ -39,6 +39,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.config.views import StartpointConfig
 from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStreamPartition
@@ -64,7 +65,7 @@ def stream_reader(options: dict[str, str]) -> DataSourceStreamReader:
     """The stream reader of format ``millstream`` for ``options`` (lower-cased keys, as Spark hands them)."""
     starting = parse_starting_offsets(options.get("startingoffsets"))
     parsed = ReadOptions.parse(options)
-    if _has_shards(Config(parsed.config), parsed.stream.system):
+    if _has_shards(Settings(parsed.config), parsed.stream.system):
         from millstream.spark.sources.shard_stream import ShardedStreamReader
 
         default, given = starting
@@ -114,7 +115,7 @@ class MillstreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     @property
     def config(self) -> Config:
-        return Config(self.options.config)
+        return Settings(self.options.config)
 
     def _stream_config(self) -> Config:
         """The config whose metadata store holds the query's startpoints: ``job.name`` from option ``job``."""

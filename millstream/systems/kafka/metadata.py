@@ -58,6 +58,7 @@ from typing import Any
 import orjson
 
 from millstream.config.core import Config
+from millstream.config.settings import Settings
 from millstream.config.views import JobConfig
 from millstream.errors import MillstreamError
 from millstream.metadata.base import MetadataStore
@@ -113,7 +114,7 @@ class KafkaMetadataStore(MetadataStore):
         return {"config": self.config.to_dict(), "source": self.config.source}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(Config(state["config"], state["source"]))  # type: ignore[misc]
+        self.__init__(Settings(state["config"], state["source"]))  # type: ignore[misc]
 
     def __repr__(self) -> str:
         return f"KafkaMetadataStore(system={self.system!r}, topic={self.topic!r})"

@@ -10,6 +10,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 
 SYSTEM = "kafka"
@@ -22,7 +23,7 @@ def kafka_config(bootstrap: str, **extra: Any) -> Config:
         f"systems.{SYSTEM}.bootstrap.servers": bootstrap,
     }
     values.update({key.replace("__", "."): str(value) for key, value in extra.items()})
-    return Config(values)
+    return Settings(values)
 
 
 def job_config(bootstrap: str, data_dir: Any, inputs: str, output: str, **extra: Any) -> Config:
@@ -43,7 +44,7 @@ def job_config(bootstrap: str, data_dir: Any, inputs: str, output: str, **extra:
         "test.output": output,
     }
     values.update({key.replace("__", "."): str(value) for key, value in extra.items()})
-    return prepare(Config(values))
+    return prepare(Settings(values))
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int = 1, **config: str) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.metadata import coordination
 from millstream.metadata.opening import metadata_store
@@ -79,7 +80,7 @@ def test_a_takeover_on_kafka_hands_the_topic_over_and_refuses_the_old_owner(
 
 def test_of_two_claims_racing_for_an_unowned_topic_exactly_one_wins(bootstrap: str, topic_name: Any) -> None:
     topic = topic_name("raced")
-    config = Config(
+    config = Settings(
         {"job.name": "claims", "systems.kafka.samza.factory": "kafka", "systems.kafka.bootstrap.servers": bootstrap}
     )
     admin = KafkaSystemFactory().get_admin("kafka", config)

@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.errors import ConfigError
 from millstream.metadata import coordination
 from millstream.metadata.base import FencedError
@@ -122,7 +123,7 @@ def test_the_store_pickles_to_its_config_only(config, store):
 
 
 def _increment(config_items: dict, count: int) -> None:
-    store = KafkaMetadataStore(Config(config_items))
+    store = KafkaMetadataStore(Settings(config_items))
     try:
         for _ in range(count):
             while True:
@@ -147,7 +148,7 @@ def test_concurrent_compare_and_put_from_several_processes_loses_no_increment(co
 
 
 def _epochs(config_items: dict, queue) -> None:
-    store = KafkaMetadataStore(Config(config_items))
+    store = KafkaMetadataStore(Settings(config_items))
     try:
         queue.put([coordination.start_container_attempt(store, "c") for _ in range(5)])
     finally:

@@ -11,6 +11,7 @@ import boto3
 from botocore.config import Config as BotoConfig
 
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition
 from millstream.systems.kinesis.admin import KinesisSystemAdmin
@@ -53,7 +54,7 @@ def kinesis_config(endpoint: str, data_dir: Path, **extra: Any) -> Config:
     """A config with one Kinesis system named ``kinesis`` and a job directory; ``a__b=1`` sets ``a.b=1``."""
     values = {"job.name": "kinesis-test", "job.data.dir": str(data_dir), **kinesis_values(endpoint)}
     values.update({key.replace("__", "."): str(value) for key, value in extra.items()})
-    return prepare(Config(values))
+    return prepare(Settings(values))
 
 
 def raw_client(endpoint: str) -> Any:

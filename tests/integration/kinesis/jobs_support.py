@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.model import SystemStream
 from millstream.testing import read_stream
@@ -36,7 +37,7 @@ def job_config(endpoint: str, data_dir: Path, stream: str, **extra: Any) -> Conf
         }
     )
     values.update({key.replace("__", "."): str(value) for key, value in extra.items()})
-    config = prepare(Config(values))
+    config = prepare(Settings(values))
     create_log_stream(config, "out", 1)
     return config
 

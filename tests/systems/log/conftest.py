@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.systems.base import StreamSpec
 from millstream.systems.log.admin import LogSystemAdmin
@@ -25,7 +26,7 @@ def log_config(root: Path, **settings: object) -> Config:
     """``systems.log.path=root`` plus ``settings`` given as ``poll__batch__size=10``."""
     values = {f"systems.{SYSTEM}.path": str(root)}
     values.update({f"systems.{SYSTEM}.{key.replace('__', '.')}": str(value) for key, value in settings.items()})
-    return Config(values)
+    return Settings(values)
 
 
 def stored_batches(path: Path) -> list[tuple[int, int, int, bytes]]:

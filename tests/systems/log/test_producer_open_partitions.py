@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.systems.base import WriterToken
 from millstream.systems.log.admin import LogSystemAdmin
 from millstream.systems.log.errors import LogStorageError
@@ -110,4 +111,4 @@ def test_the_pool_size_comes_from_its_config_key(root: Path) -> None:
     producer = LogSystemFactory().get_producer(SYSTEM, log_config(root, producer__open__partitions__max=5))
     assert producer.open_max == 5
     unset = pool_bounds(None, None, None).producer  # a share of the hard open-file limit
-    assert LogSystemFactory().get_producer(SYSTEM, Config({})).open_max == unset
+    assert LogSystemFactory().get_producer(SYSTEM, Settings({})).open_max == unset
