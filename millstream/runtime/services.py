@@ -119,7 +119,7 @@ class ContainerServices:
         :meth:`start_attempt`)."""
         self.registry: Registry | None = None
         """The container's metrics registry; None when metrics are off (``metrics.*``)."""
-        if container_id is not None and MetricsConfig.of(config).active:
+        if container_id is not None and config.view(MetricsConfig).active:
             self.registry = Registry({"container": container_id})
         self.serdes = SerdeRegistry.from_config(config)
         self.system_context = SystemContext(self._extra_store)

@@ -31,7 +31,7 @@ from millstream.systems.base import StreamOwnedError
 from tests.helpers import create_stream
 
 
-def ensure_intermediate_streams(config: Config) -> dict[SystemStream, int]:
+def ensure_intermediate_streams(config: Settings) -> dict[SystemStream, int]:
     """The planner's step with the driver's services, as the job coordinator takes it."""
     with DriverServices(config) as services:
         return ensure_streams(config, services.admin)
@@ -129,7 +129,7 @@ def test_an_application_with_only_session_windows_has_no_watermark_boundary():
 # --- the expanded config ---------------------------------------------------------------------------
 
 
-def app_config(tmp_path: Path, **extra: str) -> Config:
+def app_config(tmp_path: Path, **extra: str) -> Settings:
     values = {
         "job.name": "views",
         "job.data.dir": str(tmp_path),
