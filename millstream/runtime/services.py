@@ -60,7 +60,7 @@ container's thread (the heartbeat thread shares it), the metrics snapshot thread
 class SystemAdmins:
     """One started admin per system, opened on first use and stopped by :meth:`stop`; thread-safe."""
 
-    def __init__(self, config: Config, factory: Callable[[str], SystemFactory]) -> None:
+    def __init__(self, config: Settings, factory: Callable[[str], SystemFactory]) -> None:
         self._config = config
         self._factory = factory
         self._admins: dict[str, SystemAdmin] = {}

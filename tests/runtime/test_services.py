@@ -71,6 +71,16 @@ def test_a_container_opens_one_admin_per_system_the_documented_store_connections
     assert {(w.job, w.container_id, w.generation, w.epoch) for w in writers if w is not None} == {attempt}
 
 
+def test_a_container_and_its_services_read_the_views_of_the_settings_they_are_given(tmp_path: Path) -> None:
+    config = counted_job(tmp_path)
+    with SqliteMetadataStoreFactory().get_metadata_store(config) as store:
+        model = JobCoordinator(config, store).start()
+    container = Container(config, model, "0")
+    assert container.task_config is config.task, "the container parsed task.* again instead of reading its settings"
+    with ContainerServices(config, "0") as services:
+        assert services.config is config, "the services rebuilt the settings they were given"
+
+
 def test_services_refuse_a_metadata_store_connection_for_an_undeclared_purpose(tmp_path: Path) -> None:
     with ContainerServices(state_config(tmp_path, "changelog")) as services, pytest.raises(Exception, match="one of"):
         services.metadata_store("somewhere")
