@@ -17,7 +17,6 @@ from millstream.checkpoint.metadata_store import (
     PREVIOUS_NAMESPACES,
     MetadataStoreCheckpointManager,
 )
-from millstream.config.core import Config
 from millstream.config.settings import Settings
 from millstream.errors import ConfigError
 from millstream.metadata.base import FencedError, MetadataStore
@@ -211,7 +210,7 @@ def test_factory_defaults_to_the_metadata_store_manager(store: SqliteMetadataSto
 
 class _ReadOnlyFactory(CheckpointManagerFactory):
     def get_checkpoint_manager(
-        self, config: Config, store: MetadataStore, fence: WriterFence | None = None
+        self, config: Settings, store: MetadataStore, fence: WriterFence | None = None
     ) -> CheckpointManager:
         return MetadataStoreCheckpointManager(store)
 
@@ -228,7 +227,7 @@ def test_factory_rejects_an_unknown_name_naming_the_key(store: SqliteMetadataSto
 
 def test_factory_rejects_a_class_that_is_not_a_checkpoint_manager_factory(store: SqliteMetadataStore) -> None:
     with pytest.raises(ConfigError, match="not a CheckpointManagerFactory"):
-        checkpoint_manager(Settings({"task.checkpoint.factory": "millstream.config.core:Config"}), store, None)
+        checkpoint_manager(Settings({"task.checkpoint.factory": "millstream.config.core:Settings"}), store, None)
 
 
 # --- V2 records, read versions, live max age, rollback ---

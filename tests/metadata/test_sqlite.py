@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from millstream.config.core import Config
 from millstream.config.settings import Settings
 from millstream.errors import ConfigError
 from millstream.metadata.base import MetadataStore
@@ -247,7 +246,7 @@ def test_factory_uses_the_configured_path(tmp_path: Path) -> None:
 
 
 class _MemoryStoreFactory(MetadataStoreFactory):
-    def get_metadata_store(self, config: Config) -> MetadataStore:
+    def get_metadata_store(self, config: Settings) -> MetadataStore:
         return SqliteMetadataStore(Path(config["metadata.store.path"]))
 
 
@@ -260,7 +259,7 @@ def test_factory_loads_a_module_class_path(tmp_path: Path) -> None:
 
 def test_factory_rejects_a_class_that_is_not_a_metadata_store_factory() -> None:
     with pytest.raises(ConfigError, match=r"metadata\.store\.factory"):
-        metadata_store(Settings({"metadata.store.factory": "millstream.config.core:Config"}))
+        metadata_store(Settings({"metadata.store.factory": "millstream.config.core:Settings"}))
 
 
 def test_factory_rejects_an_unknown_name_listing_the_built_in_ones() -> None:
