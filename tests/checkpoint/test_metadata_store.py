@@ -227,7 +227,7 @@ def test_factory_rejects_an_unknown_name_naming_the_key(store: SqliteMetadataSto
 
 def test_factory_rejects_a_class_that_is_not_a_checkpoint_manager_factory(store: SqliteMetadataStore) -> None:
     with pytest.raises(ConfigError, match="not a CheckpointManagerFactory"):
-        checkpoint_manager(Settings({"task.checkpoint.factory": "millstream.config.core:Settings"}), store, None)
+        checkpoint_manager(Settings({"task.checkpoint.factory": "millstream.config.core:Config"}), store, None)
 
 
 # --- V2 records, read versions, live max age, rollback ---

@@ -259,7 +259,7 @@ def test_factory_loads_a_module_class_path(tmp_path: Path) -> None:
 
 def test_factory_rejects_a_class_that_is_not_a_metadata_store_factory() -> None:
     with pytest.raises(ConfigError, match=r"metadata\.store\.factory"):
-        metadata_store(Settings({"metadata.store.factory": "millstream.config.core:Settings"}))
+        metadata_store(Settings({"metadata.store.factory": "millstream.config.core:Config"}))
 
 
 def test_factory_rejects_an_unknown_name_listing_the_built_in_ones() -> None:
