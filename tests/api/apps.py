@@ -124,7 +124,7 @@ class Slow:
             Path(self.progress, self.task.replace(" ", "-")).touch()
 
 
-def app_config(data_dir: Path, app: str, **extra: Any) -> Config:
+def app_config(data_dir: Path, app: str, **extra: Any) -> Settings:
     values = {
         "job.name": "test",
         "job.data.dir": str(data_dir),

@@ -12,7 +12,6 @@ import pytest
 
 from millstream.api.application import InputDescriptor, StreamApplicationDescriptor
 from millstream.api.errors import ApplicationError
-from millstream.config import Config
 from millstream.config.settings import Settings
 from millstream.model import SystemStream
 from millstream.testing import InProcessRunner, read_stream, write_stream
@@ -26,7 +25,7 @@ PARTITIONS, PER_PARTITION = 2, 150
 
 def map_async_job(
     tmp_path: Path, service: EnrichService, *, sealed: bool = True, **extra: Any
-) -> tuple[Config, dict[int, list]]:
+) -> tuple[Settings, dict[int, list]]:
     config = app_config(tmp_path, APP, test__service__url=service.url, **extra)
     data = {p: messages(p, PER_PARTITION) for p in range(PARTITIONS)}
     create_stream(config, "in", PARTITIONS)
@@ -39,7 +38,7 @@ def map_async_job(
     return config, data
 
 
-def read(config: Config, stream: str) -> list[dict[str, Any]]:
+def read(config: Settings, stream: str) -> list[dict[str, Any]]:
     return [value for pairs in read_stream(config, SystemStream("log", stream)).values() for _, value in pairs]
 
 

@@ -13,7 +13,6 @@ import pytest
 from millstream import RemoteTable
 from millstream.api.application import InputDescriptor, StreamApplicationDescriptor
 from millstream.api.errors import ApplicationError
-from millstream.config import Config
 from millstream.config.settings import Settings
 from millstream.testing import InProcessRunner
 from tests.api.apps import reference_counts
@@ -24,7 +23,7 @@ APP = "tests.api.apps:RemoteJoined"
 MISSING = frozenset(n for p in range(2) for n in range(1000 * p, 1000 * p + 150, 10))
 
 
-def check_joined(config: Config, data: dict[int, list], how: str) -> None:
+def check_joined(config: Settings, data: dict[int, list], how: str) -> None:
     out = read(config, "out")
     kept = {p: [n for n in ns if how == "left" or n not in MISSING] for p, ns in written(data).items()}
     assert by_partition(out) == kept, "each joined once, in offset order per partition"

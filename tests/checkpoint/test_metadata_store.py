@@ -17,7 +17,6 @@ from millstream.checkpoint.metadata_store import (
     PREVIOUS_NAMESPACES,
     MetadataStoreCheckpointManager,
 )
-from millstream.config.core import Config
 from millstream.config.settings import Settings
 from millstream.errors import ConfigError
 from millstream.metadata.base import FencedError, MetadataStore
@@ -211,7 +210,7 @@ def test_factory_defaults_to_the_metadata_store_manager(store: SqliteMetadataSto
 
 class _ReadOnlyFactory(CheckpointManagerFactory):
     def get_checkpoint_manager(
-        self, config: Config, store: MetadataStore, fence: WriterFence | None = None
+        self, config: Settings, store: MetadataStore, fence: WriterFence | None = None
     ) -> CheckpointManager:
         return MetadataStoreCheckpointManager(store)
 

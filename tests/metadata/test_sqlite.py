@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from millstream.config.core import Config
 from millstream.config.settings import Settings
 from millstream.errors import ConfigError
 from millstream.metadata.base import MetadataStore
@@ -247,7 +246,7 @@ def test_factory_uses_the_configured_path(tmp_path: Path) -> None:
 
 
 class _MemoryStoreFactory(MetadataStoreFactory):
-    def get_metadata_store(self, config: Config) -> MetadataStore:
+    def get_metadata_store(self, config: Settings) -> MetadataStore:
         return SqliteMetadataStore(Path(config["metadata.store.path"]))
 
 

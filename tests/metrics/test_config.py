@@ -11,13 +11,13 @@ from millstream.errors import ConfigError
 
 
 def test_metrics_are_off_unless_a_port_or_a_reporter_is_configured() -> None:
-    defaults = MetricsConfig.of(Settings({}))
+    defaults = Settings({}).view(MetricsConfig)
     assert (defaults.active, defaults.prometheus_port, defaults.snapshot_interval_ms) == (False, 0, 5000)
-    assert MetricsConfig.of(Settings({"metrics.prometheus.port": "9404"})).active
-    assert MetricsConfig.of(Settings({"metrics.reporters": "log"})).reporters == ["log"]
-    assert MetricsConfig.of(Settings({"metrics.reporters": "log"})).active
-    assert MetricsConfig.of(Settings({"metrics.enabled": "true"})).active
-    assert not MetricsConfig.of(Settings({"metrics.enabled": "false", "metrics.reporters": "log"})).active
+    assert Settings({"metrics.prometheus.port": "9404"}).view(MetricsConfig).active
+    assert Settings({"metrics.reporters": "log"}).view(MetricsConfig).reporters == ["log"]
+    assert Settings({"metrics.reporters": "log"}).view(MetricsConfig).active
+    assert Settings({"metrics.enabled": "true"}).view(MetricsConfig).active
+    assert not Settings({"metrics.enabled": "false", "metrics.reporters": "log"}).view(MetricsConfig).active
 
 
 @pytest.mark.parametrize(
