@@ -5,7 +5,6 @@ from __future__ import annotations
 import glob
 from pathlib import Path
 
-from millstream.config import Config
 from millstream.config.settings import Settings
 from millstream.config.views import store_config
 from millstream.storage.factory import storage_engine_factory
@@ -13,7 +12,7 @@ from millstream.storage.memory import MIB, rocksdb_budget, shared_rocksdb_memory
 from millstream.storage.rocksdb import RocksDbKeyValueStorageEngine, RocksDbStorageEngineFactory
 
 
-def _config(**extra: str) -> Config:
+def _config(**extra: str) -> Settings:
     values = {"stores.counts.changelog": "log.counts-changelog", "stores.cache.factory": "inmemory"}
     values.update({key.replace("__", "."): value for key, value in extra.items()})
     return Settings(values)
