@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
+from millstream.config import Config
 from millstream.config.settings import Settings
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.services import DriverServices
@@ -64,8 +65,8 @@ class Opened:
 
 
 class StateHarness:
-    def __init__(self, config: Settings, partitions: int = 1) -> None:
-        self.config = config
+    def __init__(self, config: Config, partitions: int = 1) -> None:
+        self.config = config = Settings.of(config)
         create_stream(config, "in", partitions)
         self.metadata = metadata_store(config)
         self.metadata.init()
@@ -120,7 +121,7 @@ class StateHarness:
 
 
 def restored_contents(
-    config: Settings, task: TaskName, fresh_dir: Path, store: str = "counts", metrics: MetricsRegistry = NOOP_METRICS
+    config: Config, task: TaskName, fresh_dir: Path, store: str = "counts", metrics: MetricsRegistry = NOOP_METRICS
 ) -> dict[Any, Any]:
     """Restore ``task``'s store from the job's last checkpoint into ``fresh_dir`` (as a new host would),
     reporting its progress to ``metrics``, and return what it holds."""
@@ -136,7 +137,9 @@ def restored_contents(
     assert model is not None
     checkpoint = checkpoint_manager(config, metadata).read_last_checkpoint(task)
     services = ContainerServices(config)
-    container = ContainerStorageManager(config, model, model.container_of(task), metadata, services, metrics=metrics)
+    container = ContainerStorageManager(
+        services.config, model, model.container_of(task), metadata, services, metrics=metrics
+    )
     storage = container.task_storage(task, model.tasks[task])
     assert storage is not None
     try:
