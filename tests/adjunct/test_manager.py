@@ -9,6 +9,7 @@ import pytest
 
 from millstream.adjunct.recovery import OFFSETS_FILE
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.job_result import JobResult
 from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.storage.layout import StoreLayout
@@ -21,7 +22,7 @@ RATES = SystemStream("log", "rates")
 IN = SystemStream("log", "in")
 
 
-def adjunct_config(tmp_path: Path, task: str = "tests.adjunct.jobs:Enrich", **extra: Any) -> Config:
+def adjunct_config(tmp_path: Path, task: str = "tests.adjunct.jobs:Enrich", **extra: Any) -> Settings:
     settings = {
         "stores__rates__adstore__input": "log.rates",
         "stores__rates__key__serde": "string",
@@ -29,7 +30,7 @@ def adjunct_config(tmp_path: Path, task: str = "tests.adjunct.jobs:Enrich", **ex
         "systems__log__streams__rates__samza__bootstrap": "true",
     }
     settings.update(extra)
-    return job_config(tmp_path, task, **settings)
+    return Settings.of(job_config(tmp_path, task, **settings))
 
 
 def streams(config: Config, partitions: int = 2) -> None:

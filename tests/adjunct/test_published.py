@@ -23,14 +23,17 @@ from millstream.adjunct.published import (
 )
 from millstream.blobstore.base import blob_store
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.opening import metadata_store
 from tests.helpers import job_config
 
 
 @pytest.fixture
-def config(tmp_path: Path) -> Config:
-    return job_config(tmp_path / "data", **{"blob.store.prefix": "team/", "blob.store.transfer.threads": "3"})
+def config(tmp_path: Path) -> Settings:
+    return Settings.of(
+        job_config(tmp_path / "data", **{"blob.store.prefix": "team/", "blob.store.transfer.threads": "3"})
+    )
 
 
 @pytest.fixture
@@ -41,7 +44,7 @@ def metadata(config: Config) -> Iterator[MetadataStore]:
     store.close()
 
 
-def uploaded(config: Config, version: str, files: dict[str, bytes], store: str = "geo") -> dict[str, str]:
+def uploaded(config: Settings, version: str, files: dict[str, bytes], store: str = "geo") -> dict[str, str]:
     """Put ``files`` (name → bytes) in the blob store as files of ``version``; returns name → blob id."""
     blobs = blob_store(config)
     ids = {}
@@ -50,7 +53,7 @@ def uploaded(config: Config, version: str, files: dict[str, bytes], store: str =
     return ids
 
 
-def partitioned(config: Config, version: str, store: str = "geo") -> PublishedVersion:
+def partitioned(config: Settings, version: str, store: str = "geo") -> PublishedVersion:
     ids = uploaded(config, version, {"part-00000.sst": b"zero", "part-00002.sst": b"two"}, store)
     return PublishedVersion(
         store=store,

@@ -15,6 +15,7 @@ import pytest
 from millstream.checkpoint.checkpoint import CheckpointV2
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.storage.backends.blobstore.index import SnapshotIndex
@@ -88,7 +89,7 @@ def checkpointed_state(before: dict[TaskName, CheckpointV2]) -> dict[str, int]:
     return {f"k{p}": input_offset(before[task], p) + 1 for p, task in enumerate(TASKS)}
 
 
-def assert_new_hosts_restore(config: Config, tmp_path: Path, expected: dict[str, int]) -> None:
+def assert_new_hosts_restore(config: Settings, tmp_path: Path, expected: dict[str, int]) -> None:
     for p, task in enumerate(TASKS):
         want = {f"k{p}": expected[f"k{p}"]} if f"k{p}" in expected else {}
         assert restored_contents(config, task, tmp_path / f"new-host-{p}") == want

@@ -29,7 +29,7 @@ from tests.storage.harness import state_config
 TASK_CLASS = "tests.storage.jobs:CountPerKeyReportingAtEnd"
 
 
-def config_for(tmp_path: Path, backend: str, **extra: Any) -> Config:
+def config_for(tmp_path: Path, backend: str, **extra: Any) -> Settings:
     return state_config(tmp_path, backend, task=TASK_CLASS, task__commit__ms=50, job__container__count=2, **extra)
 
 
