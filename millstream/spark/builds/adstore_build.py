@@ -183,9 +183,11 @@ def build_version(
     return record
 
 
-def resolve_target(config: Settings, store: str) -> _Target:
+def resolve_target(config: Config, store: str) -> _Target:
     """Check that ``store`` can be bulk-built and find where its records go; ``ConfigError`` names the key
-    at fault."""
+    at fault. ``config``: the job's ``Settings``, or a loaded ``Config`` (read as settings: users call this at
+    an old path)."""
+    config = Settings.of(config)
     if store not in store_names(config):
         configured = ", ".join(store_names(config)) or "none"
         raise ConfigError(f"store '{store}' is not configured (no 'stores.{store}.*' keys; stores: {configured})")

@@ -72,13 +72,17 @@ def is_single_host(master: str) -> bool:
     return local_slots(master.strip()) is not None
 
 
-def refuse_host_local_state(config: Settings, master: str) -> None:
-    """Refuse running ``config``'s job on ``master`` when its log, metadata or blobs would live on each host."""
+def refuse_host_local_state(config: Config, master: str) -> None:
+    """Refuse running ``config``'s job on ``master`` when its log, metadata or blobs would live on each host
+    (``config``: the job's ``Settings``, or a loaded ``Config``, read as settings: users call it at an old path)."""
+    config = Settings.of(config)
     _refuse(config, master, job_settings(config))
 
 
-def refuse_host_local_blobs(config: Settings, master: str) -> None:
-    """Refuse a bulk build on ``master`` whose files its executors would write to their own disks."""
+def refuse_host_local_blobs(config: Config, master: str) -> None:
+    """Refuse a bulk build on ``master`` whose files its executors would write to their own disks (``config``: the
+    job's ``Settings``, or a loaded ``Config``, read as settings: users call it at an old path)."""
+    config = Settings.of(config)
     _refuse(config, master, [setting for setting in [local_blob_store(config, "the bulk build")] if setting])
 
 

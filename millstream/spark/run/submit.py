@@ -20,6 +20,7 @@ import sys
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
+from millstream.config import Config
 from millstream.config.settings import Settings
 from millstream.coordinator.prepare import load_job_config
 from millstream.errors import FORCED_STOP_EXIT_CODE, SUPERSEDED_EXIT_CODE, ConfigError, MillstreamError
@@ -31,8 +32,9 @@ from millstream.spark.run.session import local_slots, set_failed_attempt_logging
 from millstream.spark.run.shutdown_hook import graceful_stop_on_jvm_shutdown
 
 
-def check_submitted_conf(conf: SparkConf, config: Settings) -> None:
-    """Refuse, naming the ``--conf`` to pass, a submitted session the runner cannot run this job in safely."""
+def check_submitted_conf(conf: SparkConf, config: Config) -> None:
+    """Refuse, naming the ``--conf`` to pass, a submitted session the runner cannot run this job in safely
+    (``config``: the job's ``Settings``, or a loaded ``Config``, read as settings: it is exported to users)."""
     if (conf.get("spark.speculation") or "false").lower() != "false":
         raise ConfigError(
             "spark.speculation is enabled in the submitted session: a speculative copy would run a container "
@@ -41,7 +43,7 @@ def check_submitted_conf(conf: SparkConf, config: Settings) -> None:
     master = conf.get("spark.master") or ""
     if local_slots(master) is not None:
         return  # local masters retry through local[N,F], not spark.task.maxFailures
-    needed = config.job.container_max_attempts
+    needed = Settings.of(config).job.container_max_attempts
     submitted = int(conf.get("spark.task.maxFailures") or "4")
     if submitted != needed:
         raise ConfigError(
@@ -69,8 +71,10 @@ def refuse_before_session(conf: SparkConf, config: Settings) -> None:
     check_dynamic_allocation_sizing(conf, config)
 
 
-def submit(config: Settings, spark: SparkSession, runner: SparkJobRunner | None = None) -> int:
-    """Run ``config`` in the submitted session; the exit code ``millstream run`` would give."""
+def submit(config: Config, spark: SparkSession, runner: SparkJobRunner | None = None) -> int:
+    """Run ``config`` in the submitted session; the exit code ``millstream run`` would give. ``config``: the job's
+    ``Settings``, or a loaded ``Config`` (read as settings: users call this from ``millstream.spark.submit``)."""
+    config = Settings.of(config)
     check_submitted_conf(spark.sparkContext.getConf(), config)
     set_failed_attempt_logging(spark.sparkContext, "OFF")
     result = (runner or SparkJobRunner(config, spark=spark)).run(handle_signals=True)

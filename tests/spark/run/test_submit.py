@@ -14,7 +14,6 @@ import pytest
 from pyspark import SparkConf
 
 import millstream.spark.submit
-from millstream.config.settings import Settings
 from millstream.errors import ConfigError
 from millstream.spark.run.submit import check_submitted_conf
 from tests.cli.test_main import REPO, write_config
@@ -31,7 +30,7 @@ from tests.spark.yarn import SPARK_HOME
 
 
 def test_spark_submit_refuses_a_submitted_session_whose_task_retries_do_not_match_the_job(tmp_path):
-    config = Settings.of(job_config(tmp_path, job__container__retry__count=5))
+    config = job_config(tmp_path, job__container__retry__count=5)
     conf = SparkConf(loadDefaults=False).setAll([("spark.master", "spark://cluster.example:7077")])
     with pytest.raises(ConfigError, match=r"--conf spark\.task\.maxFailures=6"):
         check_submitted_conf(conf, config)
