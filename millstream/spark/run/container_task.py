@@ -17,7 +17,6 @@ from typing import Any
 
 import orjson
 
-from millstream.config import JobConfig
 from millstream.config.secrets import mask_secrets_in_logs
 from millstream.config.settings import Settings
 from millstream.job_model import JobModel
@@ -46,7 +45,7 @@ def container_partition(
         if path not in sys.path and os.path.isdir(path):
             sys.path.insert(0, path)
     config = Settings(config_items, config_source)
-    configure_logging(log_level, job=JobConfig.of(config).name, container=str(index))
+    configure_logging(log_level, job=config.job.name, container=str(index))
     mask_secrets_in_logs(config)
     executor = _executor_info()
     log.info(

@@ -19,7 +19,6 @@ from pyspark.sql.types import IntegerType, StringType, StructField, StructType, 
 
 from millstream.checkpoint.checkpoint import CheckpointV2
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
 from millstream.config.core import load_config
 from millstream.config.settings import Settings
 from millstream.metadata.opening import metadata_store
@@ -74,7 +73,7 @@ class CheckpointsReader(DataSourceReader):
         yield from checkpoint_rows(Settings(self.config))
 
 
-def checkpoint_rows(config: Config) -> list[CheckpointRow]:
+def checkpoint_rows(config: Settings) -> list[CheckpointRow]:
     """Every task's last checkpoint, a row per input partition, ordered by task and partition."""
     with metadata_store(config) as store:
         manager = checkpoint_manager(config, store, None)

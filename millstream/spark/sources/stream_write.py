@@ -26,7 +26,6 @@ import orjson
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
-from millstream.config import Config
 from millstream.config.core import load_config, parse_bool
 from millstream.config.settings import Settings
 from millstream.errors import MillstreamError
@@ -127,7 +126,7 @@ class StreamDataFrameWriter(DataSourceArrowWriter):
 class RowEncoder:
     """Turns a row's columns into an envelope the stream's serdes encoded, with errors naming the row."""
 
-    def __init__(self, options: WriteOptions, config: Config) -> None:
+    def __init__(self, options: WriteOptions, config: Settings) -> None:
         self._stream = options.stream
         self._raw = options.raw
         serdes = None if options.raw else SerdeRegistry.from_config(config)
