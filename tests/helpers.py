@@ -104,10 +104,10 @@ def checkpointed_offsets(config: Settings, stream: str, partitions: int) -> dict
         store.close()
 
 
-def unvalidated(config: Config) -> Config:
+def unvalidated(config: Config) -> Settings:
     """``config`` shaped as ``prepare`` shapes it (absolute paths, an application expanded) but not
     validated, so a test can hand a bad config to the code that must refuse it."""
-    return expand_application(resolve_paths(config))
+    return Settings.of(expand_application(resolve_paths(config)))
 
 
 def end_version(config: Config, stream: SystemStream, label: str) -> int:

@@ -59,7 +59,6 @@ import orjson
 
 from millstream.config.core import Config
 from millstream.config.settings import Settings
-from millstream.config.views import JobConfig
 from millstream.errors import MillstreamError
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import MetadataStoreFactory
@@ -90,9 +89,9 @@ def _key(namespace: str, key: str) -> bytes:
 class KafkaMetadataStore(MetadataStore):
     """``MetadataStore`` on the job's coordinator stream; safe for any number of processes and threads."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Settings) -> None:
         self.config = config
-        job = JobConfig.of(config)
+        job = config.job
         self.system = resolve_kafka_system(
             config, job.coordinator_system, "job.coordinator.system", "metadata.store.factory=kafka"
         )
@@ -313,4 +312,6 @@ class KafkaMetadataStoreFactory(MetadataStoreFactory):
     """``metadata.store.factory=kafka``: the coordinator stream on ``job.coordinator.system``."""
 
     def get_metadata_store(self, config: Config) -> MetadataStore:
-        return KafkaMetadataStore(config)
+        """Takes ``Config`` as ``MetadataStoreFactory`` declares it and reads it as ``Settings`` (``Settings.of``
+        returns the job's settings themselves, with the views they already parsed)."""
+        return KafkaMetadataStore(Settings.of(config))

@@ -27,8 +27,9 @@ from millstream.checkpoint.checkpoint import (
 )
 from millstream.checkpoint.factory import CheckpointManagerFactory
 from millstream.config.core import Config
+from millstream.config.settings import Settings
 from millstream.config.views import DEFAULT_SYSTEM as DEFAULT_LOG_SYSTEM
-from millstream.config.views import JobConfig, TaskConfig, system_samza
+from millstream.config.views import SystemSamzaConfig
 from millstream.errors import ConfigError
 from millstream.metadata.base import MetadataStore
 from millstream.model import TaskName
@@ -42,9 +43,9 @@ from millstream.systems.log.transactions import TransactionLog
 DEFAULT_SYSTEM = "log"
 
 
-def checkpoint_log_system(config: Config) -> str:
+def checkpoint_log_system(config: Settings) -> str:
     """The log system whose coordinator keeps the checkpoints: ``task.checkpoint.system``, default ``log``."""
-    system = TaskConfig.of(config).checkpoint_system or DEFAULT_SYSTEM
+    system = config.task.checkpoint_system or DEFAULT_SYSTEM
     if not _is_log_system(config, system):
         raise ConfigError(
             f"task.checkpoint.factory=log keeps checkpoints in a log system, but task.checkpoint.system '{system}' "
@@ -53,10 +54,10 @@ def checkpoint_log_system(config: Config) -> str:
     return system
 
 
-def _is_log_system(config: Config, system: str) -> bool:
+def _is_log_system(config: Settings, system: str) -> bool:
     """Whether ``systems.<system>.samza.factory`` names the embedded log (or a subclass of its factory), told
     from the name alone: checking a setting builds no factory (only composition roots build those)."""
-    name = system_samza(config, system).factory
+    name = config.view(SystemSamzaConfig, system).factory
     if name is None:
         return system == DEFAULT_LOG_SYSTEM
     try:
@@ -71,13 +72,13 @@ def _is_log_system(config: Config, system: str) -> bool:
 class LogCheckpointManager(CheckpointManager):
     """Checkpoints of one job in a log system's coordinator file; read-only without a ``WriterFence``."""
 
-    def __init__(self, config: Config, fence: WriterFence | None = None) -> None:
+    def __init__(self, config: Settings, fence: WriterFence | None = None) -> None:
         self.system = checkpoint_log_system(config)
-        settings = LogSystemConfig.for_system(config, self.system)
+        settings = config.view(LogSystemConfig, self.system)
         self.root = settings.root(config)
         self.fsync = settings.fsync
-        self.job = JobConfig.of(config).job_key
-        task = TaskConfig.of(config)
+        self.job = config.job.job_key
+        task = config.task
         self.read_versions = tuple(task.checkpoint_read_versions)
         self.max_age_ms = task.live_checkpoint_max_age_ms
         self.fence = fence
@@ -153,12 +154,15 @@ class LogCheckpointManager(CheckpointManager):
 
 
 class LogCheckpointManagerFactory(CheckpointManagerFactory):
-    """``task.checkpoint.factory=log``."""
+    """``task.checkpoint.factory=log``.
+
+    Its methods take ``Config`` as ``CheckpointManagerFactory`` declares them and read it as ``Settings``
+    (``Settings.of`` returns the job's settings themselves, with the views they already parsed)."""
 
     def get_checkpoint_manager(
         self, config: Config, store: MetadataStore, fence: WriterFence | None = None
     ) -> CheckpointManager:
-        return LogCheckpointManager(config, fence)
+        return LogCheckpointManager(Settings.of(config), fence)
 
     def transaction_system(self, config: Config) -> str | None:
-        return checkpoint_log_system(config)
+        return checkpoint_log_system(Settings.of(config))

@@ -9,14 +9,13 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from millstream.config import Config
 from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 
 SYSTEM = "kafka"
 
 
-def kafka_config(bootstrap: str, **extra: Any) -> Config:
+def kafka_config(bootstrap: str, **extra: Any) -> Settings:
     """A config with one Kafka system named ``kafka``; ``a__b=1`` sets ``a.b=1``."""
     values: dict[str, Any] = {
         f"systems.{SYSTEM}.samza.factory": "kafka",
@@ -26,7 +25,7 @@ def kafka_config(bootstrap: str, **extra: Any) -> Config:
     return Settings(values)
 
 
-def job_config(bootstrap: str, data_dir: Any, inputs: str, output: str, **extra: Any) -> Config:
+def job_config(bootstrap: str, data_dir: Any, inputs: str, output: str, **extra: Any) -> Settings:
     """A job reading ``kafka.<inputs>`` and writing ``kafka.<output>`` with checkpoints and metadata in Kafka."""
     values: dict[str, Any] = {
         "job.name": "kafka-test",

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from millstream.config import Config
 from millstream.config.settings import Settings
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.metadata import coordination
@@ -29,7 +28,7 @@ from tests.storage.harness import state_config
 pytestmark = pytest.mark.integration
 
 
-def job(tmp_path: Path, bootstrap: str, changelog: str, name: str, **extra: Any) -> Config:
+def job(tmp_path: Path, bootstrap: str, changelog: str, name: str, **extra: Any) -> Settings:
     """Jobs of one ``tmp_path`` share the log input; each has its own SQLite metadata store."""
     return state_config(
         tmp_path,

@@ -11,7 +11,6 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from millstream.config import Config
 from millstream.config.settings import Settings
 from millstream.errors import ConfigError
 from millstream.metadata import coordination
@@ -26,7 +25,7 @@ from tests.integration.processes import free_port
 pytestmark = pytest.mark.integration
 
 
-def store_config(bootstrap: str, **extra) -> Config:
+def store_config(bootstrap: str, **extra) -> Settings:
     return kafka_config(
         bootstrap,
         metadata__store__factory="kafka",

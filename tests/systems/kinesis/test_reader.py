@@ -67,7 +67,7 @@ def run(script: list[dict[str, Any] | str], sink: Sink | None = None) -> tuple[l
     reader = ShardReader(
         SYSTEM,
         owned("shardId-0"),
-        settings=KinesisSystemConfig.for_system(Settings(FAST), SYSTEM),
+        settings=Settings(FAST).view(KinesisSystemConfig, SYSTEM),
         client=client,
         metrics=KinesisMetrics(),
         sink=sink,

@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from millstream.config import Config
 from millstream.config.settings import Settings
 from millstream.systems.base import WriterFencedError, WriterToken
 from millstream.systems.log.admin import LogSystemAdmin
@@ -109,7 +108,7 @@ def test_a_file_of_the_previous_format_gains_the_pending_table_when_opened(tmp_p
 # --- producers and the coordinator ---------------------------------------------------------------
 
 
-def eos_config(root: Path) -> Config:
+def eos_config(root: Path) -> Settings:
     return Settings({**log_config(root), "task.processing.guarantee": "exactly-once"})
 
 
