@@ -192,7 +192,8 @@ def _all_views() -> set[type[ConfigView]]:
     pending = list(ConfigView.__subclasses__())
     while pending:
         view = pending.pop()
-        found.add(view)
+        if view.model_fields:  # a base of schemas (systems.base.SystemConfigView) declares no key of its own
+            found.add(view)
         pending.extend(view.__subclasses__())
     return found
 
