@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-from botocore.config import Settings as BotoConfig
+from botocore.config import Config as BotoConfig
 
 from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
