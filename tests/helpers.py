@@ -49,7 +49,8 @@ def job_config(data_dir: Path, task: str = "tests.jobs:PassThrough", **extra: An
 
 
 def create_stream(config: Config, stream: str, partitions: int) -> None:
-    admin = system_factory(config, "log").get_admin("log", config)
+    settings = Settings.of(config)  # a test may hand a config it loaded itself
+    admin = system_factory(settings, "log").get_admin("log", settings)
     admin.start()
     try:
         admin.create_stream(StreamSpec("log", stream, partitions))
@@ -58,7 +59,8 @@ def create_stream(config: Config, stream: str, partitions: int) -> None:
 
 
 def seal(config: Config, stream: str) -> None:
-    admin = system_factory(config, "log").get_admin("log", config)
+    settings = Settings.of(config)  # a test may hand a config it loaded itself
+    admin = system_factory(settings, "log").get_admin("log", settings)
     admin.start()
     try:
         admin.seal_stream(stream)
@@ -104,10 +106,10 @@ def checkpointed_offsets(config: Settings, stream: str, partitions: int) -> dict
         store.close()
 
 
-def unvalidated(config: Config) -> Settings:
+def unvalidated(config: Config) -> Config:
     """``config`` shaped as ``prepare`` shapes it (absolute paths, an application expanded) but not
     validated, so a test can hand a bad config to the code that must refuse it."""
-    return Settings.of(expand_application(resolve_paths(config)))
+    return expand_application(resolve_paths(config))
 
 
 def end_version(config: Config, stream: SystemStream, label: str) -> int:

@@ -71,7 +71,6 @@ from millstream.checkpoint.checkpoint import (
     version_of_type,
 )
 from millstream.checkpoint.factory import CheckpointManagerFactory
-from millstream.config.core import Config
 from millstream.config.settings import Settings
 from millstream.errors import MillstreamError
 from millstream.metadata.base import FencedError, MetadataStore
@@ -453,26 +452,22 @@ class KafkaCheckpointManager(CheckpointManager):
 
 
 class KafkaCheckpointManagerFactory(CheckpointManagerFactory):
-    """``task.checkpoint.factory=kafka`` (Samza's ``KafkaCheckpointManagerFactory`` class name is an alias).
-
-    Its methods take ``Config`` as ``CheckpointManagerFactory`` declares them and read it as ``Settings``
-    (``Settings.of`` returns the job's settings themselves, with the views they already parsed)."""
+    """``task.checkpoint.factory=kafka`` (Samza's ``KafkaCheckpointManagerFactory`` class name is an alias)."""
 
     def get_checkpoint_manager(
-        self, config: Config, store: MetadataStore, fence: WriterFence | None = None
+        self, config: Settings, store: MetadataStore, fence: WriterFence | None = None
     ) -> CheckpointManager:
-        return KafkaCheckpointManager(Settings.of(config), store, fence)
+        return KafkaCheckpointManager(config, store, fence)
 
-    def claim_resources(self, config: Config) -> None:
+    def claim_resources(self, config: Settings) -> None:
         """The checkpoint topic is owned by one job: checkpoint keys name the grouper and the task, not the
         job, so a second job on the topic (a copied config keeping ``task.checkpoint.topic``) would resume
         from the other's offsets and skip or repeat input without an error."""
-        settings = Settings.of(config)
-        job = settings.job
-        task = settings.task
-        system = checkpoint_system(settings)
+        job = config.job
+        task = config.task
+        system = checkpoint_system(config)
         topic = task.checkpoint_topic or log_topic_name("checkpoint", job.name, job.id)
-        admin = KafkaSystemAdmin(system, KafkaClientSettings(settings, system), config=settings)
+        admin = KafkaSystemAdmin(system, KafkaClientSettings(config, system), config=config)
         previous = admin.claim_stream(
             topic,
             StreamOwner(job.job_key),
@@ -487,5 +482,5 @@ class KafkaCheckpointManagerFactory(CheckpointManagerFactory):
                 job.job_key,
             )
 
-    def transaction_system(self, config: Config) -> str | None:
-        return checkpoint_system(Settings.of(config))
+    def transaction_system(self, config: Settings) -> str | None:
+        return checkpoint_system(config)

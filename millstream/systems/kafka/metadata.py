@@ -57,7 +57,6 @@ from typing import Any
 
 import orjson
 
-from millstream.config.core import Config
 from millstream.config.settings import Settings
 from millstream.errors import MillstreamError
 from millstream.metadata.base import MetadataStore
@@ -311,7 +310,5 @@ class KafkaMetadataStore(MetadataStore):
 class KafkaMetadataStoreFactory(MetadataStoreFactory):
     """``metadata.store.factory=kafka``: the coordinator stream on ``job.coordinator.system``."""
 
-    def get_metadata_store(self, config: Config) -> MetadataStore:
-        """Takes ``Config`` as ``MetadataStoreFactory`` declares it and reads it as ``Settings`` (``Settings.of``
-        returns the job's settings themselves, with the views they already parsed)."""
-        return KafkaMetadataStore(Settings.of(config))
+    def get_metadata_store(self, config: Settings) -> MetadataStore:
+        return KafkaMetadataStore(config)

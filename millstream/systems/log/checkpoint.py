@@ -26,7 +26,6 @@ from millstream.checkpoint.checkpoint import (
     serialize_checkpoint,
 )
 from millstream.checkpoint.factory import CheckpointManagerFactory
-from millstream.config.core import Config
 from millstream.config.settings import Settings
 from millstream.config.views import DEFAULT_SYSTEM as DEFAULT_LOG_SYSTEM
 from millstream.config.views import SystemSamzaConfig
@@ -154,15 +153,12 @@ class LogCheckpointManager(CheckpointManager):
 
 
 class LogCheckpointManagerFactory(CheckpointManagerFactory):
-    """``task.checkpoint.factory=log``.
-
-    Its methods take ``Config`` as ``CheckpointManagerFactory`` declares them and read it as ``Settings``
-    (``Settings.of`` returns the job's settings themselves, with the views they already parsed)."""
+    """``task.checkpoint.factory=log``."""
 
     def get_checkpoint_manager(
-        self, config: Config, store: MetadataStore, fence: WriterFence | None = None
+        self, config: Settings, store: MetadataStore, fence: WriterFence | None = None
     ) -> CheckpointManager:
-        return LogCheckpointManager(Settings.of(config), fence)
+        return LogCheckpointManager(config, fence)
 
-    def transaction_system(self, config: Config) -> str | None:
-        return checkpoint_log_system(Settings.of(config))
+    def transaction_system(self, config: Settings) -> str | None:
+        return checkpoint_log_system(config)
