@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from millstream.config import Config
+from millstream.config.core import Config
 from millstream.config.settings import Settings
 from millstream.config.views import resolve_paths
 from millstream.model import SystemStream
@@ -68,7 +68,7 @@ def seal(config: Config, stream: str) -> None:
         admin.stop()
 
 
-def fill(config: Config, stream: str, partitions: int, per_partition: int, start: int = 0) -> set[tuple[int, int]]:
+def fill(config: Settings, stream: str, partitions: int, per_partition: int, start: int = 0) -> set[tuple[int, int]]:
     """Write ``per_partition`` messages to every partition; returns the (partition, value) pairs written."""
     written: set[tuple[int, int]] = set()
     for partition in range(partitions):
@@ -78,7 +78,7 @@ def fill(config: Config, stream: str, partitions: int, per_partition: int, start
     return written
 
 
-def output_origins(config: Config, stream: str = "out") -> list[tuple[int, int]]:
+def output_origins(config: Settings, stream: str = "out") -> list[tuple[int, int]]:
     """(input partition, input value) of every output message, duplicates included."""
     by_partition = read_stream(config, SystemStream("log", stream))
     return [(value["p"], value["v"]) for pairs in by_partition.values() for _, value in pairs]
@@ -106,13 +106,13 @@ def checkpointed_offsets(config: Settings, stream: str, partitions: int) -> dict
         store.close()
 
 
-def unvalidated(config: Config) -> Config:
+def unvalidated(config: Settings) -> Settings:
     """``config`` shaped as ``prepare`` shapes it (absolute paths, an application expanded) but not
     validated, so a test can hand a bad config to the code that must refuse it."""
     return expand_application(resolve_paths(config))
 
 
-def end_version(config: Config, stream: SystemStream, label: str) -> int:
+def end_version(config: Settings, stream: SystemStream, label: str) -> int:
     """Seal version ``label`` of an adjunct stream with end-of-version markers, as ``Job.adstores.end_version``
     does for a store, through the driver's services of this call."""
     from millstream.adjunct.markers import write_end_of_version

@@ -22,7 +22,6 @@ from millstream.adjunct.published import (
     version_blob_name,
 )
 from millstream.blobstore.base import blob_store
-from millstream.config import Config
 from millstream.config.settings import Settings
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.opening import metadata_store
@@ -37,7 +36,7 @@ def config(tmp_path: Path) -> Settings:
 
 
 @pytest.fixture
-def metadata(config: Config) -> Iterator[MetadataStore]:
+def metadata(config: Settings) -> Iterator[MetadataStore]:
     store = metadata_store(config)
     store.init()
     yield store
@@ -174,5 +173,5 @@ def test_retention_keeps_the_files_of_the_latest_two_versions_only(config, metad
     assert retire_versions(config, metadata, "geo") == []
 
 
-def config_dir(config: Config) -> Path:
+def config_dir(config: Settings) -> Path:
     return Path(config["job.data.dir"])

@@ -9,7 +9,6 @@ import pytest
 from millstream.api.application import StreamApplicationDescriptor
 from millstream.api.errors import ApplicationError
 from millstream.api.windows import Count, SessionWindow, SlidingWindow, TumblingWindow
-from millstream.config import Config
 from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.coordinator.services import DriverServices
@@ -221,7 +220,7 @@ def test_the_refusal_of_an_unexpanded_config_names_the_public_way_to_load_a_job_
 # --- intermediate streams --------------------------------------------------------------------------
 
 
-def partitions(config: Config, stream: str) -> int:
+def partitions(config: Settings, stream: str) -> int:
     from millstream.systems.registry import system_factory
 
     admin = system_factory(config, "log").get_admin("log", config)

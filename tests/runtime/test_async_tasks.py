@@ -16,7 +16,6 @@ import pytest
 
 from millstream import AsyncStreamTask, EndOfStreamListenerTask, WindowableTask
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
 from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.metadata.opening import metadata_store
@@ -33,7 +32,7 @@ ASYNC_TASK = "tests.jobs:AsyncEnrich"
 
 def async_job(
     tmp_path: Path, service: EnrichService, per_partition: int, keys: int = 0, partitions: int = 2, **extra: Any
-) -> tuple[Config, dict[int, list[int]]]:
+) -> tuple[Settings, dict[int, list[int]]]:
     """An ``AsyncEnrich`` job over ``partitions`` partitions of ``per_partition`` values each (keyed
     ``value % keys`` when ``keys``, else by partition); returns the values written per partition."""
     config = prepare(job_config(tmp_path, task=ASYNC_TASK, test__service__url=service.url, **extra))
@@ -49,7 +48,7 @@ def async_job(
     return config, written
 
 
-def outputs(config: Config) -> list[dict[str, Any]]:
+def outputs(config: Settings) -> list[dict[str, Any]]:
     return [value for pairs in read_stream(config, SystemStream("log", "out")).values() for _, value in pairs]
 
 
@@ -60,7 +59,7 @@ def per_partition(results: list[dict[str, Any]]) -> dict[int, list[int]]:
     return dict(by)
 
 
-def checkpointed(config: Config) -> dict[int, str | None]:
+def checkpointed(config: Settings) -> dict[int, str | None]:
     with metadata_store(config) as store:
         checkpoints = checkpoint_manager(config, store).read_all()
     return {ssp.partition: offset for cp in checkpoints.values() for ssp, offset in cp.offsets.items()}

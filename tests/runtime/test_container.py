@@ -3,7 +3,6 @@
 import pytest
 
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
 from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.errors import MillstreamError
@@ -99,7 +98,7 @@ def test_restart_resumes_after_the_checkpoint_without_reprocessing(tmp_path):
     assert values == [1, 2, 3, 4, 5]
 
 
-def _bytes_job(tmp_path, extra=None) -> Config:
+def _bytes_job(tmp_path, extra=None) -> Settings:
     values = {
         "job.name": "t",
         "job.data.dir": str(tmp_path),
@@ -114,7 +113,7 @@ def _bytes_job(tmp_path, extra=None) -> Config:
     return prepare(Settings(values))
 
 
-def _create(config: Config, stream: str, values: list[bytes], seal: bool) -> None:
+def _create(config: Settings, stream: str, values: list[bytes], seal: bool) -> None:
     from millstream.systems.base import StreamSpec
     from millstream.systems.registry import system_factory
 
@@ -135,7 +134,7 @@ def _create(config: Config, stream: str, values: list[bytes], seal: bool) -> Non
     admin.stop()
 
 
-def _seal(config: Config, stream: str) -> None:
+def _seal(config: Settings, stream: str) -> None:
     from millstream.systems.registry import system_factory
 
     admin = system_factory(config, "log").get_admin("log", config)

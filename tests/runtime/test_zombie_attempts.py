@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
 from millstream.config.settings import Settings
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.prepare import prepare
@@ -51,12 +50,12 @@ def zombie_job(tmp_path: Path, factory: str, records: int, hold_at: int, commit_
     return config
 
 
-def write_keys(config: Config, values: range, key: str | None = None) -> None:
+def write_keys(config: Settings, values: range, key: str | None = None) -> None:
     pairs = [(key or f"k{value % KEYS}", value) for value in values]
     write_stream(config, SystemStream("log", "in"), pairs, partition=0)
 
 
-def checkpointed_offset(config: Config, task: TaskName = TASK, ssp: SystemStreamPartition = INPUT) -> int:
+def checkpointed_offset(config: Settings, task: TaskName = TASK, ssp: SystemStreamPartition = INPUT) -> int:
     with metadata_store(config) as store:
         reader = checkpoint_manager(config, store, None)
         reader.start()
@@ -84,7 +83,7 @@ def in_background(
     return thread, outcome
 
 
-def reported_stores(config: Config) -> list[dict[str, int]]:
+def reported_stores(config: Settings) -> list[dict[str, int]]:
     """The whole store each attempt reported at end-of-stream, in order."""
     messages = read_stream(config, SystemStream("log", "out"))[0]
     return [value["store"] for _, value in messages if "store" in value]

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
-from millstream.config import Config
 from millstream.config.settings import Settings
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.services import DriverServices
@@ -65,7 +64,7 @@ class Opened:
 
 
 class StateHarness:
-    def __init__(self, config: Config, partitions: int = 1) -> None:
+    def __init__(self, config: Settings, partitions: int = 1) -> None:
         self.config = config = Settings.of(config)
         create_stream(config, "in", partitions)
         self.metadata = metadata_store(config)
@@ -121,7 +120,7 @@ class StateHarness:
 
 
 def restored_contents(
-    config: Config, task: TaskName, fresh_dir: Path, store: str = "counts", metrics: MetricsRegistry = NOOP_METRICS
+    config: Settings, task: TaskName, fresh_dir: Path, store: str = "counts", metrics: MetricsRegistry = NOOP_METRICS
 ) -> dict[Any, Any]:
     """Restore ``task``'s store from the job's last checkpoint into ``fresh_dir`` (as a new host would),
     reporting its progress to ``metrics``, and return what it holds."""

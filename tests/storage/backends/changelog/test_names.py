@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from millstream.config import Config
 from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.model import SystemStream
@@ -22,7 +21,7 @@ LOG = {"systems.log.samza.offset.default": "oldest", "systems.log.samza.key.serd
 LOG_MESSAGES = {"systems.log.samza.msg.serde": "json"}
 
 
-def prepared(tmp_path: Path, **values: Any) -> Config:
+def prepared(tmp_path: Path, **values: Any) -> Settings:
     return prepare(Settings({**BASE, **COUNTS, **LOG, **LOG_MESSAGES, "job.data.dir": str(tmp_path), **values}))
 
 
