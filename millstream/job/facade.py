@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from millstream.config import Config, JobConfig, load_config
+from millstream.config import Config, load_config
 from millstream.config.settings import Settings
 from millstream.coordinator.drain import DrainRequest, request_drain
 from millstream.coordinator.job_result import JobResult
@@ -102,7 +102,7 @@ class Job:
     @property
     def name(self) -> str:
         """``job.name``."""
-        return JobConfig.of(self.config).name
+        return self.config.job.name
 
     def run(
         self,

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.driver_loop import DriverLoop, LaunchOutcome
 from millstream.job_model import JobModel
 from millstream.metadata import coordination
@@ -70,8 +71,8 @@ class ScriptedLauncher:
         return f"explained: {failure}"
 
 
-def loop_config(tmp_path: Path, **extra: str) -> Config:
-    config = job_config(tmp_path, job__container__count="1", **extra)
+def loop_config(tmp_path: Path, **extra: str) -> Settings:
+    config = Settings.of(job_config(tmp_path, job__container__count="1", **extra))
     create_stream(config, "in", 1)
     return config
 

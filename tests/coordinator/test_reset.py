@@ -11,6 +11,7 @@ import pytest
 from millstream.blobstore.base import blob_store
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.control.state import CONTROL_STATE_NAMESPACE
 from millstream.coordinator.prepare import prepare
 from millstream.coordinator.reset import ResetRefusedError, reset_job
@@ -98,7 +99,7 @@ def test_a_reset_of_a_running_job_is_refused_naming_its_running_containers(tmp_p
 def test_a_reset_two_stage_job_keeping_its_control_state_in_the_metadata_store_delivers_everything_again(
     tmp_path: Path,
 ) -> None:
-    config = app_config(tmp_path, "tests.api.apps:RepartitionPassThrough", job__container__count=2)
+    config = Settings.of(app_config(tmp_path, "tests.api.apps:RepartitionPassThrough", job__container__count=2))
     data = {p: messages(p, 10) for p in range(2)}
     setup(config, data)
     result = InProcessRunner(config).run(timeout=60)
