@@ -59,8 +59,9 @@ class Job:
 
     ``Job(config)`` takes a ``Config`` or a plain mapping of keys to values and prepares it once (paths
     resolved, a high-level application expanded, every key validated): a bad key fails here, with the key
-    named, before anything starts. ``job.config`` is that prepared config. Used as a context manager, the job
-    keeps one set of admins and metadata-store connections for the block (see the module docstring).
+    named, before anything starts. ``job.config`` is that prepared config, as ``Settings``: every part of the job
+    it is passed to reads its typed views, parsed once. Used as a context manager, the job keeps one set of
+    admins and metadata-store connections for the block (see the module docstring).
     """
 
     def __init__(self, config: Config | Mapping[str, Any]) -> None:
