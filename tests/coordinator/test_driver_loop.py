@@ -8,7 +8,6 @@ import threading
 import time
 from pathlib import Path
 
-from millstream.config import Config
 from millstream.config.settings import Settings
 from millstream.coordinator.driver_loop import DriverLoop, LaunchOutcome
 from millstream.job_model import JobModel
@@ -56,7 +55,7 @@ class ScriptedLaunch:
 
 
 class ScriptedLauncher:
-    def __init__(self, config: Config, during=lambda launcher, generation: None, *, ignore_stop=False, error=None):
+    def __init__(self, config: Settings, during=lambda launcher, generation: None, *, ignore_stop=False, error=None):
         self.store = metadata_store(config)
         self.during = during
         self.ignore_stop = ignore_stop

@@ -10,7 +10,6 @@ import pytest
 
 from millstream.blobstore.base import blob_store
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
 from millstream.config.settings import Settings
 from millstream.control.state import CONTROL_STATE_NAMESPACE
 from millstream.coordinator.prepare import prepare
@@ -27,13 +26,13 @@ from tests.storage.test_stateful_jobs import config_for, final_stores, reference
 from tests.storage.test_stateful_jobs import prepare as fill_input
 
 
-def checkpointed_tasks(config: Config) -> int:
+def checkpointed_tasks(config: Settings) -> int:
     with metadata_store(config) as store, checkpoint_manager(config, store) as manager:
         manager.start()
         return len(manager.read_all())
 
 
-def job_blobs(config: Config) -> list[str]:
+def job_blobs(config: Settings) -> list[str]:
     store = blob_store(config)
     try:
         return store.list(store_blob_prefix(config, "", ""))
