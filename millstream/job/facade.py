@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from millstream.config import Config, JobConfig, load_config
+from millstream.config import Config, load_config
 from millstream.config.settings import Settings
 from millstream.coordinator.drain import DrainRequest, request_drain
 from millstream.coordinator.job_result import JobResult
@@ -59,8 +59,9 @@ class Job:
 
     ``Job(config)`` takes a ``Config`` or a plain mapping of keys to values and prepares it once (paths
     resolved, a high-level application expanded, every key validated): a bad key fails here, with the key
-    named, before anything starts. ``job.config`` is that prepared config. Used as a context manager, the job
-    keeps one set of admins and metadata-store connections for the block (see the module docstring).
+    named, before anything starts. ``job.config`` is that prepared config, as ``Settings``: every part of the job
+    it is passed to reads its typed views, parsed once. Used as a context manager, the job keeps one set of
+    admins and metadata-store connections for the block (see the module docstring).
     """
 
     def __init__(self, config: Config | Mapping[str, Any]) -> None:
@@ -102,7 +103,7 @@ class Job:
     @property
     def name(self) -> str:
         """``job.name``."""
-        return JobConfig.of(self.config).name
+        return self.config.job.name
 
     def run(
         self,

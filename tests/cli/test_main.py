@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import load_job_config
 from millstream.coordinator.status import job_status
 from millstream.coordinator.status_document import status_document
@@ -586,7 +587,7 @@ def test_a_spark_job_whose_task_raises_prints_task_stream_partition_offset_and_t
     assert {value for _, value in output_origins(config)} == {0, 1, 2}
 
 
-def _running_with_a_checkpoint(config: Config) -> bool:
+def _running_with_a_checkpoint(config: Settings) -> bool:
     status = job_status(config)
     running = any(info.get("state") == "running" for info in status.containers.values())
     return running and any(row.checkpointed is not None for row in status.lag)
