@@ -34,8 +34,8 @@ from typing import Any, Literal
 import orjson
 
 from millstream.blobstore.base import BlobNotFoundError, BlobStore, BlobStoreError, RetryPolicy, blob_store
+from millstream.blobstore.settings import BlobStoreConfig
 from millstream.config.settings import Settings
-from millstream.config.views import BlobStoreConfig
 from millstream.errors import MillstreamError
 from millstream.metadata.base import MetadataStore
 

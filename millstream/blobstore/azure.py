@@ -16,8 +16,8 @@ from millstream.blobstore.base import (
     BlobStoreFactory,
     BlobStoreRetriableError,
 )
+from millstream.blobstore.settings import BlobStoreConfig
 from millstream.config.settings import Settings
-from millstream.config.views import BlobStoreConfig
 from millstream.errors import ConfigError
 
 CONNECTION_STRING = "sensitive.blob.store.azure.connection.string"

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO, TypeVar
 
+from millstream.blobstore.settings import BlobStoreConfig
 from millstream.config.settings import Settings
-from millstream.config.views import BlobStoreConfig
 from millstream.errors import ConfigError, MillstreamError
 from millstream.plugins import load_object
 

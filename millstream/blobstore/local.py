@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from millstream.blobstore.base import BlobNotFoundError, BlobStore, BlobStoreError, BlobStoreFactory
+from millstream.blobstore.settings import BlobStoreConfig
 from millstream.config.settings import Settings
-from millstream.config.views import BlobStoreConfig
 
 CHUNK = 1 << 20
 

@@ -18,8 +18,8 @@ from millstream.blobstore.base import (
     BlobStoreFactory,
     BlobStoreRetriableError,
 )
+from millstream.blobstore.settings import BlobStoreConfig
 from millstream.config.settings import Settings
-from millstream.config.views import BlobStoreConfig
 from millstream.errors import ConfigError
 
 ACCESS_KEY = "sensitive.blob.store.s3.access.key.id"

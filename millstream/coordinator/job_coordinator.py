@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from millstream.checkpoint.factory import checkpoint_factory
 from millstream.config.settings import Settings
-from millstream.config.views import StartpointConfig, system_names
+from millstream.config.views import system_names
 from millstream.coordinator.groupers import group_containers, group_tasks, grouper_for
 from millstream.coordinator.services import DriverServices
 from millstream.errors import ConfigError, StreamNotFoundError
@@ -25,6 +25,7 @@ from millstream.metadata.base import MetadataStore
 from millstream.model import SystemStreamPartition
 from millstream.runtime.container import load_task_class
 from millstream.startpoint.manager import StartpointManager
+from millstream.startpoint.settings import StartpointConfig
 from millstream.storage.managers.resources import prepare_state_resources
 from millstream.systems.base import StreamSpec
 

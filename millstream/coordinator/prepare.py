@@ -19,25 +19,24 @@ from millstream.config.core import Config, load_config
 from millstream.config.settings import Settings
 from millstream.config.views import (
     CLOSED_NAMESPACES,
-    MetadataConfig,
-    MetricsConfig,
-    StartpointConfig,
     StreamSamzaConfig,
     SystemSamzaConfig,
-    TableConfig,
     accepted_keys,
     resolve_paths,
     system_names,
-    table_ids,
 )
 from millstream.coordinator.guarantee import validate_processing_guarantee
 from millstream.coordinator.services import DriverServices
 from millstream.errors import ConfigError
+from millstream.metadata.settings import MetadataConfig
+from millstream.metrics.settings import MetricsConfig
 from millstream.model import SystemStream
 from millstream.operators.planner import expand_application
 from millstream.serde.registry import SerdeRegistry
+from millstream.startpoint.settings import StartpointConfig
 from millstream.storage.backends.changelog.names import with_default_changelogs
 from millstream.storage.managers.validation import validate_state_config
+from millstream.table.settings import TableConfig, table_ids
 
 
 def prepare(config: Config) -> Settings:

@@ -10,8 +10,8 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 
 from millstream.config.settings import Settings
-from millstream.config.views import MetadataConfig
 from millstream.metadata.base import MetadataStore
+from millstream.metadata.settings import MetadataConfig
 
 METADATA_STORE_FACTORIES = {
     "sqlite": "millstream.metadata.sqlite:SqliteMetadataStoreFactory",

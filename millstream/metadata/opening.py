@@ -8,10 +8,10 @@ implementations import) because opening a store is a composition root's job: a c
 from __future__ import annotations
 
 from millstream.config.settings import Settings
-from millstream.config.views import MetadataConfig
 from millstream.errors import ConfigError
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import FACTORY_KEY, METADATA_STORE_FACTORIES, MetadataStoreFactory
+from millstream.metadata.settings import MetadataConfig
 from millstream.plugins import load_object
 
 

@@ -34,11 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from millstream.config.views import MetadataConfig
 from millstream.errors import MillstreamError
 from millstream.files import claim_marker
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import MetadataStoreFactory, metadata_store_path
+from millstream.metadata.settings import MetadataConfig
 from millstream.metadata.sqlite_lock import (
     Decision,
     HolderRecordWriter,

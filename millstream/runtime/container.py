@@ -40,7 +40,7 @@ from millstream.checkpoint.offset_manager import OffsetManager, TrimmedOffsetErr
 from millstream.checkpoint.purge import CommittedMessagePurger
 from millstream.config.secrets import mask_secrets, masked_error, masked_traceback
 from millstream.config.settings import Settings
-from millstream.config.views import StartpointConfig, StreamSamzaConfig, adjunct_store_names
+from millstream.config.views import StreamSamzaConfig, adjunct_store_names
 from millstream.errors import ConfigError, MillstreamError, StreamNotFoundError
 from millstream.job_model import JobModel
 from millstream.metadata import coordination
@@ -62,6 +62,7 @@ from millstream.runtime.task_instance import AppliedStartpoints, ContainerContex
 from millstream.runtime.transaction import ContainerTransaction
 from millstream.serde.registry import SerdeRegistry
 from millstream.startpoint.manager import STARTPOINT_STATUS_NAMESPACE, StartpointManager
+from millstream.startpoint.settings import StartpointConfig
 from millstream.storage.managers.stores import ContainerStorageManager, TaskStorageManager
 from millstream.systems.base import SystemAdmin, WriterToken
 from millstream.systems.consumers import SystemConsumers

@@ -15,10 +15,10 @@ from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-from millstream.config.views import MetricsConfig
 from millstream.metadata.base import MetadataStore
 from millstream.metrics.registry import NOOP_METRICS, Measured, MetricsRegistry, Registry, ScopedRegistry
 from millstream.metrics.reporters import LogReporter, MetricsReporter, SnapshotHeader, SnapshotLoop, StoreReporter
+from millstream.metrics.settings import MetricsConfig
 from millstream.metrics.stream_reporter import SnapshotStreamReporter
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.systems.base import SystemAdmin

@@ -31,12 +31,12 @@ from typing import Self
 
 from millstream.config import Config
 from millstream.config.settings import Settings
-from millstream.config.views import MetricsConfig
 from millstream.control.combining import WatermarkCombiner
 from millstream.errors import MillstreamError
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.opening import metadata_store
 from millstream.metrics.registry import Registry
+from millstream.metrics.settings import MetricsConfig
 from millstream.runtime import file_limit
 from millstream.serde.registry import SerdeRegistry
 from millstream.systems.base import (

@@ -17,9 +17,9 @@ from fastavro.types import Schema
 
 from millstream.config.core import Config
 from millstream.config.settings import Settings
-from millstream.config.views import SerdeConfig
 from millstream.errors import ConfigError
 from millstream.serde.base import Serde, SerdeError
+from millstream.serde.settings import SerdeConfig
 
 # What fastavro raises for a value that does not fit the schema, or for bytes that are not Avro of it.
 _AVRO_ERRORS = (ValueError, TypeError, KeyError, IndexError, EOFError, OverflowError, AttributeError)

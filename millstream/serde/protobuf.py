@@ -14,10 +14,10 @@ from google.protobuf.message import DecodeError, EncodeError, Message
 
 from millstream.config.core import Config
 from millstream.config.settings import Settings
-from millstream.config.views import SerdeConfig
 from millstream.errors import ConfigError
 from millstream.plugins import load_object
 from millstream.serde.base import Serde, SerdeError
+from millstream.serde.settings import SerdeConfig
 
 
 def message_class(name: str, class_name: str | None) -> type[Message]:

@@ -14,12 +14,13 @@ from __future__ import annotations
 from typing import Any, Protocol, runtime_checkable
 
 from millstream.config.settings import Settings
-from millstream.config.views import SerdeConfig, StreamSamzaConfig, SystemSamzaConfig, accepted_keys
+from millstream.config.views import StreamSamzaConfig, SystemSamzaConfig, accepted_keys
 from millstream.errors import ConfigError
 from millstream.model import SystemStream
 from millstream.plugins import load_object
 from millstream.serde.base import Serde
 from millstream.serde.builtin import BytesSerde, JsonSerde, LongSerde, MsgpackSerde, StringSerde
+from millstream.serde.settings import SerdeConfig
 
 BUILTIN_SERDES: dict[str, type] = {
     "string": StringSerde,

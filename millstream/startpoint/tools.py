@@ -22,7 +22,7 @@ import orjson
 
 from millstream.config import Config
 from millstream.config.settings import Settings
-from millstream.config.views import StartpointConfig, parse_stream
+from millstream.config.views import parse_stream
 from millstream.errors import StreamNotFoundError
 from millstream.instants import parse_epoch_ms
 from millstream.metadata import coordination
@@ -32,6 +32,7 @@ from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.startpoint.errors import StartpointError
 from millstream.startpoint.manager import STARTPOINT_STATUS_NAMESPACE, StartpointManager, StoredStartpoint
+from millstream.startpoint.settings import StartpointConfig
 from millstream.systems.base import SystemAdmin
 from millstream.systems.registry import system_factory
 from millstream.systems.startpoints import Startpoint

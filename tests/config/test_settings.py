@@ -3,9 +3,10 @@ from __future__ import annotations
 import pytest
 
 from millstream.config.settings import Settings
-from millstream.config.views import JobConfig, StoreConfig, StreamSamzaConfig, SystemSamzaConfig, TableConfig
+from millstream.config.views import JobConfig, StoreConfig, StreamSamzaConfig, SystemSamzaConfig
 from millstream.errors import ConfigError
 from millstream.model import SystemStream
+from millstream.table.settings import TableConfig
 
 
 def test_a_view_is_parsed_once_and_the_same_object_is_handed_out_after():

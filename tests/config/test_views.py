@@ -12,17 +12,16 @@ from millstream.config.core import Config
 from millstream.config.settings import Settings
 from millstream.config.views import (
     JobConfig,
-    MetadataConfig,
+    StreamSamzaConfig,
+    SystemSamzaConfig,
     TaskConfig,
-    offset_default,
     parse_broadcast_inputs,
     parse_stream,
-    stream_samza,
     system_names,
-    system_samza,
 )
 from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError
+from millstream.metadata.settings import MetadataConfig
 from millstream.model import SystemStream, SystemStreamPartition
 from millstream.systems.base import SystemFactory
 
@@ -61,20 +60,20 @@ def stubbed(values: dict[str, Any]) -> Config:
 
 
 def test_job_defaults() -> None:
-    job = JobConfig.of(Settings({}))
+    job = Settings({}).job
     assert (job.name, job.id, job.container_count, job.container_retry_count) == ("millstream-job", "1", 1, 3)
     assert job.job_key == "millstream-job-1"
     assert job.job_dir == Path(".millstream") / "jobs" / "millstream-job-1"
 
 
 def test_job_view_reads_flat_keys() -> None:
-    job = JobConfig.of(Settings({"job.name": "wc", "job.id": "7", "job.container.count": "4", "job.data.dir": "/d"}))
+    job = Settings({"job.name": "wc", "job.id": "7", "job.container.count": "4", "job.data.dir": "/d"}).job
     assert job.container_count == 4
     assert job.job_dir == Path("/d/jobs/wc-7")
 
 
 def test_task_defaults_and_lists() -> None:
-    task = TaskConfig.of(Settings({"task.inputs": "log.a, b", "task.drop.deserialization.errors": "yes"}))
+    task = Settings({"task.inputs": "log.a, b", "task.drop.deserialization.errors": "yes"}).task
     assert task.commit_ms == 60_000
     assert task.checkpoint_factory == "metadata"
     assert task.inputs == ["log.a", "b"]
@@ -84,8 +83,8 @@ def test_task_defaults_and_lists() -> None:
 
 
 def test_metadata_view_defaults_to_sqlite() -> None:
-    assert MetadataConfig.of(Settings({})).store_factory == "sqlite"
-    assert MetadataConfig.of(Settings({})).store_path is None
+    assert Settings({}).view(MetadataConfig).store_factory == "sqlite"
+    assert Settings({}).view(MetadataConfig).store_path is None
 
 
 @pytest.mark.parametrize(
@@ -98,7 +97,7 @@ def test_metadata_view_defaults_to_sqlite() -> None:
 )
 def test_unknown_key_in_a_closed_namespace_names_the_key_and_the_accepted_ones(key: str, view: Any) -> None:
     with pytest.raises(ConfigError) as raised:
-        view.of(Settings({key: "1"}))
+        Settings({key: "1"}).view(view)
     message = str(raised.value)
     assert f"unknown config key '{key}'" in message
     assert "accepted under" in message
@@ -106,14 +105,14 @@ def test_unknown_key_in_a_closed_namespace_names_the_key_and_the_accepted_ones(k
 
 def test_unknown_task_key_lists_the_accepted_task_keys() -> None:
     with pytest.raises(ConfigError, match=r"'task\.comit\.ms'.*commit\.ms.*inputs"):
-        TaskConfig.of(Settings({"task.comit.ms": "5"}))
+        _ = Settings({"task.comit.ms": "5"}).task
 
 
 def test_python_field_names_are_not_accepted_as_keys() -> None:
     with pytest.raises(ConfigError, match=r"unknown config key 'task\.commit_ms'"):
-        TaskConfig.of(Settings({"task.commit_ms": "5"}))
+        _ = Settings({"task.commit_ms": "5"}).task
     with pytest.raises(ConfigError, match=r"unknown config key 'job\.container_count'"):
-        JobConfig.of(Settings({"job.container_count": "2"}))
+        _ = Settings({"job.container_count": "2"}).job
 
 
 @pytest.mark.parametrize(
@@ -161,7 +160,7 @@ def test_broadcast_partition_range_is_inclusive() -> None:
 
 
 def test_broadcast_inputs_come_from_task_config() -> None:
-    task = TaskConfig.of(Settings({"task.broadcast.inputs": "s.st#[1-2], s.st#7"}))
+    task = Settings({"task.broadcast.inputs": "s.st#[1-2], s.st#7"}).task
     assert task.broadcast_ssps() == {SystemStreamPartition("s", "st", p) for p in (1, 2, 7)}
 
 
@@ -212,19 +211,19 @@ def test_stream_offset_default_overrides_the_system_one() -> None:
             "systems.kafka.streams.b.samza.offset.default": "upcoming",
         }
     )
-    assert offset_default(config, SystemStream("kafka", "a")) == "oldest"
-    assert offset_default(config, SystemStream("kafka", "b")) == "upcoming"
-    assert offset_default(Settings({}), SystemStream("log", "a")) == "upcoming"
+    assert config.offset_default(SystemStream("kafka", "a")) == "oldest"
+    assert config.offset_default(SystemStream("kafka", "b")) == "upcoming"
+    assert Settings({}).offset_default(SystemStream("log", "a")) == "upcoming"
 
 
 def test_stream_samza_view_parses_reset_offset() -> None:
     config = Settings({"systems.log.streams.in.samza.reset.offset": "true"})
-    assert stream_samza(config, SystemStream("log", "in")).reset_offset is True
+    assert config.view(StreamSamzaConfig, SystemStream("log", "in")).reset_offset is True
 
 
 def test_bad_offset_default_names_the_key() -> None:
     with pytest.raises(ConfigError, match=r"systems\.log\.samza\.offset\.default"):
-        system_samza(Settings({"systems.log.samza.offset.default": "newest"}), "log")
+        Settings({"systems.log.samza.offset.default": "newest"}).view(SystemSamzaConfig, "log")
 
 
 def test_validate_accepts_a_well_formed_config() -> None:

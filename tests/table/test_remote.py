@@ -12,10 +12,10 @@ import pytest
 
 from millstream import RemoteTable, RemoteTableError
 from millstream.config.settings import Settings
-from millstream.config.views import TableConfig
 from millstream.metrics.registry import Registry
 from millstream.table.provider import TableProvider
 from millstream.table.remote import RemoteTableInstance
+from millstream.table.settings import TableConfig
 from tests.http_service import EnrichService, ServiceSettings, enrich_service
 from tests.table.enrich_table import enrich_table
 

@@ -20,25 +20,25 @@ from annotated_types import Ge, Gt, Le, Lt, MaxLen, MinLen
 from pydantic.fields import FieldInfo
 
 import millstream
+from millstream.blobstore.settings import BlobStoreConfig
 from millstream.config.views import (
     AppConfig,
-    BlobStoreConfig,
     ConfigView,
     JobConfig,
-    MetadataConfig,
-    MetricsConfig,
-    SerdeConfig,
-    StartpointConfig,
     StoreConfig,
     StoresConfig,
     StreamSamzaConfig,
     SystemSamzaConfig,
-    TableConfig,
     TaskConfig,
 )
+from millstream.metadata.settings import MetadataConfig
+from millstream.metrics.settings import MetricsConfig
+from millstream.serde.settings import SerdeConfig
+from millstream.startpoint.settings import StartpointConfig
 from millstream.systems.kafka.config import KafkaSystemConfig
 from millstream.systems.kinesis.config import KinesisSystemConfig
 from millstream.systems.log.config import LogSystemConfig
+from millstream.table.settings import TableConfig
 
 MARKER = "<!-- config-reference -->"
 PAGE = "operating/configuration.md"

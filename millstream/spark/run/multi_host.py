@@ -18,12 +18,11 @@ from dataclasses import dataclass
 
 from millstream.blobstore.base import BLOB_STORE_FACTORIES
 from millstream.blobstore.base import FACTORY_KEY as BLOB_FACTORY_KEY
+from millstream.blobstore.settings import BlobStoreConfig
 from millstream.config import Config
 from millstream.config.settings import Settings
 from millstream.config.views import (
     DEFAULT_SYSTEM,
-    BlobStoreConfig,
-    MetadataConfig,
     StoreConfig,
     SystemSamzaConfig,
     adjunct_store_names,
@@ -34,6 +33,7 @@ from millstream.config.views import (
 from millstream.errors import ConfigError
 from millstream.metadata.factory import FACTORY_KEY as METADATA_FACTORY_KEY
 from millstream.metadata.factory import METADATA_STORE_FACTORIES
+from millstream.metadata.settings import MetadataConfig
 from millstream.spark.run.session import local_slots
 from millstream.storage.backends.registry import BLOBSTORE, backup_factory_names, restore_factory_names
 from millstream.systems.registry import SYSTEM_FACTORIES

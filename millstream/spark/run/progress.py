@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from millstream.config.settings import Settings
-from millstream.config.views import MetricsConfig
 from millstream.errors import MillstreamError
 from millstream.metadata.base import MetadataStore
+from millstream.metrics.settings import MetricsConfig
 from millstream.metrics.snapshot import ContainerSnapshot, current_snapshots
 
 if TYPE_CHECKING:

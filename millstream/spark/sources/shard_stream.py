@@ -46,13 +46,13 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
 from millstream.config.settings import Settings
-from millstream.config.views import StartpointConfig
 from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream, SystemStreamPartition
 from millstream.spark.sources.batch_reader import ReadOptions, StreamDataFrameReader, StreamInputPartition
 from millstream.spark.sources.read_bounds import StreamReadError
 from millstream.spark.sources.shard_read import ShardRange, parents_first, shard_number, sharded_admin
 from millstream.startpoint.manager import StartpointManager
+from millstream.startpoint.settings import StartpointConfig
 from millstream.systems.base import ShardDescription, ShardedSystemAdmin, SystemAdmin
 from millstream.systems.registry import system_factory
 from millstream.systems.startpoints import (

@@ -14,8 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import ClassVar
 
 from millstream.blobstore.base import RetryPolicy, blob_store
+from millstream.blobstore.settings import BlobStoreConfig
 from millstream.config.settings import Settings
-from millstream.config.views import BlobStoreConfig, StoreConfig
+from millstream.config.views import StoreConfig
 from millstream.errors import ConfigError
 from millstream.job_model import JobModel
 from millstream.metadata.base import MetadataStore

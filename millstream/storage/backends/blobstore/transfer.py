@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 from millstream.blobstore.base import BlobNotFoundError, BlobStore, BlobStoreError, RetryPolicy
+from millstream.blobstore.settings import BlobStoreConfig
 from millstream.checkpoint.checkpoint import CheckpointId
 from millstream.config.settings import Settings
-from millstream.config.views import BlobStoreConfig
 from millstream.storage.backends.blobstore.diff import DirDiff, file_metadata
 from millstream.storage.backends.blobstore.index import DirIndex, FileBlob, FileIndex
 from millstream.storage.errors import StateBackupError, StateRestoreError
