@@ -1,6 +1,7 @@
 """The configuration reference page, generated from the typed config views at every docs build.
 
-The views (``millstream/config/views.py`` and each system's ``config.py``) are what startup validation
+The views (``millstream/config/views.py``, the ``settings.py`` beside each feature and each system's ``config.py``)
+are what startup validation
 accepts, so a reference built from them cannot drift: a key's type, default and description (the
 field's docstring) have one source. ``mkdocs.yml`` runs this module as a hook; it replaces the
 ``<!-- config-reference -->`` marker of ``operating/configuration.md`` with one table per view, and fails the
