@@ -50,6 +50,7 @@ from typing import Any
 from benchmarks.call_count import CallCounter
 from millstream.api.task import InitableTask, StreamTask
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.prepare import prepare
 from millstream.metadata.opening import metadata_store
@@ -196,7 +197,7 @@ def job_config(root: Path, tasks: int, system: str, bootstrap: str | None, state
                 "systems.kafka.bootstrap.servers": bootstrap,
             }
         )
-    return prepare(Config(values))
+    return prepare(Settings(values))
 
 
 def measure(

@@ -77,6 +77,7 @@ from benchmarks.state_common import StateJob, bench_config, fill_store
 from millstream import InitableTask, StreamTask, WindowableTask
 from millstream.checkpoint.checkpoint import CheckpointV2
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.model import SystemStream
 from millstream.systems.base import StreamSpec
@@ -138,7 +139,7 @@ class FanOut:
 def fan_out_run(root: Path, partitions: int, messages: int, mode: str, interval_ms: int = 200) -> FanOut:
     run = f"fanout-{partitions}-{mode}"
     cfg = prepare(
-        Config(
+        Settings(
             {
                 "job.name": run,
                 "job.data.dir": str(root / run),
@@ -231,7 +232,7 @@ class TimedNoOp(StreamTask, InitableTask, WindowableTask):
 
 def passthrough_config(root: Path, run: str, **extra: object) -> Config:
     return prepare(
-        Config(
+        Settings(
             {
                 "job.name": run,
                 "job.data.dir": str(root / run),

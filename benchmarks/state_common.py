@@ -12,6 +12,7 @@ from typing import Any
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV2
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.coordinator.services import DriverServices
 from millstream.job_model import ContainerModel, JobModel, TaskModel
@@ -44,7 +45,7 @@ def bench_config(root: Path, **extra: Any) -> Config:
         "task.checkpoint.read.versions": "2,1",
         **extra,
     }
-    return prepare(Config(values))
+    return prepare(Settings(values))
 
 
 @dataclass

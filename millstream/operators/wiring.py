@@ -12,6 +12,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from millstream.api.task import TaskContext
+from millstream.config.settings import Settings
 from millstream.config.views import AppConfig, TaskConfig
 from millstream.control.combining import WatermarkCombiner
 from millstream.control.state import ControlStateStore
@@ -39,10 +40,10 @@ def build_task_graph(context: TaskContext) -> tuple[TaskGraph, ControlState, lis
 
     A job with stateful operators keeps their entries and the control state in the task's operator
     store (``operators.stores``); a job without any keeps its control state in the metadata store."""
-    config = context.config
+    config = Settings.of(context.config)  # the container's settings as they are: its context holds them
     application = load_application(config)
-    app = AppConfig.of(config)
-    task = TaskConfig.of(config)
+    app = config.app
+    task = config.task
     run = application.run_set(None if app.stage is None else [app.stage])
     closers: list[Callable[[], Any]] = []
     services = _services(context)

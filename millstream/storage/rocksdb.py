@@ -15,7 +15,7 @@ from pathlib import Path
 
 import rocksdict
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.config.views import StoreConfig
 from millstream.storage.bulk_load import VectorMemtableLoader
 from millstream.storage.errors import StoreError
@@ -274,7 +274,7 @@ class RocksDbStorageEngineFactory:
         self.shared_memory = shared_memory
 
     @classmethod
-    def from_config(cls, config: Config) -> RocksDbStorageEngineFactory:
+    def from_config(cls, config: Settings) -> RocksDbStorageEngineFactory:
         return cls(container_rocksdb_memory(config))
 
     def get_storage_engine(

@@ -20,7 +20,7 @@ import pytest
 
 from millstream.checkpoint.checkpoint import CheckpointV2
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.job_result import JobResult
 from millstream.metadata import coordination
 from millstream.metadata.opening import metadata_store
@@ -42,7 +42,7 @@ KEYS = 7
 BLOB_MARKER_KEY = state_backend_factory_class("blobstore", "test").marker_key()
 
 
-def job(tmp_path: Path, backend: str, **extra: Any) -> Config:
+def job(tmp_path: Path, backend: str, **extra: Any) -> Settings:
     config = state_config(
         tmp_path,
         backend,
@@ -63,7 +63,7 @@ def reference() -> dict[str, dict[str, int]]:
     return {f"Partition {p}": dict(Counter(f"key{i % KEYS}" for i in range(PER_PARTITION))) for p in range(PARTITIONS)}
 
 
-def run_and_kill(config: Config, spark: Any, victim: Any) -> JobResult:
+def run_and_kill(config: Settings, spark: Any, victim: Any) -> JobResult:
     """Run the job on Spark; ``victim()`` returns a pid to SIGKILL (once) as soon as it knows one."""
     runner = SparkJobRunner(config, spark=spark)
     outcome: dict[str, JobResult] = {}
@@ -76,7 +76,7 @@ def run_and_kill(config: Config, spark: Any, victim: Any) -> JobResult:
     return outcome["result"]
 
 
-def final_store_dumps(config: Config) -> dict[str, dict[str, int]]:
+def final_store_dumps(config: Settings) -> dict[str, dict[str, int]]:
     """The last ``{"store": ...}`` each task sent at end-of-stream (an earlier attempt may have sent one)."""
     dumps: dict[str, dict[str, int]] = {}
     for _, value in read_stream(config, SystemStream("log", "out"))[0]:
@@ -85,7 +85,7 @@ def final_store_dumps(config: Config) -> dict[str, dict[str, int]]:
     return dumps
 
 
-def check_outcome(config: Config, result: JobResult, tmp_path: Path, backend: str) -> None:
+def check_outcome(config: Settings, result: JobResult, tmp_path: Path, backend: str) -> None:
     assert result.outcome == "finished", result.error
     assert max(c.epoch for c in result.containers) >= 2, "no container was retried"
     assert final_store_dumps(config) == reference()
@@ -99,7 +99,7 @@ def check_outcome(config: Config, result: JobResult, tmp_path: Path, backend: st
         assert_no_orphaned_blobs(config)
 
 
-def assert_no_orphaned_blobs(config: Config) -> None:
+def assert_no_orphaned_blobs(config: Settings) -> None:
     root = Path(config["job.data.dir"]) / "blobs"
     present = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
     referenced: set[str] = set()
@@ -111,7 +111,7 @@ def assert_no_orphaned_blobs(config: Config) -> None:
     assert present == referenced
 
 
-def running_container_with_a_checkpoint(config: Config) -> Any:
+def running_container_with_a_checkpoint(config: Settings) -> Any:
     store = metadata_store(config)
 
     def probe() -> int | None:
@@ -171,7 +171,7 @@ def test_sigkill_during_processing_with_an_object_cache_smaller_than_the_keys(sp
         assert (vector == 0) if ascending else (0 < vector <= records), (task, replayed)
 
 
-def changelog_keys_ascending(config: Config, task: str, records: int) -> bool:
+def changelog_keys_ascending(config: Settings, task: str, records: int) -> bool:
     """Whether the first ``records`` keys of ``task``'s changelog partition are in ascending order."""
     partition = changelog_partitions(metadata_store(config))[TaskName(task)]
     keys = [key for key, _ in read_stream(config, SystemStream("log", "counts-changelog"))[partition][:records]]
@@ -181,7 +181,7 @@ def changelog_keys_ascending(config: Config, task: str, records: int) -> bool:
 RESTORE_GAUGES = ("store_restored_records", "store_restored_bulk_records", "store_restored_vector_memtable_records")
 
 
-def restored_records_of_the_retry(config: Config, container: str) -> dict[str, tuple[float, ...]]:
+def restored_records_of_the_retry(config: Settings, container: str) -> dict[str, tuple[float, ...]]:
     """Per task of ``container``'s last attempt: the records its store's restore replayed, how many of them
     came in bulk and how many went through a vector memtable, from the last metrics snapshot that attempt
     sent."""
@@ -222,7 +222,7 @@ def test_sigkill_at_a_commit_point(spark_local, tmp_path: Path, point: str, back
     check_outcome(config, result, tmp_path, backend)
 
 
-def output_grows_while_paused_at(config: Config, marker_dir: Path, point: str) -> Any:
+def output_grows_while_paused_at(config: Settings, marker_dir: Path, point: str) -> Any:
     """The pid of the container paused at ``point`` once its output has grown since the pause began: its
     tasks processed on while the commit was held there."""
     seen: dict[str, int] = {}

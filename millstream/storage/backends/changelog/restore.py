@@ -47,7 +47,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointV1, CheckpointV2
-from millstream.config.views import TaskConfig
 from millstream.errors import MillstreamError
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStreamPartition
 from millstream.storage.backends.base import StoreSpec, TaskBackendContext, TaskRestoreManager
@@ -101,7 +100,7 @@ class ChangelogTaskRestoreManager(TaskRestoreManager):
     def __init__(self, context: TaskBackendContext, marker_key: str) -> None:
         self.context = context
         self.marker_key = marker_key
-        task = TaskConfig.of(context.config)
+        task = context.config.task
         self.transactional = task.transactional_state_restore_enabled
         self.retain_existing = task.transactional_state_retain_existing_state
         self.plans: list[StoreRestorePlan] = []

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.metrics.registry import Registry
 from millstream.model import SystemStream, SystemStreamPartition
 from millstream.runtime.services import ContainerServices
@@ -303,13 +303,13 @@ class StoppingEarlyLogConsumer(LogSystemConsumer):
 
 
 class PollingOnlyLogFactory(LogSystemFactory):
-    def get_consumer(self, system_name: str, config: Config) -> LogSystemConsumer:
+    def get_consumer(self, system_name: str, config: Settings) -> LogSystemConsumer:
         consumer = super().get_consumer(system_name, config)
         return PollingOnlyLogConsumer(system_name, consumer.layout, batch_size=consumer.batch_size)
 
 
 class StoppingEarlyLogFactory(LogSystemFactory):
-    def get_consumer(self, system_name: str, config: Config) -> LogSystemConsumer:
+    def get_consumer(self, system_name: str, config: Settings) -> LogSystemConsumer:
         consumer = super().get_consumer(system_name, config)
         return StoppingEarlyLogConsumer(system_name, consumer.layout, batch_size=consumer.batch_size)
 
