@@ -449,7 +449,7 @@ class FailingMidReplayLogConsumer(LogSystemConsumer):
 
 
 class FailingMidReplayLogFactory(LogSystemFactory):
-    def get_consumer(self, system_name: str, config: Config) -> LogSystemConsumer:
+    def get_consumer(self, system_name: str, config: Settings) -> LogSystemConsumer:
         consumer = super().get_consumer(system_name, config)
         return FailingMidReplayLogConsumer(system_name, consumer.layout, batch_size=consumer.batch_size)
 
