@@ -12,7 +12,6 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from millstream.api.task import TaskContext
-from millstream.config.settings import Settings
 from millstream.config.views import AppConfig, TaskConfig
 from millstream.control.combining import WatermarkCombiner
 from millstream.control.state import ControlStateStore
@@ -40,7 +39,7 @@ def build_task_graph(context: TaskContext) -> tuple[TaskGraph, ControlState, lis
 
     A job with stateful operators keeps their entries and the control state in the task's operator
     store (``operators.stores``); a job without any keeps its control state in the metadata store."""
-    config = Settings.of(context.config)  # the container's settings as they are: its context holds them
+    config = context.config
     application = load_application(config)
     app = config.app
     task = config.task

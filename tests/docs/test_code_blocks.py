@@ -54,7 +54,7 @@ from millstream.config import Config
 """
 
 HIGH_LEVEL = """
-app = StreamApplicationDescriptor(Settings({"job.name": "docs"}))
+app = StreamApplicationDescriptor(Config({"job.name": "docs"}))
 views = app.input(InputDescriptor("log.page-views", msg_serde="json"))
 orders = app.input(InputDescriptor("kafka.orders", msg_serde="json"))
 clicks_in = InputDescriptor("log.clicks", msg_serde="json")
