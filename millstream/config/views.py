@@ -110,10 +110,18 @@ class ConfigView(BaseModel):
         except ValidationError as error:
             raise _config_error(cls, error, prefix) from None
 
+    SECTION: ClassVar[str] = ""
+    """A schema of named sections (a store, a table, a system, ...): its keys' prefix, ``{name}`` standing for the
+    section's name (``"tables.{name}."``); empty for a schema of one namespace, ``PREFIX``."""
+
     @classmethod
     def prefix_for(cls, name: object) -> str:
-        """The keys' prefix of the section ``name`` of a schema of named sections (a store, a table, ...); the
-        namespace's own ``PREFIX`` for the others, which take no name."""
+        """The keys' prefix of the section ``name`` of a schema of named sections; the namespace's own ``PREFIX``
+        for the others, which take no name."""
+        if cls.SECTION:
+            if name is None:
+                raise TypeError(f"{cls.__name__} reads named sections ('{cls.SECTION}'): give the name")
+            return cls.SECTION.format(name=name)
         if name is not None:
             raise TypeError(f"{cls.__name__} reads one namespace, '{cls.PREFIX}', not named sections")
         return cls.PREFIX
@@ -420,12 +428,7 @@ class TaskConfig(ConfigView):
 class SystemSamzaConfig(ConfigView):
     """``systems.<s>.samza.*``"""
 
-    @classmethod
-    def prefix_for(cls, name: object) -> str:
-        """The keys of the system ``name``."""
-        if name is None:
-            raise TypeError(f"{cls.__name__} reads named sections: give the name")
-        return f"systems.{name}.samza."
+    SECTION: ClassVar[str] = "systems.{name}.samza."
 
     factory: str | None = None
     """``log``, ``kafka``, ``kinesis`` (or Samza's factory class names), or ``module:Class`` of a ``SystemFactory``;
@@ -553,12 +556,7 @@ class StoresConfig(ConfigView):
 class StoreConfig(ConfigView):
     """``stores.<s>.*``: one key-value store of every task."""
 
-    @classmethod
-    def prefix_for(cls, name: object) -> str:
-        """The keys of the store ``name``."""
-        if name is None:
-            raise TypeError(f"{cls.__name__} reads named sections: give the name")
-        return f"stores.{name}."
+    SECTION: ClassVar[str] = "stores.{name}."
 
     factory: str = "rocksdb"
     """``rocksdb``, ``inmemory`` (or Samza's factory class names), or ``module:Class``."""

@@ -4,7 +4,7 @@ Read through the job's settings (``settings.view(...)``, ``millstream.config.set
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -18,12 +18,7 @@ class SerdeConfig(ConfigView):
     their schema and the schema registry they use. Keys other than ``class`` are refused for serdes that
     take no settings."""
 
-    @classmethod
-    def prefix_for(cls, name: object) -> str:
-        """The keys of the serde ``name``."""
-        if name is None:
-            raise TypeError(f"{cls.__name__} reads named sections: give the name")
-        return f"serializers.registry.{name}."
+    SECTION: ClassVar[str] = "serializers.registry.{name}."
 
     class_name: str = Field(alias="class")
     """A built-in serde (``string``, ``bytes``, ``json``, ``long``, ``msgpack``, ``avro``, ``protobuf``), a Samza

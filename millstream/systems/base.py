@@ -569,12 +569,7 @@ class SystemConfigView(ConfigView):
     (``SystemFactory.open_prefixes``), which other schemas read or no schema checks: only this schema's own keys
     are parsed here (``SystemFactory.config_keys`` is what refuses the others)."""
 
-    @classmethod
-    def prefix_for(cls, name: object) -> str:
-        """The keys of the system ``name``."""
-        if name is None:
-            raise TypeError(f"{cls.__name__} reads named sections: give the system's name")
-        return f"systems.{name}."
+    SECTION: ClassVar[str] = "systems.{name}."
 
     @classmethod
     def read(cls, config: Config, name: object = None) -> Self:

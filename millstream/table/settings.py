@@ -4,6 +4,8 @@ Read through the job's settings (``settings.view(...)``, ``millstream.config.set
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
 
 from millstream.config.core import Config
@@ -15,12 +17,7 @@ class TableConfig(ConfigView):
     """``tables.<id>.*``: a remote table (see the Async I/O guide). A table defined in the application
     (``RemoteTable(...)``) takes its settings from its arguments; these keys override them."""
 
-    @classmethod
-    def prefix_for(cls, name: object) -> str:
-        """The keys of the table ``name``."""
-        if name is None:
-            raise TypeError(f"{cls.__name__} reads named sections: give the name")
-        return f"tables.{name}."
+    SECTION: ClassVar[str] = "tables.{name}."
 
     definition: str | None = None
     """``module:name`` of the table's definition: a ``RemoteTable`` or a function of the config returning one.
