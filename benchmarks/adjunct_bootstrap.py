@@ -48,6 +48,7 @@ from typing import Any
 from benchmarks import adjunct_tasks
 from benchmarks.log_raw_read import raw_read_rate
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.prepare import prepare
 from millstream.model import OutgoingMessageEnvelope, SystemStream
@@ -69,7 +70,7 @@ VARIANTS: list[tuple[str, str, str | None]] = [
 
 
 def _log_config(root: Path) -> Config:
-    return Config({"systems.log.path": str(root / "log")})
+    return Settings({"systems.log.path": str(root / "log")})
 
 
 def key_of(index: int) -> str:
@@ -146,7 +147,7 @@ def job_config(
     }
     if extractor:
         values[f"stores.{adjunct_tasks.STORE}.adstore.key.value.extractor.factory"] = extractor
-    return prepare(Config(values))
+    return prepare(Settings(values))
 
 
 def finished(result: JobResult) -> JobResult:

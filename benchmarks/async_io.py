@@ -52,6 +52,7 @@ from millstream import (
     TaskContext,
 )
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.systems.log.factory import LogSystemFactory
 from millstream.testing import InProcessRunner
 
@@ -192,7 +193,7 @@ def stream_of(root: Path, messages: int, made: dict[int, str]) -> str:
     if messages not in made:
         name = made[messages] = f"bench-{messages}"
         write_messages(root / "log", name, 1, messages, 8)
-        LogSystemFactory().get_admin("log", Config({"systems.log.path": str(root / "log")})).seal_stream(name)
+        LogSystemFactory().get_admin("log", Settings({"systems.log.path": str(root / "log")})).seal_stream(name)
     return made[messages]
 
 

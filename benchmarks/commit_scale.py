@@ -49,7 +49,7 @@ from typing import Any
 
 from benchmarks.call_count import CallCounter
 from millstream.api.task import InitableTask, StreamTask
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.prepare import prepare
 from millstream.metadata.opening import metadata_store
@@ -166,7 +166,7 @@ def _commit_round(tasks: list[TaskInstance]) -> tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
-def job_config(root: Path, tasks: int, system: str, bootstrap: str | None, stateless: bool = False) -> Config:
+def job_config(root: Path, tasks: int, system: str, bootstrap: str | None, stateless: bool = False) -> Settings:
     """Names are unique per call: on a broker, streams outlive a measurement."""
     run = f"{tasks}-{int(time.time() * 1000)}"
     values: dict[str, Any] = {
@@ -196,7 +196,7 @@ def job_config(root: Path, tasks: int, system: str, bootstrap: str | None, state
                 "systems.kafka.bootstrap.servers": bootstrap,
             }
         )
-    return prepare(Config(values))
+    return prepare(Settings(values))
 
 
 def measure(

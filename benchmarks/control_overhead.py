@@ -29,6 +29,7 @@ from typing import Any
 
 from benchmarks.control_apps import ARRIVALS
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.control.framing import MessageType
 from millstream.coordinator.prepare import prepare
 from millstream.model import SystemStream
@@ -41,7 +42,7 @@ SOURCE = SystemStream("log", "bench-in")
 
 def config(root: Path, run: str, app: str, aggregate: bool, partitions: int) -> Config:
     return prepare(
-        Config(
+        Settings(
             {
                 "job.name": f"bench-{run}",
                 "job.data.dir": str(root / run),

@@ -33,6 +33,7 @@ import yaml
 from pyspark.sql import DataFrame, SparkSession, functions
 
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.spark.datasource import register
 from millstream.spark.run.session import build_session
@@ -140,7 +141,7 @@ def measure(system: str, args: Any, root: Path, spark: Callable[[], SparkSession
     messages = args.kinesis_messages if system == "kinesis" else args.messages
     with system_values(system, root, args.bootstrap) as values:
         values = {"job.name": f"bench-{uuid.uuid4().hex[:6]}", "job.data.dir": str(root / "data"), **values}
-        config = Config(values)
+        config = Settings(values)
         stream = SystemStream(system, f"{STREAM}-{uuid.uuid4().hex[:6]}")
         write_json(config, stream, args.partitions, messages)
         config_file = root / f"{system}.yaml"
@@ -169,7 +170,7 @@ def main() -> None:
 
         def spark() -> SparkSession:
             if not sessions:
-                sessions.append(build_session(Config({}), master=f"local[{args.partitions}]"))
+                sessions.append(build_session(Settings({}), master=f"local[{args.partitions}]"))
                 register(sessions[0])
                 stack.callback(sessions[0].stop)
             return sessions[0]

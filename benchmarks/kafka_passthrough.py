@@ -48,6 +48,7 @@ from millstream import (
     TaskCoordinator,
 )
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.prepare import prepare
 from millstream.testing import InProcessRunner
@@ -102,7 +103,7 @@ def job_config(
     root: Path, bootstrap: str, task: str, containers: int, run: str, per_partition: int, **extra: Any
 ) -> Config:
     return prepare(
-        Config(
+        Settings(
             {
                 "job.name": f"bench-{run}-{RUN_ID}",
                 "job.data.dir": str(root / "data"),

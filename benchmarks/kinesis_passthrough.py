@@ -30,6 +30,7 @@ from typing import Any
 
 from millstream import StreamTask
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.model import SystemStreamPartition
 from millstream.systems.base import StreamSpec
@@ -76,7 +77,7 @@ def config_for(endpoint: str, root: Path, run: str, task: str, limit: int, conta
         "systems.log.path": str(root / "log"),
     }
     values.update({f"systems.kinesis.{key}": value for key, value in OPEN_LIMITS.items()})
-    return prepare(Config(values))
+    return prepare(Settings(values))
 
 
 def write_records(client: Any, records: int, size: int) -> float:
@@ -158,7 +159,7 @@ def job_rate(config: Config, done: Any) -> float:
 
 
 def log_count(root: Path) -> int:
-    admin = LogSystemFactory().get_admin("log", Config({"systems.log.path": str(root / "log")}))
+    admin = LogSystemFactory().get_admin("log", Settings({"systems.log.path": str(root / "log")}))
     metadata = admin.get_system_stream_metadata(["bench-out"]).get("bench-out")
     return 0 if metadata is None else sum(int(p.upcoming_offset) for p in metadata.partitions.values())
 

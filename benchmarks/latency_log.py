@@ -35,6 +35,7 @@ from typing import Any
 
 from benchmarks.latency import PERCENTILES, percentile
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.systems.base import StreamSpec
 from millstream.systems.log.factory import LogSystemFactory
@@ -161,7 +162,7 @@ def paced(writer: LogWriter, rate: float, seconds: float, process: subprocess.Po
 
 def measure(contender: str, workload: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
     workdir = root / f"{contender}-{workload}"
-    config = Config({"systems.log.path": str(workdir / "log")})
+    config = Settings({"systems.log.path": str(workdir / "log")})
     admin = LogSystemFactory().get_admin("log", config)
     admin.start()
     for stream in (SOURCE, SINK):

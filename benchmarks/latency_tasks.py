@@ -28,6 +28,7 @@ from millstream import (
     TaskContext,
     TaskCoordinator,
 )
+from millstream.config.settings import Settings
 
 
 class PassThrough(StreamTask, InitableTask):
@@ -124,7 +125,6 @@ def raw_loop(args: argparse.Namespace) -> None:
 def raw_log_loop(args: argparse.Namespace) -> None:
     """The embedded log alone (``benchmarks.latency_log``): its consumer → its producer, each batch flushed at once
     (what it polled is appended before the next poll); W2 counts per key in a dict. Runs until SIGTERM."""
-    from millstream.config import Config
     from millstream.model import SystemStreamPartition
     from millstream.systems.log.factory import LogSystemFactory
 
@@ -136,7 +136,7 @@ def raw_log_loop(args: argparse.Namespace) -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    config = Config({"systems.log.path": args.path})
+    config = Settings({"systems.log.path": args.path})
     factory = LogSystemFactory()
     consumer = factory.get_consumer("log", config)
     producer = factory.get_producer("log", config)

@@ -56,6 +56,7 @@ from millstream import (
 )
 from millstream.api.windows import Count
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.systems.base import StreamSpec
 from millstream.systems.registry import system_factory
 
@@ -171,7 +172,7 @@ def measure(runner: str, args: argparse.Namespace, root: Path, boundaries: bool 
     values = job_config(workdir, args)
     if boundaries is not None:
         values["app.watermark.window.boundaries"] = str(boundaries).lower()
-    config = Config(values)
+    config = Settings(values)
     admin = system_factory(config, "log").get_admin("log", config)
     admin.start()
     admin.create_stream(StreamSpec("log", SOURCE.stream, 4))

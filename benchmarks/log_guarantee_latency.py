@@ -28,6 +28,7 @@ from pathlib import Path
 from statistics import quantiles
 
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.systems.base import StreamSpec
 from millstream.systems.log.factory import LogSystemFactory
@@ -42,7 +43,7 @@ CONTENDERS = {
 def run(name: str, extra: dict[str, str], args: argparse.Namespace) -> tuple[float, float, float, int]:
     """p50 and p99 latency (ms), CPU seconds per 1,000 messages and the messages measured, of one contender."""
     root = Path(tempfile.mkdtemp(prefix=f"millstream-latency-{name}-"))
-    log_config = Config({"systems.log.path": str(root / "log")})
+    log_config = Settings({"systems.log.path": str(root / "log")})
     factory = LogSystemFactory()
     admin = factory.get_admin("log", log_config)
     for stream in ("bench", "bench-out"):

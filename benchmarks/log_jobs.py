@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.systems.base import StreamSpec
 from millstream.systems.log.factory import LogSystemFactory
@@ -28,11 +29,11 @@ def log_job_config(
         "task.commit.ms": 10_000,
     }
     values.update(extra or {})
-    return prepare(Config(values))
+    return prepare(Settings(values))
 
 
 def reset_output(root: Path, partitions: int) -> None:
     """An empty ``log.bench-out`` for the next run."""
-    admin = LogSystemFactory().get_admin("log", Config({"systems.log.path": str(root / "log")}))
+    admin = LogSystemFactory().get_admin("log", Settings({"systems.log.path": str(root / "log")}))
     admin.clear_stream(StreamSpec("log", "bench-out"))
     admin.create_stream(StreamSpec("log", "bench-out", partitions))

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.systems.base import StreamSpec
 from millstream.systems.log.factory import LogSystemFactory
@@ -29,7 +30,7 @@ SYSTEM = "log"
 
 
 def _config(root: Path) -> Config:
-    return Config({f"systems.{SYSTEM}.path": str(root)})
+    return Settings({f"systems.{SYSTEM}.path": str(root)})
 
 
 def write_messages(root: Path, stream: str, partitions: int, messages: int, size: int = 100) -> float:

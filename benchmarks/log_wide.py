@@ -32,6 +32,7 @@ from typing import Any
 
 from millstream import InitableTask, StreamTask, WindowableTask
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.systems.base import StreamSpec
@@ -78,7 +79,7 @@ def wide_config(root: Path, run: str, containers: int, extra: dict[str, str]) ->
         "bench.run": run,
     }
     values.update(extra)
-    return prepare(Config(values))
+    return prepare(Settings(values))
 
 
 def create_streams(cfg: Config, partitions: int, messages: int, seal: bool = True) -> list[list[bytes]]:

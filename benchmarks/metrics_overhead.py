@@ -17,7 +17,7 @@ from pathlib import Path
 
 from benchmarks.log_jobs import log_job_config, reset_output
 from benchmarks.log_raw_read import write_messages
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.systems.log.factory import LogSystemFactory
 from millstream.testing import InProcessRunner
 
@@ -43,7 +43,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="millstream-bench-"))
     try:
         write_messages(root / "log", "bench", args.partitions, args.messages, args.size)
-        LogSystemFactory().get_admin("log", Config({"systems.log.path": str(root / "log")})).seal_stream("bench")
+        LogSystemFactory().get_admin("log", Settings({"systems.log.path": str(root / "log")})).seal_stream("bench")
         print(f"{args.messages:,} messages of {args.size} B over {args.partitions} partitions, pass-through")
         on = {"metrics.enabled": "true", "metrics.snapshot.interval.ms": str(args.interval_ms)}
         off_rates, on_rates = [], []

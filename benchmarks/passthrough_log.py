@@ -35,7 +35,7 @@ from statistics import median
 
 from benchmarks.log_jobs import log_job_config, reset_output
 from benchmarks.log_raw_read import raw_read_rate, write_messages
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.job_result import JobResult
 from millstream.systems.log.factory import LogSystemFactory
 from millstream.testing import InProcessRunner
@@ -108,7 +108,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="millstream-bench-"))
     try:
         write = write_messages(root / "log", "bench", args.partitions, args.messages, args.size)
-        admin = LogSystemFactory().get_admin("log", Config({"systems.log.path": str(root / "log")}))
+        admin = LogSystemFactory().get_admin("log", Settings({"systems.log.path": str(root / "log")}))
         admin.seal_stream("bench")
         print(
             f"{args.messages:,} messages of {args.size} B over {args.partitions} partitions (written at {write:,.0f}/s)"

@@ -77,7 +77,7 @@ from benchmarks import commit_scale, scale_apps, scale_plot
 from benchmarks.state_common import StateJob, bench_config, fill_store
 from millstream import InitableTask, StreamTask, WindowableTask
 from millstream.checkpoint.checkpoint import CheckpointV2
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.model import SystemStream
 from millstream.systems.base import StreamSpec
@@ -113,7 +113,7 @@ class ControlCounts(logging.Handler):
         logging.getLogger("millstream.operators.graph_task").removeHandler(self)
 
 
-def create_input(cfg: Config, partitions: int, messages: int, event_time: bool) -> None:
+def create_input(cfg: Settings, partitions: int, messages: int, event_time: bool) -> None:
     admin = system_factory(cfg, "log").get_admin("log", cfg)
     admin.create_stream(StreamSpec("log", SOURCE.stream, partitions))
     for partition in range(partitions):
@@ -146,7 +146,7 @@ class FanOut:
 def fan_out_run(root: Path, partitions: int, messages: int, mode: str, interval_ms: int = 200) -> FanOut:
     run = f"fanout-{partitions}-{mode}"
     cfg = prepare(
-        Config(
+        Settings(
             {
                 "job.name": run,
                 "job.data.dir": str(root / run),
@@ -239,9 +239,9 @@ class TimedNoOp(StreamTask, InitableTask, WindowableTask):
         WINDOWED.add(self.name)
 
 
-def passthrough_config(root: Path, run: str, **extra: object) -> Config:
+def passthrough_config(root: Path, run: str, **extra: object) -> Settings:
     return prepare(
-        Config(
+        Settings(
             {
                 "job.name": run,
                 "job.data.dir": str(root / run),
@@ -413,7 +413,7 @@ def restore_curve(root: Path, keys: int, value_size: int, runs: int = 3, random_
 
 
 def restore_once(
-    job: StateJob, checkpoint: CheckpointV2, config: Config, host: Path, source: str, keys: int
+    job: StateJob, checkpoint: CheckpointV2, config: Settings, host: Path, source: str, keys: int
 ) -> tuple[float, float]:
     """Restore ``checkpoint`` from ``source`` on a new host (``host``) after evicting the job's files: the wall
     seconds and the process's CPU seconds it took. The store must then hold its ``keys`` keys (counted untimed)."""

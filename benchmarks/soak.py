@@ -60,6 +60,7 @@ from typing import Protocol
 
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
+from millstream.config.settings import Settings as JobSettings
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.prepare import prepare
 from millstream.metadata import coordination
@@ -114,7 +115,7 @@ class SoakResult:
     problems: list[str] = field(default_factory=list)
 
 
-def soak_config(root: Path, backend: str, settings: Settings, commit_point: str | None) -> Config:
+def soak_config(root: Path, backend: str, settings: Settings, commit_point: str | None) -> JobSettings:
     """The soak job's config; ``commit_point`` None: no pause at a commit point (nothing kills it there)."""
     values = {
         "job.name": "soak",
@@ -166,7 +167,7 @@ def soak_config(root: Path, backend: str, settings: Settings, commit_point: str 
     return prepare(Config(values))
 
 
-def write_input(config: Config, settings: Settings) -> None:
+def write_input(config: JobSettings, settings: Settings) -> None:
     """Message ``i`` of every partition is ``i`` with key ``key<i % KEYS>``: its count must be ``i // KEYS + 1``."""
     with system_factory(config, "log").get_admin("log", config) as admin:
         admin.create_stream(StreamSpec("log", INPUT.stream, settings.partitions))
@@ -185,7 +186,7 @@ def write_input(config: Config, settings: Settings) -> None:
 class Killer(threading.Thread):
     """SIGKILLs running containers at seeded random moments, and the one pausing at the commit point."""
 
-    def __init__(self, config: Config, seed: int, kills: int, marker: Path) -> None:
+    def __init__(self, config: JobSettings, seed: int, kills: int, marker: Path) -> None:
         super().__init__(daemon=True)
         self.store = metadata_store(config)
         self.random = random.Random(seed)
@@ -224,7 +225,7 @@ class CheckpointWatch(threading.Thread):
     container reporting a fenced or superseded attempt, which nothing in a soak should cause: a killed
     container reports nothing, its retry fences a dead process."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: JobSettings) -> None:
         super().__init__(daemon=True)
         self.store = metadata_store(config)
         self.manager = checkpoint_manager(config, self.store)
@@ -298,7 +299,7 @@ class BrokerRestart(threading.Thread):
         return after[0] - self.up_at if after and self.up_at is not None else None
 
 
-def check_output(config: Config, settings: Settings) -> tuple[list[str], float]:
+def check_output(config: JobSettings, settings: Settings) -> tuple[list[str], float]:
     """Problems with the output (missing inputs, wrong counts, wrong final stores); the duplicate ratio."""
     records = [value for _, value in read_stream(config, settings.output(config.get("job.id"))).get(0, [])]
     counts = [r for r in records if "count" in r]
@@ -352,7 +353,7 @@ def run_once(
 def _checked(
     result: SoakResult,
     job: JobResult,
-    config: Config,
+    config: JobSettings,
     settings: Settings,
     started: float,
     killer: Killer,

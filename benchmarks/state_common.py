@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV2
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.coordinator.services import DriverServices
 from millstream.job_model import ContainerModel, JobModel, TaskModel
@@ -29,7 +29,7 @@ TASK = TaskName("Partition 0")
 INPUT = SystemStreamPartition("log", "bench", 0)
 
 
-def bench_config(root: Path, **extra: Any) -> Config:
+def bench_config(root: Path, **extra: Any) -> Settings:
     values = {
         "job.name": "bench-state",
         "job.data.dir": str(root / "data"),
@@ -44,7 +44,7 @@ def bench_config(root: Path, **extra: Any) -> Config:
         "task.checkpoint.read.versions": "2,1",
         **extra,
     }
-    return prepare(Config(values))
+    return prepare(Settings(values))
 
 
 @dataclass
@@ -66,7 +66,7 @@ class TaskState:
 class StateJob:
     """One task (``Partition 0``) of a job whose input is ``log.bench``, without Spark or containers."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Settings) -> None:
         self.config = config
         admin = LogSystemFactory().get_admin("log", config)
         admin.create_stream(StreamSpec("log", "bench", 1))
@@ -76,7 +76,7 @@ class StateJob:
         with DriverServices(config) as driver:
             prepare_state_resources(config, self.metadata, self.model, driver.admin)
 
-    def open(self, checkpoint: Checkpoint | None, config: Config | None = None) -> tuple[TaskState, float]:
+    def open(self, checkpoint: Checkpoint | None, config: Settings | None = None) -> tuple[TaskState, float]:
         """Restore the task's stores from ``checkpoint``; returns them and the seconds it took."""
         config = config or self.config
         services = ContainerServices(config)

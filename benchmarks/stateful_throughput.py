@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from benchmarks.log_jobs import log_job_config, reset_output
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.job_result import JobResult
 from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.systems.base import StreamSpec
@@ -30,7 +30,7 @@ from millstream.testing import InProcessRunner
 
 
 def write_keyed(root: Path, partitions: int, messages: int, keys: int, size: int) -> None:
-    config = Config({"systems.log.path": str(root / "log")})
+    config = Settings({"systems.log.path": str(root / "log")})
     factory = LogSystemFactory()
     factory.get_admin("log", config).create_stream(StreamSpec("log", "bench", partitions))
     producer = factory.get_producer("log", config)

@@ -39,6 +39,7 @@ from millstream.api.application import InputDescriptor, OutputDescriptor, Stream
 from millstream.api.windows import Aggregator, TumblingWindow
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
@@ -87,7 +88,7 @@ def job_config(root: Path, backend: str, commit_ms: int) -> Config:
     }
     if backend == "blobstore":
         values.update({"stores.backup.factories": "blobstore", "task.checkpoint.read.versions": "2,1"})
-    return prepare(Config(values))
+    return prepare(Settings(values))
 
 
 class Timings:

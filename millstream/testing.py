@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.config.views import parse_stream
 from millstream.coordinator.driver_loop import DriverLoop
 from millstream.coordinator.job_result import JobResult
@@ -100,10 +101,12 @@ def write_stream(
     *,
     partition: int | None = None,
 ) -> int:
-    """Serialize and append ``(key, value)`` pairs to a stream with its configured serdes; returns the count."""
-    serdes = SerdeRegistry.from_config(config)
+    """Serialize and append ``(key, value)`` pairs to a stream with its configured serdes; returns the count.
+    ``config`` is the job's settings or a plain ``Config`` (read as settings)."""
+    settings = Settings.of(config)
+    serdes = SerdeRegistry.from_config(settings)
     key_serde, msg_serde = serdes.key_serde(stream), serdes.msg_serde(stream)
-    producer = system_factory(config, stream.system).get_producer(stream.system, config)
+    producer = system_factory(settings, stream.system).get_producer(stream.system, settings)
     producer.start()
     count = 0
     try:
@@ -125,11 +128,13 @@ def write_stream(
 
 
 def read_stream(config: Config, stream: SystemStream, *, idle_timeout: float = 2.0) -> dict[int, list[tuple[Any, Any]]]:
-    """Every retained ``(key, value)`` of every partition, decoded with the stream's serdes."""
-    serdes = SerdeRegistry.from_config(config)
+    """Every retained ``(key, value)`` of every partition, decoded with the stream's serdes; ``config`` may be
+    a plain ``Config``, as for :func:`write_stream`."""
+    settings = Settings.of(config)
+    serdes = SerdeRegistry.from_config(settings)
     key_serde, msg_serde = serdes.key_serde(stream), serdes.msg_serde(stream)
     out: dict[int, list[tuple[Any, Any]]] = {}
-    for partition, envelopes in iter_stream(config, stream, idle_timeout=idle_timeout):
+    for partition, envelopes in iter_stream(settings, stream, idle_timeout=idle_timeout):
         pairs = out.setdefault(partition, [])
         for envelope in envelopes:
             key = key_serde.from_bytes(envelope.key) if key_serde and envelope.key is not None else envelope.key
@@ -149,8 +154,9 @@ def iter_stream(
     offset itself may never arrive: a partition that delivers nothing for ``idle_timeout`` seconds
     is done too.
     """
-    factory = system_factory(config, stream.system)
-    with factory.get_admin(stream.system, config) as admin:
+    settings = Settings.of(config)
+    factory = system_factory(settings, stream.system)
+    with factory.get_admin(stream.system, settings) as admin:
         admin.start()
         metadata = admin.get_system_stream_metadata([stream.stream]).get(stream.stream)
         compare = admin.offset_comparator
@@ -158,7 +164,7 @@ def iter_stream(
         raise StreamNotFoundError(stream.system, stream.stream)
     for partition in sorted(metadata.partitions):
         yield partition, []
-    consumer = factory.get_consumer(stream.system, config)
+    consumer = factory.get_consumer(stream.system, settings)
     newest: dict[SystemStreamPartition, str] = {}
     for partition, info in metadata.partitions.items():
         if info.oldest_offset is not None and info.newest_offset is not None:
@@ -191,7 +197,7 @@ def iter_stream(
 class TestResult:
     __test__ = False  # not a pytest test class
 
-    def __init__(self, config: Config, job: JobResult, directory: Any = None) -> None:
+    def __init__(self, config: Settings, job: JobResult, directory: Any = None) -> None:
         self.config = config
         self.job = job
         self._directory = directory  # the temporary data dir lives as long as the result
@@ -261,7 +267,7 @@ class TestRunner:
         inputs = [str(stream) for stream, _, _ in self._inputs]
         values.setdefault("task.inputs", ",".join(inputs))
         values.setdefault("systems.log.samza.offset.default", "oldest")
-        config = prepare(Config(values))
+        config = prepare(Settings(values))
         with DriverServices(config) as services:  # the streams' setup and the run share the driver's admins
             for stream, partitions, messages in self._inputs:
                 services.admin(stream.system).create_stream(StreamSpec(stream.system, stream.stream, partitions))

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from millstream.config.settings import Settings
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -52,10 +54,9 @@ def spark_local() -> SparkSession:
     Got (or created again) per test: a module that needs another master (the standalone cluster)
     stops the active session, and the next test must not receive a stopped one.
     """
-    from millstream.config import Config
     from millstream.spark.run.session import build_session
 
-    return build_session(Config({"job.container.retry.count": "3"}), master="local[4]")
+    return build_session(Settings({"job.container.retry.count": "3"}), master="local[4]")
 
 
 @pytest.fixture

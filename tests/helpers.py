@@ -7,7 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from millstream.config import Config
+from millstream.config.core import Config
+from millstream.config.settings import Settings
 from millstream.config.views import resolve_paths
 from millstream.model import SystemStream
 from millstream.operators.planner import expand_application
@@ -32,7 +33,7 @@ def wait_until(predicate: Callable[[], T], timeout: float, message: str, interva
         time.sleep(interval)
 
 
-def job_config(data_dir: Path, task: str = "tests.jobs:PassThrough", **extra: Any) -> Config:
+def job_config(data_dir: Path, task: str = "tests.jobs:PassThrough", **extra: Any) -> Settings:
     values = {
         "job.name": "test",
         "job.data.dir": str(data_dir),
@@ -44,11 +45,12 @@ def job_config(data_dir: Path, task: str = "tests.jobs:PassThrough", **extra: An
         "systems.log.samza.msg.serde": "json",
     }
     values.update({key.replace("__", "."): str(value) for key, value in extra.items()})
-    return unvalidated(Config(values))
+    return Settings.of(unvalidated(Settings(values)))  # already Settings: `of` only narrows the type
 
 
 def create_stream(config: Config, stream: str, partitions: int) -> None:
-    admin = system_factory(config, "log").get_admin("log", config)
+    settings = Settings.of(config)  # a test may hand a config it loaded itself
+    admin = system_factory(settings, "log").get_admin("log", settings)
     admin.start()
     try:
         admin.create_stream(StreamSpec("log", stream, partitions))
@@ -57,7 +59,8 @@ def create_stream(config: Config, stream: str, partitions: int) -> None:
 
 
 def seal(config: Config, stream: str) -> None:
-    admin = system_factory(config, "log").get_admin("log", config)
+    settings = Settings.of(config)  # a test may hand a config it loaded itself
+    admin = system_factory(settings, "log").get_admin("log", settings)
     admin.start()
     try:
         admin.seal_stream(stream)
@@ -65,7 +68,7 @@ def seal(config: Config, stream: str) -> None:
         admin.stop()
 
 
-def fill(config: Config, stream: str, partitions: int, per_partition: int, start: int = 0) -> set[tuple[int, int]]:
+def fill(config: Settings, stream: str, partitions: int, per_partition: int, start: int = 0) -> set[tuple[int, int]]:
     """Write ``per_partition`` messages to every partition; returns the (partition, value) pairs written."""
     written: set[tuple[int, int]] = set()
     for partition in range(partitions):
@@ -75,13 +78,13 @@ def fill(config: Config, stream: str, partitions: int, per_partition: int, start
     return written
 
 
-def output_origins(config: Config, stream: str = "out") -> list[tuple[int, int]]:
+def output_origins(config: Settings, stream: str = "out") -> list[tuple[int, int]]:
     """(input partition, input value) of every output message, duplicates included."""
     by_partition = read_stream(config, SystemStream("log", stream))
     return [(value["p"], value["v"]) for pairs in by_partition.values() for _, value in pairs]
 
 
-def checkpointed_offsets(config: Config, stream: str, partitions: int) -> dict[int, str | None]:
+def checkpointed_offsets(config: Settings, stream: str, partitions: int) -> dict[int, str | None]:
     """Per partition of the log stream ``stream``, the input offset the last checkpoint of the task
     ``Partition <n>`` names (None: no checkpoint, or none of that partition)."""
     from millstream.checkpoint.factory import checkpoint_manager
@@ -103,13 +106,13 @@ def checkpointed_offsets(config: Config, stream: str, partitions: int) -> dict[i
         store.close()
 
 
-def unvalidated(config: Config) -> Config:
+def unvalidated(config: Settings) -> Settings:
     """``config`` shaped as ``prepare`` shapes it (absolute paths, an application expanded) but not
     validated, so a test can hand a bad config to the code that must refuse it."""
     return expand_application(resolve_paths(config))
 
 
-def end_version(config: Config, stream: SystemStream, label: str) -> int:
+def end_version(config: Settings, stream: SystemStream, label: str) -> int:
     """Seal version ``label`` of an adjunct stream with end-of-version markers, as ``Job.adstores.end_version``
     does for a store, through the driver's services of this call."""
     from millstream.adjunct.markers import write_end_of_version

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.metadata.opening import metadata_store
 from millstream.testing import InProcessRunner
 from tests.helpers import wait_until
@@ -22,7 +22,7 @@ COMMIT_POINTS = ("before-snapshot", "after-snapshot", "after-upload", "after-che
 """Where a commit pauses for the kill: under exactly-once all but the last come before the transaction commits."""
 
 
-def in_process(config: Config, tmp_path: Path) -> subprocess.Popen[bytes]:
+def in_process(config: Settings, tmp_path: Path) -> subprocess.Popen[bytes]:
     """``config`` run as ``millstream run --in-process`` in a process of its own, its output in ``job.log``."""
     path = tmp_path / "job.properties"
     path.write_text("".join(f"{key}={value}\n" for key, value in config.items()))
@@ -44,7 +44,7 @@ def paused_at(point: str, tmp_path: Path) -> dict[str, str]:
     }
 
 
-def killed_at(config: Config, point: str, tmp_path: Path) -> None:
+def killed_at(config: Settings, point: str, tmp_path: Path) -> None:
     """Run ``config`` in a process of its own and SIGKILL it where its first commit paused at ``point``."""
     markers = Path(config["task.commit.testing.marker.dir"])
     job = in_process(config, tmp_path)
@@ -59,7 +59,7 @@ def killed_at(config: Config, point: str, tmp_path: Path) -> None:
         job.wait(30)
 
 
-def input_checkpointed(config: Config) -> dict[int, int]:
+def input_checkpointed(config: Settings) -> dict[int, int]:
     """Input partition → its checkpointed offset (committed checkpoints only)."""
     stream = config["task.inputs"].split(".", 1)[1]
     with metadata_store(config) as store, checkpoint_manager(config, store) as manager:
@@ -72,7 +72,7 @@ def input_checkpointed(config: Config) -> dict[int, int]:
         }
 
 
-def run_until_everything_is_checkpointed(config: Config, per_partition: int, partitions: int = 2) -> None:
+def run_until_everything_is_checkpointed(config: Settings, per_partition: int, partitions: int = 2) -> None:
     """Run ``config`` in this process until every input partition's last offset is checkpointed, then stop it."""
     runner = InProcessRunner(config)
     outcome: dict[str, Any] = {}

@@ -3,6 +3,7 @@ through others), no module imports a higher layer, and no function grows past a 
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 from tests import architecture
@@ -58,3 +59,33 @@ def _is_bare_package(name: str) -> bool:
     """A package whose ``__init__`` only documents or re-exports its own modules (``millstream.systems``)."""
     path = architecture.modules()[name]
     return path.name == "__init__.py"
+
+
+def test_a_config_view_is_parsed_only_by_the_settings_that_keep_it() -> None:
+    """Outside ``millstream/config/``, no code parses a schema itself (``X.of``, ``X.read``, ``X.parse``): it reads
+    the job's settings (``config.task``, ``config.view(X)``), which parse each view once (issue 34)."""
+    sources = {path: ast.parse(path.read_text()) for path in Path("millstream").rglob("*.py")}
+    views = {"ConfigView"}
+    grew = True
+    while grew:  # every class deriving from a view, wherever it is defined
+        found = {
+            node.name
+            for tree in sources.values()
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ClassDef) and any(isinstance(b, ast.Name) and b.id in views for b in node.bases)
+        }
+        grew = not found <= views
+        views |= found
+    parses = [
+        f"{path}:{node.lineno} {node.func.value.id}.{node.func.attr}"
+        for path, tree in sources.items()
+        if Path("millstream/config") not in path.parents
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("of", "read", "parse")
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id in views
+    ]
+    assert len(views) > 15  # the finder found the schemas, the systems' own included
+    assert parses == []

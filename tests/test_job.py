@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from millstream import Job, JobResult, SystemStream
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.errors import ConfigError
 from millstream.job import StopRefusedError
 from millstream.operators.planner import require_expanded
@@ -154,7 +154,7 @@ def test_plan_of_a_job_without_an_application_is_refused_naming_app_class(tmp_pa
 
 def test_the_error_for_an_unexpanded_application_names_the_public_way_not_an_internal_module():
     with pytest.raises(ConfigError) as raised:
-        require_expanded(Config({"app.class": "tests.api.apps:WindowedCount"}))
+        require_expanded(Settings({"app.class": "tests.api.apps:WindowedCount"}))
     assert "millstream.Job" in str(raised.value) and "coordinator" not in str(raised.value)
 
 

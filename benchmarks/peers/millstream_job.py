@@ -17,6 +17,7 @@ from pathlib import Path
 
 from benchmarks.peers.scripts.common import parse_args
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.testing import InProcessRunner
 
@@ -46,7 +47,7 @@ def job_config(args: object, workdir: Path) -> Config:
     if values["workload"] == "w2":
         config["stores.counts.factory"] = "rocksdb"
         config["stores.counts.changelog"] = f"kafka.{values['name']}-counts-changelog"
-    return prepare(Config(config))
+    return prepare(Settings(config))
 
 
 def main() -> None:

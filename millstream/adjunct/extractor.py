@@ -11,7 +11,8 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from millstream.config.core import Config
-from millstream.config.views import store_config
+from millstream.config.settings import Settings
+from millstream.config.views import StoreConfig
 from millstream.errors import ConfigError
 from millstream.model import IncomingMessageEnvelope
 from millstream.plugins import load_object
@@ -40,9 +41,9 @@ class EnvelopeKeyValueExtractor(KeyValueExtractor):
         return envelope.message
 
 
-def key_value_extractor(config: Config, store: str) -> KeyValueExtractor | None:
+def key_value_extractor(config: Settings, store: str) -> KeyValueExtractor | None:
     """The extractor ``stores.<store>.adstore.key.value.extractor.factory`` names; None for the default."""
-    name = store_config(config, store).adstore_extractor_factory
+    name = config.view(StoreConfig, store).adstore_extractor_factory
     if not name:
         return None
     key = f"stores.{store}.adstore.key.value.extractor.factory"

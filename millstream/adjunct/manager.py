@@ -33,14 +33,8 @@ from millstream.adjunct.recovery import (
     resume_offsets,
 )
 from millstream.checkpoint.offset_manager import OffsetManager, count_before, keep_earliest
-from millstream.config.core import Config
-from millstream.config.views import (
-    StoresConfig,
-    TaskConfig,
-    adjunct_store_names,
-    store_config,
-    stream_samza,
-)
+from millstream.config.settings import Settings
+from millstream.config.views import StoreConfig, StreamSamzaConfig, adjunct_store_names
 from millstream.errors import ConfigError, MillstreamError
 from millstream.job_model import JobModel
 from millstream.metadata.base import MetadataStore
@@ -65,7 +59,7 @@ class AdjunctDeserializationError(MillstreamError):
 
 @dataclass(frozen=True)
 class AdjunctContext:
-    config: Config
+    config: Settings
     job_model: JobModel
     container_id: str
     metadata_store: MetadataStore
@@ -168,12 +162,12 @@ class StreamAdjunctDataStoreManager(AdjunctDataStoreManager):
         self._poll_s: dict[str, float] = {}
         """Versioned store instance → how often it looks for a bulk-built version."""
         self._refused: set[str] = set()
-        broadcast_streams = {ssp.system_stream for ssp in TaskConfig.of(config).broadcast_ssps()}
+        broadcast_streams = {ssp.system_stream for ssp in config.task.broadcast_ssps()}
         container = context.job_model.containers[context.container_id]
         layout = StoreLayout.of(config)
         serdes = context.serdes
         for name in adjunct_store_names(config):
-            own = store_config(config, name)
+            own = config.view(StoreConfig, name)
             stream = own.adjunct_input(name)
             factory = storage_engine_factory(config, name)
             open_engine = open_engine_for(factory, name, own, len(container.tasks))
@@ -204,10 +198,10 @@ class StreamAdjunctDataStoreManager(AdjunctDataStoreManager):
                     self._routes.setdefault(ssp, []).append(route)
                 for task_name in tasks:
                     self._views.setdefault(task_name, {})[name] = store.view()
-                if stream_samza(config, stream).bootstrap:
+                if config.view(StreamSamzaConfig, stream).bootstrap:
                     self._bootstrap.update(ssps)
         self._ssps = frozenset(self._routes)
-        self._drop_errors = TaskConfig.of(config).drop_deserialization_errors
+        self._drop_errors = config.task.drop_deserialization_errors
         self.dropped = 0
 
     @property
@@ -228,8 +222,8 @@ class StreamAdjunctDataStoreManager(AdjunctDataStoreManager):
         registered: dict[SystemStreamPartition, str] = {}
         starts: dict[AdjunctStore, dict[SystemStreamPartition, str]] = {}
         for store in self.stores:
-            own = store_config(config, store.name)
-            samza = stream_samza(config, store.stream)
+            own = config.view(StoreConfig, store.name)
+            samza = config.view(StreamSamzaConfig, store.stream)
             recorded = store.recorded()
             found, reason = Found.ABSENT, "no store found"
             resume: dict[SystemStreamPartition, str] = {}
@@ -442,7 +436,7 @@ class StreamAdjunctDataStoreManager(AdjunctDataStoreManager):
         config = self.context.config
         return {
             name: (
-                f"task '{task_name}' reads no partition of '{store_config(config, name).adstore_input}', the input "
+                f"task '{task_name}' reads no partition of '{config.view(StoreConfig, name).adstore_input}', the input "
                 f"of adjunct store '{name}': give that stream as many partitions as the main inputs, or list it in "
                 "task.broadcast.inputs for a store per container with every key"
             )
@@ -459,7 +453,7 @@ def adjunct_data_store_manager(context: AdjunctContext) -> AdjunctDataStoreManag
     """The container's manager, or None when the job has no adjunct stores."""
     if not adjunct_store_names(context.config):
         return None
-    name = StoresConfig.of(context.config).adstore_manager_factory
+    name = context.config.stores.adstore_manager_factory
     if not name:
         return StreamAdjunctDataStoreManager(context)
     factory_class = load_object(name, "stores.adstore.manager.factory")

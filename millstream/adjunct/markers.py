@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from millstream.config.core import Config
+from millstream.config.settings import Settings
 from millstream.errors import StreamNotFoundError
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream
 from millstream.systems.base import SystemAdmin, SystemFactory
@@ -43,7 +43,7 @@ class SystemSource(Protocol):
     def factory(self, system: str) -> SystemFactory: ...
 
 
-def write_end_of_version(systems: SystemSource, config: Config, stream: SystemStream, label: str) -> int:
+def write_end_of_version(systems: SystemSource, config: Settings, stream: SystemStream, label: str) -> int:
     """Append an end-of-version marker to every partition of ``stream``; returns the partition count."""
     metadata = systems.admin(stream.system).get_system_stream_metadata([stream.stream])
     if stream.stream not in metadata:

@@ -34,8 +34,8 @@ from typing import Any, Literal
 import orjson
 
 from millstream.blobstore.base import BlobNotFoundError, BlobStore, BlobStoreError, RetryPolicy, blob_store
-from millstream.config.core import Config
-from millstream.config.views import BlobStoreConfig, JobConfig
+from millstream.blobstore.settings import BlobStoreConfig
+from millstream.config.settings import Settings
 from millstream.errors import MillstreamError
 from millstream.metadata.base import MetadataStore
 
@@ -116,13 +116,13 @@ def new_version_id(now_ms: int | None = None) -> str:
     return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime(seconds))}{fraction:03d}Z-{secrets.token_hex(4)}"
 
 
-def store_blob_prefix(config: Config, store: str) -> str:
+def store_blob_prefix(config: Settings, store: str) -> str:
     """``[<blob.store.prefix>/]adstore/<job name>-<job id>/<store>/``: every file of every version."""
-    base = BlobStoreConfig.of(config).prefix.strip("/")
-    return "/".join(part for part in (base, "adstore", JobConfig.of(config).job_key, store) if part) + "/"
+    base = config.view(BlobStoreConfig).prefix.strip("/")
+    return "/".join(part for part in (base, "adstore", config.job.job_key, store) if part) + "/"
 
 
-def version_blob_name(config: Config, store: str, version: str, file_name: str) -> str:
+def version_blob_name(config: Settings, store: str, version: str, file_name: str) -> str:
     return f"{store_blob_prefix(config, store)}{version}/{file_name}"
 
 
@@ -173,7 +173,9 @@ def list_versions(metadata_store: MetadataStore, store: str) -> list[PublishedVe
     return sorted(records, key=lambda record: record.version)
 
 
-def retire_versions(config: Config, metadata_store: MetadataStore, store: str, keep: int = KEPT_VERSIONS) -> list[str]:
+def retire_versions(
+    config: Settings, metadata_store: MetadataStore, store: str, keep: int = KEPT_VERSIONS
+) -> list[str]:
     """Delete the files and records of every version of ``store`` older than the ``keep`` newest; returns
     the versions whose files were deleted (failed builds' leftovers included).
 
@@ -207,7 +209,7 @@ def retire_versions(config: Config, metadata_store: MetadataStore, store: str, k
 
 
 def download_version(
-    config: Config, record: PublishedVersion, partitions: Iterable[int] | None, target_dir: Path
+    config: Settings, record: PublishedVersion, partitions: Iterable[int] | None, target_dir: Path
 ) -> list[Path]:
     """Download the files a reader of ``partitions`` ingests into ``target_dir``; returns their paths in
     ingestion order (``blobs_for``). ``blob.store.transfer.threads`` files at once, each retried per
@@ -224,7 +226,7 @@ def download_version(
         return []
     store = blob_store(config)
     retry = RetryPolicy.of(config)
-    threads = min(BlobStoreConfig.of(config).transfer_threads, len(blobs))
+    threads = min(config.view(BlobStoreConfig).transfer_threads, len(blobs))
     try:
         with ThreadPoolExecutor(threads, thread_name_prefix=f"adstore-{record.store}") as pool:
             futures = [

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 from millstream.adjunct.extractor import key_value_extractor
-from millstream.config.core import Config
-from millstream.config.views import StoresConfig, adjunct_store_names, store_config
+from millstream.config.settings import Settings
+from millstream.config.views import StoreConfig, adjunct_store_names
 from millstream.errors import ConfigError
 from millstream.plugins import load_object
 
 
-def validate_adjunct_config(config: Config) -> None:
-    manager = StoresConfig.of(config).adstore_manager_factory
+def validate_adjunct_config(config: Settings) -> None:
+    manager = config.stores.adstore_manager_factory
     if manager:
         load_object(manager, "stores.adstore.manager.factory")
     for name in adjunct_store_names(config):
-        own = store_config(config, name)
+        own = config.view(StoreConfig, name)
         stream = own.adjunct_input(name)
         if "," in (own.adstore_input or ""):
             raise ConfigError(f"config key 'stores.{name}.adstore.input': a store has one input stream, not several")

@@ -24,7 +24,7 @@ from millstream.model import (
 
 if TYPE_CHECKING:
     from millstream.api.remote_table import AsyncTable, RemoteTable
-    from millstream.config import Config
+    from millstream.config.settings import Settings
     from millstream.metrics.registry import MetricsRegistry
 
 
@@ -69,7 +69,7 @@ class TaskContext(Protocol):
     def task_name(self) -> TaskName: ...
 
     @property
-    def config(self) -> Config: ...
+    def config(self) -> Settings: ...
 
     @property
     def system_stream_partitions(self) -> frozenset[SystemStreamPartition]: ...

@@ -16,8 +16,8 @@ from millstream.blobstore.base import (
     BlobStoreFactory,
     BlobStoreRetriableError,
 )
-from millstream.config.core import Config
-from millstream.config.views import BlobStoreConfig
+from millstream.blobstore.settings import BlobStoreConfig
+from millstream.config.settings import Settings
 from millstream.errors import ConfigError
 
 CONNECTION_STRING = "sensitive.blob.store.azure.connection.string"
@@ -122,8 +122,8 @@ class AzureBlobStore(BlobStore):
 class AzureBlobStoreFactory(BlobStoreFactory):
     """``blob.store.manager.factory=azure``."""
 
-    def get_blob_store(self, config: Config) -> BlobStore:
-        blob = BlobStoreConfig.of(config)
+    def get_blob_store(self, config: Settings) -> BlobStore:
+        blob = config.view(BlobStoreConfig)
         if not blob.azure_container:
             raise ConfigError(
                 "config key 'blob.store.azure.container' is required with blob.store.manager.factory=azure"

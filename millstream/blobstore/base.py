@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO, TypeVar
 
-from millstream.config.core import Config
-from millstream.config.views import BlobStoreConfig
+from millstream.blobstore.settings import BlobStoreConfig
+from millstream.config.settings import Settings
 from millstream.errors import ConfigError, MillstreamError
 from millstream.plugins import load_object
 
@@ -68,7 +68,7 @@ class BlobStore(ABC):
 
 class BlobStoreFactory(ABC):
     @abstractmethod
-    def get_blob_store(self, config: Config) -> BlobStore: ...
+    def get_blob_store(self, config: Settings) -> BlobStore: ...
 
 
 BLOB_STORE_FACTORIES = {
@@ -79,8 +79,8 @@ BLOB_STORE_FACTORIES = {
 FACTORY_KEY = "blob.store.manager.factory"
 
 
-def blob_store(config: Config) -> BlobStore:
-    name = BlobStoreConfig.of(config).manager_factory
+def blob_store(config: Settings) -> BlobStore:
+    name = config.view(BlobStoreConfig).manager_factory
     factory_class = load_object(name, FACTORY_KEY, BLOB_STORE_FACTORIES)
     if not (isinstance(factory_class, type) and issubclass(factory_class, BlobStoreFactory)):
         raise ConfigError(f"config key '{FACTORY_KEY}': '{name}' is not a BlobStoreFactory")
@@ -102,8 +102,8 @@ class RetryPolicy:
     jitter: float = 0.1
 
     @classmethod
-    def of(cls, config: Config) -> RetryPolicy:
-        blob = BlobStoreConfig.of(config)
+    def of(cls, config: Settings) -> RetryPolicy:
+        blob = config.view(BlobStoreConfig)
         return cls(
             blob.retry_max_retries,
             blob.retry_max_duration_ms,

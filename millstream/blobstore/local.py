@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from millstream.blobstore.base import BlobNotFoundError, BlobStore, BlobStoreError, BlobStoreFactory
-from millstream.config.core import Config
-from millstream.config.views import BlobStoreConfig, JobConfig
+from millstream.blobstore.settings import BlobStoreConfig
+from millstream.config.settings import Settings
 
 CHUNK = 1 << 20
 
@@ -78,7 +78,7 @@ class LocalBlobStore(BlobStore):
 class LocalBlobStoreFactory(BlobStoreFactory):
     """``blob.store.manager.factory=local``."""
 
-    def get_blob_store(self, config: Config) -> BlobStore:
-        configured = BlobStoreConfig.of(config).local_dir
-        root = Path(configured) if configured else Path(JobConfig.of(config).data_dir) / "blobs"
+    def get_blob_store(self, config: Settings) -> BlobStore:
+        configured = config.view(BlobStoreConfig).local_dir
+        root = Path(configured) if configured else Path(config.job.data_dir) / "blobs"
         return LocalBlobStore(root.expanduser().resolve())

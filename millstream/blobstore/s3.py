@@ -18,8 +18,8 @@ from millstream.blobstore.base import (
     BlobStoreFactory,
     BlobStoreRetriableError,
 )
-from millstream.config.core import Config
-from millstream.config.views import BlobStoreConfig
+from millstream.blobstore.settings import BlobStoreConfig
+from millstream.config.settings import Settings
 from millstream.errors import ConfigError
 
 ACCESS_KEY = "sensitive.blob.store.s3.access.key.id"
@@ -135,8 +135,8 @@ class S3BlobStore(BlobStore):
 class S3BlobStoreFactory(BlobStoreFactory):
     """``blob.store.manager.factory=s3``."""
 
-    def get_blob_store(self, config: Config) -> BlobStore:
-        blob = BlobStoreConfig.of(config)
+    def get_blob_store(self, config: Settings) -> BlobStore:
+        blob = config.view(BlobStoreConfig)
         if not blob.s3_bucket:
             raise ConfigError("config key 'blob.store.s3.bucket' is required with blob.store.manager.factory=s3")
         return S3BlobStore(

@@ -32,8 +32,7 @@ from millstream.checkpoint.checkpoint import (
     serialize_checkpoint,
 )
 from millstream.checkpoint.factory import CheckpointManagerFactory
-from millstream.config.core import Config
-from millstream.config.views import TaskConfig
+from millstream.config.settings import Settings
 from millstream.errors import MillstreamError
 from millstream.metadata.base import FencedError, MetadataStore
 from millstream.metadata.coordination import writer_expectation
@@ -206,9 +205,9 @@ class MetadataStoreCheckpointManagerFactory(CheckpointManagerFactory):
     """``task.checkpoint.factory=metadata`` (the default)."""
 
     def get_checkpoint_manager(
-        self, config: Config, store: MetadataStore, fence: WriterFence | None = None
+        self, config: Settings, store: MetadataStore, fence: WriterFence | None = None
     ) -> CheckpointManager:
-        task = TaskConfig.of(config)
+        task = config.task
         return MetadataStoreCheckpointManager(
             store,
             fence,

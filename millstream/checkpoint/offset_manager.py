@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from millstream.checkpoint.checkpoint import Checkpoint
-from millstream.config import Config
-from millstream.config.views import offset_default, stream_samza, trimmed_offset_policy
+from millstream.config.settings import Settings
+from millstream.config.views import StreamSamzaConfig
 from millstream.errors import MillstreamError
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.systems.base import SystemStreamPartitionMetadata
@@ -107,7 +107,7 @@ def count_before(envelopes: Sequence[Any], start: str, compare: Callable[[str, s
 
 
 class OffsetManager:
-    def __init__(self, config: Config, admins: Mapping[str, OffsetAdmin]) -> None:
+    def __init__(self, config: Settings, admins: Mapping[str, OffsetAdmin]) -> None:
         self.config = config
         self.admins = admins
 
@@ -121,7 +121,9 @@ class OffsetManager:
         checkpointed = {
             ssp: offset
             for ssp, offset in (checkpoint.offsets.items() if checkpoint else ())
-            if ssp in ssps and offset is not None and not stream_samza(self.config, ssp.system_stream).reset_offset
+            if ssp in ssps
+            and offset is not None
+            and not self.config.view(StreamSamzaConfig, ssp.system_stream).reset_offset
         }
         return self.resume_or_default(task_name, ssps, offsets_after(self.admins, checkpointed), metadata)
 
@@ -139,9 +141,9 @@ class OffsetManager:
             partition = metadata[ssp]
             if ssp in resume:
                 starting[ssp] = self._available(owner, ssp, resume[ssp], partition, "resuming after its checkpoint")
-            elif stream_samza(self.config, ssp.system_stream).intermediate:
+            elif self.config.view(StreamSamzaConfig, ssp.system_stream).intermediate:
                 starting[ssp] = self._intermediate_start(owner, ssp, partition)
-            elif offset_default(self.config, ssp.system_stream) == "oldest":
+            elif self.config.offset_default(ssp.system_stream) == "oldest":
                 starting[ssp] = partition.oldest_offset or partition.upcoming_offset
             else:
                 starting[ssp] = partition.upcoming_offset
@@ -194,7 +196,7 @@ class OffsetManager:
         order = self.admins[ssp.system].offset_comparator(offset, oldest)
         if order is None or order >= 0:
             return offset
-        policy = trimmed_offset_policy(self.config, ssp.system_stream)
+        policy = self.config.trimmed_offset_policy(ssp.system_stream)
         if policy == "fail":
             raise TrimmedOffsetError(owner, ssp, offset, oldest, why)
         start = oldest if policy == "oldest" else partition.upcoming_offset

@@ -13,8 +13,8 @@ import logging
 from collections.abc import Mapping, Set
 
 from millstream.checkpoint.offset_manager import offsets_after
-from millstream.config import Config
-from millstream.config.views import stream_samza
+from millstream.config.settings import Settings
+from millstream.config.views import StreamSamzaConfig
 from millstream.model import SystemStreamPartition
 from millstream.systems.base import SystemAdmin
 
@@ -25,17 +25,17 @@ class CommittedMessagePurger:
     """One task's purge of its ``delete.committed.messages`` partitions, after each checkpoint it writes."""
 
     def __init__(
-        self, owner: str, ssps: Set[SystemStreamPartition], config: Config, admins: Mapping[str, SystemAdmin]
+        self, owner: str, ssps: Set[SystemStreamPartition], config: Settings, admins: Mapping[str, SystemAdmin]
     ) -> None:
         self.owner = owner
         self.admins = admins
-        self.ssps = {ssp for ssp in ssps if stream_samza(config, ssp.system_stream).delete_committed_messages}
+        self.ssps = {ssp for ssp in ssps if config.view(StreamSamzaConfig, ssp.system_stream).delete_committed_messages}
         self.purged: dict[SystemStreamPartition, str] = {}
         """The checkpointed offset each partition was last purged up to (inclusive)."""
 
     @classmethod
     def of(
-        cls, owner: str, ssps: Set[SystemStreamPartition], config: Config, admins: Mapping[str, SystemAdmin]
+        cls, owner: str, ssps: Set[SystemStreamPartition], config: Settings, admins: Mapping[str, SystemAdmin]
     ) -> CommittedMessagePurger | None:
         """A purger when any of ``ssps`` asks for one, else None (nothing to do after checkpoints)."""
         purger = cls(owner, ssps, config, admins)

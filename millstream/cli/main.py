@@ -28,8 +28,9 @@ from millstream.cli.reset import reset
 from millstream.cli.startpoint import startpoint_app
 from millstream.cli.stop import stop
 from millstream.cli.version import root
-from millstream.config import Config, JobConfig, parse_override
+from millstream.config import parse_override
 from millstream.config.secrets import mask_secrets_in_logs
+from millstream.config.settings import Settings
 from millstream.errors import FORCED_STOP_EXIT_CODE, SUPERSEDED_EXIT_CODE, ConfigError, MillstreamError
 from millstream.job.streams import stream_of
 from millstream.log_context import configure_logging
@@ -68,7 +69,7 @@ def main() -> None:
         sys.exit(failed(error).exit_code)
 
 
-def _setup_logging(verbose: bool, config: Config) -> None:
+def _setup_logging(verbose: bool, config: Settings) -> None:
     """The driver logs warnings (``-v``: INFO) in the documented format; so do the containers, which read
     ``MILLSTREAM_LOG_LEVEL``: without ``-v`` their INFO lines stay out of the progress line."""
     level = "INFO" if verbose else "WARNING"
@@ -76,7 +77,7 @@ def _setup_logging(verbose: bool, config: Config) -> None:
         os.environ["MILLSTREAM_LOG_LEVEL"] = level
     else:
         os.environ.setdefault("MILLSTREAM_LOG_LEVEL", level)
-    configure_logging(level, job=JobConfig.of(config).name)
+    configure_logging(level, job=config.job.name)
 
 
 @app.command()

@@ -32,14 +32,14 @@ from rich.progress import (
 )
 
 from millstream.cli.progress_readings import ProcessedCount, Rate, RestartWatch, moved_positions
-from millstream.config import Config, JobConfig
-from millstream.config.views import MetricsConfig, TaskConfig
+from millstream.config.settings import Settings
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.services import DriverServices
 from millstream.coordinator.status import PartitionLag, partition_lags
 from millstream.errors import MillstreamError
 from millstream.job_model import JobModel
 from millstream.metadata import coordination
+from millstream.metrics.settings import MetricsConfig
 from millstream.metrics.snapshot import ContainerSnapshot, current_snapshots
 from millstream.model import SystemStreamPartition
 
@@ -67,7 +67,7 @@ class RunProgress:
     """Polls the metadata store on a thread of its own and redraws the line; :meth:`finish` ends it. It reads
     through the driver's ``services``, which give its thread an admin per system and a connection of its own."""
 
-    def __init__(self, config: Config, model: JobModel, console: Console, services: DriverServices) -> None:
+    def __init__(self, config: Settings, model: JobModel, console: Console, services: DriverServices) -> None:
         self.config = config
         self.model = model
         self._services = services
@@ -79,10 +79,8 @@ class RunProgress:
         self._console = console
         self._processed = ProcessedCount()
         self._restarts = RestartWatch()
-        self._snapshot_rate = Rate(stale_after=3 * MetricsConfig.of(config).snapshot_interval_ms / 1000)
-        self._checkpoint_rate = Rate(
-            stale_after=3 * max(TaskConfig.of(config).commit_ms / 1000, _CHECKPOINT_POLL_SECONDS)
-        )
+        self._snapshot_rate = Rate(stale_after=3 * config.view(MetricsConfig).snapshot_interval_ms / 1000)
+        self._checkpoint_rate = Rate(stale_after=3 * max(config.task.commit_ms / 1000, _CHECKPOINT_POLL_SECONDS))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, name="millstream-progress", daemon=True)
         counted: tuple[ProgressColumn, ...] = (
@@ -96,7 +94,7 @@ class RunProgress:
             console=console,
             transient=False,
         )
-        name = JobConfig.of(config).name
+        name = config.job.name
         self._task: TaskID = self._progress.add_task(f"job {name}", total=self.total, rate="")
 
     def start(self) -> RunProgress:
@@ -181,7 +179,7 @@ class RunProgress:
 
 @contextmanager
 def run_progress(
-    config: Config, model: JobModel | None, console: Console, quiet: bool, services: DriverServices
+    config: Settings, model: JobModel | None, console: Console, quiet: bool, services: DriverServices
 ) -> Iterator[RunProgress | None]:
     """The progress line while the block runs (None with ``quiet``); the block calls ``finish`` with
     the result, and the line is closed either way."""

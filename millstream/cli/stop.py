@@ -15,7 +15,6 @@ from typing import Annotated
 import typer
 
 from millstream.cli.common import ConfigPath, Overrides, err, failed, load, out, with_stage
-from millstream.config import JobConfig
 from millstream.errors import MillstreamError
 from millstream.job import StopRefusedError, StopRequest
 
@@ -44,7 +43,7 @@ def stop(
         raise failed(error, usage=True) from None
     assert isinstance(request, StopRequest)  # this process runs no job: the signal went to the metadata store
     generation = request.generation
-    timeout = JobConfig.of(job.config).stop_timeout_ms / 1000
+    timeout = job.config.job.stop_timeout_ms / 1000
     out.print(
         f"stop requested for generation {generation} ({len(request.containers)} container(s) active): they commit "
         f"and stop within job.coordinator.stop.timeout.ms ({timeout:g}s)",

@@ -36,7 +36,7 @@ CLOSED_NAMESPACES = (
 DEFAULT_SYSTEM = "log"
 
 
-def _split_list(value: Any) -> Any:
+def split_list(value: Any) -> Any:
     if isinstance(value, str):
         return [part.strip() for part in value.split(",") if part.strip()]
     return value
@@ -53,13 +53,13 @@ def _parse_bool(value: Any) -> Any:
 
 
 def _split_int_list(value: Any) -> Any:
-    parts = _split_list(value)
+    parts = split_list(value)
     if isinstance(parts, list):
         return [int(part) if isinstance(part, str) and part.isdigit() else part for part in parts]
     return parts
 
 
-CommaList = Annotated[list[str], BeforeValidator(_split_list)]
+CommaList = Annotated[list[str], BeforeValidator(split_list)]
 CheckpointVersions = Annotated[list[Literal[1, 2]], BeforeValidator(_split_int_list)]
 """Checkpoint versions, e.g. ``2,1``."""
 Bool = Annotated[bool, BeforeValidator(_parse_bool)]
@@ -110,9 +110,27 @@ class ConfigView(BaseModel):
         except ValidationError as error:
             raise _config_error(cls, error, prefix) from None
 
+    SECTION: ClassVar[str] = ""
+    """A schema of named sections (a store, a table, a system, ...): its keys' prefix, ``{name}`` standing for the
+    section's name (``"tables.{name}."``); empty for a schema of one namespace, ``PREFIX``."""
+
     @classmethod
-    def of(cls: type[View], config: Config) -> View:
-        return cls.parse(config.subset(cls.PREFIX), cls.PREFIX)
+    def prefix_for(cls, name: object) -> str:
+        """The keys' prefix of the section ``name`` of a schema of named sections; the namespace's own ``PREFIX``
+        for the others, which take no name."""
+        if cls.SECTION:
+            if name is None:
+                raise TypeError(f"{cls.__name__} reads named sections ('{cls.SECTION}'): give the name")
+            return cls.SECTION.format(name=name)
+        if name is not None:
+            raise TypeError(f"{cls.__name__} reads one namespace, '{cls.PREFIX}', not named sections")
+        return cls.PREFIX
+
+    @classmethod
+    def read(cls: type[View], config: Config, name: object = None) -> View:
+        """Parse this schema's keys of ``config``: what ``Settings.view`` does once per settings."""
+        prefix = cls.prefix_for(name)
+        return cls.parse(config.subset(prefix), prefix)
 
 
 def accepted_keys(cls: type[BaseModel]) -> str:
@@ -410,6 +428,8 @@ class TaskConfig(ConfigView):
 class SystemSamzaConfig(ConfigView):
     """``systems.<s>.samza.*``"""
 
+    SECTION: ClassVar[str] = "systems.{name}.samza."
+
     factory: str | None = None
     """``log``, ``kafka``, ``kinesis`` (or Samza's factory class names), or ``module:Class`` of a ``SystemFactory``;
     the system named ``log`` defaults to ``log``."""
@@ -427,6 +447,13 @@ class SystemSamzaConfig(ConfigView):
 
 class StreamSamzaConfig(ConfigView):
     """``systems.<s>.streams.<stream>.samza.*``: overrides of the system-level settings."""
+
+    @classmethod
+    def prefix_for(cls, name: object) -> str:
+        """The keys of the stream ``name`` (a ``SystemStream``)."""
+        if not isinstance(name, SystemStream):
+            raise TypeError(f"{cls.__name__} reads the section of a SystemStream, not {name!r}")
+        return f"systems.{name.system}.streams.{name.stream}.samza."
 
     key_serde: str | None = Field(None, alias="key.serde")
     """Serde name of this stream's keys; overrides the system's."""
@@ -447,48 +474,6 @@ class StreamSamzaConfig(ConfigView):
     delete_committed_messages: Bool = Field(False, alias="delete.committed.messages")
     """Delete records once the task reading them has checkpointed past them (Samza's key); the planner
     turns it on for intermediate streams unless it is set."""
-
-
-SubjectNameStrategy = Literal["TopicNameStrategy", "RecordNameStrategy", "TopicRecordNameStrategy"]
-
-
-class SerdeConfig(ConfigView):
-    """``serializers.registry.<name>.*``: a named serde, and for the schema serdes (``avro``, ``protobuf``)
-    their schema and the schema registry they use. Keys other than ``class`` are refused for serdes that
-    take no settings."""
-
-    class_name: str = Field(alias="class")
-    """A built-in serde (``string``, ``bytes``, ``json``, ``long``, ``msgpack``, ``avro``, ``protobuf``), a Samza
-    serde factory class name, or ``module:Class``."""
-    avro_schema: str | None = Field(None, alias="schema")
-    """``avro``: the Avro schema as JSON text. Without a registry it is both the writer's and the reader's
-    schema; with one it is what producers register or look up, and the reader's schema consumers decode to
-    (a newer compatible schema reads older records)."""
-    schema_path: str | None = Field(None, alias="schema.path")
-    """``avro``: a file holding the Avro schema (``.avsc``), instead of ``schema``; relative to the config file."""
-    message_class: str | None = Field(None, alias="message.class")
-    """``protobuf``: the generated message class (``module:Class``) values are encoded from and decoded to."""
-    registry_url: str | None = Field(None, alias="schema.registry.url")
-    """The Confluent-compatible schema registry (comma-separated URLs). Set, values use the Confluent wire format
-    (magic byte 0, the 4-byte schema id, for Protobuf the message indexes, then the payload); unset, plain Avro
-    or Protobuf bytes with the schema from this config. Credentials go in
-    ``sensitive.serializers.registry.<name>.schema.registry.basic.auth.user.info`` (``user:password``)."""
-    subject_name_strategy: SubjectNameStrategy = Field("TopicNameStrategy", alias="subject.name.strategy")
-    """The registry subject of a stream's schemas: ``TopicNameStrategy`` (``<topic>-value`` / ``<topic>-key``),
-    ``RecordNameStrategy`` (the record's full name) or ``TopicRecordNameStrategy`` (``<topic>-<record name>``),
-    as Confluent's serializers name them."""
-    auto_register_schemas: Bool = Field(False, alias="auto.register.schemas")
-    """Producing registers the schema under its subject when it is not there yet. Off by default, unlike
-    Confluent's serializers: a job then only writes schemas someone registered (and the registry checked for
-    compatibility) on purpose, and a job started with a wrong schema fails at its first message naming the
-    subject instead of evolving the subject behind the consumers' backs."""
-    use_latest_version: Bool = Field(False, alias="use.latest.version")
-    """Producing writes with the subject's latest registered version instead of looking up this config's
-    schema (which then may be omitted for Avro)."""
-    registry_latest_ttl_s: int = Field(300, alias="schema.registry.latest.ttl.s", ge=0)
-    """How long a subject's latest version (``use.latest.version``) is kept before the registry is asked again;
-    0 keeps it for the life of the container. Ids and schemas never change in a registry, so they are kept
-    for the life of the container."""
 
 
 class AppConfig(ConfigView):
@@ -550,79 +535,6 @@ class AppConfig(ConfigView):
     when they share it: give every stage of one deployment the same value, and the next deployment a new one."""
 
 
-class StartpointConfig(ConfigView):
-    PREFIX: ClassVar[str] = "startpoint."
-
-    max_age_ms: int = Field(12 * 60 * 60 * 1000, alias="max.age.ms", ge=1)
-    """A startpoint older than this is ignored (and listed as stale), not deleted."""
-
-
-MetricsReporterName = Literal["log", "snapshot"]
-
-
-class MetricsConfig(ConfigView):
-    """``metrics.*``: what a running job measures and where it shows it (see README, "Metrics")."""
-
-    PREFIX: ClassVar[str] = "metrics."
-
-    enabled: Bool | None = None
-    """Measure at all; by default on exactly when the Prometheus port or a reporter is configured."""
-    prometheus_port: int = Field(0, alias="prometheus.port", ge=0, le=65535)
-    """The driver serves ``/metrics``, ``/status.json`` and ``/`` on this port; 0 = off."""
-    prometheus_host: str = Field("0.0.0.0", alias="prometheus.host")
-    """The address the driver's metrics server listens on."""
-    snapshot_interval_ms: int = Field(5000, alias="snapshot.interval.ms", ge=10)
-    """How often each container ships its metrics to the driver (and refreshes its lag)."""
-    reporters: Annotated[list[MetricsReporterName], BeforeValidator(_split_list)] = Field(default_factory=list)
-    """``log``: a one-line summary per container every interval; ``snapshot``: a JSON snapshot per
-    container every interval to ``metrics.reporter.snapshot.stream`` (Samza's MetricsSnapshotReporter).
-    Snapshots for the driver are always shipped while metrics are on."""
-    reporter_snapshot_stream: str | None = Field(None, alias="reporter.snapshot.stream")
-    """The ``system.stream`` the ``snapshot`` reporter sends to, e.g. ``kafka.metrics``; each message is
-    one container's snapshot as JSON, keyed by its container id."""
-
-    @property
-    def active(self) -> bool:
-        if self.enabled is not None:
-            return self.enabled
-        return self.prometheus_port > 0 or bool(self.reporters)
-
-    def snapshot_stream(self) -> SystemStream | None:
-        """Where the ``snapshot`` reporter sends; None when it is not configured."""
-        if "snapshot" not in self.reporters:
-            return None
-        if self.reporter_snapshot_stream is None:
-            raise ConfigError(
-                "config key 'metrics.reporters' includes 'snapshot': set metrics.reporter.snapshot.stream too "
-                "(the system.stream it sends to, e.g. kafka.metrics)"
-            )
-        return parse_stream(self.reporter_snapshot_stream, "metrics.reporter.snapshot.stream")
-
-
-class MetadataConfig(ConfigView):
-    PREFIX: ClassVar[str] = "metadata."
-
-    store_factory: str = Field("sqlite", alias="store.factory")
-    """The job's metadata store (job model, epochs, stop and drain signals, startpoints): ``sqlite`` or ``kafka``."""
-    store_path: str | None = Field(None, alias="store.path")
-    """The SQLite metadata store's file; default ``<job.data.dir>/jobs/<job.name>-<job.id>/metadata.db``."""
-    store_lock_lease_ms: int = Field(120_000, alias="store.lock.lease.ms", gt=0)
-    """SQLite store: how long a writer that finds the write lock taken waits for the same holder, measured on its own
-    clock from when it first finds that holder in its way, naming it in a warning every ``metadata.store.lock.wait.ms``.
-    Within it no writer fails for the lock; past it the job's newest driver ends a holder that is a process on its
-    own host (a stopped process keeps SQLite's lock until it dies), and any other writer fails, naming the holder."""
-    store_lock_wait_ms: int = Field(5_000, alias="store.lock.wait.ms", gt=0)
-    """SQLite store: one round of waiting for the write lock (SQLite's busy timeout); after each, the waiter logs
-    who holds the lock (container, attempt, pid, host, since)."""
-    store_testing_stop_in_write: str | None = Field(None, alias="store.testing.stop.in.write")
-    """Testing only, SQLite store: the first write to this namespace (e.g. ``checkpoint-v1``) stops its process
-    (``SIGSTOP``) with the write lock held, once per ``metadata.store.testing.marker.dir``, for the paused-holder
-    tests."""
-    store_testing_marker_dir: str | None = Field(None, alias="store.testing.marker.dir")
-    """Testing only: where ``metadata.store.testing.stop.in.write`` claims its one stop (a file holding the stopped
-    pid)."""
-
-
 JOB_LEVEL_STORE_KEYS = ("backup.factories", "restore.factories", "adstore.manager.factory")
 """Keys directly under ``stores.`` that are job-level defaults, not settings of a store."""
 
@@ -639,13 +551,15 @@ class StoresConfig(ConfigView):
     """``module:Class`` of an ``AdjunctDataStoreManagerFactory``; default: the built-in manager."""
 
     @classmethod
-    def of(cls, config: Config) -> StoresConfig:
+    def read(cls, config: Config, name: object = None) -> StoresConfig:
         values = {key: config[f"stores.{key}"] for key in JOB_LEVEL_STORE_KEYS if f"stores.{key}" in config}
         return cls.parse(values, "stores.")
 
 
 class StoreConfig(ConfigView):
     """``stores.<s>.*``: one key-value store of every task."""
+
+    SECTION: ClassVar[str] = "stores.{name}."
 
     factory: str = "rocksdb"
     """``rocksdb``, ``inmemory`` (or Samza's factory class names), or ``module:Class``."""
@@ -746,72 +660,10 @@ def store_names(config: Config) -> list[str]:
     return sorted(names)
 
 
-def store_config(config: Config, store: str) -> StoreConfig:
-    prefix = f"stores.{store}."
-    return StoreConfig.parse(config.subset(prefix), prefix)
-
-
-class TableConfig(ConfigView):
-    """``tables.<id>.*``: a remote table (see the Async I/O guide). A table defined in the application
-    (``RemoteTable(...)``) takes its settings from its arguments; these keys override them."""
-
-    definition: str | None = None
-    """``module:name`` of the table's definition: a ``RemoteTable`` or a function of the config returning one.
-    Needed by a table a task reaches by id only (``context.get_table("<id>")``)."""
-    rate_limit_credits_per_second: float = Field(0.0, alias="rate.limit.credits.per.second", ge=0)
-    """Credits per second the table's calls may use, shared by every task of a container (a read or write of
-    one key costs 1, a batch read one per key); calls past it wait their turn. 0: no limit."""
-    rate_limit_burst: float | None = Field(None, alias="rate.limit.burst", gt=0)
-    """Credits that may be saved up while the table is idle and spent at once; default: one second's worth."""
-    retry_max_attempts: int = Field(3, alias="retry.max.attempts", ge=1)
-    """Attempts per call (1: no retry). Only retriable failures are retried: ``RetriableError``,
-    ``TimeoutError``, ``ConnectionError``, or what the table's ``retriable`` predicate accepts."""
-    retry_backoff_ms: int = Field(100, alias="retry.backoff.ms", ge=0)
-    """Wait before the first retry; each next one waits twice as long as the one before."""
-    retry_backoff_max_ms: int = Field(5_000, alias="retry.backoff.max.ms", ge=0)
-    """Longest wait between two attempts."""
-    retry_budget_ms: int = Field(30_000, alias="retry.budget.ms", ge=0)
-    """Longest time a call may spend from its first attempt to the start of its last one: no retry starts
-    later. Past it (or past ``retry.max.attempts``) the call fails with a ``RemoteTableError`` naming the table
-    and key, and its message goes to ``task.process.errors``."""
-    cache_ttl_ms: int = Field(0, alias="cache.ttl.ms", ge=0)
-    """How long a record read stays in the table's cache (one per container); 0: no cache."""
-    cache_max_size: int = Field(10_000, alias="cache.max.size", ge=1)
-    """Records the cache holds at most; the least recently used go first."""
-    batch_max_size: int = Field(100, alias="batch.max.size", ge=1)
-    """Keys per batch, for a table with a ``read_all`` (or ``write_all``) function: the reads (puts) asked for
-    while the event loop runs (every message in flight of the container's tasks) go out together; 1: no
-    batching."""
-    batch_linger_ms: int = Field(0, alias="batch.linger.ms", ge=0)
-    """How long a batch waits for more keys before it goes out; 0: only the reads asked in the same turn of
-    the event loop."""
-
-
-def table_ids(config: Config) -> list[str]:
-    """Every table named by a ``tables.<id>.<key>`` key."""
-    ids = set()
-    for key in config.subset("tables."):
-        table_id, sep, _ = key.partition(".")
-        if not sep or not table_id:
-            raise ConfigError(f"unknown config key 'tables.{key}' (expected tables.<id>.<setting>)")
-        ids.add(table_id)
-    return sorted(ids)
-
-
-def table_config(config: Config, table_id: str) -> TableConfig:
-    prefix = f"tables.{table_id}."
-    return TableConfig.parse(config.subset(prefix), prefix)
-
-
 def adjunct_store_names(config: Config) -> list[str]:
     """Stores fed by a stream (``stores.<s>.adstore.input``): built by the adjunct data store manager,
     not restored by state backends."""
     return [name for name in store_names(config) if f"stores.{name}.adstore.input" in config]
-
-
-def adjunct_streams(config: Config) -> list[SystemStream]:
-    """The streams adjunct stores read: stored, never given to ``process``."""
-    return sorted({store_config(config, name).adjunct_input(name) for name in adjunct_store_names(config)})
 
 
 def task_store_names(config: Config) -> list[str]:
@@ -820,84 +672,11 @@ def task_store_names(config: Config) -> list[str]:
     return [name for name in store_names(config) if name not in adjunct]
 
 
-class BlobStoreConfig(ConfigView):
-    """``blob.store.*``: where the blob-store state backend keeps snapshots."""
-
-    PREFIX: ClassVar[str] = "blob.store."
-
-    manager_factory: str = Field("local", alias="manager.factory")
-    """``local``, ``s3``, ``azure``, or ``module:Class`` of a ``BlobStoreFactory``."""
-    prefix: str = ""
-    """Prefix of every blob name (a folder in the bucket or container)."""
-    local_dir: str | None = Field(None, alias="local.dir")
-    """The ``local`` blob store's directory; default ``<job.data.dir>/blobs``."""
-    s3_bucket: str | None = Field(None, alias="s3.bucket")
-    """The ``s3`` blob store's bucket."""
-    s3_endpoint_url: str | None = Field(None, alias="s3.endpoint.url")
-    """An S3-compatible endpoint URL (an emulator, MinIO); default: AWS's for the region."""
-    s3_region: str | None = Field(None, alias="s3.region")
-    """The bucket's region; default: boto3's default chain."""
-    s3_request_timeout_ms: int = Field(60_000, alias="s3.request.timeout.ms", ge=1)
-    """Connect and read timeout of each S3 request (boto3's ``connect_timeout`` and ``read_timeout``): how long a
-    request that gets no answer (an unreachable endpoint, a network partition) waits before it is retried."""
-    azure_container: str | None = Field(None, alias="azure.container")
-    """The ``azure`` blob store's container."""
-    azure_account_url: str | None = Field(None, alias="azure.account.url")
-    """The storage account URL, ``https://<account>.blob.core.windows.net``."""
-    transfer_threads: int = Field(8, alias="transfer.threads", ge=1)
-    """Files uploaded or downloaded at once per container."""
-    retry_max_retries: int = Field(-1, alias="retry.policy.max.retries", ge=-1)
-    """Retries of a failed blob operation; -1: bounded only by the maximum duration."""
-    retry_max_duration_ms: int = Field(900_000, alias="retry.policy.max.retry.duration.millis", ge=0)
-    """How long a blob operation is retried before it fails."""
-    retry_backoff_delay_ms: int = Field(100, alias="retry.policy.backoff.delay.millis", ge=0)
-    """First delay between retries of a blob operation."""
-    retry_backoff_max_delay_ms: int = Field(5_000, alias="retry.policy.backoff.max.delay.millis", ge=0)
-    """Longest delay between retries of a blob operation. It bounds how long after the store comes back an
-    operation retried through an outage resumes (Samza's 312500 let a 60 s outage cost minutes more)."""
-    retry_backoff_factor: float = Field(5.0, alias="retry.policy.backoff.delay.factor", ge=1)
-    """Factor by which the delay between retries grows."""
-    retry_jitter_factor: float = Field(0.1, alias="retry.policy.jitter.factor", ge=0, le=1)
-    """Random share of each delay, so that containers do not retry in step."""
-    compare_file_owners_on_restore: Bool = Field(True, alias="compare.file.owners.on.restore")
-    """A restored file must have the owner and group it had when uploaded (as Samza checks)."""
-    restore_recover_missing_blobs: Bool = Field(True, alias="restore.recover.missing.blobs.enabled")
-    """A start whose checkpoint names blobs that are gone (a snapshot index, store files) goes on with what
-    remains — the local checkpoint directory, else an empty store — and checkpoints a complete snapshot
-    at once, as Samza does; off, it fails naming the blobs."""
-
-
 def system_names(config: Config) -> list[str]:
     """Every system the config names, plus the embedded default."""
     names = {key.split(".", 2)[1] for key in config if key.startswith("systems.") and key.count(".") >= 2}
     names.add(DEFAULT_SYSTEM)
     return sorted(names)
-
-
-def system_samza(config: Config, system: str) -> SystemSamzaConfig:
-    prefix = f"systems.{system}.samza."
-    return SystemSamzaConfig.parse(config.subset(prefix), prefix)
-
-
-def serde_config(config: Config, name: str) -> SerdeConfig:
-    prefix = f"serializers.registry.{name}."
-    return SerdeConfig.parse(config.subset(prefix), prefix)
-
-
-def stream_samza(config: Config, stream: SystemStream) -> StreamSamzaConfig:
-    prefix = f"systems.{stream.system}.streams.{stream.stream}.samza."
-    return StreamSamzaConfig.parse(config.subset(prefix), prefix)
-
-
-def offset_default(config: Config, stream: SystemStream) -> OffsetDefault:
-    """Stream-level ``offset.default``, else system-level, else ``upcoming`` (as in Samza)."""
-    return stream_samza(config, stream).offset_default or system_samza(config, stream.system).offset_default
-
-
-def trimmed_offset_policy(config: Config, stream: SystemStream) -> TrimmedOffsetPolicy:
-    """Stream-level ``trimmed.offset.policy``, else system-level (default ``fail``)."""
-    own = stream_samza(config, stream).trimmed_offset_policy
-    return own or system_samza(config, stream.system).trimmed_offset_policy
 
 
 def parse_stream(text: str, key: str) -> SystemStream:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.services import DriverServices, driver_services
 from millstream.coordinator.status import current_driver
 from millstream.errors import MillstreamError
@@ -34,7 +34,7 @@ class DrainRequest:
     """The containers of the run that were active when the request was written."""
 
 
-def request_drain(config: Config, run_id: str | None = None, services: DriverServices | None = None) -> DrainRequest:
+def request_drain(config: Settings, run_id: str | None = None, services: DriverServices | None = None) -> DrainRequest:
     """Write a drain request for the running run of the job (``run_id``, when given, must be that run)."""
     with driver_services(config, services) as own:
         store = own.store()

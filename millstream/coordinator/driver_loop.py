@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from millstream.config import Config, JobConfig
+from millstream.config.settings import Settings
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.job_result import JobResult, generation_result
 from millstream.coordinator.services import DriverServices
@@ -89,7 +89,7 @@ class DriverLoop:
 
     def __init__(
         self,
-        config: Config,
+        config: Settings,
         store: MetadataStore,
         launcher: Launcher,
         stop: threading.Event | None = None,
@@ -126,7 +126,7 @@ class DriverLoop:
 
     def _run_generation(self, model: JobModel, deadline: float | None) -> tuple[JobResult, str | None]:
         launch = self.launcher.launch(model)
-        watch = _GenerationWatch(self.store, model.generation, JobConfig.of(self.config).stop_timeout_ms / 1000)
+        watch = _GenerationWatch(self.store, model.generation, self.config.job.stop_timeout_ms / 1000)
         next_check = 0.0
         while launch.wait(TICK_S):
             now = time.monotonic()

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from millstream.checkpoint.factory import checkpoint_factory
-from millstream.config.core import Config
-from millstream.config.views import TaskConfig, parse_stream, store_config, store_names, stream_samza
+from millstream.config.settings import Settings
+from millstream.config.views import StoreConfig, StreamSamzaConfig, parse_stream, store_names
 from millstream.errors import ConfigError
 from millstream.model import SystemStream
 from millstream.storage.backends.registry import backup_factories
@@ -24,10 +24,10 @@ from millstream.systems.base import SystemFactory
 GUARANTEE = "task.processing.guarantee=exactly-once"
 
 
-def validate_processing_guarantee(config: Config, factories: Callable[[str], SystemFactory]) -> None:
+def validate_processing_guarantee(config: Settings, factories: Callable[[str], SystemFactory]) -> None:
     """Raise a ``ConfigError`` naming the key to change when the job cannot be exactly-once; ``factories``
     finds a system's factory (``DriverServices.factory``)."""
-    task = TaskConfig.of(config)
+    task = config.task
     if not task.exactly_once:
         return
     system = checkpoint_factory(config).transaction_system(config)
@@ -52,8 +52,8 @@ def validate_processing_guarantee(config: Config, factories: Callable[[str], Sys
         _check_written(dead_letters, system, "task.dead.letter.stream")
 
 
-def _check_store(config: Config, store: str, system: str) -> None:
-    own = store_config(config, store)
+def _check_store(config: Settings, store: str, system: str) -> None:
+    own = config.view(StoreConfig, store)
     if own.adstore_input:
         return  # filled from its input, never written by the job: nothing to commit
     for factory_class in backup_factories(config, store):
@@ -66,14 +66,14 @@ def _check_store(config: Config, store: str, system: str) -> None:
         _check_written(parse_stream(own.changelog, f"stores.{store}.changelog"), system, f"stores.{store}.changelog")
 
 
-def _intermediate_streams(config: Config) -> list[SystemStream]:
+def _intermediate_streams(config: Settings) -> list[SystemStream]:
     """The streams the planner marked ``systems.<s>.streams.<stream>.samza.intermediate``."""
     streams = []
     for key in config:
         system, _, rest = key.removeprefix("systems.").partition(".streams.")
         if key.startswith("systems.") and rest.endswith(".samza.intermediate"):
             stream = SystemStream(system, rest.removesuffix(".samza.intermediate"))
-            if stream_samza(config, stream).intermediate:
+            if config.view(StreamSamzaConfig, stream).intermediate:
                 streams.append(stream)
     return streams
 

@@ -14,8 +14,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from millstream.checkpoint.factory import checkpoint_factory
-from millstream.config import Config, JobConfig, TaskConfig
-from millstream.config.views import StartpointConfig, adjunct_streams, system_names
+from millstream.config.settings import Settings
+from millstream.config.views import system_names
 from millstream.coordinator.groupers import group_containers, group_tasks, grouper_for
 from millstream.coordinator.services import DriverServices
 from millstream.errors import ConfigError, StreamNotFoundError
@@ -25,6 +25,7 @@ from millstream.metadata.base import MetadataStore
 from millstream.model import SystemStreamPartition
 from millstream.runtime.container import load_task_class
 from millstream.startpoint.manager import StartpointManager
+from millstream.startpoint.settings import StartpointConfig
 from millstream.storage.managers.resources import prepare_state_resources
 from millstream.systems.base import StreamSpec
 
@@ -41,7 +42,7 @@ class JobCoordinator:
     """Plans and publishes a job's generations with the driver's ``services`` (its admins: one per system for
     the whole run); without them, with services of each call alone, closed when it returns."""
 
-    def __init__(self, config: Config, store: MetadataStore, services: DriverServices | None = None) -> None:
+    def __init__(self, config: Settings, store: MetadataStore, services: DriverServices | None = None) -> None:
         self.config = config
         self.store = store
         self.services = services
@@ -64,8 +65,8 @@ class JobCoordinator:
             return self._plan(services)
 
     def _plan(self, services: DriverServices) -> JobPlan:
-        job = JobConfig.of(self.config)
-        task = TaskConfig.of(self.config)
+        job = self.config.job
+        task = self.config.task
         if self.config.get("app.class"):  # a high-level application reads intermediate streams it creates
             from millstream.operators.planner import prepare_application
 
@@ -73,7 +74,7 @@ class JobCoordinator:
         load_task_class(self.config)
         inputs = task.input_streams()
         broadcast = task.broadcast_ssps()
-        adjunct = adjunct_streams(self.config)
+        adjunct = self.config.adjunct_streams()
         if not set(inputs) - set(adjunct) and not {ssp.system_stream for ssp in broadcast} - set(adjunct):
             raise ConfigError("config key 'task.inputs' is empty: a job needs at least one input stream")
         broadcast_streams = {ssp.system_stream for ssp in broadcast}
@@ -137,8 +138,8 @@ class JobCoordinator:
             self.publish(plan.model)
             if previous is not None:
                 self._fence_writers(services, previous)
-        if JobConfig.of(self.config).startpoint_enabled:
-            manager = StartpointManager(self.store, StartpointConfig.of(self.config).max_age_ms)
+        if self.config.job.startpoint_enabled:
+            manager = StartpointManager(self.store, self.config.view(StartpointConfig).max_age_ms)
             manager.fan_out(plan.model.task_to_ssps())
         return plan.model
 
@@ -160,13 +161,13 @@ class JobCoordinator:
             self._fence_writers(services, previous)
 
     def _fence_writers(self, services: DriverServices, previous: JobModel) -> None:
-        job = JobConfig.of(self.config).job_key
+        job = self.config.job.job_key
         for system in system_names(self.config):
             services.admin(system).fence_writers(job, sorted(previous.containers))
         log.info("fenced the writers of generation %s's %d container(s)", previous.generation, len(previous.containers))
 
     def _ensure_dead_letter_stream(self, services: DriverServices) -> None:
-        dead_letter = TaskConfig.of(self.config).dead_letter()
+        dead_letter = self.config.task.dead_letter()
         if dead_letter is None:
             return
         if services.admin(dead_letter.system).create_stream(StreamSpec(dead_letter.system, dead_letter.stream, 1)):

@@ -16,56 +16,53 @@ from typing import Any
 
 from millstream.adjunct.validation import validate_adjunct_config
 from millstream.config.core import Config, load_config
+from millstream.config.settings import Settings
 from millstream.config.views import (
     CLOSED_NAMESPACES,
-    AppConfig,
-    JobConfig,
-    MetadataConfig,
-    MetricsConfig,
-    StartpointConfig,
     StreamSamzaConfig,
-    TaskConfig,
+    SystemSamzaConfig,
     accepted_keys,
     resolve_paths,
-    stream_samza,
     system_names,
-    system_samza,
-    table_config,
-    table_ids,
 )
 from millstream.coordinator.guarantee import validate_processing_guarantee
 from millstream.coordinator.services import DriverServices
 from millstream.errors import ConfigError
+from millstream.metadata.settings import MetadataConfig
+from millstream.metrics.settings import MetricsConfig
 from millstream.model import SystemStream
 from millstream.operators.planner import expand_application
 from millstream.serde.registry import SerdeRegistry
+from millstream.startpoint.settings import StartpointConfig
 from millstream.storage.backends.changelog.names import with_default_changelogs
 from millstream.storage.managers.validation import validate_state_config
+from millstream.table.settings import TableConfig, table_ids
 
 
-def prepare(config: Config) -> Config:
-    """The config a job runs with: absolute paths, the application expanded, default changelog names
-    derived (``storage.backends.changelog.names``), every key checked."""
-    resolved = with_default_changelogs(expand_application(resolve_paths(config)))
+def prepare(config: Config) -> Settings:
+    """The settings a job runs with: absolute paths, the application expanded, default changelog names
+    derived (``storage.backends.changelog.names``), every key checked — so every view the job reads later was
+    parsed once here without an error, and is kept by the settings (``millstream.config.settings``)."""
+    resolved = Settings.of(with_default_changelogs(expand_application(resolve_paths(config))))
     with DriverServices(resolved) as services:  # only its factories are used: looking one up opens nothing
         _validate(resolved, services)
     return resolved
 
 
-def load_job_config(path: str | os.PathLike[str] | None, overrides: Mapping[str, Any] | None = None) -> Config:
+def load_job_config(path: str | os.PathLike[str] | None, overrides: Mapping[str, Any] | None = None) -> Settings:
     """``load_config`` then ``prepare``: a job's config file as a runner takes it."""
     return prepare(load_config(path, overrides))
 
 
-def _validate(config: Config, services: DriverServices) -> None:
+def _validate(config: Settings, services: DriverServices) -> None:
     """Stop a job before it starts on any unknown key in a closed namespace or ill-typed value."""
-    JobConfig.of(config)
-    TaskConfig.of(config).broadcast_ssps()
-    MetadataConfig.of(config)
-    MetricsConfig.of(config).snapshot_stream()
-    StartpointConfig.of(config)
-    AppConfig.of(config)
-    task = TaskConfig.of(config)
+    _ = config.job
+    config.task.broadcast_ssps()
+    config.view(MetadataConfig)
+    config.view(MetricsConfig).snapshot_stream()
+    config.view(StartpointConfig)
+    _ = config.app
+    task = config.task
     task.input_streams()
     if task.dead_letter() is None and task.process_errors == "dead-letter":
         raise ConfigError("config key 'task.process.errors' is 'dead-letter': set task.dead.letter.stream too")
@@ -74,13 +71,13 @@ def _validate(config: Config, services: DriverServices) -> None:
     validate_adjunct_config(config)
     validate_processing_guarantee(config, services.factory)
     for table_id in table_ids(config):
-        table_config(config, table_id)
+        config.view(TableConfig, table_id)
     _refuse_misspelt_sections(config)
     for key in config:
         if key.startswith("systems.") and key.count(".") < 2:
             raise ConfigError(f"unknown config key '{key}' (expected systems.<system>.<setting>)")
     for system in system_names(config):
-        samza = system_samza(config, system)
+        samza = config.view(SystemSamzaConfig, system)
         factory = services.factory(system)
         for kind, serde_name in (("key", samza.key_serde), ("msg", samza.msg_serde)):
             if serde_name:
@@ -92,7 +89,7 @@ def _validate(config: Config, services: DriverServices) -> None:
             raise ConfigError(f"unknown config key '{key}' (expected serializers.registry.<name>.class)")
 
 
-def _refuse_intermediate_streams_without_fixed_partitions(config: Config, system: str, factory: Any) -> None:
+def _refuse_intermediate_streams_without_fixed_partitions(config: Settings, system: str, factory: Any) -> None:
     """An intermediate stream needs fixed partitions numbered from a fixed origin: ``partition_by`` routes each
     key to one partition for good, and a downstream stage that starts fresh knows the stream is complete only
     if its first record is still at the origin. Kinesis shards come and go and their sequence numbers have no
@@ -106,18 +103,14 @@ def _refuse_intermediate_streams_without_fixed_partitions(config: Config, system
         for key in config
         if key.startswith(prefix)
         and key.endswith(suffix)
-        and stream_samza(config, SystemStream(system, key[len(prefix) : -len(suffix)])).intermediate
+        and config.view(StreamSamzaConfig, SystemStream(system, key[len(prefix) : -len(suffix)])).intermediate
     )
     if not streams:
         return
     admin = factory.get_admin(system, config)
     if admin.partitions_are_fixed and admin.origin_offset is not None:
         return
-    key = (
-        "app.intermediate.system"
-        if AppConfig.of(config).intermediate_system == system
-        else f"{prefix}{streams[0]}{suffix}"
-    )
+    key = "app.intermediate.system" if config.app.intermediate_system == system else f"{prefix}{streams[0]}{suffix}"
     raise ConfigError(
         f"config key '{key}': system '{system}' cannot hold the intermediate stream '{system}.{streams[0]}': its "
         "partitions come and go at run time and its offsets have no fixed origin, so partition_by could not keep a "
@@ -139,16 +132,16 @@ def _refuse_misspelt_sections(config: Config) -> None:
             raise ConfigError(f"unknown config key '{key}': no section '{section}.'; did you mean '{close[0]}.{rest}'?")
 
 
-def _validate_system_keys(config: Config, system: str, factory: Any, serdes: SerdeRegistry) -> None:
+def _validate_system_keys(config: Settings, system: str, factory: Any, serdes: SerdeRegistry) -> None:
     prefix = f"systems.{system}."
     for rest in config.subset(prefix):
         key = prefix + rest
         if rest.startswith("samza."):
-            continue  # parsed as a whole by system_samza
+            continue  # parsed as a whole by the SystemSamzaConfig view
         if rest.startswith("streams."):
             stream, sep, _ = rest[len("streams.") :].rpartition(".samza.")
             if sep:
-                stream_config = stream_samza(config, SystemStream(system, stream))
+                stream_config = config.view(StreamSamzaConfig, SystemStream(system, stream))
                 for kind, serde_name in (("key", stream_config.key_serde), ("msg", stream_config.msg_serde)):
                     if serde_name:
                         serdes.get(serde_name, f"systems.{system}.streams.{stream}.samza.{kind}.serde")

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from millstream.blobstore.base import blob_store
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config, JobConfig
-from millstream.config.views import parse_stream, store_config, stream_samza, task_store_names
+from millstream.config.settings import Settings
+from millstream.config.views import StoreConfig, StreamSamzaConfig, parse_stream, task_store_names
 from millstream.control.state import CONTROL_STATE_NAMESPACE
 from millstream.coordinator.drain import ACTIVE_STATES
 from millstream.coordinator.services import DriverServices, driver_services
@@ -92,14 +92,14 @@ class ResetPlan:
             yield f"local state: {directory}"
 
 
-def plan_reset(config: Config, *, force: bool = False, services: DriverServices | None = None) -> ResetPlan:
+def plan_reset(config: Settings, *, force: bool = False, services: DriverServices | None = None) -> ResetPlan:
     """What a reset of the job would delete; raises ``ResetRefusedError`` while the job runs (unless ``force``:
     its containers died without saying so)."""
     with driver_services(config, services) as driver:
         store = driver.store()
         if not force:
             _refuse_while_running(config, store)
-        plan = ResetPlan(JobConfig.of(config).name)
+        plan = ResetPlan(config.job.name)
         with checkpoint_manager(config, store) as checkpoints:
             checkpoints.start()
             plan.checkpointed_tasks = sorted(str(task) for task in checkpoints.read_all())
@@ -113,7 +113,7 @@ def plan_reset(config: Config, *, force: bool = False, services: DriverServices 
 
 
 def reset_job(
-    config: Config, *, dry_run: bool = False, force: bool = False, services: DriverServices | None = None
+    config: Settings, *, dry_run: bool = False, force: bool = False, services: DriverServices | None = None
 ) -> ResetPlan:
     """Delete what ``plan_reset`` lists (nothing with ``dry_run``) and return it."""
     with driver_services(config, services) as driver:
@@ -123,7 +123,7 @@ def reset_job(
     return plan
 
 
-def _delete(config: Config, plan: ResetPlan, services: DriverServices) -> None:
+def _delete(config: Settings, plan: ResetPlan, services: DriverServices) -> None:
     """Delete what ``plan`` lists: checkpoints and metadata first, then streams, blobs and local state."""
     store = services.store()
     with checkpoint_manager(config, store) as checkpoints:
@@ -149,7 +149,7 @@ def _delete(config: Config, plan: ResetPlan, services: DriverServices) -> None:
             entry.unlink(missing_ok=True)
 
 
-def _refuse_while_running(config: Config, store: MetadataStore) -> None:
+def _refuse_while_running(config: Settings, store: MetadataStore) -> None:
     generation = coordination.current_generation(store)
     active = sorted(
         container_id
@@ -158,13 +158,13 @@ def _refuse_while_running(config: Config, store: MetadataStore) -> None:
     )
     if generation and active:
         raise ResetRefusedError(
-            f"job '{JobConfig.of(config).name}' is running (generation {generation}: container(s) "
+            f"job '{config.job.name}' is running (generation {generation}: container(s) "
             f"{', '.join(active)} starting or running); stop or drain it first — nothing was deleted "
             "(--force resets anyway, when those containers are known to be dead)"
         )
 
 
-def _local_dirs(config: Config, tasks: list[str]) -> list[Path]:
+def _local_dirs(config: Settings, tasks: list[str]) -> list[Path]:
     """The directories of the job's tasks in each store's base directory: the current store, its checkpoints
     (``<task>-<id>``) and attempts' directories (``<task>@...``). Only the job's own tasks' entries, because a
     configured base directory may be shared with other jobs."""
@@ -182,7 +182,7 @@ def _local_dirs(config: Config, tasks: list[str]) -> list[Path]:
     return found
 
 
-def _blobs(config: Config) -> dict[str, list[str]]:
+def _blobs(config: Settings) -> dict[str, list[str]]:
     """The job's blobs, when any of its stores backs up to or restores from the blob store."""
     uses_blobs = any(
         issubclass(factory, BlobStoreStateBackendFactory)
@@ -200,11 +200,11 @@ def _blobs(config: Config) -> dict[str, list[str]]:
         store.close()
 
 
-def _existing_streams(config: Config, services: DriverServices) -> dict[SystemStream, str]:
+def _existing_streams(config: Settings, services: DriverServices) -> dict[SystemStream, str]:
     """The job's changelog and intermediate streams that exist."""
     wanted: dict[SystemStream, str] = {}
     for store in task_store_names(config):
-        changelog = store_config(config, store).changelog
+        changelog = config.view(StoreConfig, store).changelog
         if changelog:
             wanted[parse_stream(changelog, f"stores.{store}.changelog")] = f"changelog of store '{store}'"
     suffix = ".samza.intermediate"
@@ -212,7 +212,7 @@ def _existing_streams(config: Config, services: DriverServices) -> dict[SystemSt
         system, _, rest = key.removeprefix("systems.").partition(".streams.")
         if key.startswith("systems.") and rest.endswith(suffix):
             stream = SystemStream(system, rest[: -len(suffix)])
-            if stream_samza(config, stream).intermediate:
+            if config.view(StreamSamzaConfig, stream).intermediate:
                 wanted[stream] = "intermediate stream"
     existing: dict[SystemStream, str] = {}
     for system in sorted({stream.system for stream in wanted}):

@@ -35,6 +35,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Self
 
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.errors import MillstreamError
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.opening import metadata_store
@@ -47,7 +48,7 @@ class DriverServices:
     that closes them on leaving."""
 
     def __init__(self, config: Config, *, store: MetadataStore | None = None) -> None:
-        self.config = config
+        self.config = Settings.of(config)
         self._lock = threading.Lock()
         self._factories: dict[str, SystemFactory] = {}
         self._admins: dict[tuple[int, str], SystemAdmin] = {}
@@ -157,7 +158,7 @@ class ServiceScope:
     (a ``Job`` used call by call) holds no connection between calls."""
 
     def __init__(self, config: Config) -> None:
-        self.config = config
+        self.config = Settings.of(config)
         self._held: DriverServices | None = None
 
     @property

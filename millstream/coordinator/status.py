@@ -12,8 +12,7 @@ import orjson
 from millstream.adjunct.manager import ADSTORE_OFFSETS_NAMESPACE
 from millstream.adjunct.recovery import RecordedOffsets
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config, JobConfig
-from millstream.config.views import adjunct_streams
+from millstream.config.settings import Settings
 from millstream.coordinator.services import DriverServices, driver_services
 from millstream.job_model import JobModel
 from millstream.metadata import coordination
@@ -82,13 +81,13 @@ def driver_state(record: dict[str, Any] | None, generation: int, now_ms: int, ti
     return DriverState("alive", at_ms, where)
 
 
-def current_driver(config: Config, store: MetadataStore) -> DriverState:
+def current_driver(config: Settings, store: MetadataStore) -> DriverState:
     """The state of the driver of the job's current generation, now."""
     return driver_state(
         coordination.driver_heartbeat(store),
         coordination.current_generation(store),
         int(time.time() * 1000),
-        JobConfig.of(config).driver_liveness_timeout_ms,
+        config.job.driver_liveness_timeout_ms,
     )
 
 
@@ -105,7 +104,7 @@ class JobStatus:
     driver: DriverState = field(default_factory=lambda: DriverState("unknown"))
 
 
-def job_status(config: Config, services: DriverServices | None = None) -> JobStatus:
+def job_status(config: Settings, services: DriverServices | None = None) -> JobStatus:
     """The job's status, read with the driver's ``services`` (or services of this call alone)."""
     with driver_services(config, services) as driver:
         store = driver.store()
@@ -122,14 +121,14 @@ def job_status(config: Config, services: DriverServices | None = None) -> JobSta
         return status
 
 
-def partition_lags(config: Config, model: JobModel, services: DriverServices | None = None) -> list[PartitionLag]:
+def partition_lags(config: Settings, model: JobModel, services: DriverServices | None = None) -> list[PartitionLag]:
     """Per partition of ``model`` (published or only planned), its checkpoint and what is left to read."""
     with driver_services(config, services) as driver:
         return _partition_lags(config, driver, model)[0]
 
 
 def _partition_lags(
-    config: Config, services: DriverServices, model: JobModel
+    config: Settings, services: DriverServices, model: JobModel
 ) -> tuple[list[PartitionLag], dict[SystemStreamPartition, Any]]:
     manager = checkpoint_manager(config, services.store(), None)
     manager.start()
@@ -139,7 +138,7 @@ def _partition_lags(
     metadata = {}
     for system in sorted({ssp.system for ssp in ssps}):
         metadata.update(services.admin(system).get_ssp_metadata(ssp for ssp in ssps if ssp.system == system))
-    adjunct = set(adjunct_streams(config))
+    adjunct = set(config.adjunct_streams())
     lags = []
     for task_name in sorted(model.tasks, key=lambda n: n.sort_key()):
         checkpoint = checkpoints.get(task_name)

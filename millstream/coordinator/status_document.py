@@ -11,8 +11,8 @@ from typing import Any
 
 import orjson
 
-from millstream.config import Config, JobConfig
 from millstream.config.secrets import mask_secrets
+from millstream.config.settings import Settings
 from millstream.coordinator.services import DriverServices, driver_services
 from millstream.coordinator.status import JobStatus, job_status
 from millstream.metrics.snapshot import ContainerSnapshot, current_snapshots
@@ -39,7 +39,7 @@ _PROGRESS = ("restore", "bootstrap")
 _FAILURES = ("dead_lettered", "process_errors_skipped", "commit_failures_skipped", "commits_timed_out")
 
 
-def status_document(config: Config, services: DriverServices | None = None) -> dict[str, Any]:
+def status_document(config: Settings, services: DriverServices | None = None) -> dict[str, Any]:
     """The job's status as a JSON-ready document, with ``sensitive.*`` values masked; read with the driver's
     ``services`` (the status server calls it from its request thread, which gets a connection of its own)."""
     with driver_services(config, services) as driver:
@@ -47,7 +47,7 @@ def status_document(config: Config, services: DriverServices | None = None) -> d
         store = driver.store()
         snapshots = current_snapshots(store, status.generation)
         pending = StartpointManager(store).all_fan_outs()
-    job = JobConfig.of(config)
+    job = config.job
     document = {
         "job": {"name": job.name, "id": job.id},
         "generation": status.generation,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from millstream.config import Config, JobConfig
+from millstream.config.settings import Settings
 from millstream.coordinator.driver_loop import Launch, LaunchOutcome
 from millstream.job_model import JobModel
 from millstream.log_context import container_log_context
@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 class ThreadLauncher:
     """Starts each container of a generation in a thread of its own."""
 
-    def __init__(self, config: Config, store: MetadataStore, stop: threading.Event) -> None:
+    def __init__(self, config: Settings, store: MetadataStore, stop: threading.Event) -> None:
         self.config = config
         self.store = store
         self.stop = stop
@@ -53,7 +53,7 @@ class _ThreadLaunch:
     def _container(self, container_id: str) -> None:
         launcher = self.launcher
         try:
-            with container_log_context(JobConfig.of(launcher.config).name, container_id):
+            with container_log_context(launcher.config.job.name, container_id):
                 container = Container(launcher.config, self.model, container_id, stop_event=launcher.stop)
                 self.results[container_id] = container.run()
         except BaseException as error:  # reported as the job's failure by outcome()

@@ -24,7 +24,8 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from millstream.config import Config, JobConfig, load_config
+from millstream.config import Config, load_config
+from millstream.config.settings import Settings
 from millstream.coordinator.drain import DrainRequest, request_drain
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.prepare import prepare
@@ -58,12 +59,13 @@ class Job:
 
     ``Job(config)`` takes a ``Config`` or a plain mapping of keys to values and prepares it once (paths
     resolved, a high-level application expanded, every key validated): a bad key fails here, with the key
-    named, before anything starts. ``job.config`` is that prepared config. Used as a context manager, the job
-    keeps one set of admins and metadata-store connections for the block (see the module docstring).
+    named, before anything starts. ``job.config`` is that prepared config, as ``Settings``: every part of the job
+    it is passed to reads its typed views, parsed once. Used as a context manager, the job keeps one set of
+    admins and metadata-store connections for the block (see the module docstring).
     """
 
     def __init__(self, config: Config | Mapping[str, Any]) -> None:
-        self.config: Config = prepare(config if isinstance(config, Config) else Config(dict(config)))
+        self.config: Settings = prepare(config if isinstance(config, Config) else Settings(dict(config)))
         self._scope = ServiceScope(self.config)
         self.streams = Streams(self.config, self._scope)
         """Create, list, describe, write, read, seal and delete streams of the job's systems."""
@@ -101,7 +103,7 @@ class Job:
     @property
     def name(self) -> str:
         """``job.name``."""
-        return JobConfig.of(self.config).name
+        return self.config.job.name
 
     def run(
         self,

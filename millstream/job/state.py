@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 from millstream.adjunct.published import PublishedVersion, latest_version, list_versions
 from millstream.checkpoint.checkpoint import Checkpoint
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
-from millstream.config.views import store_config, store_names
+from millstream.config.settings import Settings
+from millstream.config.views import StoreConfig, store_names
 from millstream.coordinator.services import ServiceScope
 from millstream.errors import ConfigError
 from millstream.model import SystemStreamPartition, TaskName
@@ -31,7 +31,7 @@ def _stream_name(stream: StreamName) -> str:
 class Startpoints:
     """Startpoints move where a job starts reading, per partition, without touching its checkpoints."""
 
-    def __init__(self, config: Config, scope: ServiceScope | None = None) -> None:
+    def __init__(self, config: Settings, scope: ServiceScope | None = None) -> None:
         self._config = config
         self._scope = scope or ServiceScope(config)
 
@@ -75,7 +75,7 @@ class Startpoints:
 class Checkpoints:
     """The job's checkpoints: per task, the offset of each partition its next start resumes after."""
 
-    def __init__(self, config: Config, scope: ServiceScope | None = None) -> None:
+    def __init__(self, config: Settings, scope: ServiceScope | None = None) -> None:
         self._config = config
         self._scope = scope or ServiceScope(config)
 
@@ -93,7 +93,7 @@ class Checkpoints:
 class AdjunctStores:
     """Versions of the job's adjunct data stores: bulk-built with Spark, published, switched to by a running job."""
 
-    def __init__(self, config: Config, scope: ServiceScope | None = None) -> None:
+    def __init__(self, config: Settings, scope: ServiceScope | None = None) -> None:
         self._config = config
         self._scope = scope or ServiceScope(config)
 
@@ -101,7 +101,7 @@ class AdjunctStores:
         """Refuse (``ConfigError`` naming the key) a store that is not an adjunct store of this job."""
         if store not in store_names(self._config):
             raise ConfigError(f"store '{store}' is not configured (no 'stores.{store}.*' keys)")
-        store_config(self._config, store).adjunct_input(store)
+        self._config.view(StoreConfig, store).adjunct_input(store)
 
     def build(
         self,
@@ -132,7 +132,7 @@ class AdjunctStores:
         from millstream.adjunct.markers import write_end_of_version
 
         self.check(store)
-        settings = store_config(self._config, store)
+        settings = self._config.view(StoreConfig, store)
         if not settings.adstore_versioned:
             raise ConfigError(
                 f"store '{store}' is not versioned (stores.{store}.adstore.versioned): its readers ignore markers"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from millstream.config import Config, JobConfig
+from millstream.config.settings import Settings
 from millstream.coordinator.drain import ACTIVE_STATES
 from millstream.errors import MillstreamError
 from millstream.metadata import coordination
@@ -33,14 +33,14 @@ class StopRequest:
     """The containers of the generation that were active when the stop signal was written."""
 
 
-def request_stop(config: Config, store: MetadataStore) -> StopRequest:
+def request_stop(config: Settings, store: MetadataStore) -> StopRequest:
     """Write the stop signal for the job's current generation to ``store`` (the driver services' connection);
     ``StopRefusedError`` when none is active."""
     generation = coordination.current_generation(store)
     active = _active(store, generation)
     if generation == 0 or not active:
         raise StopRefusedError(
-            f"job '{JobConfig.of(config).name}' is not running (generation {generation}: no container is "
+            f"job '{config.job.name}' is not running (generation {generation}: no container is "
             "starting or running); nothing to stop"
         )
     coordination.request_stop(store, generation)

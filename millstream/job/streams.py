@@ -12,7 +12,7 @@ import builtins
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.config.views import parse_stream
 from millstream.coordinator.services import ServiceScope
 from millstream.model import IncomingMessageEnvelope, SystemStream
@@ -35,7 +35,7 @@ def stream_of(name: StreamName) -> SystemStream:
 class Streams:
     """The streams of the systems a job's config declares (``job.streams``)."""
 
-    def __init__(self, config: Config, scope: ServiceScope | None = None) -> None:
+    def __init__(self, config: Settings, scope: ServiceScope | None = None) -> None:
         self._config = config
         self._scope = scope or ServiceScope(config)
 

@@ -38,8 +38,7 @@ from typing import Any
 
 import orjson
 
-from millstream.config import Config
-from millstream.config.views import AppConfig
+from millstream.config.settings import Settings
 from millstream.errors import MillstreamError
 from millstream.job_model import JOB_MODEL_NAMESPACE, JobModel
 from millstream.metadata.base import FencedError, MetadataStore
@@ -177,10 +176,10 @@ def clear_stop(store: MetadataStore) -> None:
 DRAIN_NAMESPACE = "drain"
 
 
-def job_run_id(config: Config, generation: int) -> str:
+def job_run_id(config: Settings, generation: int) -> str:
     """The run a container of ``generation`` belongs to: ``app.run.id``, else one per generation — every
     ``millstream run`` publishes a new one, so a restarted job is a new run that old drains do not reach."""
-    return AppConfig.of(config).run_id or f"generation-{generation}"
+    return config.app.run_id or f"generation-{generation}"
 
 
 def request_drain(store: MetadataStore, run_id: str) -> None:

@@ -9,9 +9,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from pathlib import Path
 
-from millstream.config.core import Config
-from millstream.config.views import JobConfig, MetadataConfig
+from millstream.config.settings import Settings
 from millstream.metadata.base import MetadataStore
+from millstream.metadata.settings import MetadataConfig
 
 METADATA_STORE_FACTORIES = {
     "sqlite": "millstream.metadata.sqlite:SqliteMetadataStoreFactory",
@@ -26,12 +26,12 @@ class MetadataStoreFactory(ABC):
     (``sqlite``, ``kafka``) or a ``module:Class`` path."""
 
     @abstractmethod
-    def get_metadata_store(self, config: Config) -> MetadataStore: ...
+    def get_metadata_store(self, config: Settings) -> MetadataStore: ...
 
 
-def metadata_store_path(config: Config) -> Path:
+def metadata_store_path(config: Settings) -> Path:
     """``metadata.store.path``, else ``metadata.db`` in the job's directory under ``job.data.dir``."""
-    configured = MetadataConfig.of(config).store_path
+    configured = config.view(MetadataConfig).store_path
     if configured:
         return Path(configured).expanduser()
-    return JobConfig.of(config).job_dir / DEFAULT_FILE_NAME
+    return config.job.job_dir / DEFAULT_FILE_NAME

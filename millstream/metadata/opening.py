@@ -7,17 +7,17 @@ implementations import) because opening a store is a composition root's job: a c
 
 from __future__ import annotations
 
-from millstream.config.core import Config
-from millstream.config.views import MetadataConfig
+from millstream.config.settings import Settings
 from millstream.errors import ConfigError
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import FACTORY_KEY, METADATA_STORE_FACTORIES, MetadataStoreFactory
+from millstream.metadata.settings import MetadataConfig
 from millstream.plugins import load_object
 
 
-def metadata_store(config: Config) -> MetadataStore:
+def metadata_store(config: Settings) -> MetadataStore:
     """The store ``metadata.store.factory`` names, not yet opened (``init`` opens it)."""
-    name = MetadataConfig.of(config).store_factory
+    name = config.view(MetadataConfig).store_factory
     factory_class = load_object(name, FACTORY_KEY, METADATA_STORE_FACTORIES)
     if not (isinstance(factory_class, type) and issubclass(factory_class, MetadataStoreFactory)):
         raise ConfigError(f"config key '{FACTORY_KEY}': '{name}' is not a MetadataStoreFactory")

@@ -34,11 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from millstream.config.views import MetadataConfig
 from millstream.errors import MillstreamError
 from millstream.files import claim_marker
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import MetadataStoreFactory, metadata_store_path
+from millstream.metadata.settings import MetadataConfig
 from millstream.metadata.sqlite_lock import (
     Decision,
     HolderRecordWriter,
@@ -51,7 +51,7 @@ from millstream.metadata.sqlite_lock import (
 )
 
 if TYPE_CHECKING:
-    from millstream.config.core import Config
+    from millstream.config.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -396,10 +396,10 @@ def _retry_while_locked(operation: Any, attempts: int = 300) -> None:
 class SqliteMetadataStoreFactory(MetadataStoreFactory):
     """``metadata.store.factory=sqlite``: the file at ``metadata.store.path``, else in the job directory."""
 
-    def get_metadata_store(self, config: Config) -> MetadataStore:
+    def get_metadata_store(self, config: Settings) -> MetadataStore:
         path = metadata_store_path(config)
         path.parent.mkdir(parents=True, exist_ok=True)
-        metadata = MetadataConfig.of(config)
+        metadata = config.view(MetadataConfig)
         settings = SqliteLockSettings(
             lease_ms=metadata.store_lock_lease_ms,
             wait_ms=metadata.store_lock_wait_ms,

@@ -41,6 +41,7 @@ HELP = {
     "store_restored_records": "Records a store's restore applied so far (changelog replay), per task and store",
     "store_restore_expected_records": "Records a changelog replay reads at most (its offset range)",
     "store_restored_bulk_records": "Records of a changelog replay its system handed over in bulk (not by polling)",
+    "store_restored_vector_memtable_records": "Records of a changelog replay into an empty store via a vector memtable",
     "store_restored_bytes": "Bytes a store's restore replayed or downloaded so far, per task and store",
     "store_restore_expected_bytes": "Bytes a blob-store restore downloads (the snapshot's files)",
     "store_restore_rate_bytes_per_second": "A store restore's average rate since it started",

@@ -18,14 +18,14 @@ from typing import Any
 
 import orjson
 
-from millstream.config import Config, JobConfig
 from millstream.config.secrets import mask_secrets
-from millstream.config.views import MetricsConfig
+from millstream.config.settings import Settings
 from millstream.errors import ConfigError
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
 from millstream.metrics.page import STATUS_PAGE
 from millstream.metrics.prometheus import CONTENT_TYPE, exposition
+from millstream.metrics.settings import MetricsConfig
 from millstream.metrics.snapshot import ContainerSnapshot, current_snapshots
 
 log = logging.getLogger(__name__)
@@ -52,10 +52,10 @@ class MetricsServer:
     thread a connection of its own). Status and store both come in as callables, so the metrics package never
     imports the coordinator."""
 
-    def __init__(self, config: Config, status: StatusSource, store: StoreSource, port: int | None = None) -> None:
-        settings = MetricsConfig.of(config)
+    def __init__(self, config: Settings, status: StatusSource, store: StoreSource, port: int | None = None) -> None:
+        settings = config.view(MetricsConfig)
         self.config = config
-        self.job = JobConfig.of(config).name
+        self.job = config.job.name
         self.status = status
         address = (settings.prometheus_host, settings.prometheus_port if port is None else port)
         try:
@@ -131,10 +131,10 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def metrics_endpoint(config: Config, status: StatusSource, store: StoreSource) -> Iterator[MetricsServer | None]:
+def metrics_endpoint(config: Settings, status: StatusSource, store: StoreSource) -> Iterator[MetricsServer | None]:
     """The server, started, while the job runs when ``metrics.prometheus.port`` is set; else None. It reads
     the metadata store through ``store`` (see :class:`MetricsServer`)."""
-    if MetricsConfig.of(config).prometheus_port == 0:
+    if config.view(MetricsConfig).prometheus_port == 0:
         yield None
         return
     with MetricsServer(config, status, store) as server:

@@ -53,8 +53,9 @@ from millstream.api.specs import (
     WindowSpec,
 )
 from millstream.api.windows import SlidingWindow, TumblingWindow
-from millstream.config import Config, JobConfig
-from millstream.config.views import AppConfig, config_flag
+from millstream.config import Config
+from millstream.config.settings import Settings
+from millstream.config.views import config_flag
 from millstream.control.boundary import boundary_period
 from millstream.errors import ConfigError, StreamNotFoundError
 from millstream.model import SystemStream
@@ -296,10 +297,10 @@ def _check_join_partitions(graph: ApplicationGraph, streams: dict[SystemStream, 
             )
 
 
-def load_application(config: Config) -> ApplicationGraph:
+def load_application(config: Settings) -> ApplicationGraph:
     """Import ``app.class``, describe it, and plan its stages."""
-    app = AppConfig.of(config)
-    job = JobConfig.of(config)
+    app = config.app
+    job = config.job
     name = app.class_name
     if not name:
         raise ConfigError("config key 'app.class' is required: the StreamApplication to run (module:Class)")
@@ -345,9 +346,10 @@ def is_application(config: Config) -> bool:
     return bool(config.get("app.class"))
 
 
-def expand_application(config: Config) -> Config:
-    """The config a high-level job runs with (see the module docstring); idempotent, and the identity
-    for a low-level job."""
+def expand_application(config: Config) -> Settings:
+    """The config a high-level job runs with (see the module docstring); idempotent, and the same keys
+    for a low-level job. It takes the raw config (``prepare`` expands it first) and returns settings."""
+    config = Settings.of(config)
     updates: dict[str, str] = {}
     task_class = config.get("task.class")
     if not config.get("app.class"):
@@ -360,8 +362,8 @@ def expand_application(config: Config) -> Config:
             "task; remove task.class"
         )
     config = config.with_overrides(updates) if updates else config
-    app = AppConfig.of(config)
-    job = JobConfig.of(config)
+    app = config.app
+    job = config.job
     app_name, app_id = app.name or job.name, app.id or job.id
     updates.update({"app.name": app_name, "app.id": app_id, "task.class": GRAPH_TASK_CLASS})
     graph = load_application(config.with_overrides(updates))
@@ -471,10 +473,10 @@ AdminSource = Callable[[str], SystemAdmin]
 """A system's admin, started, by system name: the driver's (``DriverServices.admin``), which owns and stops it."""
 
 
-def execution_plan(config: Config, admins: AdminSource) -> ExecutionPlan:
+def execution_plan(config: Settings, admins: AdminSource) -> ExecutionPlan:
     """The stages and streams of the configured application, with partition counts; reads only."""
     graph = load_application(config)
-    app = AppConfig.of(config)
+    app = config.app
     run = graph.run_set(None if app.stage is None else [app.stage])
     wanted: dict[SystemStream, str] = {}
     for spec in graph.source_inputs:
@@ -502,7 +504,7 @@ def execution_plan(config: Config, admins: AdminSource) -> ExecutionPlan:
     return ExecutionPlan(graph, run, count, streams)
 
 
-def ensure_intermediate_streams(config: Config, admins: AdminSource) -> dict[SystemStream, int]:
+def ensure_intermediate_streams(config: Settings, admins: AdminSource) -> dict[SystemStream, int]:
     """Create the application's intermediate streams that do not exist yet (on the driver, before the job
     model is computed); returns every intermediate stream's partition count."""
     from millstream.systems.base import StreamSpec
@@ -550,22 +552,22 @@ def ensure_intermediate_streams(config: Config, admins: AdminSource) -> dict[Sys
     return counts
 
 
-def intermediate_owner(config: Config) -> StreamOwner:
+def intermediate_owner(config: Settings) -> StreamOwner:
     """Who owns an application's intermediate streams: the job that runs it, named as before ``app.stage``
     gives each stage a job of its own (``<app.name>-stage-<N>``), so the stages of one application share them,
     and a copied config with another ``job.name`` but the same ``app.name`` (the same stream names) does not."""
-    job, app = JobConfig.of(config), AppConfig.of(config)
+    job, app = config.job, config.app
     name = job.name
     if app.stage is not None and app.name and name == f"{app.name}-stage-{app.stage}":
         name = app.name
     return StreamOwner(f"{name}-{job.id}", "")
 
 
-def _claim_intermediate(config: Config, admin: SystemAdmin, stream: SystemStream) -> None:
+def _claim_intermediate(config: Settings, admin: SystemAdmin, stream: SystemStream) -> None:
     """Own an intermediate stream before any container writes it: two jobs writing one would each count the
     other's messages, and each would take the other's end-of-stream and watermarks for its own."""
     owner, key = intermediate_owner(config), "app.intermediate.owner.takeover"
-    takeover = AppConfig.of(config).intermediate_owner_takeover
+    takeover = config.app.intermediate_owner_takeover
     previous = admin.claim_stream(stream.stream, owner, takeover=takeover, takeover_key=key)
     if previous is not None and previous != owner:
         log.warning(
@@ -599,7 +601,7 @@ def feeding_streams(graph: ApplicationGraph, spec: OperatorSpec) -> set[SystemSt
     return streams
 
 
-def prepare_application(config: Config, admins: AdminSource) -> None:
+def prepare_application(config: Settings, admins: AdminSource) -> None:
     """What the job coordinator does for a high-level job before computing its model: check the config
     was expanded, and create the intermediate streams."""
     require_expanded(config)

@@ -23,7 +23,8 @@ from collections.abc import Iterable
 
 from millstream.api.specs import OperatorSpec
 from millstream.config import Config
-from millstream.config.views import StoresConfig, store_config
+from millstream.config.settings import Settings
+from millstream.config.views import StoreConfig
 
 OPERATOR_STORE = "operator-state"
 """The name of the store that holds a high-level task's operator and control state."""
@@ -40,7 +41,7 @@ def has_operator_store(config: Config) -> bool:
 
 
 def operator_store_config(
-    config: Config, operators: Iterable[OperatorSpec], job_name: str, job_id: str, system: str
+    config: Settings, operators: Iterable[OperatorSpec], job_name: str, job_id: str, system: str
 ) -> dict[str, str]:
     """The keys that declare the operator store for a run with ``operators``; none when no operator is
     stateful, and none that the user already set."""
@@ -49,10 +50,10 @@ def operator_store_config(
     prefix = f"stores.{OPERATOR_STORE}."
     # the operators' StoreBackedState caches their deserialized entries itself and writes them at before_checkpoint
     updates = {f"{prefix}factory": "rocksdb", f"{prefix}object.cache.size": "0"}
-    own = store_config(config, OPERATOR_STORE)
+    own = config.view(StoreConfig, OPERATOR_STORE)
     factories = own.backup_factories
     if factories is None:
-        factories = StoresConfig.of(config).backup_factories
+        factories = config.stores.backup_factories
     if factories is None or "changelog" in factories:
         updates[f"{prefix}changelog"] = f"{system}.{job_name}-{job_id}-{OPERATOR_STORE}-changelog"
     return {key: value for key, value in updates.items() if key not in config}

@@ -41,8 +41,8 @@ def build_task_graph(context: TaskContext) -> tuple[TaskGraph, ControlState, lis
     store (``operators.stores``); a job without any keeps its control state in the metadata store."""
     config = context.config
     application = load_application(config)
-    app = AppConfig.of(config)
-    task = TaskConfig.of(config)
+    app = config.app
+    task = config.task
     run = application.run_set(None if app.stage is None else [app.stage])
     closers: list[Callable[[], Any]] = []
     services = _services(context)

@@ -38,9 +38,9 @@ from millstream.checkpoint.factory import checkpoint_manager as make_checkpoint_
 from millstream.checkpoint.group_commit import CheckpointGroupCommit
 from millstream.checkpoint.offset_manager import OffsetManager, TrimmedOffsetError, keep_earliest
 from millstream.checkpoint.purge import CommittedMessagePurger
-from millstream.config import Config, JobConfig, TaskConfig
 from millstream.config.secrets import mask_secrets, masked_error, masked_traceback
-from millstream.config.views import StartpointConfig, adjunct_store_names, stream_samza
+from millstream.config.settings import Settings
+from millstream.config.views import StreamSamzaConfig, adjunct_store_names
 from millstream.errors import ConfigError, MillstreamError, StreamNotFoundError
 from millstream.job_model import JobModel
 from millstream.metadata import coordination
@@ -62,6 +62,7 @@ from millstream.runtime.task_instance import AppliedStartpoints, ContainerContex
 from millstream.runtime.transaction import ContainerTransaction
 from millstream.serde.registry import SerdeRegistry
 from millstream.startpoint.manager import STARTPOINT_STATUS_NAMESPACE, StartpointManager
+from millstream.startpoint.settings import StartpointConfig
 from millstream.storage.managers.stores import ContainerStorageManager, TaskStorageManager
 from millstream.systems.base import SystemAdmin, WriterToken
 from millstream.systems.consumers import SystemConsumers
@@ -108,9 +109,9 @@ class ContainerResult:
         return sum(self.processed.values())
 
 
-def load_task_class(config: Config) -> type:
+def load_task_class(config: Settings) -> type:
     """Import ``task.class``; a module beside the config file is importable without packaging."""
-    name = TaskConfig.of(config).class_name
+    name = config.task.class_name
     if config.source:
         config_dir = os.path.dirname(config.source)
         if config_dir not in sys.path:
@@ -220,7 +221,7 @@ class Container:
 
     def __init__(
         self,
-        config: Config,
+        config: Settings,
         job_model: JobModel,
         container_id: str,
         *,
@@ -234,7 +235,7 @@ class Container:
         self.generation = job_model.generation
         self.model = job_model.containers[container_id]
         self.ssps = {ssp for task in self.model.tasks.values() for ssp in task.ssps}
-        self.task_config = TaskConfig.of(config)
+        self.task_config = config.task
         self._stop_event = stop_event
         self._executor = executor or {}
         self._given_store = store
@@ -328,14 +329,14 @@ class Container:
                 f"container {self.container_id} belongs to generation {generation}, but the job is at "
                 f"generation {current}"
             )
-        services.start_attempt(WriterToken(JobConfig.of(self.config).job_key, self.container_id, generation, epoch))
+        services.start_attempt(WriterToken(self.config.job.job_key, self.container_id, generation, epoch))
         metering = ContainerMetering(services, self.container_id, generation, epoch)
         self._resources.callback(_quietly, lambda: metering.close("failed"))  # no-op once closed
         run_id = coordination.job_run_id(self.config, generation)
         attempt = Attempt(store, epoch, WriterFence(generation, self.container_id, epoch), run_id, metering)
         self._status = {"pid": os.getpid(), "host": socket.gethostname(), "attempt": epoch, "run-id": run_id}
         self._status.update(generation=generation, **self._executor)
-        interval_s = JobConfig.of(self.config).container_heartbeat_interval_ms / 1000
+        interval_s = self.config.job.container_heartbeat_interval_ms / 1000
         heartbeat = ContainerHeartbeat(store, self.container_id, generation, epoch, interval_s)
         self._resources.callback(heartbeat.start().stop)  # beats through the backoff and the restore too
         self._back_off(attempt)
@@ -388,7 +389,7 @@ class Container:
         trimmed = isinstance(error, TrimmedOffsetError)
         if not (trimmed or isinstance(error, TaskProcessError | TaskCallbackError)):
             return
-        limit = JobConfig.of(self.config).container_failure_repeat_limit
+        limit = self.config.job.container_failure_repeat_limit
         store, epoch = attempt.store, attempt.epoch
         try:
             count = 1
@@ -466,7 +467,7 @@ class Container:
                 if isinstance(last, CheckpointV1) and not task_store.restorable_from_v1:
                     last = _last_v2_checkpoint(self.config, store, task_name)
             starts = offsets.starting_offsets(task_name, ssps, last, prepared.metadata)
-            repositioned = {ssp for ssp in ssps if stream_samza(self.config, ssp.system_stream).reset_offset}
+            repositioned = {ssp for ssp in ssps if self.config.view(StreamSamzaConfig, ssp.system_stream).reset_offset}
             applied: AppliedStartpoints | None = None
             if startpoints is not None:
                 fan_out = fan_outs[str(task_name)]
@@ -634,7 +635,7 @@ class Container:
             RunLoopSettings(task_config.window_ms, task_config.commit_ms, task_config.poll_interval_ms),
             bootstrapped.stop_probe,
             drain=DrainMonitor.of(
-                self.config, attempt.store, attempt.run_id, tasks, JobConfig.of(self.config).drain_poll_interval_ms
+                self.config, attempt.store, attempt.run_id, tasks, self.config.job.drain_poll_interval_ms
             ),
             output=producers,
             transaction=prepared.transaction,
@@ -744,7 +745,7 @@ class Container:
         )
 
 
-def _last_v2_checkpoint(config: Config, store: MetadataStore, task_name: TaskName) -> Checkpoint | None:
+def _last_v2_checkpoint(config: Settings, store: MetadataStore, task_name: TaskName) -> Checkpoint | None:
     """A task whose stores only V2 checkpoints describe (blob store) must not resume from a V1 one: its
     input offsets would move past state the V1 cannot restore. That happens when a crash falls between
     a commit's V1 and V2 writes; the task then resumes from its last V2 (or from the start)."""
@@ -756,7 +757,7 @@ def _last_v2_checkpoint(config: Config, store: MetadataStore, task_name: TaskNam
         reader.stop()
     if checkpoint is not None and not isinstance(checkpoint, CheckpointV2):
         raise ConfigError(
-            f"task '{task_name}': the checkpoint manager '{TaskConfig.of(config).checkpoint_factory}' returned a "
+            f"task '{task_name}': the checkpoint manager '{config.task.checkpoint_factory}' returned a "
             f"version {checkpoint.version} checkpoint when asked for V2 only; it cannot restore stores that only "
             "V2 checkpoints describe (blob store)"
         )
@@ -765,10 +766,10 @@ def _last_v2_checkpoint(config: Config, store: MetadataStore, task_name: TaskNam
     return checkpoint
 
 
-def _startpoint_manager(config: Config, store: MetadataStore) -> StartpointManager | None:
-    if not JobConfig.of(config).startpoint_enabled:
+def _startpoint_manager(config: Settings, store: MetadataStore) -> StartpointManager | None:
+    if not config.job.startpoint_enabled:
         return None
-    return StartpointManager(store, StartpointConfig.of(config).max_age_ms)
+    return StartpointManager(store, config.view(StartpointConfig).max_age_ms)
 
 
 def record_startpoint_failures(

@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from millstream.config import Config
-from millstream.config.views import stream_samza
+from millstream.config.settings import Settings
+from millstream.config.views import StreamSamzaConfig
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
 from millstream.model import SystemStreamPartition
@@ -51,11 +51,11 @@ class DrainMonitor:
 
     @classmethod
     def of(
-        cls, config: Config, store: MetadataStore, run_id: str, tasks: Iterable[TaskInstance], interval_ms: int
+        cls, config: Settings, store: MetadataStore, run_id: str, tasks: Iterable[TaskInstance], interval_ms: int
     ) -> DrainMonitor:
         tasks = list(tasks)
         ssps = {ssp for task in tasks for ssp in task.ssps}
-        sources = frozenset(ssp for ssp in ssps if not stream_samza(config, ssp.system_stream).intermediate)
+        sources = frozenset(ssp for ssp in ssps if not config.view(StreamSamzaConfig, ssp.system_stream).intermediate)
         return cls(lambda: coordination.drain_requested(store, run_id), tasks, sources, interval_ms)
 
     def poll(self, pending: dict[SystemStreamPartition, Any]) -> bool:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Self
 
-from millstream.config import Config, JobConfig
+from millstream.config.settings import Settings
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
 
@@ -151,14 +151,14 @@ class DriverWatch:
 
 
 @contextmanager
-def driver_heartbeat(config: Config, generation: int, open_store: Callable[[], MetadataStore]) -> Iterator[None]:
+def driver_heartbeat(config: Settings, generation: int, open_store: Callable[[], MetadataStore]) -> Iterator[None]:
     """The driver beats for ``generation`` while the block runs its containers, and records the run's end after.
 
     It writes through a metadata-store connection of its own (``open_store`` makes it, the driver's services'
     opener; the heartbeat opens and closes it): a beat waiting for the store's write lock (a
     paused process holding it) must not block the driver's other reads, such as the liveness check that finds that
     process silent and ends it."""
-    job = JobConfig.of(config)
+    job = config.job
     store = open_store()
     store.init()
     store.set_writer("the driver's heartbeat")
@@ -172,6 +172,6 @@ def driver_heartbeat(config: Config, generation: int, open_store: Callable[[], M
             store.close()
 
 
-def driver_watch(config: Config, store: MetadataStore, generation: int) -> DriverWatch:
+def driver_watch(config: Settings, store: MetadataStore, generation: int) -> DriverWatch:
     """A container's :class:`DriverWatch` as ``job.driver.liveness.timeout.ms`` sets it."""
-    return DriverWatch(store, generation, JobConfig.of(config).driver_liveness_timeout_ms / 1000)
+    return DriverWatch(store, generation, config.job.driver_liveness_timeout_ms / 1000)

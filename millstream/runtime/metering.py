@@ -15,10 +15,10 @@ from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-from millstream.config.views import JobConfig, MetricsConfig
 from millstream.metadata.base import MetadataStore
 from millstream.metrics.registry import NOOP_METRICS, Measured, MetricsRegistry, Registry, ScopedRegistry
 from millstream.metrics.reporters import LogReporter, MetricsReporter, SnapshotHeader, SnapshotLoop, StoreReporter
+from millstream.metrics.settings import MetricsConfig
 from millstream.metrics.stream_reporter import SnapshotStreamReporter
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.systems.base import SystemAdmin
@@ -103,7 +103,7 @@ class ContainerMetering:
     def __init__(self, services: ContainerServices, container_id: str, generation: int, attempt: int) -> None:
         self.services = services
         self.config = services.config
-        self.settings = MetricsConfig.of(self.config)
+        self.settings = self.config.view(MetricsConfig)
         self.header = SnapshotHeader(container_id, generation, attempt)
         self.registry = services.registry
         """The services' registry: None when metrics are off."""
@@ -184,7 +184,7 @@ class ContainerMetering:
             reporters.append(LogReporter())
         if (stream := self.settings.snapshot_stream()) is not None:
             producer = self.services.producers.new_producer(stream.system, start=False)  # under the writer token
-            job = JobConfig.of(self.config)
+            job = self.config.job
             self._stream_reporter = SnapshotStreamReporter(producer, stream, job.name, job.id)
             reporters.append(self._stream_reporter)
         self._loop = SnapshotLoop(self.registry, self.header, reporters, self.settings.snapshot_interval_ms / 1000)

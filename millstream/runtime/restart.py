@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 import orjson
 
-from millstream.config import Config, JobConfig
+from millstream.config.settings import Settings
 from millstream.metadata import coordination
 from millstream.metadata.base import FencedError, MetadataStore
 
@@ -40,8 +40,8 @@ class RestartSettings:
     rate_interval_ms: int = 60_000
 
     @classmethod
-    def of(cls, config: Config) -> RestartSettings:
-        job = JobConfig.of(config)
+    def of(cls, config: Settings) -> RestartSettings:
+        job = config.job
         return cls(
             job.container_restart_backoff_initial_ms,
             job.container_restart_backoff_max_ms,

@@ -30,12 +30,13 @@ from collections.abc import Callable, Iterable
 from typing import Self
 
 from millstream.config import Config
-from millstream.config.views import MetricsConfig
+from millstream.config.settings import Settings
 from millstream.control.combining import WatermarkCombiner
 from millstream.errors import MillstreamError
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.opening import metadata_store
 from millstream.metrics.registry import Registry
+from millstream.metrics.settings import MetricsConfig
 from millstream.runtime import file_limit
 from millstream.serde.registry import SerdeRegistry
 from millstream.systems.base import (
@@ -59,7 +60,7 @@ container's thread (the heartbeat thread shares it), the metrics snapshot thread
 class SystemAdmins:
     """One started admin per system, opened on first use and stopped by :meth:`stop`; thread-safe."""
 
-    def __init__(self, config: Config, factory: Callable[[str], SystemFactory]) -> None:
+    def __init__(self, config: Settings, factory: Callable[[str], SystemFactory]) -> None:
         self._config = config
         self._factory = factory
         self._admins: dict[str, SystemAdmin] = {}
@@ -110,13 +111,15 @@ class ContainerServices:
         writer: WriterToken | None = None,
         store: MetadataStore | None = None,
     ) -> None:
-        self.config = config
+        self.config = Settings.of(config)
+        """The container's settings: what the driver prepared and shipped, each view parsed once here."""
+        config = self.config
         self.writer = writer
         """The container's attempt: every producer writes on its behalf (None outside a container until
         :meth:`start_attempt`)."""
         self.registry: Registry | None = None
         """The container's metrics registry; None when metrics are off (``metrics.*``)."""
-        if container_id is not None and MetricsConfig.of(config).active:
+        if container_id is not None and config.view(MetricsConfig).active:
             self.registry = Registry({"container": container_id})
         self.serdes = SerdeRegistry.from_config(config)
         self.system_context = SystemContext(self._extra_store)

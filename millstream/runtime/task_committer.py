@@ -55,8 +55,7 @@ from dataclasses import dataclass, field
 from millstream.api.task import CheckpointListener
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
 from millstream.checkpoint.purge import CommittedMessagePurger
-from millstream.config import Config
-from millstream.config.views import TaskConfig
+from millstream.config.settings import Settings
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.runtime.seams import CheckpointWriter, OutputFlusher, PendingStartpoints, TaskMeter, TaskStorage
 from millstream.runtime.transaction import ContainerTransaction
@@ -86,8 +85,8 @@ class CommitSettings:
     commit thread, only the cut on the task's thread."""
 
     @classmethod
-    def of(cls, config: Config, pause: Callable[[str], None] | None = None) -> CommitSettings:
-        task = TaskConfig.of(config)
+    def of(cls, config: Settings, pause: Callable[[str], None] | None = None) -> CommitSettings:
+        task = config.task
         return cls(
             task.commit_max_delay_ms,
             task.commit_timeout_ms,

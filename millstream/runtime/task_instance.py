@@ -33,8 +33,7 @@ from millstream.api.task import (
 )
 from millstream.checkpoint.offset_manager import count_before
 from millstream.checkpoint.purge import CommittedMessagePurger
-from millstream.config import Config
-from millstream.config.views import TaskConfig
+from millstream.config.settings import Settings
 from millstream.errors import MillstreamError
 from millstream.log_context import in_task_log_context
 from millstream.metrics.registry import NOOP_METRICS, MetricsRegistry
@@ -94,7 +93,7 @@ class ContainerContext:
     """The ``TaskContext`` given to ``InitableTask.init``."""
 
     task_name: TaskName
-    config: Config
+    config: Settings
     system_stream_partitions: frozenset[SystemStreamPartition]
     container_id: str
     stores: Mapping[str, Any] = field(default_factory=dict)
@@ -220,7 +219,7 @@ class TaskInstance:
         task = self.task
         if not isinstance(task, AsyncStreamTask):
             return None
-        config = TaskConfig.of(self.context.config)
+        config = self.context.config.task
         return AsyncProcessor(
             self.task_name, task, self.collector, self.coordinator, self.process_errors, config, self._released
         )

@@ -16,9 +16,10 @@ import orjson
 from fastavro.types import Schema
 
 from millstream.config.core import Config
-from millstream.config.views import SerdeConfig, serde_config
+from millstream.config.settings import Settings
 from millstream.errors import ConfigError
 from millstream.serde.base import Serde, SerdeError
+from millstream.serde.settings import SerdeConfig
 
 # What fastavro raises for a value that does not fit the schema, or for bytes that are not Avro of it.
 _AVRO_ERRORS = (ValueError, TypeError, KeyError, IndexError, EOFError, OverflowError, AttributeError)
@@ -57,9 +58,9 @@ class AvroSerde:
         self.name = name
 
     @classmethod
-    def from_config(cls, name: str, config: Config) -> Serde:
+    def from_config(cls, name: str, config: Settings) -> Serde:
         """The plain serde, or with ``schema.registry.url`` the registry one (whose client is imported only then)."""
-        settings = serde_config(config, name)
+        settings = config.view(SerdeConfig, name)
         text = schema_text(settings, name)
         if settings.registry_url:
             return _registry_serde(name, settings, text, config)

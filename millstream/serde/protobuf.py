@@ -13,10 +13,11 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError, EncodeError, Message
 
 from millstream.config.core import Config
-from millstream.config.views import SerdeConfig, serde_config
+from millstream.config.settings import Settings
 from millstream.errors import ConfigError
 from millstream.plugins import load_object
 from millstream.serde.base import Serde, SerdeError
+from millstream.serde.settings import SerdeConfig
 
 
 def message_class(name: str, class_name: str | None) -> type[Message]:
@@ -52,9 +53,9 @@ class ProtobufSerde:
         self.name = name
 
     @classmethod
-    def from_config(cls, name: str, config: Config) -> Serde:
+    def from_config(cls, name: str, config: Settings) -> Serde:
         """The plain serde, or with ``schema.registry.url`` the registry one (whose client is imported only then)."""
-        settings = serde_config(config, name)
+        settings = config.view(SerdeConfig, name)
         message_type = message_class(name, settings.message_class)
         if settings.registry_url:
             return _registry_serde(name, settings, message_type, config)

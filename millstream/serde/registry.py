@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from millstream.config.core import Config
-from millstream.config.views import SerdeConfig, accepted_keys, serde_config, stream_samza, system_samza
+from millstream.config.settings import Settings
+from millstream.config.views import StreamSamzaConfig, SystemSamzaConfig, accepted_keys
 from millstream.errors import ConfigError
 from millstream.model import SystemStream
 from millstream.plugins import load_object
 from millstream.serde.base import Serde
 from millstream.serde.builtin import BytesSerde, JsonSerde, LongSerde, MsgpackSerde, StringSerde
+from millstream.serde.settings import SerdeConfig
 
 BUILTIN_SERDES: dict[str, type] = {
     "string": StringSerde,
@@ -53,12 +54,12 @@ class StreamBoundSerde(Protocol):
 
 
 class SerdeRegistry:
-    def __init__(self, serdes: dict[str, Serde], config: Config) -> None:
+    def __init__(self, serdes: dict[str, Serde], config: Settings) -> None:
         self._serdes = serdes
         self._config = config
 
     @classmethod
-    def from_config(cls, config: Config) -> SerdeRegistry:
+    def from_config(cls, config: Settings) -> SerdeRegistry:
         serdes: dict[str, Serde] = {name: factory() for name, factory in BUILTIN_SERDES.items()}
         for rest in config.subset("serializers.registry."):
             if "." not in rest:
@@ -91,8 +92,8 @@ class SerdeRegistry:
         return self._stream_serde(stream, "msg")
 
     def _stream_serde(self, stream: SystemStream, kind: str) -> Serde | None:
-        stream_level: Any = getattr(stream_samza(self._config, stream), f"{kind}_serde")
-        system_level: Any = getattr(system_samza(self._config, stream.system), f"{kind}_serde")
+        stream_level: Any = getattr(self._config.view(StreamSamzaConfig, stream), f"{kind}_serde")
+        system_level: Any = getattr(self._config.view(SystemSamzaConfig, stream.system), f"{kind}_serde")
         name = stream_level or system_level
         if name is None:
             return None
@@ -104,7 +105,7 @@ class SerdeRegistry:
         return self.for_stream(name, stream, kind, where)
 
 
-def _configured_serde(name: str, config: Config) -> Serde:
+def _configured_serde(name: str, config: Settings) -> Serde:
     """The serde ``serializers.registry.<name>.*`` configures (serde names have no dots)."""
     prefix = f"serializers.registry.{name}."
     settings = config.subset(prefix)
@@ -117,7 +118,7 @@ def _configured_serde(name: str, config: Config) -> Serde:
             )
         )
     key = f"{prefix}class"
-    class_name = serde_config(config, name).class_name
+    class_name = config.view(SerdeConfig, name).class_name
     serde_class = load_object(class_name, key, SERDE_CLASS_ALIASES)
     from_config = getattr(serde_class, "from_config", None)
     if from_config is None and len(settings) > 1:

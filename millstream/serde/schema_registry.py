@@ -34,10 +34,10 @@ from confluent_kafka.serialization import MessageField, SerializationContext, Se
 
 from millstream.config.core import Config
 from millstream.config.secrets import SENSITIVE_PREFIX
-from millstream.config.views import SerdeConfig
 from millstream.errors import ConfigError, MillstreamError
 from millstream.model import SystemStream
 from millstream.serde.base import SerdeError
+from millstream.serde.settings import SerdeConfig
 
 STRATEGIES: dict[str, Callable[[SerializationContext | None, str | None], str | None]] = {
     "TopicNameStrategy": topic_subject_name_strategy,

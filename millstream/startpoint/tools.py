@@ -21,7 +21,8 @@ from typing import Protocol
 import orjson
 
 from millstream.config import Config
-from millstream.config.views import StartpointConfig, adjunct_streams, parse_stream
+from millstream.config.settings import Settings
+from millstream.config.views import parse_stream
 from millstream.errors import StreamNotFoundError
 from millstream.instants import parse_epoch_ms
 from millstream.metadata import coordination
@@ -31,6 +32,7 @@ from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.startpoint.errors import StartpointError
 from millstream.startpoint.manager import STARTPOINT_STATUS_NAMESPACE, StartpointManager, StoredStartpoint
+from millstream.startpoint.settings import StartpointConfig
 from millstream.systems.base import SystemAdmin
 from millstream.systems.registry import system_factory
 from millstream.systems.startpoints import Startpoint
@@ -51,7 +53,8 @@ class StartpointServices(Protocol):
     """What the operations need of the driver (``DriverServices`` has it): the job's config, a system's admin
     (started; its owner stops it) and the calling thread's metadata-store connection (its owner closes it)."""
 
-    config: Config
+    @property
+    def config(self) -> Settings: ...
 
     def admin(self, system: str) -> SystemAdmin: ...
 
@@ -62,7 +65,7 @@ class _CallServices:
     """An admin and a connection for one config-only call: what ``DriverServices`` does, for this layer's
     compatible entry points, which sit below the coordinator that owns the driver's services."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Settings) -> None:
         self.config = config
         self._admins: dict[str, SystemAdmin] = {}
         self._store: MetadataStore | None = None
@@ -88,7 +91,7 @@ class _CallServices:
 
 @contextmanager
 def _call_services(config: Config) -> Iterator[_CallServices]:
-    services = _CallServices(config)
+    services = _CallServices(Settings.of(config))  # a user's plain Config still works: parsed once here
     try:
         yield services
     finally:
@@ -101,7 +104,7 @@ def target_partitions(
     """The partitions named (all when None), refused if the stream is missing or one is out of range."""
     config = services.config
     target = parse_stream(stream, "--stream")
-    if target in adjunct_streams(config):
+    if target in config.adjunct_streams():
         raise StartpointError(
             f"'{target}' feeds an adjunct data store, which reads it from its own recorded offsets: startpoints do "
             f"not apply (set systems.{target.system}.streams.{target.stream}.samza.reset.offset=true to rebuild it)"
@@ -120,8 +123,8 @@ def target_partitions(
     return [target.partition(p) for p in chosen]
 
 
-def _manager(config: Config, store: MetadataStore) -> StartpointManager:
-    return StartpointManager(store, StartpointConfig.of(config).max_age_ms)
+def _manager(config: Settings, store: MetadataStore) -> StartpointManager:
+    return StartpointManager(store, config.view(StartpointConfig).max_age_ms)
 
 
 def _check_task(store: MetadataStore, task_name: str | None, ssps: list[SystemStreamPartition]) -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from millstream.config.core import Config
-from millstream.config.views import StoreConfig, store_config
+from millstream.config.settings import Settings
+from millstream.config.views import StoreConfig
 from millstream.errors import ConfigError
 from millstream.plugins import load_object
 from millstream.storage.kv import KeyValueStorageEngine
@@ -33,9 +33,9 @@ class StorageEngineFactory(Protocol):
     ) -> KeyValueStorageEngine: ...
 
 
-def storage_engine_factory(config: Config, store: str) -> StorageEngineFactory:
+def storage_engine_factory(config: Settings, store: str) -> StorageEngineFactory:
     key = f"stores.{store}.factory"
-    name = store_config(config, store).factory
+    name = config.view(StoreConfig, store).factory
     factory_class = load_object(name, key, STORE_FACTORIES)
     try:
         # a factory that needs more than its store's keys (the container's shared RocksDB memory) reads the config

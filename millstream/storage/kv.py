@@ -77,6 +77,25 @@ class KeyValueStore(ABC):
     def flush(self) -> None: ...
 
 
+class BulkLoader(ABC):
+    """Fills an engine that nothing reads meanwhile, faster than its writes would (a changelog replay into a
+    store that started empty): what ``put_columns`` hands over is in the engine, as if written in the order
+    handed over, once ``finish`` returns; the engine is not to be read before."""
+
+    @abstractmethod
+    def put_columns(self, keys: Sequence[bytes | None], values: Sequence[bytes | None], size: int) -> None:
+        """As ``KeyValueStorageEngine.put_columns``; ``size``: the bytes of the values (``RecordBatch.size``)."""
+
+    @abstractmethod
+    def finish(self) -> int:
+        """Make every record handed over part of the engine, readable with its normal options; returns how many
+        records took the loader's fast path (the restore reports it)."""
+
+    @abstractmethod
+    def abort(self) -> None:
+        """Give up (the replay failed): drop what is not yet in the engine and any files made for it."""
+
+
 class KeyValueStorageEngine(ABC):
     """Bytes to bytes, ordered by key bytes: what a store factory builds (RocksDB, in-memory...)."""
 
@@ -105,6 +124,11 @@ class KeyValueStorageEngine(ABC):
         replay hands over per batch (``RecordBatch``). A None value deletes its key; a None key is skipped (a
         record that names no key holds no state)."""
         self.put_all((key, value) for key, value in zip(keys, values, strict=True) if key is not None)
+
+    def bulk_loader(self) -> BulkLoader | None:
+        """A loader that fills the engine while nothing reads it (a changelog replay into a store that started
+        empty), or None when the engine has nothing faster than ``put_columns``."""
+        return None
 
     @abstractmethod
     def delete(self, key: bytes) -> None: ...

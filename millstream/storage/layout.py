@@ -30,8 +30,7 @@ from typing import Protocol
 import orjson
 
 from millstream.checkpoint.checkpoint import CheckpointFormatError, CheckpointId, CheckpointV2
-from millstream.config.core import Config
-from millstream.config.views import JobConfig
+from millstream.config.settings import Settings
 from millstream.errors import ConfigError, MillstreamError
 from millstream.files import sync_dir
 from millstream.model import SystemStreamPartition
@@ -60,8 +59,8 @@ class StoreLayout:
     non_logged_base: Path
 
     @classmethod
-    def of(cls, config: Config) -> StoreLayout:
-        job = JobConfig.of(config)
+    def of(cls, config: Settings) -> StoreLayout:
+        job = config.job
         stores = Path(job.job_dir) / "stores"
         logged = _host_path(job.logged_store_base_dir, "job.logged.store.base.dir") or stores / "logged"
         non_logged = _host_path(job.non_logged_store_base_dir, "job.non-logged.store.base.dir") or stores / "non-logged"

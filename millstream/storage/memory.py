@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import rocksdict
 
-from millstream.config import Config, JobConfig
-from millstream.config.views import StoreConfig, store_config, store_names
+from millstream.config.settings import Settings
+from millstream.config.views import StoreConfig, store_names
 
 MIB = 1024 * 1024
 ROCKSDB_FACTORY = "millstream.storage.rocksdb:RocksDbStorageEngineFactory"
@@ -60,20 +60,20 @@ def store_budget_bytes(config: StoreConfig) -> int:
     return config.container_cache_size_bytes + memtables
 
 
-def rocksdb_store_names(config: Config) -> list[str]:
+def rocksdb_store_names(config: Settings) -> list[str]:
     """Stores (task and adjunct) whose engine is RocksDB."""
-    return [name for name in store_names(config) if store_config(config, name).factory in ROCKSDB_FACTORY_NAMES]
+    return [name for name in store_names(config) if config.view(StoreConfig, name).factory in ROCKSDB_FACTORY_NAMES]
 
 
-def rocksdb_budget(config: Config) -> RocksDbBudget:
+def rocksdb_budget(config: Settings) -> RocksDbBudget:
     """The container's RocksDB memory by config: the shared limit when set, else each store's cache + memtables."""
     stores = rocksdb_store_names(config)
     if not stores:
         return RocksDbBudget({})
-    shared = JobConfig.of(config).container_rocksdb_memory_mb
+    shared = config.job.container_rocksdb_memory_mb
     if shared is not None:
         return RocksDbBudget({"job.container.rocksdb.memory.mb": shared * MIB})
-    return RocksDbBudget({f"store '{name}'": store_budget_bytes(store_config(config, name)) for name in stores})
+    return RocksDbBudget({f"store '{name}'": store_budget_bytes(config.view(StoreConfig, name)) for name in stores})
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def shared_rocksdb_memory(capacity_bytes: int) -> SharedRocksDbMemory:
     return SharedRocksDbMemory(cache, manager, capacity_bytes)
 
 
-def container_rocksdb_memory(config: Config) -> SharedRocksDbMemory | None:
+def container_rocksdb_memory(config: Settings) -> SharedRocksDbMemory | None:
     """The shared memory ``job.container.rocksdb.memory.mb`` asks for, or None: each store has its own."""
-    shared = JobConfig.of(config).container_rocksdb_memory_mb
+    shared = config.job.container_rocksdb_memory_mb
     return None if shared is None else shared_rocksdb_memory(shared * MIB)

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import rocksdict
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.config.views import StoreConfig
+from millstream.storage.bulk_load import VectorMemtableLoader
 from millstream.storage.errors import StoreError
-from millstream.storage.kv import Entry, KeyValueStorageEngine
+from millstream.storage.kv import BulkLoader, Entry, KeyValueStorageEngine
 from millstream.storage.memory import SharedRocksDbMemory, container_rocksdb_memory
 
 
@@ -38,23 +39,47 @@ class RocksDbKeyValueStorageEngine(KeyValueStorageEngine):
         container's one cache, which then also carries the memtables (and replaces ``cache_size``)."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.write_buffer_size = write_buffer_size
+        self._write_buffers = write_buffers
+        self._cache_size = cache_size
+        self._shared_memory = shared_memory
+        self._closed = True
+        self._open(vector_memtable=False)
+
+    def _options(self, vector_memtable: bool) -> rocksdict.Options:
         options = rocksdict.Options(raw_mode=True)
         options.create_if_missing(True)
-        if write_buffer_size is not None:
+        if self.write_buffer_size is not None:
             # Full memtables are flushed in the background while the task runs; a commit's snapshot
             # only has to flush the one being filled.
-            options.set_write_buffer_size(write_buffer_size)
-            options.set_max_write_buffer_number(write_buffers)
-        _bound_memory(options, cache_size, shared_memory)
-        self._closed = True
+            options.set_write_buffer_size(self.write_buffer_size)
+            options.set_max_write_buffer_number(self._write_buffers)
+        if vector_memtable:
+            options.set_allow_concurrent_memtable_write(False)  # a vector memtable takes one writer at a time
+            options.set_memtable_factory(rocksdict.MemtableFactory.vector())
+        _bound_memory(options, self._cache_size, self._shared_memory)
+        return options
+
+    def _open(self, vector_memtable: bool) -> None:
+        options = self._options(vector_memtable)
         try:
-            self._db = rocksdict.Rdict(str(self.path), options)
+            # The default column family's options named too: given only the database's, rocksdict opens an
+            # existing store's column family with the options its OPTIONS file recorded, not these.
+            self._db = rocksdict.Rdict(str(self.path), options, column_families={"default": options})
         except Exception as error:  # rocksdict raises plain exceptions with RocksDB's status text
             raise StoreError(f"cannot open RocksDB store at '{self.path}': {error}") from None
+        self.vector_memtable = vector_memtable
+        """Whether the store is open for a bulk load (``VectorMemtableLoader``), not with its normal options."""
         self._closed = False
         write_options = rocksdict.WriteOptions()
         write_options.disable_wal = True  # type: ignore[method-assign,assignment] # a property, stubbed as a method
         self._db.set_write_options(write_options)
+
+    def reopen(self, vector_memtable: bool) -> None:
+        """Close the store (its memtables flushed) and open it again with a vector memtable (for a bulk load) or
+        with its normal options."""
+        self.close()
+        self._open(vector_memtable)
 
     def __repr__(self) -> str:
         return f"RocksDbKeyValueStorageEngine({str(self.path)!r})"
@@ -101,6 +126,11 @@ class RocksDbKeyValueStorageEngine(KeyValueStorageEngine):
                 else:
                     batch.put(key, value)
         self._db.write(batch)
+
+    def bulk_loader(self) -> BulkLoader:
+        """Write batches into the normal memtable while the keys come in ascending order, into a vector memtable
+        from the first that do not (``millstream.storage.bulk_load``)."""
+        return VectorMemtableLoader(self)
 
     def range(self, start: bytes | None, end: bytes | None) -> Iterator[Entry]:
         return _scan(self._db.iter(), start, end, self.path)
@@ -244,7 +274,7 @@ class RocksDbStorageEngineFactory:
         self.shared_memory = shared_memory
 
     @classmethod
-    def from_config(cls, config: Config) -> RocksDbStorageEngineFactory:
+    def from_config(cls, config: Settings) -> RocksDbStorageEngineFactory:
         return cls(container_rocksdb_memory(config))
 
     def get_storage_engine(

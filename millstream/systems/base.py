@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, runtime_checkable
 
+from millstream.config.views import ConfigView
 from millstream.errors import ConfigError, MillstreamError
 from millstream.metadata.base import FencedError, MetadataStore
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 
 if TYPE_CHECKING:
-    from millstream.config import Config
+    from millstream.config.core import Config
+    from millstream.config.settings import Settings
     from millstream.systems.startpoints import (
         Startpoint,
         StartpointCustom,
@@ -559,6 +561,28 @@ class SystemContext:
     check)."""
 
 
+class SystemConfigView(ConfigView):
+    """A system's own keys under ``systems.<s>.`` (a log's, Kafka's, Kinesis's), read as a named section:
+    ``settings.view(LogSystemConfig, "log")`` parses them once per settings.
+
+    The namespace is shared with ``samza.*``, ``streams.*`` and the client prefixes a factory hands through
+    (``SystemFactory.open_prefixes``), which other schemas read or no schema checks: only this schema's own keys
+    are parsed here (``SystemFactory.config_keys`` is what refuses the others)."""
+
+    SECTION: ClassVar[str] = "systems.{name}."
+
+    @classmethod
+    def read(cls, config: Config, name: object = None) -> Self:
+        prefix = cls.prefix_for(name)
+        keys = cls.keys()
+        return cls.parse({k: v for k, v in config.subset(prefix).items() if k in keys}, prefix)
+
+    @classmethod
+    def keys(cls) -> frozenset[str]:
+        """The keys this schema accepts, relative to ``systems.<s>.`` (a factory's ``config_keys``)."""
+        return frozenset(info.alias or name for name, info in cls.model_fields.items())
+
+
 @dataclass(frozen=True, slots=True)
 class FileBudget:
     """The most file descriptors a container's admin, consumer and producer of a system hold at once, and the
@@ -577,6 +601,12 @@ class SystemFactory(ABC):
 
     A factory never opens the job's metadata store itself: what it needs comes through its
     :class:`SystemContext` (``bind``), which the composition root that built it hands over.
+
+    Each method's ``config`` is the job's ``Settings``: the flat config (a factory reads its open namespace
+    with ``config.subset``) whose typed views are parsed once and kept, so a factory reads its own keys with
+    ``config.view(MySystemConfig, system_name)`` (a ``SystemConfigView``) and the job's with ``config.task``
+    instead of parsing them at each admin, consumer and producer it builds. A factory written against
+    ``Config`` still works: ``Settings`` is one.
     """
 
     config_keys: ClassVar[frozenset[str] | None] = frozenset()
@@ -601,17 +631,17 @@ class SystemFactory(ABC):
         return self._context
 
     @abstractmethod
-    def get_admin(self, system_name: str, config: Config) -> SystemAdmin: ...
+    def get_admin(self, system_name: str, config: Settings) -> SystemAdmin: ...
 
-    def transactional(self, system_name: str, config: Config) -> bool:
+    def transactional(self, system_name: str, config: Settings) -> bool:
         """Whether the system's container producers can write in transactions a commit ends (exactly-once)."""
         return False
 
     @abstractmethod
-    def get_consumer(self, system_name: str, config: Config) -> SystemConsumer: ...
+    def get_consumer(self, system_name: str, config: Settings) -> SystemConsumer: ...
 
     @abstractmethod
-    def get_producer(self, system_name: str, config: Config) -> SystemProducer: ...
+    def get_producer(self, system_name: str, config: Settings) -> SystemProducer: ...
 
     def key_partitioner(self) -> Callable[[bytes, int], int] | None:
         """The partition this system's producers send a key (serialized bytes) to, given the partition
@@ -622,11 +652,11 @@ class SystemFactory(ABC):
         executors."""
         return None
 
-    def file_budget(self, system_name: str, config: Config) -> FileBudget | None:
+    def file_budget(self, system_name: str, config: Settings) -> FileBudget | None:
         """The descriptors a container's admin, consumer and producer of this system may hold at once, when its
         config bounds them; None (the default) when not: the container checks ``ulimit -n`` only for the others."""
         return None
 
-    def validate_job(self, system_name: str, config: Config) -> None:  # noqa: B027 - optional hook
+    def validate_job(self, system_name: str, config: Settings) -> None:  # noqa: B027 - optional hook
         """Refuse, with a ``ConfigError`` naming the key, a job this input system cannot run (e.g.
         Kinesis with stateful stores); the coordinator calls it for each input system when planning."""

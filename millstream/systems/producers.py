@@ -25,8 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Self
 
-from millstream.config import Config
-from millstream.config.views import TaskConfig
+from millstream.config.settings import Settings
 from millstream.errors import ConfigError, MillstreamError
 from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.systems.base import SystemFactory, SystemProducer, WriterToken
@@ -43,14 +42,14 @@ class ProducerPool:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    def __init__(self, config: Config, writer: WriterToken | None, factory: Callable[[str], SystemFactory]) -> None:
+    def __init__(self, config: Settings, writer: WriterToken | None, factory: Callable[[str], SystemFactory]) -> None:
         self.config = config
         self.factory = factory
         """The factory of a system: the container's services build each once (a pool never looks one up)."""
         self.writer = writer
         """A container's attempt: every producer of the pool writes on its behalf, so systems that fence
         writers refuse them once a newer attempt took over (see ``SystemProducer.set_writer``)."""
-        self.exactly_once = TaskConfig.of(config).exactly_once
+        self.exactly_once = config.task.exactly_once
         self._output: dict[str, SystemProducer] = {}
         self._state: dict[str, SystemProducer] = {}
 

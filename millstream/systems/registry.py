@@ -5,8 +5,8 @@ the factories, admins, consumers and producers they build."""
 
 from __future__ import annotations
 
-from millstream.config.core import Config
-from millstream.config.views import DEFAULT_SYSTEM, system_samza
+from millstream.config.settings import Settings
+from millstream.config.views import DEFAULT_SYSTEM, SystemSamzaConfig
 from millstream.errors import ConfigError
 from millstream.metadata.opening import metadata_store
 from millstream.plugins import load_object
@@ -21,10 +21,10 @@ SYSTEM_FACTORIES = {
 }
 
 
-def system_factory(config: Config, system: str, context: SystemContext | None = None) -> SystemFactory:
+def system_factory(config: Settings, system: str, context: SystemContext | None = None) -> SystemFactory:
     """A new factory of ``system``, bound to ``context``: by default one that opens a new metadata-store
     connection per request (what a driver-side caller wants; a container hands its services' context)."""
-    name = system_samza(config, system).factory
+    name = config.view(SystemSamzaConfig, system).factory
     key = f"systems.{system}.samza.factory"
     if name is None:
         if system != DEFAULT_SYSTEM:

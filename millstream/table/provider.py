@@ -14,17 +14,17 @@ import time
 from collections.abc import Callable
 
 from millstream.api.remote_table import RemoteTable
-from millstream.config import Config
-from millstream.config.views import table_config
+from millstream.config.settings import Settings
 from millstream.errors import ConfigError
 from millstream.metrics.registry import NOOP_METRICS, MetricsRegistry
 from millstream.plugins import load_object
 from millstream.table.remote import RemoteTableInstance
+from millstream.table.settings import TableConfig
 
 
 class TableProvider:
     def __init__(
-        self, config: Config, metrics: MetricsRegistry = NOOP_METRICS, clock: Callable[[], float] = time.monotonic
+        self, config: Settings, metrics: MetricsRegistry = NOOP_METRICS, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.config = config
         self.metrics = metrics
@@ -38,13 +38,13 @@ class TableProvider:
         if instance is None:
             definition = table if isinstance(table, RemoteTable) else self._definition(table_id)
             overrides = self.config.subset(f"tables.{table_id}.", strip_prefix=False)
-            settings = table_config(Config({**definition.settings, **overrides}), table_id)
+            settings = Settings({**definition.settings, **overrides}).view(TableConfig, table_id)
             instance = self.tables[table_id] = RemoteTableInstance(definition, settings, self.metrics, self.clock)
         return instance
 
     def _definition(self, table_id: str) -> RemoteTable:
         key = f"tables.{table_id}.definition"
-        name = table_config(self.config, table_id).definition
+        name = self.config.view(TableConfig, table_id).definition
         if name is None:
             raise ConfigError(
                 f"remote table '{table_id}' is not defined: set config key '{key}' to the module:name of a "

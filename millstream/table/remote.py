@@ -25,13 +25,13 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, Generic, TypeVar
 
 from millstream.api.remote_table import RemoteTable
-from millstream.config.views import TableConfig
 from millstream.errors import MillstreamError
 from millstream.metrics.registry import NOOP_METRICS, MetricsRegistry
 from millstream.table.cache import MISSING, TtlCache
 from millstream.table.errors import RemoteTableError, RetriableError
 from millstream.table.limiter import RateLimiter
 from millstream.table.retry import RetryPolicy
+from millstream.table.settings import TableConfig
 
 T = TypeVar("T")
 

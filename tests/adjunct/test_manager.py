@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from millstream.adjunct.recovery import OFFSETS_FILE
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.job_result import JobResult
 from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.storage.layout import StoreLayout
@@ -21,7 +21,7 @@ RATES = SystemStream("log", "rates")
 IN = SystemStream("log", "in")
 
 
-def adjunct_config(tmp_path: Path, task: str = "tests.adjunct.jobs:Enrich", **extra: Any) -> Config:
+def adjunct_config(tmp_path: Path, task: str = "tests.adjunct.jobs:Enrich", **extra: Any) -> Settings:
     settings = {
         "stores__rates__adstore__input": "log.rates",
         "stores__rates__key__serde": "string",
@@ -29,15 +29,15 @@ def adjunct_config(tmp_path: Path, task: str = "tests.adjunct.jobs:Enrich", **ex
         "systems__log__streams__rates__samza__bootstrap": "true",
     }
     settings.update(extra)
-    return job_config(tmp_path, task, **settings)
+    return Settings.of(job_config(tmp_path, task, **settings))
 
 
-def streams(config: Config, partitions: int = 2) -> None:
+def streams(config: Settings, partitions: int = 2) -> None:
     for name in ("in", "out", "rates"):
         create_stream(config, name, partitions)
 
 
-def run(config: Config, inputs: list[tuple[str, Any]], *, partition: int | None = None) -> JobResult:
+def run(config: Settings, inputs: list[tuple[str, Any]], *, partition: int | None = None) -> JobResult:
     """Append ``inputs`` to the main input and run the job until that input ends."""
     write_stream(config, IN, inputs, partition=partition)
     seal(config, "in")
@@ -46,7 +46,7 @@ def run(config: Config, inputs: list[tuple[str, Any]], *, partition: int | None 
     return result
 
 
-def run_again(config: Config, inputs: list[tuple[str, Any]], partitions: int = 2) -> JobResult:
+def run_again(config: Settings, inputs: list[tuple[str, Any]], partitions: int = 2) -> JobResult:
     """The same job on a fresh main input (a sealed one takes no more messages)."""
     stream = SystemStream("log", "in2")
     create_stream(config, stream.stream, partitions)
@@ -58,7 +58,7 @@ def run_again(config: Config, inputs: list[tuple[str, Any]], partitions: int = 2
     return result
 
 
-def enriched(config: Config) -> dict[str, Any]:
+def enriched(config: Settings) -> dict[str, Any]:
     return {
         key: rate for pairs in read_stream(config, SystemStream("log", "out")).values() for _, (key, _, rate) in pairs
     }
@@ -173,7 +173,7 @@ def test_an_undecodable_adjunct_message_fails_the_job_naming_stream_partition_an
 # --- the recovery table, case by case ------------------------------------------------------------
 
 
-def assert_enriched(config: Config, expected: dict[str, Any], *, bootstrap: bool) -> None:
+def assert_enriched(config: Settings, expected: dict[str, Any], *, bootstrap: bool) -> None:
     """What the second run's main messages saw. Only a bootstrap input is caught up before the first main
     message; a non-bootstrap one is read beside them, so its new record ("new") may arrive after "new" did."""
     seen = enriched(config)
@@ -182,12 +182,12 @@ def assert_enriched(config: Config, expected: dict[str, Any], *, bootstrap: bool
     assert seen == expected
 
 
-def second_run(config: Config, new_rates: list[tuple[str, Any]]) -> JobResult:
+def second_run(config: Settings, new_rates: list[tuple[str, Any]]) -> JobResult:
     write_stream(config, RATES, new_rates)
     return run_again(config, [("old", 1), ("new", 2)])
 
 
-def first_run(config: Config) -> None:
+def first_run(config: Settings) -> None:
     streams(config)
     write_stream(config, RATES, [("old", "o")])
     run(config, [("old", 1)])
@@ -335,7 +335,7 @@ def test_after_bootstrap_updates_keep_flowing_into_the_store_while_tasks_read_it
     assert outcome["result"].outcome == "stopped", outcome["result"].error
 
 
-def enriched_or_empty(config: Config) -> dict[str, Any]:
+def enriched_or_empty(config: Settings) -> dict[str, Any]:
     return enriched(config) if read_stream(config, SystemStream("log", "out"), idle_timeout=0.1) else {}
 
 

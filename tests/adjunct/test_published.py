@@ -22,26 +22,28 @@ from millstream.adjunct.published import (
     version_blob_name,
 )
 from millstream.blobstore.base import blob_store
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.opening import metadata_store
 from tests.helpers import job_config
 
 
 @pytest.fixture
-def config(tmp_path: Path) -> Config:
-    return job_config(tmp_path / "data", **{"blob.store.prefix": "team/", "blob.store.transfer.threads": "3"})
+def config(tmp_path: Path) -> Settings:
+    return Settings.of(
+        job_config(tmp_path / "data", **{"blob.store.prefix": "team/", "blob.store.transfer.threads": "3"})
+    )
 
 
 @pytest.fixture
-def metadata(config: Config) -> Iterator[MetadataStore]:
+def metadata(config: Settings) -> Iterator[MetadataStore]:
     store = metadata_store(config)
     store.init()
     yield store
     store.close()
 
 
-def uploaded(config: Config, version: str, files: dict[str, bytes], store: str = "geo") -> dict[str, str]:
+def uploaded(config: Settings, version: str, files: dict[str, bytes], store: str = "geo") -> dict[str, str]:
     """Put ``files`` (name → bytes) in the blob store as files of ``version``; returns name → blob id."""
     blobs = blob_store(config)
     ids = {}
@@ -50,7 +52,7 @@ def uploaded(config: Config, version: str, files: dict[str, bytes], store: str =
     return ids
 
 
-def partitioned(config: Config, version: str, store: str = "geo") -> PublishedVersion:
+def partitioned(config: Settings, version: str, store: str = "geo") -> PublishedVersion:
     ids = uploaded(config, version, {"part-00000.sst": b"zero", "part-00002.sst": b"two"}, store)
     return PublishedVersion(
         store=store,
@@ -171,5 +173,5 @@ def test_retention_keeps_the_files_of_the_latest_two_versions_only(config, metad
     assert retire_versions(config, metadata, "geo") == []
 
 
-def config_dir(config: Config) -> Path:
+def config_dir(config: Settings) -> Path:
     return Path(config["job.data.dir"])

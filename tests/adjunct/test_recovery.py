@@ -14,6 +14,7 @@ from millstream.adjunct.recovery import (
     read_recorded_offsets,
     write_recorded_offsets,
 )
+from millstream.config.settings import Settings
 from millstream.model import SystemStreamPartition
 from millstream.systems.base import SystemStreamPartitionMetadata
 from millstream.systems.log.admin import LogSystemAdmin
@@ -98,17 +99,18 @@ def test_recorded_offsets_round_trip_and_a_torn_file_reads_as_absent(tmp_path):
 
 
 def test_adjunct_store_misconfigurations_stop_the_job_naming_the_key(tmp_path):
-    from millstream.config import Config
     from millstream.coordinator.prepare import prepare
     from millstream.errors import ConfigError
 
     base = {"job.data.dir": str(tmp_path), "task.inputs": "log.in", "stores.rates.adstore.input": "log.rates"}
     with pytest.raises(ConfigError, match=r"'stores.rates.changelog'.*no changelog"):
-        prepare(Config({**base, "stores.rates.changelog": "log.rates-changelog"}))
+        prepare(Settings({**base, "stores.rates.changelog": "log.rates-changelog"}))
     with pytest.raises(ConfigError, match=r"'stores.rates.adstore.key.value.extractor.factory'"):
-        prepare(Config({**base, "stores.rates.adstore.key.value.extractor.factory": "json:loads"}))
+        prepare(Settings({**base, "stores.rates.adstore.key.value.extractor.factory": "json:loads"}))
     with pytest.raises(ConfigError, match=r"unknown config key 'stores.rates.adstore.bogus'"):
-        prepare(Config({**base, "stores.rates.adstore.bogus": "1"}))
+        prepare(Settings({**base, "stores.rates.adstore.bogus": "1"}))
     prepare(
-        Config({**base, "stores.adstore.manager.factory": "millstream.adjunct.manager:AdjunctDataStoreManagerFactory"})
+        Settings(
+            {**base, "stores.adstore.manager.factory": "millstream.adjunct.manager:AdjunctDataStoreManagerFactory"}
+        )
     )

@@ -13,6 +13,7 @@ from millstream.api.application import InputDescriptor, OutputDescriptor, Stream
 from millstream.api.task import TaskContext
 from millstream.api.windows import Count, SessionWindow, TumblingWindow, WindowPane
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.control.messages import MAX_WATERMARK
 from millstream.coordinator.prepare import prepare
 
@@ -123,7 +124,7 @@ class Slow:
             Path(self.progress, self.task.replace(" ", "-")).touch()
 
 
-def app_config(data_dir: Path, app: str, **extra: Any) -> Config:
+def app_config(data_dir: Path, app: str, **extra: Any) -> Settings:
     values = {
         "job.name": "test",
         "job.data.dir": str(data_dir),
@@ -134,7 +135,7 @@ def app_config(data_dir: Path, app: str, **extra: Any) -> Config:
         "systems.log.samza.msg.serde": "json",
     }
     values.update({key.replace("__", "."): str(value) for key, value in extra.items()})
-    return prepare(Config(values))
+    return prepare(Settings(values))
 
 
 def messages(partition: int, count: int, users: int = 5, start: int = 0) -> list[tuple[str, dict[str, Any]]]:

@@ -8,8 +8,8 @@ from typing import Any
 
 import msgpack
 
-from millstream.config import Config
-from millstream.config.views import parse_stream, store_config
+from millstream.config.settings import Settings
+from millstream.config.views import StoreConfig, parse_stream
 from millstream.control.state import CONTROL_STATE_NAMESPACE
 from millstream.errors import StreamNotFoundError
 from millstream.metadata.opening import metadata_store
@@ -19,7 +19,7 @@ from millstream.storage.changelog_partitions import changelog_partitions
 from millstream.testing import iter_stream
 
 
-def persisted_control_states(config: Config) -> dict[str, dict[str, Any]]:
+def persisted_control_states(config: Settings) -> dict[str, dict[str, Any]]:
     """Task name -> the last control state it persisted."""
     store = metadata_store(config)
     store.init()
@@ -30,7 +30,7 @@ def persisted_control_states(config: Config) -> dict[str, dict[str, Any]]:
         store.close()
     if not has_operator_store(config):
         return {task: msgpack.unpackb(raw, strict_map_key=False) for task, raw in raws.items()}
-    changelog = store_config(config, OPERATOR_STORE).changelog
+    changelog = config.view(StoreConfig, OPERATOR_STORE).changelog
     assert changelog is not None, "the operator store has no changelog"
     latest: dict[int, bytes] = {}
     try:

@@ -14,7 +14,7 @@ import pytest
 from millstream.api.application import InputDescriptor, StreamApplicationDescriptor
 from millstream.api.errors import ApplicationError
 from millstream.api.windows import Count, TumblingWindow
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.drain import request_drain
 from millstream.coordinator.prepare import load_job_config
 from millstream.model import SystemStream
@@ -165,7 +165,7 @@ def test_under_skip_a_failed_call_behind_a_prefix_skips_only_its_message(tmp_pat
 
 
 def test_an_async_operator_after_a_window_a_stateful_map_or_a_hook_is_refused_naming_the_operator():
-    app = StreamApplicationDescriptor(Config({}))
+    app = StreamApplicationDescriptor(Settings({}))
     stream = app.input(InputDescriptor("log.in"))
 
     async def enrich(message: Any) -> Any:
@@ -192,7 +192,7 @@ def test_an_async_operator_after_a_window_a_stateful_map_or_a_hook_is_refused_na
 PARTITIONS, PER_PARTITION, SPAN = 2, 6000, 10_000
 
 
-def out_counts(config: Config) -> dict[int, Counter[int]]:
+def out_counts(config: Settings) -> dict[int, Counter[int]]:
     counts: dict[int, Counter[int]] = {p: Counter() for p in range(PARTITIONS)}
     for pairs in read_stream(config, SystemStream("log", "out")).values():
         for _, value in pairs:

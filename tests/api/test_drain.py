@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.control.framing import frame_control_message
 from millstream.control.messages import DrainMessage
 from millstream.coordinator.drain import request_drain
@@ -25,7 +25,7 @@ from tests.api.test_in_process import output, setup
 from tests.helpers import seal, wait_until
 
 
-def prepare_application(config: Config) -> None:
+def prepare_application(config: Settings) -> None:
     """The coordinator's step for a high-level job (intermediate streams created), with the driver's services."""
     with DriverServices(config) as services:
         prepare_with(config, services.admin)
@@ -35,7 +35,7 @@ IN = SystemStream("log", "in")
 BY_USER = SystemStream("log", "test-1-by-user")
 
 
-def checkpointed(config: Config) -> dict[str, int]:
+def checkpointed(config: Settings) -> dict[str, int]:
     """The offsets of the source partitions in the tasks' last checkpoints."""
     store = metadata_store(config)
     store.init()
@@ -55,7 +55,7 @@ def last_offsets(data: dict[int, list]) -> dict[str, int]:
     return {IN.partition(p).key(): len(pairs) - 1 for p, pairs in data.items()}
 
 
-def run_in_background(config: Config) -> tuple[InProcessRunner, threading.Thread, dict[str, JobResult]]:
+def run_in_background(config: Settings) -> tuple[InProcessRunner, threading.Thread, dict[str, JobResult]]:
     runner = InProcessRunner(config)
     results: dict[str, JobResult] = {}
     thread = threading.Thread(target=lambda: results.setdefault("result", runner.run(timeout=120)))
@@ -63,7 +63,7 @@ def run_in_background(config: Config) -> tuple[InProcessRunner, threading.Thread
     return runner, thread, results
 
 
-def drain_once_everything_is_checkpointed(config: Config, data: dict[int, list]) -> JobResult:
+def drain_once_everything_is_checkpointed(config: Settings, data: dict[int, list]) -> JobResult:
     """Run the unbounded job, drain it once its checkpoints cover every source message, return its result."""
     _, thread, results = run_in_background(config)
     wait_until(lambda: checkpointed(config) == last_offsets(data), 60, "every source message checkpointed")
@@ -74,7 +74,7 @@ def drain_once_everything_is_checkpointed(config: Config, data: dict[int, list])
     return results["result"]
 
 
-def panes(config: Config) -> Counter:
+def panes(config: Settings) -> Counter:
     return Counter((r["user"], r["start"], r["count"]) for r in output(config) if "count" in r)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.control.framing import MessageType, unframe
 from millstream.control.messages import CombinedWatermarkMessage
 from millstream.control.sender import aggregate_partition
@@ -36,7 +36,7 @@ from tests.helpers import create_stream, seal, wait_until
 IN = SystemStream("log", "in")
 
 
-def setup(config: Config, by_partition: dict[int, list], *, sealed: bool = True) -> None:
+def setup(config: Settings, by_partition: dict[int, list], *, sealed: bool = True) -> None:
     create_stream(config, "in", len(by_partition))
     create_stream(config, "out", 1)
     for partition, pairs in by_partition.items():
@@ -45,7 +45,7 @@ def setup(config: Config, by_partition: dict[int, list], *, sealed: bool = True)
         seal(config, "in")
 
 
-def output(config: Config) -> list[dict[str, Any]]:
+def output(config: Settings) -> list[dict[str, Any]]:
     return [value for pairs in read_stream(config, SystemStream("log", "out")).values() for _, value in pairs]
 
 
@@ -124,7 +124,7 @@ def test_aggregated_control_messages_give_the_same_output(tmp_path):
     assert_panes_fired_exactly_when_the_watermark_reached_their_end(records)
 
 
-def run_in_background(config: Config) -> tuple[InProcessRunner, threading.Thread, dict[str, JobResult]]:
+def run_in_background(config: Settings) -> tuple[InProcessRunner, threading.Thread, dict[str, JobResult]]:
     runner = InProcessRunner(config)
     results: dict[str, JobResult] = {}
     thread = threading.Thread(target=lambda: results.setdefault("result", runner.run(timeout=90)))
@@ -140,14 +140,14 @@ def test_the_application_split_into_two_jobs_gives_the_single_job_output(tmp_pat
 
     split = tmp_path / "split"
     stages = [app_config(split, "tests.api.apps:WindowedCount", app__stage=stage) for stage in (1, 0)]
-    assert [Config.get(c, "job.name") for c in stages] == ["test-stage-1", "test-stage-0"]
+    assert [c.get("job.name") for c in stages] == ["test-stage-1", "test-stage-0"]
     setup(stages[0], data)
     jobs = [run_in_background(config) for config in stages]  # the downstream job starts first
     for _, thread, _ in jobs:
         thread.join()
     assert [results["result"].outcome for _, _, results in jobs] == ["finished", "finished"]
 
-    def counts(config: Config) -> Counter:
+    def counts(config: Settings) -> Counter:
         return Counter((r["user"], r["start"], r["count"]) for r in output(config) if "count" in r)
 
     assert counts(stages[0]) == counts(single)
@@ -156,7 +156,7 @@ def test_the_application_split_into_two_jobs_gives_the_single_job_output(tmp_pat
 
 def downstream_restart_scenario(
     tmp_path: Path, app: str = "tests.api.apps:WindowedCount"
-) -> tuple[Config, Config, dict[int, list]]:
+) -> tuple[Settings, Settings, dict[int, list]]:
     """A split job whose task 0 upstream ends early and task 1 late; the downstream job is stopped once
     it committed past task 0's end-of-stream, so task 0 will never send it again."""
     data = {0: messages(0, 5), 1: messages(1, 60)}
@@ -172,7 +172,7 @@ def downstream_restart_scenario(
     return upstream, downstream, data
 
 
-def wait_until_the_aggregating_task_recorded_the_end_of(config: Config, producer: str, timeout: float = 30) -> None:
+def wait_until_the_aggregating_task_recorded_the_end_of(config: Settings, producer: str, timeout: float = 30) -> None:
     """Until the persisted control state of the downstream task reading the aggregate partition (where each
     producer sends its one end-of-stream) holds ``producer``'s end-of-stream."""
     deadline = time.monotonic() + timeout
@@ -218,7 +218,7 @@ def test_without_its_control_state_a_restarted_downstream_waits_for_ever_as_samz
     assert InProcessRunner(downstream).run(timeout=4).outcome == "stopped"
 
 
-def recorded_offsets(config: Config, stream: str) -> dict[int, str]:
+def recorded_offsets(config: Settings, stream: str) -> dict[int, str]:
     """Per partition of ``stream``, the offset of the last envelope the tasks' persisted control state reflects."""
     store = metadata_store(config)
     store.init()
@@ -263,7 +263,7 @@ def test_a_startpoint_rewinds_a_high_level_job_instead_of_being_skipped_as_a_rep
 
 def watermark_heavy_app(
     tmp_path: Path, aggregate: bool = False, control_interval_ms: int = 0, **extra: Any
-) -> tuple[Config, dict[int, list[tuple[str, dict[str, Any]]]]]:
+) -> tuple[Settings, dict[int, list[tuple[str, dict[str, Any]]]]]:
     """8x8 partitions and a 5 ms watermark timer: many broadcasts (or, ``aggregate``, control messages through
     the aggregate partitions) unless ``control_interval_ms`` paces them; ``task.commit.ms`` ten minutes, so
     commits only at the end."""
@@ -284,7 +284,7 @@ def watermark_heavy_app(
     return config, data
 
 
-def assert_exact_without_forced_commits(config: Config, data: dict[int, Any], result: JobResult) -> list[Any]:
+def assert_exact_without_forced_commits(config: Settings, data: dict[int, Any], result: JobResult) -> list[Any]:
     """Every pane once with its exact count, and no more commits than the tasks' final ones however many
     watermarks went out; returns the output."""
     assert result.outcome == "finished", result.error
@@ -302,13 +302,13 @@ INTERMEDIATE = "test-1-by-user"
 """The intermediate stream of ``WindowedCount`` (``<app.name>-<app.id>-by-user``)."""
 
 
-def paced_app(tmp_path: Path, aggregate: bool) -> tuple[Config, dict[int, list[tuple[str, dict[str, Any]]]]]:
+def paced_app(tmp_path: Path, aggregate: bool) -> tuple[Settings, dict[int, list[tuple[str, dict[str, Any]]]]]:
     """``watermark_heavy_app`` with watermarks paced to one an hour and the intermediate records kept."""
     keep = f"systems__log__streams__{INTERMEDIATE}__samza__delete__committed__messages"
     return watermark_heavy_app(tmp_path, aggregate, control_interval_ms=3_600_000, **{keep: "false"})
 
 
-def assert_control_bounded_by_time(config: Config, data: dict[int, Any], result: JobResult, aggregate: bool) -> None:
+def assert_control_bounded_by_time(config: Settings, data: dict[int, Any], result: JobResult, aggregate: bool) -> None:
     """8 producers, 8 partitions, a 5 ms timer that moves event time at every tick, watermarks paced to one
     an hour: each producer sends its first watermark (8 records broadcast, 1 aggregated), at most one more when
     its watermark passes a window boundary (the bucket's second send: ``millstream.control.pacing``) and one
@@ -325,7 +325,7 @@ def assert_control_bounded_by_time(config: Config, data: dict[int, Any], result:
 
 def combined_app(
     tmp_path: Path, combine: bool, aggregate: bool = False, **extra: Any
-) -> tuple[Config, dict[int, list[tuple[str, dict[str, Any]]]]]:
+) -> tuple[Settings, dict[int, list[tuple[str, dict[str, Any]]]]]:
     """``watermark_heavy_app`` (8 producing tasks, 4 per container) sending every advance, with
     ``app.control.watermark.combine`` set and the intermediate records kept."""
     keep = f"systems__log__streams__{INTERMEDIATE}__samza__delete__committed__messages"
@@ -333,7 +333,7 @@ def combined_app(
     return watermark_heavy_app(tmp_path, aggregate, 0, **extra)
 
 
-def assert_watermarks_combined_per_container(config: Config, combine: bool, aggregate: bool = False) -> None:
+def assert_watermarks_combined_per_container(config: Settings, combine: bool, aggregate: bool = False) -> None:
     """Combined: no task's own watermark record, only its container's, each naming tasks of one container —
     the names a container's records carry only grow, so the largest sets are the two containers' four tasks
     each; aggregated, only at the aggregate partition, and the watermark records there are the aggregating

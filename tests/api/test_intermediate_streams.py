@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.control.framing import MessageType
 from millstream.control.sender import aggregate_partition
 from millstream.model import SystemStream, SystemStreamPartition
@@ -20,7 +20,7 @@ from tests.api.test_in_process import output, setup
 INTERMEDIATE = "test-1-by-user"
 
 
-def staged(tmp_path: Path, **extra: object) -> tuple[Config, Config, dict[int, list]]:
+def staged(tmp_path: Path, **extra: object) -> tuple[Settings, Settings, dict[int, list]]:
     data = {p: messages(p, 40) for p in range(2)}
     upstream, downstream = (
         app_config(tmp_path, "tests.api.apps:WindowedCount", app__stage=stage, **extra) for stage in (0, 1)
@@ -30,14 +30,14 @@ def staged(tmp_path: Path, **extra: object) -> tuple[Config, Config, dict[int, l
     return upstream, downstream, data
 
 
-def intermediate_partitions(config: Config) -> dict[SystemStreamPartition, SystemStreamPartitionMetadata]:
+def intermediate_partitions(config: Settings) -> dict[SystemStreamPartition, SystemStreamPartitionMetadata]:
     with system_factory(config, "log").get_admin("log", config) as admin:
         admin.start()
         partitions = admin.get_system_stream_metadata([INTERMEDIATE])[INTERMEDIATE].partitions
         return {SystemStreamPartition("log", INTERMEDIATE, p): meta for p, meta in partitions.items()}
 
 
-def window_counts(config: Config) -> dict[tuple[str, int], int]:
+def window_counts(config: Settings) -> dict[tuple[str, int], int]:
     counted = Counter({(r["user"], r["start"]): r["count"] for r in output(config) if "count" in r})
     return dict(counted)
 

@@ -12,7 +12,7 @@ import pytest
 
 from millstream.api.application import InputDescriptor, StreamApplicationDescriptor
 from millstream.api.errors import ApplicationError
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.model import SystemStream
 from millstream.testing import InProcessRunner, read_stream, write_stream
 from tests.api.apps import app_config, messages, reference_counts
@@ -25,7 +25,7 @@ PARTITIONS, PER_PARTITION = 2, 150
 
 def map_async_job(
     tmp_path: Path, service: EnrichService, *, sealed: bool = True, **extra: Any
-) -> tuple[Config, dict[int, list]]:
+) -> tuple[Settings, dict[int, list]]:
     config = app_config(tmp_path, APP, test__service__url=service.url, **extra)
     data = {p: messages(p, PER_PARTITION) for p in range(PARTITIONS)}
     create_stream(config, "in", PARTITIONS)
@@ -38,7 +38,7 @@ def map_async_job(
     return config, data
 
 
-def read(config: Config, stream: str) -> list[dict[str, Any]]:
+def read(config: Settings, stream: str) -> list[dict[str, Any]]:
     return [value for pairs in read_stream(config, SystemStream("log", stream)).values() for _, value in pairs]
 
 
@@ -94,7 +94,7 @@ def test_a_map_async_call_past_its_timeout_fails_the_job_naming_the_operator_and
 
 
 def test_map_async_refuses_a_sync_function_and_a_concurrency_below_one():
-    app = StreamApplicationDescriptor(Config({}))
+    app = StreamApplicationDescriptor(Settings({}))
     stream = app.input(InputDescriptor("log.in"))
 
     async def enrich(message: Any) -> Any:

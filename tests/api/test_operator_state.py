@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.control.state import CONTROL_STATE_NAMESPACE
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.prepare import load_job_config
@@ -30,7 +30,7 @@ from tests.helpers import create_stream, seal, wait_until
 IN = SystemStream("log", "in")
 
 
-def open_window_job(tmp_path: Path, users: int) -> Config:
+def open_window_job(tmp_path: Path, users: int) -> Settings:
     """One partition of ``users`` distinct users, all in the first window, which never closes (the input
     stays open): at every commit the window holds one accumulator per user."""
     config = app_config(tmp_path, "tests.api.apps:WindowedCount", task__commit__ms=100)
@@ -40,13 +40,13 @@ def open_window_job(tmp_path: Path, users: int) -> Config:
     return config
 
 
-def metadata_bytes(config: Config) -> int:
+def metadata_bytes(config: Settings) -> int:
     path = Path(config["job.data.dir"]) / "jobs" / "test-1" / "metadata.db"
     with sqlite3.connect(path) as connection:
         return int(connection.execute("SELECT COALESCE(SUM(LENGTH(value)), 0) FROM metadata").fetchone()[0])
 
 
-def run_until_checkpointed(config: Config, last_offset: int) -> JobResult:
+def run_until_checkpointed(config: Settings, last_offset: int) -> JobResult:
     """Run the job until a checkpoint covers ``last_offset`` of the input, then stop it (it commits)."""
     runner = InProcessRunner(config)
     results: dict[str, JobResult] = {}
@@ -102,7 +102,7 @@ def job_file(tmp_path: Path, backend: str, **extra: Any) -> Path:
     return path
 
 
-def windowed_output(config: Config) -> dict[tuple[str, int], set[int]]:
+def windowed_output(config: Settings) -> dict[tuple[str, int], set[int]]:
     """Every count each window ever emitted (a pane may come out twice after a crash, never differently)."""
     panes: dict[tuple[str, int], set[int]] = {}
     for pairs in read_stream(config, SystemStream("log", "out")).values():

@@ -13,7 +13,7 @@ import pytest
 from millstream import RemoteTable
 from millstream.api.application import InputDescriptor, StreamApplicationDescriptor
 from millstream.api.errors import ApplicationError
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.testing import InProcessRunner
 from tests.api.apps import reference_counts
 from tests.api.test_map_async import by_partition, map_async_job, read, written
@@ -23,7 +23,7 @@ APP = "tests.api.apps:RemoteJoined"
 MISSING = frozenset(n for p in range(2) for n in range(1000 * p, 1000 * p + 150, 10))
 
 
-def check_joined(config: Config, data: dict[int, list], how: str) -> None:
+def check_joined(config: Settings, data: dict[int, list], how: str) -> None:
     out = read(config, "out")
     kept = {p: [n for n in ns if how == "left" or n not in MISSING] for p, ns in written(data).items()}
     assert by_partition(out) == kept, "each joined once, in offset order per partition"
@@ -46,7 +46,7 @@ def test_a_remote_join_joins_every_message_once_in_order_with_batched_retried_re
 
 
 def test_a_join_with_a_remote_table_refuses_a_missing_key_and_an_unknown_how():
-    app = StreamApplicationDescriptor(Config({}))
+    app = StreamApplicationDescriptor(Settings({}))
     stream = app.input(InputDescriptor("log.in"))
 
     async def read(key: Any) -> Any:

@@ -8,7 +8,7 @@ from millstream.api.task import (
     PartitionEndOfStreamListenerTask,
     StreamTask,
 )
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition, TaskName
 from millstream.runtime.task_instance import ContainerContext, TaskInstance
 from tests.runtime.fakes import DiscardingCollector
@@ -60,7 +60,7 @@ class ListeningTask(StreamTask, EndOfStreamListenerTask, PartitionEndOfStreamLis
 
 def instance(task, events: Events) -> TaskInstance:
     ssps = frozenset({A, B})
-    context = ContainerContext(TaskName("Partition 0"), Config(), ssps, "0")
+    context = ContainerContext(TaskName("Partition 0"), Settings(), ssps, "0")
     return TaskInstance(
         TaskName("Partition 0"),
         task,

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.control.framing import unframe
 from millstream.control.messages import CombinedWatermarkMessage, WatermarkMessage
 from millstream.coordinator.job_result import JobResult
@@ -30,7 +30,7 @@ PARTITIONS = 2
 TEN_MINUTES_MS = 600_000
 
 
-def prompt_window_app(tmp_path: Path, **extra: Any) -> Config:
+def prompt_window_app(tmp_path: Path, **extra: Any) -> Settings:
     """Two input and two intermediate partitions, a watermark timer that never ticks and no commit during the
     test (a commit flushes what the aggregate route holds back), the intermediate records kept (to count the
     control records) and the default control pacing (200 ms)."""
@@ -54,11 +54,11 @@ def prompt_window_app(tmp_path: Path, **extra: Any) -> Config:
     return config
 
 
-def records(config: Config) -> list[dict[str, Any]]:
+def records(config: Settings) -> list[dict[str, Any]]:
     return [value for pairs in read_stream(config, SystemStream("log", "out")).values() for _, value in pairs]
 
 
-def assert_the_first_window_fires_without_a_timer_tick(config: Config, runner: Any, run: Callable[[], JobResult]):
+def assert_the_first_window_fires_without_a_timer_tick(config: Settings, runner: Any, run: Callable[[], JobResult]):
     """Run the job until the first window's panes are out (they can only come from the boundary rule),
     stop it, and check what came out and what went through the intermediate stream."""
     outcome: dict[str, JobResult] = {}

@@ -15,7 +15,7 @@ from millstream.blobstore.base import (
     blob_store,
 )
 from millstream.blobstore.local import LocalBlobStore
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.errors import ConfigError
 
 
@@ -56,13 +56,13 @@ def test_a_failed_put_leaves_no_blob(tmp_path: Path) -> None:
 
 
 def test_the_default_blob_store_is_a_directory_under_the_data_dir(tmp_path: Path) -> None:
-    store = blob_store(Config({"job.data.dir": str(tmp_path)}))
+    store = blob_store(Settings({"job.data.dir": str(tmp_path)}))
     assert isinstance(store, LocalBlobStore) and store.root == tmp_path / "blobs"
 
 
 def test_an_unknown_blob_store_factory_names_the_key() -> None:
     with pytest.raises(ConfigError, match=r"blob\.store\.manager\.factory.*azure, local, s3"):
-        blob_store(Config({"blob.store.manager.factory": "nope"}))
+        blob_store(Settings({"blob.store.manager.factory": "nope"}))
 
 
 def test_retry_policy_retries_retriable_failures_until_success() -> None:
@@ -110,7 +110,7 @@ def test_the_default_retry_policy_resumes_within_a_few_seconds_of_a_long_outage_
             raise BlobStoreRetriableError("connection refused")
         return "ok"
 
-    policy = RetryPolicy.of(Config({}))
+    policy = RetryPolicy.of(Settings({}))
     assert policy.run(down_for_twelve_tries, "put x", sleep=sleeps.append) == "ok"
     assert sum(sleeps) > 30, "the delays still grow through a long outage"
     assert max(sleeps) <= 5.0 * 1.1

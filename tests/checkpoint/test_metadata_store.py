@@ -17,7 +17,7 @@ from millstream.checkpoint.metadata_store import (
     PREVIOUS_NAMESPACES,
     MetadataStoreCheckpointManager,
 )
-from millstream.config.core import Config
+from millstream.config.settings import Settings
 from millstream.errors import ConfigError
 from millstream.metadata.base import FencedError, MetadataStore
 from millstream.metadata.coordination import publish_generation, start_container_attempt
@@ -196,38 +196,38 @@ def test_without_validation_a_corrupt_v2_yields_to_the_tasks_v1(store: SqliteMet
 
 
 def test_the_factory_passes_task_checkpoint_validation_enabled(store: SqliteMetadataStore) -> None:
-    manager = checkpoint_manager(Config({"task.checkpoint.validation.enabled": "false"}), store)
+    manager = checkpoint_manager(Settings({"task.checkpoint.validation.enabled": "false"}), store)
     assert isinstance(manager, MetadataStoreCheckpointManager) and manager.validation is False
 
 
 def test_factory_defaults_to_the_metadata_store_manager(store: SqliteMetadataStore, fence: WriterFence) -> None:
-    manager = checkpoint_manager(Config({}), store, fence)
+    manager = checkpoint_manager(Settings({}), store, fence)
     assert isinstance(manager, MetadataStoreCheckpointManager)
     assert manager.fence == fence
-    explicit = checkpoint_manager(Config({"task.checkpoint.factory": "metadata"}), store, None)
+    explicit = checkpoint_manager(Settings({"task.checkpoint.factory": "metadata"}), store, None)
     assert isinstance(explicit, CheckpointManager)
 
 
 class _ReadOnlyFactory(CheckpointManagerFactory):
     def get_checkpoint_manager(
-        self, config: Config, store: MetadataStore, fence: WriterFence | None = None
+        self, config: Settings, store: MetadataStore, fence: WriterFence | None = None
     ) -> CheckpointManager:
         return MetadataStoreCheckpointManager(store)
 
 
 def test_factory_loads_a_module_class_path(store: SqliteMetadataStore, fence: WriterFence) -> None:
-    manager = checkpoint_manager(Config({"task.checkpoint.factory": f"{__name__}:_ReadOnlyFactory"}), store, fence)
+    manager = checkpoint_manager(Settings({"task.checkpoint.factory": f"{__name__}:_ReadOnlyFactory"}), store, fence)
     assert isinstance(manager, MetadataStoreCheckpointManager) and manager.fence is None
 
 
 def test_factory_rejects_an_unknown_name_naming_the_key(store: SqliteMetadataStore) -> None:
     with pytest.raises(ConfigError, match=r"task\.checkpoint\.factory.*metadata"):
-        checkpoint_manager(Config({"task.checkpoint.factory": "nosuch"}), store, None)
+        checkpoint_manager(Settings({"task.checkpoint.factory": "nosuch"}), store, None)
 
 
 def test_factory_rejects_a_class_that_is_not_a_checkpoint_manager_factory(store: SqliteMetadataStore) -> None:
     with pytest.raises(ConfigError, match="not a CheckpointManagerFactory"):
-        checkpoint_manager(Config({"task.checkpoint.factory": "millstream.config.core:Config"}), store, None)
+        checkpoint_manager(Settings({"task.checkpoint.factory": "millstream.config.core:Config"}), store, None)
 
 
 # --- V2 records, read versions, live max age, rollback ---
@@ -314,7 +314,7 @@ def test_clear_checkpoints_removes_every_version(store: SqliteMetadataStore, fen
 
 
 def test_factory_passes_the_read_versions_and_max_age_from_config(store: SqliteMetadataStore) -> None:
-    config = Config({"task.checkpoint.read.versions": "2,1", "task.live.checkpoint.max.age.ms": "5"})
+    config = Settings({"task.checkpoint.read.versions": "2,1", "task.live.checkpoint.max.age.ms": "5"})
     manager = checkpoint_manager(config, store, None)
     assert isinstance(manager, MetadataStoreCheckpointManager)
     assert manager.read_versions == (2, 1) and manager.max_age_ms == 5

@@ -2,7 +2,7 @@ import pytest
 
 from millstream.checkpoint.checkpoint import CheckpointV1
 from millstream.checkpoint.offset_manager import OffsetManager, TrimmedOffsetError
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.model import SystemStreamPartition as SSP
 from millstream.model import TaskName
 from millstream.systems.base import SystemStreamPartitionMetadata as Meta
@@ -30,7 +30,7 @@ TASK = TaskName("Partition 0")
 
 
 def manager(values=None):
-    return OffsetManager(Config(values or {}), {"log": IntAdmin()})
+    return OffsetManager(Settings(values or {}), {"log": IntAdmin()})
 
 
 def test_checkpointed_partition_resumes_after_its_offset():
@@ -142,7 +142,7 @@ def test_startpoint_beats_reset_and_checkpoint_and_is_used_inclusive():
     from millstream.systems.startpoints import StartpointSpecific
 
     values = {"systems.log.streams.a.samza.reset.offset": "true"}  # upcoming is the default
-    om = OffsetManager(Config(values), {"log": ResolvingAdmin()})
+    om = OffsetManager(Settings(values), {"log": ResolvingAdmin()})
     offsets = om.starting_offsets(TASK, {A0, A1}, CheckpointV1({A0: "15", A1: "2"}), META)
     resolution = om.apply_startpoints(TASK, offsets, {A0: StartpointSpecific("12")})
     assert resolution.offsets == {A0: "12", A1: "5"}  # A1: reset.offset ignores its checkpoint → upcoming
@@ -152,7 +152,7 @@ def test_startpoint_beats_reset_and_checkpoint_and_is_used_inclusive():
 def test_unresolvable_startpoint_falls_back_to_the_checkpoint_and_is_reported():
     from millstream.systems.startpoints import StartpointOldest, StartpointSpecific
 
-    om = OffsetManager(Config({}), {"log": ResolvingAdmin()})
+    om = OffsetManager(Settings({}), {"log": ResolvingAdmin()})
     offsets = om.starting_offsets(TASK, {A0, A1}, CheckpointV1({A0: "15", A1: "2"}), META)
     resolution = om.apply_startpoints(TASK, offsets, {A0: StartpointSpecific("boom"), A1: StartpointOldest()})
     assert resolution.offsets == {A0: "16", A1: "3"}
@@ -163,6 +163,6 @@ def test_unresolvable_startpoint_falls_back_to_the_checkpoint_and_is_reported():
 def test_startpoints_of_partitions_the_task_does_not_read_are_ignored():
     from millstream.systems.startpoints import StartpointSpecific
 
-    om = OffsetManager(Config({}), {"log": ResolvingAdmin()})
+    om = OffsetManager(Settings({}), {"log": ResolvingAdmin()})
     resolution = om.apply_startpoints(TASK, {A0: "20"}, {A1: StartpointSpecific("1")})
     assert resolution.offsets == {A0: "20"} and not resolution.applied and not resolution.failures

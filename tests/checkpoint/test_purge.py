@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from millstream.checkpoint.purge import CommittedMessagePurger
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.systems.base import StreamSpec, SystemAdmin
 from millstream.systems.log.admin import LogSystemAdmin
@@ -19,8 +19,8 @@ PURGED, KEPT = SystemStreamPartition("log", "by-user", 0), SystemStreamPartition
 
 
 @pytest.fixture
-def config(tmp_path: Path) -> Config:
-    return Config(
+def config(tmp_path: Path) -> Settings:
+    return Settings(
         {
             "systems.log.path": str(tmp_path / "log"),
             "systems.log.streams.by-user.samza.delete.committed.messages": "true",
@@ -29,7 +29,7 @@ def config(tmp_path: Path) -> Config:
 
 
 @pytest.fixture
-def admin(config: Config) -> Iterator[LogSystemAdmin]:
+def admin(config: Settings) -> Iterator[LogSystemAdmin]:
     factory = LogSystemFactory()
     admin = factory.get_admin("log", config)
     producer = factory.get_producer("log", config)

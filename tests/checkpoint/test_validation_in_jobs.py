@@ -8,13 +8,13 @@ from collections import Counter
 from pathlib import Path
 
 from millstream.checkpoint.metadata_store import CHECKPOINT_V1_NAMESPACE
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.metadata.opening import metadata_store
 from millstream.testing import InProcessRunner
 from tests.helpers import create_stream, fill, job_config, output_origins, seal
 
 
-def run_batches(config: Config) -> set[tuple[int, int]]:
+def run_batches(config: Settings) -> set[tuple[int, int]]:
     """Two runs over two batches, so the task's checkpoint was written twice; then the last one is corrupted."""
     create_stream(config, "in", 1)
     create_stream(config, "out", 1)

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from millstream.adjunct.markers import end_of_version_label
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import load_job_config
 from millstream.model import SystemStream
 from millstream.systems.registry import system_factory
@@ -124,7 +124,7 @@ def test_end_version_marks_every_partition_of_the_input_stream(tmp_path):
     assert unknown.returncode == 2 and "store 'nope' is not configured" in unknown.stderr
 
 
-def markers(config: Config, stream: SystemStream) -> dict[int, list[str | None]]:
+def markers(config: Settings, stream: SystemStream) -> dict[int, list[str | None]]:
     """The end-of-version label of every message of every partition (None: a data message)."""
     factory = system_factory(config, stream.system)
     admin = factory.get_admin(stream.system, config)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from millstream.config.settings import Settings
 from millstream.coordinator.drain import DrainRefusedError, request_drain
 from millstream.coordinator.prepare import load_job_config
 from millstream.coordinator.status import job_status
@@ -52,12 +53,14 @@ def test_a_killed_driver_is_reported_lost_and_its_run_cannot_be_drained(tmp_path
 def test_containers_whose_driver_went_silent_commit_and_stop_by_themselves(spark_local, tmp_path: Path) -> None:
     """The driver's first heartbeat is its last (an hour's interval): to the containers it is a driver that
     died, so they stop within the timeout, having committed what they output."""
-    config = job_config(
-        tmp_path,
-        task="tests.jobs:SlowPassThrough",
-        test__delay__seconds="0.002",
-        job__driver__heartbeat__interval__ms="3600000",
-        job__driver__liveness__timeout__ms="3000",
+    config = Settings.of(
+        job_config(
+            tmp_path,
+            task="tests.jobs:SlowPassThrough",
+            test__delay__seconds="0.002",
+            job__driver__heartbeat__interval__ms="3600000",
+            job__driver__liveness__timeout__ms="3000",
+        )
     )
     create_stream(config, "in", 2)
     create_stream(config, "out", 2)

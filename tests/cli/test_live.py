@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 
 from millstream.cli.live import LiveView
+from millstream.config.settings import Settings
 from millstream.coordinator.status_document import status_document
 from millstream.testing import InProcessRunner
 from tests.cli.test_main import table_rows
@@ -16,7 +17,7 @@ from tests.helpers import create_stream, fill, job_config, seal
 
 def _ran(tmp_path, **extra: Any) -> dict[str, Any]:
     """The status document after a bounded two-container job over two partitions of 40 messages."""
-    config = job_config(tmp_path, task="tests.jobs:MeteredPassThrough", job__container__count=2, **extra)
+    config = Settings.of(job_config(tmp_path, task="tests.jobs:MeteredPassThrough", job__container__count=2, **extra))
     create_stream(config, "in", 2)
     create_stream(config, "out", 2)
     fill(config, "in", 2, 40)

@@ -22,7 +22,7 @@ import orjson
 import pytest
 import yaml
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import load_job_config
 from millstream.coordinator.status import job_status
 from millstream.coordinator.status_document import status_document
@@ -77,7 +77,7 @@ def table_rows(text: str) -> list[list[str]]:
     return [[cell.strip() for cell in line.strip().strip("│").split("│")] for line in text.splitlines() if "│" in line]
 
 
-def by_input_partition(config: Config) -> dict[int, list[int]]:
+def by_input_partition(config: Settings) -> dict[int, list[int]]:
     """Input offsets of the output messages of ``tests.jobs:PassThrough``, per input partition."""
     offsets: dict[int, list[int]] = defaultdict(list)
     for pairs in read_output(config).values():
@@ -86,7 +86,7 @@ def by_input_partition(config: Config) -> dict[int, list[int]]:
     return offsets
 
 
-def read_output(config: Config) -> dict[int, list[tuple[Any, Any]]]:
+def read_output(config: Settings) -> dict[int, list[tuple[Any, Any]]]:
     return read_stream(config, SystemStream("log", "out"))
 
 
@@ -241,7 +241,7 @@ def test_produce_lines_from_stdin_and_consume_prints_them_back_as_json_lines(tmp
     assert len(limited.stdout.splitlines()) == 2
 
 
-def send_raw(config: Config, envelope: OutgoingMessageEnvelope) -> None:
+def send_raw(config: Settings, envelope: OutgoingMessageEnvelope) -> None:
     """Write bytes as they are, past the serdes: what a dead-letter queue or another producer leaves."""
     producer = system_factory(config, "log").get_producer("log", config)
     producer.start()
@@ -586,7 +586,7 @@ def test_a_spark_job_whose_task_raises_prints_task_stream_partition_offset_and_t
     assert {value for _, value in output_origins(config)} == {0, 1, 2}
 
 
-def _running_with_a_checkpoint(config: Config) -> bool:
+def _running_with_a_checkpoint(config: Settings) -> bool:
     status = job_status(config)
     running = any(info.get("state") == "running" for info in status.containers.values())
     return running and any(row.checkpointed is not None for row in status.lag)

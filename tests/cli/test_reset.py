@@ -10,6 +10,7 @@ from typing import Any
 
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import load_job_config
 from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
@@ -26,7 +27,7 @@ def outputs(config: Config) -> list[dict[str, Any]]:
     return [value for pairs in read_stream(config, SystemStream("log", "out")).values() for _, value in pairs]
 
 
-def checkpoints(config: Config) -> dict[str, Any]:
+def checkpoints(config: Settings) -> dict[str, Any]:
     with metadata_store(config) as store, checkpoint_manager(config, store) as manager:
         manager.start()
         return {str(task): checkpoint for task, checkpoint in manager.read_all().items()}

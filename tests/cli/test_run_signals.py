@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import load_job_config
 from millstream.coordinator.status import job_status
 from millstream.metadata import coordination
@@ -149,7 +149,7 @@ def test_a_sigterm_to_the_whole_process_group_stops_a_spark_job_as_gracefully_as
     assert states and "running" not in states.values(), states
 
 
-def coordination_started(config: Config, generation: int) -> str:
+def coordination_started(config: Settings, generation: int) -> str:
     """When ``generation`` of the job in ``config`` was published, as the metadata store records it."""
     store = metadata_store(config)
     try:

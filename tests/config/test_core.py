@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from millstream.config.core import (
-    Config,
     flatten,
     load_config,
     parse_override,
     parse_properties,
 )
 from millstream.config.secrets import REDACTED
+from millstream.config.settings import Settings
 from millstream.config.views import resolve_paths
 from millstream.errors import ConfigError
 
@@ -30,21 +30,21 @@ def write(path: Path, text: str) -> Path:
 
 
 def test_values_are_stored_as_text() -> None:
-    config = Config({"a.int": 5, "a.float": 1.5, "a.true": True, "a.false": False, "a.none": None})
+    config = Settings({"a.int": 5, "a.float": 1.5, "a.true": True, "a.false": False, "a.none": None})
     assert config.to_dict() == {"a.int": "5", "a.float": "1.5", "a.true": "true", "a.false": "false", "a.none": ""}
 
 
 def test_list_values_are_joined_with_commas() -> None:
-    assert Config({"task.inputs": ["log.a", "log.b", 3]})["task.inputs"] == "log.a,log.b,3"
+    assert Settings({"task.inputs": ["log.a", "log.b", 3]})["task.inputs"] == "log.a,log.b,3"
 
 
 def test_mapping_value_is_rejected_naming_the_key() -> None:
     with pytest.raises(ConfigError, match=r"'task\.inputs' has a dict value"):
-        Config({"task.inputs": {"nested": 1}})
+        Settings({"task.inputs": {"nested": 1}})
 
 
 def test_config_is_a_read_only_mapping() -> None:
-    config = Config({"a": "1", "b": "2"})
+    config = Settings({"a": "1", "b": "2"})
     assert len(config) == 2
     assert sorted(config) == ["a", "b"]
     assert config.get("missing") is None
@@ -53,13 +53,13 @@ def test_config_is_a_read_only_mapping() -> None:
 
 
 def test_subset_strips_the_prefix_unless_told_not_to() -> None:
-    config = Config({"systems.log.samza.factory": "log", "systems.kafka.x": "1", "task.inputs": "a"})
+    config = Settings({"systems.log.samza.factory": "log", "systems.kafka.x": "1", "task.inputs": "a"})
     assert config.subset("systems.log.") == {"samza.factory": "log"}
     assert config.subset("systems.", strip_prefix=False) == {"systems.log.samza.factory": "log", "systems.kafka.x": "1"}
 
 
 def test_with_overrides_and_without_return_new_configs_keeping_the_source() -> None:
-    config = Config({"a": "1", "b": "2"}, source="/jobs/job.yaml")
+    config = Settings({"a": "1", "b": "2"}, source="/jobs/job.yaml")
     changed = config.with_overrides({"a": 9, "c": True}).without("b")
     assert changed.to_dict() == {"a": "9", "c": "true"}
     assert changed.source == "/jobs/job.yaml"
@@ -67,34 +67,34 @@ def test_with_overrides_and_without_return_new_configs_keeping_the_source() -> N
 
 
 def test_get_list_splits_and_trims_and_drops_empty_items() -> None:
-    assert Config({"k": " a, b ,,c "}).get_list("k") == ["a", "b", "c"]
-    assert Config({}).get_list("k") == []
+    assert Settings({"k": " a, b ,,c "}).get_list("k") == ["a", "b", "c"]
+    assert Settings({}).get_list("k") == []
 
 
 @pytest.mark.parametrize(
     ("raw", "expected"), [("true", True), ("YES", True), ("1", True), ("off", False), ("0", False)]
 )
 def test_get_bool_accepts_the_usual_spellings(raw: str, expected: bool) -> None:
-    assert Config({"k": raw}).get_bool("k", not expected) is expected
+    assert Settings({"k": raw}).get_bool("k", not expected) is expected
 
 
 def test_get_bool_and_get_int_fall_back_to_the_default() -> None:
-    assert Config({}).get_bool("k", True) is True
-    assert Config({}).get_int("k", 7) == 7
+    assert Settings({}).get_bool("k", True) is True
+    assert Settings({}).get_int("k", 7) == 7
 
 
 def test_ill_typed_bool_and_int_name_the_key() -> None:
     with pytest.raises(ConfigError, match=r"'task\.flag' must be true or false, got 'maybe'"):
-        Config({"task.flag": "maybe"}).get_bool("task.flag", False)
+        Settings({"task.flag": "maybe"}).get_bool("task.flag", False)
     with pytest.raises(ConfigError, match=r"'task\.commit\.ms' must be an integer, got 'abc'"):
-        Config({"task.commit.ms": "abc"}).get_int("task.commit.ms", 0)
+        Settings({"task.commit.ms": "abc"}).get_int("task.commit.ms", 0)
 
 
 # -- sensitive values ----------------------------------------------------------------------------------
 
 
 def test_sensitive_values_are_masked_in_repr_and_redacted() -> None:
-    config = Config({"sensitive.kafka.password": SECRET, "job.name": "j"})
+    config = Settings({"sensitive.kafka.password": SECRET, "job.name": "j"})
     assert SECRET not in repr(config)
     assert SECRET not in str(config)
     assert config.redacted() == {"sensitive.kafka.password": REDACTED, "job.name": "j"}
@@ -102,7 +102,7 @@ def test_sensitive_values_are_masked_in_repr_and_redacted() -> None:
 
 
 def test_sensitive_values_never_appear_in_typed_getter_errors() -> None:
-    config = Config({"sensitive.port": SECRET})
+    config = Settings({"sensitive.port": SECRET})
     with pytest.raises(ConfigError) as as_int:
         config.get_int("sensitive.port", 0)
     with pytest.raises(ConfigError) as as_bool:
@@ -264,7 +264,7 @@ def test_default_data_dir_is_next_to_the_config_file(tmp_path: Path) -> None:
 
 def test_absolute_paths_and_open_namespaces_are_left_alone(tmp_path: Path) -> None:
     config = resolve_paths(
-        Config(
+        Settings(
             {"job.data.dir": "/abs/data", "spark.local.dir": "rel", "sensitive.key.path": "rel"},
             source=str(tmp_path / "job.yaml"),
         )
@@ -278,12 +278,12 @@ def test_paths_without_a_config_file_resolve_against_the_working_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    config = resolve_paths(Config({"metadata.store.path": "m.db"}))
+    config = resolve_paths(Settings({"metadata.store.path": "m.db"}))
     assert config["metadata.store.path"] == str(tmp_path / "m.db")
     assert config["job.data.dir"] == str(tmp_path / ".millstream")
 
 
 def test_home_relative_paths_are_expanded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
-    config = resolve_paths(Config({"job.data.dir": "~/data"}, source="/elsewhere/job.yaml"))
+    config = resolve_paths(Settings({"job.data.dir": "~/data"}, source="/elsewhere/job.yaml"))
     assert config["job.data.dir"] == str(tmp_path / "data")

@@ -6,7 +6,6 @@ import logging
 
 import pytest
 
-from millstream.config import Config
 from millstream.config.secrets import (
     REDACTED,
     SecretMaskedError,
@@ -15,9 +14,10 @@ from millstream.config.secrets import (
     mask_secrets,
     masked_error,
 )
+from millstream.config.settings import Settings
 from millstream.errors import MillstreamError
 
-CONFIG = Config(
+CONFIG = Settings(
     {
         "job.name": "j",
         "sensitive.blob.store.s3.secret.access.key": "s3-secret",

@@ -9,19 +9,19 @@ from typing import Any, ClassVar
 import pytest
 
 from millstream.config.core import Config
+from millstream.config.settings import Settings
 from millstream.config.views import (
     JobConfig,
-    MetadataConfig,
+    StreamSamzaConfig,
+    SystemSamzaConfig,
     TaskConfig,
-    offset_default,
     parse_broadcast_inputs,
     parse_stream,
-    stream_samza,
     system_names,
-    system_samza,
 )
 from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError
+from millstream.metadata.settings import MetadataConfig
 from millstream.model import SystemStream, SystemStreamPartition
 from millstream.systems.base import SystemFactory
 
@@ -53,27 +53,27 @@ STUB = f"{__name__}:StubSystemFactory"
 
 def stubbed(values: dict[str, Any]) -> Config:
     """A config whose default ``log`` system is the stub, so prepare() needs no real system."""
-    return Config({"systems.log.samza.factory": STUB, **values})
+    return Settings({"systems.log.samza.factory": STUB, **values})
 
 
 # -- JobConfig / TaskConfig / MetadataConfig -----------------------------------------------------------
 
 
 def test_job_defaults() -> None:
-    job = JobConfig.of(Config({}))
+    job = Settings({}).job
     assert (job.name, job.id, job.container_count, job.container_retry_count) == ("millstream-job", "1", 1, 3)
     assert job.job_key == "millstream-job-1"
     assert job.job_dir == Path(".millstream") / "jobs" / "millstream-job-1"
 
 
 def test_job_view_reads_flat_keys() -> None:
-    job = JobConfig.of(Config({"job.name": "wc", "job.id": "7", "job.container.count": "4", "job.data.dir": "/d"}))
+    job = Settings({"job.name": "wc", "job.id": "7", "job.container.count": "4", "job.data.dir": "/d"}).job
     assert job.container_count == 4
     assert job.job_dir == Path("/d/jobs/wc-7")
 
 
 def test_task_defaults_and_lists() -> None:
-    task = TaskConfig.of(Config({"task.inputs": "log.a, b", "task.drop.deserialization.errors": "yes"}))
+    task = Settings({"task.inputs": "log.a, b", "task.drop.deserialization.errors": "yes"}).task
     assert task.commit_ms == 60_000
     assert task.checkpoint_factory == "metadata"
     assert task.inputs == ["log.a", "b"]
@@ -83,8 +83,8 @@ def test_task_defaults_and_lists() -> None:
 
 
 def test_metadata_view_defaults_to_sqlite() -> None:
-    assert MetadataConfig.of(Config({})).store_factory == "sqlite"
-    assert MetadataConfig.of(Config({})).store_path is None
+    assert Settings({}).view(MetadataConfig).store_factory == "sqlite"
+    assert Settings({}).view(MetadataConfig).store_path is None
 
 
 @pytest.mark.parametrize(
@@ -97,7 +97,7 @@ def test_metadata_view_defaults_to_sqlite() -> None:
 )
 def test_unknown_key_in_a_closed_namespace_names_the_key_and_the_accepted_ones(key: str, view: Any) -> None:
     with pytest.raises(ConfigError) as raised:
-        view.of(Config({key: "1"}))
+        Settings({key: "1"}).view(view)
     message = str(raised.value)
     assert f"unknown config key '{key}'" in message
     assert "accepted under" in message
@@ -105,14 +105,14 @@ def test_unknown_key_in_a_closed_namespace_names_the_key_and_the_accepted_ones(k
 
 def test_unknown_task_key_lists_the_accepted_task_keys() -> None:
     with pytest.raises(ConfigError, match=r"'task\.comit\.ms'.*commit\.ms.*inputs"):
-        TaskConfig.of(Config({"task.comit.ms": "5"}))
+        _ = Settings({"task.comit.ms": "5"}).task
 
 
 def test_python_field_names_are_not_accepted_as_keys() -> None:
     with pytest.raises(ConfigError, match=r"unknown config key 'task\.commit_ms'"):
-        TaskConfig.of(Config({"task.commit_ms": "5"}))
+        _ = Settings({"task.commit_ms": "5"}).task
     with pytest.raises(ConfigError, match=r"unknown config key 'job\.container_count'"):
-        JobConfig.of(Config({"job.container_count": "2"}))
+        _ = Settings({"job.container_count": "2"}).job
 
 
 @pytest.mark.parametrize(
@@ -160,7 +160,7 @@ def test_broadcast_partition_range_is_inclusive() -> None:
 
 
 def test_broadcast_inputs_come_from_task_config() -> None:
-    task = TaskConfig.of(Config({"task.broadcast.inputs": "s.st#[1-2], s.st#7"}))
+    task = Settings({"task.broadcast.inputs": "s.st#[1-2], s.st#7"}).task
     assert task.broadcast_ssps() == {SystemStreamPartition("s", "st", p) for p in (1, 2, 7)}
 
 
@@ -197,7 +197,7 @@ def test_malformed_broadcast_input_stops_validation() -> None:
 
 
 def test_system_names_always_include_log() -> None:
-    assert system_names(Config({"systems.kafka.samza.factory": "kafka", "systems.k2.url": "x"})) == [
+    assert system_names(Settings({"systems.kafka.samza.factory": "kafka", "systems.k2.url": "x"})) == [
         "k2",
         "kafka",
         "log",
@@ -205,25 +205,25 @@ def test_system_names_always_include_log() -> None:
 
 
 def test_stream_offset_default_overrides_the_system_one() -> None:
-    config = Config(
+    config = Settings(
         {
             "systems.kafka.samza.offset.default": "oldest",
             "systems.kafka.streams.b.samza.offset.default": "upcoming",
         }
     )
-    assert offset_default(config, SystemStream("kafka", "a")) == "oldest"
-    assert offset_default(config, SystemStream("kafka", "b")) == "upcoming"
-    assert offset_default(Config({}), SystemStream("log", "a")) == "upcoming"
+    assert config.offset_default(SystemStream("kafka", "a")) == "oldest"
+    assert config.offset_default(SystemStream("kafka", "b")) == "upcoming"
+    assert Settings({}).offset_default(SystemStream("log", "a")) == "upcoming"
 
 
 def test_stream_samza_view_parses_reset_offset() -> None:
-    config = Config({"systems.log.streams.in.samza.reset.offset": "true"})
-    assert stream_samza(config, SystemStream("log", "in")).reset_offset is True
+    config = Settings({"systems.log.streams.in.samza.reset.offset": "true"})
+    assert config.view(StreamSamzaConfig, SystemStream("log", "in")).reset_offset is True
 
 
 def test_bad_offset_default_names_the_key() -> None:
     with pytest.raises(ConfigError, match=r"systems\.log\.samza\.offset\.default"):
-        system_samza(Config({"systems.log.samza.offset.default": "newest"}), "log")
+        Settings({"systems.log.samza.offset.default": "newest"}).view(SystemSamzaConfig, "log")
 
 
 def test_validate_accepts_a_well_formed_config() -> None:
@@ -255,7 +255,7 @@ def test_unknown_system_key_names_the_key_and_what_the_factory_accepts() -> None
 
 
 def test_system_with_an_open_namespace_accepts_any_key() -> None:
-    prepare(Config({"systems.log.samza.factory": f"{__name__}:OpenSystemFactory", "systems.log.whatever": "1"}))
+    prepare(Settings({"systems.log.samza.factory": f"{__name__}:OpenSystemFactory", "systems.log.whatever": "1"}))
 
 
 def test_unknown_system_samza_key_names_the_key() -> None:
@@ -320,9 +320,9 @@ def test_sensitive_values_never_appear_in_validation_errors() -> None:
 
 
 def test_validate_accepts_a_config_that_names_no_system() -> None:
-    prepare(Config({"job.name": "j", "task.inputs": "in"}))
+    prepare(Settings({"job.name": "j", "task.inputs": "in"}))
 
 
 def test_unknown_key_of_the_log_system_is_rejected_naming_the_key() -> None:
     with pytest.raises(ConfigError, match=r"unknown config key 'systems\.log\.bogus'"):
-        prepare(Config({"systems.log.bogus": "1"}))
+        prepare(Settings({"systems.log.bogus": "1"}))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.control.errors import ControlStateError
 from millstream.control.state import CONTROL_STATE_NAMESPACE, ControlStateStore
 from millstream.metadata import coordination
@@ -12,7 +12,7 @@ from millstream.metadata.opening import metadata_store
 
 @pytest.fixture
 def store(tmp_path):
-    store = metadata_store(Config({"job.data.dir": str(tmp_path)}))
+    store = metadata_store(Settings({"job.data.dir": str(tmp_path)}))
     store.init()
     yield store
     store.close()

@@ -8,7 +8,7 @@ import threading
 import time
 from pathlib import Path
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.driver_loop import DriverLoop, LaunchOutcome
 from millstream.job_model import JobModel
 from millstream.metadata import coordination
@@ -55,7 +55,7 @@ class ScriptedLaunch:
 
 
 class ScriptedLauncher:
-    def __init__(self, config: Config, during=lambda launcher, generation: None, *, ignore_stop=False, error=None):
+    def __init__(self, config: Settings, during=lambda launcher, generation: None, *, ignore_stop=False, error=None):
         self.store = metadata_store(config)
         self.during = during
         self.ignore_stop = ignore_stop
@@ -70,8 +70,8 @@ class ScriptedLauncher:
         return f"explained: {failure}"
 
 
-def loop_config(tmp_path: Path, **extra: str) -> Config:
-    config = job_config(tmp_path, job__container__count="1", **extra)
+def loop_config(tmp_path: Path, **extra: str) -> Settings:
+    config = Settings.of(job_config(tmp_path, job__container__count="1", **extra))
     create_stream(config, "in", 1)
     return config
 

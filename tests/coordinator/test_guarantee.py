@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from millstream.config import Config
-from millstream.config.views import TaskConfig
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError
 
@@ -24,18 +24,18 @@ def eos(**extra: Any) -> Config:
         "systems.kafka.bootstrap.servers": "127.0.0.1:9",
     }
     values.update({key.replace("__", "."): str(value) for key, value in extra.items()})
-    return Config(values)
+    return Settings(values)
 
 
 def test_an_exactly_once_job_with_everything_on_one_kafka_system_is_accepted() -> None:
     config = prepare(eos(stores__counts__changelog="kafka.counts-changelog", task__dead__letter__stream="kafka.dlq"))
-    assert TaskConfig.of(config).exactly_once
+    assert config.task.exactly_once
 
 
 def test_exactly_once_commits_every_100_ms_unless_told_otherwise() -> None:
-    assert TaskConfig.of(prepare(eos())).commit_ms == 100
-    assert TaskConfig.of(prepare(eos(task__commit__ms=1000))).commit_ms == 1000
-    assert TaskConfig.of(prepare(eos(task__processing__guarantee="at-least-once"))).commit_ms == 60_000
+    assert prepare(eos()).task.commit_ms == 100
+    assert prepare(eos(task__commit__ms=1000)).task.commit_ms == 1000
+    assert prepare(eos(task__processing__guarantee="at-least-once")).task.commit_ms == 60_000
 
 
 @pytest.mark.parametrize(
@@ -75,12 +75,12 @@ def log_eos(**extra: Any) -> Config:
         "task.checkpoint.factory": "log",
     }
     values.update({key.replace("__", "."): str(value) for key, value in extra.items()})
-    return Config(values)
+    return Settings(values)
 
 
 def test_an_exactly_once_job_on_the_embedded_log_with_its_checkpoints_there_is_accepted() -> None:
     config = prepare(log_eos(stores__counts__changelog="log.counts-changelog", task__dead__letter__stream="log.dlq"))
-    assert TaskConfig.of(config).exactly_once
+    assert config.task.exactly_once
 
 
 @pytest.mark.parametrize(

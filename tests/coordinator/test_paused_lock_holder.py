@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from millstream.config.core import Config
+from millstream.config.settings import Settings
 from millstream.metadata.sqlite_lock import process_state
 from tests.helpers import create_stream, fill, job_config, output_origins, seal, wait_until
 
@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 STOP_AT = "checkpoint-v1"
 
 
-def _job(tmp_path: Path) -> tuple[Path, Config]:
+def _job(tmp_path: Path) -> tuple[Path, Settings]:
     values = {
         "job.name": "test",
         "job.data.dir": str(tmp_path / "data"),

@@ -10,7 +10,7 @@ import pytest
 
 from millstream.blobstore.base import blob_store
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.control.state import CONTROL_STATE_NAMESPACE
 from millstream.coordinator.prepare import prepare
 from millstream.coordinator.reset import ResetRefusedError, reset_job
@@ -26,13 +26,13 @@ from tests.storage.test_stateful_jobs import config_for, final_stores, reference
 from tests.storage.test_stateful_jobs import prepare as fill_input
 
 
-def checkpointed_tasks(config: Config) -> int:
+def checkpointed_tasks(config: Settings) -> int:
     with metadata_store(config) as store, checkpoint_manager(config, store) as manager:
         manager.start()
         return len(manager.read_all())
 
 
-def job_blobs(config: Config) -> list[str]:
+def job_blobs(config: Settings) -> list[str]:
     store = blob_store(config)
     try:
         return store.list(store_blob_prefix(config, "", ""))
@@ -98,7 +98,7 @@ def test_a_reset_of_a_running_job_is_refused_naming_its_running_containers(tmp_p
 def test_a_reset_two_stage_job_keeping_its_control_state_in_the_metadata_store_delivers_everything_again(
     tmp_path: Path,
 ) -> None:
-    config = app_config(tmp_path, "tests.api.apps:RepartitionPassThrough", job__container__count=2)
+    config = Settings.of(app_config(tmp_path, "tests.api.apps:RepartitionPassThrough", job__container__count=2))
     data = {p: messages(p, 10) for p in range(2)}
     setup(config, data)
     result = InProcessRunner(config).run(timeout=60)

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import pytest
 
 from millstream import Job, JobResult
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.services import DriverServices
 from millstream.errors import MillstreamError
 from millstream.metadata.base import MetadataStore
@@ -37,7 +37,7 @@ stores_opened: Counter[str] = Counter()
 """thread name -> metadata stores created."""
 
 
-def record(config: Config, kind: str, what: str = "") -> None:
+def record(config: Settings, kind: str, what: str = "") -> None:
     """Also to ``test.count.file`` when set: a job run as a command counts in a process of its own."""
     path = config.get("test.count.file")
     if path:
@@ -46,7 +46,7 @@ def record(config: Config, kind: str, what: str = "") -> None:
 
 
 class CountingLogSystemFactory(LogSystemFactory):
-    def get_admin(self, system_name: str, config: Config) -> LogSystemAdmin:
+    def get_admin(self, system_name: str, config: Settings) -> LogSystemAdmin:
         admin = super().get_admin(system_name, config)
         record(config, "admin", system_name)
         with _lock:
@@ -63,7 +63,7 @@ class CountingLogSystemFactory(LogSystemFactory):
 
 
 class CountingSqliteFactory(SqliteMetadataStoreFactory):
-    def get_metadata_store(self, config: Config) -> MetadataStore:
+    def get_metadata_store(self, config: Settings) -> MetadataStore:
         record(config, "store")
         with _lock:
             stores_opened[threading.current_thread().name] += 1
@@ -201,7 +201,7 @@ def test_a_job_used_call_by_call_holds_no_admin_between_calls(tmp_path):
 
 
 def test_another_thread_gets_its_own_admin_and_connection_and_close_releases_every_one_once(tmp_path):
-    services = DriverServices(Config(two_system_job(tmp_path)))
+    services = DriverServices(Settings(two_system_job(tmp_path)))
     mine = (services.admin("log"), services.store())
     assert (services.admin("log"), services.store()) == mine, "the same thread gets the same ones again"
     theirs: list[object] = []

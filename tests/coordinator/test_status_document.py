@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from millstream.config.settings import Settings
 from millstream.coordinator.status_document import status_document
 from millstream.metadata.opening import metadata_store
 from millstream.metrics.registry import Sample
@@ -11,7 +12,7 @@ from tests.helpers import create_stream, fill, job_config, seal
 
 
 def test_restore_progress_failures_and_watermarks_in_a_containers_snapshot_reach_the_status_document(tmp_path):
-    config = job_config(tmp_path, task="tests.jobs:MeteredPassThrough", metrics__enabled="true")
+    config = Settings.of(job_config(tmp_path, task="tests.jobs:MeteredPassThrough", metrics__enabled="true"))
     create_stream(config, "in", 2)
     create_stream(config, "out", 2)
     fill(config, "in", 2, 10)

@@ -30,7 +30,8 @@ from typing import TypeGuard
 import pytest
 import yaml
 
-from millstream.config import Config, load_config
+from millstream.config import load_config
+from millstream.config.settings import Settings
 from millstream.model import SystemStream
 from millstream.systems.base import StreamSpec
 from millstream.systems.registry import system_factory
@@ -230,7 +231,7 @@ def _write_job(directory: Path) -> None:
         values[f"systems.{system}.samza.msg.serde"] = "json"
         values[f"systems.{system}.samza.offset.default"] = "oldest"
     (directory / "job.yaml").write_text(yaml.safe_dump(values), encoding="utf-8")
-    config = Config(values)
+    config = Settings(values)
     for system, stream in (("log", "page-views"), ("kafka", "orders"), ("kafka", "page-views")):
         admin = system_factory(config, system).get_admin(system, config)
         admin.start()

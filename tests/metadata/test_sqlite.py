@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from millstream.config.core import Config
+from millstream.config.settings import Settings
 from millstream.errors import ConfigError
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import MetadataStoreFactory
@@ -230,7 +230,7 @@ def test_forked_child_opens_its_own_connection(store: SqliteMetadataStore) -> No
 
 
 def test_factory_defaults_to_sqlite_in_the_job_directory(tmp_path: Path) -> None:
-    config = Config({"job.name": "wordcount", "job.id": "2", "job.data.dir": str(tmp_path / "data")})
+    config = Settings({"job.name": "wordcount", "job.id": "2", "job.data.dir": str(tmp_path / "data")})
     store = metadata_store(config)
     assert isinstance(store, SqliteMetadataStore)
     assert store.path == tmp_path / "data" / "jobs" / "wordcount-2" / "metadata.db"
@@ -239,19 +239,19 @@ def test_factory_defaults_to_sqlite_in_the_job_directory(tmp_path: Path) -> None
 
 def test_factory_uses_the_configured_path(tmp_path: Path) -> None:
     path = tmp_path / "elsewhere" / "m.db"
-    store = metadata_store(Config({"metadata.store.factory": "sqlite", "metadata.store.path": str(path)}))
+    store = metadata_store(Settings({"metadata.store.factory": "sqlite", "metadata.store.path": str(path)}))
     assert isinstance(store, SqliteMetadataStore)
     assert store.path == path
     assert path.parent.is_dir()
 
 
 class _MemoryStoreFactory(MetadataStoreFactory):
-    def get_metadata_store(self, config: Config) -> MetadataStore:
+    def get_metadata_store(self, config: Settings) -> MetadataStore:
         return SqliteMetadataStore(Path(config["metadata.store.path"]))
 
 
 def test_factory_loads_a_module_class_path(tmp_path: Path) -> None:
-    config = Config(
+    config = Settings(
         {"metadata.store.factory": f"{__name__}:_MemoryStoreFactory", "metadata.store.path": str(tmp_path / "x.db")}
     )
     assert isinstance(metadata_store(config), SqliteMetadataStore)
@@ -259,14 +259,14 @@ def test_factory_loads_a_module_class_path(tmp_path: Path) -> None:
 
 def test_factory_rejects_a_class_that_is_not_a_metadata_store_factory() -> None:
     with pytest.raises(ConfigError, match=r"metadata\.store\.factory"):
-        metadata_store(Config({"metadata.store.factory": "millstream.config.core:Config"}))
+        metadata_store(Settings({"metadata.store.factory": "millstream.config.core:Config"}))
 
 
 def test_factory_rejects_an_unknown_name_listing_the_built_in_ones() -> None:
     with pytest.raises(ConfigError, match=r"metadata\.store\.factory.*sqlite"):
-        metadata_store(Config({"metadata.store.factory": "nosuch"}))
+        metadata_store(Settings({"metadata.store.factory": "nosuch"}))
 
 
 def test_factory_rejects_unknown_keys_in_the_metadata_namespace() -> None:
     with pytest.raises(ConfigError, match=r"metadata\.store\.bogus"):
-        metadata_store(Config({"metadata.store.bogus": "1"}))
+        metadata_store(Settings({"metadata.store.bogus": "1"}))

@@ -11,7 +11,7 @@ from typing import Any
 from millstream.api.application import OutputDescriptor, StreamApplication, StreamApplicationDescriptor
 from millstream.api.task import TaskContext
 from millstream.api.windows import Count, TumblingWindow
-from millstream.config import Config
+from millstream.config.settings import Settings
 from tests.api.apps import WINDOW_MS, PanesAndWatermarks, Slow, app_config, source
 
 
@@ -41,7 +41,7 @@ class CountingWindows(StreamApplication):
         )
 
 
-def counting_windows_config(data_dir: Path, **extra: Any) -> Config:
+def counting_windows_config(data_dir: Path, **extra: Any) -> Settings:
     stores: dict[str, Any] = {}
     for store in ("counts", "totals"):
         stores.update(

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from millstream.config import Config
-from millstream.config.views import MetricsConfig
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError
+from millstream.metrics.settings import MetricsConfig
 
 
 def test_metrics_are_off_unless_a_port_or_a_reporter_is_configured() -> None:
-    defaults = MetricsConfig.of(Config({}))
+    defaults = Settings({}).view(MetricsConfig)
     assert (defaults.active, defaults.prometheus_port, defaults.snapshot_interval_ms) == (False, 0, 5000)
-    assert MetricsConfig.of(Config({"metrics.prometheus.port": "9404"})).active
-    assert MetricsConfig.of(Config({"metrics.reporters": "log"})).reporters == ["log"]
-    assert MetricsConfig.of(Config({"metrics.reporters": "log"})).active
-    assert MetricsConfig.of(Config({"metrics.enabled": "true"})).active
-    assert not MetricsConfig.of(Config({"metrics.enabled": "false", "metrics.reporters": "log"})).active
+    assert Settings({"metrics.prometheus.port": "9404"}).view(MetricsConfig).active
+    assert Settings({"metrics.reporters": "log"}).view(MetricsConfig).reporters == ["log"]
+    assert Settings({"metrics.reporters": "log"}).view(MetricsConfig).active
+    assert Settings({"metrics.enabled": "true"}).view(MetricsConfig).active
+    assert not Settings({"metrics.enabled": "false", "metrics.reporters": "log"}).view(MetricsConfig).active
 
 
 @pytest.mark.parametrize(
@@ -29,11 +29,11 @@ def test_metrics_are_off_unless_a_port_or_a_reporter_is_configured() -> None:
     ],
 )
 def test_a_bad_metrics_key_stops_the_job_before_it_starts(tmp_path, values: dict[str, str], message: str) -> None:
-    config = Config({"job.data.dir": str(tmp_path), "task.class": "tests.jobs:PassThrough", "task.inputs": "in"})
+    config = Settings({"job.data.dir": str(tmp_path), "task.class": "tests.jobs:PassThrough", "task.inputs": "in"})
     with pytest.raises(ConfigError, match=message):
         prepare(config.with_overrides(values))
 
 
 def test_a_misspelt_metrics_section_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"did you mean 'metrics\.prometheus\.port'"):
-        prepare(Config({"task.class": "tests.jobs:PassThrough", "task.inputs": "in", "metric.prometheus.port": "1"}))
+        prepare(Settings({"task.class": "tests.jobs:PassThrough", "task.inputs": "in", "metric.prometheus.port": "1"}))

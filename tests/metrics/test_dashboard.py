@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.job_result import JobResult
 from millstream.model import SystemStream
 from millstream.testing import InProcessRunner, write_stream
@@ -34,7 +34,7 @@ def queried_names() -> set[str]:
     return {name for expression in expressions for name in re.findall(r"\bmillstream_[a-zA-Z0-9_]+", expression)}
 
 
-def run_until(config: Config, port: int, probe: Any, what: str) -> Series:
+def run_until(config: Settings, port: int, probe: Any, what: str) -> Series:
     """Run the job until ``probe(scrape)`` holds, then stop it; the scrape that satisfied it."""
     runner = InProcessRunner(config)
     outcome: dict[str, JobResult] = {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+from millstream.config.settings import Settings
 from millstream.coordinator.job_result import JobResult
 from millstream.metadata.opening import metadata_store
 from millstream.metrics.reporters import total
@@ -102,7 +103,7 @@ def test_the_last_snapshot_counts_a_finished_jobs_dead_letters_and_skipped_error
 
 
 def test_a_stateful_job_times_its_store_restore(tmp_path) -> None:
-    config = state_config(tmp_path, "changelog", metrics__enabled="true")
+    config = Settings.of(state_config(tmp_path, "changelog", metrics__enabled="true"))
     create_stream(config, "in", 1)
     create_stream(config, "out", 1)
     fill(config, "in", 1, 30)

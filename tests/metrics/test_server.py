@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.services import DriverServices
 from millstream.errors import ConfigError
 from millstream.metadata import coordination
@@ -22,7 +22,7 @@ SECRET = "hunter2-very-secret"
 
 
 @pytest.fixture
-def config(tmp_path) -> Config:
+def config(tmp_path) -> Settings:
     return job_config(tmp_path, **{"sensitive.token": SECRET, "job.name": "clicks"})
 
 
@@ -36,7 +36,7 @@ def server(config) -> Iterator[MetricsServer]:
         yield running
 
 
-def _publish(config: Config, container: str, generation: int, attempt: int, processed: int) -> None:
+def _publish(config: Settings, container: str, generation: int, attempt: int, processed: int) -> None:
     registry = Registry({"container": container})
     registry.counter("processed", task=f"Partition {container}", stream="in", partition=container).inc(processed)
     registry.counter(f"user_{SECRET}").inc()  # a secret inside a name must not leak either

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError
 from millstream.metrics.registry import Sample
@@ -79,7 +79,7 @@ def test_a_snapshot_is_one_flushed_json_message_keyed_by_its_container() -> None
     assert (producer.flushed, producer.state) == (1, "stopped")
 
 
-def last_snapshots(config: Config, stream: SystemStream) -> dict[str, Any]:
+def last_snapshots(config: Settings, stream: SystemStream) -> dict[str, Any]:
     """Each container's last snapshot read from ``stream``, whose serdes (string keys, JSON messages) read
     what the reporter sends."""
     last: dict[str, Any] = {}

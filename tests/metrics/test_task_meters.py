@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.metrics.registry import Measurement, Registry, Sample
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition, TaskName
 from millstream.runtime.metering import Measurements, TaskMeters
@@ -25,7 +25,7 @@ def test_a_batch_counts_messages_and_bytes_per_partition_and_times_the_processin
         TASK,
         TimedTask(clock, cost=0.125),
         frozenset({SSP}),
-        ContainerContext(TASK, Config({}), frozenset({SSP}), "0"),
+        ContainerContext(TASK, Settings({}), frozenset({SSP}), "0"),
         TimedProducers(clock, cost=0.25),
         DiscardingCollector(),
         NoCheckpoints(),
@@ -59,7 +59,7 @@ def test_without_meters_a_task_instance_records_nothing_anywhere() -> None:
         TASK,
         TimedTask(clock),
         frozenset({SSP}),
-        ContainerContext(TASK, Config({}), frozenset({SSP}), "0"),
+        ContainerContext(TASK, Settings({}), frozenset({SSP}), "0"),
         TimedProducers(clock),
         DiscardingCollector(),
         NoCheckpoints(),
@@ -136,7 +136,7 @@ def test_a_commit_times_each_of_its_phases_apart() -> None:
         TASK,
         TimedTask(clock),
         frozenset({SSP}),
-        ContainerContext(TASK, Config({}), frozenset({SSP}), "0"),
+        ContainerContext(TASK, Settings({}), frozenset({SSP}), "0"),
         TimedProducers(clock, cost=1),
         DiscardingCollector(),
         TimedCheckpoints(clock, cost=8),

@@ -15,7 +15,7 @@ from millstream.api.application import (
     StreamApplication,
     StreamApplicationDescriptor,
 )
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.metadata import coordination
 from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
@@ -41,7 +41,7 @@ class FailingMap(StreamApplication):
         )
 
 
-def failing_app(tmp_path: Path, **extra: Any) -> Config:
+def failing_app(tmp_path: Path, **extra: Any) -> Settings:
     config = app_config(tmp_path, f"{__name__}:FailingMap", **extra)
     create_stream(config, "in", 2)
     create_stream(config, "out", 2)
@@ -52,7 +52,7 @@ def failing_app(tmp_path: Path, **extra: Any) -> Config:
     return config
 
 
-def outputs(config: Config) -> list[int]:
+def outputs(config: Settings) -> list[int]:
     return sorted(
         value["n"] for values in read_stream(config, SystemStream("log", "out")).values() for _, value in values
     )

@@ -9,7 +9,7 @@ import pytest
 from millstream.api.application import StreamApplicationDescriptor
 from millstream.api.errors import ApplicationError
 from millstream.api.windows import Count, SessionWindow, SlidingWindow, TumblingWindow
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.coordinator.services import DriverServices
 from millstream.errors import ConfigError, StreamNotFoundError
@@ -30,7 +30,7 @@ from millstream.systems.base import StreamOwnedError
 from tests.helpers import create_stream
 
 
-def ensure_intermediate_streams(config: Config) -> dict[SystemStream, int]:
+def ensure_intermediate_streams(config: Settings) -> dict[SystemStream, int]:
     """The planner's step with the driver's services, as the job coordinator takes it."""
     with DriverServices(config) as services:
         return ensure_streams(config, services.admin)
@@ -128,7 +128,7 @@ def test_an_application_with_only_session_windows_has_no_watermark_boundary():
 # --- the expanded config ---------------------------------------------------------------------------
 
 
-def app_config(tmp_path: Path, **extra: str) -> Config:
+def app_config(tmp_path: Path, **extra: str) -> Settings:
     values = {
         "job.name": "views",
         "job.data.dir": str(tmp_path),
@@ -136,7 +136,7 @@ def app_config(tmp_path: Path, **extra: str) -> Config:
         "systems.log.samza.msg.serde": "json",
         **{key.replace("__", "."): value for key, value in extra.items()},
     }
-    return prepare(Config(values))
+    return prepare(Settings(values))
 
 
 def test_an_application_runs_as_the_operator_graph_task_over_its_stages_inputs(tmp_path):
@@ -175,14 +175,14 @@ def test_a_stage_runs_as_its_own_job_with_the_applications_stream_names(tmp_path
 
 def test_a_low_level_job_config_is_left_alone(tmp_path):
     values = {"job.data.dir": str(tmp_path), "task.class": "tests.jobs:PassThrough", "task.inputs": "log.in"}
-    config = prepare(Config(values))
+    config = prepare(Settings(values))
     assert expand_application(config) is config
 
 
 def test_task_class_may_name_an_imported_application_as_test_runner_does(tmp_path):
     from tests.api.apps import WindowedCount  # noqa: F401 - imported, as TestRunner's caller has
 
-    config = prepare(Config({"job.data.dir": str(tmp_path), "task.class": "tests.api.apps:WindowedCount"}))
+    config = prepare(Settings({"job.data.dir": str(tmp_path), "task.class": "tests.api.apps:WindowedCount"}))
     assert (config["app.class"], config["task.class"]) == ("tests.api.apps:WindowedCount", GRAPH_TASK_CLASS)
 
 
@@ -202,17 +202,17 @@ def test_task_class_may_name_an_imported_application_as_test_runner_does(tmp_pat
 def test_a_config_the_application_cannot_run_with_is_refused_naming_the_key(tmp_path, extra, problem):
     values = {"job.data.dir": str(tmp_path), "app.class": "tests.api.apps:WindowedCount", **extra}
     with pytest.raises(ConfigError, match=problem):
-        prepare(Config(values))
+        prepare(Settings(values))
 
 
 def test_a_config_that_bypassed_expansion_is_refused_before_planning(tmp_path):
     with pytest.raises(ConfigError, match="was not expanded"):
-        require_expanded(Config({"app.class": "tests.api.apps:WindowedCount"}))
+        require_expanded(Settings({"app.class": "tests.api.apps:WindowedCount"}))
 
 
 def test_the_refusal_of_an_unexpanded_config_names_the_public_way_to_load_a_job_not_an_internal_module(tmp_path):
     with pytest.raises(ConfigError) as refused:
-        require_expanded(Config({"app.class": "tests.api.apps:WindowedCount"}))
+        require_expanded(Settings({"app.class": "tests.api.apps:WindowedCount"}))
     assert "Job.from_file" in str(refused.value)
     assert "millstream.coordinator" not in str(refused.value) and "load_job_config" not in str(refused.value)
 
@@ -220,7 +220,7 @@ def test_the_refusal_of_an_unexpanded_config_names_the_public_way_to_load_a_job_
 # --- intermediate streams --------------------------------------------------------------------------
 
 
-def partitions(config: Config, stream: str) -> int:
+def partitions(config: Settings, stream: str) -> int:
     from millstream.systems.registry import system_factory
 
     admin = system_factory(config, "log").get_admin("log", config)

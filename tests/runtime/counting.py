@@ -9,7 +9,7 @@ import os
 from collections import Counter
 from typing import ClassVar
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.sqlite import SqliteMetadataStoreFactory
 from millstream.systems.base import SystemProducer
@@ -20,7 +20,7 @@ from millstream.systems.log.producer import LogSystemProducer
 COUNT_FILE_KEY = "test.count.file"
 
 
-def record(config: Config, what: str) -> None:
+def record(config: Settings, what: str) -> None:
     path = config.get(COUNT_FILE_KEY)
     if path:
         with open(path, "a", encoding="utf-8") as file:
@@ -33,12 +33,12 @@ class CountingLogFactory(LogSystemFactory):
     admins: ClassVar[Counter[str]] = Counter()
     producers: ClassVar[list[SystemProducer]] = []
 
-    def get_admin(self, system_name: str, config: Config) -> LogSystemAdmin:
+    def get_admin(self, system_name: str, config: Settings) -> LogSystemAdmin:
         CountingLogFactory.admins[system_name] += 1
         record(config, f"admin {system_name}")
         return super().get_admin(system_name, config)
 
-    def get_producer(self, system_name: str, config: Config) -> LogSystemProducer:
+    def get_producer(self, system_name: str, config: Settings) -> LogSystemProducer:
         producer = super().get_producer(system_name, config)
         CountingLogFactory.producers.append(producer)
         return producer
@@ -49,7 +49,7 @@ class CountingSqliteFactory(SqliteMetadataStoreFactory):
 
     opened: ClassVar[int] = 0
 
-    def get_metadata_store(self, config: Config) -> MetadataStore:
+    def get_metadata_store(self, config: Settings) -> MetadataStore:
         CountingSqliteFactory.opened += 1
         record(config, "store")
         return super().get_metadata_store(config)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import load_job_config
 from millstream.model import SystemStream
 from millstream.testing import read_stream, write_stream
@@ -53,7 +53,7 @@ def outputs_by_partition(config) -> dict[int, Counter[int]]:
 
 
 def killed_with_calls_in_flight(
-    path: Path, tmp_path: Path, config: Config, service: EnrichService, at_least: int = 300
+    path: Path, tmp_path: Path, config: Settings, service: EnrichService, at_least: int = 300
 ) -> tuple[dict[int, int], int]:
     """Run the job file ``path`` as ``millstream run --in-process`` and SIGKILL it once ``at_least`` calls are in
     flight at ``service`` and a checkpoint was written: the checkpointed offset per partition, and the calls in

@@ -16,7 +16,7 @@ import pytest
 
 from millstream import AsyncStreamTask, EndOfStreamListenerTask, WindowableTask
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.metadata.opening import metadata_store
 from millstream.model import IncomingMessageEnvelope, SystemStream, SystemStreamPartition, TaskName
@@ -32,7 +32,7 @@ ASYNC_TASK = "tests.jobs:AsyncEnrich"
 
 def async_job(
     tmp_path: Path, service: EnrichService, per_partition: int, keys: int = 0, partitions: int = 2, **extra: Any
-) -> tuple[Config, dict[int, list[int]]]:
+) -> tuple[Settings, dict[int, list[int]]]:
     """An ``AsyncEnrich`` job over ``partitions`` partitions of ``per_partition`` values each (keyed
     ``value % keys`` when ``keys``, else by partition); returns the values written per partition."""
     config = prepare(job_config(tmp_path, task=ASYNC_TASK, test__service__url=service.url, **extra))
@@ -48,7 +48,7 @@ def async_job(
     return config, written
 
 
-def outputs(config: Config) -> list[dict[str, Any]]:
+def outputs(config: Settings) -> list[dict[str, Any]]:
     return [value for pairs in read_stream(config, SystemStream("log", "out")).values() for _, value in pairs]
 
 
@@ -59,7 +59,7 @@ def per_partition(results: list[dict[str, Any]]) -> dict[int, list[int]]:
     return dict(by)
 
 
-def checkpointed(config: Config) -> dict[int, str | None]:
+def checkpointed(config: Settings) -> dict[int, str | None]:
     with metadata_store(config) as store:
         checkpoints = checkpoint_manager(config, store).read_all()
     return {ssp.partition: offset for cp in checkpoints.values() for ssp, offset in cp.offsets.items()}
@@ -155,7 +155,7 @@ class Gated(AsyncStreamTask):
 
 def gated_instance(concurrency: int) -> tuple[TaskInstance, Gated, FakeCheckpoints]:
     events = Events()
-    config = Config({"task.max.concurrency": str(concurrency), "task.callback.timeout.ms": "60000"})
+    config = Settings({"task.max.concurrency": str(concurrency), "task.callback.timeout.ms": "60000"})
     task = Gated()
     checkpoints = FakeCheckpoints(events)
     instance = TaskInstance(
@@ -222,7 +222,7 @@ def test_a_shutdown_asked_by_a_message_waits_for_the_others_in_flight_and_its_co
     events = Events()
     checkpoints = FakeCheckpoints(events)
     task = ShutsDownAtOne()
-    config = Config({"task.max.concurrency": "10"})
+    config = Settings({"task.max.concurrency": "10"})
     name = TaskName("Partition 0")
     instance = TaskInstance(
         name, task, frozenset({SSP}), ContainerContext(name, config, frozenset({SSP}), "0"),
@@ -280,7 +280,7 @@ def test_window_and_end_of_stream_wait_for_the_messages_in_flight_and_async_hook
     events = Events()
     task = Hooks()
     name = TaskName("Partition 0")
-    context = ContainerContext(name, Config({"task.max.concurrency": "5"}), frozenset({SSP}), "0")
+    context = ContainerContext(name, Settings({"task.max.concurrency": "5"}), frozenset({SSP}), "0")
     instance = TaskInstance(
         name, task, frozenset({SSP}), context,
         FakeProducers(events), DiscardingCollector(), FakeCheckpoints(events), {}, {},

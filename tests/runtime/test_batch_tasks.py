@@ -11,7 +11,7 @@ from typing import Any
 
 from millstream import BatchStreamTask
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
@@ -24,7 +24,7 @@ from tests.runtime.test_task_commit import SSP, Events, FakeCheckpoints, envelop
 BATCH_TASK = "tests.jobs:BatchPassThrough"
 
 
-def batch_job(tmp_path: Path, per_partition: int = 10, **extra: Any) -> tuple[Config, set[tuple[int, int]]]:
+def batch_job(tmp_path: Path, per_partition: int = 10, **extra: Any) -> tuple[Settings, set[tuple[int, int]]]:
     config = prepare(job_config(tmp_path, task=BATCH_TASK, **extra))
     create_stream(config, "in", 2)
     create_stream(config, "out", 1)

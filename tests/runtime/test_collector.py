@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.runtime.collector import SerializationError, TaskCollector
 from millstream.serde.registry import SerdeRegistry
@@ -17,7 +17,7 @@ from millstream.systems.base import SystemProducer
 
 JSON_OUT = SystemStream("log", "json-out")
 BYTES_OUT = SystemStream("raw", "bytes-out")
-CONFIG = Config(
+CONFIG = Settings(
     {
         "systems.log.samza.key.serde": "string",
         "systems.log.samza.msg.serde": "json",

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
 from millstream.testing import InProcessRunner, write_stream
@@ -20,11 +20,11 @@ from tests.storage.test_stateful_jobs import config_for, final_stores, prepare, 
 NO_TIMER_COMMIT = {"task.commit.ms": "3600000"}
 
 
-def checkpoints(config: Config) -> dict[Any, Any]:
+def checkpoints(config: Settings) -> dict[Any, Any]:
     return checkpoint_manager(config, metadata_store(config)).read_all()
 
 
-def committed_job(tmp_path: Path) -> tuple[Config, set[tuple[int, int]]]:
+def committed_job(tmp_path: Path) -> tuple[Settings, set[tuple[int, int]]]:
     """Both tasks read and checkpointed all of their input; no timer commit in the runs that follow."""
     config = config_for(tmp_path, "changelog")
     written = prepare(config)
@@ -32,7 +32,7 @@ def committed_job(tmp_path: Path) -> tuple[Config, set[tuple[int, int]]]:
     return config.with_overrides(NO_TIMER_COMMIT), written
 
 
-def checkpoints_while_running(config: Config, changed: Any, seconds: float = 20) -> dict[Any, Any]:
+def checkpoints_while_running(config: Settings, changed: Any, seconds: float = 20) -> dict[Any, Any]:
     """Run the job on its unsealed input until ``changed(checkpoints)`` holds or ``seconds`` pass, then stop
     it; returns the checkpoints seen while it was still running."""
     runner = InProcessRunner(config)

@@ -17,7 +17,7 @@ import pytest
 
 from millstream.api.task import CheckpointListener
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointV2
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.model import IncomingMessageEnvelope, TaskName
 from millstream.runtime.task_committer import CommitSettings
 from millstream.runtime.task_instance import ContainerContext, TaskInstance
@@ -163,7 +163,7 @@ def test_a_task_without_stores_flushes_and_checkpoints_on_the_commit_thread_whil
         TASK,
         Ignore(),
         frozenset({INPUT}),
-        ContainerContext(TASK, Config({}), frozenset({INPUT}), "0"),
+        ContainerContext(TASK, Settings({}), frozenset({INPUT}), "0"),
         producers,
         DiscardingCollector(),
         checkpoints,
@@ -206,7 +206,7 @@ def test_a_checkpoint_listener_is_called_on_the_tasks_thread_once_its_output_was
         TASK,
         listener,
         frozenset({INPUT}),
-        ContainerContext(TASK, Config({}), frozenset({INPUT}), "0"),
+        ContainerContext(TASK, Settings({}), frozenset({INPUT}), "0"),
         producers,
         DiscardingCollector(),
         Checkpoints(),

@@ -14,7 +14,7 @@ import pytest
 
 from millstream.blobstore.base import BlobStore, BlobStoreFactory
 from millstream.blobstore.local import LocalBlobStore
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.systems.base import SystemProducer
 from millstream.systems.log.admin import LogSystemAdmin
 from millstream.systems.log.errors import LogSystemError
@@ -45,7 +45,7 @@ class FlakyBlobStore(LocalBlobStore):
 
 
 class FlakyBlobStoreFactory(BlobStoreFactory):
-    def get_blob_store(self, config: Config) -> BlobStore:
+    def get_blob_store(self, config: Settings) -> BlobStore:
         job = config["job.data.dir"]
         FlakyBlobStore.failures_left.setdefault(job, int(config["test.blob.failures"]))
         return FlakyBlobStore(Path(job) / "blobs", job)
@@ -61,11 +61,11 @@ class StalledBlobStore(LocalBlobStore):
 
 
 class StalledBlobStoreFactory(BlobStoreFactory):
-    def get_blob_store(self, config: Config) -> BlobStore:
+    def get_blob_store(self, config: Settings) -> BlobStore:
         return StalledBlobStore(Path(config["job.data.dir"]) / "blobs")
 
 
-def flaky_job(tmp_path: Path, failures: int, **extra: str) -> tuple[Config, set[tuple[int, int]]]:
+def flaky_job(tmp_path: Path, failures: int, **extra: str) -> tuple[Settings, set[tuple[int, int]]]:
     config = config_for(
         tmp_path, "blobstore", blob__store__manager__factory=f"{__name__}:FlakyBlobStoreFactory", **extra
     ).with_overrides({"test.blob.failures": str(failures)})

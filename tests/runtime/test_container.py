@@ -3,7 +3,7 @@
 import pytest
 
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.errors import MillstreamError
 from millstream.metadata.opening import metadata_store
@@ -98,7 +98,7 @@ def test_restart_resumes_after_the_checkpoint_without_reprocessing(tmp_path):
     assert values == [1, 2, 3, 4, 5]
 
 
-def _bytes_job(tmp_path, extra=None) -> Config:
+def _bytes_job(tmp_path, extra=None) -> Settings:
     values = {
         "job.name": "t",
         "job.data.dir": str(tmp_path),
@@ -110,10 +110,10 @@ def _bytes_job(tmp_path, extra=None) -> Config:
         "systems.log.streams.out.samza.msg.serde": "json",
         **(extra or {}),
     }
-    return prepare(Config(values))
+    return prepare(Settings(values))
 
 
-def _create(config: Config, stream: str, values: list[bytes], seal: bool) -> None:
+def _create(config: Settings, stream: str, values: list[bytes], seal: bool) -> None:
     from millstream.systems.base import StreamSpec
     from millstream.systems.registry import system_factory
 
@@ -134,7 +134,7 @@ def _create(config: Config, stream: str, values: list[bytes], seal: bool) -> Non
     admin.stop()
 
 
-def _seal(config: Config, stream: str) -> None:
+def _seal(config: Settings, stream: str) -> None:
     from millstream.systems.registry import system_factory
 
     admin = system_factory(config, "log").get_admin("log", config)

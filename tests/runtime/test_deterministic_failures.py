@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.prepare import prepare
 from millstream.job_model import JobModel
@@ -24,7 +24,7 @@ from tests.helpers import create_stream, fill, job_config, output_origins, seal
 FAILING = "tests.jobs:FailingOnSome"
 
 
-def single_partition_job(tmp_path: Path, **extra: Any) -> Config:
+def single_partition_job(tmp_path: Path, **extra: Any) -> Settings:
     config = prepare(job_config(tmp_path, task=FAILING, **{"test__fail__values": "3", **extra}))
     create_stream(config, "in", 1)
     create_stream(config, "out", 1)
@@ -33,7 +33,7 @@ def single_partition_job(tmp_path: Path, **extra: Any) -> Config:
     return config
 
 
-def published(config: Config, store: MetadataStore) -> JobModel:
+def published(config: Settings, store: MetadataStore) -> JobModel:
     return JobCoordinator(config, store).start()
 
 

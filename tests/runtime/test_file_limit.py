@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.errors import ConfigError
 from millstream.runtime import file_limit
 from millstream.runtime.services import ContainerServices
@@ -67,7 +67,7 @@ def test_a_containers_budget_goes_with_its_services(limit: tuple[int, int], tmp_
     """A container's services reserve the log's pools at its first use and release them at close."""
     _, hard = limit
     partitions = hard * 6 // 10 // DESCRIPTORS_PER_PARTITION
-    config = Config(
+    config = Settings(
         {
             "job.name": "limits",
             "job.data.dir": str(tmp_path),

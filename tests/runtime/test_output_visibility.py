@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.job_result import JobResult
 from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
@@ -25,16 +25,16 @@ from tests.storage.harness import state_config
 TEN_MINUTES = "600000"
 
 
-def no_checkpoint_yet(config: Config) -> bool:
+def no_checkpoint_yet(config: Settings) -> bool:
     with metadata_store(config) as store:
         return not checkpoint_manager(config, store).read_all()
 
 
-def output_count(config: Config) -> int:
+def output_count(config: Settings) -> int:
     return len(read_stream(config, SystemStream("log", "out"))[0])
 
 
-def visible_before_any_checkpoint(config: Config, run: Callable[[], JobResult], stop: Callable[[], None]) -> None:
+def visible_before_any_checkpoint(config: Settings, run: Callable[[], JobResult], stop: Callable[[], None]) -> None:
     """Run the job in the background, wait until all 100 inputs reached its output, then stop it."""
     create_stream(config, "in", 2)
     create_stream(config, "out", 1)

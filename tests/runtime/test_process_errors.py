@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError
 from millstream.model import SystemStream
@@ -19,7 +19,7 @@ from tests.helpers import create_stream, fill, job_config, output_origins, seal
 FAILING = "tests.jobs:FailingOnSome"
 
 
-def failing_job(tmp_path: Path, **extra: Any) -> tuple[Config, set[tuple[int, int]]]:
+def failing_job(tmp_path: Path, **extra: Any) -> tuple[Settings, set[tuple[int, int]]]:
     config = prepare(job_config(tmp_path, task=FAILING, **{"test__fail__values": "3,7", **extra}))
     create_stream(config, "in", 2)
     create_stream(config, "out", 1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.errors import ConfigError
 from millstream.metadata import coordination
 from millstream.metadata.base import FencedError
@@ -108,7 +108,7 @@ def test_failures_older_than_the_interval_no_longer_count_against_the_rate() -> 
 
 
 def test_settings_come_from_the_job_restart_keys_and_bad_values_name_the_key() -> None:
-    config = Config(
+    config = Settings(
         {
             "job.container.restart.backoff.initial.ms": "500",
             "job.container.restart.backoff.max.ms": "8000",
@@ -121,7 +121,7 @@ def test_settings_come_from_the_job_restart_keys_and_bad_values_name_the_key() -
     )
     assert RestartSettings.of(config) == RestartSettings(500, 8000, 1.5, 0.0, 9000, 4, 20_000)
     with pytest.raises(ConfigError, match=r"job\.container\.restart\.backoff\.multiplier"):
-        RestartSettings.of(Config({"job.container.restart.backoff.multiplier": "0.5"}))
+        RestartSettings.of(Settings({"job.container.restart.backoff.multiplier": "0.5"}))
 
 
 def test_the_record_round_trips_and_only_the_current_attempt_may_write_it(tmp_path) -> None:

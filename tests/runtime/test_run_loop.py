@@ -13,7 +13,7 @@ from typing import Any
 
 from millstream.api.task import MessageCollector, StreamTask, TaskCoordinator, WindowableTask
 from millstream.checkpoint.checkpoint import Checkpoint
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStreamPartition, TaskName
 from millstream.runtime.run_loop import DeadLetterPolicy, RunLoop, RunLoopSettings
 from millstream.runtime.task_instance import ContainerContext, TaskInstance
@@ -158,7 +158,7 @@ def make_loop(
     poll_interval_ms: int = 125,
     stop_check_ms: int = 500,
 ) -> RunLoop:
-    context = ContainerContext(TASK, Config({}), frozenset({SSP}), "0")
+    context = ContainerContext(TASK, Settings({}), frozenset({SSP}), "0")
     instance = TaskInstance(
         TASK,
         task,

@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from millstream.config import Config
-from millstream.config.views import JobConfig
+from millstream.config.settings import Settings
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.prepare import prepare
 from millstream.metadata.sqlite import SqliteMetadataStoreFactory
@@ -28,7 +27,7 @@ from tests.runtime.counting import CountingLogFactory, CountingSqliteFactory
 from tests.storage.harness import state_config
 
 
-def counted_job(tmp_path: Path, **extra: Any) -> Config:
+def counted_job(tmp_path: Path, **extra: Any) -> Settings:
     """Two inputs, a store with a changelog, metrics shipped to a stream; admins and connections counted."""
     config = prepare(
         state_config(
@@ -68,8 +67,18 @@ def test_a_container_opens_one_admin_per_system_the_documented_store_connections
     assert len(CountingLogFactory.producers) >= 3, "output, changelog and the metrics stream"
     writers = {getattr(producer, "_writer", None) for producer in CountingLogFactory.producers}
     assert None not in writers, "a producer wrote without the container's writer token"
-    attempt = (JobConfig.of(config).job_key, "0", model.generation, result.epoch)
+    attempt = (config.job.job_key, "0", model.generation, result.epoch)
     assert {(w.job, w.container_id, w.generation, w.epoch) for w in writers if w is not None} == {attempt}
+
+
+def test_a_container_and_its_services_read_the_views_of_the_settings_they_are_given(tmp_path: Path) -> None:
+    config = counted_job(tmp_path)
+    with SqliteMetadataStoreFactory().get_metadata_store(config) as store:
+        model = JobCoordinator(config, store).start()
+    container = Container(config, model, "0")
+    assert container.task_config is config.task, "the container parsed task.* again instead of reading its settings"
+    with ContainerServices(config, "0") as services:
+        assert services.config is config, "the services rebuilt the settings they were given"
 
 
 def test_services_refuse_a_metadata_store_connection_for_an_undeclared_purpose(tmp_path: Path) -> None:

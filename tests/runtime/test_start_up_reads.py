@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import ClassVar
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.sqlite import SqliteMetadataStore, SqliteMetadataStoreFactory
 from millstream.startpoint.manager import FAN_OUT_NAMESPACE, STARTPOINT_STATUS_NAMESPACE
@@ -33,7 +33,7 @@ class CountingStore(SqliteMetadataStore):
 
 
 class CountingStoreFactory(SqliteMetadataStoreFactory):
-    def get_metadata_store(self, config: Config) -> MetadataStore:
+    def get_metadata_store(self, config: Settings) -> MetadataStore:
         store = super().get_metadata_store(config)
         assert isinstance(store, SqliteMetadataStore)
         store.__class__ = CountingStore

@@ -3,7 +3,7 @@
 import threading
 import time
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.metadata.opening import metadata_store
 from millstream.startpoint.manager import StartpointManager
 from millstream.startpoint.tools import set_startpoints
@@ -12,11 +12,11 @@ from millstream.testing import InProcessRunner
 from tests.helpers import create_stream, fill, job_config, output_origins, seal
 
 
-def fan_outs(config: Config) -> dict:
+def fan_outs(config: Settings) -> dict:
     return StartpointManager(metadata_store(config)).all_fan_outs()
 
 
-def run_until_read(config: Config, total: int) -> None:
+def run_until_read(config: Settings, total: int) -> None:
     """Run an unbounded job until its checkpoints cover ``total`` messages, then stop it gracefully."""
     from millstream.checkpoint.factory import checkpoint_manager
 

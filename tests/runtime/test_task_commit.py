@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition, TaskName
 from millstream.runtime.process_errors import TaskProcessError
 from millstream.runtime.task_committer import CommitSettings
@@ -138,7 +138,7 @@ def make_task(
 ) -> tuple[TaskInstance, FakeCheckpoints]:
     """A TaskInstance of ``task`` (a ``Recorder`` by default) over ``SSP``, with fakes for the rest."""
     checkpoints = checkpoints or FakeCheckpoints(events)
-    context = ContainerContext(TASK, Config({}), frozenset({SSP}), "0")
+    context = ContainerContext(TASK, Settings({}), frozenset({SSP}), "0")
     instance = TaskInstance(
         TASK,
         task if task is not None else Recorder(),

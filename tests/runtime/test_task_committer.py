@@ -14,7 +14,7 @@ import pytest
 
 from millstream.api.task import CheckpointListener
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.runtime.task_committer import CommitSettings, TaskCommitter
 from millstream.runtime.transaction import ContainerTransaction
@@ -383,7 +383,7 @@ def test_beside_processing_only_the_cut_runs_on_the_tasks_thread(executor):
 
 def test_beside_processing_is_the_default():
     assert CommitSettings().beside_processing
-    assert CommitSettings.of(Config({})).beside_processing
+    assert CommitSettings.of(Settings({})).beside_processing
 
 
 def test_beside_processing_a_changelog_write_failed_on_the_commit_thread_fails_the_next_commit_of_an_idle_task(

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.prepare import prepare
 from millstream.job_model import JobModel
@@ -29,7 +29,7 @@ INPUT = SystemStreamPartition("log", "in", 0)
 KEYS = 10
 
 
-def zombie_job(tmp_path: Path, factory: str, records: int, hold_at: int, commit_at: int, **extra: Any) -> Config:
+def zombie_job(tmp_path: Path, factory: str, records: int, hold_at: int, commit_at: int, **extra: Any) -> Settings:
     hold = tmp_path / "hold"
     hold.mkdir()
     config = prepare(
@@ -50,12 +50,12 @@ def zombie_job(tmp_path: Path, factory: str, records: int, hold_at: int, commit_
     return config
 
 
-def write_keys(config: Config, values: range, key: str | None = None) -> None:
+def write_keys(config: Settings, values: range, key: str | None = None) -> None:
     pairs = [(key or f"k{value % KEYS}", value) for value in values]
     write_stream(config, SystemStream("log", "in"), pairs, partition=0)
 
 
-def checkpointed_offset(config: Config, task: TaskName = TASK, ssp: SystemStreamPartition = INPUT) -> int:
+def checkpointed_offset(config: Settings, task: TaskName = TASK, ssp: SystemStreamPartition = INPUT) -> int:
     with metadata_store(config) as store:
         reader = checkpoint_manager(config, store, None)
         reader.start()
@@ -67,7 +67,9 @@ def checkpointed_offset(config: Config, task: TaskName = TASK, ssp: SystemStream
     return int(offset) if offset is not None else -1
 
 
-def in_background(config: Config, model: JobModel, container_id: str = "0") -> tuple[threading.Thread, dict[str, Any]]:
+def in_background(
+    config: Settings, model: JobModel, container_id: str = "0"
+) -> tuple[threading.Thread, dict[str, Any]]:
     outcome: dict[str, Any] = {}
 
     def run() -> None:
@@ -81,7 +83,7 @@ def in_background(config: Config, model: JobModel, container_id: str = "0") -> t
     return thread, outcome
 
 
-def reported_stores(config: Config) -> list[dict[str, int]]:
+def reported_stores(config: Settings) -> list[dict[str, int]]:
     """The whole store each attempt reported at end-of-stream, in order."""
     messages = read_stream(config, SystemStream("log", "out"))[0]
     return [value["store"] for _, value in messages if "store" in value]
@@ -89,7 +91,7 @@ def reported_stores(config: Config) -> list[dict[str, int]]:
 
 def run_with_a_zombie(
     tmp_path: Path, factory: str, **extra: Any
-) -> tuple[Config, BaseException | None, ContainerResult]:
+) -> tuple[Settings, BaseException | None, ContainerResult]:
     """Attempt 1 is held at offset 100 of 200; attempt 2 starts, restores and processes everything; then
     attempt 1 goes on (behind attempt 2, so its counts are stale) and commits at offset 150; attempt 2
     commits later records; a third attempt restores from attempt 2's last checkpoint."""

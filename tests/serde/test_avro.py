@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from millstream.config.core import Config
+from millstream.config.settings import Settings
 from millstream.errors import ConfigError
 from millstream.model import SystemStream
 from millstream.serde.avro import AvroSerde
@@ -33,7 +33,7 @@ STREAM = SystemStream("log", "views")
 def avro_serde(**settings: str) -> AvroSerde:
     values = {"serializers.registry.pv.class": "avro", "systems.log.streams.views.samza.msg.serde": "pv"}
     values.update({f"serializers.registry.pv.{key.replace('__', '.')}": value for key, value in settings.items()})
-    serde = SerdeRegistry.from_config(Config(values)).msg_serde(STREAM)
+    serde = SerdeRegistry.from_config(Settings(values)).msg_serde(STREAM)
     assert isinstance(serde, AvroSerde)
     return serde
 
@@ -97,6 +97,6 @@ def test_bad_settings_stop_the_job_naming_the_key(settings: dict[str, str], frag
 
 
 def test_a_serde_without_settings_refuses_them() -> None:
-    config = Config({"serializers.registry.j.class": "json", "serializers.registry.j.schema": "{}"})
+    config = Settings({"serializers.registry.j.class": "json", "serializers.registry.j.schema": "{}"})
     with pytest.raises(ConfigError, match="serde 'json' takes no settings"):
         SerdeRegistry.from_config(config)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from millstream.config.core import Config
+from millstream.config.settings import Settings
 from millstream.errors import ConfigError
 from millstream.model import SystemStream
 from millstream.serde.base import SerdeError
@@ -19,7 +19,7 @@ STREAM = SystemStream("log", "views")
 
 
 def protobuf_serde(message_class: str = "tests.serde.messages:PageView") -> ProtobufSerde:
-    config = Config(
+    config = Settings(
         {
             "serializers.registry.pv.class": "protobuf",
             "serializers.registry.pv.message.class": message_class,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from millstream.config.core import Config
+from millstream.config.settings import Settings
 from millstream.errors import ConfigError
 from millstream.model import SystemStream
 from millstream.serde.builtin import BytesSerde, JsonSerde, LongSerde, MsgpackSerde, StringSerde
@@ -34,7 +34,7 @@ class BrokenSerde:
 
 
 def registry(values: dict[str, str]) -> SerdeRegistry:
-    return SerdeRegistry.from_config(Config(values))
+    return SerdeRegistry.from_config(Settings(values))
 
 
 @pytest.mark.parametrize(

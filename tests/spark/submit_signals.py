@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.status import job_status
 from tests.cli.test_main import by_input_partition, wait_for
 from tests.helpers import create_stream, fill, job_config
@@ -29,7 +29,7 @@ def expected_exit_code(target: str, signum: int) -> int:
     return 0 if target == "python" else 128 + signum
 
 
-def unbounded_job(data_dir: Path, conf_dir: Path, **extra: Any) -> tuple[Config, Path]:
+def unbounded_job(data_dir: Path, conf_dir: Path, **extra: Any) -> tuple[Settings, Path]:
     """A pass-through job of 2 containers over 2 unsealed partitions (it runs until stopped): config and file."""
     values: dict[str, Any] = {
         "task": "tests.jobs:SlowPassThrough",
@@ -102,7 +102,7 @@ def _children(pid: int) -> list[int]:
     return children
 
 
-def running_with_a_checkpoint(config: Config) -> bool:
+def running_with_a_checkpoint(config: Settings) -> bool:
     """Every container running and every partition checkpointed at least once."""
     status = job_status(config)
     states = [info.get("state") for info in status.containers.values()]
@@ -110,7 +110,7 @@ def running_with_a_checkpoint(config: Config) -> bool:
     return len(states) == 2 and set(states) == {"running"} and len(checkpointed) == PARTITIONS and all(checkpointed)
 
 
-def stop_with_signal(job: SubmittedJob, config: Config, target: str, signum: int, startup_s: float) -> int:
+def stop_with_signal(job: SubmittedJob, config: Settings, target: str, signum: int, startup_s: float) -> int:
     """Wait until the job runs and has committed, signal ``target``, and return spark-submit's exit code."""
     wait_for(lambda: running_with_a_checkpoint(config), timeout=startup_s, process=job.process, log=job.output)
     job.send(target, signum)
@@ -118,7 +118,7 @@ def stop_with_signal(job: SubmittedJob, config: Config, target: str, signum: int
     return job.process.wait(timeout=90)
 
 
-def assert_stopped_after_a_final_commit(config: Config, output: str) -> None:
+def assert_stopped_after_a_final_commit(config: Settings, output: str) -> None:
     """Every container stopped (not failed, not left ``running``), and each partition's last checkpoint covers
     exactly what the job wrote: a rerun would neither repeat nor skip a message."""
     # the JVM's shutdown ran the hook to its end: no lost py4j answer, no Python traceback

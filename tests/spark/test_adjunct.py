@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.job_result import JobResult
 from millstream.model import SystemStream
 from millstream.spark.run.runner import SparkJobRunner
@@ -26,7 +26,7 @@ PARTITIONS = 4
 CURRENCIES = 400
 
 
-def config_for(tmp_path: Path, **extra: Any) -> Config:
+def config_for(tmp_path: Path, **extra: Any) -> Settings:
     settings: dict[str, Any] = {
         "job__container__count": 2,
         "stores__rates__adstore__input": "log.rates",
@@ -41,7 +41,7 @@ def config_for(tmp_path: Path, **extra: Any) -> Config:
     return config
 
 
-def run_with_input(config: Config, spark: Any, stream: str, keys: list[str]) -> JobResult:
+def run_with_input(config: Settings, spark: Any, stream: str, keys: list[str]) -> JobResult:
     create_stream(config, stream, PARTITIONS)
     config = config.with_overrides({"task.inputs": f"log.{stream}"})
     write_stream(config, SystemStream("log", stream), [(key, i) for i, key in enumerate(keys)])
@@ -51,7 +51,7 @@ def run_with_input(config: Config, spark: Any, stream: str, keys: list[str]) -> 
     return result
 
 
-def enriched(config: Config) -> dict[str, Any]:
+def enriched(config: Settings) -> dict[str, Any]:
     return {
         key: rate for pairs in read_stream(config, SystemStream("log", "out")).values() for _, (key, _, rate) in pairs
     }
@@ -111,7 +111,7 @@ def test_a_running_job_switches_to_a_newly_sealed_version(spark_local, tmp_path)
     assert outcome["result"].outcome == "stopped", outcome["result"].error
 
 
-def probe_until(config: Config, key: str, expected: Any, rounds: int = 200) -> list[Any]:
+def probe_until(config: Settings, key: str, expected: Any, rounds: int = 200) -> list[Any]:
     """Send ``key`` through the job until its output shows ``expected`` (or ``rounds`` probes went)."""
     seen: list[Any] = []
     for attempt in range(rounds):

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.control.sender import aggregate_partition
 from millstream.coordinator.job_result import JobResult
 from millstream.metadata import coordination
@@ -40,7 +40,7 @@ pytestmark = pytest.mark.spark
 IN = SystemStream("log", "in")
 
 
-def setup(config: Config, data: dict[int, list]) -> None:
+def setup(config: Settings, data: dict[int, list]) -> None:
     create_stream(config, "in", len(data))
     create_stream(config, "out", 1)
     for partition, pairs in data.items():
@@ -48,11 +48,11 @@ def setup(config: Config, data: dict[int, list]) -> None:
     seal(config, "in")
 
 
-def output(config: Config) -> list[dict[str, Any]]:
+def output(config: Settings) -> list[dict[str, Any]]:
     return [value for pairs in read_stream(config, SystemStream("log", "out")).values() for _, value in pairs]
 
 
-def pane_counts(config: Config) -> Counter:
+def pane_counts(config: Settings) -> Counter:
     return Counter((r["user"], r["start"], r["count"]) for r in output(config) if "count" in r)
 
 
@@ -147,7 +147,7 @@ def test_watermarks_through_spark_are_paced_by_time_and_end_of_stream_goes_once_
     assert_control_bounded_by_time(config, data, SparkJobRunner(config, spark=spark_local).run(), aggregate)
 
 
-def running(config: Config) -> bool:
+def running(config: Settings) -> bool:
     """Whether a container of ``config``'s job reported that it runs."""
     store = metadata_store(config)
     try:
@@ -189,7 +189,7 @@ def test_a_sigkilled_downstream_only_container_resumes_where_its_control_state_w
     assert counts == reference_counts(data)
 
 
-def _committed_past_end_of_stream(config: Config, store: Any, task: str, producer: str) -> int | None:
+def _committed_past_end_of_stream(config: Settings, store: Any, task: str, producer: str) -> int | None:
     """The pid of the running container of ``task`` once its state (in its operator store's changelog)
     holds ``producer``'s end-of-stream and its checkpoint covers the offsets that state reflects; else None."""
     state = persisted_control_states(config).get(task)

@@ -22,7 +22,7 @@ import pytest
 
 from millstream.blobstore.base import blob_store
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.prepare import prepare
 from millstream.metadata.opening import metadata_store
@@ -52,7 +52,7 @@ def s3(tmp_path: Path) -> Iterator[MotoS3Server]:
         server.stop()
 
 
-def outage_job(tmp_path: Path, server: MotoS3Server) -> Config:
+def outage_job(tmp_path: Path, server: MotoS3Server) -> Settings:
     config = state_config(
         tmp_path,
         "blobstore",
@@ -75,14 +75,14 @@ def outage_job(tmp_path: Path, server: MotoS3Server) -> Config:
     return config
 
 
-def commit_counter(config: Config, name: str) -> float:
+def commit_counter(config: Settings, name: str) -> float:
     """The container's ``name`` counter summed over its tasks, as its last metrics snapshot reported it."""
     with metadata_store(config) as store:
         snapshots = read_snapshots(store)
     return sum(s.value for snapshot in snapshots.values() for s in snapshot.samples if s.name == name)
 
 
-def checkpointed(config: Config) -> int:
+def checkpointed(config: Settings) -> int:
     """Input messages the tasks' checkpoints cover."""
     with metadata_store(config) as store:
         checkpoints = checkpoint_manager(config, store).read_all()

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.model import TaskName
 from tests.helpers import fill, seal
 from tests.spark.test_state import assert_no_orphaned_blobs, final_store_dumps, paused_at, run_and_kill
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.spark
 WHOLE = {f"Partition {p}": {f"k{p}": 100} for p in range(2)}
 
 
-def killed_at_first_upload(config: Config, markers: Path) -> Config:
+def killed_at_first_upload(config: Settings, markers: Path) -> Settings:
     return config.with_overrides(
         {
             "task.commit.testing.pause.at": "after-upload",

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from millstream.api.task import InitableTask, TaskContext
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.metadata import coordination
 from millstream.spark.run.runner import SparkJobRunner
@@ -34,7 +34,7 @@ class FailsOnceAtThree(PassThrough, InitableTask):
         super().process(envelope, collector, coordinator)
 
 
-def single_partition_job(tmp_path: Path, task: str, **extra: Any) -> Config:
+def single_partition_job(tmp_path: Path, task: str, **extra: Any) -> Settings:
     config = prepare(job_config(tmp_path, task=task, job__container__retry__count=3, **extra))
     create_stream(config, "in", 1)
     create_stream(config, "out", 1)

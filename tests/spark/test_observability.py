@@ -12,7 +12,6 @@ import orjson
 import pytest
 from pyspark.sql import SparkSession
 
-from millstream.config import JobConfig
 from millstream.coordinator.job_result import JobResult
 from millstream.spark.run.runner import SparkJobRunner
 from tests.helpers import create_stream, fill, job_config, wait_until
@@ -32,7 +31,7 @@ def _spark_gauges(spark: SparkSession, runner: SparkJobRunner, processed: int) -
     """The job's figures in Spark's metrics system, as the Spark UI's ``/metrics/json`` serves them."""
     with urllib.request.urlopen(f"{spark.sparkContext.uiWebUrl}/metrics/json/", timeout=10) as reply:
         gauges = orjson.loads(reply.read())["gauges"]
-    prefix = f".driver.AccumulatorSource.millstream.{JobConfig.of(runner.config).job_key}."
+    prefix = f".driver.AccumulatorSource.millstream.{runner.config.job.job_key}."
     figures = {name.split(prefix, 1)[1]: int(gauge["value"]) for name, gauge in gauges.items() if prefix in name}
     return figures if figures.get("processed") == processed else None
 
@@ -51,7 +50,7 @@ def test_the_status_document_and_the_spark_job_name_the_job_its_generation_and_c
     fill(config, "in", 4, 30)  # never sealed: the job runs until stopped
     runner = SparkJobRunner(config, spark=spark_local)
     tracker = spark_local.sparkContext.statusTracker()
-    group = f"millstream-{JobConfig.of(runner.config).job_key}-g1"
+    group = f"millstream-{runner.config.job.job_key}-g1"
     earlier = set(tracker.getJobIdsForGroup(group))  # the shared session remembers other tests' runs of this job
     outcome: dict[str, JobResult] = {}
     job = threading.Thread(target=lambda: outcome.setdefault("result", runner.run()))

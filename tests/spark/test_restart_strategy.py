@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from millstream.api.task import InitableTask, TaskContext
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.coordinator.status_document import status_document
 from millstream.metadata import coordination
@@ -41,7 +41,7 @@ class FailsEachAttemptElsewhere(PassThrough, InitableTask):
         super().process(envelope, collector, coordinator)
 
 
-def restarting_job(tmp_path: Path, failures: int, **extra: Any) -> Config:
+def restarting_job(tmp_path: Path, failures: int, **extra: Any) -> Settings:
     markers = tmp_path / "markers"
     markers.mkdir()
     config = prepare(
@@ -68,7 +68,7 @@ def restarting_job(tmp_path: Path, failures: int, **extra: Any) -> Config:
 class StatusWatch(threading.Thread):
     """Samples ``/status.json``'s container 0 while the job runs: the backoffs it showed, in order."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Settings) -> None:
         super().__init__(daemon=True)
         self.config = config
         self.backoffs: list[tuple[int, int]] = []
@@ -82,7 +82,7 @@ class StatusWatch(threading.Thread):
                 self.backoffs.append(seen)
 
 
-def run_watched(config: Config, spark: Any) -> tuple[SparkJobRunner, Any, list[tuple[int, int]]]:
+def run_watched(config: Settings, spark: Any) -> tuple[SparkJobRunner, Any, list[tuple[int, int]]]:
     runner = SparkJobRunner(config, spark=spark)
     watch = StatusWatch(config)
     watch.start()

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.job_result import JobResult
 from millstream.metadata import coordination
 from millstream.metadata.opening import metadata_store
@@ -33,12 +33,12 @@ from tests.spark.run.test_runner import wait_for
 pytestmark = pytest.mark.spark
 
 
-def checkpointed(config: Config) -> int:
+def checkpointed(config: Settings) -> int:
     checkpoints = checkpoint_manager(config, metadata_store(config)).read_all()
     return sum(int(o) + 1 for c in checkpoints.values() for o in c.offsets.values() if o is not None)
 
 
-def first_run_reads_half(spark, config: Config) -> None:
+def first_run_reads_half(spark, config: Settings) -> None:
     """Run an unbounded job over offsets 0-4 of 4 partitions, stop it gracefully once all is checkpointed."""
     create_stream(config, "in", 4)
     create_stream(config, "out", 4)
@@ -50,7 +50,7 @@ def first_run_reads_half(spark, config: Config) -> None:
     assert runner.run().outcome == "stopped"
 
 
-def counts(config: Config) -> dict[int, collections.Counter]:
+def counts(config: Settings) -> dict[int, collections.Counter]:
     by_partition: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
     for partition, value in output_origins(config):
         by_partition[partition][value] += 1

@@ -12,6 +12,7 @@ import signal
 import threading
 import time
 from collections import Counter
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import pytest
 
 from millstream.checkpoint.checkpoint import CheckpointV2
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.job_result import JobResult
 from millstream.metadata import coordination
 from millstream.metadata.opening import metadata_store
@@ -27,6 +28,7 @@ from millstream.model import SystemStream, TaskName
 from millstream.spark.run.runner import SparkJobRunner
 from millstream.storage.backends.blobstore.index import SnapshotIndex
 from millstream.storage.backends.registry import state_backend_factory_class
+from millstream.storage.changelog_partitions import changelog_partitions
 from millstream.testing import read_stream, write_stream
 from tests.helpers import create_stream, seal
 from tests.spark.run.test_runner import wait_for
@@ -40,7 +42,7 @@ KEYS = 7
 BLOB_MARKER_KEY = state_backend_factory_class("blobstore", "test").marker_key()
 
 
-def job(tmp_path: Path, backend: str, **extra: Any) -> Config:
+def job(tmp_path: Path, backend: str, **extra: Any) -> Settings:
     config = state_config(
         tmp_path,
         backend,
@@ -61,7 +63,7 @@ def reference() -> dict[str, dict[str, int]]:
     return {f"Partition {p}": dict(Counter(f"key{i % KEYS}" for i in range(PER_PARTITION))) for p in range(PARTITIONS)}
 
 
-def run_and_kill(config: Config, spark: Any, victim: Any) -> JobResult:
+def run_and_kill(config: Settings, spark: Any, victim: Any) -> JobResult:
     """Run the job on Spark; ``victim()`` returns a pid to SIGKILL (once) as soon as it knows one."""
     runner = SparkJobRunner(config, spark=spark)
     outcome: dict[str, JobResult] = {}
@@ -74,7 +76,7 @@ def run_and_kill(config: Config, spark: Any, victim: Any) -> JobResult:
     return outcome["result"]
 
 
-def final_store_dumps(config: Config) -> dict[str, dict[str, int]]:
+def final_store_dumps(config: Settings) -> dict[str, dict[str, int]]:
     """The last ``{"store": ...}`` each task sent at end-of-stream (an earlier attempt may have sent one)."""
     dumps: dict[str, dict[str, int]] = {}
     for _, value in read_stream(config, SystemStream("log", "out"))[0]:
@@ -83,7 +85,7 @@ def final_store_dumps(config: Config) -> dict[str, dict[str, int]]:
     return dumps
 
 
-def check_outcome(config: Config, result: JobResult, tmp_path: Path, backend: str) -> None:
+def check_outcome(config: Settings, result: JobResult, tmp_path: Path, backend: str) -> None:
     assert result.outcome == "finished", result.error
     assert max(c.epoch for c in result.containers) >= 2, "no container was retried"
     assert final_store_dumps(config) == reference()
@@ -97,7 +99,7 @@ def check_outcome(config: Config, result: JobResult, tmp_path: Path, backend: st
         assert_no_orphaned_blobs(config)
 
 
-def assert_no_orphaned_blobs(config: Config) -> None:
+def assert_no_orphaned_blobs(config: Settings) -> None:
     root = Path(config["job.data.dir"]) / "blobs"
     present = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
     referenced: set[str] = set()
@@ -109,7 +111,7 @@ def assert_no_orphaned_blobs(config: Config) -> None:
     assert present == referenced
 
 
-def running_container_with_a_checkpoint(config: Config) -> Any:
+def running_container_with_a_checkpoint(config: Settings) -> Any:
     store = metadata_store(config)
 
     def probe() -> int | None:
@@ -144,8 +146,10 @@ def test_sigkill_during_processing(spark_local, tmp_path: Path, backend: str) ->
 def test_sigkill_during_processing_with_an_object_cache_smaller_than_the_keys(spark_local, tmp_path: Path) -> None:
     """Evictions write back between commits, so the changelog runs ahead of the checkpoint when the kill comes:
     the restore reverts to the checkpoint and the end equals a run without faults. The retry starts from no
-    local state (``clean.on.container.start``), so it replays each store's whole changelog, and the embedded log
-    hands it every record in bulk: the retried container's metrics say so."""
+    local state (``clean.on.container.start``), so it replays each store's whole changelog, the embedded log
+    hands it every record in bulk, and each store, empty when its replay starts, takes its records through a
+    vector memtable from the first batch whose keys are out of order (a changelog whose keys all came in order,
+    a task killed after a few, stays in the normal memtable): the retried container's metrics say so."""
     config = job(
         tmp_path,
         "changelog",
@@ -160,13 +164,27 @@ def test_sigkill_during_processing_with_an_object_cache_smaller_than_the_keys(sp
     result = run_and_kill(config, spark_local, running_container_with_a_checkpoint(config))
     check_outcome(config, result, tmp_path, "changelog")
     replayed = restored_records_of_the_retry(config, "0")
-    assert sum(records for records, _ in replayed.values()) > 0
-    assert all(records == bulk for records, bulk in replayed.values()), replayed
+    assert sum(records for records, _, _ in replayed.values()) > 0
+    assert all(records == bulk for records, bulk, _ in replayed.values()), replayed
+    for task, (records, _, vector) in replayed.items():
+        ascending = changelog_keys_ascending(config, task, int(records))
+        assert (vector == 0) if ascending else (0 < vector <= records), (task, replayed)
 
 
-def restored_records_of_the_retry(config: Config, container: str) -> dict[str, tuple[float, float]]:
-    """Per task of ``container``'s last attempt: the records its store's restore replayed, and how many of them
-    came in bulk, from the last metrics snapshot that attempt sent."""
+def changelog_keys_ascending(config: Settings, task: str, records: int) -> bool:
+    """Whether the first ``records`` keys of ``task``'s changelog partition are in ascending order."""
+    partition = changelog_partitions(metadata_store(config))[TaskName(task)]
+    keys = [key for key, _ in read_stream(config, SystemStream("log", "counts-changelog"))[partition][:records]]
+    return all(first < second for first, second in pairwise(keys))
+
+
+RESTORE_GAUGES = ("store_restored_records", "store_restored_bulk_records", "store_restored_vector_memtable_records")
+
+
+def restored_records_of_the_retry(config: Settings, container: str) -> dict[str, tuple[float, ...]]:
+    """Per task of ``container``'s last attempt: the records its store's restore replayed, how many of them
+    came in bulk and how many went through a vector memtable, from the last metrics snapshot that attempt
+    sent."""
     last: dict[str, Any] = {}
     for _, document in read_stream(config, SystemStream("log", "metrics"))[0]:
         header = document["header"]
@@ -176,10 +194,10 @@ def restored_records_of_the_retry(config: Config, container: str) -> dict[str, t
     values: dict[tuple[str, str], float] = {
         (metric["labels"]["task"], metric["name"]): metric["value"]
         for metric in last["metrics"]
-        if metric["name"] in ("store_restored_records", "store_restored_bulk_records")
+        if metric["name"] in RESTORE_GAUGES
     }
     tasks = {task for task, _ in values}
-    return {t: (values[(t, "store_restored_records")], values[(t, "store_restored_bulk_records")]) for t in tasks}
+    return {t: tuple(values[(t, name)] for name in RESTORE_GAUGES) for t in tasks}
 
 
 @pytest.mark.parametrize(
@@ -204,7 +222,7 @@ def test_sigkill_at_a_commit_point(spark_local, tmp_path: Path, point: str, back
     check_outcome(config, result, tmp_path, backend)
 
 
-def output_grows_while_paused_at(config: Config, marker_dir: Path, point: str) -> Any:
+def output_grows_while_paused_at(config: Settings, marker_dir: Path, point: str) -> Any:
     """The pid of the container paused at ``point`` once its output has grown since the pause began: its
     tasks processed on while the commit was held there."""
     seen: dict[str, int] = {}

@@ -1,5 +1,6 @@
 import pytest
 
+from millstream.config import Config
 from millstream.errors import StreamNotFoundError
 from millstream.startpoint.errors import StartpointError
 from millstream.startpoint.tools import delete_startpoints, list_startpoints, parse_timestamp, set_startpoints
@@ -48,3 +49,10 @@ def test_delete_removes_only_the_chosen_stream_partitions(config):
     set_startpoints(config, "log.in", StartpointOldest())
     assert delete_startpoints(config, "log.in", partitions=[0, 1]) == 2
     assert sorted(e.ssp.partition for e in list_startpoints(config).pending) == [2, 3]
+
+
+def test_the_config_only_functions_take_a_plain_config_as_users_loaded_it_not_only_settings(config):
+    plain = Config(config.to_dict(), config.source)  # what load_config gives: no parsed views
+    assert len(set_startpoints(plain, "log.in", StartpointOldest(), partitions=[2])) == 1
+    assert [entry.ssp.partition for entry in list_startpoints(plain).pending] == [2]
+    assert delete_startpoints(plain, "log.in") == 1

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.services import DriverServices
 from millstream.job_model import JobModel
@@ -26,7 +26,7 @@ TASK = TaskName("Partition 0")
 INPUT = SystemStreamPartition("log", "in", 0)
 
 
-def state_config(tmp_path: Path, backend: str, task: str = "tests.storage.jobs:CountPerKey", **extra: Any) -> Config:
+def state_config(tmp_path: Path, backend: str, task: str = "tests.storage.jobs:CountPerKey", **extra: Any) -> Settings:
     values: dict[str, Any] = {
         "stores__counts__factory": "rocksdb",
         "stores__counts__key__serde": "string",
@@ -38,7 +38,7 @@ def state_config(tmp_path: Path, backend: str, task: str = "tests.storage.jobs:C
         values["stores__counts__backup__factories"] = "blobstore" if backend == "blobstore" else "changelog,blobstore"
         values["task__checkpoint__read__versions"] = "2,1"
     values.update(extra)
-    return job_config(tmp_path, task=task, **values)
+    return Settings.of(job_config(tmp_path, task=task, **values))
 
 
 @dataclass
@@ -64,8 +64,8 @@ class Opened:
 
 
 class StateHarness:
-    def __init__(self, config: Config, partitions: int = 1) -> None:
-        self.config = config
+    def __init__(self, config: Settings, partitions: int = 1) -> None:
+        self.config = config = Settings.of(config)
         create_stream(config, "in", partitions)
         self.metadata = metadata_store(config)
         self.metadata.init()
@@ -120,7 +120,7 @@ class StateHarness:
 
 
 def restored_contents(
-    config: Config, task: TaskName, fresh_dir: Path, store: str = "counts", metrics: MetricsRegistry = NOOP_METRICS
+    config: Settings, task: TaskName, fresh_dir: Path, store: str = "counts", metrics: MetricsRegistry = NOOP_METRICS
 ) -> dict[Any, Any]:
     """Restore ``task``'s store from the job's last checkpoint into ``fresh_dir`` (as a new host would),
     reporting its progress to ``metrics``, and return what it holds."""
@@ -136,7 +136,9 @@ def restored_contents(
     assert model is not None
     checkpoint = checkpoint_manager(config, metadata).read_last_checkpoint(task)
     services = ContainerServices(config)
-    container = ContainerStorageManager(config, model, model.container_of(task), metadata, services, metrics=metrics)
+    container = ContainerStorageManager(
+        services.config, model, model.container_of(task), metadata, services, metrics=metrics
+    )
     storage = container.task_storage(task, model.tasks[task])
     assert storage is not None
     try:

@@ -14,7 +14,7 @@ import pytest
 
 from millstream.checkpoint.checkpoint import CheckpointV2
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.storage.backends.blobstore.index import SnapshotIndex
@@ -29,22 +29,22 @@ TASKS = (TaskName("Partition 0"), TaskName("Partition 1"))
 RECOVERY = "blob.store.restore.recover.missing.blobs.enabled"
 
 
-def blob_root(config: Config) -> Path:
+def blob_root(config: Settings) -> Path:
     return Path(config["job.data.dir"]) / "blobs"
 
 
-def blobs(config: Config, store: str | None = None) -> set[str]:
+def blobs(config: Settings, store: str | None = None) -> set[str]:
     found = {p.relative_to(blob_root(config)).as_posix() for p in blob_root(config).rglob("*") if p.is_file()}
     return {b for b in found if store is None or f"/{store}/" in b}
 
 
-def checkpoints(config: Config) -> dict[TaskName, CheckpointV2]:
+def checkpoints(config: Settings) -> dict[TaskName, CheckpointV2]:
     found = checkpoint_manager(config, metadata_store(config)).read_all()
     assert all(isinstance(c, CheckpointV2) for c in found.values())
     return found  # type: ignore[return-value]
 
 
-def index_of(config: Config, checkpoint: CheckpointV2, store: str = "counts") -> tuple[str, SnapshotIndex]:
+def index_of(config: Settings, checkpoint: CheckpointV2, store: str = "counts") -> tuple[str, SnapshotIndex]:
     blob_id = checkpoint.state_checkpoint_markers[MARKER_KEY][store]
     return blob_id, SnapshotIndex.from_bytes((blob_root(config) / blob_id).read_bytes(), blob_id)
 
@@ -55,21 +55,21 @@ def input_offset(checkpoint: CheckpointV2, partition: int) -> int:
     return int(offset)
 
 
-def committed_run(config: Config) -> dict[TaskName, CheckpointV2]:
+def committed_run(config: Settings) -> dict[TaskName, CheckpointV2]:
     """Run until every input is read and checkpointed; the tasks' last checkpoints."""
     prepare(config)
     run_until_read(config, 120)
     return checkpoints(config)
 
 
-def delete_index_blobs(config: Config, before: dict[TaskName, CheckpointV2]) -> list[str]:
+def delete_index_blobs(config: Settings, before: dict[TaskName, CheckpointV2]) -> list[str]:
     deleted = [index_of(config, before[task])[0] for task in TASKS]
     for blob_id in deleted:
         (blob_root(config) / blob_id).unlink()
     return deleted
 
 
-def delete_an_sst_blob(config: Config, before: dict[TaskName, CheckpointV2]) -> list[str]:
+def delete_an_sst_blob(config: Settings, before: dict[TaskName, CheckpointV2]) -> list[str]:
     deleted = []
     for task in TASKS:
         _, index = index_of(config, before[task])
@@ -79,7 +79,7 @@ def delete_an_sst_blob(config: Config, before: dict[TaskName, CheckpointV2]) -> 
     return deleted
 
 
-def lose_local_state(config: Config) -> None:
+def lose_local_state(config: Settings) -> None:
     shutil.rmtree(Path(config["job.data.dir"]) / "jobs" / "test-1" / "stores")
 
 
@@ -88,7 +88,7 @@ def checkpointed_state(before: dict[TaskName, CheckpointV2]) -> dict[str, int]:
     return {f"k{p}": input_offset(before[task], p) + 1 for p, task in enumerate(TASKS)}
 
 
-def assert_new_hosts_restore(config: Config, tmp_path: Path, expected: dict[str, int]) -> None:
+def assert_new_hosts_restore(config: Settings, tmp_path: Path, expected: dict[str, int]) -> None:
     for p, task in enumerate(TASKS):
         want = {f"k{p}": expected[f"k{p}"]} if f"k{p}" in expected else {}
         assert restored_contents(config, task, tmp_path / f"new-host-{p}") == want

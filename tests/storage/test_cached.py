@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from millstream.checkpoint.checkpoint import CheckpointId
-from millstream.config import Config
-from millstream.config.views import store_config
+from millstream.config.settings import Settings
+from millstream.config.views import StoreConfig
 from millstream.errors import ConfigError
 from millstream.serde.builtin import JsonSerde, StringSerde
 from millstream.storage.cached import CachedStore
@@ -263,9 +263,9 @@ def test_the_cached_store_equals_the_plain_store_and_the_changelog_after_every_c
     ],
 )
 def test_cache_keys_are_validated_naming_the_key(keys: dict[str, str], message: str) -> None:
-    config = Config({f"stores.s.{key}": value for key, value in keys.items()})
+    config = Settings({f"stores.s.{key}": value for key, value in keys.items()})
     with pytest.raises(ConfigError, match=message):
-        store_config(config, "s").object_cache("s")
+        config.view(StoreConfig, "s").object_cache("s")
 
 
 @pytest.mark.parametrize(
@@ -280,8 +280,8 @@ def test_cache_keys_are_validated_naming_the_key(keys: dict[str, str], message: 
 def test_the_write_batch_defaults_to_the_cache_size_and_0_disables_the_cache(
     keys: dict[str, str], expected: tuple[int, int]
 ) -> None:
-    config = Config({f"stores.s.{key}": value for key, value in keys.items()})
-    assert store_config(config, "s").object_cache("s") == expected
+    config = Settings({f"stores.s.{key}": value for key, value in keys.items()})
+    assert config.view(StoreConfig, "s").object_cache("s") == expected
 
 
 def crash(opened: Opened) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.storage.layout import CHECKPOINT_V2_FILE, OFFSET_V2_FILE, StoreLayout, checkpoint_dir, checkpoint_dirs
 from tests.helpers import fill, seal
 from tests.storage.harness import Opened, StateHarness, state_config
@@ -21,7 +21,7 @@ from tests.storage.test_stateful_jobs import config_for, final_stores, prepare, 
 Damage = Callable[[Path], None]
 
 
-def local_checkpoint_dirs(config: Config) -> list[Path]:
+def local_checkpoint_dirs(config: Settings) -> list[Path]:
     """Every task's local checkpoint directories of the ``counts`` store."""
     stores = StoreLayout.of(config).logged_base / "counts"
     return sorted(p for p in stores.iterdir() if p.is_dir() and "-" in p.name)
@@ -61,7 +61,7 @@ def garbage_checkpoint_file(directory: Path) -> None:
     (directory / CHECKPOINT_V2_FILE).write_bytes(b'{"version": 2, "checkpoint-id"')
 
 
-def run_twice_with_damage(config: Config, damage: Damage) -> list[Path]:
+def run_twice_with_damage(config: Settings, damage: Damage) -> list[Path]:
     """Run until every input is checkpointed, damage every local checkpoint directory, add input and run
     to the end; the directories that were damaged."""
     written = prepare(config)

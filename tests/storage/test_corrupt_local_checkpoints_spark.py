@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.spark.run.runner import SparkJobRunner
 from tests.helpers import fill, seal
 from tests.storage.test_corrupt_local_checkpoints import corrupt_ssts, local_checkpoint_dirs
@@ -21,7 +21,7 @@ from tests.storage.test_stateful_jobs import config_for, final_stores, prepare, 
 pytestmark = pytest.mark.spark
 
 
-def run_on_spark_until_read(config: Config, spark: SparkSession, total: int) -> None:
+def run_on_spark_until_read(config: Settings, spark: SparkSession, total: int) -> None:
     runner = SparkJobRunner(config, spark=spark)
 
     def stopper() -> None:

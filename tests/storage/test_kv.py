@@ -145,6 +145,22 @@ def test_rocksdb_checkpoint_is_a_consistent_copy_by_hard_links(tmp_path: Path) -
     copy.close()
 
 
+def test_rocksdb_opens_an_existing_store_with_the_options_it_is_given_not_those_its_files_recorded(
+    tmp_path: Path,
+) -> None:
+    """A store opened on files another opener wrote (a local checkpoint copied into place, a blob-store download,
+    a container with more tasks now) gets this container's memtable size, not the one its OPTIONS file holds."""
+    store = tmp_path / "store"
+    first = RocksDbKeyValueStorageEngine(store, write_buffer_size=1 << 20, cache_size=0)
+    first.put(b"k", b"v")
+    first.close()
+    second = RocksDbKeyValueStorageEngine(store, write_buffer_size=2 << 20, cache_size=0)
+    assert second.get(b"k") == b"v"
+    second.close()
+    newest = max(store.glob("OPTIONS-*"), key=lambda path: int(path.name.split("-")[1]))
+    assert "write_buffer_size=2097152" in newest.read_text().split()
+
+
 def test_inmemory_engine_cannot_checkpoint(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="not persistent"):
         InMemoryKeyValueStorageEngine().checkpoint(tmp_path / "x")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from millstream.checkpoint.checkpoint import CheckpointId, CheckpointV2
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError
 from millstream.model import SystemStreamPartition
@@ -32,7 +32,7 @@ from millstream.storage.layout import (
 
 
 def test_defaults_live_under_the_job_dir(tmp_path: Path) -> None:
-    layout = StoreLayout.of(Config({"job.data.dir": str(tmp_path), "job.name": "j"}))
+    layout = StoreLayout.of(Settings({"job.data.dir": str(tmp_path), "job.name": "j"}))
     assert (
         layout.store_dir("counts", "Partition 0", logged=True) == tmp_path / "jobs/j-1/stores/logged/counts/Partition_0"
     )
@@ -40,7 +40,7 @@ def test_defaults_live_under_the_job_dir(tmp_path: Path) -> None:
 
 
 def test_base_dirs_are_configurable(tmp_path: Path) -> None:
-    config = Config(
+    config = Settings(
         {"job.logged.store.base.dir": str(tmp_path / "L"), "job.non-logged.store.base.dir": str(tmp_path / "N")}
     )
     layout = StoreLayout.of(config)
@@ -51,7 +51,7 @@ def test_a_base_dir_starting_with_an_environment_variable_is_expanded_on_the_hos
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config = prepare(
-        Config(
+        Settings(
             {
                 "job.data.dir": str(tmp_path / "data"),
                 "task.class": "tests.jobs:PassThrough",

@@ -5,17 +5,17 @@ from __future__ import annotations
 import glob
 from pathlib import Path
 
-from millstream.config import Config
-from millstream.config.views import store_config
+from millstream.config.settings import Settings
+from millstream.config.views import StoreConfig
 from millstream.storage.factory import storage_engine_factory
 from millstream.storage.memory import MIB, rocksdb_budget, shared_rocksdb_memory
 from millstream.storage.rocksdb import RocksDbKeyValueStorageEngine, RocksDbStorageEngineFactory
 
 
-def _config(**extra: str) -> Config:
+def _config(**extra: str) -> Settings:
     values = {"stores.counts.changelog": "log.counts-changelog", "stores.cache.factory": "inmemory"}
     values.update({key.replace("__", "."): value for key, value in extra.items()})
-    return Config(values)
+    return Settings(values)
 
 
 def _options_file(path: Path) -> dict[str, str]:
@@ -47,7 +47,7 @@ def test_a_container_wide_rocksdb_limit_replaces_the_per_store_budgets():
 
 
 def test_a_job_without_rocksdb_stores_has_no_rocksdb_budget_even_with_a_container_wide_limit():
-    assert rocksdb_budget(Config({"job.container.rocksdb.memory.mb": "300"})).total_bytes == 0
+    assert rocksdb_budget(Settings({"job.container.rocksdb.memory.mb": "300"})).total_bytes == 0
 
 
 def test_a_store_opens_with_its_configured_memtables_split_between_the_containers_tasks(tmp_path):
@@ -56,7 +56,7 @@ def test_a_store_opens_with_its_configured_memtables_split_between_the_container
         stores__counts__rocksdb__num__write__buffers="2",
     )
     factory = storage_engine_factory(config, "counts")
-    engine = factory.get_storage_engine("counts", tmp_path / "counts", store_config(config, "counts"), 4)
+    engine = factory.get_storage_engine("counts", tmp_path / "counts", config.view(StoreConfig, "counts"), 4)
     engine.close()
     options = _options_file(tmp_path / "counts")
     assert options["write_buffer_size"] == str(2 * MIB)
@@ -66,7 +66,7 @@ def test_a_store_opens_with_its_configured_memtables_split_between_the_container
 def test_a_store_with_no_block_cache_configured_opens_without_one(tmp_path):
     config = _config(stores__counts__container__cache__size__bytes="0")
     factory = storage_engine_factory(config, "counts")
-    engine = factory.get_storage_engine("counts", tmp_path / "counts", store_config(config, "counts"))
+    engine = factory.get_storage_engine("counts", tmp_path / "counts", config.view(StoreConfig, "counts"))
     engine.close()
     assert _options_file(tmp_path / "counts")["no_block_cache"] == "true"
 
@@ -85,8 +85,8 @@ def test_under_a_container_wide_limit_every_store_reads_through_one_shared_cache
     totals = storage_engine_factory(config, "totals")
     assert isinstance(counts, RocksDbStorageEngineFactory) and counts.shared_memory is shared
     assert isinstance(totals, RocksDbStorageEngineFactory) and totals.shared_memory is shared
-    first = counts.get_storage_engine("counts", tmp_path / "counts", store_config(config, "counts"))
-    second = totals.get_storage_engine("totals", tmp_path / "totals", store_config(config, "totals"))
+    first = counts.get_storage_engine("counts", tmp_path / "counts", config.view(StoreConfig, "counts"))
+    second = totals.get_storage_engine("totals", tmp_path / "totals", config.view(StoreConfig, "totals"))
     assert isinstance(first, RocksDbKeyValueStorageEngine) and isinstance(second, RocksDbKeyValueStorageEngine)
     try:
         before = shared.cache.get_usage()

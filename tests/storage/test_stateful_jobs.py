@@ -16,7 +16,7 @@ from millstream.blobstore.base import BlobStore, BlobStoreFactory
 from millstream.blobstore.local import LocalBlobStore
 from millstream.checkpoint.checkpoint import CheckpointV1, CheckpointV2
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.errors import MillstreamError
 from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream, TaskName
@@ -28,7 +28,7 @@ from tests.storage.harness import state_config
 TASK_CLASS = "tests.storage.jobs:CountPerKeyReportingAtEnd"
 
 
-def config_for(tmp_path: Path, backend: str, **extra: Any) -> Config:
+def config_for(tmp_path: Path, backend: str, **extra: Any) -> Settings:
     return state_config(tmp_path, backend, task=TASK_CLASS, task__commit__ms=50, job__container__count=2, **extra)
 
 
@@ -37,7 +37,7 @@ def reference(written: set[tuple[int, int]]) -> dict[str, int]:
     return dict(Counter(f"k{partition}" for partition, _ in written))
 
 
-def final_stores(config: Config) -> dict[str, int]:
+def final_stores(config: Settings) -> dict[str, int]:
     merged: dict[str, int] = {}
     for _, value in read_stream(config, SystemStream("log", "out"))[0]:
         if "store" in value:
@@ -45,7 +45,7 @@ def final_stores(config: Config) -> dict[str, int]:
     return merged
 
 
-def read_everything(config: Config, total: int) -> bool:
+def read_everything(config: Settings, total: int) -> bool:
     checkpoints = checkpoint_manager(config, metadata_store(config)).read_all()
     return (
         sum(
@@ -58,7 +58,7 @@ def read_everything(config: Config, total: int) -> bool:
     )
 
 
-def run_until_read(config: Config, total: int) -> None:
+def run_until_read(config: Settings, total: int) -> None:
     runner = InProcessRunner(config)
     done = threading.Event()
 
@@ -76,12 +76,12 @@ def run_until_read(config: Config, total: int) -> None:
     assert result.outcome == "stopped", result.error
 
 
-def run_to_end(config: Config) -> None:
+def run_to_end(config: Settings) -> None:
     result = InProcessRunner(config).run(timeout=90)
     assert result.outcome == "finished", result.error
 
 
-def prepare(config: Config) -> set[tuple[int, int]]:
+def prepare(config: Settings) -> set[tuple[int, int]]:
     create_stream(config, "in", 2)
     create_stream(config, "out", 1)
     return fill(config, "in", 2, 60)
@@ -141,7 +141,7 @@ class FailingBlobStore(LocalBlobStore):
 
 
 class FailingBlobStoreFactory(BlobStoreFactory):
-    def get_blob_store(self, config: Config) -> BlobStore:
+    def get_blob_store(self, config: Settings) -> BlobStore:
         return FailingBlobStore(Path(config["job.data.dir"]) / "blobs")
 
 
@@ -157,7 +157,7 @@ def test_a_failed_upload_fails_the_job_with_the_cause_naming_the_task(tmp_path: 
 
 
 def test_a_task_asking_for_an_unknown_store_gets_an_error_naming_it() -> None:
-    context = ContainerContext(TaskName("Partition 0"), Config({}), frozenset(), "0", {})
+    context = ContainerContext(TaskName("Partition 0"), Settings({}), frozenset(), "0", {})
     with pytest.raises(MillstreamError, match="task 'Partition 0' has no store 'nope'"):
         context.get_store("nope")
 
@@ -186,7 +186,7 @@ def test_a_blob_store_task_never_resumes_from_a_v1_written_without_its_v2(tmp_pa
 class V1OnlyCheckpointManagerFactory:
     """A checkpoint manager that reads only V1, whatever the config says (as one that predates V2)."""
 
-    def get_checkpoint_manager(self, config: Config, store: Any, fence: Any = None) -> Any:
+    def get_checkpoint_manager(self, config: Settings, store: Any, fence: Any = None) -> Any:
         from millstream.checkpoint.metadata_store import MetadataStoreCheckpointManager
 
         return MetadataStoreCheckpointManager(store, fence, read_versions=(1,))

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.job_result import JobResult
 from millstream.metadata.opening import metadata_store
 from millstream.storage.layout import StoreLayout
@@ -22,7 +22,7 @@ from millstream.testing import InProcessRunner
 from tests.helpers import create_stream, fill, seal, wait_until
 from tests.storage.test_stateful_jobs import config_for, final_stores
 
-Run = Callable[[Config], JobResult]
+Run = Callable[[Settings], JobResult]
 
 
 def break_the_state_dir_then_repair_it(tmp_path: Path, run: Run) -> None:

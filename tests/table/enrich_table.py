@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 
 from millstream import RemoteTable, RetriableError
-from millstream.config import Config
+from millstream.config.settings import Settings
 
 
 class ServiceError(Exception):
@@ -70,5 +70,5 @@ def enrich_table(url: str, *, batched: bool = False, **settings: Any) -> RemoteT
     )
 
 
-def from_config(config: Config) -> RemoteTable:
+def from_config(config: Settings) -> RemoteTable:
     return enrich_table(str(config.get("test.service.url")), batched=config.get("test.batched", "false") == "true")

@@ -11,18 +11,18 @@ from typing import Any
 import pytest
 
 from millstream import RemoteTable, RemoteTableError
-from millstream.config import Config
-from millstream.config.views import table_config
+from millstream.config.settings import Settings
 from millstream.metrics.registry import Registry
 from millstream.table.provider import TableProvider
 from millstream.table.remote import RemoteTableInstance
+from millstream.table.settings import TableConfig
 from tests.http_service import EnrichService, ServiceSettings, enrich_service
 from tests.table.enrich_table import enrich_table
 
 
 def run(definition: RemoteTable, use: Callable[[RemoteTableInstance], Awaitable[Any]]) -> tuple[Any, Registry]:
     registry = Registry({})
-    instance = RemoteTableInstance(definition, table_config(Config(definition.settings), "enrich"), registry)
+    instance = RemoteTableInstance(definition, Settings(definition.settings).view(TableConfig, "enrich"), registry)
 
     async def body() -> Any:
         try:
@@ -118,7 +118,7 @@ def test_the_rate_limiter_keeps_calls_under_the_service_limit_that_an_unlimited_
 
 def test_a_table_reached_by_id_is_built_from_its_config_definition_and_overrides_its_settings(tmp_path):
     service = EnrichService()
-    config = Config(
+    config = Settings(
         {
             "tables.enrich.definition": "tests.table.enrich_table:from_config",
             "tables.enrich.cache.ttl.ms": "1000",
@@ -157,8 +157,8 @@ def test_calls_past_the_rate_wait_their_turn_on_the_injected_clock_and_the_wait_
         return key
 
     definition = RemoteTable("t", read, rate_limit=5, rate_limit_burst=1)
-    instance = RemoteTableInstance(definition, table_config(Config(definition.settings), "t"), registry, time.clock,
-                                   time.sleep)  # fmt: skip
+    settings = Settings(definition.settings).view(TableConfig, "t")
+    instance = RemoteTableInstance(definition, settings, registry, time.clock, time.sleep)
 
     async def one_by_one() -> list[Any]:
         return [await instance.get(key) for key in range(4)]
@@ -191,7 +191,7 @@ def test_put_writes_through_to_the_cache_delete_invalidates_it_and_a_table_witho
 
     definition = RemoteTable("t", read, write=write, delete=delete, cache_ttl_ms=60_000)
     registry = Registry({})
-    instance = RemoteTableInstance(definition, table_config(Config(definition.settings), "t"), registry)
+    instance = RemoteTableInstance(definition, Settings(definition.settings).view(TableConfig, "t"), registry)
     assert asyncio.run(scenario(instance)) == ["1", None]
     assert reads == ["a"]
     read_only = RemoteTable("ro", read)
@@ -231,7 +231,7 @@ def test_puts_together_go_out_as_one_write_all_a_delete_waits_for_its_keys_batch
     definition = RemoteTable(
         "t", read, write_all=write_all, delete=delete, cache_ttl_ms=60_000, batch_linger_ms=50, max_attempts=1
     )
-    instance = RemoteTableInstance(definition, table_config(Config(definition.settings), "t"))
+    instance = RemoteTableInstance(definition, Settings(definition.settings).view(TableConfig, "t"))
     asyncio.run(scenario(instance))
     assert calls[0] == ("write_all", {"k0": 99, "k1": 1, "k2": 2, "k3": 3, "k4": 4}), "one call, the last value of k0"
     assert calls[1:3] == [("write_all", {"x": 1}), ("delete", "x")], "the delete after the put of its key"

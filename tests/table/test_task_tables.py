@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from millstream.config.settings import Settings
 from millstream.metadata.opening import metadata_store
 from millstream.metrics.reporters import total
 from millstream.metrics.snapshot import read_snapshots
@@ -37,6 +38,7 @@ def test_a_task_reads_a_remote_table_with_retries_a_shared_cache_and_batches_and
     closed = EnrichClient.closed
     with enrich_service(ServiceSettings(latency=0.005, flaky=1)) as service:
         config, written = async_job(tmp_path, service, per_partition=300, **settings)
+        config = Settings.of(config)
         result = InProcessRunner(config).run(timeout=120)
         assert result.outcome == "finished", result.error
     assert EnrichClient.closed == closed + 1, "the container closed its one instance of the table"

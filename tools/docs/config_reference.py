@@ -1,6 +1,7 @@
 """The configuration reference page, generated from the typed config views at every docs build.
 
-The views (``millstream/config/views.py`` and each system's ``config.py``) are what startup validation
+The views (``millstream/config/views.py``, the ``settings.py`` beside each feature and each system's ``config.py``)
+are what startup validation
 accepts, so a reference built from them cannot drift: a key's type, default and description (the
 field's docstring) have one source. ``mkdocs.yml`` runs this module as a hook; it replaces the
 ``<!-- config-reference -->`` marker of ``operating/configuration.md`` with one table per view, and fails the
@@ -20,25 +21,25 @@ from annotated_types import Ge, Gt, Le, Lt, MaxLen, MinLen
 from pydantic.fields import FieldInfo
 
 import millstream
+from millstream.blobstore.settings import BlobStoreConfig
 from millstream.config.views import (
     AppConfig,
-    BlobStoreConfig,
     ConfigView,
     JobConfig,
-    MetadataConfig,
-    MetricsConfig,
-    SerdeConfig,
-    StartpointConfig,
     StoreConfig,
     StoresConfig,
     StreamSamzaConfig,
     SystemSamzaConfig,
-    TableConfig,
     TaskConfig,
 )
+from millstream.metadata.settings import MetadataConfig
+from millstream.metrics.settings import MetricsConfig
+from millstream.serde.settings import SerdeConfig
+from millstream.startpoint.settings import StartpointConfig
 from millstream.systems.kafka.config import KafkaSystemConfig
 from millstream.systems.kinesis.config import KinesisSystemConfig
 from millstream.systems.log.config import LogSystemConfig
+from millstream.table.settings import TableConfig
 
 MARKER = "<!-- config-reference -->"
 PAGE = "operating/configuration.md"
@@ -192,7 +193,8 @@ def _all_views() -> set[type[ConfigView]]:
     pending = list(ConfigView.__subclasses__())
     while pending:
         view = pending.pop()
-        found.add(view)
+        if view.model_fields:  # a base of schemas (systems.base.SystemConfigView) declares no key of its own
+            found.add(view)
         pending.extend(view.__subclasses__())
     return found
 

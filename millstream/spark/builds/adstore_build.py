@@ -42,7 +42,8 @@ from millstream.adjunct.published import (
 from millstream.adjunct.sst import write_sst
 from millstream.blobstore.base import RetryPolicy, blob_store
 from millstream.config.core import Config
-from millstream.config.views import TaskConfig, store_config, store_names
+from millstream.config.settings import Settings
+from millstream.config.views import StoreConfig, store_names
 from millstream.errors import ConfigError, MillstreamError
 from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
@@ -93,7 +94,7 @@ class _Plan:
     """Everything an executor needs, shipped with the tasks (config included: executors build their own
     serdes and blob store)."""
 
-    config: Config
+    config: Settings
     store: str
     version: str
     source: str
@@ -104,11 +105,11 @@ class _Plan:
 
     @property
     def key_serde_name(self) -> str | None:
-        return store_config(self.config, self.store).key_serde
+        return self.config.view(StoreConfig, self.store).key_serde
 
     @property
     def msg_serde_name(self) -> str | None:
-        return store_config(self.config, self.store).msg_serde
+        return self.config.view(StoreConfig, self.store).msg_serde
 
 
 @dataclass(frozen=True)
@@ -143,8 +144,10 @@ def build_version(
     duplicate key fails the build. ``range_files`` (broadcast layout): how many files, default Spark's
     default parallelism. Raises ``ConfigError`` for a store that cannot be bulk-built,
     ``DatasetSchemaError`` / ``DatasetError`` for a dataset that cannot become a version, and
-    ``BulkBuildError`` when the build fails; in every case nothing is published.
+    ``BulkBuildError`` when the build fails; in every case nothing is published. ``config``: the job's
+    ``Settings``, or a loaded ``Config`` (read as settings, so the executors that get it parse each view once).
     """
+    config = Settings.of(config)
     target = resolve_target(config, store)
     refuse_host_local_blobs(config, _master(spark))
     if fmt not in FORMATS + QUERIES:
@@ -182,11 +185,13 @@ def build_version(
 
 def resolve_target(config: Config, store: str) -> _Target:
     """Check that ``store`` can be bulk-built and find where its records go; ``ConfigError`` names the key
-    at fault."""
+    at fault. ``config``: the job's ``Settings``, or a loaded ``Config`` (read as settings: users call this at
+    an old path)."""
+    config = Settings.of(config)
     if store not in store_names(config):
         configured = ", ".join(store_names(config)) or "none"
         raise ConfigError(f"store '{store}' is not configured (no 'stores.{store}.*' keys; stores: {configured})")
-    settings = store_config(config, store)
+    settings = config.view(StoreConfig, store)
     stream = settings.adjunct_input(store)
     if not settings.adstore_versioned:
         raise ConfigError(
@@ -213,7 +218,7 @@ def resolve_target(config: Config, store: str) -> _Target:
             f"config key 'stores.{store}.adstore.input' names stream '{stream}', which does not exist "
             "(its partition count decides the layout of a version)"
         )
-    if any(ssp.system_stream == stream for ssp in TaskConfig.of(config).broadcast_ssps()):
+    if any(ssp.system_stream == stream for ssp in config.task.broadcast_ssps()):
         return _Target(stream, "broadcast", metadata.partition_count, None)
     partitioner = factory.key_partitioner()
     if partitioner is None:
@@ -255,7 +260,7 @@ def _read(spark: SparkSession, source: str, fmt: str) -> DataFrame:
 
 
 def _check_columns(
-    config: Config, store: str, frame: DataFrame, source: str, key_column: str, value_column: str | None
+    config: Settings, store: str, frame: DataFrame, source: str, key_column: str, value_column: str | None
 ) -> str | None:
     """The value column to use (None: the whole row); refuses missing columns and, for a store without a
     serde, columns that are not already bytes."""
@@ -268,7 +273,7 @@ def _check_columns(
             raise DatasetSchemaError(f"dataset '{source}' has no {role} column '{column}' (columns: {shown})")
     if value_column is None and "value" in columns and key_column != "value":
         value_column = "value"
-    settings = store_config(config, store)
+    settings = config.view(StoreConfig, store)
     types = {field.name: field.dataType for field in frame.schema.fields}
     if settings.key_serde is None and not isinstance(types[key_column], BinaryType):
         raise ConfigError(

@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 
-from millstream.config import Config, JobConfig
 from millstream.config.secrets import mask_secrets_in_logs
+from millstream.config.settings import Settings
 from millstream.job_model import JobModel
 from millstream.log_context import configure_logging
 from millstream.runtime.container import Container
@@ -44,8 +44,8 @@ def container_partition(
     for path in reversed(python_paths):
         if path not in sys.path and os.path.isdir(path):
             sys.path.insert(0, path)
-    config = Config(config_items, config_source)
-    configure_logging(log_level, job=JobConfig.of(config).name, container=str(index))
+    config = Settings(config_items, config_source)
+    configure_logging(log_level, job=config.job.name, container=str(index))
     mask_secrets_in_logs(config)
     executor = _executor_info()
     log.info(

@@ -18,7 +18,8 @@ from typing import Any
 import orjson
 from pyspark.sql import SparkSession
 
-from millstream.config import Config, JobConfig
+from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.driver_loop import Launch, LaunchOutcome
 from millstream.job_model import JobModel
 from millstream.metadata.base import MetadataStore
@@ -36,7 +37,7 @@ class SparkLauncher:
     """Starts each generation's containers as the tasks of one Spark job."""
 
     spark: SparkSession
-    config: Config
+    config: Settings
     store: MetadataStore
     resources: ContainerResources
     status_url: str | None = None
@@ -55,7 +56,7 @@ class _SparkLaunch:
         self.launcher = launcher
         self.generation = model.generation
         sc = launcher.spark.sparkContext
-        self.group = f"millstream-{JobConfig.of(launcher.config).job_key}-g{model.generation}"
+        self.group = f"millstream-{launcher.config.job.job_key}-g{model.generation}"
         count = len(model.containers)
         locations = launch_locations(sc, launcher.store, count)
         self.placements = PlacementRecorder(sc, launcher.store, self.group)
@@ -107,14 +108,14 @@ class _SparkLaunch:
         return LaunchOutcome(results, self.result.get("error"))
 
 
-def job_description(config: Config, generation: int, containers: int, status: str | None = None) -> str:
+def job_description(config: Settings, generation: int, containers: int, status: str | None = None) -> str:
     """What the Spark UI shows for the job: its name, generation and containers (task ``i`` of its one
     stage, partition ``i``, is container ``i``), and where its live progress is: a Spark job's description
     is fixed at submission, so it links millstream's status page (``metrics.prometheus.port``)."""
     plural = "" if containers == 1 else "s"
     link = f"; live progress: {status}" if status else ""
     return (
-        f"millstream job {JobConfig.of(config).name} generation {generation}: {containers} container{plural} "
+        f"millstream job {config.job.name} generation {generation}: {containers} container{plural} "
         f"(Spark partition i runs container i){link}"
     )
 

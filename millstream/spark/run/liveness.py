@@ -26,7 +26,7 @@ from typing import Any
 
 from pyspark import SparkContext
 
-from millstream.config import Config, JobConfig
+from millstream.config.settings import Settings
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
 from millstream.spark.run.running_tasks import RunningTask, running_tasks
@@ -52,11 +52,11 @@ class LivenessMonitor:
     """Polled by the driver's loop; replaces silent containers of one job group. Never fails the job: a check
     that cannot read Spark's status store or the metadata store tries again at the next poll."""
 
-    def __init__(self, sc: SparkContext, store: MetadataStore, group: str, config: Config) -> None:
+    def __init__(self, sc: SparkContext, store: MetadataStore, group: str, config: Settings) -> None:
         self._sc = sc
         self._store = store
         self._group = group
-        self._timeout_s = JobConfig.of(config).container_liveness_timeout_ms / 1000
+        self._timeout_s = config.job.container_liveness_timeout_ms / 1000
         self._local = local_slots(str(sc.master)) is not None
         self._seen: dict[str, _Seen] = {}
         self.replaced: list[str] = []

@@ -18,22 +18,22 @@ from dataclasses import dataclass
 
 from millstream.blobstore.base import BLOB_STORE_FACTORIES
 from millstream.blobstore.base import FACTORY_KEY as BLOB_FACTORY_KEY
-from millstream.config import Config, JobConfig
+from millstream.blobstore.settings import BlobStoreConfig
+from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.config.views import (
     DEFAULT_SYSTEM,
-    BlobStoreConfig,
-    MetadataConfig,
-    TaskConfig,
+    StoreConfig,
+    SystemSamzaConfig,
     adjunct_store_names,
     parse_stream,
-    store_config,
     store_names,
     system_names,
-    system_samza,
 )
 from millstream.errors import ConfigError
 from millstream.metadata.factory import FACTORY_KEY as METADATA_FACTORY_KEY
 from millstream.metadata.factory import METADATA_STORE_FACTORIES
+from millstream.metadata.settings import MetadataConfig
 from millstream.spark.run.session import local_slots
 from millstream.storage.backends.registry import BLOBSTORE, backup_factory_names, restore_factory_names
 from millstream.systems.registry import SYSTEM_FACTORIES
@@ -73,21 +73,25 @@ def is_single_host(master: str) -> bool:
 
 
 def refuse_host_local_state(config: Config, master: str) -> None:
-    """Refuse running ``config``'s job on ``master`` when its log, metadata or blobs would live on each host."""
+    """Refuse running ``config``'s job on ``master`` when its log, metadata or blobs would live on each host
+    (``config``: the job's ``Settings``, or a loaded ``Config``, read as settings: users call it at an old path)."""
+    config = Settings.of(config)
     _refuse(config, master, job_settings(config))
 
 
 def refuse_host_local_blobs(config: Config, master: str) -> None:
-    """Refuse a bulk build on ``master`` whose files its executors would write to their own disks."""
+    """Refuse a bulk build on ``master`` whose files its executors would write to their own disks (``config``: the
+    job's ``Settings``, or a loaded ``Config``, read as settings: users call it at an old path)."""
+    config = Settings.of(config)
     _refuse(config, master, [setting for setting in [local_blob_store(config, "the bulk build")] if setting])
 
 
-def _refuse(config: Config, master: str, settings: list[HostLocalSetting]) -> None:
-    if settings and not is_single_host(master) and not JobConfig.of(config).shared_filesystem:
+def _refuse(config: Settings, master: str, settings: list[HostLocalSetting]) -> None:
+    if settings and not is_single_host(master) and not config.job.shared_filesystem:
         raise HostLocalStateError(master, settings)
 
 
-def job_settings(config: Config) -> list[HostLocalSetting]:
+def job_settings(config: Settings) -> list[HostLocalSetting]:
     """Every setting of ``config`` that keeps the job's shared state in host-local files."""
     settings = log_system_settings(config)
     metadata = sqlite_metadata_store(config)
@@ -100,7 +104,7 @@ def job_settings(config: Config) -> list[HostLocalSetting]:
     return settings
 
 
-def log_system_settings(config: Config) -> list[HostLocalSetting]:
+def log_system_settings(config: Settings) -> list[HostLocalSetting]:
     """The keys naming streams of an embedded ``log`` system: inputs, changelogs, dead letters, the metrics
     stream, adjunct inputs, the intermediate streams of an application, and a system configured as ``log``."""
     logs = {system for system in system_names(config) if _is_log_system(config, system)}
@@ -122,16 +126,16 @@ def log_system_settings(config: Config) -> list[HostLocalSetting]:
     return settings
 
 
-def _is_log_system(config: Config, system: str) -> bool:
-    factory = system_samza(config, system).factory
+def _is_log_system(config: Settings, system: str) -> bool:
+    factory = config.view(SystemSamzaConfig, system).factory
     if factory is None:
         return system == DEFAULT_SYSTEM
     return factory == "log" or factory == SYSTEM_FACTORIES["log"]
 
 
-def _stream_keys(config: Config) -> list[tuple[str, str]]:
+def _stream_keys(config: Settings) -> list[tuple[str, str]]:
     """``(key, value)`` of every key that names streams a job reads or writes."""
-    task = TaskConfig.of(config)
+    task = config.task
     keys: list[tuple[str, str]] = []
     if task.inputs:
         keys.append(("task.inputs", ",".join(task.inputs)))
@@ -141,7 +145,7 @@ def _stream_keys(config: Config) -> list[tuple[str, str]]:
         if config.get(key):
             keys.append((key, str(config.get(key))))
     for store in store_names(config):
-        own = store_config(config, store)
+        own = config.view(StoreConfig, store)
         if own.changelog:
             keys.append((f"stores.{store}.changelog", own.changelog))
         if own.adstore_input:
@@ -159,8 +163,8 @@ def _intermediate_system(config: Config) -> str | None:
     return sorted(systems)[0] if systems else None
 
 
-def sqlite_metadata_store(config: Config) -> HostLocalSetting | None:
-    name = MetadataConfig.of(config).store_factory
+def sqlite_metadata_store(config: Settings) -> HostLocalSetting | None:
+    name = config.view(MetadataConfig).store_factory
     if name not in ("sqlite", METADATA_STORE_FACTORIES["sqlite"]):
         return None
     shown = name if METADATA_FACTORY_KEY in config else f"{name} (the default)"
@@ -172,7 +176,7 @@ def sqlite_metadata_store(config: Config) -> HostLocalSetting | None:
     return HostLocalSetting(METADATA_FACTORY_KEY, shown, why, fix)
 
 
-def blob_store_users(config: Config) -> str:
+def blob_store_users(config: Settings) -> str:
     """What of the job reads or writes the blob store: stores backed up to it, versioned adjunct stores."""
     users = []
     for store in store_names(config):
@@ -180,13 +184,13 @@ def blob_store_users(config: Config) -> str:
         if BLOBSTORE in named or any(name.endswith("BlobStoreStateBackendFactory") for name in named):
             users.append(f"store '{store}'")
     for store in adjunct_store_names(config):
-        if store_config(config, store).adstore_versioned:
+        if config.view(StoreConfig, store).adstore_versioned:
             users.append(f"versioned adjunct store '{store}'")
     return ", ".join(sorted(set(users)))
 
 
-def local_blob_store(config: Config, users: str) -> HostLocalSetting | None:
-    name = BlobStoreConfig.of(config).manager_factory
+def local_blob_store(config: Settings, users: str) -> HostLocalSetting | None:
+    name = config.view(BlobStoreConfig).manager_factory
     if name not in ("local", BLOB_STORE_FACTORIES["local"]):
         return None
     shown = name if BLOB_FACTORY_KEY in config else f"{name} (the default)"

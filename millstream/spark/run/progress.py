@@ -21,10 +21,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from millstream.config import Config, JobConfig
-from millstream.config.views import MetricsConfig
+from millstream.config.settings import Settings
 from millstream.errors import MillstreamError
 from millstream.metadata.base import MetadataStore
+from millstream.metrics.settings import MetricsConfig
 from millstream.metrics.snapshot import ContainerSnapshot, current_snapshots
 
 if TYPE_CHECKING:
@@ -74,10 +74,10 @@ def progress_of(snapshots: list[ContainerSnapshot], previous: Progress | None) -
 class SparkProgress:
     """Mirrors :func:`progress_of` into Spark's metrics system, every ``metrics.snapshot.interval.ms``."""
 
-    def __init__(self, sc: SparkContext, config: Config, store: MetadataStore) -> None:
+    def __init__(self, sc: SparkContext, config: Settings, store: MetadataStore) -> None:
         self.store = store
-        self.interval = MetricsConfig.of(config).snapshot_interval_ms / 1000
-        self.gauges = spark_gauges(sc, JobConfig.of(config).job_key)
+        self.interval = config.view(MetricsConfig).snapshot_interval_ms / 1000
+        self.gauges = spark_gauges(sc, config.job.job_key)
         self.last: Progress | None = None
         self._generation = -1
         self._next = 0.0
@@ -135,10 +135,10 @@ def spark_gauges(sc: SparkContext, job_key: str) -> dict[str, Any]:
     return {figure: _GAUGES[(application, name)] for figure, name in names.items()}
 
 
-def status_url(config: Config, port: int, sc: SparkContext) -> str:
+def status_url(config: Settings, port: int, sc: SparkContext) -> str:
     """Where millstream's status page of the job is, for a link in the Spark UI: the metrics server's
     address, or the driver's host when it listens on every interface."""
-    host = MetricsConfig.of(config).prometheus_host
+    host = config.view(MetricsConfig).prometheus_host
     if host in _WILDCARD_HOSTS:
         host = sc.getConf().get("spark.driver.host") or "localhost"
     if ":" in host:

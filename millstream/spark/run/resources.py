@@ -35,7 +35,7 @@ from typing import TypeVar
 from pyspark import RDD, SparkConf, SparkContext
 from pyspark.resource import ExecutorResourceRequests, ResourceProfile, ResourceProfileBuilder, TaskResourceRequests
 
-from millstream.config import Config, JobConfig
+from millstream.config.settings import Settings
 from millstream.errors import ConfigError
 from millstream.spark.run.session import dynamic_allocation, local_slots
 from millstream.storage.memory import MIB, rocksdb_budget
@@ -48,14 +48,14 @@ _SIZE = re.compile(r"^\s*(?P<number>\d+)\s*(?P<unit>[kmgt]?b?)\s*$", re.IGNORECA
 _UNIT_MB = {"": 1, "b": 1 / MIB, "k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
 
 
-def container_memory_need_mb(config: Config) -> float:
+def container_memory_need_mb(config: Settings) -> float:
     """What one container needs beside the JVM: its stores' RocksDB budget and the Python reserve."""
-    return rocksdb_budget(config).total_mb + JobConfig.of(config).container_python_memory_mb
+    return rocksdb_budget(config).total_mb + config.job.container_python_memory_mb
 
 
-def check_container_memory(config: Config) -> None:
+def check_container_memory(config: Settings) -> None:
     """Refuse a ``job.container.memory.mb`` that cannot hold the stores' RocksDB budget and the Python reserve."""
-    job = JobConfig.of(config)
+    job = config.job
     if job.container_memory_mb is None:
         return
     budget = rocksdb_budget(config)
@@ -80,7 +80,7 @@ def size_mb(text: str) -> float | None:
     return int(match.group("number")) * _UNIT_MB[unit if unit == "b" else unit.rstrip("b")]
 
 
-def check_pyspark_memory(conf: SparkConf, config: Config) -> None:
+def check_pyspark_memory(conf: SparkConf, config: Settings) -> None:
     """Refuse a ``spark.executor.pyspark.memory`` whose per-worker share is below what a container needs."""
     setting = conf.get("spark.executor.pyspark.memory")
     cores = conf.get("spark.executor.cores")
@@ -115,9 +115,9 @@ class ContainerResources:
         return rdd if self.profile is None else rdd.withResources(self.profile)
 
 
-def container_resources(sc: SparkContext, config: Config) -> ContainerResources:
+def container_resources(sc: SparkContext, config: Settings) -> ContainerResources:
     """Check the container's memory against the session's settings and build its resource profile, if any."""
-    job = JobConfig.of(config)
+    job = config.job
     conf = sc.getConf()
     check_container_memory(config)
     check_pyspark_memory(conf, config)
@@ -153,15 +153,15 @@ def container_resources(sc: SparkContext, config: Config) -> ContainerResources:
     return ContainerResources(profile, cpus, requests_executors=dynamic_allocation(conf))
 
 
-def executor_size(config: Config) -> str:
+def executor_size(config: Settings) -> str:
     """The executor each container asks for under dynamic allocation, as the refusals name it."""
-    job = JobConfig.of(config)
+    job = config.job
     memory = f" and {job.container_memory_mb} MiB of memoryOverhead" if job.container_memory_mb is not None else ""
     keys = "job.container.cpus" + (", job.container.memory.mb" if job.container_memory_mb is not None else "")
     return f"an executor of {job.container_cpus} core(s){memory} ({keys})"
 
 
-def check_dynamic_allocation_sizing(conf: Mapping[str, str] | SparkConf, config: Config) -> None:
+def check_dynamic_allocation_sizing(conf: Mapping[str, str] | SparkConf, config: Settings) -> None:
     """Refuse, before Spark is asked for any executor, a job whose containers' executors the submitted settings
     cannot start: under dynamic allocation each container runs on an executor of its own, of
     ``job.container.cpus`` cores, which Spark requests only once the containers' stage waits for it, and a request
@@ -171,7 +171,7 @@ def check_dynamic_allocation_sizing(conf: Mapping[str, str] | SparkConf, config:
     comes before the session exists. What only the cluster knows (its workers' sizes) is checked once the session
     is up, by :func:`await_container_executors`."""
     settings = dict(conf.getAll()) if isinstance(conf, SparkConf) else dict(conf)
-    job = JobConfig.of(config)
+    job = config.job
     master = settings.get("spark.master") or ""
     enabled = (settings.get("spark.dynamicAllocation.enabled") or "false").lower() == "true"
     if not enabled or job.container_cpus is None or local_slots(master) is not None:
@@ -198,7 +198,7 @@ def check_dynamic_allocation_sizing(conf: Mapping[str, str] | SparkConf, config:
 def await_container_executors(
     sc: SparkContext,
     resources: ContainerResources,
-    config: Config,
+    config: Settings,
     wait_seconds: float,
     stop: threading.Event | None = None,
 ) -> None:
@@ -212,7 +212,7 @@ def await_container_executors(
     set meanwhile (a signal) cancels the probe and returns at once: the runner then stops before launching."""
     if not resources.requests_executors:
         return
-    containers = JobConfig.of(config).container_count
+    containers = config.job.container_count
     group = f"millstream-executor-probe-{os.getpid()}-{threading.get_ident()}"
     outcome: dict[str, BaseException] = {}
 
@@ -240,7 +240,7 @@ def await_container_executors(
     raise ConfigError(
         f"Spark master '{sc.master}' started no executor for the containers within {wait_seconds:g}s: with "
         f"dynamic allocation each container needs {executor_size(config)}, and no worker of the cluster offers "
-        f"that much: give each worker (host, node) at least {JobConfig.of(config).container_cpus} core(s), or "
+        f"that much: give each worker (host, node) at least {config.job.container_cpus} core(s), or "
         "lower job.container.cpus to what one worker offers; if executors are only slow to start, wait longer "
         "with job.coordinator.slots.wait.ms"
     )

@@ -25,8 +25,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from millstream.config import Config, JobConfig
-from millstream.config.views import MetricsConfig
+from millstream.config import Config
 from millstream.coordinator.driver_loop import DriverLoop
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.prepare import prepare
@@ -35,6 +34,7 @@ from millstream.coordinator.signals import graceful_stop_on_signals
 from millstream.coordinator.status_document import status_document
 from millstream.metadata.opening import metadata_store
 from millstream.metrics.server import metrics_endpoint
+from millstream.metrics.settings import MetricsConfig
 from millstream.spark.run.launcher import SparkLauncher
 from millstream.spark.run.multi_host import refuse_host_local_state
 from millstream.spark.run.progress import SparkProgress, status_url
@@ -77,7 +77,7 @@ class SparkJobRunner:
         self._spark = spark
         self._stop = threading.Event()
         self._services = services
-        self.store = services.store() if services is not None else metadata_store(config)
+        self.store = services.store() if services is not None else metadata_store(self.config)
         self._driver: DriverLoop | None = None
         self._resources = ContainerResources(None, 1)
 
@@ -132,7 +132,7 @@ class SparkJobRunner:
         return session
 
     def _run_generations(self, spark: SparkSession) -> JobResult:
-        wait = JobConfig.of(self.config).slots_wait_ms / 1000
+        wait = self.config.job.slots_wait_ms / 1000
         sc = spark.sparkContext
         check_dynamic_allocation_sizing(sc.getConf(), self.config)
         self._resources = container_resources(sc, self.config)
@@ -153,7 +153,7 @@ class SparkJobRunner:
             launcher = SparkLauncher(spark, self.config, self.store, self._resources, verbose=self.verbose)
             if server is not None:
                 launcher.status_url = status_url(self.config, server.port, spark.sparkContext)
-            if MetricsConfig.of(self.config).active:  # containers ship snapshots only while metrics are on
+            if self.config.view(MetricsConfig).active:  # containers ship snapshots only while metrics are on
                 launcher.progress = SparkProgress(spark.sparkContext, self.config, self.store)
             self._driver = DriverLoop(self.config, self.store, launcher, self._stop, services)
             return self._driver.run()

@@ -21,7 +21,8 @@ from pyspark.java_gateway import launch_gateway
 from pyspark.resource import ResourceProfile
 from pyspark.sql import SparkSession
 
-from millstream.config import Config, JobConfig
+from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.errors import ConfigError, MillstreamError
 from millstream.spark.sources.datasource import register as register_data_sources
 from millstream.spark.sources.store_datasource import register as register_store_source
@@ -67,17 +68,17 @@ class SlotRequirement:
         return self.containers + self.headroom
 
 
-def requirement(config: Config) -> SlotRequirement:
-    job = JobConfig.of(config)
+def requirement(config: Settings) -> SlotRequirement:
+    job = config.job
     return SlotRequirement(job.container_count, job.slots_headroom)
 
 
-def resolve_master(config: Config, master: str | None) -> str:
+def resolve_master(config: Settings, master: str | None) -> str:
     """``--master`` > ``spark.master`` > ``local[containers + headroom, retries + 1]``.
 
     A ``local[N]`` without a failure count gets one, so failed containers are retried as on a cluster.
     """
-    job = JobConfig.of(config)
+    job = config.job
     failures = job.container_max_attempts
     chosen = master or config.get("spark.master")
     if not chosen:
@@ -108,10 +109,14 @@ FAILED_ATTEMPT_LOGGERS = (
 def build_session(config: Config, master: str | None = None, *, verbose: bool = False) -> SparkSession:
     """Create (or join) the SparkSession for ``config``; ``spark.*`` keys pass through to Spark.
 
+    ``config`` may be a loaded ``Config`` (a root that has not prepared the job: a user's script, a test) or the
+    job's ``Settings``; it is read as settings either way, its views parsed once.
+
     Unless ``verbose``, Spark's own reports of failed task attempts are silenced, so that a failing job reads as
     one error rather than one traceback per attempt. With pyarrow installed the session knows
     format ``millstream`` (``spark.read.format("millstream")``), so a job's streams can be inspected in the
     session that runs it."""
+    config = Settings.of(config)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     settings = session_settings(config, resolve_master(config, master))
@@ -134,10 +139,10 @@ def build_session(config: Config, master: str | None = None, *, verbose: bool = 
     return session
 
 
-def session_settings(config: Config, master: str) -> dict[str, str]:
+def session_settings(config: Settings, master: str) -> dict[str, str]:
     """The settings :func:`build_session` gives a session on ``master``: millstream's own, then the config's
     ``spark.*`` keys; what the checks made before the session exists read."""
-    job = JobConfig.of(config)
+    job = config.job
     settings = {
         "spark.master": master,
         "spark.app.name": f"millstream-{job.job_key}",

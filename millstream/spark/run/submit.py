@@ -20,7 +20,8 @@ import sys
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
-from millstream.config import Config, JobConfig
+from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import load_job_config
 from millstream.errors import FORCED_STOP_EXIT_CODE, SUPERSEDED_EXIT_CODE, ConfigError, MillstreamError
 from millstream.log_context import configure_logging
@@ -32,7 +33,8 @@ from millstream.spark.run.shutdown_hook import graceful_stop_on_jvm_shutdown
 
 
 def check_submitted_conf(conf: SparkConf, config: Config) -> None:
-    """Refuse, naming the ``--conf`` to pass, a submitted session the runner cannot run this job in safely."""
+    """Refuse, naming the ``--conf`` to pass, a submitted session the runner cannot run this job in safely
+    (``config``: the job's ``Settings``, or a loaded ``Config``, read as settings: it is exported to users)."""
     if (conf.get("spark.speculation") or "false").lower() != "false":
         raise ConfigError(
             "spark.speculation is enabled in the submitted session: a speculative copy would run a container "
@@ -41,7 +43,7 @@ def check_submitted_conf(conf: SparkConf, config: Config) -> None:
     master = conf.get("spark.master") or ""
     if local_slots(master) is not None:
         return  # local masters retry through local[N,F], not spark.task.maxFailures
-    needed = JobConfig.of(config).container_max_attempts
+    needed = Settings.of(config).job.container_max_attempts
     submitted = int(conf.get("spark.task.maxFailures") or "4")
     if submitted != needed:
         raise ConfigError(
@@ -59,7 +61,7 @@ def submitted_conf() -> SparkConf:
     return SparkConf()
 
 
-def refuse_before_session(conf: SparkConf, config: Config) -> None:
+def refuse_before_session(conf: SparkConf, config: Settings) -> None:
     """Everything the submitted conf and the job's config alone can refuse, before the session exists: on a
     cluster, creating it registers the application and waits for executors (a minute and more), only for the
     job to be refused afterwards. The runner checks the same again against the running session."""
@@ -70,11 +72,13 @@ def refuse_before_session(conf: SparkConf, config: Config) -> None:
 
 
 def submit(config: Config, spark: SparkSession, runner: SparkJobRunner | None = None) -> int:
-    """Run ``config`` in the submitted session; the exit code ``millstream run`` would give."""
+    """Run ``config`` in the submitted session; the exit code ``millstream run`` would give. ``config``: the job's
+    ``Settings``, or a loaded ``Config`` (read as settings: users call this from ``millstream.spark.submit``)."""
+    config = Settings.of(config)
     check_submitted_conf(spark.sparkContext.getConf(), config)
     set_failed_attempt_logging(spark.sparkContext, "OFF")
     result = (runner or SparkJobRunner(config, spark=spark)).run(handle_signals=True)
-    name = JobConfig.of(config).name
+    name = config.job.name
     if result.outcome == "failed":
         print(f"job failed: {result.error}", file=sys.stderr)
         return 1
@@ -94,11 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = load_job_config(args.config, {"app.stage": str(args.stage)} if args.stage is not None else None)
-        configure_logging("WARNING", job=JobConfig.of(config).name)
+        configure_logging("WARNING", job=config.job.name)
         refuse_before_session(submitted_conf(), config)
         spark = SparkSession.builder.getOrCreate()  # the session spark-submit configured, as it is
         runner = SparkJobRunner(config, spark=spark)
-        stop_timeout = JobConfig.of(config).stop_timeout_ms / 1000
+        stop_timeout = config.job.stop_timeout_ms / 1000
         # a signal to the JVM (spark-submit) stops as one to this process does: the containers commit first
         with graceful_stop_on_jvm_shutdown(spark.sparkContext, runner.request_stop, stop_timeout):
             try:

@@ -16,6 +16,7 @@ one column type every such object fits, which Spark SQL then takes apart with ``
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -32,8 +33,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from millstream.config import Config
 from millstream.config.core import load_config, parse_bool
+from millstream.config.settings import Settings
 from millstream.errors import MillstreamError
 from millstream.model import IncomingMessageEnvelope, SystemStream
 from millstream.serde.base import Serde
@@ -95,6 +96,16 @@ class ReadOptions:
             batch_size=_positive_int(options, "batchSize", 10_000),
         )
 
+    @functools.cached_property
+    def settings(self) -> Settings:
+        """``config`` as the job's settings, built on first use and kept with these options, so a stream reader
+        planning batch after batch parses each view once, not once per batch. Not pickled: Spark ships the
+        options (the flat ``config``, the wire format) and a worker builds its own settings from them."""
+        return Settings(self.config)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {name: value for name, value in self.__dict__.items() if name != "settings"}
+
 
 def _positive_int(options: dict[str, str], name: str, default: int) -> int:
     if name.lower() not in options:
@@ -119,7 +130,7 @@ class StreamDataFrameReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> Sequence[InputPartition]:
-        config = Config(self.options.config)
+        config = self.options.settings
         stream = self.options.stream
         ranges: Sequence[OffsetRange | ShardRange]
         if _partitions_are_fixed(config, stream):
@@ -130,7 +141,7 @@ class StreamDataFrameReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pyarrow.RecordBatch]:
         assert isinstance(partition, StreamInputPartition)
-        config = Config(self.options.config)
+        config = self.options.settings
         rows = RecordBatchBuilder(self.options, config)
         offsets, idle_timeout = partition.range, self.options.idle_timeout
         batches = (
@@ -146,7 +157,7 @@ class StreamDataFrameReader(DataSourceReader):
             yield rows.flush()
 
 
-def _partitions_are_fixed(config: Config, stream: SystemStream) -> bool:
+def _partitions_are_fixed(config: Settings, stream: SystemStream) -> bool:
     """Log and Kafka partitions are planned as offset ranges; Kinesis shards, which come and go, by shard."""
     return system_factory(config, stream.system).get_admin(stream.system, config).partitions_are_fixed
 
@@ -158,7 +169,7 @@ def _identity(data: Any) -> Any:
 class RecordBatchBuilder:
     """Collects envelopes column by column and turns them into Arrow record batches of the read's schema."""
 
-    def __init__(self, options: ReadOptions, config: Config) -> None:
+    def __init__(self, options: ReadOptions, config: Settings) -> None:
         import pyarrow
 
         self._pa = pyarrow

@@ -19,8 +19,8 @@ from pyspark.sql.types import IntegerType, StringType, StructField, StructType, 
 
 from millstream.checkpoint.checkpoint import CheckpointV2
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
 from millstream.config.core import load_config
+from millstream.config.settings import Settings
 from millstream.metadata.opening import metadata_store
 from millstream.model import TaskName
 from millstream.spark.sources.stream_read import StreamReadError
@@ -70,10 +70,10 @@ class CheckpointsReader(DataSourceReader):
         return [InputPartition(0)]
 
     def read(self, partition: InputPartition) -> Iterator[CheckpointRow]:
-        yield from checkpoint_rows(Config(self.config))
+        yield from checkpoint_rows(Settings(self.config))
 
 
-def checkpoint_rows(config: Config) -> list[CheckpointRow]:
+def checkpoint_rows(config: Settings) -> list[CheckpointRow]:
     """Every task's last checkpoint, a row per input partition, ordered by task and partition."""
     with metadata_store(config) as store:
         manager = checkpoint_manager(config, store, None)

@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.errors import StreamNotFoundError
 from millstream.model import IncomingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.spark.sources.read_bounds import ReadBounds, StreamReadError
@@ -90,7 +90,7 @@ def parents_first(shards: Sequence[S]) -> list[S]:
     return ordered
 
 
-def plan_shard_ranges(config: Config, stream: SystemStream, bounds: ReadBounds) -> list[ShardRange]:
+def plan_shard_ranges(config: Settings, stream: SystemStream, bounds: ReadBounds) -> list[ShardRange]:
     """One range per shard the admin lists for ``stream`` (closed and open), parents before children."""
     with system_factory(config, stream.system).get_admin(stream.system, config) as admin:
         admin.start()
@@ -151,7 +151,7 @@ def _sequence(ssp: SystemStreamPartition, shard_id: str, offset: str) -> str:
     return sequence
 
 
-def read_shard_range(config: Config, shard: ShardRange) -> Iterator[list[IncomingMessageEnvelope]]:
+def read_shard_range(config: Settings, shard: ShardRange) -> Iterator[list[IncomingMessageEnvelope]]:
     """The envelopes of ``shard`` in batches, undecoded, up to the first record past the range or the
     shard's tip (an empty answer with no lag: every record written until now was delivered)."""
     if shard.start is None:

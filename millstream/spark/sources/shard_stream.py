@@ -36,6 +36,7 @@ from ``planned_at + 1``. Kinesis gives each record its arrival time when it is w
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -44,14 +45,14 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
-from millstream.config import Config
-from millstream.config.views import StartpointConfig
+from millstream.config.settings import Settings
 from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream, SystemStreamPartition
 from millstream.spark.sources.batch_reader import ReadOptions, StreamDataFrameReader, StreamInputPartition
 from millstream.spark.sources.read_bounds import StreamReadError
 from millstream.spark.sources.shard_read import ShardRange, parents_first, shard_number, sharded_admin
 from millstream.startpoint.manager import StartpointManager
+from millstream.startpoint.settings import StartpointConfig
 from millstream.systems.base import ShardDescription, ShardedSystemAdmin, SystemAdmin
 from millstream.systems.registry import system_factory
 from millstream.systems.startpoints import (
@@ -121,8 +122,9 @@ class ShardedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """With ``Trigger.AvailableNow``: the instant the query started, whose records it reads up to."""
 
     @property
-    def config(self) -> Config:
-        return Config(self.options.config)
+    def config(self) -> Settings:
+        """The job's settings, built once with the options (each view parsed once, not once per batch)."""
+        return self.options.settings
 
     @property
     def stream(self) -> SystemStream:
@@ -144,9 +146,9 @@ class ShardedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begun = ShardOffset.of(start)
         planned_at = self.target if self.target is not None else now_ms()
         offset = ShardOffset(planned_at, {}, [], dict(begun.shards), list(begun.finished), dict(begun.startpoint))
-        with _sharded(self.config, self.stream) as admin, metadata_store(self._stream_config()) as store:
+        with _sharded(self.config, self.stream) as admin, metadata_store(self._stream_config) as store:
             shards = _listed(admin, self.stream)
-            manager = StartpointManager(store, StartpointConfig.of(self.config).max_age_ms)
+            manager = StartpointManager(store, self.config.view(StartpointConfig).max_age_ms)
             startpoint = self._newest_startpoint(manager)
             if startpoint is not None:
                 if begun.startpoint.get("created") == startpoint.creation_timestamp:
@@ -176,11 +178,18 @@ class ShardedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         created = ShardOffset.of(end).startpoint.get("created")
         if created is None:
             return
-        with metadata_store(self._stream_config()) as store:
-            self._delete(StartpointManager(store, StartpointConfig.of(self.config).max_age_ms), int(created))
+        with metadata_store(self._stream_config) as store:
+            self._delete(StartpointManager(store, self.config.view(StartpointConfig).max_age_ms), int(created))
 
-    def _stream_config(self) -> Config:
+    @functools.cached_property
+    def _stream_config(self) -> Settings:
+        """The settings whose metadata store holds the query's startpoints: ``job.name`` from option ``job``;
+        built on first use and kept for the query's batches (not pickled with the reader, see ``__getstate__``)."""
         return self.config if not self.job else self.config.with_overrides({"job.name": self.job})
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What Spark ships to its workers: the options and the reader's plan, not settings built from them."""
+        return {name: value for name, value in self.__dict__.items() if name != "_stream_config"}
 
     def _ssp(self, shard_id: str) -> SystemStreamPartition:
         return self.stream.partition(shard_number(shard_id))
@@ -323,7 +332,7 @@ def _listed(admin: ShardedSystemAdmin, stream: SystemStream) -> Sequence[ShardDe
 
 
 @contextmanager
-def _admin(config: Config, stream: SystemStream) -> Iterator[SystemAdmin]:
+def _admin(config: Settings, stream: SystemStream) -> Iterator[SystemAdmin]:
     """A started admin of the stream's system for one planning step, stopped after it."""
     with system_factory(config, stream.system).get_admin(stream.system, config) as admin:
         admin.start()
@@ -331,7 +340,7 @@ def _admin(config: Config, stream: SystemStream) -> Iterator[SystemAdmin]:
 
 
 @contextmanager
-def _sharded(config: Config, stream: SystemStream) -> Iterator[ShardedSystemAdmin]:
+def _sharded(config: Settings, stream: SystemStream) -> Iterator[ShardedSystemAdmin]:
     """:func:`_admin`, for a system whose admin reads shard by shard (an error naming the stream otherwise)."""
     with _admin(config, stream) as admin:
         yield sharded_admin(admin, stream)

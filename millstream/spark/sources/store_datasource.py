@@ -23,9 +23,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from millstream.config import Config
 from millstream.config.core import load_config, parse_bool
-from millstream.config.views import store_config
+from millstream.config.settings import Settings
+from millstream.config.views import StoreConfig
 from millstream.errors import MillstreamError
 from millstream.extras import missing_module_hint
 from millstream.serde.base import Serde
@@ -64,7 +64,7 @@ class StoreReadOptions:
             raise StreamReadError(
                 f"format '{FORMAT}' needs options 'config' (the job's config file) and 'store' (the store's name)"
             )
-        config = load_config(path)
+        config = Settings.of(load_config(path))
         source = options.get("source") or default_source(config, store)
         return cls(config.to_dict(), store, source, parse_bool("raw", options.get("raw", "false")))
 
@@ -95,12 +95,12 @@ class StoreDataFrameReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> Sequence[InputPartition]:
-        planned = plan_store_read(Config(self.options.config), self.options.store, self.options.source)
+        planned = plan_store_read(Settings(self.options.config), self.options.store, self.options.source)
         return [TaskStorePartition(source) for source in planned]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[str, Any, Any]]:
         assert isinstance(partition, TaskStorePartition)
-        config = Config(self.options.config)
+        config = Settings(self.options.config)
         decode = StoreEntryDecoder(config, self.options.store, partition.source.task, self.options.raw)
         entries = read_task_store(config, self.options.store, partition.source, DEFAULT_IDLE_TIMEOUT_MS / 1000)
         for key, value in entries:
@@ -111,8 +111,8 @@ class StoreEntryDecoder:
     """Bytes as stored → JSON text through the store's serdes (bytes unchanged with ``raw``); a value that
     cannot be decoded is an error naming task, store and key, never a null."""
 
-    def __init__(self, config: Config, store: str, task: str, raw: bool) -> None:
-        own = store_config(config, store)
+    def __init__(self, config: Settings, store: str, task: str, raw: bool) -> None:
+        own = config.view(StoreConfig, store)
         serdes = SerdeRegistry.from_config(config)
         self.serdes: dict[str, Serde | None] = {
             "key": serdes.get(own.key_serde, f"stores.{store}.key.serde") if own.key_serde else None,

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from millstream.checkpoint.checkpoint import CheckpointV2
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
-from millstream.config.views import parse_stream, store_config, store_names
+from millstream.config.settings import Settings
+from millstream.config.views import StoreConfig, parse_stream, store_names
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.coordination import latest_job_model
 from millstream.metadata.opening import metadata_store
@@ -53,13 +53,13 @@ class TaskStoreSource:
     changelog: OffsetRange | None = None
 
 
-def default_source(config: Config, store: str) -> str:
+def default_source(config: Settings, store: str) -> str:
     """``blob`` when the store backs up to the blob store, else ``changelog`` when it has one."""
     if store not in store_names(config):
         raise StreamReadError(
             f"the job has no store '{store}' (stores: {', '.join(sorted(store_names(config))) or 'none'})"
         )
-    own = store_config(config, store)
+    own = config.view(StoreConfig, store)
     blob_key = BlobStoreStateBackendFactory.marker_key()
     if any(factory.marker_key() == blob_key for factory in backup_factories(config, store)):
         return BLOB
@@ -71,22 +71,22 @@ def default_source(config: Config, store: str) -> str:
     )
 
 
-def _check_known(config: Config, store: str) -> None:
+def _check_known(config: Settings, store: str) -> None:
     known = store_names(config)
     if store not in known:
         raise StreamReadError(f"the job has no store '{store}' (stores: {', '.join(sorted(known)) or 'none'})")
 
 
-def check_store(config: Config, store: str, source: str) -> None:
+def check_store(config: Settings, store: str, source: str) -> None:
     """Refuse an unknown store, or a source the store is not backed up to, before anything is read."""
     _check_known(config, store)
     if source not in SOURCES:
         raise StreamReadError(f"option 'source' must be one of {', '.join(SOURCES)}, not {source!r}")
-    if source == CHANGELOG and not store_config(config, store).changelog:
+    if source == CHANGELOG and not config.view(StoreConfig, store).changelog:
         raise StreamReadError(f"store '{store}' has no changelog (stores.{store}.changelog is not set)")
 
 
-def plan_store_read(config: Config, store: str, source: str) -> list[TaskStoreSource]:
+def plan_store_read(config: Settings, store: str, source: str) -> list[TaskStoreSource]:
     """One source per task of the job's last published job model, in task order."""
     check_store(config, store, source)
     with metadata_store(config) as metadata:
@@ -97,7 +97,7 @@ def plan_store_read(config: Config, store: str, source: str) -> list[TaskStoreSo
         if source == BLOB:
             return _plan_blob(config, metadata, store, tasks)
         partitions = changelog_partitions(metadata)
-    changelog = parse_stream(store_config(config, store).changelog or "", f"stores.{store}.changelog")
+    changelog = parse_stream(config.view(StoreConfig, store).changelog or "", f"stores.{store}.changelog")
     ranges = {offsets.ssp.partition: offsets for offsets in plan_ranges(config, changelog, None, None)}
     planned = []
     for task in tasks:
@@ -111,7 +111,7 @@ def plan_store_read(config: Config, store: str, source: str) -> list[TaskStoreSo
     return planned
 
 
-def _plan_blob(config: Config, metadata: MetadataStore, store: str, tasks: list[TaskName]) -> list[TaskStoreSource]:
+def _plan_blob(config: Settings, metadata: MetadataStore, store: str, tasks: list[TaskName]) -> list[TaskStoreSource]:
     manager = checkpoint_manager(config, metadata, None)
     manager.start()
     try:
@@ -132,7 +132,7 @@ def _plan_blob(config: Config, metadata: MetadataStore, store: str, tasks: list[
     return planned
 
 
-def read_task_store(config: Config, store: str, source: TaskStoreSource, idle_timeout: float) -> Iterator[Entry]:
+def read_task_store(config: Settings, store: str, source: TaskStoreSource, idle_timeout: float) -> Iterator[Entry]:
     """The task's entries as stored (bytes), in key order for a snapshot, in changelog order otherwise."""
     if source.index_blob is not None:
         yield from _snapshot_entries(config, store, source.task, source.index_blob)
@@ -140,7 +140,7 @@ def read_task_store(config: Config, store: str, source: TaskStoreSource, idle_ti
         yield from _changelog_entries(config, source.changelog, idle_timeout)
 
 
-def _snapshot_entries(config: Config, store: str, task: str, index_blob: str) -> Iterator[Entry]:
+def _snapshot_entries(config: Settings, store: str, task: str, index_blob: str) -> Iterator[Entry]:
     where = f"task '{task}' store '{store}'"
     backend = BlobStoreStateBackendFactory()
     try:
@@ -150,7 +150,7 @@ def _snapshot_entries(config: Config, store: str, task: str, index_blob: str) ->
             store_dir = Path(scratch) / "store"
             transfer.download_dir(index.dir_index, store_dir, where)
             engine = storage_engine_factory(config, store).get_storage_engine(
-                store, store_dir, store_config(config, store)
+                store, store_dir, config.view(StoreConfig, store)
             )
             try:
                 yield from engine.all()
@@ -160,7 +160,7 @@ def _snapshot_entries(config: Config, store: str, task: str, index_blob: str) ->
         backend.close()
 
 
-def _changelog_entries(config: Config, offsets: OffsetRange, idle_timeout: float) -> Iterator[Entry]:
+def _changelog_entries(config: Settings, offsets: OffsetRange, idle_timeout: float) -> Iterator[Entry]:
     latest: dict[bytes, bytes] = {}
     for batch in read_range(config, offsets, idle_timeout):
         for envelope in batch:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.errors import MillstreamError, StreamNotFoundError
 from millstream.model import IncomingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.spark.sources.read_bounds import ReadBounds, StreamReadError
@@ -35,7 +35,7 @@ class OffsetRange:
 
 
 def plan_ranges(
-    config: Config, stream: SystemStream, bounds: ReadBounds | None = None, max_records: int | None = None
+    config: Settings, stream: SystemStream, bounds: ReadBounds | None = None, max_records: int | None = None
 ) -> list[OffsetRange]:
     """One range per partition of ``stream`` (several when ``max_records`` splits a long one), from each
     partition's start in ``bounds`` to its end, the newest offsets as of now by default."""
@@ -98,7 +98,7 @@ def split_range(offsets: OffsetRange, max_records: int | None) -> list[OffsetRan
     return [*pieces, OffsetRange(offsets.ssp, str(cuts[-1]), end, offsets.end_inclusive)]
 
 
-def read_range(config: Config, offsets: OffsetRange, idle_timeout: float) -> Iterator[list[IncomingMessageEnvelope]]:
+def read_range(config: Settings, offsets: OffsetRange, idle_timeout: float) -> Iterator[list[IncomingMessageEnvelope]]:
     """The envelopes of ``offsets`` in batches, undecoded; raises if the partition goes quiet for
     ``idle_timeout`` seconds before its range ends, rather than returning part of it."""
     if offsets.start is None or offsets.end is None:

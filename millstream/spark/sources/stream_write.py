@@ -26,8 +26,8 @@ import orjson
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
-from millstream.config import Config
 from millstream.config.core import load_config, parse_bool
+from millstream.config.settings import Settings
 from millstream.errors import MillstreamError
 from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.serde.base import Serde
@@ -105,7 +105,7 @@ class StreamDataFrameWriter(DataSourceArrowWriter):
         self.options = options
 
     def write(self, iterator: Iterator[pyarrow.RecordBatch]) -> WriteCount:
-        config = Config(self.options.config)
+        config = Settings(self.options.config)
         stream = self.options.stream
         encoder = RowEncoder(self.options, config)
         rows = 0
@@ -126,7 +126,7 @@ class StreamDataFrameWriter(DataSourceArrowWriter):
 class RowEncoder:
     """Turns a row's columns into an envelope the stream's serdes encoded, with errors naming the row."""
 
-    def __init__(self, options: WriteOptions, config: Config) -> None:
+    def __init__(self, options: WriteOptions, config: Settings) -> None:
         self._stream = options.stream
         self._raw = options.raw
         serdes = None if options.raw else SerdeRegistry.from_config(config)

@@ -29,6 +29,7 @@ stopped one when it restarts.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,13 +39,13 @@ import orjson
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
-from millstream.config import Config
-from millstream.config.views import StartpointConfig
+from millstream.config.settings import Settings
 from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStreamPartition
 from millstream.spark.sources.batch_reader import ReadOptions, StreamDataFrameReader, StreamInputPartition
 from millstream.spark.sources.stream_read import OffsetRange, StreamReadError
 from millstream.startpoint.manager import StartpointManager
+from millstream.startpoint.settings import StartpointConfig
 from millstream.systems.base import SystemAdmin
 from millstream.systems.registry import system_factory
 from millstream.systems.startpoints import Startpoint, StartpointOldest, StartpointSpecific, StartpointUpcoming
@@ -64,7 +65,7 @@ def stream_reader(options: dict[str, str]) -> DataSourceStreamReader:
     """The stream reader of format ``millstream`` for ``options`` (lower-cased keys, as Spark hands them)."""
     starting = parse_starting_offsets(options.get("startingoffsets"))
     parsed = ReadOptions.parse(options)
-    if _has_shards(Config(parsed.config), parsed.stream.system):
+    if _has_shards(Settings(parsed.config), parsed.stream.system):
         from millstream.spark.sources.shard_stream import ShardedStreamReader
 
         default, given = starting
@@ -77,7 +78,7 @@ def stream_reader(options: dict[str, str]) -> DataSourceStreamReader:
     return MillstreamStreamReader(parsed, options.get("job"), starting)
 
 
-def _has_shards(config: Config, system: str) -> bool:
+def _has_shards(config: Settings, system: str) -> bool:
     """Kinesis: partitions that come and go, planned by :mod:`millstream.spark.sources.shard_stream`."""
     with system_factory(config, system).get_admin(system, config) as admin:
         return not admin.partitions_are_fixed
@@ -113,12 +114,19 @@ class MillstreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         """With ``Trigger.AvailableNow``: the upcoming offsets when the query started, which it reads up to."""
 
     @property
-    def config(self) -> Config:
-        return Config(self.options.config)
+    def config(self) -> Settings:
+        """The job's settings, built once with the options (each view parsed once, not once per batch)."""
+        return self.options.settings
 
-    def _stream_config(self) -> Config:
-        """The config whose metadata store holds the query's startpoints: ``job.name`` from option ``job``."""
+    @functools.cached_property
+    def _stream_config(self) -> Settings:
+        """The settings whose metadata store holds the query's startpoints: ``job.name`` from option ``job``;
+        built on first use and kept for the query's batches (not pickled with the reader, see ``__getstate__``)."""
         return self.config if not self.job else self.config.with_overrides({"job.name": self.job})
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What Spark ships to its workers: the options and the reader's plan, not settings built from them."""
+        return {name: value for name, value in self.__dict__.items() if name != "_stream_config"}
 
     def _ssp(self, partition: str | int) -> SystemStreamPartition:
         return self.options.stream.partition(int(partition))
@@ -150,8 +158,8 @@ class MillstreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             positions, newest = self.target if self.target is not None else self._upcoming(admin)
             positions = dict(positions)
             applied = dict(begun.startpoints)
-            with metadata_store(self._stream_config()) as store:
-                manager = StartpointManager(store, StartpointConfig.of(self.config).max_age_ms)
+            with metadata_store(self._stream_config) as store:
+                manager = StartpointManager(store, self.config.view(StartpointConfig).max_age_ms)
                 for partition in sorted(positions, key=int):
                     ssp = self._ssp(partition)
                     startpoint = manager.read_startpoint(ssp)
@@ -195,8 +203,8 @@ class MillstreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         applied = SourceOffset.of(end).startpoints
         if not applied:
             return
-        with metadata_store(self._stream_config()) as store:
-            manager = StartpointManager(store, StartpointConfig.of(self.config).max_age_ms)
+        with metadata_store(self._stream_config) as store:
+            manager = StartpointManager(store, self.config.view(StartpointConfig).max_age_ms)
             for partition, entry in applied.items():
                 ssp = self._ssp(partition)
                 startpoint = manager.read_startpoint(ssp)
@@ -267,7 +275,7 @@ def _later(admin: SystemAdmin, ssp: SystemStreamPartition, first: str, second: s
 
 
 @contextmanager
-def _admin(config: Config, system: str) -> Iterator[SystemAdmin]:
+def _admin(config: Settings, system: str) -> Iterator[SystemAdmin]:
     """A started admin of ``system`` for one planning step, stopped after it."""
     with system_factory(config, system).get_admin(system, config) as admin:
         admin.start()

@@ -29,7 +29,7 @@ from millstream.storage.layout import LIVE, StoreDirListing
 
 if TYPE_CHECKING:
     from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId
-    from millstream.config.core import Config
+    from millstream.config.settings import Settings
     from millstream.config.views import StoreConfig
     from millstream.job_model import JobModel, TaskModel
     from millstream.metadata.base import MetadataStore
@@ -82,7 +82,7 @@ class TaskBackendContext:
     """What a backend's task managers get: the task, its stores for this backend, and the container's
     resources."""
 
-    config: Config
+    config: Settings
     job_model: JobModel
     task_name: TaskName
     task_model: TaskModel
@@ -208,7 +208,7 @@ class StateBackendFactory(ABC):
     def marker_key(cls) -> str:
         return cls.checkpoint_name or f"{cls.__module__}:{cls.__qualname__}"
 
-    def validate_store(self, config: Config, store: str, store_config: StoreConfig, persistent: bool) -> None:  # noqa: B027
+    def validate_store(self, config: Settings, store: str, store_config: StoreConfig, persistent: bool) -> None:  # noqa: B027
         """Raise a ConfigError naming the key when ``store`` cannot use this backend."""
 
     @abstractmethod
@@ -220,7 +220,7 @@ class StateBackendFactory(ABC):
     @abstractmethod
     def get_admin(
         self,
-        config: Config,
+        config: Settings,
         job_model: JobModel,
         metadata_store: MetadataStore,
         stores: Mapping[str, StoreConfig],
@@ -229,7 +229,7 @@ class StateBackendFactory(ABC):
         """The backend's job-level resources, prepared by the driver before containers start; ``admins`` gives a
         started admin of a system, owned by the driver (never stopped here)."""
 
-    def dropped_stores(self, config: Config, task_name: TaskName, backed_up: frozenset[str]) -> DroppedStores | None:
+    def dropped_stores(self, config: Settings, task_name: TaskName, backed_up: frozenset[str]) -> DroppedStores | None:
         """What this backend keeps for ``task_name``'s stores other than ``backed_up`` (the stores the config
         backs up with it); None when it keeps nothing a dropped store leaves behind (a changelog stays)."""
         return None

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointV1, CheckpointV2
-from millstream.config.core import Config
-from millstream.config.views import StoresConfig, store_config
+from millstream.config.settings import Settings
+from millstream.config.views import StoreConfig
 from millstream.errors import ConfigError
 from millstream.plugins import load_object
 from millstream.storage.backends.base import StateBackendFactory
@@ -38,12 +38,12 @@ def state_backend_factory_class(name: str, key: str) -> type[StateBackendFactory
     return factory_class
 
 
-def backup_factory_names(config: Config, store: str) -> list[tuple[str, str]]:
+def backup_factory_names(config: Settings, store: str) -> list[tuple[str, str]]:
     """``(factory name, config key it came from)`` of every backup backend of ``store``, in order."""
-    own = store_config(config, store)
+    own = config.view(StoreConfig, store)
     if own.backup_factories is not None:
         return [(name, f"stores.{store}.backup.factories") for name in own.backup_factories]
-    job = StoresConfig.of(config).backup_factories
+    job = config.stores.backup_factories
     if job is not None:
         return [(name, "stores.backup.factories") for name in job]
     if own.changelog:
@@ -51,12 +51,12 @@ def backup_factory_names(config: Config, store: str) -> list[tuple[str, str]]:
     return []
 
 
-def restore_factory_names(config: Config, store: str) -> list[tuple[str, str]]:
+def restore_factory_names(config: Settings, store: str) -> list[tuple[str, str]]:
     """``(factory name, config key)`` of the backends that may restore ``store``, in precedence order."""
-    own = store_config(config, store)
+    own = config.view(StoreConfig, store)
     if own.restore_factories is not None:
         return [(name, f"stores.{store}.restore.factories") for name in own.restore_factories]
-    job = StoresConfig.of(config).restore_factories
+    job = config.stores.restore_factories
     if job is not None:
         return [(name, "stores.restore.factories") for name in job]
     return backup_factory_names(config, store)
@@ -69,16 +69,16 @@ def _unique(classes: list[type[StateBackendFactory]]) -> list[type[StateBackendF
     return list(seen.values())
 
 
-def backup_factories(config: Config, store: str) -> list[type[StateBackendFactory]]:
+def backup_factories(config: Settings, store: str) -> list[type[StateBackendFactory]]:
     return _unique([state_backend_factory_class(name, key) for name, key in backup_factory_names(config, store)])
 
 
-def restore_factories(config: Config, store: str) -> list[type[StateBackendFactory]]:
+def restore_factories(config: Settings, store: str) -> list[type[StateBackendFactory]]:
     return _unique([state_backend_factory_class(name, key) for name, key in restore_factory_names(config, store)])
 
 
 def restore_factory_for(
-    config: Config, store: str, checkpoint: Checkpoint | None, has_changelog: bool
+    config: Settings, store: str, checkpoint: Checkpoint | None, has_changelog: bool
 ) -> type[StateBackendFactory] | None:
     """The backend that restores ``store`` from ``checkpoint`` (Samza's rule).
 

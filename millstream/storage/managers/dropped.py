@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Mapping
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV2
-from millstream.config.core import Config
+from millstream.config.settings import Settings
 from millstream.errors import MillstreamError
 from millstream.model import TaskName
 from millstream.storage.backends.base import DroppedStores, StateBackendFactory
@@ -32,7 +32,7 @@ class DroppedStoreSweep:
     @classmethod
     def find(
         cls,
-        config: Config,
+        config: Settings,
         task_name: TaskName,
         checkpoint: Checkpoint | None,
         backups: Mapping[str, tuple[type[StateBackendFactory], ...]],

@@ -15,8 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from millstream.config.core import Config
-from millstream.config.views import TaskConfig
+from millstream.config.settings import Settings
 from millstream.files import claim_marker
 
 log = logging.getLogger(__name__)
@@ -38,8 +37,8 @@ class CommitPauses:
         self._lock = threading.Lock()
 
     @classmethod
-    def of(cls, config: Config) -> CommitPauses:
-        task = TaskConfig.of(config)
+    def of(cls, config: Settings) -> CommitPauses:
+        task = config.task
         return cls(task.commit_testing_pause_at, task.commit_testing_pause_ms, task.commit_testing_marker_dir)
 
     def __call__(self, point: str) -> None:

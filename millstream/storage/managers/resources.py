@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from millstream.config.core import Config
-from millstream.config.views import StoreConfig, store_config, task_store_names
+from millstream.config.settings import Settings
+from millstream.config.views import StoreConfig, task_store_names
 from millstream.job_model import JobModel
 from millstream.metadata.base import MetadataStore
 from millstream.storage.backends.base import AdminSource, StateBackendFactory
@@ -15,7 +15,7 @@ from millstream.storage.changelog_partitions import assign_changelog_partitions
 
 
 def prepare_state_resources(
-    config: Config, metadata_store: MetadataStore, job_model: JobModel, admins: AdminSource
+    config: Settings, metadata_store: MetadataStore, job_model: JobModel, admins: AdminSource
 ) -> None:
     """``admins``: the driver's started admins (it owns them)."""
     stores = task_store_names(config)
@@ -26,7 +26,7 @@ def prepare_state_resources(
     for store in stores:
         for factory_class in backup_factories(config, store):
             entry = by_backend.setdefault(factory_class.marker_key(), (factory_class, {}))
-            entry[1][store] = store_config(config, store)
+            entry[1][store] = config.view(StoreConfig, store)
     for factory_class, backend_stores in by_backend.values():
         factory = factory_class()
         try:

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Self
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
-from millstream.config.core import Config
-from millstream.config.views import JobConfig, parse_stream, store_config, task_store_names
+from millstream.config.settings import Settings
+from millstream.config.views import StoreConfig, parse_stream, task_store_names
 from millstream.job_model import JobModel, TaskModel
 from millstream.metadata.base import MetadataStore
 from millstream.metrics.registry import NOOP_METRICS, MetricsRegistry
@@ -98,7 +98,7 @@ class TaskStorageManager:
         self._stores: dict[str, _Store] = {}
         partition: int | None = None
         for name in container.store_names:
-            own = store_config(config, name)
+            own = config.view(StoreConfig, name)
             engine_factory = storage_engine_factory(config, name)
             backups = tuple(backup_factories(config, name))
             logged = bool(backups or restore_factories(config, name))
@@ -269,7 +269,7 @@ class TaskStorageManager:
             self.backup_managers[key] = manager
             self.revert_unsealed = self.revert_unsealed or manager.backup_incomplete
         for name in self._stores:
-            own = store_config(config, name)
+            own = config.view(StoreConfig, name)
             writers = [w for m in self.backup_managers.values() if (w := m.store_writer(name)) is not None]
             store = TaskKeyValueStore(
                 self.task_name,
@@ -479,7 +479,7 @@ class ContainerStorageManager:
 
     def __init__(
         self,
-        config: Config,
+        config: Settings,
         job_model: JobModel,
         container_id: str,
         metadata_store: MetadataStore,
@@ -512,7 +512,7 @@ class ContainerStorageManager:
         self._lock = threading.Lock()
         tasks = len(job_model.containers[container_id].tasks) if container_id in job_model.containers else 1
         self.tasks_in_container = tasks
-        job = JobConfig.of(config)
+        job = config.job
         self.commit_threads = min(max(2 * tasks, job.commit_thread_pool_size), job.commit_thread_pool_max_size)
         self.restore_threads = min(max(tasks, job.restore_thread_pool_size), job.restore_thread_pool_max_size)
         self._commit_executor: ThreadPoolExecutor | None = None

@@ -5,16 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from millstream.config.core import Config
-from millstream.config.views import (
-    BlobStoreConfig,
-    StoresConfig,
-    TaskConfig,
-    adjunct_store_names,
-    parse_stream,
-    store_config,
-    store_names,
-)
+from millstream.blobstore.settings import BlobStoreConfig
+from millstream.config.settings import Settings
+from millstream.config.views import StoreConfig, adjunct_store_names, parse_stream, store_names
 from millstream.errors import ConfigError
 from millstream.storage.backends.registry import backup_factories, restore_factories, state_backend_factory_class
 from millstream.storage.factory import storage_engine_factory
@@ -23,26 +16,26 @@ if TYPE_CHECKING:
     from millstream.serde.registry import SerdeRegistry
 
 
-def validate_state_config(config: Config, serdes: SerdeRegistry) -> None:
+def validate_state_config(config: Settings, serdes: SerdeRegistry) -> None:
     for key in config:
         if key.startswith("blob.") and not key.startswith(BlobStoreConfig.PREFIX):
             raise ConfigError(f"unknown config key '{key}' (expected blob.store.<setting>)")
-    BlobStoreConfig.of(config)
-    job_level = StoresConfig.of(config)
+    config.view(BlobStoreConfig)
+    job_level = config.stores
     for key, names in (
         ("stores.backup.factories", job_level.backup_factories),
         ("stores.restore.factories", job_level.restore_factories),
     ):
         for name in names or ():
             state_backend_factory_class(name, key)
-    task = TaskConfig.of(config)
+    task = config.task
     for versions, key in ((task.checkpoint_write_versions, "write"), (task.checkpoint_read_versions, "read")):
         if len(set(versions)) != len(versions):
             raise ConfigError(f"config key 'task.checkpoint.{key}.versions' repeats a version: {versions}")
     adjunct = set(adjunct_store_names(config))
     _refuse_shared_changelogs(config)
     for store in store_names(config):
-        own = store_config(config, store)
+        own = config.view(StoreConfig, store)
         for kind, serde_name in (("key", own.key_serde), ("msg", own.msg_serde)):
             if serde_name:
                 serdes.get(serde_name, f"stores.{store}.{kind}.serde")
@@ -57,11 +50,11 @@ def validate_state_config(config: Config, serdes: SerdeRegistry) -> None:
             factory_class().validate_store(config, store, own, persistent)
 
 
-def _refuse_shared_changelogs(config: Config) -> None:
+def _refuse_shared_changelogs(config: Settings) -> None:
     """Two stores of one job writing one changelog would restore each other's keys: refuse the config."""
     owners: dict[tuple[str, str], str] = {}
     for store in store_names(config):
-        changelog = store_config(config, store).changelog
+        changelog = config.view(StoreConfig, store).changelog
         if not changelog:
             continue
         stream = parse_stream(changelog, f"stores.{store}.changelog")

@@ -47,7 +47,7 @@ from millstream.systems.kafka.errors import KafkaSystemError
 from millstream.systems.kafka.transactions import fence_transactional_id
 
 if TYPE_CHECKING:
-    from millstream.config.core import Config
+    from millstream.config.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ FENCING_THREADS = 8
 class KafkaSystemAdmin(SystemAdmin):
     """``SystemAdmin`` of a Kafka cluster. Thread-safe as librdkafka's admin client is."""
 
-    def __init__(self, system: str, kafka: KafkaClientSettings, *, config: Config | None = None) -> None:
+    def __init__(self, system: str, kafka: KafkaClientSettings, *, config: Settings | None = None) -> None:
         self.system = system
         self.kafka = kafka
         self._config = config

@@ -71,8 +71,7 @@ from millstream.checkpoint.checkpoint import (
     version_of_type,
 )
 from millstream.checkpoint.factory import CheckpointManagerFactory
-from millstream.config.core import Config
-from millstream.config.views import JobConfig, TaskConfig
+from millstream.config.settings import Settings
 from millstream.errors import MillstreamError
 from millstream.metadata.base import FencedError, MetadataStore
 from millstream.model import OutgoingMessageEnvelope, SystemStream, TaskName
@@ -129,18 +128,18 @@ def checkpoint_key(grouper_factory: str, task_name: str, kind: str = CHECKPOINT_
     return orjson.dumps({GROUPER_FIELD: grouper_factory, TASK_FIELD: task_name, TYPE_FIELD: kind})
 
 
-def grouper_factory_name(config: Config) -> str:
+def grouper_factory_name(config: Settings) -> str:
     """The grouper as Samza names it in checkpoint keys: its factory's fully qualified class name."""
-    configured = JobConfig.of(config).grouper_factory
+    configured = config.job.grouper_factory
     return SAMZA_GROUPERS.get(configured, configured)
 
 
-def checkpoint_system(config: Config) -> str:
+def checkpoint_system(config: Settings) -> str:
     """The Kafka system of the checkpoint topic: ``task.checkpoint.system``, else ``job.coordinator.system``,
     else the only Kafka system configured."""
     return resolve_kafka_system(
         config,
-        TaskConfig.of(config).checkpoint_system or JobConfig.of(config).coordinator_system,
+        config.task.checkpoint_system or config.job.coordinator_system,
         "task.checkpoint.system",
         "task.checkpoint.factory=kafka",
     )
@@ -149,9 +148,9 @@ def checkpoint_system(config: Config) -> str:
 class KafkaCheckpointManager(CheckpointManager):
     """Checkpoints of one job in its Kafka checkpoint topic; read-only without a ``WriterFence``."""
 
-    def __init__(self, config: Config, store: MetadataStore, fence: WriterFence | None = None) -> None:
-        job = JobConfig.of(config)
-        task = TaskConfig.of(config)
+    def __init__(self, config: Settings, store: MetadataStore, fence: WriterFence | None = None) -> None:
+        job = config.job
+        task = config.task
         self.system = checkpoint_system(config)
         self.kafka = KafkaClientSettings(config, self.system)
         self.topic = task.checkpoint_topic or log_topic_name("checkpoint", job.name, job.id)
@@ -456,16 +455,16 @@ class KafkaCheckpointManagerFactory(CheckpointManagerFactory):
     """``task.checkpoint.factory=kafka`` (Samza's ``KafkaCheckpointManagerFactory`` class name is an alias)."""
 
     def get_checkpoint_manager(
-        self, config: Config, store: MetadataStore, fence: WriterFence | None = None
+        self, config: Settings, store: MetadataStore, fence: WriterFence | None = None
     ) -> CheckpointManager:
         return KafkaCheckpointManager(config, store, fence)
 
-    def claim_resources(self, config: Config) -> None:
+    def claim_resources(self, config: Settings) -> None:
         """The checkpoint topic is owned by one job: checkpoint keys name the grouper and the task, not the
         job, so a second job on the topic (a copied config keeping ``task.checkpoint.topic``) would resume
         from the other's offsets and skip or repeat input without an error."""
-        job = JobConfig.of(config)
-        task = TaskConfig.of(config)
+        job = config.job
+        task = config.task
         system = checkpoint_system(config)
         topic = task.checkpoint_topic or log_topic_name("checkpoint", job.name, job.id)
         admin = KafkaSystemAdmin(system, KafkaClientSettings(config, system), config=config)
@@ -483,5 +482,5 @@ class KafkaCheckpointManagerFactory(CheckpointManagerFactory):
                 job.job_key,
             )
 
-    def transaction_system(self, config: Config) -> str | None:
+    def transaction_system(self, config: Settings) -> str | None:
         return checkpoint_system(config)

@@ -21,8 +21,10 @@ from pydantic import Field
 
 from millstream.config.core import Config
 from millstream.config.secrets import REDACTED, SENSITIVE_PREFIX, secret_values
-from millstream.config.views import Bool, ConfigView, system_names
+from millstream.config.settings import Settings
+from millstream.config.views import Bool, system_names
 from millstream.errors import ConfigError
+from millstream.systems.base import SystemConfigView
 from millstream.systems.kafka.logs import RateLimitedLog
 
 CLIENT_PREFIXES = ("consumer.", "producer.", "admin.")
@@ -45,7 +47,7 @@ KAFKA_FACTORY_NAMES = frozenset(
 )
 
 
-class KafkaSystemConfig(ConfigView):
+class KafkaSystemConfig(SystemConfigView):
     """The keys a Kafka system accepts under ``systems.<s>.`` besides ``samza.*``, ``streams.*`` and
     the client prefixes."""
 
@@ -97,15 +99,9 @@ class KafkaSystemConfig(ConfigView):
     brokers abort the transaction and its commit fails (``KafkaTransactionAbortedError``). ``false``: no
     transactions, and a zombie attempt's changelog writes are not fenced (refused under exactly-once)."""
 
-    @classmethod
-    def for_system(cls, config: Config, system: str) -> KafkaSystemConfig:
-        prefix = f"systems.{system}."
-        keys = config_keys()
-        return cls.parse({k: v for k, v in config.subset(prefix).items() if k in keys}, prefix)
-
 
 def config_keys() -> frozenset[str]:
-    return frozenset(info.alias or name for name, info in KafkaSystemConfig.model_fields.items())
+    return KafkaSystemConfig.keys()
 
 
 def kafka_system_names(config: Config) -> list[str]:
@@ -132,12 +128,13 @@ def resolve_kafka_system(config: Config, configured: str | None, key: str, purpo
 class KafkaClientSettings:
     """The librdkafka settings of one system's consumer, producer and admin clients.
 
-    Built from config once per client; keeps which values are secret so error messages can hide them.
+    Built from config once per client (millstream's own keys come from the settings' view, parsed once per
+    settings); keeps which values are secret so error messages can hide them.
     """
 
-    def __init__(self, config: Config, system: str) -> None:
+    def __init__(self, config: Settings, system: str) -> None:
         self.system = system
-        self.settings = KafkaSystemConfig.for_system(config, system)
+        self.settings = config.view(KafkaSystemConfig, system)
         prefix = f"systems.{system}."
         plain = config.subset(prefix)
         secret = config.subset(SENSITIVE_PREFIX + prefix)

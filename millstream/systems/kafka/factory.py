@@ -6,8 +6,7 @@ from collections.abc import Callable
 from typing import ClassVar
 
 from millstream.checkpoint.base import WriterFence
-from millstream.config.core import Config
-from millstream.config.views import TaskConfig
+from millstream.config.settings import Settings
 from millstream.errors import ConfigError
 from millstream.systems.base import SystemContext, SystemFactory, WriterToken
 from millstream.systems.kafka.admin import KafkaSystemAdmin
@@ -31,19 +30,19 @@ class KafkaSystemFactory(SystemFactory):
         """murmur2 as librdkafka's ``murmur2_random`` and the Java client apply it to a keyed record."""
         return partition_for_key
 
-    def get_admin(self, system_name: str, config: Config) -> KafkaSystemAdmin:
+    def get_admin(self, system_name: str, config: Settings) -> KafkaSystemAdmin:
         return KafkaSystemAdmin(system_name, KafkaClientSettings(config, system_name), config=config)
 
-    def get_consumer(self, system_name: str, config: Config) -> KafkaSystemConsumer:
+    def get_consumer(self, system_name: str, config: Settings) -> KafkaSystemConsumer:
         kafka = KafkaClientSettings(config, system_name)
         return KafkaSystemConsumer(
             system_name,
             kafka,
             batch_size=kafka.settings.poll_batch_size,
-            buffer_size=TaskConfig.of(config).max_buffered_per_partition,
+            buffer_size=config.task.max_buffered_per_partition,
         )
 
-    def get_producer(self, system_name: str, config: Config) -> KafkaSystemProducer:
+    def get_producer(self, system_name: str, config: Settings) -> KafkaSystemProducer:
         kafka = KafkaClientSettings(config, system_name)
         return KafkaSystemProducer(
             system_name,
@@ -53,12 +52,12 @@ class KafkaSystemFactory(SystemFactory):
             default_replication_factor=kafka.settings.default_replication_factor,
             transactional=kafka.settings.transactional_writes,
             flush_per_source=kafka.settings.flush_per_source,
-            transaction_timeout_ms=producer_transaction_timeout_ms(kafka, TaskConfig.of(config).commit_ms),
-            commit_on_flush=not TaskConfig.of(config).exactly_once,
+            transaction_timeout_ms=producer_transaction_timeout_ms(kafka, config.task.commit_ms),
+            commit_on_flush=not config.task.exactly_once,
             writer_current=lambda writer: writer_is_current(self.context, writer),
         )
 
-    def transactional(self, system_name: str, config: Config) -> bool:
+    def transactional(self, system_name: str, config: Settings) -> bool:
         return KafkaClientSettings(config, system_name).settings.transactional_writes
 
 

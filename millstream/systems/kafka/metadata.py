@@ -57,8 +57,7 @@ from typing import Any
 
 import orjson
 
-from millstream.config.core import Config
-from millstream.config.views import JobConfig
+from millstream.config.settings import Settings
 from millstream.errors import MillstreamError
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.factory import MetadataStoreFactory
@@ -89,9 +88,9 @@ def _key(namespace: str, key: str) -> bytes:
 class KafkaMetadataStore(MetadataStore):
     """``MetadataStore`` on the job's coordinator stream; safe for any number of processes and threads."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Settings) -> None:
         self.config = config
-        job = JobConfig.of(config)
+        job = config.job
         self.system = resolve_kafka_system(
             config, job.coordinator_system, "job.coordinator.system", "metadata.store.factory=kafka"
         )
@@ -113,7 +112,7 @@ class KafkaMetadataStore(MetadataStore):
         return {"config": self.config.to_dict(), "source": self.config.source}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(Config(state["config"], state["source"]))  # type: ignore[misc]
+        self.__init__(Settings(state["config"], state["source"]))  # type: ignore[misc]
 
     def __repr__(self) -> str:
         return f"KafkaMetadataStore(system={self.system!r}, topic={self.topic!r})"
@@ -311,5 +310,5 @@ class KafkaMetadataStore(MetadataStore):
 class KafkaMetadataStoreFactory(MetadataStoreFactory):
     """``metadata.store.factory=kafka``: the coordinator stream on ``job.coordinator.system``."""
 
-    def get_metadata_store(self, config: Config) -> MetadataStore:
+    def get_metadata_store(self, config: Settings) -> MetadataStore:
         return KafkaMetadataStore(config)

@@ -18,15 +18,17 @@ import os
 import re
 import threading
 import time
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import Field
 
 from millstream.config.core import Config
 from millstream.config.secrets import SENSITIVE_PREFIX
-from millstream.config.views import Bool, ConfigView, JobConfig, TaskConfig, offset_default
+from millstream.config.settings import Settings
+from millstream.config.views import Bool
 from millstream.instants import parse_epoch_ms
 from millstream.model import SystemStream
+from millstream.systems.base import SystemConfigView
 from millstream.systems.kinesis.errors import KinesisConfigError, KinesisSystemError
 from millstream.systems.kinesis.offsets import ShardPosition
 from millstream.systems.kinesis.throttling import Backoff, KinesisMetrics, is_throttling, is_transient
@@ -46,7 +48,7 @@ _CLIENTS: dict[tuple[Any, ...], Any] = {}
 _CLIENTS_LOCK = threading.Lock()
 
 
-class KinesisSystemConfig(ConfigView):
+class KinesisSystemConfig(SystemConfigView):
     """The keys a Kinesis system accepts under ``systems.<s>.`` (besides ``samza.*`` and ``streams.*``)."""
 
     region: str | None = Field(None, alias="aws.region")
@@ -120,10 +122,10 @@ class KinesisSystemConfig(ConfigView):
     never put it behind a later record of its key (PutRecords does not keep order across failures)."""
 
     @classmethod
-    def for_system(cls, config: Config, system: str) -> KinesisSystemConfig:
-        prefix = f"systems.{system}."
-        keys = config_keys()
-        settings = cls.parse({k: v for k, v in config.subset(prefix).items() if k in keys}, prefix)
+    def read(cls, config: Config, name: object = None) -> Self:
+        """The system ``name``'s keys, refusing a plain secret and an incomplete initial position."""
+        settings = super().read(config, name)
+        prefix = cls.prefix_for(name)
         if settings.secret_key is not None:
             raise KinesisConfigError(
                 f"config key '{prefix}aws.secretKey' must not hold a secret in plain config: "
@@ -138,10 +140,10 @@ class KinesisSystemConfig(ConfigView):
             parse_timestamp(settings.initial_timestamp, f"{prefix}consumer.initial.timestamp")
         return settings
 
-    def application(self, config: Config) -> str:
-        return self.application_name or JobConfig.of(config).job_key
+    def application(self, config: Settings) -> str:
+        return self.application_name or config.job.job_key
 
-    def lease_table_name(self, config: Config) -> str:
+    def lease_table_name(self, config: Settings) -> str:
         """The DynamoDB lease table: configured, else ``millstream-<application>`` (KCL names its table
         after the application too), with characters DynamoDB refuses replaced by ``-``."""
         if self.dynamodb_table:
@@ -149,7 +151,7 @@ class KinesisSystemConfig(ConfigView):
         name = re.sub(r"[^A-Za-z0-9_.-]", "-", f"millstream-{self.application(config)}")
         return name[:255]
 
-    def initial_shard_position(self, config: Config, system: str, stream: str) -> ShardPosition:
+    def initial_shard_position(self, config: Settings, system: str, stream: str) -> ShardPosition:
         """Where a shard of ``stream`` without a checkpoint starts (at the job's first start)."""
         if self.initial_position == "AT_TIMESTAMP":
             assert self.initial_timestamp is not None
@@ -158,16 +160,16 @@ class KinesisSystemConfig(ConfigView):
             return ShardPosition.trim_horizon()
         if self.initial_position == "LATEST":
             return ShardPosition.latest()
-        oldest = offset_default(config, SystemStream(system, stream)) == "oldest"
+        oldest = config.offset_default(SystemStream(system, stream)) == "oldest"
         return ShardPosition.trim_horizon() if oldest else ShardPosition.latest()
 
-    def buffer_size(self, config: Config) -> int:
+    def buffer_size(self, config: Settings) -> int:
         """Envelopes a slot buffers before its readers wait (``task.consumer.buffer.size``)."""
-        return TaskConfig.of(config).max_buffered_per_partition
+        return config.task.max_buffered_per_partition
 
 
 def config_keys() -> frozenset[str]:
-    return frozenset(info.alias or name for name, info in KinesisSystemConfig.model_fields.items())
+    return KinesisSystemConfig.keys()
 
 
 def parse_timestamp(text: str, key: str) -> int:
@@ -183,9 +185,9 @@ def parse_timestamp(text: str, key: str) -> int:
 class KinesisClients:
     """The boto3 clients of one system, built once from its settings (boto3 clients are thread-safe)."""
 
-    def __init__(self, config: Config, system: str, settings: KinesisSystemConfig | None = None) -> None:
+    def __init__(self, config: Settings, system: str) -> None:
         self.system = system
-        self.settings = settings or KinesisSystemConfig.for_system(config, system)
+        self.settings = config.view(KinesisSystemConfig, system)
         secrets = config.subset(f"{SENSITIVE_PREFIX}systems.{system}.")
         self._secret_key = secrets.get("aws.secretKey")
         self._session_token = secrets.get("aws.sessionToken")

@@ -11,7 +11,8 @@ from typing import ClassVar
 
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config.core import Config
-from millstream.config.views import JobConfig, TaskConfig, system_names
+from millstream.config.settings import Settings
+from millstream.config.views import system_names
 from millstream.metadata.base import MetadataStore
 from millstream.systems.base import SystemFactory
 from millstream.systems.kinesis.admin import KinesisSystemAdmin
@@ -27,14 +28,14 @@ class KinesisSystemFactory(SystemFactory):
 
     config_keys: ClassVar[frozenset[str] | None] = config_keys()
 
-    def get_admin(self, system_name: str, config: Config) -> KinesisSystemAdmin:
+    def get_admin(self, system_name: str, config: Settings) -> KinesisSystemAdmin:
         clients = KinesisClients(config, system_name)
-        return KinesisSystemAdmin(system_name, clients, container_count=JobConfig.of(config).container_count)
+        return KinesisSystemAdmin(system_name, clients, container_count=config.job.container_count)
 
-    def get_consumer(self, system_name: str, config: Config) -> KinesisSystemConsumer:
-        settings = KinesisSystemConfig.for_system(config, system_name)
-        clients = KinesisClients(config, system_name, settings)
-        admin = KinesisSystemAdmin(system_name, clients, container_count=JobConfig.of(config).container_count)
+    def get_consumer(self, system_name: str, config: Settings) -> KinesisSystemConsumer:
+        settings = config.view(KinesisSystemConfig, system_name)
+        clients = KinesisClients(config, system_name)
+        admin = KinesisSystemAdmin(system_name, clients, container_count=config.job.container_count)
         store = self.context.open_metadata_store()  # the consumer's own: its shard readers use it
         leases: MetadataStore = store
         if settings.lease_store == "dynamodb":
@@ -57,11 +58,11 @@ class KinesisSystemFactory(SystemFactory):
             buffer_size=settings.buffer_size(config),
         )
 
-    def get_producer(self, system_name: str, config: Config) -> KinesisSystemProducer:
-        settings = KinesisSystemConfig.for_system(config, system_name)
-        return KinesisSystemProducer(system_name, settings, KinesisClients(config, system_name, settings))
+    def get_producer(self, system_name: str, config: Settings) -> KinesisSystemProducer:
+        clients = KinesisClients(config, system_name)
+        return KinesisSystemProducer(system_name, clients.settings, clients)
 
-    def validate_job(self, system_name: str, config: Config) -> None:
+    def validate_job(self, system_name: str, config: Settings) -> None:
         """Refuse what the proposal's consumer cannot support, naming the config key at fault.
 
         * **Stateful stores** (any ``stores.*`` key): a shard moves between tasks at run time, so a
@@ -71,7 +72,7 @@ class KinesisSystemFactory(SystemFactory):
         * **Other systems' inputs in the same job**: Kinesis slots are sized per container, which
           makes no sense for fixed partitions grouped with them.
         """
-        task = TaskConfig.of(config)
+        task = config.task
         inputs = task.input_streams()
         kinesis = set(kinesis_system_names(config)) | {system_name}
         mine = [stream for stream in inputs if stream.system == system_name]

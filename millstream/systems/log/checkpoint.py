@@ -26,9 +26,9 @@ from millstream.checkpoint.checkpoint import (
     serialize_checkpoint,
 )
 from millstream.checkpoint.factory import CheckpointManagerFactory
-from millstream.config.core import Config
+from millstream.config.settings import Settings
 from millstream.config.views import DEFAULT_SYSTEM as DEFAULT_LOG_SYSTEM
-from millstream.config.views import JobConfig, TaskConfig, system_samza
+from millstream.config.views import SystemSamzaConfig
 from millstream.errors import ConfigError
 from millstream.metadata.base import MetadataStore
 from millstream.model import TaskName
@@ -42,9 +42,9 @@ from millstream.systems.log.transactions import TransactionLog
 DEFAULT_SYSTEM = "log"
 
 
-def checkpoint_log_system(config: Config) -> str:
+def checkpoint_log_system(config: Settings) -> str:
     """The log system whose coordinator keeps the checkpoints: ``task.checkpoint.system``, default ``log``."""
-    system = TaskConfig.of(config).checkpoint_system or DEFAULT_SYSTEM
+    system = config.task.checkpoint_system or DEFAULT_SYSTEM
     if not _is_log_system(config, system):
         raise ConfigError(
             f"task.checkpoint.factory=log keeps checkpoints in a log system, but task.checkpoint.system '{system}' "
@@ -53,10 +53,10 @@ def checkpoint_log_system(config: Config) -> str:
     return system
 
 
-def _is_log_system(config: Config, system: str) -> bool:
+def _is_log_system(config: Settings, system: str) -> bool:
     """Whether ``systems.<system>.samza.factory`` names the embedded log (or a subclass of its factory), told
     from the name alone: checking a setting builds no factory (only composition roots build those)."""
-    name = system_samza(config, system).factory
+    name = config.view(SystemSamzaConfig, system).factory
     if name is None:
         return system == DEFAULT_LOG_SYSTEM
     try:
@@ -71,13 +71,13 @@ def _is_log_system(config: Config, system: str) -> bool:
 class LogCheckpointManager(CheckpointManager):
     """Checkpoints of one job in a log system's coordinator file; read-only without a ``WriterFence``."""
 
-    def __init__(self, config: Config, fence: WriterFence | None = None) -> None:
+    def __init__(self, config: Settings, fence: WriterFence | None = None) -> None:
         self.system = checkpoint_log_system(config)
-        settings = LogSystemConfig.for_system(config, self.system)
+        settings = config.view(LogSystemConfig, self.system)
         self.root = settings.root(config)
         self.fsync = settings.fsync
-        self.job = JobConfig.of(config).job_key
-        task = TaskConfig.of(config)
+        self.job = config.job.job_key
+        task = config.task
         self.read_versions = tuple(task.checkpoint_read_versions)
         self.max_age_ms = task.live_checkpoint_max_age_ms
         self.fence = fence
@@ -156,9 +156,9 @@ class LogCheckpointManagerFactory(CheckpointManagerFactory):
     """``task.checkpoint.factory=log``."""
 
     def get_checkpoint_manager(
-        self, config: Config, store: MetadataStore, fence: WriterFence | None = None
+        self, config: Settings, store: MetadataStore, fence: WriterFence | None = None
     ) -> CheckpointManager:
         return LogCheckpointManager(config, fence)
 
-    def transaction_system(self, config: Config) -> str | None:
+    def transaction_system(self, config: Settings) -> str | None:
         return checkpoint_log_system(config)

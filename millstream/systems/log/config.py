@@ -1,4 +1,5 @@
-"""``systems.<s>.*`` settings of a log system: one typed view, the defaults in one place."""
+"""``systems.<s>.*`` settings of a log system: one typed view, the defaults in one place, read once per settings
+(``settings.view(LogSystemConfig, system)``)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ from pathlib import Path
 from pydantic import Field
 
 from millstream.config.core import Config
-from millstream.config.views import Bool, ConfigView
+from millstream.config.views import Bool
+from millstream.systems.base import SystemConfigView
 
 
-class LogSystemConfig(ConfigView):
+class LogSystemConfig(SystemConfigView):
     """The keys a log system accepts under ``systems.<s>.`` (besides ``samza.*`` and ``streams.*``)."""
 
     path: str | None = None
@@ -74,12 +76,6 @@ class LogSystemConfig(ConfigView):
     open: its open batches are in the files, and the commit reopens the ones it publishes in, so the bound holds
     however many partitions a transaction writes."""
 
-    @classmethod
-    def for_system(cls, config: Config, system: str) -> LogSystemConfig:
-        prefix = f"systems.{system}."
-        keys = config_keys()
-        return cls.parse({k: v for k, v in config.subset(prefix).items() if k in keys}, prefix)
-
     def root(self, config: Config) -> Path:
         """The log's root directory, always absolute (executors run in other working directories)."""
         if self.path:
@@ -89,4 +85,4 @@ class LogSystemConfig(ConfigView):
 
 
 def config_keys() -> frozenset[str]:
-    return frozenset(info.alias or name for name, info in LogSystemConfig.model_fields.items())
+    return LogSystemConfig.keys()

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import ClassVar
 
-from millstream.config.core import Config
-from millstream.config.views import TaskConfig
+from millstream.config.settings import Settings
 from millstream.errors import ConfigError
 from millstream.systems.base import FileBudget, SystemFactory
 from millstream.systems.log.admin import LogSystemAdmin
@@ -33,8 +32,8 @@ class LogSystemFactory(SystemFactory):
     def key_partitioner(self) -> Callable[[bytes, int], int]:
         return partition_for_key
 
-    def get_admin(self, system_name: str, config: Config) -> LogSystemAdmin:
-        settings = LogSystemConfig.for_system(config, system_name)
+    def get_admin(self, system_name: str, config: Settings) -> LogSystemAdmin:
+        settings = config.view(LogSystemConfig, system_name)
         return LogSystemAdmin(
             system_name,
             LogLayout(settings.root(config), system_name),
@@ -43,8 +42,8 @@ class LogSystemFactory(SystemFactory):
             max_open_partitions=bounds(settings).admin,
         )
 
-    def get_consumer(self, system_name: str, config: Config) -> LogSystemConsumer:
-        settings = LogSystemConfig.for_system(config, system_name)
+    def get_consumer(self, system_name: str, config: Settings) -> LogSystemConsumer:
+        settings = config.view(LogSystemConfig, system_name)
         return LogSystemConsumer(
             system_name,
             LogLayout(settings.root(config), system_name),
@@ -53,9 +52,9 @@ class LogSystemFactory(SystemFactory):
             open_max=bounds(settings).consumer,
         )
 
-    def get_producer(self, system_name: str, config: Config) -> LogSystemProducer:
-        settings = LogSystemConfig.for_system(config, system_name)
-        task = TaskConfig.of(config)
+    def get_producer(self, system_name: str, config: Settings) -> LogSystemProducer:
+        settings = config.view(LogSystemConfig, system_name)
+        task = config.task
         if task.exactly_once and settings.transaction_timeout_ms <= task.commit_ms:
             raise ConfigError(
                 f"systems.{system_name}.transaction.timeout.ms ({settings.transaction_timeout_ms}) must exceed "
@@ -76,13 +75,13 @@ class LogSystemFactory(SystemFactory):
             open_max=bounds(settings).producer,
         )
 
-    def file_budget(self, system_name: str, config: Config) -> FileBudget:
+    def file_budget(self, system_name: str, config: Settings) -> FileBudget:
         """``DESCRIPTORS_PER_PARTITION`` for each partition the admin's, a consumer's and a producer's pools may
         hold open (the admin opens one around a query even with a pool of 0)."""
-        settings = LogSystemConfig.for_system(config, system_name)
+        settings = config.view(LogSystemConfig, system_name)
         keys = ("admin.open.partitions.max", "consumer.open.partitions.max", "producer.open.partitions.max")
         return FileBudget(bounds(settings).descriptors, tuple(f"systems.{system_name}.{key}" for key in keys))
 
-    def transactional(self, system_name: str, config: Config) -> bool:
+    def transactional(self, system_name: str, config: Settings) -> bool:
         """A container's pooled producer writes in transactions of the log (``transactions``)."""
         return True

@@ -9,23 +9,23 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 
 SYSTEM = "kafka"
 
 
-def kafka_config(bootstrap: str, **extra: Any) -> Config:
+def kafka_config(bootstrap: str, **extra: Any) -> Settings:
     """A config with one Kafka system named ``kafka``; ``a__b=1`` sets ``a.b=1``."""
     values: dict[str, Any] = {
         f"systems.{SYSTEM}.samza.factory": "kafka",
         f"systems.{SYSTEM}.bootstrap.servers": bootstrap,
     }
     values.update({key.replace("__", "."): str(value) for key, value in extra.items()})
-    return Config(values)
+    return Settings(values)
 
 
-def job_config(bootstrap: str, data_dir: Any, inputs: str, output: str, **extra: Any) -> Config:
+def job_config(bootstrap: str, data_dir: Any, inputs: str, output: str, **extra: Any) -> Settings:
     """A job reading ``kafka.<inputs>`` and writing ``kafka.<output>`` with checkpoints and metadata in Kafka."""
     values: dict[str, Any] = {
         "job.name": "kafka-test",
@@ -43,7 +43,7 @@ def job_config(bootstrap: str, data_dir: Any, inputs: str, output: str, **extra:
         "test.output": output,
     }
     values.update({key.replace("__", "."): str(value) for key, value in extra.items()})
-    return prepare(Config(values))
+    return prepare(Settings(values))
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int = 1, **config: str) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.model import SystemStream
 from tests.helpers import end_version
 from tests.integration.kafka.helpers import TopicTail, create_topic, job_config, produce
@@ -46,7 +46,7 @@ def probe(bootstrap: str, source: str, tail: TopicTail, keys: list[str], expecte
     return latest
 
 
-def enrich_job(bootstrap: str, topic_name: Any, data_dir: Any, **extra: Any) -> tuple[Config, str, str, str]:
+def enrich_job(bootstrap: str, topic_name: Any, data_dir: Any, **extra: Any) -> tuple[Settings, str, str, str]:
     """Topics ``in``, ``out`` and ``rates`` and a KafkaEnrich job over them (2 containers, store ``rates``);
     ``RATES`` in ``extra`` stands for the rates topic's name."""
     source, sink, rates = topic_name("in"), topic_name("out"), topic_name("rates")

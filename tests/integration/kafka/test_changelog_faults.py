@@ -18,7 +18,7 @@ import pytest
 from millstream.checkpoint.base import CheckpointManager, WriterFence
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.opening import metadata_store
@@ -46,7 +46,7 @@ def keys(start: int, stop: int) -> dict[str, int]:
     return {f"k{i}": i for i in range(start, stop)}
 
 
-def changelog_config(tmp_path: Path, bootstrap: str, changelog: str) -> Config:
+def changelog_config(tmp_path: Path, bootstrap: str, changelog: str) -> Settings:
     return state_config(
         tmp_path,
         "changelog",
@@ -59,7 +59,7 @@ def changelog_config(tmp_path: Path, bootstrap: str, changelog: str) -> Config:
     )
 
 
-def checkpoint_writer(config: Config, store: MetadataStore) -> CheckpointManager:
+def checkpoint_writer(config: Settings, store: MetadataStore) -> CheckpointManager:
     """A checkpoint manager writing as the first attempt of container 0 of the current generation."""
     if coordination.current_generation(store) == 0:
         coordination.publish_generation(store, 1)

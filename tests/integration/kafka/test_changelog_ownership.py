@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.metadata import coordination
 from millstream.metadata.opening import metadata_store
@@ -28,7 +28,7 @@ from tests.storage.harness import state_config
 pytestmark = pytest.mark.integration
 
 
-def job(tmp_path: Path, bootstrap: str, changelog: str, name: str, **extra: Any) -> Config:
+def job(tmp_path: Path, bootstrap: str, changelog: str, name: str, **extra: Any) -> Settings:
     """Jobs of one ``tmp_path`` share the log input; each has its own SQLite metadata store."""
     return state_config(
         tmp_path,
@@ -79,7 +79,7 @@ def test_a_takeover_on_kafka_hands_the_topic_over_and_refuses_the_old_owner(
 
 def test_of_two_claims_racing_for_an_unowned_topic_exactly_one_wins(bootstrap: str, topic_name: Any) -> None:
     topic = topic_name("raced")
-    config = Config(
+    config = Settings(
         {"job.name": "claims", "systems.kafka.samza.factory": "kafka", "systems.kafka.bootstrap.servers": bootstrap}
     )
     admin = KafkaSystemFactory().get_admin("kafka", config)

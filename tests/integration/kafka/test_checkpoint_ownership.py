@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.metadata import coordination
 from millstream.metadata.opening import metadata_store
 from millstream.systems.base import StreamOwnedError
@@ -22,7 +22,7 @@ from tests.storage.harness import state_config
 pytestmark = pytest.mark.integration
 
 
-def job(tmp_path: Path, bootstrap: str, topic: str, name: str) -> Config:
+def job(tmp_path: Path, bootstrap: str, topic: str, name: str) -> Settings:
     """A job of the log's ``in`` checkpointing to Kafka topic ``topic``; its store has no backup."""
     return state_config(
         tmp_path,

@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 from millstream.checkpoint.base import WriterFence
 from millstream.checkpoint.checkpoint import CheckpointV1
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.metadata import coordination
 from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream, SystemStreamPartition, TaskName
@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 @pytest.fixture(scope="module")
 def spark() -> SparkSession:
     """Local mode with 4 slots (local[4,4]); shared with tests/spark if it exists."""
-    return build_session(Config({"job.container.retry.count": "3"}), master="local[4]")
+    return build_session(Settings({"job.container.retry.count": "3"}), master="local[4]")
 
 
 def test_a_kafka_topic_reads_as_rows_per_partition_with_headers_and_ranges(

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.model import SystemStream
 from millstream.testing import InProcessRunner, write_stream
 from tests.api.apps import app_config, messages, reference_counts
@@ -36,7 +36,7 @@ KEYS = 5
 PER_PARTITION = 120
 
 
-def eos_job(bootstrap: str, tmp_path: Path, topic_name: Callable[[str], str], **extra: Any) -> Config:
+def eos_job(bootstrap: str, tmp_path: Path, topic_name: Callable[[str], str], **extra: Any) -> Settings:
     source, sink = topic_name("in"), topic_name("out")
     create_topic(bootstrap, source, 2)
     create_topic(bootstrap, sink, 1)
@@ -59,7 +59,7 @@ def eos_job(bootstrap: str, tmp_path: Path, topic_name: Callable[[str], str], **
     )
 
 
-def exact_once(bootstrap: str, config: Config) -> None:
+def exact_once(bootstrap: str, config: Settings) -> None:
     """Every input is in the output exactly once, with the count a fault-free run gives it."""
     records = [orjson.loads(message.value()) for message in read_all(bootstrap, config["test.output"], 1)]
     seen = sorted((r["p"], r["v"]) for r in records)

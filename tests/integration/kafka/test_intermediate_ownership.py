@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.services import DriverServices
 from millstream.model import SystemStream
 from millstream.operators.planner import ensure_intermediate_streams as ensure_streams
@@ -14,7 +14,7 @@ from tests.api.apps import app_config
 from tests.helpers import create_stream
 
 
-def ensure_intermediate_streams(config: Config) -> dict[SystemStream, int]:
+def ensure_intermediate_streams(config: Settings) -> dict[SystemStream, int]:
     """The planner's step with the driver's services, as the job coordinator takes it."""
     with DriverServices(config) as services:
         return ensure_streams(config, services.admin)
@@ -23,7 +23,7 @@ def ensure_intermediate_streams(config: Config) -> dict[SystemStream, int]:
 pytestmark = pytest.mark.integration
 
 
-def kafka_app(tmp_path, bootstrap: str, app_id: str, **extra: str) -> Config:
+def kafka_app(tmp_path, bootstrap: str, app_id: str, **extra: str) -> Settings:
     return app_config(
         tmp_path,
         "tests.api.apps:WindowedCount",

@@ -10,7 +10,7 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.metadata.opening import metadata_store
 from millstream.spark.run.runner import SparkJobRunner
 from tests.api.apps import app_config, messages, reference_counts
@@ -19,7 +19,7 @@ from tests.spark.test_application import output, setup
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
-def stages(tmp_path, bootstrap: str, app_id: str) -> tuple[Config, Config]:
+def stages(tmp_path, bootstrap: str, app_id: str) -> tuple[Settings, Settings]:
     kafka = {
         "app__intermediate__system": "kafka",
         "app__id": app_id,
@@ -32,7 +32,7 @@ def stages(tmp_path, bootstrap: str, app_id: str) -> tuple[Config, Config]:
     return upstream, downstream
 
 
-def run_upstream(spark: SparkSession, upstream: Config) -> dict[int, list]:
+def run_upstream(spark: SparkSession, upstream: Settings) -> dict[int, list]:
     data = {p: messages(p, 60, start=1) for p in range(2)}  # event times in 1970: far past any default retention
     setup(upstream, data)
     result = SparkJobRunner(upstream, spark=spark).run()
@@ -51,7 +51,7 @@ def log_start_and_end(bootstrap: str, topic: str, partitions: int) -> dict[int, 
         consumer.close()
 
 
-def checkpointed(config: Config, topic: str) -> dict[int, int]:
+def checkpointed(config: Settings, topic: str) -> dict[int, int]:
     store = metadata_store(config)
     manager = checkpoint_manager(config, store)
     manager.start()

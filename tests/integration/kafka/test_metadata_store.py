@@ -11,7 +11,7 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.errors import ConfigError
 from millstream.metadata import coordination
 from millstream.metadata.base import FencedError
@@ -25,7 +25,7 @@ from tests.integration.processes import free_port
 pytestmark = pytest.mark.integration
 
 
-def store_config(bootstrap: str, **extra) -> Config:
+def store_config(bootstrap: str, **extra) -> Settings:
     return kafka_config(
         bootstrap,
         metadata__store__factory="kafka",
@@ -122,7 +122,7 @@ def test_the_store_pickles_to_its_config_only(config, store):
 
 
 def _increment(config_items: dict, count: int) -> None:
-    store = KafkaMetadataStore(Config(config_items))
+    store = KafkaMetadataStore(Settings(config_items))
     try:
         for _ in range(count):
             while True:
@@ -147,7 +147,7 @@ def test_concurrent_compare_and_put_from_several_processes_loses_no_increment(co
 
 
 def _epochs(config_items: dict, queue) -> None:
-    store = KafkaMetadataStore(Config(config_items))
+    store = KafkaMetadataStore(Settings(config_items))
     try:
         queue.put([coordination.start_container_attempt(store, "c") for _ in range(5)])
     finally:

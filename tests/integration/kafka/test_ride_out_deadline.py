@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from millstream.config.views import JobConfig
 from millstream.metadata import coordination
 from millstream.metadata.opening import metadata_store
 from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
@@ -78,7 +77,7 @@ def test_a_flush_past_the_deadline_fails_naming_the_call_and_the_brokers(
     store.init()
     coordination.publish_generation(store, 1)
     epoch = coordination.start_container_attempt(store, "0")
-    services = ContainerServices(config, writer=WriterToken(JobConfig.of(config).job_key, "0", 1, epoch))
+    services = ContainerServices(config, writer=WriterToken(config.job.job_key, "0", 1, epoch))
     pool = services.producers
     try:
         chosen = pool.producer("kafka") if producer == "output" else pool.state_producer("kafka")

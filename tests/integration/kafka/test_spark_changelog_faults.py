@@ -18,7 +18,7 @@ from confluent_kafka import KafkaError, KafkaException
 from pyspark.sql import SparkSession
 
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.metadata import coordination
 from millstream.metadata.opening import metadata_store
 from millstream.model import TaskName
@@ -73,7 +73,7 @@ FAILURES = {"before-the-snapshot": "systems.kafka.outage.timeout.ms", "during-li
 """What the failed commit's error says the snapshot could not do."""
 
 
-def faults_config(tmp_path: Path, kafka: ProxiedKafka, topics: tuple[str, str, str], start: str) -> Config:
+def faults_config(tmp_path: Path, kafka: ProxiedKafka, topics: tuple[str, str, str], start: str) -> Settings:
     source, sink, changelog = topics
     return job_config(
         kafka.bootstrap_servers,
@@ -101,7 +101,7 @@ def faults_config(tmp_path: Path, kafka: ProxiedKafka, topics: tuple[str, str, s
     )
 
 
-def checkpointed_messages(config: Config, source: str) -> int:
+def checkpointed_messages(config: Settings, source: str) -> int:
     """How many input messages the tasks' last checkpoints cover."""
     store = metadata_store(config)
     store.init()
@@ -117,7 +117,7 @@ def checkpointed_messages(config: Config, source: str) -> int:
         store.close()
 
 
-def container_status(config: Config) -> dict[str, Any]:
+def container_status(config: Settings) -> dict[str, Any]:
     store = metadata_store(config)
     store.init()
     try:
@@ -156,14 +156,14 @@ def every_key_counted(bootstrap: str, sink: str) -> bool:
     return {key: sent[-1] for key, sent in counts.items() if sent} == expected_counts()
 
 
-def failed_first_attempt(config: Config) -> dict[str, Any] | None:
+def failed_first_attempt(config: Settings) -> dict[str, Any] | None:
     """Container 0's status once its first attempt has reported its failure. Reported before the attempt closes
     its Kafka clients, which the black hole holds up: the retry cannot replace it before the test has seen it."""
     status = container_status(config)
     return status if status.get("state") == "failed" and status.get("attempt") == 1 else None
 
 
-def black_hole_the_paused_commit(config: Config, proxy: BlackHoleProxy, start: str) -> dict[str, Any]:
+def black_hole_the_paused_commit(config: Settings, proxy: BlackHoleProxy, start: str) -> dict[str, Any]:
     """Black-hole the broker from ``start`` in the commit paused at ``before-snapshot`` until container 0's first
     attempt has reported its failure; returns that report."""
     markers = Path(config["task.commit.testing.marker.dir"])

@@ -13,7 +13,6 @@ import pytest
 from pyspark.sql import SparkSession
 
 from benchmarks.soak import CheckpointWatch, Settings, check_output, soak_config, write_input
-from millstream.config import Config
 from millstream.spark.run.runner import SparkJobRunner
 from tests.helpers import wait_until
 
@@ -27,7 +26,7 @@ def test_a_broker_restart_while_a_stateful_job_commits_checkpoints_to_kafka_is_t
     kafka_broker, bootstrap, tmp_path: Path, spark: SparkSession
 ) -> None:
     settings = Settings(kills=0, partitions=4, records=1500, delay_ms=1.0, commit_ms=300, bootstrap=bootstrap)
-    config: Config = soak_config(tmp_path, "changelog", settings, None)
+    config = soak_config(tmp_path, "changelog", settings, None)
     write_input(config, settings)
     watch = CheckpointWatch(config)
     outcome: dict = {}

@@ -15,7 +15,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.job_result import JobResult
 from millstream.metadata import coordination
 from millstream.metadata.opening import metadata_store
@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 class RunningJob:
     """A job run by the Spark runner in a background thread."""
 
-    def __init__(self, config: Config, spark: SparkSession) -> None:
+    def __init__(self, config: Settings, spark: SparkSession) -> None:
         self.runner = SparkJobRunner(config, spark=spark)
         self.outcome: dict[str, Any] = {}
         self.thread = threading.Thread(target=self._run)
@@ -53,7 +53,7 @@ def no_sqlite_files(data_dir: Path) -> None:
     assert not list(data_dir.rglob("*.db")), "a job with Kafka metadata and checkpoints must not create SQLite files"
 
 
-def checkpointed_offsets(config: Config) -> dict[tuple[int, int], int]:
+def checkpointed_offsets(config: Settings) -> dict[tuple[int, int], int]:
     """(task number, input partition) → checkpointed offset, from the Kafka checkpoint topic."""
     store = metadata_store(config)
     try:
@@ -163,7 +163,7 @@ def test_the_job_survives_a_broker_restart_and_loses_nothing(spark, kafka_broker
     tail.close()
 
 
-def _running_with_checkpoints(store, config: Config, container_id: str) -> int | None:
+def _running_with_checkpoints(store, config: Settings, container_id: str) -> int | None:
     status = coordination.container_statuses(store).get(container_id, {})
     if status.get("state") == "running" and len(checkpointed_offsets(config)) >= 4:
         return int(status["pid"])

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.model import TaskName
 from tests.helpers import wait_until
 from tests.integration.conftest import ProxiedKafka
@@ -44,7 +44,7 @@ REQUEST_TIMEOUT_MS = 3000
 OUTAGE_DEADLINE_MS = 60_000
 
 
-def ride_out_config(tmp_path: Path, kafka: ProxiedKafka, source: str, sink: str, changelog: str) -> Config:
+def ride_out_config(tmp_path: Path, kafka: ProxiedKafka, source: str, sink: str, changelog: str) -> Settings:
     return job_config(
         kafka.bootstrap_servers,
         tmp_path / "data",
@@ -67,7 +67,7 @@ def ride_out_config(tmp_path: Path, kafka: ProxiedKafka, source: str, sink: str,
     )
 
 
-def cut_after_progress(config: Config, source: str, proxy: BlackHoleProxy, seconds: float) -> None:
+def cut_after_progress(config: Settings, source: str, proxy: BlackHoleProxy, seconds: float) -> None:
     """Once the job has checkpointed more input than before, black-hole the broker for ``seconds``."""
     before = checkpointed_messages(config, source)
     wait_until(lambda: checkpointed_messages(config, source) > before, 120, "the job to checkpoint more input")

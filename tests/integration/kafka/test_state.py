@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.metadata.opening import metadata_store
 from millstream.spark.run.runner import SparkJobRunner
 from millstream.spark.run.session import build_session
@@ -49,7 +49,7 @@ def test_a_store_changelog_on_kafka_restores_the_state_after_a_restart(tmp_path,
     assert not list(tmp_path.rglob("metadata.db")), "metadata and checkpoints live in Kafka only"
 
 
-def four_stateful_tasks_in_one_container(tmp_path, bootstrap) -> tuple[Config, set[tuple[int, int]]]:
+def four_stateful_tasks_in_one_container(tmp_path, bootstrap) -> tuple[Settings, set[tuple[int, int]]]:
     """Four tasks sharing one container's checkpoint producer, their commits finishing on its thread pool."""
     config = state_config(
         tmp_path,
@@ -70,7 +70,7 @@ def four_stateful_tasks_in_one_container(tmp_path, bootstrap) -> tuple[Config, s
     return config, written
 
 
-def assert_every_task_checkpointed_its_end(config: Config) -> None:
+def assert_every_task_checkpointed_its_end(config: Settings) -> None:
     checkpoints = checkpoint_manager(config, metadata_store(config)).read_all()
     ends = {ssp.partition: offset for checkpoint in checkpoints.values() for ssp, offset in checkpoint.offsets.items()}
     assert ends == {partition: "399" for partition in range(4)}

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from pyspark.sql import SparkSession
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.model import SystemStream
 from millstream.spark.run.session import build_session
 from millstream.startpoint.tools import list_startpoints, set_startpoints
@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 @pytest.fixture(scope="module")
 def spark() -> SparkSession:
     """Local mode with 4 slots (local[4,4]); shared with tests/spark if it exists."""
-    return build_session(Config({"job.container.retry.count": "3"}), master="local[4]")
+    return build_session(Settings({"job.container.retry.count": "3"}), master="local[4]")
 
 
 def test_available_now_runs_read_a_topic_once_and_a_startpoint_moves_the_next_run(

@@ -19,8 +19,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from millstream.config import Config
-from millstream.config.views import JobConfig
+from millstream.config.settings import Settings
 from millstream.metadata import coordination
 from millstream.metadata.base import MetadataStore
 from millstream.metadata.opening import metadata_store
@@ -56,7 +55,7 @@ SOURCE = "task"
 
 @dataclass
 class Container:
-    config: Config
+    config: Settings
     store: MetadataStore
     pool: ProducerPool
     changelog: str
@@ -93,7 +92,7 @@ def open_container(
     store.init()
     coordination.publish_generation(store, 1)
     epoch = coordination.start_container_attempt(store, "0")
-    services = ContainerServices(config, writer=WriterToken(JobConfig.of(config).job_key, "0", 1, epoch))
+    services = ContainerServices(config, writer=WriterToken(config.job.job_key, "0", 1, epoch))
     pool = services.producers
     try:
         yield Container(config, store, pool, changelog)
@@ -163,7 +162,7 @@ def test_a_fenced_producer_whose_newer_attempt_is_in_the_metadata_store_stays_fe
     container.pool.flush(SOURCE)
     write(container, 100, 250)
     coordination.start_container_attempt(container.store, "0")  # attempt 2 starts: first the store, then
-    job = JobConfig.of(container.config).job_key
+    job = container.config.job.job_key
     fence_transactional_id("kafka", KafkaClientSettings(container.config, "kafka"), "0", job)  # its producer
 
     with pytest.raises(WriterFencedError, match="a newer attempt owns its writes"):

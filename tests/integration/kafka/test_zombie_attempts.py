@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.prepare import prepare
 from millstream.metadata.opening import metadata_store
@@ -82,7 +82,7 @@ MOVED_INPUT = SystemStreamPartition("log", "in", 1)
 EXPECTED = dict(Counter(f"k{value % KEYS}" for value in range(200)) | Counter({"late": 5}))
 
 
-def moved_task_job(tmp_path: Path, bootstrap: str, job: str, changelog: str, containers: int) -> Config:
+def moved_task_job(tmp_path: Path, bootstrap: str, job: str, changelog: str, containers: int) -> Settings:
     """Task ``Partition 1`` (its input: 200 records) runs in container 1 of 2, or in container 0 of 1."""
     return prepare(
         state_config(
@@ -102,7 +102,7 @@ def moved_task_job(tmp_path: Path, bootstrap: str, job: str, changelog: str, con
     )
 
 
-def moved_task_jobs(tmp_path: Path, bootstrap: str, changelog: str) -> tuple[Config, Config]:
+def moved_task_jobs(tmp_path: Path, bootstrap: str, changelog: str) -> tuple[Settings, Settings]:
     """The job with two containers (the first run) and with one (the second), its input written."""
     job = f"moved-{uuid.uuid4().hex[:8]}"
     (tmp_path / "hold").mkdir()
@@ -113,7 +113,7 @@ def moved_task_jobs(tmp_path: Path, bootstrap: str, changelog: str) -> tuple[Con
     return first, moved_task_job(tmp_path, bootstrap, job, changelog, containers=1)
 
 
-def at_offset(config: Config, offset: int, current: threading.Thread) -> None:
+def at_offset(config: Settings, offset: int, current: threading.Thread) -> None:
     """Wait until the moved task's checkpoint names ``offset`` (or the run ``current`` ended)."""
     wait_until(
         lambda: checkpointed_offset(config, MOVED, MOVED_INPUT) == offset or not current.is_alive(),
@@ -122,7 +122,7 @@ def at_offset(config: Config, offset: int, current: threading.Thread) -> None:
     )
 
 
-def finish_and_restore(config: Config, current: threading.Thread) -> dict[str, int]:
+def finish_and_restore(config: Settings, current: threading.Thread) -> dict[str, int]:
     """Late records for the new owner, then end-of-stream; a last run restores and reports the store."""
     write_stream(config, SystemStream("log", "in"), [("late", v) for v in range(200, 205)], partition=1)
     at_offset(config, 204, current)

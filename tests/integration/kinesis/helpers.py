@@ -10,7 +10,7 @@ from typing import Any
 import boto3
 from botocore.config import Config as BotoConfig
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition
 from millstream.systems.kinesis.admin import KinesisSystemAdmin
@@ -49,11 +49,11 @@ def kinesis_values(endpoint: str, **extra: Any) -> dict[str, str]:
     return values
 
 
-def kinesis_config(endpoint: str, data_dir: Path, **extra: Any) -> Config:
+def kinesis_config(endpoint: str, data_dir: Path, **extra: Any) -> Settings:
     """A config with one Kinesis system named ``kinesis`` and a job directory; ``a__b=1`` sets ``a.b=1``."""
     values = {"job.name": "kinesis-test", "job.data.dir": str(data_dir), **kinesis_values(endpoint)}
     values.update({key.replace("__", "."): str(value) for key, value in extra.items()})
-    return prepare(Config(values))
+    return prepare(Settings(values))
 
 
 def raw_client(endpoint: str) -> Any:
@@ -67,7 +67,7 @@ def raw_client(endpoint: str) -> Any:
     )
 
 
-def started_admin(config: Config) -> KinesisSystemAdmin:
+def started_admin(config: Settings) -> KinesisSystemAdmin:
     admin = KinesisSystemFactory().get_admin(SYSTEM, config)
     admin.start()
     return admin
@@ -154,7 +154,7 @@ class CheckpointingDriver:
         return [envelope.message for envelope in self.envelopes]
 
 
-def make_consumer(config: Config, committed: Callable[[], Any] | None = None) -> KinesisSystemConsumer:
+def make_consumer(config: Settings, committed: Callable[[], Any] | None = None) -> KinesisSystemConsumer:
     """The factory's consumer, reading task checkpoints from ``committed`` when given."""
     consumer = KinesisSystemFactory().bind(system_factory(config, SYSTEM).context).get_consumer(SYSTEM, config)
     if committed is not None:

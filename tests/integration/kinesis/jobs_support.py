@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.model import SystemStream
 from millstream.testing import read_stream
@@ -18,7 +18,7 @@ from tests.helpers import create_stream as create_log_stream
 from tests.integration.kinesis.helpers import SYSTEM, kinesis_values, raw_client
 
 
-def job_config(endpoint: str, data_dir: Path, stream: str, **extra: Any) -> Config:
+def job_config(endpoint: str, data_dir: Path, stream: str, **extra: Any) -> Settings:
     """A job reading ``kinesis.<stream>`` with ``RecordOrigin`` into ``log.out`` (created here)."""
     values = kinesis_values(endpoint)
     values.update(
@@ -36,7 +36,7 @@ def job_config(endpoint: str, data_dir: Path, stream: str, **extra: Any) -> Conf
         }
     )
     values.update({key.replace("__", "."): str(value) for key, value in extra.items()})
-    config = prepare(Config(values))
+    config = prepare(Settings(values))
     create_log_stream(config, "out", 1)
     return config
 
@@ -89,12 +89,12 @@ class Loader:
         return {(key, n) for key, ns in self.written.items() for n in ns}
 
 
-def output(config: Config) -> list[dict[str, Any]]:
+def output(config: Settings) -> list[dict[str, Any]]:
     """Every record ``RecordOrigin`` wrote, in the order it was written (duplicates included)."""
     return [value for _, value in read_stream(config, SystemStream("log", "out")).get(0, [])]
 
 
-def seen(config: Config) -> set[tuple[str, int]]:
+def seen(config: Settings) -> set[tuple[str, int]]:
     return {(record["key"], record["n"]) for record in output(config)}
 
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.job_result import JobResult
 from millstream.metadata.opening import metadata_store
 from millstream.startpoint.manager import StartpointManager
@@ -20,7 +20,7 @@ from tests.integration.kinesis.jobs_support import Loader, job_config, output, w
 pytestmark = pytest.mark.integration
 
 
-def run_until(config: Config, total: int) -> None:
+def run_until(config: Settings, total: int) -> None:
     """Run the job in-process until ``log.out`` holds ``total`` records, then stop it (it commits)."""
     runner = InProcessRunner(config)
     outcome: dict[str, JobResult] = {}

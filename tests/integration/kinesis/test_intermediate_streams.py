@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError
 from tests.integration.kinesis.helpers import kinesis_values, raw_client
@@ -29,7 +29,7 @@ def test_an_application_with_its_intermediate_streams_on_kinesis_is_refused_nami
         **({"app.stage": stage} if stage is not None else {}),
     }
     with pytest.raises(ConfigError) as refused:
-        prepare(Config(values))  # what every runner and the command do with a config before a job starts
+        prepare(Settings(values))  # what every runner and the command do with a config before a job starts
     assert str(refused.value) == (
         "config key 'app.intermediate.system': system 'kinesis' cannot hold the intermediate stream "
         "'kinesis.kinesis-app-1-by-user': its partitions come and go at run time and its offsets have no fixed "

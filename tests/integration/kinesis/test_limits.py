@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError
@@ -30,7 +30,7 @@ def stream(kinesis_endpoint, stream_name):
     return name
 
 
-def plan(config: Config) -> None:
+def plan(config: Settings) -> None:
     JobCoordinator(config, metadata_store(config)).plan()
 
 

@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.job_result import JobResult
 from millstream.metadata import coordination
 from millstream.metadata.opening import metadata_store
@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
 class BackgroundJob:
-    def __init__(self, config: Config, spark: SparkSession) -> None:
+    def __init__(self, config: Settings, spark: SparkSession) -> None:
         self.runner = SparkJobRunner(config, spark=spark)
         self.result: dict[str, JobResult] = {}
         self.thread = threading.Thread(target=lambda: self.result.setdefault("r", self.runner.run()), daemon=True)
@@ -50,7 +50,7 @@ class BackgroundJob:
         return True
 
 
-def leases(config: Config) -> dict[str, Lease]:
+def leases(config: Settings) -> dict[str, Lease]:
     found = {}
     for key, data in metadata_store(config).all(LEASE_NAMESPACE).items():
         if "/shard/" in key:
@@ -59,7 +59,7 @@ def leases(config: Config) -> dict[str, Lease]:
     return found
 
 
-def lineage(config: Config, stream: str) -> dict[str, tuple[str, ...]]:
+def lineage(config: Settings, stream: str) -> dict[str, tuple[str, ...]]:
     admin = started_admin(config)
     return {shard.shard_id: shard.parents for shard in admin.list_shards(stream)}
 

@@ -16,7 +16,7 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from millstream.config.core import Config
+from millstream.config.settings import Settings
 from millstream.model import SystemStream
 from millstream.serde.base import Serde, SerdeError
 from millstream.serde.registry import SerdeRegistry
@@ -43,7 +43,7 @@ def serdes(url: str, topic: str, serde: dict[str, Any], kind: str = "msg") -> Se
     values = {f"serializers.registry.s.{key}": value for key, value in serde.items()}
     values["serializers.registry.s.schema.registry.url"] = url
     values[f"systems.kafka.streams.{topic}.samza.{kind}.serde"] = "s"
-    registry = SerdeRegistry.from_config(Config(values))
+    registry = SerdeRegistry.from_config(Settings(values))
     stream = SystemStream("kafka", topic)
     found = registry.key_serde(stream) if kind == "key" else registry.msg_serde(stream)
     assert found is not None
@@ -214,7 +214,7 @@ def test_credentials_from_the_sensitive_key_reach_the_registry(schema_registry: 
         f"systems.kafka.streams.{topic}.samza.msg.serde": "s",
         secret_key: "ada:s3cret",
     }
-    serde = SerdeRegistry.from_config(Config(values)).msg_serde(SystemStream("kafka", topic))
+    serde = SerdeRegistry.from_config(Settings(values)).msg_serde(SystemStream("kafka", topic))
     assert serde is not None
     serde.to_bytes({"user": "ada", "ts": 1})
     assert "Basic " + base64.b64encode(b"ada:s3cret").decode() in schema_registry.state.authorizations
@@ -231,7 +231,7 @@ def test_a_topic_named_subject_needs_a_stream_but_a_record_named_one_serves_stor
             "serializers.registry.s.auto.register.schemas": "true",
         }
         values.update({f"serializers.registry.s.{key.replace('__', '.')}": value for key, value in settings.items()})
-        return SerdeRegistry.from_config(Config(values)).get("s")
+        return SerdeRegistry.from_config(Settings(values)).get("s")
 
     with pytest.raises(SerdeError, match="uses TopicNameStrategy, which needs a stream's topic"):
         unbound().to_bytes({"user": "ada", "ts": 1})

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from millstream.blobstore.base import BlobStore
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.storage.backends.blobstore.index import SnapshotIndex
 from tests.helpers import fill, seal
 from tests.integration.storage.conftest import BlobTarget
@@ -22,7 +22,7 @@ from tests.storage.test_stateful_jobs import config_for, final_stores, prepare, 
 pytestmark = pytest.mark.integration
 
 
-def referenced(config: Config, remote: BlobStore) -> set[str]:
+def referenced(config: Settings, remote: BlobStore) -> set[str]:
     """Every blob the tasks' last checkpoints need."""
     needed: set[str] = set()
     for checkpoint in checkpoints(config).values():

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from millstream.blobstore.base import BlobNotFoundError, BlobStore, blob_store
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.model import SystemStream
 from millstream.storage.backends.blobstore.index import SnapshotIndex
@@ -32,7 +32,7 @@ MARKER_KEY = state_backend_factory_class("blobstore", "test").marker_key()
 
 def store_for(target: BlobTarget, bucket: str) -> BlobStore:
     values = {key.replace("__", "."): value for key, value in target.config(bucket).items()}
-    store = blob_store(prepare(Config(values)))
+    store = blob_store(prepare(Settings(values)))
     store.create()
     return store
 

@@ -24,7 +24,7 @@ from millstream.adjunct.published import (
     store_blob_prefix,
 )
 from millstream.blobstore.base import blob_store
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.errors import ConfigError
 from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
@@ -42,7 +42,7 @@ ROWS: list[dict[str, Any]] = [
 ]
 
 
-def adjunct_config(tmp_path: Path, **extra: Any) -> Config:
+def adjunct_config(tmp_path: Path, **extra: Any) -> Settings:
     settings = {
         "stores__geo__adstore__input": "log.geo",
         "stores__geo__adstore__versioned": "true",
@@ -74,13 +74,13 @@ def write_dataset(directory: Path, fmt: str, rows: list[dict[str, Any]], spark: 
     return str(path)
 
 
-def producer_partitions(config: Config, keys: list[str]) -> dict[str, int]:
+def producer_partitions(config: Settings, keys: list[str]) -> dict[str, int]:
     """Where the stream's own producer puts each key: written to the stream (a build never reads it) and read back."""
     write_stream(config, GEO, [(key, 0) for key in keys])
     return {key: partition for partition, pairs in read_stream(config, GEO).items() for key, _ in pairs}
 
 
-def ingested(config: Config, record: PublishedVersion, partitions: list[int] | None, where: Path) -> dict[Any, Any]:
+def ingested(config: Settings, record: PublishedVersion, partitions: list[int] | None, where: Path) -> dict[Any, Any]:
     """The store a reader of ``partitions`` gets: the version's files ingested into RocksDB, decoded."""
     files = download_version(config, record, partitions, where / "files")
     database = rocksdict.Rdict(str(where / "db"), options=rocksdict.Options(raw_mode=True))
@@ -181,7 +181,7 @@ def test_a_store_without_serdes_takes_binary_columns_as_they_are(tmp_path, spark
         build_version(spark, config, "geo", text_values, "parquet")
 
 
-def assert_nothing_published(config: Config) -> None:
+def assert_nothing_published(config: Settings) -> None:
     metadata = metadata_store(config)
     metadata.init()
     try:

@@ -5,11 +5,14 @@ shared; the CLI (``millstream run --master``, ``millstream adstore build``) refu
 from __future__ import annotations
 
 import pytest
+from pyspark import SparkConf
 
 from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError
 from millstream.spark.run.multi_host import HostLocalStateError, refuse_host_local_blobs, refuse_host_local_state
+from millstream.spark.run.submit import check_submitted_conf
 from tests.cli.test_main import millstream, write_config
 from tests.helpers import create_stream, job_config
 
@@ -116,6 +119,19 @@ def test_job_shared_filesystem_true_declares_the_paths_shared_and_lets_every_def
     refuse_host_local_blobs(config, CLUSTER)
     with pytest.raises(ConfigError, match=r"config key 'job\.shared\.filesystem' has invalid value 'maybe'"):
         prepare(job_config(tmp_path, job__shared__filesystem="maybe"))
+
+
+def test_the_checks_exported_at_old_paths_read_a_loaded_config_that_is_not_settings(tmp_path):
+    """Users' code imports these from ``millstream.spark.multi_host`` / ``millstream.spark.submit`` and passes
+    the ``Config`` it loaded; they read it as settings rather than failing on a missing view."""
+    loaded = Config(job_config(tmp_path, **KAFKA, task__checkpoint__factory="kafka", job__container__retry__count=5))
+    assert not isinstance(loaded, Settings)
+    with pytest.raises(HostLocalStateError, match=r"metadata\.store\.factory=sqlite"):
+        refuse_host_local_state(loaded, CLUSTER)
+    with pytest.raises(HostLocalStateError, match=r"blob\.store\.manager\.factory=local"):
+        refuse_host_local_blobs(loaded.with_overrides({"stores.geo.adstore.versioned": "true"}), CLUSTER)
+    with pytest.raises(ConfigError, match=r"--conf spark\.task\.maxFailures=6"):
+        check_submitted_conf(SparkConf(loadDefaults=False).set("spark.master", CLUSTER), loaded)
 
 
 def test_millstream_run_on_a_cluster_master_exits_2_naming_each_key_before_spark_starts(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 from pyspark import SparkConf
 
 from millstream import StreamTask
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError
 from millstream.spark.run.resources import (
@@ -30,7 +30,7 @@ STORE = {"stores.counts.changelog": "log.counts-changelog"}  # Samza's defaults:
 
 
 def test_a_container_memory_that_cannot_hold_the_stores_rocksdb_budget_is_refused_naming_the_figures():
-    config = Config({**STORE, "job.container.memory.mb": "400"})
+    config = Settings({**STORE, "job.container.memory.mb": "400"})
     with pytest.raises(ConfigError) as refused:
         check_container_memory(config)
     message = str(refused.value)
@@ -41,11 +41,11 @@ def test_a_container_memory_that_cannot_hold_the_stores_rocksdb_budget_is_refuse
 
 
 def test_a_container_memory_that_holds_the_budget_passes_and_a_shared_limit_counts_once():
-    check_container_memory(Config({**STORE, "job.container.memory.mb": "452"}))
+    check_container_memory(Settings({**STORE, "job.container.memory.mb": "452"}))
     shared = {**STORE, "stores.other.factory": "rocksdb", "job.container.rocksdb.memory.mb": "100"}
-    check_container_memory(Config({**shared, "job.container.memory.mb": "356"}))
+    check_container_memory(Settings({**shared, "job.container.memory.mb": "356"}))
     with pytest.raises(ConfigError, match="RocksDB 100 MiB"):
-        check_container_memory(Config({**shared, "job.container.memory.mb": "355"}))
+        check_container_memory(Settings({**shared, "job.container.memory.mb": "355"}))
 
 
 def test_the_runner_refuses_an_undersized_container_before_starting_spark(tmp_path):
@@ -70,7 +70,7 @@ DYNAMIC = {
 
 
 def test_with_dynamic_allocation_too_few_cores_for_the_containers_executors_are_refused_naming_their_size():
-    config = Config({**DYNAMIC, "job.container.memory.mb": "1024"})
+    config = Settings({**DYNAMIC, "job.container.memory.mb": "1024"})
     with pytest.raises(ConfigError) as refused:
         check_dynamic_allocation_sizing({**DYNAMIC, "spark.cores.max": "3"}, config)
     message = str(refused.value)
@@ -87,7 +87,7 @@ def test_with_dynamic_allocation_too_few_cores_for_the_containers_executors_are_
 
 
 def test_dynamic_allocation_sizing_passes_what_can_start_and_leaves_local_masters_and_static_executors_alone():
-    config = Config(DYNAMIC)
+    config = Settings(DYNAMIC)
     check_dynamic_allocation_sizing(
         {**DYNAMIC, "spark.cores.max": "4", "spark.dynamicAllocation.maxExecutors": "2"}, config
     )
@@ -95,7 +95,9 @@ def test_dynamic_allocation_sizing_passes_what_can_start_and_leaves_local_master
     check_dynamic_allocation_sizing(
         {**DYNAMIC, "spark.dynamicAllocation.enabled": "false", "spark.cores.max": "1"}, config
     )
-    check_dynamic_allocation_sizing({**DYNAMIC, "spark.cores.max": "1"}, Config(DYNAMIC).without("job.container.cpus"))
+    check_dynamic_allocation_sizing(
+        {**DYNAMIC, "spark.cores.max": "1"}, Settings(DYNAMIC).without("job.container.cpus")
+    )
 
 
 def test_the_runner_refuses_dynamic_allocation_sizing_from_the_configs_spark_keys_before_starting_spark(tmp_path):
@@ -122,8 +124,8 @@ def test_a_pyspark_memory_share_below_the_containers_need_is_refused_with_the_ex
         [("spark.executor.pyspark.memory", "1g"), ("spark.executor.cores", "4")]
     )
     with pytest.raises(ConfigError, match=r"each of an executor's 4 Python workers 256 MiB of address space"):
-        check_pyspark_memory(conf, Config(STORE))
-    check_pyspark_memory(conf.set("spark.executor.cores", "2"), Config(STORE))  # 512 MiB >= 452
+        check_pyspark_memory(conf, Settings(STORE))
+    check_pyspark_memory(conf.set("spark.executor.cores", "2"), Settings(STORE))  # 512 MiB >= 452
 
 
 @pytest.mark.parametrize(
@@ -153,7 +155,7 @@ def test_a_failure_not_caused_by_memory_is_left_as_it_is():
 
 
 def test_local_mode_does_not_apply_container_cpus_and_memory_and_says_so(spark_local, caplog):
-    config = Config({**STORE, "job.container.cpus": "2", "job.container.memory.mb": "1024"})
+    config = Settings({**STORE, "job.container.cpus": "2", "job.container.memory.mb": "1024"})
     with caplog.at_level(logging.WARNING, logger="millstream.spark.run.resources"):
         resources = container_resources(spark_local.sparkContext, config)
     assert resources.profile is None
@@ -162,7 +164,7 @@ def test_local_mode_does_not_apply_container_cpus_and_memory_and_says_so(spark_l
 
 
 def test_the_memory_budget_is_checked_in_local_mode_too(spark_local):
-    config = Config({**STORE, "job.container.memory.mb": f"{200 * MIB // MIB}"})
+    config = Settings({**STORE, "job.container.memory.mb": f"{200 * MIB // MIB}"})
     with pytest.raises(ConfigError, match="cannot hold"):
         container_resources(spark_local.sparkContext, config)
 

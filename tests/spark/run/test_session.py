@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.spark.run.session import FAILED_ATTEMPT_LOGGERS, build_session
 
 pytestmark = pytest.mark.spark
@@ -21,8 +21,8 @@ def levels(spark: Any) -> dict[str, str]:
 
 
 def test_failed_attempt_loggers_are_off_by_default_and_at_spark_log_level_with_verbose(spark_local: Any) -> None:
-    config = Config({"job.container.retry.count": "3", "spark.log.level": "INFO"})
+    config = Settings({"job.container.retry.count": "3", "spark.log.level": "INFO"})
     assert set(levels(build_session(config, master="local[4]")).values()) == {"OFF"}
     assert set(levels(build_session(config, master="local[4]", verbose=True)).values()) == {"INFO"}
-    build_session(Config({"job.container.retry.count": "3"}), master="local[4]")  # the shared session's defaults
+    build_session(Settings({"job.container.retry.count": "3"}), master="local[4]")  # the shared session's defaults
     assert set(levels(spark_local).values()) == {"OFF"}

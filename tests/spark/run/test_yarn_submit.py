@@ -25,7 +25,7 @@ import yaml
 from pyspark.sql import SparkSession
 
 import millstream.spark.submit
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.model import SystemStream
 from millstream.testing import read_stream
 from tests.cli.test_main import wait_for
@@ -82,7 +82,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture
-def job(tmp_path: Path) -> tuple[Config, Path, Path, set[tuple[int, int]]]:
+def job(tmp_path: Path) -> tuple[Settings, Path, Path, set[tuple[int, int]]]:
     """A pass-through job of 2 containers over 4 partitions: its config, config file, task module, input."""
     config = job_config(
         tmp_path / "data",
@@ -333,7 +333,7 @@ def test_a_job_refused_in_yarn_client_mode_exits_spark_submit_with_the_refusals_
     assert "error: spark.speculation is enabled in the submitted session" in submitted.stdout, submitted.stdout
 
 
-def tagged_unbounded_job(tmp_path: Path) -> tuple[Config, Path, Path]:
+def tagged_unbounded_job(tmp_path: Path) -> tuple[Settings, Path, Path]:
     """An unbounded job of ``yarn_tasks:Tagged`` on the shared disk, its config file and the task's module."""
     config, path = unbounded_job(
         tmp_path / "data",

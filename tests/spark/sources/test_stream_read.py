@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from millstream.config.settings import Settings
 from millstream.model import SystemStream
 from millstream.spark.sources.read_bounds import StreamReadError
 from millstream.spark.sources.stream_read import OffsetRange, plan_ranges, read_range, split_range
@@ -20,7 +21,7 @@ def offsets(config, offset_range: OffsetRange) -> list[str]:
 
 
 def test_records_written_after_planning_are_not_read(tmp_path: Path):
-    config = job_config(tmp_path)
+    config = Settings.of(job_config(tmp_path))
     create_stream(config, IN.stream, 1)
     write_stream(config, IN, [("k", i) for i in range(3)])
     (planned,) = plan_ranges(config, IN, None, None)
@@ -29,7 +30,7 @@ def test_records_written_after_planning_are_not_read(tmp_path: Path):
 
 
 def test_a_partition_that_stops_before_the_end_of_its_range_is_an_error_naming_it(tmp_path: Path):
-    config = job_config(tmp_path)
+    config = Settings.of(job_config(tmp_path))
     create_stream(config, IN.stream, 1)
     write_stream(config, IN, [("k", 0)])
     never_written = OffsetRange(IN.partition(0), "0", "5", end_inclusive=True)
@@ -38,7 +39,7 @@ def test_a_partition_that_stops_before_the_end_of_its_range_is_an_error_naming_i
 
 
 def test_max_records_cuts_a_range_into_pieces_that_cover_it_once(tmp_path: Path):
-    config = job_config(tmp_path)
+    config = Settings.of(job_config(tmp_path))
     create_stream(config, IN.stream, 1)
     write_stream(config, IN, [("k", i) for i in range(7)])
     pieces = plan_ranges(config, IN, max_records=3)

@@ -10,6 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 import yaml
+from pyspark import cloudpickle
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
@@ -153,6 +154,24 @@ def test_a_batch_replayed_after_its_startpoint_was_deleted_reads_the_same_range(
     assert replayed == planned
     assert offset_ranges(replayed) == [("2", "3")]
     assert reader.latestOffset(end, ReadAllAvailable()) == end
+
+
+def test_a_reader_plans_every_batch_with_settings_built_once_and_ships_only_its_options(stream):
+    """The reader lives for the query, planning batch after batch: it reads the job's settings (the views of
+    the startpoints' metadata store, the system's) parsed once, not once per batch; Spark ships it to its
+    workers as its options, which each worker turns into settings of its own."""
+    config_file, config = stream
+    append(config, 0, range(0, 3))
+    reader = stream_reader(config_file, job=QUERY_JOB)
+    settings, startpoints = reader.config, reader._stream_config
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    reader.commit(reader.latestOffset(end, ReadAllAvailable()))
+    assert reader.config is settings and reader._stream_config is startpoints
+    assert startpoints["job.name"] == QUERY_JOB and settings["job.name"] == config["job.name"]
+    shipped = cloudpickle.loads(cloudpickle.dumps(reader))
+    assert "_stream_config" not in vars(shipped) and "settings" not in vars(shipped.options)
+    assert offset_ranges(shipped.partitions(start, end)) == [("0", "2")]
 
 
 def stream_reader(config_file: Path, **options: str) -> MillstreamStreamReader:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError
 
@@ -14,7 +14,7 @@ BASE = {"task.class": "tests.storage.jobs:CountPerKey", "task.inputs": "log.in"}
 
 
 def check(tmp_path: Path, **values: str) -> None:
-    prepare(Config({**BASE, "job.data.dir": str(tmp_path), **values}))
+    prepare(Settings({**BASE, "job.data.dir": str(tmp_path), **values}))
 
 
 def test_a_rocksdb_store_with_serdes_and_a_changelog_is_valid(tmp_path: Path) -> None:

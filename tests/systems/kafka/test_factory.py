@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.errors import ConfigError
 from millstream.systems.kafka.config import KafkaClientSettings
 from millstream.systems.kafka.factory import producer_transaction_timeout_ms
@@ -13,7 +13,7 @@ from millstream.systems.kafka.factory import producer_transaction_timeout_ms
 def settings(**producer: str) -> KafkaClientSettings:
     values = {"systems.kafka.samza.factory": "kafka", "systems.kafka.bootstrap.servers": "localhost:9092"}
     values.update({f"systems.kafka.producer.{key}": value for key, value in producer.items()})
-    return KafkaClientSettings(Config(values), "kafka")
+    return KafkaClientSettings(Settings(values), "kafka")
 
 
 def test_a_configured_transaction_timeout_is_the_one_the_producer_gets() -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.systems.kinesis.config import KinesisSystemConfig
 from millstream.systems.kinesis.errors import KinesisReadError
 from millstream.systems.kinesis.reader import ShardReader
@@ -67,7 +67,7 @@ def run(script: list[dict[str, Any] | str], sink: Sink | None = None) -> tuple[l
     reader = ShardReader(
         SYSTEM,
         owned("shardId-0"),
-        settings=KinesisSystemConfig.for_system(Config(FAST), SYSTEM),
+        settings=Settings(FAST).view(KinesisSystemConfig, SYSTEM),
         client=client,
         metrics=KinesisMetrics(),
         sink=sink,

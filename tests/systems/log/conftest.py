@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.systems.base import StreamSpec
 from millstream.systems.log.admin import LogSystemAdmin
@@ -21,11 +21,11 @@ from millstream.systems.log.segments import Segments
 SYSTEM = "log"
 
 
-def log_config(root: Path, **settings: object) -> Config:
+def log_config(root: Path, **settings: object) -> Settings:
     """``systems.log.path=root`` plus ``settings`` given as ``poll__batch__size=10``."""
     values = {f"systems.{SYSTEM}.path": str(root)}
     values.update({f"systems.{SYSTEM}.{key.replace('__', '.')}": str(value) for key, value in settings.items()})
-    return Config(values)
+    return Settings(values)
 
 
 def stored_batches(path: Path) -> list[tuple[int, int, int, bytes]]:
@@ -57,12 +57,12 @@ def root(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def config(root: Path) -> Config:
+def config(root: Path) -> Settings:
     return log_config(root)
 
 
 @pytest.fixture
-def admin(config: Config) -> Iterator[LogSystemAdmin]:
+def admin(config: Settings) -> Iterator[LogSystemAdmin]:
     admin = LogSystemFactory().get_admin(SYSTEM, config)
     admin.start()
     yield admin
@@ -70,7 +70,7 @@ def admin(config: Config) -> Iterator[LogSystemAdmin]:
 
 
 @pytest.fixture
-def producer(config: Config) -> Iterator[LogSystemProducer]:
+def producer(config: Settings) -> Iterator[LogSystemProducer]:
     producer = LogSystemFactory().get_producer(SYSTEM, config)
     producer.start()
     yield producer
@@ -78,7 +78,7 @@ def producer(config: Config) -> Iterator[LogSystemProducer]:
 
 
 @pytest.fixture
-def consumer(config: Config) -> Iterator[LogSystemConsumer]:
+def consumer(config: Settings) -> Iterator[LogSystemConsumer]:
     consumer = LogSystemFactory().get_consumer(SYSTEM, config)
     yield consumer
     consumer.stop()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition
 from millstream.systems.log import consumer as consumer_module
 from millstream.systems.log.admin import LogSystemAdmin
@@ -205,7 +205,7 @@ def test_the_pool_size_comes_from_its_config_key(root: Path) -> None:
     consumer = LogSystemFactory().get_consumer(SYSTEM, log_config(root, consumer__open__partitions__max=3))
     assert consumer.open_max == 3
     unset = pool_bounds(None, None, None).consumer  # a share of the hard open-file limit
-    assert LogSystemFactory().get_consumer(SYSTEM, Config({})).open_max == unset
+    assert LogSystemFactory().get_consumer(SYSTEM, Settings({})).open_max == unset
 
 
 def test_partitions_paused_behind_a_small_pool_resume_where_they_stopped(

@@ -101,7 +101,7 @@ def test_a_job_over_a_truncated_input_partition_fails_before_it_starts_naming_st
     create_stream(config, "out", 2)
     fill(config, "in", 2, 20_000)
     seal(config, "in")
-    damaged = LogLayout(LogSystemConfig.for_system(config, "log").root(config), "log").partition_path("in", 1)
+    damaged = LogLayout(config.view(LogSystemConfig, "log").root(config), "log").partition_path("in", 1)
     os.truncate(damaged, damaged.stat().st_size // 2)
     with pytest.raises(LogStorageError) as failed:  # when planning reads the partitions' offsets
         InProcessRunner(config).run(timeout=60)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.model import SystemStream, SystemStreamPartition
 from millstream.systems.log.factory import LogSystemFactory
 from millstream.systems.log.storage import LogPartition
@@ -37,7 +37,7 @@ KEYS = 5
 PER_PARTITION = 120
 
 
-def eos_job(tmp_path: Path, **extra: Any) -> Config:
+def eos_job(tmp_path: Path, **extra: Any) -> Settings:
     config = job_config(
         tmp_path / "data",
         "tests.integration.kafka.jobs:KafkaCountPerKey",
@@ -60,7 +60,7 @@ def eos_job(tmp_path: Path, **extra: Any) -> Config:
     return config
 
 
-def exact_once(config: Config) -> None:
+def exact_once(config: Settings) -> None:
     """Every input is in the output exactly once, with the count a fault-free run gives it (records another
     writer put beside the job's, ``{"marker": ...}``, aside)."""
     output = read_stream(config, SystemStream("log", "out")).values()
@@ -94,7 +94,7 @@ def test_a_container_killed_at_a_commit_point_neither_duplicates_nor_loses_outpu
     exact_once(config)
 
 
-def committed_only(config: Config) -> bool:
+def committed_only(config: Settings) -> bool:
     """Readers see no record of the killed attempt's open transaction: its output holds none yet."""
     return not any(read_stream(config, SystemStream("log", "out"), idle_timeout=0.2).values())
 
@@ -145,7 +145,7 @@ TIMEOUT_MS = 1_000
 """``systems.log.transaction.timeout.ms`` of the timeout tests: well above ``task.commit.ms`` (100 ms)."""
 
 
-def out_partition(config: Config) -> LogPartition:
+def out_partition(config: Settings) -> LogPartition:
     return LogPartition(Path(config["job.data.dir"]) / "log" / "out" / "p0.db", "out", 0)
 
 

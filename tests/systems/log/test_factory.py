@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import load_job_config, prepare
 from millstream.errors import ConfigError
 from millstream.systems.log.factory import LogSystemFactory
@@ -14,7 +14,7 @@ from millstream.systems.registry import system_factory
 
 
 def test_the_registry_loads_the_log_factory_without_configuration() -> None:
-    assert isinstance(system_factory(Config({}), "log"), LogSystemFactory)
+    assert isinstance(system_factory(Settings({}), "log"), LogSystemFactory)
 
 
 def test_config_keys_are_the_documented_settings() -> None:
@@ -36,9 +36,9 @@ def test_config_keys_are_the_documented_settings() -> None:
 
 
 def test_startup_validation_accepts_log_settings_and_rejects_unknown_keys(tmp_path: Path) -> None:
-    prepare(Config({"systems.log.poll.batch.size": "10", "systems.log.fsync": "true"}))
+    prepare(Settings({"systems.log.poll.batch.size": "10", "systems.log.fsync": "true"}))
     with pytest.raises(ConfigError, match=r"unknown config key 'systems.log.poll.size'.*poll.batch.size"):
-        prepare(Config({"systems.log.poll.size": "10"}))
+        prepare(Settings({"systems.log.poll.size": "10"}))
 
 
 @pytest.mark.parametrize(
@@ -53,16 +53,16 @@ def test_startup_validation_accepts_log_settings_and_rejects_unknown_keys(tmp_pa
 )
 def test_an_invalid_setting_fails_naming_the_key(key: str, value: str) -> None:
     with pytest.raises(ConfigError, match=f"'systems.log.{key}'"):
-        LogSystemFactory().get_consumer("log", Config({f"systems.log.{key}": value}))
+        LogSystemFactory().get_consumer("log", Settings({f"systems.log.{key}": value}))
 
 
 def test_the_root_is_the_path_setting_when_given(tmp_path: Path) -> None:
-    admin = LogSystemFactory().get_admin("log", Config({"systems.log.path": str(tmp_path / "here")}))
+    admin = LogSystemFactory().get_admin("log", Settings({"systems.log.path": str(tmp_path / "here")}))
     assert admin.layout.root == tmp_path / "here"
 
 
 def test_the_root_defaults_to_log_under_the_job_data_dir(tmp_path: Path) -> None:
-    admin = LogSystemFactory().get_admin("log", Config({"job.data.dir": str(tmp_path)}))
+    admin = LogSystemFactory().get_admin("log", Settings({"job.data.dir": str(tmp_path)}))
     assert admin.layout.root == tmp_path / "log"
 
 
@@ -70,7 +70,7 @@ def test_without_a_data_dir_the_root_is_dot_millstream_log_made_absolute(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    admin = LogSystemFactory().get_admin("log", Config({}))
+    admin = LogSystemFactory().get_admin("log", Settings({}))
     assert admin.layout.root == tmp_path.resolve() / ".millstream" / "log"
 
 
@@ -82,7 +82,7 @@ def test_a_loaded_config_resolves_a_relative_path_against_the_config_file(tmp_pa
 
 
 def test_each_system_reads_its_own_settings(tmp_path: Path) -> None:
-    config = Config(
+    config = Settings(
         {
             "systems.fast.samza.factory": "log",
             "systems.fast.path": str(tmp_path / "fast"),

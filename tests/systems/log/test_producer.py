@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.errors import StreamNotFoundError
 from millstream.model import IncomingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.systems.base import StreamSpec
@@ -109,7 +109,7 @@ def test_a_failed_append_of_a_full_buffer_keeps_its_records_and_later_ones_in_or
     assert [e.message for e in read_stream(root, "events")[0]] == [b"%d" % index for index in range(7)]
 
 
-def test_stop_flushes_what_is_buffered(admin: LogSystemAdmin, config: Config) -> None:
+def test_stop_flushes_what_is_buffered(admin: LogSystemAdmin, config: Settings) -> None:
     create(admin, "events")
     producer = LogSystemFactory().get_producer(SYSTEM, config)
     producer.send("task", envelope("events", b"a"))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.systems.base import WriterToken
 from millstream.systems.log.admin import LogSystemAdmin
 from millstream.systems.log.errors import LogStorageError
@@ -81,7 +81,7 @@ def test_an_exactly_once_transaction_over_more_partitions_than_the_pool_commits_
 
 
 def test_a_file_replaced_while_the_pool_had_it_closed_fails_the_append_naming_it(
-    admin: LogSystemAdmin, root: Path, config: Config
+    admin: LogSystemAdmin, root: Path, config: Settings
 ) -> None:
     create(admin, "gone", 4)
     producer = LogSystemProducer(SYSTEM, LogLayout(root, SYSTEM), batch_size=1, open_max=1)
@@ -110,4 +110,4 @@ def test_the_pool_size_comes_from_its_config_key(root: Path) -> None:
     producer = LogSystemFactory().get_producer(SYSTEM, log_config(root, producer__open__partitions__max=5))
     assert producer.open_max == 5
     unset = pool_bounds(None, None, None).producer  # a share of the hard open-file limit
-    assert LogSystemFactory().get_producer(SYSTEM, Config({})).open_max == unset
+    assert LogSystemFactory().get_producer(SYSTEM, Settings({})).open_max == unset

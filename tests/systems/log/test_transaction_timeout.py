@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.errors import ConfigError
 from millstream.systems.base import WriterFencedError, WriterToken
 from millstream.systems.log.admin import LogSystemAdmin
@@ -184,7 +184,7 @@ def test_the_next_attempt_of_another_container_aborts_a_transaction_past_its_dea
 
 
 def test_a_timeout_not_above_the_commit_interval_is_refused_naming_the_key(root: Path) -> None:
-    config = Config(
+    config = Settings(
         {**log_config(root, transaction__timeout__ms=100), "task.processing.guarantee": "exactly-once"}
     )  # task.commit.ms is 100 under exactly-once
     with pytest.raises(ConfigError, match=r"systems\.log\.transaction\.timeout\.ms \(100\) must exceed task\.commit"):

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.systems.base import WriterFencedError, WriterToken
 from millstream.systems.log.admin import LogSystemAdmin
 from millstream.systems.log.consumer import LogSystemConsumer
@@ -108,8 +108,8 @@ def test_a_file_of_the_previous_format_gains_the_pending_table_when_opened(tmp_p
 # --- producers and the coordinator ---------------------------------------------------------------
 
 
-def eos_config(root: Path) -> Config:
-    return Config({**log_config(root), "task.processing.guarantee": "exactly-once"})
+def eos_config(root: Path) -> Settings:
+    return Settings({**log_config(root), "task.processing.guarantee": "exactly-once"})
 
 
 def producer(root: Path, writer: WriterToken) -> LogSystemProducer:

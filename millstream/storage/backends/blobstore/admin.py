@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from millstream.blobstore.base import blob_store
-from millstream.config.core import Config
+from millstream.config.settings import Settings
 from millstream.storage.backends.base import StateBackendAdmin
 from millstream.storage.backends.blobstore.transfer import store_blob_prefix
 
 
 class BlobStoreStateBackendAdmin(StateBackendAdmin):
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Settings) -> None:
         self.config = config
 
     def create_resources(self) -> None:

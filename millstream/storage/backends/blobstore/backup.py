@@ -20,7 +20,6 @@ import time
 from collections.abc import Mapping
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
-from millstream.config.views import JobConfig
 from millstream.storage.backends.base import StoreSpec, TaskBackendContext, TaskBackupManager
 from millstream.storage.backends.blobstore.diff import get_dir_diff, same_file
 from millstream.storage.backends.blobstore.index import DirIndex, SnapshotIndex, SnapshotMetadata
@@ -113,7 +112,7 @@ class BlobStoreTaskBackupManager(TaskBackupManager):
         return {}
 
     def upload(self, checkpoint_id: CheckpointId, markers: Mapping[str, str]) -> dict[str, str]:
-        job = JobConfig.of(self.context.config)
+        job = self.context.config.job
         uploaded = {}
         for store, spec in self.stores.items():
             where = self._where(store)

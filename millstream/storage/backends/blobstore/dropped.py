@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointV2
-from millstream.config.core import Config
+from millstream.config.settings import Settings
 from millstream.model import TaskName
 from millstream.storage.backends.base import DroppedStores
 from millstream.storage.backends.blobstore.index import SnapshotIndex
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 class BlobStoreDroppedStores(DroppedStores):
     def __init__(
-        self, config: Config, task_name: TaskName, backed_up: frozenset[str], transfer: BlobTransfer, marker_key: str
+        self, config: Settings, task_name: TaskName, backed_up: frozenset[str], transfer: BlobTransfer, marker_key: str
     ) -> None:
         self.config = config
         self.task_name = task_name

@@ -14,8 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import ClassVar
 
 from millstream.blobstore.base import RetryPolicy, blob_store
-from millstream.config.core import Config
-from millstream.config.views import BlobStoreConfig, StoreConfig, TaskConfig
+from millstream.blobstore.settings import BlobStoreConfig
+from millstream.config.settings import Settings
+from millstream.config.views import StoreConfig
 from millstream.errors import ConfigError
 from millstream.job_model import JobModel
 from millstream.metadata.base import MetadataStore
@@ -48,30 +49,30 @@ class BlobStoreStateBackendFactory(StateBackendFactory):
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
-    def validate_store(self, config: Config, store: str, store_config: StoreConfig, persistent: bool) -> None:
+    def validate_store(self, config: Settings, store: str, store_config: StoreConfig, persistent: bool) -> None:
         if not persistent:
             raise ConfigError(
                 f"store '{store}' uses the blob store backend, which backs up store files, but its factory "
                 f"'{store_config.factory}' keeps no files (use rocksdb, or the changelog backend)"
             )
-        read = TaskConfig.of(config).checkpoint_read_versions
+        read = config.task.checkpoint_read_versions
         if 2 not in read or (1 in read and read.index(1) < read.index(2)):
             raise ConfigError(
                 f"store '{store}' uses the blob store backend, which only V2 checkpoints describe, but "
                 f"task.checkpoint.read.versions is '{','.join(map(str, read))}': put 2 first (e.g. '2' or '2,1')"
             )
-        write = TaskConfig.of(config).checkpoint_write_versions
+        write = config.task.checkpoint_write_versions
         if 2 not in write:
             raise ConfigError(
                 f"store '{store}' uses the blob store backend, but task.checkpoint.write.versions "
                 f"'{','.join(map(str, write))}' does not write V2 checkpoints"
             )
-        BlobStoreConfig.of(config)
+        config.view(BlobStoreConfig)
 
-    def transfer(self, config: Config) -> BlobTransfer:
+    def transfer(self, config: Settings) -> BlobTransfer:
         with self._lock:
             if self._transfer is None:
-                threads = BlobStoreConfig.of(config).transfer_threads
+                threads = config.view(BlobStoreConfig).transfer_threads
                 self._executor = ThreadPoolExecutor(threads, thread_name_prefix="blob-transfer")
                 self._transfer = BlobTransfer(blob_store(config), RetryPolicy.of(config), self._executor)
             return self._transfer
@@ -84,7 +85,7 @@ class BlobStoreStateBackendFactory(StateBackendFactory):
 
     def get_admin(
         self,
-        config: Config,
+        config: Settings,
         job_model: JobModel,
         metadata_store: MetadataStore,
         stores: Mapping[str, StoreConfig],
@@ -92,7 +93,7 @@ class BlobStoreStateBackendFactory(StateBackendFactory):
     ) -> StateBackendAdmin:
         return BlobStoreStateBackendAdmin(config)
 
-    def dropped_stores(self, config: Config, task_name: TaskName, backed_up: frozenset[str]) -> DroppedStores:
+    def dropped_stores(self, config: Settings, task_name: TaskName, backed_up: frozenset[str]) -> DroppedStores:
         return BlobStoreDroppedStores(config, task_name, backed_up, self.transfer(config), self.marker_key())
 
     def close(self) -> None:

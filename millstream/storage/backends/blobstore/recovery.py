@@ -18,9 +18,9 @@ import logging
 from collections.abc import Iterable
 from pathlib import Path
 
+from millstream.blobstore.settings import BlobStoreConfig
 from millstream.checkpoint.checkpoint import CheckpointV2
-from millstream.config.core import Config
-from millstream.config.views import BlobStoreConfig
+from millstream.config.settings import Settings
 from millstream.storage.errors import StateRestoreError
 from millstream.storage.layout import checkpoint_dir, read_checkpoint_file
 
@@ -29,8 +29,8 @@ log = logging.getLogger(__name__)
 RECOVER_KEY = "blob.store.restore.recover.missing.blobs.enabled"
 
 
-def recovery_enabled(config: Config) -> bool:
-    return BlobStoreConfig.of(config).restore_recover_missing_blobs
+def recovery_enabled(config: Settings) -> bool:
+    return config.view(BlobStoreConfig).restore_recover_missing_blobs
 
 
 def blob_names(blob_ids: Iterable[str]) -> str:

@@ -17,8 +17,8 @@ import os
 import time
 from pathlib import Path
 
+from millstream.blobstore.settings import BlobStoreConfig
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV2
-from millstream.config.views import BlobStoreConfig
 from millstream.storage.backends.base import StoreSpec, TaskBackendContext, TaskRestoreManager
 from millstream.storage.backends.blobstore.diff import are_same_dir, same_file
 from millstream.storage.backends.blobstore.index import SnapshotIndex
@@ -44,7 +44,7 @@ class BlobStoreTaskRestoreManager(TaskRestoreManager):
         self.marker_key = marker_key
         self.checkpoint: CheckpointV2 | None = None
         self.indexes: dict[str, tuple[str, SnapshotIndex]] = {}
-        self.compare_owners = BlobStoreConfig.of(context.config).compare_file_owners_on_restore
+        self.compare_owners = context.config.view(BlobStoreConfig).compare_file_owners_on_restore
         self.recover = recovery_enabled(context.config)
         self.lost_index: set[str] = set()
         """Stores whose snapshot index is gone: restored from the local checkpoint directory, or empty."""

@@ -19,18 +19,18 @@ from pathlib import Path
 from typing import BinaryIO
 
 from millstream.blobstore.base import BlobNotFoundError, BlobStore, BlobStoreError, RetryPolicy
+from millstream.blobstore.settings import BlobStoreConfig
 from millstream.checkpoint.checkpoint import CheckpointId
-from millstream.config.core import Config
-from millstream.config.views import BlobStoreConfig, JobConfig
+from millstream.config.settings import Settings
 from millstream.storage.backends.blobstore.diff import DirDiff, file_metadata
 from millstream.storage.backends.blobstore.index import DirIndex, FileBlob, FileIndex
 from millstream.storage.errors import StateBackupError, StateRestoreError
 from millstream.storage.layout import task_dir_name
 
 
-def store_blob_prefix(config: Config, task_name: str, store: str) -> str:
-    job = JobConfig.of(config)
-    base = BlobStoreConfig.of(config).prefix.strip("/")
+def store_blob_prefix(config: Settings, task_name: str, store: str) -> str:
+    job = config.job
+    base = config.view(BlobStoreConfig).prefix.strip("/")
     return "/".join(part for part in (base, job.job_key, task_dir_name(task_name), store) if part) + "/"
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from millstream.config.core import Config
-from millstream.config.views import JobConfig, StoreConfig, parse_stream
+from millstream.config.settings import Settings
+from millstream.config.views import StoreConfig, parse_stream
 from millstream.errors import MillstreamError
 from millstream.job_model import JobModel
 from millstream.metadata.base import MetadataStore
@@ -25,7 +25,7 @@ CHANGELOG_STREAM_CONFIG = {"cleanup.policy": "compact"}
 class ChangelogStateBackendAdmin(StateBackendAdmin):
     def __init__(
         self,
-        config: Config,
+        config: Settings,
         job_model: JobModel,
         metadata_store: MetadataStore,
         stores: Mapping[str, StoreConfig],
@@ -66,7 +66,7 @@ class ChangelogStateBackendAdmin(StateBackendAdmin):
         changelog) or a second store of this job would interleave its keys with the owner's, and each
         restore would load the mixture with no error. The record lives with the stream, not in the job's
         metadata store, which the other job does not share."""
-        owner = StreamOwner(JobConfig.of(self.config).job_key, store)
+        owner = StreamOwner(self.config.job.job_key, store)
         takeover_key = f"stores.{store}.changelog.owner.takeover"
         previous = admin.claim_stream(stream.stream, owner, takeover=self.takeover[store], takeover_key=takeover_key)
         if not admin.records_owners:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from millstream.config.core import Config
+from millstream.config.settings import Settings
 from millstream.config.views import StoreConfig, parse_stream
 from millstream.errors import ConfigError
 from millstream.job_model import JobModel
@@ -43,7 +44,7 @@ class ChangelogStateBackendFactory(StateBackendFactory):
 
     def get_admin(
         self,
-        config: Config,
+        config: Settings,
         job_model: JobModel,
         metadata_store: MetadataStore,
         stores: Mapping[str, StoreConfig],

@@ -15,34 +15,38 @@ from __future__ import annotations
 import re
 
 from millstream.config.core import Config
-from millstream.config.views import JobConfig, TaskConfig, store_config, task_store_names
+from millstream.config.settings import Settings
+from millstream.config.views import StoreConfig, task_store_names
 from millstream.storage.backends.registry import CHANGELOG, backup_factory_names, state_backend_factory_class
 
 _REFUSED_CHARACTERS = re.compile(r"[^A-Za-z0-9._-]")
 
 
-def default_changelog_name(config: Config, store: str) -> str:
+def default_changelog_name(config: Settings, store: str) -> str:
     """``<job.name>-<job.id>-<store>-changelog``, characters a Kafka topic or a log stream cannot hold
     replaced by ``_``, cut to 200 characters (the embedded log's limit; Kafka's is 249)."""
-    name = _REFUSED_CHARACTERS.sub("_", f"{JobConfig.of(config).job_key}-{store}-changelog")
+    name = _REFUSED_CHARACTERS.sub("_", f"{config.job.job_key}-{store}-changelog")
     return name[:200]
 
 
-def with_default_changelogs(config: Config) -> Config:
-    """``config`` with ``stores.<s>.changelog`` set for every changelog-backed store that names none."""
+def with_default_changelogs(config: Config) -> Settings:
+    """``config`` as settings, with ``stores.<s>.changelog`` set for every changelog-backed store that names none.
+
+    Takes the raw config: ``prepare`` derives the names while it builds the job's settings."""
+    settings = Settings.of(config)
     changelog_class = state_backend_factory_class(CHANGELOG, "stores.<s>.backup.factories")
     unnamed = []
-    for store in task_store_names(config):
-        if store_config(config, store).changelog:
+    for store in task_store_names(settings):
+        if settings.view(StoreConfig, store).changelog:
             continue
-        classes = [state_backend_factory_class(name, key) for name, key in backup_factory_names(config, store)]
+        classes = [state_backend_factory_class(name, key) for name, key in backup_factory_names(settings, store)]
         if any(issubclass(factory_class, changelog_class) for factory_class in classes):
             unnamed.append(store)
     if not unnamed:
-        return config
-    systems = sorted({stream.system for stream in TaskConfig.of(config).input_streams()})
+        return settings
+    systems = sorted({stream.system for stream in settings.task.input_streams()})
     if len(systems) != 1:
-        return config  # refused at start: the changelog backend's check names stores.<s>.changelog
-    return config.with_overrides(
-        {f"stores.{store}.changelog": f"{systems[0]}.{default_changelog_name(config, store)}" for store in unnamed}
+        return settings  # refused at start: the changelog backend's check names stores.<s>.changelog
+    return settings.with_overrides(
+        {f"stores.{store}.changelog": f"{systems[0]}.{default_changelog_name(settings, store)}" for store in unnamed}
     )

@@ -15,7 +15,7 @@ import pytest
 from millstream.blobstore.base import BlobStore, BlobStoreFactory
 from millstream.blobstore.local import LocalBlobStore, LocalBlobStoreFactory
 from millstream.checkpoint.checkpoint import CheckpointV2
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.storage.backends.blobstore.index import SnapshotIndex
 from millstream.storage.backends.registry import state_backend_factory_class
 from millstream.storage.errors import StateRestoreError
@@ -50,7 +50,7 @@ class CountingBlobStore(LocalBlobStore):
 
 
 class CountingBlobStoreFactory(BlobStoreFactory):
-    def get_blob_store(self, config: Config) -> BlobStore:
+    def get_blob_store(self, config: Settings) -> BlobStore:
         local = LocalBlobStoreFactory().get_blob_store(config)
         assert isinstance(local, LocalBlobStore)
         return CountingBlobStore(local.root)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.model import SystemStream
 from millstream.testing import read_stream
@@ -21,8 +21,8 @@ LOG = {"systems.log.samza.offset.default": "oldest", "systems.log.samza.key.serd
 LOG_MESSAGES = {"systems.log.samza.msg.serde": "json"}
 
 
-def prepared(tmp_path: Path, **values: Any) -> Config:
-    return prepare(Config({**BASE, **COUNTS, **LOG, **LOG_MESSAGES, "job.data.dir": str(tmp_path), **values}))
+def prepared(tmp_path: Path, **values: Any) -> Settings:
+    return prepare(Settings({**BASE, **COUNTS, **LOG, **LOG_MESSAGES, "job.data.dir": str(tmp_path), **values}))
 
 
 def test_a_changelog_store_without_a_name_gets_one_derived_from_job_and_store(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.coordinator.driver_loop import DriverLoop
 from millstream.coordinator.prepare import prepare
 from millstream.coordinator.thread_launcher import ThreadLauncher
@@ -30,25 +30,25 @@ TASK_CLASS = "tests.storage.jobs:CountPerKeyReportingAtEnd"
 CHANGELOG = SystemStream("log", "counts-changelog")
 
 
-def job(tmp_path: Path, name: str, **extra: Any) -> Config:
+def job(tmp_path: Path, name: str, **extra: Any) -> Settings:
     """A job counting ``log.in`` into store ``counts`` with changelog ``log.counts-changelog``; jobs of one
     ``tmp_path`` share the log (and so the changelog) but not their metadata stores."""
     return state_config(tmp_path, "changelog", task=TASK_CLASS, job__name=name, task__commit__ms=50, **extra)
 
 
-def prepare_input(config: Config) -> None:
+def prepare_input(config: Settings) -> None:
     create_stream(config, "in", 2)
     create_stream(config, "out", 1)
     fill(config, "in", 2, 10)
     seal(config, "in")
 
 
-def run_to_end(config: Config) -> None:
+def run_to_end(config: Settings) -> None:
     result = InProcessRunner(config).run(timeout=90)
     assert result.outcome == "finished", result.error
 
 
-def changelog_records(config: Config) -> int:
+def changelog_records(config: Settings) -> int:
     return sum(len(pairs) for pairs in read_stream(config, CHANGELOG).values())
 
 

@@ -5,24 +5,29 @@ checkpoint says little or nothing."""
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Generator
 from pathlib import Path
 
 import pytest
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
-from millstream.config import Config
+from millstream.config.settings import Settings
 from millstream.metrics.registry import Registry
 from millstream.model import SystemStream, SystemStreamPartition
+from millstream.runtime.services import ContainerServices
 from millstream.storage.backends.changelog.marker import ChangelogStateCheckpointMarker, parse_v1_entry, v1_entry
 from millstream.storage.backends.changelog.restore import ChangelogTaskRestoreManager
 from millstream.storage.backends.registry import state_backend_factory_class
-from millstream.storage.layout import checkpoint_dirs, read_offset_file, write_offset_file
+from millstream.storage.errors import StateRestoreError
+from millstream.storage.layout import checkpoint_dirs, delete_path, read_offset_file, write_offset_file
+from millstream.storage.managers.stores import ContainerStorageManager
+from millstream.storage.rocksdb import RocksDbKeyValueStorageEngine
 from millstream.systems.base import RecordBatch
 from millstream.systems.log.consumer import LogSystemConsumer
 from millstream.systems.log.factory import LogSystemFactory
 from millstream.testing import read_stream
-from tests.storage.harness import INPUT, Opened, StateHarness, state_config
+from tests.storage.harness import INPUT, TASK, Opened, StateHarness, state_config
 
 CHANGELOG = SystemStreamPartition("log", "counts-changelog", 0)
 MARKER_KEY = state_backend_factory_class("changelog", "test").marker_key()
@@ -298,13 +303,13 @@ class StoppingEarlyLogConsumer(LogSystemConsumer):
 
 
 class PollingOnlyLogFactory(LogSystemFactory):
-    def get_consumer(self, system_name: str, config: Config) -> LogSystemConsumer:
+    def get_consumer(self, system_name: str, config: Settings) -> LogSystemConsumer:
         consumer = super().get_consumer(system_name, config)
         return PollingOnlyLogConsumer(system_name, consumer.layout, batch_size=consumer.batch_size)
 
 
 class StoppingEarlyLogFactory(LogSystemFactory):
-    def get_consumer(self, system_name: str, config: Config) -> LogSystemConsumer:
+    def get_consumer(self, system_name: str, config: Settings) -> LogSystemConsumer:
         consumer = super().get_consumer(system_name, config)
         return StoppingEarlyLogConsumer(system_name, consumer.layout, batch_size=consumer.batch_size)
 
@@ -340,3 +345,146 @@ def test_a_replay_in_bulk_by_polling_or_both_restores_the_same_state_exactly(
     assert values["store_restored_records"] == 45
     assert values["store_restored_bulk_records"] == bulk
     restored.close()
+
+
+def memtable_factory(store: Path) -> str:
+    """The memtable a RocksDB store was last opened with, from its newest OPTIONS file."""
+    newest = max(store.glob("OPTIONS-*"), key=lambda path: int(path.name.split("-")[1]))
+    (line,) = [line.strip() for line in newest.read_text().splitlines() if line.strip().startswith("memtable_factory=")]
+    return line.removeprefix("memtable_factory=")
+
+
+def restore_gauges(registry: Registry) -> dict[str, float]:
+    return {sample.name: sample.value for sample in registry.snapshot() if sample.name.startswith("store_restored")}
+
+
+def write_shuffled(opened: Opened, keys: int, rounds: int, seed: int) -> dict[str, int]:
+    """``rounds`` writes of each of ``keys`` keys in a shuffled order, every seventh a delete; what the store
+    then holds."""
+    order = [i % keys for i in range(keys * rounds)]
+    random.Random(seed).shuffle(order)
+    held: dict[str, int] = {}
+    for n, i in enumerate(order):
+        name = f"k{i:05d}"
+        if n % 7 == 0:
+            opened.store.delete(name)
+            held.pop(name, None)
+        else:
+            opened.store.put(name, n)
+            held[name] = n
+    return held
+
+
+def test_a_store_that_starts_empty_is_replayed_through_a_vector_memtable_to_exactly_the_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """Keys in random order with repeats and tombstones, a checkpoint in the middle of the changelog and records
+    after it: a new host's replay takes the vector memtable (the gauge says so), holds exactly the checkpoint's
+    state after the revert, is open with the store's normal options, and reads and writes normally."""
+    h = harness(
+        tmp_path,
+        stores__counts__object__cache__size="0",
+        systems__log__poll__batch__size="500",  # many batches
+        stores__counts__container__write__buffer__size__bytes=str(64 * 1024),  # several memtables, flushed
+    )
+    opened = h.open()
+    wanted = write_shuffled(opened, 3000, 3, seed=1)
+    h.commit(opened)
+    write_shuffled(opened, 3500, 1, seed=2)  # after the checkpoint: reverted
+    crash(opened)
+
+    h.config = h.config.with_overrides({"stores.counts.clean.on.container.start": "true"})
+    registry = Registry()
+    restored = h.open(metrics=registry)
+    assert contents(restored) == wanted
+    gauges = restore_gauges(registry)
+    assert gauges["store_restored_records"] == 9000
+    assert 0 < gauges["store_restored_vector_memtable_records"] <= 9000
+    engine = restored.storage.engines["counts"]
+    assert isinstance(engine, RocksDbKeyValueStorageEngine) and not engine.vector_memtable
+    assert memtable_factory(engine.path) == "SkipListFactory"
+    restored.store.put("new", 1)
+    restored.store.delete("k00001")
+    h.commit(restored)
+    restored.close()
+
+    h.config = h.config.with_overrides({"stores.counts.clean.on.container.start": "false"})
+    again = h.open()  # from the local checkpoint directory the restored store made
+    assert contents(again) == {k: v for k, v in wanted.items() if k != "k00001"} | {"new": 1}
+    again.close()
+
+
+def test_a_store_restored_from_a_local_checkpoint_replays_its_tail_through_the_normal_memtable(
+    tmp_path: Path,
+) -> None:
+    """A store that starts from local state (an older checkpoint directory, the newer one lost) replays only the
+    tail through write batches: no vector memtable, and the same exact state."""
+    h = harness(tmp_path, stores__counts__object__cache__size="0")
+    opened = h.open()
+    write_shuffled(opened, 300, 1, seed=3)
+    h.commit(opened)
+    wanted = write_shuffled(opened, 400, 2, seed=4)
+    h.commit(opened, stop_after="checkpoint")  # the older directory is still there
+    for directory in local_checkpoint_dirs(h):
+        delete_path(directory)
+    crash(opened)
+
+    registry = Registry()
+    restored = h.open(metrics=registry)
+    assert contents(restored) == wanted
+    gauges = restore_gauges(registry)
+    assert gauges["store_restored_records"] == 800  # the tail only
+    assert gauges["store_restored_vector_memtable_records"] == 0
+    restored.close()
+
+
+class FailingMidReplayLogConsumer(LogSystemConsumer):
+    """A bulk read that fails after its third batch, as a process dying in the middle of a replay would."""
+
+    def read_range(self, ssp: SystemStreamPartition, start: str, end: str) -> Generator[RecordBatch, None, None]:
+        for number, batch in enumerate(super().read_range(ssp, start, end)):
+            if number == 3:
+                raise OSError("the changelog's disk went away")
+            yield batch
+
+
+class FailingMidReplayLogFactory(LogSystemFactory):
+    def get_consumer(self, system_name: str, config: Settings) -> LogSystemConsumer:
+        consumer = super().get_consumer(system_name, config)
+        return FailingMidReplayLogConsumer(system_name, consumer.layout, batch_size=consumer.batch_size)
+
+
+def test_a_replay_that_fails_midway_leaves_a_store_the_next_restore_replays_whole(tmp_path: Path) -> None:
+    """The failed attempt loaded part of the store through a vector memtable; the next one must not trust it,
+    and restores exactly the checkpoint's state."""
+    h = harness(tmp_path, stores__counts__object__cache__size="0", systems__log__poll__batch__size="100")
+    opened = h.open()
+    wanted = write_shuffled(opened, 500, 2, seed=5)
+    h.commit(opened)
+    write_shuffled(opened, 100, 1, seed=6)
+    crash(opened)
+
+    new_host = {"stores.counts.clean.on.container.start": "false", "job.logged.store.base.dir": str(tmp_path / "b")}
+    failing = StateHarness(h.config.with_overrides({**new_host, "systems.log.samza.factory": FAILING}))
+    services = ContainerServices(failing.config)
+    container = ContainerStorageManager(failing.config, failing.model, "0", failing.metadata, services)
+    storage = container.task_storage(TASK, failing.model.tasks[TASK])
+    assert storage is not None
+    try:
+        with pytest.raises(StateRestoreError, match="disk went away"):
+            container.restore({TASK: (storage, h.checkpoint)})
+    finally:  # the process that failed lets go of the store (a real one exits)
+        storage.close()
+        container.close()
+        services.close()
+    store_dir = next(path for path in (tmp_path / "b").rglob("*") if path.is_dir() and any(path.glob("OPTIONS-*")))
+    assert memtable_factory(store_dir) == "SkipListFactory"  # the failed load reopened it on its normal options
+
+    registry = Registry()
+    restored = StateHarness(h.config.with_overrides(new_host)).open(h.checkpoint, metrics=registry)
+    assert contents(restored) == wanted
+    assert restore_gauges(registry)["store_restored_vector_memtable_records"] > 0
+    restored.close()
+
+
+FAILING = f"{__name__}:FailingMidReplayLogFactory"
