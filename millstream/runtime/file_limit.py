@@ -22,6 +22,7 @@ import logging
 import resource
 import threading
 import weakref
+from collections import deque
 
 from millstream.errors import ConfigError
 from millstream.systems.base import FileBudget
@@ -34,6 +35,12 @@ HEADROOM = 256
 _lock = threading.Lock()
 _reserved: dict[tuple[int, str], FileBudget] = {}
 """Budgets reserved, by (owner's id, system)."""
+_collected: deque[int] = deque()
+"""Ids of owners garbage-collected without ``release``, whose budgets the next ``reserve`` or ``release`` drops.
+A finalizer only appends here, never takes ``_lock``: a collection can run finalizers on a thread that holds the
+lock (any allocation inside ``reserve`` may start one), where taking it again would deadlock. An id is appended
+before its object's memory is freed, so before a new owner can reuse it, and every drop runs under the lock ahead of
+the reservation it makes: a collected owner's id never takes a new owner's budgets with it."""
 
 
 def reserve(owner: object, system: str, budget: FileBudget | None) -> None:
@@ -43,10 +50,11 @@ def reserve(owner: object, system: str, budget: FileBudget | None) -> None:
     if budget is None or budget.descriptors <= 0:
         return
     with _lock:
+        _drop_collected()
         key = (id(owner), system)
         if not any(held[0] == key[0] for held in _reserved):
             with contextlib.suppress(TypeError):  # an owner without weak references is released by ``release`` only
-                weakref.finalize(owner, _release_id, key[0])
+                weakref.finalize(owner, _collected.append, key[0])
         _reserved[key] = budget
         owned = [each for held, each in _reserved.items() if held[0] == key[0]]
         needed = sum(each.descriptors for each in owned) + HEADROOM
@@ -59,13 +67,20 @@ def reserve(owner: object, system: str, budget: FileBudget | None) -> None:
 
 def release(owner: object) -> None:
     """Release every budget ``owner`` reserved (the soft limit stays where it was raised to)."""
-    _release_id(id(owner))
-
-
-def _release_id(owner_id: int) -> None:
     with _lock:
-        for key in [key for key in _reserved if key[0] == owner_id]:
-            del _reserved[key]
+        _drop_collected()
+        _drop(id(owner))
+
+
+def _drop_collected() -> None:
+    """Drop the budgets of the owners collected since the last call (under ``_lock``)."""
+    while _collected:
+        _drop(_collected.popleft())
+
+
+def _drop(owner_id: int) -> None:
+    for key in [key for key in _reserved if key[0] == owner_id]:
+        del _reserved[key]
 
 
 def _ensure(needed: int, keys: list[str]) -> None:

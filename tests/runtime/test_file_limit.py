@@ -3,7 +3,9 @@ limit raised when the hard one allows, a ``ConfigError`` naming the keys and the
 
 from __future__ import annotations
 
+import gc
 import resource
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -87,3 +89,35 @@ def test_a_containers_budget_goes_with_its_services(limit: tuple[int, int], tmp_
     finally:
         file_limit.release(services)
         services.close()
+
+
+class _CollectedOnlyByTheCycleCollector:
+    """An owner in a reference cycle: only a garbage collection frees it, and runs its finalizers then."""
+
+    def __init__(self) -> None:
+        self.cycle = self
+
+
+def test_an_owner_collected_while_another_reserves_neither_deadlocks_nor_keeps_its_budget(
+    limit: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    budget = FileBudget(10, ("systems.log.consumer.open.partitions.max",))
+    dead = _CollectedOnlyByTheCycleCollector()
+    file_limit.reserve(dead, "log", budget)
+    dead_id = id(dead)
+    del dead
+    real = resource.getrlimit
+
+    def collecting_first(which: int) -> tuple[int, int]:  # a collection while reserve holds its lock
+        gc.collect()
+        return real(which)
+
+    monkeypatch.setattr(file_limit.resource, "getrlimit", collecting_first)
+    live = _CollectedOnlyByTheCycleCollector()
+    reserving = threading.Thread(target=file_limit.reserve, args=(live, "log", budget), daemon=True)
+    reserving.start()
+    reserving.join(30)
+    assert not reserving.is_alive(), "reserve deadlocked on the collected owner's finalizer"
+    monkeypatch.undo()
+    file_limit.release(live)
+    assert [key for key in file_limit._reserved if key[0] in (dead_id, id(live))] == []
