@@ -109,7 +109,7 @@ def checkpointed_offsets(config: Settings, stream: str, partitions: int) -> dict
 def unvalidated(config: Settings) -> Settings:
     """``config`` shaped as ``prepare`` shapes it (absolute paths, an application expanded) but not
     validated, so a test can hand a bad config to the code that must refuse it."""
-    return expand_application(resolve_paths(config))
+    return expand_application(Settings.of(resolve_paths(config)))
 
 
 def end_version(config: Settings, stream: SystemStream, label: str) -> int:

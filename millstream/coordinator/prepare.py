@@ -43,7 +43,7 @@ def prepare(config: Config) -> Settings:
     """The settings a job runs with: absolute paths, the application expanded, default changelog names
     derived (``storage.backends.changelog.names``), every key checked — so every view the job reads later was
     parsed once here without an error, and is kept by the settings (``millstream.config.settings``)."""
-    resolved = Settings.of(with_default_changelogs(expand_application(resolve_paths(config))))
+    resolved = with_default_changelogs(expand_application(Settings.of(resolve_paths(config))))
     with DriverServices(resolved) as services:  # only its factories are used: looking one up opens nothing
         _validate(resolved, services)
     return resolved

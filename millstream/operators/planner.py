@@ -346,10 +346,9 @@ def is_application(config: Config) -> bool:
     return bool(config.get("app.class"))
 
 
-def expand_application(config: Config) -> Settings:
+def expand_application(config: Settings) -> Settings:
     """The config a high-level job runs with (see the module docstring); idempotent, and the same keys
-    for a low-level job. It takes the raw config (``prepare`` expands it first) and returns settings."""
-    config = Settings.of(config)
+    for a low-level job."""
     updates: dict[str, str] = {}
     task_class = config.get("task.class")
     if not config.get("app.class"):

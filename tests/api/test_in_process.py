@@ -262,11 +262,11 @@ def test_a_startpoint_rewinds_a_high_level_job_instead_of_being_skipped_as_a_rep
 
 
 def watermark_heavy_app(
-    tmp_path: Path, aggregate: bool = False, control_interval_ms: int = 0, **extra: Any
+    tmp_path: Path, aggregate: bool = False, control_interval_ms: int = 0, commit_ms: int = 600_000, **extra: Any
 ) -> tuple[Settings, dict[int, list[tuple[str, dict[str, Any]]]]]:
     """8x8 partitions and a 5 ms watermark timer: many broadcasts (or, ``aggregate``, control messages through
-    the aggregate partitions) unless ``control_interval_ms`` paces them; ``task.commit.ms`` ten minutes, so
-    commits only at the end."""
+    the aggregate partitions) unless ``control_interval_ms`` paces them; ``task.commit.ms`` ten minutes unless
+    ``commit_ms`` says otherwise, so commits only at the end."""
     config = app_config(
         tmp_path,
         "tests.api.apps:WindowedCount",
@@ -274,7 +274,7 @@ def watermark_heavy_app(
         app__intermediate__partitions=8,
         app__watermark__interval__ms=5,
         app__control__watermark__interval__ms=control_interval_ms,
-        task__commit__ms=600_000,
+        task__commit__ms=commit_ms,
         test__delay__seconds=0.004,
         app__control__aggregation=str(aggregate).lower(),
         **extra,
@@ -300,12 +300,15 @@ def assert_exact_without_forced_commits(config: Settings, data: dict[int, Any], 
 
 INTERMEDIATE = "test-1-by-user"
 """The intermediate stream of ``WindowedCount`` (``<app.name>-<app.id>-by-user``)."""
+KEEP_INTERMEDIATE: dict[str, Any] = {
+    f"systems__log__streams__{INTERMEDIATE}__samza__delete__committed__messages": "false"
+}
+"""The intermediate records kept after their commit, for the tests that count them."""
 
 
 def paced_app(tmp_path: Path, aggregate: bool) -> tuple[Settings, dict[int, list[tuple[str, dict[str, Any]]]]]:
     """``watermark_heavy_app`` with watermarks paced to one an hour and the intermediate records kept."""
-    keep = f"systems__log__streams__{INTERMEDIATE}__samza__delete__committed__messages"
-    return watermark_heavy_app(tmp_path, aggregate, control_interval_ms=3_600_000, **{keep: "false"})
+    return watermark_heavy_app(tmp_path, aggregate, control_interval_ms=3_600_000, **KEEP_INTERMEDIATE)
 
 
 def assert_control_bounded_by_time(config: Settings, data: dict[int, Any], result: JobResult, aggregate: bool) -> None:
@@ -328,8 +331,7 @@ def combined_app(
 ) -> tuple[Settings, dict[int, list[tuple[str, dict[str, Any]]]]]:
     """``watermark_heavy_app`` (8 producing tasks, 4 per container) sending every advance, with
     ``app.control.watermark.combine`` set and the intermediate records kept."""
-    keep = f"systems__log__streams__{INTERMEDIATE}__samza__delete__committed__messages"
-    extra = {keep: "false", "app__control__watermark__combine": str(combine).lower(), **extra}
+    extra = {**KEEP_INTERMEDIATE, "app__control__watermark__combine": str(combine).lower(), **extra}
     return watermark_heavy_app(tmp_path, aggregate, 0, **extra)
 
 
@@ -385,23 +387,14 @@ def test_aggregated_combined_watermarks_under_exactly_once_fire_every_window_onc
     """Exactly-once: a container's combined record goes through its one transactional producer after the output
     of the tasks it names (each flushed before it reported), so it is visible with that output or after it; every
     pane fires once, exactly, when the watermark reached its end, and the first hop is the containers' records."""
-    keep = f"systems__log__streams__{INTERMEDIATE}__samza__delete__committed__messages"
-    config = app_config(
+    config, data = watermark_heavy_app(
         tmp_path,
-        "tests.api.apps:WindowedCount",
-        job__container__count=2,
-        app__intermediate__partitions=8,
-        app__watermark__interval__ms=5,
-        app__control__watermark__interval__ms=0,
-        app__control__aggregation="true",
-        task__commit__ms=100,  # output is visible at the transaction's commit
+        aggregate=True,
+        commit_ms=100,  # output is visible at the transaction's commit
         task__processing__guarantee="exactly-once",
         task__checkpoint__factory="log",
-        test__delay__seconds=0.004,
-        **{keep: "false"},
+        **KEEP_INTERMEDIATE,
     )
-    data = {p: messages(p, 40, users=7) for p in range(8)}
-    setup(config, data)
     result = InProcessRunner(config).run(timeout=120)
     assert result.outcome == "finished", result.error
     records = output(config)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 
-from millstream.config.core import Config
 from millstream.config.settings import Settings
 from millstream.config.views import StoreConfig, task_store_names
 from millstream.storage.backends.registry import CHANGELOG, backup_factory_names, state_backend_factory_class
@@ -29,11 +28,8 @@ def default_changelog_name(config: Settings, store: str) -> str:
     return name[:200]
 
 
-def with_default_changelogs(config: Config) -> Settings:
-    """``config`` as settings, with ``stores.<s>.changelog`` set for every changelog-backed store that names none.
-
-    Takes the raw config: ``prepare`` derives the names while it builds the job's settings."""
-    settings = Settings.of(config)
+def with_default_changelogs(settings: Settings) -> Settings:
+    """``settings`` with ``stores.<s>.changelog`` set for every changelog-backed store that names none."""
     changelog_class = state_backend_factory_class(CHANGELOG, "stores.<s>.backup.factories")
     unnamed = []
     for store in task_store_names(settings):
