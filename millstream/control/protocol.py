@@ -390,13 +390,19 @@ class ControlProtocol:
             return ControlEvents(sends=sends)
         return ControlEvents(flush=True) if boundary and (self.deferred or self.unreported) else NO_EVENTS
 
-    def _watermark_sends(self, stream: SystemStream, watermark: int) -> tuple[ControlSend, ...]:
+    def on_output_records(self, stream: SystemStream, records: int) -> None:
+        """The task wrote ``records`` user records to a produced stream since it last said so: they feed its
+        container's watermark budget (``budget``; nothing without a combiner)."""
+        if self.combiner is not None:
+            self.combiner.wrote(stream, records)
+
+    def _watermark_sends(self, stream: SystemStream, watermark: int, restored: bool = False) -> tuple[ControlSend, ...]:
         if self.combiner is not None and self.settings.aggregate:  # reported at the next flush (``on_flush``)
             self.unreported[stream] = max(watermark, self.unreported.get(stream, watermark))
             self.changed = True
             return ()
         if self.combiner is not None:  # a restored held-back watermark: the container's record, if it raises any
-            return self.combiner.report(self.task_name, stream, watermark)
+            return self.combiner.report(self.task_name, stream, watermark, restored)
         produced = self.produced[stream]
         return self._send(produced, WatermarkMessage(watermark, self.task_name, produced.task_count)).sends
 
@@ -542,7 +548,7 @@ class ControlProtocol:
         for stream, watermark in self.rebroadcast_pacer.take_all(now).items():
             sends.extend(self._rebroadcast_frame(self.consumed[stream], WatermarkMessage(watermark, None, 0)))
         for stream, watermark in self.output_pacer.take_all(now).items():
-            sends.extend(self._watermark_sends(stream, watermark))
+            sends.extend(self._watermark_sends(stream, watermark, restored=True))
         return ControlEvents(sends=tuple(sends), ended=ended)
 
 
