@@ -24,8 +24,10 @@ aggregate partition re-broadcasts each reconciled result, without a task name, t
 partitions (watermarks paced like its own). A task given its container's ``WatermarkCombiner``
 (``combining``) hands its watermarks to it instead: the container sends one record per partition (broadcast)
 or one to the aggregate partition (aggregate mode) for all of its producing tasks, paced per stream, not one
-per task. In aggregate mode the task still paces its own watermarks (which bounds its flushes by time) and
-reports one to the combiner only after a flush made its earlier output durable.
+per task, and a wide stream's rounds within the container's watermark budget (``budget``), fed by the user
+records the task reports in bulk (``on_output_records``). In aggregate mode the task still paces its own
+watermarks (which bounds its flushes by time) and reports one to the combiner only after a flush made its
+earlier output durable.
 
 *Draining* (``millstream job drain``). The runtime stops reading the task's source partitions and
 reports each as drained (``on_drain``); a stream whose partitions all ended or drained is finished as
