@@ -520,9 +520,9 @@ class AppConfig(ConfigView):
     0 turns the budget off: one round per interval, whatever it costs."""
     control_watermark_budget_floor_records: int = Field(8, alias="control.watermark.budget.floor.records", ge=0)
     """Watermark records per ``app.control.watermark.interval.ms`` a container may send to an intermediate stream
-    whatever its rate, on top of the share: a stream with at most this many partitions (and aggregate mode's
-    one-record first hop) is not budgeted and keeps one round per interval; a wider one gets a round every
-    partitions / floor intervals when it carries no data."""
+    whatever its rate, on top of the share: a round of at most this many records — every round of a stream with at
+    most this many partitions, and aggregate mode's one-record first hop unless the floor is 0 — is not budgeted and
+    keeps one round per interval; a wider stream's round waits for the share plus the floor."""
     control_watermark_budget_max_delay_ms: int = Field(2000, alias="control.watermark.budget.max.delay.ms", ge=0)
     """The longest a round of watermark records due by the interval waits for the budget
     (``app.control.watermark.budget.share``); then it goes out anyway, so a wide stream carrying little data still
