@@ -509,6 +509,24 @@ class AppConfig(ConfigView):
     container or task plus one per partition), so this bounds control traffic by time, not by how often
     watermarks move — raise it for streams with many producers and partitions. 0 sends every advance.
     End-of-stream and drain are not paced: each producer sends them once."""
+    control_watermark_budget_share: float = Field(0.003, alias="control.watermark.budget.share", ge=0, le=1)
+    """The share of the user records a container writes to an intermediate stream that its watermark records to
+    that stream may cost (0.003: 0.3 %, which with the floor and end-of-stream keeps a 128 x 128 job under 1 %),
+    so control traffic stays a fraction of the data at any rate, not only on a fast machine: a round of watermark
+    records (one per partition, broadcast) that the interval lets out waits until this share plus
+    ``app.control.watermark.budget.floor.records`` pays for it, for at most
+    ``app.control.watermark.budget.max.delay.ms``. Applies to combined watermarks (``app.control.watermark.combine``)
+    of streams wider than the floor; end-of-stream, drain and a restored task's watermarks are never held back.
+    0 turns the budget off: one round per interval, whatever it costs."""
+    control_watermark_budget_floor_records: int = Field(8, alias="control.watermark.budget.floor.records", ge=0)
+    """Watermark records per ``app.control.watermark.interval.ms`` a container may send to an intermediate stream
+    whatever its rate, on top of the share: a round of at most this many records — every round of a stream with at
+    most this many partitions, and aggregate mode's one-record first hop unless the floor is 0 — is not budgeted and
+    keeps one round per interval; a wider stream's round waits for the share plus the floor."""
+    control_watermark_budget_max_delay_ms: int = Field(2000, alias="control.watermark.budget.max.delay.ms", ge=0)
+    """The longest a round of watermark records due by the interval waits for the budget
+    (``app.control.watermark.budget.share``); then it goes out anyway, so a wide stream carrying little data still
+    advances downstream windows every this many milliseconds (plus up to two intervals). 0 turns the budget off."""
     control_watermark_combine: Bool = Field(True, alias="control.watermark.combine")
     """A container sends one watermark record for all of its tasks producing to an intermediate stream — the
     minimum of their watermarks, naming them — instead of one per task: to each partition (broadcast, C x Q records

@@ -76,14 +76,19 @@ class WatermarkPacer(Generic[K]):
 
     def offer(self, key: K, watermark: int, now: float) -> bool:
         """Whether ``watermark`` goes out now; if not, it is held back (replacing an older one)."""
-        if self._allows(key, watermark, now):
-            self._sent(key, watermark, now)
+        if self.allows(key, watermark, now):
+            self.sent(key, watermark, now)
             return True
-        if watermark > self.pending.get(key, watermark - 1):
-            self.pending[key] = watermark
+        self.hold(key, watermark)
         return False
 
-    def _allows(self, key: K, watermark: int, now: float) -> bool:
+    def hold(self, key: K, watermark: int) -> None:
+        """Hold ``watermark`` back for ``due`` (replacing an older one): for a caller whose own rule (a
+        ``budget``) refused a send the pacer allowed."""
+        if watermark > self.pending.get(key, watermark - 1):
+            self.pending[key] = watermark
+
+    def allows(self, key: K, watermark: int, now: float) -> bool:
         """Whether the bucket has a send for ``watermark``: a boundary one needs one, an ordinary one a full
         bucket (a hair below, for float error)."""
         if not self.interval:
@@ -100,7 +105,8 @@ class WatermarkPacer(Generic[K]):
         self.tokens[key], self.refilled[key] = tokens, now
         return tokens
 
-    def _sent(self, key: K, watermark: int, now: float) -> None:
+    def sent(self, key: K, watermark: int, now: float) -> None:
+        """``watermark`` went out now: it takes a send of the bucket and is no longer held back."""
         if self.interval:
             self.tokens[key] = max(0.0, self._refill(key, now) - 1)
             self.refilled[key] = now
@@ -109,9 +115,9 @@ class WatermarkPacer(Generic[K]):
 
     def due(self, now: float) -> Iterator[tuple[K, int]]:
         """The held-back watermarks the bucket now allows; each is then counted as sent now."""
-        for key in [key for key, mark in self.pending.items() if self._allows(key, mark, now)]:
+        for key in [key for key, mark in self.pending.items() if self.allows(key, mark, now)]:
             watermark = self.pending[key]
-            self._sent(key, watermark, now)
+            self.sent(key, watermark, now)
             yield key, watermark
 
     def drop(self, key: K) -> None:
@@ -129,5 +135,5 @@ class WatermarkPacer(Generic[K]):
         """Everything held back, counted as sent now (a restart sends it at once)."""
         taken = dict(self.pending)
         for key, watermark in taken.items():
-            self._sent(key, watermark, now)
+            self.sent(key, watermark, now)
         return taken

@@ -24,8 +24,10 @@ aggregate partition re-broadcasts each reconciled result, without a task name, t
 partitions (watermarks paced like its own). A task given its container's ``WatermarkCombiner``
 (``combining``) hands its watermarks to it instead: the container sends one record per partition (broadcast)
 or one to the aggregate partition (aggregate mode) for all of its producing tasks, paced per stream, not one
-per task. In aggregate mode the task still paces its own watermarks (which bounds its flushes by time) and
-reports one to the combiner only after a flush made its earlier output durable.
+per task, and a wide stream's rounds within the container's watermark budget (``budget``), fed by the user
+records the task reports in bulk (``on_output_records``). In aggregate mode the task still paces its own
+watermarks (which bounds its flushes by time) and reports one to the combiner only after a flush made its
+earlier output durable.
 
 *Draining* (``millstream job drain``). The runtime stops reading the task's source partitions and
 reports each as drained (``on_drain``); a stream whose partitions all ended or drained is finished as
@@ -390,13 +392,19 @@ class ControlProtocol:
             return ControlEvents(sends=sends)
         return ControlEvents(flush=True) if boundary and (self.deferred or self.unreported) else NO_EVENTS
 
-    def _watermark_sends(self, stream: SystemStream, watermark: int) -> tuple[ControlSend, ...]:
+    def on_output_records(self, stream: SystemStream, records: int) -> None:
+        """The task wrote ``records`` user records to a produced stream since it last said so: they feed its
+        container's watermark budget (``budget``; nothing without a combiner)."""
+        if self.combiner is not None:
+            self.combiner.wrote(stream, records)
+
+    def _watermark_sends(self, stream: SystemStream, watermark: int, restored: bool = False) -> tuple[ControlSend, ...]:
         if self.combiner is not None and self.settings.aggregate:  # reported at the next flush (``on_flush``)
             self.unreported[stream] = max(watermark, self.unreported.get(stream, watermark))
             self.changed = True
             return ()
         if self.combiner is not None:  # a restored held-back watermark: the container's record, if it raises any
-            return self.combiner.report(self.task_name, stream, watermark)
+            return self.combiner.report(self.task_name, stream, watermark, restored)
         produced = self.produced[stream]
         return self._send(produced, WatermarkMessage(watermark, self.task_name, produced.task_count)).sends
 
@@ -542,7 +550,7 @@ class ControlProtocol:
         for stream, watermark in self.rebroadcast_pacer.take_all(now).items():
             sends.extend(self._rebroadcast_frame(self.consumed[stream], WatermarkMessage(watermark, None, 0)))
         for stream, watermark in self.output_pacer.take_all(now).items():
-            sends.extend(self._watermark_sends(stream, watermark))
+            sends.extend(self._watermark_sends(stream, watermark, restored=True))
         return ControlEvents(sends=tuple(sends), ended=ended)
 
 

@@ -194,6 +194,18 @@ class _Output:
         self.info = info
         self.encode_key = info.key_serde.to_bytes
         self.encode_value = info.msg_serde.to_bytes
+        self.written = 0
+        """User messages written, counted here on the hot path; ``credit`` hands them on in bulk."""
+        self.credited = 0
+
+    def credit(self) -> None:
+        """Hand the user messages written since the last call to the task's counts and its container's watermark
+        budget (``millstream.control.budget``): per timer call and watermark, not per message."""
+        records = self.written - self.credited
+        if records:
+            self.credited = self.written
+            self.graph.stats.user_sent += records
+            self.graph.control.on_output_records(self.info.stream, records)
 
     def send(self, key: Any, value: Any, timestamp: int) -> None:
         info = self.info
@@ -208,11 +220,11 @@ class _Output:
             ) from None
         graph = self.graph
         graph.context.send(OutgoingMessageEnvelope(info.stream, payload, key_bytes, timestamp=timestamp))
-        stats = graph.stats
-        stats.user_sent += 1
-        stats.user_sent_bytes += len(payload) + (len(key_bytes) if key_bytes else 0)
+        self.written += 1
+        graph.stats.user_sent_bytes += len(payload) + (len(key_bytes) if key_bytes else 0)
 
     def watermark(self, watermark: int) -> None:
+        self.credit()
         self.graph.apply(self.graph.control.on_output_watermark(self.info.stream, watermark))
 
     def end_of_stream(self) -> None:
@@ -339,6 +351,8 @@ class TaskGraph:
 
     def close(self) -> None:
         self.graph.close()
+        for output in self._outputs.values():
+            output.credit()
         self.control.close()
 
     def process(
@@ -394,6 +408,8 @@ class TaskGraph:
         commits scale with ticks (issue 40); the control state the next commit writes covers what went out. A
         collector that cannot flush (a test double) gets the commit instead."""
         self._bind(collector, coordinator)
+        for output in self._outputs.values():
+            output.credit()
         self.apply(self.control.on_timer())
         if self.control.wants_commit:
             self._flush_for_control()

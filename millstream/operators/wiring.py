@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from millstream.api.task import TaskContext
 from millstream.config.views import AppConfig, TaskConfig
+from millstream.control.budget import BudgetSettings
 from millstream.control.combining import WatermarkCombiner
 from millstream.control.state import ControlStateStore
 from millstream.errors import MillstreamError, StreamNotFoundError
@@ -109,13 +110,22 @@ def build_task_graph(context: TaskContext) -> tuple[TaskGraph, ControlState, lis
 def _combiner(
     services: ContainerServices, app: AppConfig, task: TaskConfig, boundary_ms: int
 ) -> WatermarkCombiner | None:
-    """The container's ``WatermarkCombiner`` (broadcast, or aggregated with ``app.control.aggregation``), or None
-    where each task sends its own watermarks: an idle timeout, or ``app.control.watermark.combine: false`` (see
-    that key)."""
+    """The container's ``WatermarkCombiner`` (broadcast, or aggregated with ``app.control.aggregation``) with its
+    watermark budget (``app.control.watermark.budget.*``), or None where each task sends its own watermarks: an
+    idle timeout, or ``app.control.watermark.combine: false`` (see that key)."""
     if task.watermark_idle_timeout_ms > 0 or not app.control_watermark_combine:
         return None
     boundary = boundary_ms if app.watermark_window_boundaries else 0
-    return services.watermark_combiner(app.control_watermark_interval_ms, boundary, app.control_aggregation)
+    combiner = services.watermark_combiner(app.control_watermark_interval_ms, boundary, app.control_aggregation)
+    combiner.use_budget(
+        BudgetSettings(
+            share=app.control_watermark_budget_share,
+            floor_records=app.control_watermark_budget_floor_records,
+            max_delay_ms=app.control_watermark_budget_max_delay_ms,
+            interval_ms=app.control_watermark_interval_ms,
+        )
+    )
+    return combiner
 
 
 def _services(context: TaskContext) -> ContainerServices:

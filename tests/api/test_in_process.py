@@ -365,6 +365,48 @@ def assert_watermarks_combined_per_container(config: Settings, combine: bool, ag
     assert len(largest[0] | largest[1]) == 8, "two containers, disjoint tasks"
 
 
+BUDGET_SHARE = 0.1
+
+
+def budgeted_app(tmp_path: Path) -> tuple[Settings, dict[int, list[tuple[str, dict[str, Any]]]]]:
+    """``watermark_heavy_app`` broadcast with a 5 ms watermark interval and a budget of a tenth of the user
+    records, without floor or maximum delay (``app.control.watermark.budget.*``), the intermediate records kept:
+    each container's rounds cost at most its first round plus a tenth of the user records it wrote."""
+    return watermark_heavy_app(
+        tmp_path,
+        False,
+        5,
+        app__control__watermark__budget__share=BUDGET_SHARE,
+        app__control__watermark__budget__floor__records=0,
+        app__control__watermark__budget__max__delay__ms=3_600_000,
+        **KEEP_INTERMEDIATE,
+    )
+
+
+def assert_watermark_records_within_the_budget(config: Settings, data: dict[int, Any], result: JobResult) -> None:
+    """Every pane once, exactly, when the watermark reached its end; the combined watermark records actually
+    written cost at most the budget's share of the user records plus each container's first round (2 x 8), and
+    more than those first rounds went out (the share was fed). Unbudgeted, a 5 ms interval over the run sends a
+    round per container every few ticks: hundreds of records."""
+    assert result.outcome == "finished", result.error
+    records = output(config)
+    assert {(p["user"], p["start"]): p["count"] for p in records if "count" in p} == reference_counts(data)
+    assert sum(1 for r in records if "count" in r) == len(reference_counts(data)), "every pane exactly once"
+    assert_panes_fired_exactly_when_the_watermark_reached_their_end(records)
+    assert sum(container.commits for container in result.containers) <= 2 * 8, "the tasks' final commits only"
+    kinds = Counter(e.message[0] for _, batch in iter_stream(config, SystemStream("log", INTERMEDIATE)) for e in batch)
+    user, watermarks = kinds[MessageType.USER_MESSAGE], kinds[MessageType.COMBINED_WATERMARK]
+    assert user == 320 and kinds[MessageType.WATERMARK] == 0
+    assert 2 * 8 < watermarks <= BUDGET_SHARE * user + 2 * 8, f"{watermarks} watermark records for {user} user records"
+
+
+def test_broadcast_watermark_records_stay_within_their_budget_and_windows_fire_exactly(tmp_path):
+    """``app.control.watermark.budget.*`` (``millstream.control.budget``): 8x8 partitions, 2 containers, a 5 ms
+    interval; the rounds wait for a tenth of the user records to pay for them, and the windows are still exact."""
+    config, data = budgeted_app(tmp_path)
+    assert_watermark_records_within_the_budget(config, data, InProcessRunner(config).run(timeout=120))
+
+
 @pytest.mark.parametrize(
     ("combine", "aggregate"),
     [(True, False), (False, False), (True, True), (False, True)],

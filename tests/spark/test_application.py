@@ -28,7 +28,9 @@ from tests.api.test_in_process import (
     assert_control_bounded_by_time,
     assert_exact_without_forced_commits,
     assert_panes_fired_exactly_when_the_watermark_reached_their_end,
+    assert_watermark_records_within_the_budget,
     assert_watermarks_combined_per_container,
+    budgeted_app,
     combined_app,
     paced_app,
 )
@@ -124,17 +126,22 @@ def test_windowed_counts_fire_when_the_minimum_watermark_passes_and_split_jobs_g
     assert pane_counts(stages[1]) == pane_counts(single)
 
 
-@pytest.mark.parametrize("aggregate", [False, True], ids=["broadcast", "aggregated"])
+@pytest.mark.parametrize("aggregate", [False, True], ids=["broadcast-budgeted", "aggregated"])
 def test_watermark_broadcasts_through_spark_do_not_force_commits_and_the_counts_stay_exact(
     spark_local, tmp_path, aggregate
 ):
     """As ``tests/api/test_in_process.py``'s: 8x8 partitions, a 5 ms watermark timer, commits only at the end
-    (broadcast, or aggregated control messages); 8 producers in 2 Spark containers, every advance sent, so each
-    container sends one watermark record for its four tasks — to every partition, or (aggregated) to the
-    aggregate partition, whose task forwards what it reconciled — and every pane fires exactly."""
-    config, data = combined_app(tmp_path, combine=True, aggregate=aggregate)
-    records = assert_exact_without_forced_commits(config, data, SparkJobRunner(config, spark=spark_local).run())
-    assert_panes_fired_exactly_when_the_watermark_reached_their_end(records)
+    (broadcast, or aggregated control messages); 8 producers in 2 Spark containers, so each container sends one
+    watermark record for its four tasks — to every partition, its rounds within a watermark budget of a tenth of
+    the user records (``budgeted_app``), or (aggregated, every advance sent) to the aggregate partition, whose
+    task forwards what it reconciled — and every pane fires exactly."""
+    if aggregate:
+        config, data = combined_app(tmp_path, combine=True, aggregate=True)
+        records = assert_exact_without_forced_commits(config, data, SparkJobRunner(config, spark=spark_local).run())
+        assert_panes_fired_exactly_when_the_watermark_reached_their_end(records)
+    else:
+        config, data = budgeted_app(tmp_path)
+        assert_watermark_records_within_the_budget(config, data, SparkJobRunner(config, spark=spark_local).run())
     assert_watermarks_combined_per_container(config, combine=True, aggregate=aggregate)
 
 
