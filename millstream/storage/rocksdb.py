@@ -9,6 +9,7 @@ whatever the store's size.
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -49,6 +50,7 @@ class RocksDbKeyValueStorageEngine(KeyValueStorageEngine):
     def _options(self, vector_memtable: bool) -> rocksdict.Options:
         options = rocksdict.Options(raw_mode=True)
         options.create_if_missing(True)
+        options.set_max_file_opening_threads(_file_opening_threads(self.path))
         if self.write_buffer_size is not None:
             # Full memtables are flushed in the background while the task runs; a commit's snapshot
             # only has to flush the one being filled.
@@ -247,6 +249,30 @@ class _Snapshot:
 
     def close(self) -> None:
         self._iterator = None
+
+
+TABLES_PER_OPENING_THREAD = 16
+"""How many table files make one more thread worth starting to open a store's files (``_file_opening_threads``)."""
+
+OPENING_THREADS_MAX = 16
+"""RocksDB's own default for ``max_file_opening_threads``."""
+
+
+def _file_opening_threads(path: Path) -> int:
+    """The threads RocksDB may start to open a store's table files: one per ``TABLES_PER_OPENING_THREAD`` of them,
+    at least one, at most RocksDB's default of 16.
+
+    RocksDB starts ``max_file_opening_threads`` threads at every open, a new store's too: with its default of 16,
+    15 thread starts per store, half the CPU of opening an empty store (1,000 stores: 1.5 s against 0.84 s with
+    one thread, and more per store the more a process already holds). A container opens a store per task at
+    start, most of them new or small, so a store of few tables opens them on the calling thread; one restored
+    from a large checkpoint still opens its many tables in parallel."""
+    try:
+        with os.scandir(path) as entries:
+            tables = sum(1 for entry in entries if entry.name.endswith(".sst"))
+    except FileNotFoundError:
+        return 1
+    return max(1, min(OPENING_THREADS_MAX, tables // TABLES_PER_OPENING_THREAD))
 
 
 def _bound_memory(options: rocksdict.Options, cache_size: int | None, shared: SharedRocksDbMemory | None) -> None:

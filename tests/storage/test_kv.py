@@ -11,7 +11,7 @@ from millstream.serde.builtin import JsonSerde, StringSerde
 from millstream.storage.errors import StoreError
 from millstream.storage.inmemory import InMemoryKeyValueStorageEngine
 from millstream.storage.kv import KeyValueStorageEngine, TaskKeyValueStore
-from millstream.storage.rocksdb import RocksDbKeyValueStorageEngine
+from millstream.storage.rocksdb import RocksDbKeyValueStorageEngine, _file_opening_threads
 
 
 @pytest.fixture
@@ -159,6 +159,30 @@ def test_rocksdb_opens_an_existing_store_with_the_options_it_is_given_not_those_
     second.close()
     newest = max(store.glob("OPTIONS-*"), key=lambda path: int(path.name.split("-")[1]))
     assert "write_buffer_size=2097152" in newest.read_text().split()
+
+
+def _recorded_option(store: Path, name: str) -> str:
+    newest = max(store.glob("OPTIONS-*"), key=lambda path: int(path.name.split("-")[1]))
+    return next(word.split("=", 1)[1] for word in newest.read_text().split() if word.startswith(f"{name}="))
+
+
+def test_a_new_rocksdb_store_opens_its_files_without_starting_threads(tmp_path: Path) -> None:
+    """RocksDB's default starts 16 threads at every open to load table files, even for an empty store: a
+    container opening a store per task paid 15 thread starts per task."""
+    engine = RocksDbKeyValueStorageEngine(tmp_path / "store")
+    engine.close()
+    assert _recorded_option(tmp_path / "store", "max_file_opening_threads") == "1"
+
+
+def test_a_store_of_many_table_files_opens_them_in_parallel_up_to_rocksdbs_default(tmp_path: Path) -> None:
+    assert _file_opening_threads(tmp_path / "absent") == 1
+    for index in range(40):
+        (tmp_path / f"{index:06d}.sst").touch()
+    (tmp_path / "MANIFEST-000001").touch()
+    assert _file_opening_threads(tmp_path) == 2
+    for index in range(40, 1000):
+        (tmp_path / f"{index:06d}.sst").touch()
+    assert _file_opening_threads(tmp_path) == 16
 
 
 def test_inmemory_engine_cannot_checkpoint(tmp_path: Path) -> None:
