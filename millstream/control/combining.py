@@ -122,21 +122,16 @@ class WatermarkCombiner:
         boundary_ms: int = 0,
         clock: Callable[[], float] = time.monotonic,
         aggregate: bool = False,
+        budget: BudgetSettings | None = None,
     ) -> None:
         self.pacer: WatermarkPacer[SystemStream] = WatermarkPacer(interval_ms, boundary_ms)
         self.clock = clock
         self.aggregate = aggregate
         self.streams: dict[SystemStream, _Stream] = {}
-        self.budget: WatermarkBudget[SystemStream] = WatermarkBudget(BudgetSettings())
-        """What rounds may cost (``budget``): none until ``use_budget``."""
+        self.budget: WatermarkBudget[SystemStream] = WatermarkBudget(budget or BudgetSettings())
+        """What rounds may cost (``budget``; ``app.control.watermark.budget.*``): unbudgeted when not given."""
         self.urgent: set[SystemStream] = set()
         """Streams whose held-back round carries a restored task's re-report: not held back by the budget."""
-
-    def use_budget(self, settings: BudgetSettings) -> None:
-        """Budget the rounds with ``settings`` (``app.control.watermark.budget.*``). The first task that joins sets
-        it; every task of a container is configured alike, so a later call changes nothing."""
-        if not self.budget.settings.enabled and not self.budget.refilled:
-            self.budget = WatermarkBudget(settings)
 
     def wrote(self, stream: SystemStream, records: int) -> None:
         """A task of the container wrote ``records`` user records to ``stream`` (feeds the budget)."""

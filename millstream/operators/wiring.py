@@ -116,16 +116,13 @@ def _combiner(
     if task.watermark_idle_timeout_ms > 0 or not app.control_watermark_combine:
         return None
     boundary = boundary_ms if app.watermark_window_boundaries else 0
-    combiner = services.watermark_combiner(app.control_watermark_interval_ms, boundary, app.control_aggregation)
-    combiner.use_budget(
-        BudgetSettings(
-            share=app.control_watermark_budget_share,
-            floor_records=app.control_watermark_budget_floor_records,
-            max_delay_ms=app.control_watermark_budget_max_delay_ms,
-            interval_ms=app.control_watermark_interval_ms,
-        )
+    budget = BudgetSettings(
+        share=app.control_watermark_budget_share,
+        floor_records=app.control_watermark_budget_floor_records,
+        max_delay_ms=app.control_watermark_budget_max_delay_ms,
+        interval_ms=app.control_watermark_interval_ms,
     )
-    return combiner
+    return services.watermark_combiner(app.control_watermark_interval_ms, boundary, app.control_aggregation, budget)
 
 
 def _services(context: TaskContext) -> ContainerServices:

@@ -31,6 +31,7 @@ from typing import Self
 
 from millstream.config import Config
 from millstream.config.settings import Settings
+from millstream.control.budget import BudgetSettings
 from millstream.control.combining import WatermarkCombiner
 from millstream.errors import MillstreamError
 from millstream.metadata.base import MetadataStore
@@ -141,13 +142,15 @@ class ContainerServices:
             raise MillstreamError(f"container {writer.container_id}: producers were built before its attempt")
         self.writer = self.producers.writer = writer
 
-    def watermark_combiner(self, interval_ms: int, boundary_ms: int, aggregate: bool = False) -> WatermarkCombiner:
+    def watermark_combiner(
+        self, interval_ms: int, boundary_ms: int, aggregate: bool = False, budget: BudgetSettings | None = None
+    ) -> WatermarkCombiner:
         """The attempt's one ``WatermarkCombiner``, which its graph tasks share to send one watermark record per
         partition (``aggregate``: to the aggregate partition) for all of them (built at the first task's init;
         every call comes from the run-loop thread, as the tasks' init and processing do). A new attempt has new
         services, hence an empty combiner."""
         if self._combiner is None:
-            self._combiner = WatermarkCombiner(interval_ms, boundary_ms, aggregate=aggregate)
+            self._combiner = WatermarkCombiner(interval_ms, boundary_ms, aggregate=aggregate, budget=budget)
         return self._combiner
 
     # -- systems --------------------------------------------------------------------------------------

@@ -23,10 +23,8 @@ TICK = 0.2
 
 
 def budgeted(clock: FakeClock, partitions: int, budget: BudgetSettings | None = BUDGET, boundary_ms: int = 0):
-    combiner = WatermarkCombiner(200, boundary_ms, clock)
+    combiner = WatermarkCombiner(200, boundary_ms, clock, budget=budget)
     combiner.join("t0", [ProducedStream(OUT, partitions, 1)])
-    if budget is not None:
-        combiner.use_budget(budget)
     return combiner
 
 
@@ -119,9 +117,8 @@ def protocol(clock: FakeClock, combiner: WatermarkCombiner) -> ControlProtocol:
 
 def test_end_of_stream_and_a_restored_re_report_are_not_held_back_by_an_empty_budget():
     clock = FakeClock()
-    combiner = WatermarkCombiner(200, 0, clock)
+    combiner = WatermarkCombiner(200, 0, clock, budget=BUDGET)
     task = protocol(clock, combiner)
-    combiner.use_budget(BUDGET)
     assert len(task.on_output_watermark(OUT, 1000).sends) == 128, "the bucket starts with one round"
     clock.now += 1.0
     assert not task.on_output_watermark(OUT, 2000).sends, "held: the floor paid 40 records of 128"
@@ -130,9 +127,8 @@ def test_end_of_stream_and_a_restored_re_report_are_not_held_back_by_an_empty_bu
     assert end.flush and [send.frame[0] for send in task.deferred] == [MessageType.END_OF_STREAM]
 
     restarted_clock = FakeClock()
-    restarted = WatermarkCombiner(200, 0, restarted_clock)
+    restarted = WatermarkCombiner(200, 0, restarted_clock, budget=BUDGET)
     again = protocol(restarted_clock, restarted)
-    restarted.use_budget(BUDGET)
     restarted.budget.affords(OUT, 128, restarted_clock.now)
     restarted.budget.spent(OUT, 128, restarted_clock.now)  # another restored task took the bucket's round
     again.restore(snapshot)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from millstream.config.views import AppConfig, TaskConfig
+from millstream.control.budget import BudgetSettings
 from millstream.control.combining import WatermarkCombiner
 from millstream.operators.wiring import _combiner
 
@@ -13,9 +14,11 @@ class FakeServices:
     def __init__(self) -> None:
         self.asked: list[tuple[int, int, bool]] = []
 
-    def watermark_combiner(self, interval_ms: int, boundary_ms: int, aggregate: bool = False) -> WatermarkCombiner:
+    def watermark_combiner(
+        self, interval_ms: int, boundary_ms: int, aggregate: bool = False, budget: BudgetSettings | None = None
+    ) -> WatermarkCombiner:
         self.asked.append((interval_ms, boundary_ms, aggregate))
-        return WatermarkCombiner(interval_ms, boundary_ms, aggregate=aggregate)
+        return WatermarkCombiner(interval_ms, boundary_ms, aggregate=aggregate, budget=budget)
 
 
 @pytest.mark.parametrize("aggregate", [False, True], ids=["broadcast", "aggregated"])
