@@ -226,7 +226,7 @@ class RunLoop:
         else:
             for task in tasks:
                 try:
-                    task.commit()
+                    task.commit_final()
                 except FencedError:
                     raise
                 except Exception as error:  # the task's own: raised below, once the rest of the group committed

@@ -418,6 +418,13 @@ class TaskInstance:
         self.final_commit_pending = False
         self.committer.commit()
 
+    @in_task_log_context
+    def commit_final(self) -> None:
+        """The final commit of a task that ended, made by its run loop with those of the tasks that ended with it
+        (``TaskCommitter.commit(final=True)``: its snapshot may run on the commit thread, the task being idle)."""
+        self.final_commit_pending = False
+        self.committer.commit(final=True)
+
     @property
     def commit_owed(self) -> bool:
         """A commit was skipped while one uploaded (``TaskCommitter.commit_owed``); the run loop reads it for every

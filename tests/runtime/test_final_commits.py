@@ -7,7 +7,9 @@ committed, each checkpoint after its own snapshot. A failing commit fails as its
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -71,6 +73,7 @@ class Storage:
         self.events = events
         self.fail = fail
         self.dirty = True
+        self.threads: list[str] = []
 
     def write_back(self) -> None:
         pass
@@ -79,13 +82,14 @@ class Storage:
         raise AssertionError("can_hold is False")
 
     def write_held(self) -> None:
-        raise AssertionError("can_hold is False")
+        pass  # nothing was held: a final commit's snapshot on the commit thread
 
     def release(self) -> None:
-        raise AssertionError("can_hold is False")
+        pass
 
     def snapshot(self, checkpoint_id: CheckpointId) -> dict[str, dict[str, str]]:
         self.events.append(f"snapshot {self.name}")
+        self.threads.append(threading.current_thread().name)
         if self.fail:
             raise OSError(f"disk full under {self.name}")
         self.dirty = False
@@ -163,6 +167,7 @@ class Container:
         failing: str | None = None,
         exactly_once: bool = False,
         loop: bool = True,
+        executor: Executor | None = None,
     ) -> None:
         self.events = Events()
         self.checkpoints = Checkpoints(self.events)
@@ -186,6 +191,7 @@ class Container:
                     {},
                     storage=Storage(str(name), self.events, fail=str(name) == failing),
                     transaction=self.transaction,
+                    commit_executor=executor,
                 )
             )
         if self.transaction is not None:
@@ -282,3 +288,36 @@ def test_a_task_ending_alone_outside_a_run_loop_commits_at_once():
     task.process(ssp(0), [message(0, 0)])
     task.mark_end_of_stream(ssp(0))
     assert task.finished and container.checkpoints.written["T0"][-1].offsets[ssp(0)] == "0"
+
+
+@pytest.fixture
+def commit_thread() -> Iterator[ThreadPoolExecutor]:
+    pool = ThreadPoolExecutor(2, thread_name_prefix="commit")
+    yield pool
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+def test_with_a_commit_thread_the_groups_snapshots_run_on_it_each_checkpoint_after_its_own(commit_thread):
+    """The stores of a task that ended take no more writes, so even write-through stores need no hold: the final
+    snapshots run on the commit thread, and the final commits of the group overlap."""
+    container = Container(4, ending_together(), executor=commit_thread)
+    container.loop.run()
+    for task in container.tasks:
+        task.finish_commits()  # what the container does before it returns
+    for n in range(4):
+        assert container.first(f"snapshot T{n}") < container.first(f"checkpoint T{n}")
+        assert container.first(f"flush T{n}") < container.first(f"snapshot T{n}")
+        storage = container.tasks[n].committer.storage
+        assert isinstance(storage, Storage) and storage.threads[0].startswith("commit"), storage.threads
+    assert max(container.first(f"end-of-stream T{n}") for n in range(3)) < container.first("snapshot T0")
+
+
+def test_with_a_commit_thread_a_failing_final_commit_fails_as_its_own_task(commit_thread):
+    container = Container(4, ending_together(), failing="T2", executor=commit_thread)
+    with pytest.raises(CommitFailedError, match=r"task 'T2'.*disk full under T2"):
+        container.loop.run()  # its next commit, the loop's last, raises what failed on the commit thread
+    for task in container.tasks:
+        if str(task.task_name) != "T2":
+            task.finish_commits()  # the others' final commits are unaffected
+    assert {"T0", "T1", "T3"} <= container.checkpoints.written.keys()
+    assert "T2" not in container.checkpoints.written
