@@ -175,9 +175,11 @@ class Container:
         producers = Producers(self.events)
         self.transaction = ContainerTransaction(TransactionOutput(self.events)) if exactly_once else None
         self.tasks: list[TaskInstance] = []
+        self.storages: list[Storage] = []
         for n in range(count):
             name = TaskName(f"T{n}")
             partitions = frozenset({ssp(n)})
+            self.storages.append(Storage(str(name), self.events, fail=str(name) == failing))
             self.tasks.append(
                 TaskInstance(
                     name,
@@ -189,7 +191,7 @@ class Container:
                     self.checkpoints,
                     {},
                     {},
-                    storage=Storage(str(name), self.events, fail=str(name) == failing),
+                    storage=self.storages[-1],
                     transaction=self.transaction,
                     commit_executor=executor,
                 )
@@ -307,8 +309,8 @@ def test_with_a_commit_thread_the_groups_snapshots_run_on_it_each_checkpoint_aft
     for n in range(4):
         assert container.first(f"snapshot T{n}") < container.first(f"checkpoint T{n}")
         assert container.first(f"flush T{n}") < container.first(f"snapshot T{n}")
-        storage = container.tasks[n].committer.storage
-        assert isinstance(storage, Storage) and storage.threads[0].startswith("commit"), storage.threads
+        threads = container.storages[n].threads
+        assert threads and threads[0].startswith("commit"), threads
     assert max(container.first(f"end-of-stream T{n}") for n in range(3)) < container.first("snapshot T0")
 
 
