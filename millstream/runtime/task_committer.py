@@ -32,6 +32,10 @@ for to end. A failed asynchronous stage fails the next commit
 (and so the container) with its cause. A task without stores has only offsets in its cut: the flush and the
 checkpoint run on the commit thread (synchronously when it has no commit executor, as in tests).
 
+A task's final commit (``commit(final=True)``, made by the run loop once the task ended) runs its snapshot on the
+commit thread whatever its stores: the task writes nothing more, so nothing needs holding, and the final commits of
+tasks ending together overlap (RocksDB's flush and checkpoint release the GIL) instead of queueing on the run loop.
+
 Under exactly-once (``transaction``) commits are synchronous and container-wide: a task's commit appends
 its checkpoints to the container's open Kafka transaction, and what must follow a durable checkpoint
 (startpoints, purges, cleanup) waits until that transaction committed (``runtime/transaction.py``).

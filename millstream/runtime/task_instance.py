@@ -2,10 +2,11 @@
 
 A task instance feeds the task its messages, records the offset of the last message processed per partition
 (the task's progress), serves what the task asks of its coordinator (commit, shutdown, end-of-stream, drain) and
-calls ``window()``, the end-of-stream and drain listeners. Committing is its ``TaskCommitter``'s
-(``runtime/task_committer.py``): the order of a commit's steps, the asynchronous upload, the rules for a commit
-due while the previous one is in flight, exactly-once; the instance calls it, and hands it the progress it
-records, which the committer reads only at a commit's cut.
+calls ``window()``, the end-of-stream and drain listeners. Under a run loop, a task that ended leaves its final
+commit to the loop, which commits the tasks that ended together as a group (``defer_final_commit``). Committing is
+its ``TaskCommitter``'s (``runtime/task_committer.py``): the order of a commit's steps, the asynchronous upload, the
+rules for a commit due while the previous one is in flight, exactly-once; the instance calls it, and hands it the
+progress it records, which the committer reads only at a commit's cut.
 """
 
 from __future__ import annotations
