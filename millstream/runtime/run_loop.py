@@ -8,14 +8,17 @@ a task asked for while its previous commit still uploaded (made as soon as that 
 **Final commits as a group.** A task that ends (end-of-stream or drain on all its partitions) handles its end at
 once — its end-of-stream listeners run, its operators fire their last windows, its output is sent — but leaves
 its final commit to the loop (``TaskInstance.defer_final_commit``). At the end of the round the loop flushes the
-output of the tasks that ended in it; it makes their final commits, together, in the first round after that which
-ends no further task (that round polls without waiting). So when end-of-stream reaches many tasks of a container
-at about the same time, each of them handles it before any of them pays for a final commit (a store's write-back,
-flushes and snapshot: tens of milliseconds a task), instead of the last one waiting for every commit before it.
-Under exactly-once the group is one transaction. A final commit is not skipped or reordered otherwise: each task's
-checkpoint still follows its own output and snapshot (``TaskCommitter``), a failure raises from that task's commit,
-the commit timer and the loop's last commit cover a group not yet committed, and the loop returns (the container
-finishes) only after every final commit.
+output of the tasks that ended in it; it makes their final commits, together, from the first round after that
+which ends no further task (that round polls without waiting), for ``FINAL_COMMIT_SLICE_S`` a round, the
+rest in the next rounds, each again after a poll without waiting. So when end-of-stream reaches many tasks of a
+container at about the same time, each of them handles it before any of them pays for a final commit (a store's
+write-back, flushes and snapshot: tens of milliseconds a task), and one whose end-of-stream arrives while a large
+group commits handles it within a slice, instead of the last one waiting for every commit before it. The
+snapshots themselves run on the commit threads (``TaskCommitter.commit(final=True)``). Under exactly-once the
+group is one transaction. A final commit is not skipped or reordered otherwise: each task's checkpoint still
+follows its own output and snapshot (``TaskCommitter``), a failure raises from that task's commit, the commit
+timer and the loop's last commit cover a group not yet committed, and the loop returns (the container finishes)
+only after every final commit.
 """
 
 from __future__ import annotations
@@ -38,6 +41,11 @@ from millstream.systems.base import FencedError
 log = logging.getLogger(__name__)
 
 Decoder = Callable[[bytes], Any]
+
+
+FINAL_COMMIT_SLICE_S = 0.05
+"""How long a round of the run loop makes final commits before it polls again (``RunLoop._final_commits``): about
+two of a stateful task's final commits on a loaded 2-core machine, short next to the end-of-stream lag it bounds."""
 
 
 class DeserializationError(MillstreamError):
@@ -206,37 +214,48 @@ class RunLoop:
                 for task in ended[grouped:]:
                     task.flush_output()
         elif ended:
-            self._final_commits()
+            self._final_commits(FINAL_COMMIT_SLICE_S)
         return len(ended)
 
-    def _final_commits(self) -> None:
+    def _final_commits(self, slice_s: float = float("inf")) -> None:
         """The final commits of the tasks that ended and were not committed since (by the commit timer), in the
-        order they ended; under exactly-once one transaction for the container (a commit of one task is a commit of
-        all). A task's failed commit does not keep the others of the group from committing (each commit is its own
+        order they ended, for about ``slice_s`` at most: the rest wait for the next round, after a poll without
+        waiting, so a task whose end-of-stream arrives while a large group commits handles it within a slice, not
+        after the whole group. Under exactly-once one transaction for the container (a commit of one task is a
+        commit of all). A task's failed commit does not keep the others from committing (each commit is its own
         task's, under at-least-once); the first failure is raised once they did, and ends the loop. A fenced writer
         is raised at once: every other commit would be refused as well."""
-        tasks = [task for task in self.ended if task.final_commit_pending]
+        pending = [task for task in self.ended if task.final_commit_pending]
         self.ended.clear()
-        if not tasks:
+        if not pending:
             return
-        started = self.clock.monotonic()
+        clock = self.clock
+        started = clock.monotonic()
         failure: Exception | None = None
+        committed = len(pending)
         if self.transaction is not None:
             self.transaction.commit()
         else:
-            for task in tasks:
+            for index, task in enumerate(pending):
+                if failure is None and index and clock.monotonic() - started >= slice_s:
+                    committed = index
+                    self.ended.extend(pending[index:])
+                    break
                 try:
                     task.commit_final()
                 except FencedError:
                     raise
-                except Exception as error:  # the task's own: raised below, once the rest of the group committed
+                except Exception as error:  # the task's own: raised below, once the others committed
                     failure = failure or error
         stats = self.stats
-        stats.final_commits += len(tasks)
+        stats.final_commits += committed
         stats.final_commit_groups += 1
-        elapsed = self.clock.monotonic() - started
+        elapsed = clock.monotonic() - started
         stats.commit_seconds += elapsed
-        log.debug("final commits of %d task(s) made together in %.3f s", len(tasks), elapsed)
+        log.debug(
+            "final commits of %d task(s) made together in %.3f s (%d left for the next round)",
+            committed, elapsed, len(pending) - committed,
+        )  # fmt: skip
         if failure is not None:
             raise failure
 

@@ -8,7 +8,7 @@ committed, each checkpoint after its own snapshot. A failing commit fails as its
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
 
@@ -18,7 +18,7 @@ from millstream.api.task import EndOfStreamListenerTask, MessageCollector, Strea
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId
 from millstream.config.settings import Settings
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition, TaskName
-from millstream.runtime.run_loop import DeadLetterPolicy, RunLoop, RunLoopSettings
+from millstream.runtime.run_loop import FINAL_COMMIT_SLICE_S, DeadLetterPolicy, RunLoop, RunLoopSettings
 from millstream.runtime.task_instance import ContainerContext, TaskInstance
 from millstream.runtime.transaction import ContainerTransaction
 from millstream.storage.errors import CommitFailedError
@@ -74,6 +74,8 @@ class Storage:
         self.fail = fail
         self.dirty = True
         self.threads: list[str] = []
+        self.advance: Callable[[], None] = lambda: None
+        """What a snapshot costs: moves the test's clock."""
 
     def write_back(self) -> None:
         pass
@@ -90,6 +92,7 @@ class Storage:
     def snapshot(self, checkpoint_id: CheckpointId) -> dict[str, dict[str, str]]:
         self.events.append(f"snapshot {self.name}")
         self.threads.append(threading.current_thread().name)
+        self.advance()
         if self.fail:
             raise OSError(f"disk full under {self.name}")
         self.dirty = False
@@ -106,6 +109,19 @@ class Storage:
 
     def cleanup(self, checkpoint_id: CheckpointId, markers: Any) -> None:
         pass
+
+
+class ManualClock:
+    """The loop's and the tasks' clock, moved only by the commits' snapshots."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
 
 
 class Rounds:
@@ -168,8 +184,10 @@ class Container:
         exactly_once: bool = False,
         loop: bool = True,
         executor: Executor | None = None,
+        commit_cost: float = 0.0,
     ) -> None:
         self.events = Events()
+        self.clock = ManualClock()
         self.checkpoints = Checkpoints(self.events)
         self.consumers = Rounds(self.events, script)
         producers = Producers(self.events)
@@ -180,6 +198,7 @@ class Container:
             name = TaskName(f"T{n}")
             partitions = frozenset({ssp(n)})
             self.storages.append(Storage(str(name), self.events, fail=str(name) == failing))
+            self.storages[-1].advance = lambda: self.clock.advance(commit_cost)
             self.tasks.append(
                 TaskInstance(
                     name,
@@ -194,6 +213,7 @@ class Container:
                     storage=self.storages[-1],
                     transaction=self.transaction,
                     commit_executor=executor,
+                    clock=self.clock.monotonic,
                 )
             )
         if self.transaction is not None:
@@ -207,6 +227,7 @@ class Container:
             DeadLetterPolicy(False, None, NoDeadLetters()),
             RunLoopSettings(window_ms=0, commit_ms=0, poll_interval_ms=60_000),
             lambda: False,
+            clock=self.clock,
             output=Output(),
             transaction=self.transaction,
         )
@@ -323,3 +344,22 @@ def test_with_a_commit_thread_a_failing_final_commit_fails_as_its_own_task(commi
             task.finish_commits()  # the others' final commits are unaffected
     assert {"T0", "T1", "T3"} <= container.checkpoints.written.keys()
     assert "T2" not in container.checkpoints.written
+
+
+def test_a_task_whose_end_of_stream_arrives_while_a_large_group_commits_handles_it_within_a_slice():
+    """Final commits take ``FINAL_COMMIT_SLICE_S`` of a round at most, then the loop polls again: a task ending
+    meanwhile does not wait for the whole group's commits before its end is handled."""
+    cost = FINAL_COMMIT_SLICE_S * 0.6  # two commits fill a slice
+    script = [
+        {ssp(n): last(n, 0) for n in range(6)} | {ssp(6): [message(6, 0)]},  # T0-T5 end together
+        {},  # ends no task: the first slice of their commits
+        {ssp(6): last(6, 1)},  # T6 ends while T2-T5 still wait for theirs
+    ]
+    container = Container(7, script, commit_cost=cost)
+    container.loop.run()
+    snapshots = [index for index, event in enumerate(container.events) if event.startswith("snapshot")]
+    assert len(snapshots) == 7
+    assert snapshots[1] < container.first("poll 3") < snapshots[2], "two commits in the first slice, then a poll"
+    assert container.first("end-of-stream T6") < snapshots[2], "T6 handled its end before the rest committed"
+    assert container.consumers.polls[2:] == [0.0] * len(container.consumers.polls[2:]), "no waiting meanwhile"
+    assert container.loop.stats.final_commits == 7
