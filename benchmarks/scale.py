@@ -21,8 +21,10 @@ Four curves, each relative to its smallest point, on the embedded log and the in
                     ``app.control.aggregation`` (``aggregated-timer``: on the timers only); control records per user
                     record written to the intermediate stream and per watermark interval while event time moved
                     (from the first source message to the last), wall time against the baseline, and how
-                    long after the last source message the last sink task saw end-of-stream, and from the last
-                    user record a downstream task read until then (the control path alone).
+                    long after the last source message the last sink task saw end-of-stream (its final windows
+                    fired and their output sent: the moment its end was handled, before its final commit), and
+                    from the last user record a downstream task read until then (the control path alone), and
+                    the job's end (the run returned: every final commit made) after the last source message.
   partitions        a low-level pass-through (a no-op task) of ``--passthrough-messages`` spread over P
                     partitions: wall time of the run and CPU per message (the process's CPU time over the
                     run, start-up included, divided by the messages), against the smallest P; start-up (from
@@ -134,6 +136,9 @@ class FanOut:
     """From the last source message to the last sink task's end-of-stream."""
     control_latency: float
     """From the last user record read downstream to the last sink task's end-of-stream."""
+    job_end: float
+    """From the last source message to the job's end (the run returned: every task's final commit made, the
+    containers shut down): what the end-of-stream figures do not include."""
     event_seconds: float
     """From the first source message to the last: while event time moves, watermarks go out every interval."""
 
@@ -167,6 +172,7 @@ def fan_out_run(root: Path, partitions: int, messages: int, mode: str, interval_
         started = time.perf_counter()
         result = InProcessRunner(cfg).run(timeout=900)
         seconds = time.perf_counter() - started
+        returned = time.time()
     assert result.outcome == "finished", f"{run}: {result.outcome} {result.error}"
     ended = max(scale_apps.SINK_ENDS.get(run, [float("nan")]))
     nan = float("nan")
@@ -176,6 +182,7 @@ def fan_out_run(root: Path, partitions: int, messages: int, mode: str, interval_
         counts.control,
         ended - scale_apps.LAST_SOURCE.get(run, nan),
         ended - scale_apps.LAST_READ.get(run, nan),
+        returned - scale_apps.LAST_SOURCE.get(run, nan),
         scale_apps.LAST_SOURCE.get(run, nan) - scale_apps.FIRST_SOURCE.get(run, nan),
     )
 
@@ -186,7 +193,7 @@ def fan_out(root: Path, sizes: list[int], messages: int, interval_ms: int = 200)
     )
     print(
         f"{'P x Q':>10}{'mode':>17}{'seconds':>9}{'x baseline':>11}{'ctl records':>13}{'ctl/user':>10}"
-        f"{'per interval':>13}{'EOS lag s':>10}{'after read':>11}"
+        f"{'per interval':>13}{'EOS lag s':>10}{'after read':>11}{'job end s':>10}"
     )
     rows: list[dict[str, Any]] = []
     for size in sizes:
@@ -200,6 +207,7 @@ def fan_out(root: Path, sizes: list[int], messages: int, interval_ms: int = 200)
                 f"{row.control:>13,}{row.control / max(row.user, 1):>10.4f}{row.per_interval(interval_ms):>13.1f}"
                 f"{row.end_latency:>10.2f}"
                 f"{row.control_latency:>11.2f}"
+                f"{row.job_end:>10.2f}"
             )
     return rows
 

@@ -16,7 +16,8 @@ LAST_SOURCE: dict[str, float] = {}
 FIRST_SOURCE: dict[str, float] = {}
 """Run id -> wall clock (s) of the first message a source task processed: from then on event time moves."""
 SINK_ENDS: dict[str, list[float]] = {}
-"""Run id -> wall clock (s) at which each sink task saw end-of-stream."""
+"""Run id -> wall clock (s) at which each sink task saw end-of-stream: after its window operator fired the last
+windows (end-of-stream is a last watermark, then passed on), before the task's final commit."""
 LAST_READ: dict[str, float] = {}
 """Run id -> wall clock (s) of the last user record a downstream task read from the intermediate stream."""
 

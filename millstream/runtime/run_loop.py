@@ -4,6 +4,21 @@ Partitions are served round-robin at batch granularity: every partition with dat
 batch processed in each pass, and the pass starts one partition later each time, so a busy partition
 cannot starve the others. Timers (window, commit, stop check) run between batches, and so do the commits
 a task asked for while its previous commit still uploaded (made as soon as that upload ended).
+
+**Final commits as a group.** A task that ends (end-of-stream or drain on all its partitions) handles its end at
+once — its end-of-stream listeners run, its operators fire their last windows, its output is sent — but leaves
+its final commit to the loop (``TaskInstance.defer_final_commit``). At the end of the round the loop flushes the
+output of the tasks that ended in it; it makes their final commits, together, from the first round after that
+which ends no further task (that round polls without waiting), for ``FINAL_COMMIT_SLICE_S`` a round, the
+rest in the next rounds, each again after a poll without waiting. So when end-of-stream reaches many tasks of a
+container at about the same time, each of them handles it before any of them pays for a final commit (a store's
+write-back, flushes and snapshot: tens of milliseconds a task), and one whose end-of-stream arrives while a large
+group commits handles it within a slice, instead of the last one waiting for every commit before it. The
+snapshots themselves run on the commit threads (``TaskCommitter.commit(final=True)``). Under exactly-once the
+group is one transaction. A final commit is not skipped or reordered otherwise: each task's checkpoint still
+follows its own output and snapshot (``TaskCommitter``), a failure raises from that task's commit, the commit
+timer and the loop's last commit cover a group not yet committed, and the loop returns (the container finishes)
+only after every final commit.
 """
 
 from __future__ import annotations
@@ -21,10 +36,16 @@ from millstream.runtime.seams import Clock, ConsumerMultiplexer, LingeringOutput
 from millstream.runtime.task_instance import TaskInstance
 from millstream.runtime.transaction import ContainerTransaction
 from millstream.serde.base import SerdeError
+from millstream.systems.base import FencedError
 
 log = logging.getLogger(__name__)
 
 Decoder = Callable[[bytes], Any]
+
+
+FINAL_COMMIT_SLICE_S = 0.05
+"""How long a round of the run loop makes final commits before it polls again (``RunLoop._final_commits``): about
+two of a stateful task's final commits on a loaded 2-core machine, short next to the end-of-stream lag it bounds."""
 
 
 class DeserializationError(MillstreamError):
@@ -58,6 +79,9 @@ class RunLoopStats:
     commit_seconds: float = 0.0
     first_message_at: float | None = None
     last_message_at: float | None = None
+    final_commits: int = 0
+    """Tasks whose final commit the loop made in a group (``_final_commits``)."""
+    final_commit_groups: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -96,6 +120,10 @@ class RunLoop:
             for ssp in task.ssps:
                 self.dispatch.setdefault(ssp, []).append(task)
         self.stopped_by_request = False
+        self.ended: list[TaskInstance] = []
+        """Tasks that ended, in the order they did, whose final commit the loop makes (``_final_commits``)."""
+        for task in tasks:
+            task.defer_final_commit(self.ended)
         self.async_tasks = [task for task in tasks if task.async_processor is not None]
         """``AsyncStreamTask``s: while they have messages in flight, the loop waits on the event loop, not in a poll."""
         processors = [task.async_processor for task in self.async_tasks if task.async_processor is not None]
@@ -115,6 +143,9 @@ class RunLoop:
         """Decoded envelopes a task has not reached yet because a timer fell due; served before polling again."""
         poll_timeout = settings.poll_interval_ms / 1000
         rotation = 0
+        ended = self.ended
+        grouped = 0
+        """How many of ``ended`` had ended before this round."""
         while active:
             now = clock.monotonic()
             deadline = min(next_window, next_commit, next_stop_check)
@@ -125,7 +156,8 @@ class RunLoop:
             in_flight = bool(self.async_tasks) and self._async_in_flight()
             if pollable:
                 # output held back for batching: look without waiting, and send it if no input is there
-                timeout = 0.0 if pending or in_flight or lingering is not None else max(0.0, min(wait, deadline - now))
+                looks_only = pending or in_flight or lingering is not None or bool(ended)
+                timeout = 0.0 if looks_only else max(0.0, min(wait, deadline - now))
                 batches = self.consumers.poll(pollable, timeout)
                 self.stats.polls += 1
             work = list(pending.items())
@@ -140,7 +172,7 @@ class RunLoop:
                 if self._container_shutdown_requested():
                     break
             if in_flight:
-                self._drive_async(0.0 if work else max(0.0, min(wait, deadline - clock.monotonic())))
+                self._drive_async(0.0 if work or ended else max(0.0, min(wait, deadline - clock.monotonic())))
                 if self._container_shutdown_requested():
                     break
             now = clock.monotonic()
@@ -163,13 +195,69 @@ class RunLoop:
                 next_stop_check = now + settings.stop_check_ms / 1000
             if self.drain is not None:
                 self.drain.poll(pending)  # drained partitions join the ended ones below
+            grouped = self._end_round(grouped)
             # a task may have declared a partition ended (coordinator.end_of_stream): stop polling it
             active = {
                 ssp for ssp in active if any(not t.finished and ssp not in t.end_of_stream for t in self.dispatch[ssp])
             }
         for task in self.async_tasks:  # stopping: the last commit covers the messages in flight
             task.settle_async()
+        self._final_commits()
         self.commit_all()
+
+    def _end_round(self, grouped: int) -> int:
+        """Flush the output of the tasks that ended in this round; if none did, make the final commits still to
+        be made. Returns how many tasks had ended by the end of this round."""
+        ended = self.ended
+        if len(ended) > grouped:
+            if self.transaction is None:  # exactly-once: visible when the group's transaction commits
+                for task in ended[grouped:]:
+                    task.flush_output()
+        elif ended:
+            self._final_commits(FINAL_COMMIT_SLICE_S)
+        return len(ended)
+
+    def _final_commits(self, slice_s: float = float("inf")) -> None:
+        """The final commits of the tasks that ended and were not committed since (by the commit timer), in the
+        order they ended, for about ``slice_s`` at most: the rest wait for the next round, after a poll without
+        waiting, so a task whose end-of-stream arrives while a large group commits handles it within a slice, not
+        after the whole group. Under exactly-once one transaction for the container (a commit of one task is a
+        commit of all). A task's failed commit does not keep the others from committing (each commit is its own
+        task's, under at-least-once); the first failure is raised once they did, and ends the loop. A fenced writer
+        is raised at once: every other commit would be refused as well."""
+        pending = [task for task in self.ended if task.final_commit_pending]
+        self.ended.clear()
+        if not pending:
+            return
+        clock = self.clock
+        started = clock.monotonic()
+        failure: Exception | None = None
+        committed = len(pending)
+        if self.transaction is not None:
+            self.transaction.commit()
+        else:
+            for index, task in enumerate(pending):
+                if failure is None and index and clock.monotonic() - started >= slice_s:
+                    committed = index
+                    self.ended.extend(pending[index:])
+                    break
+                try:
+                    task.commit_final()
+                except FencedError:
+                    raise
+                except Exception as error:  # the task's own: raised below, once the others committed
+                    failure = failure or error
+        stats = self.stats
+        stats.final_commits += committed
+        stats.final_commit_groups += 1
+        elapsed = clock.monotonic() - started
+        stats.commit_seconds += elapsed
+        log.debug(
+            "final commits of %d task(s) made together in %.3f s (%d left for the next round)",
+            committed, elapsed, len(pending) - committed,
+        )  # fmt: skip
+        if failure is not None:
+            raise failure
 
     def _async_in_flight(self) -> bool:
         return any(task.async_processor.in_flight for task in self.async_tasks if task.async_processor is not None)

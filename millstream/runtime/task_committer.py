@@ -32,6 +32,10 @@ for to end. A failed asynchronous stage fails the next commit
 (and so the container) with its cause. A task without stores has only offsets in its cut: the flush and the
 checkpoint run on the commit thread (synchronously when it has no commit executor, as in tests).
 
+A task's final commit (``commit(final=True)``, made by the run loop once the task ended) runs its snapshot on the
+commit thread whatever its stores: the task writes nothing more, so nothing needs holding, and the final commits of
+tasks ending together overlap (RocksDB's flush and checkpoint release the GIL) instead of queueing on the run loop.
+
 Under exactly-once (``transaction``) commits are synchronous and container-wide: a task's commit appends
 its checkpoints to the container's open Kafka transaction, and what must follow a durable checkpoint
 (startpoints, purges, cleanup) waits until that transaction committed (``runtime/transaction.py``).
@@ -165,12 +169,17 @@ class TaskCommitter:
         """Failed commits tolerated (``task.commit.skip.commit.*``); the next commit covers their offsets."""
         self.last_checkpoint: Checkpoint | None = None
 
-    def commit(self) -> None:
+    def commit(self, final: bool = False) -> None:
         """Flush the task's output, snapshot its stores, then (asynchronously when it has backups)
         upload them, checkpoint the offsets it processed and clean up; only when the offsets moved
         or a store changed. Then drop the startpoints this commit made obsolete. Under exactly-once, the whole
         container commits in one transaction (``ContainerTransaction``). An ``AsyncStreamTask``'s messages in
-        flight go on: the offsets and output (held until release) cover the completed prefix."""
+        flight go on: the offsets and output (held until release) cover the completed prefix.
+
+        ``final``: the task ended and writes nothing more, so even stores that write through need no hold: after
+        the write-back, the flush and ``before_checkpoint`` on this thread, the snapshot (RocksDB's flush and
+        checkpoint, which release the GIL) runs on the commit thread with the rest (``_final_beside``), and the
+        final commits of tasks ending together overlap instead of queueing on the run loop's thread."""
         transaction = self.transaction
         if transaction is not None and not transaction.committing:
             transaction.commit()
@@ -190,6 +199,9 @@ class TaskCommitter:
         checkpoint_id = CheckpointId.create()
         offsets = dict(self.offsets)
         updated = set(self.updated)
+        if final and self.executor is not None and self.transaction is None:
+            self._final_beside(started, checkpoint_id, offsets, updated)
+            return
         phase = self._timed("flush", started)
         self.settings.pause("before-snapshot")
         storage = self.storage
@@ -292,6 +304,20 @@ class TaskCommitter:
         self._commit_started = started
         self._in_flight_id = checkpoint_id
         self._in_flight = executor.submit(self._snapshot_and_complete, checkpoint_id, offsets, set(self.updated))
+
+    def _final_beside(
+        self, started: float, checkpoint_id: CheckpointId, offsets: Offsets, updated: set[SystemStreamPartition]
+    ) -> None:
+        """A final commit's snapshot, upload and checkpoint on the commit thread (see ``commit``). The stores were
+        written back and the output flushed on the task's thread; ``_snapshot_and_complete`` flushes again before
+        the snapshot (nothing is held: ``write_held`` and ``release`` do nothing), so the checkpoint still follows
+        the task's own durable output and changelog."""
+        self._timed("flush", started)
+        self._snapshotted = offsets
+        self._commit_started = started
+        self._in_flight_id = checkpoint_id
+        assert self.executor is not None
+        self._in_flight = self.executor.submit(self._snapshot_and_complete, checkpoint_id, offsets, updated)
 
     def _snapshot_and_complete(
         self, checkpoint_id: CheckpointId, offsets: Offsets, updated: set[SystemStreamPartition]

@@ -2,10 +2,11 @@
 
 A task instance feeds the task its messages, records the offset of the last message processed per partition
 (the task's progress), serves what the task asks of its coordinator (commit, shutdown, end-of-stream, drain) and
-calls ``window()``, the end-of-stream and drain listeners. Committing is its ``TaskCommitter``'s
-(``runtime/task_committer.py``): the order of a commit's steps, the asynchronous upload, the rules for a commit
-due while the previous one is in flight, exactly-once; the instance calls it, and hands it the progress it
-records, which the committer reads only at a commit's cut.
+calls ``window()``, the end-of-stream and drain listeners. Under a run loop, a task that ended leaves its final
+commit to the loop, which commits the tasks that ended together as a group (``defer_final_commit``). Committing is
+its ``TaskCommitter``'s (``runtime/task_committer.py``): the order of a commit's steps, the asynchronous upload, the
+rules for a commit due while the previous one is in flight, exactly-once; the instance calls it, and hands it the
+progress it records, which the committer reads only at a commit's cut.
 """
 
 from __future__ import annotations
@@ -186,6 +187,10 @@ class TaskInstance:
         self.drained: set[SystemStreamPartition] = set()
         """Partitions drained in this run (``mark_drained``)."""
         self.finished = False
+        self._ended: list[TaskInstance] | None = None
+        """Where the task goes when it ends, for its run loop to make its final commit (``defer_final_commit``)."""
+        self.final_commit_pending = False
+        """The task ended (end-of-stream or drain on every partition) and its final commit is still to be made."""
         self.shutdown_requested = False
         """The task called ``coordinator.shutdown()``: the whole container commits and stops."""
         self.processed = 0
@@ -388,15 +393,38 @@ class TaskInstance:
             run_hook(self.task.on_drain(self.collector, self.coordinator))
         elif not self.drained and isinstance(self.task, EndOfStreamListenerTask):
             run_hook(self.task.on_end_of_stream(self.collector, self.coordinator))
-        self.commit()
         self.finished = True
+        if self._ended is not None:
+            self.final_commit_pending = True  # the run loop commits the tasks that ended about now together
+            self._ended.append(self)
+        else:
+            self.commit()
+
+    def defer_final_commit(self, ended: list[TaskInstance]) -> None:
+        """From now on a task that ends appends itself to ``ended`` and leaves its final commit to its run loop
+        (``final_commit_pending``), which first lets every task that ends about the same time handle its end, then
+        commits them together (``RunLoop._final_commits``). The task is finished at once: it reads nothing more."""
+        self._ended = ended
+
+    def flush_output(self) -> None:
+        """Make what the task sent so far durable now (its commit would too, later): the final output of a task
+        that ended goes out before the final commits of the tasks that ended with it."""
+        self.committer.producers.flush(self.task_name)
 
     @in_task_log_context
     def commit(self) -> None:
         """Commit what the task processed so far (``TaskCommitter.commit``): its output, its stores' state and its
         offsets. An ``AsyncStreamTask``'s messages in flight go on: the offsets (``_released``) and output (held
-        until release) cover the completed prefix."""
+        until release) cover the completed prefix. A final commit still pending is this one."""
+        self.final_commit_pending = False
         self.committer.commit()
+
+    @in_task_log_context
+    def commit_final(self) -> None:
+        """The final commit of a task that ended, made by its run loop with those of the tasks that ended with it
+        (``TaskCommitter.commit(final=True)``: its snapshot may run on the commit thread, the task being idle)."""
+        self.final_commit_pending = False
+        self.committer.commit(final=True)
 
     @property
     def commit_owed(self) -> bool:

@@ -13,6 +13,7 @@ def test_a_fan_out_run_counts_every_user_record_and_the_end_of_stream_of_each_pr
     assert row.user == 400, "every message crosses the intermediate stream once"
     assert row.control >= 2 + 1, "each of the 2 producers ends once, and the aggregating task forwards it"
     assert math.isfinite(row.end_latency) and row.end_latency >= row.control_latency >= 0
+    assert row.job_end >= row.end_latency, "the job ends after its last task handled end-of-stream"
     assert row.event_seconds >= 0 and row.per_interval(200) <= row.control, "at least one interval"
 
 

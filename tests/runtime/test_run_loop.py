@@ -294,7 +294,8 @@ def test_the_loop_ends_with_a_final_commit_once_every_partition_reached_end_of_s
     h = Harness(arrivals, window_ms=250, commit_ms=1000)
     h.run()
     assert h.task.events == [("process 0", at(0.125)), ("window", at(0.25))]
-    assert h.producers.flushes == [at(0.375), at(0.375)]  # the task's end-of-stream commit, then the loop's
+    # the ended task's output flushed at the end of its round, its final commit, then the loop's last commit
+    assert h.producers.flushes == [at(0.375), at(0.375), at(0.375)]
     assert h.clock.now == at(0.375)
 
 

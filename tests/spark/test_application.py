@@ -36,6 +36,11 @@ from tests.api.test_in_process import (
 )
 from tests.api.test_intermediate_streams import INTERMEDIATE, staged
 from tests.helpers import create_stream, seal, wait_until
+from tests.runtime.test_final_commits_in_jobs import (
+    assert_every_task_checkpointed_the_end_of_its_partitions,
+    assert_exact_windows,
+    grouped_job,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -65,6 +70,19 @@ def test_a_bounded_two_stage_job_ends_by_itself_with_every_message_delivered(spa
     result = SparkJobRunner(config, spark=spark_local).run()
     assert result.outcome == "finished", result.error
     assert sorted(m["n"] for m in output(config)) == sorted(m["n"] for pairs in data.values() for _, m in pairs)
+
+
+@pytest.mark.parametrize("aggregation", ["false", "true"])
+def test_tasks_ending_together_are_committed_with_exact_windows_and_final_checkpoints(
+    spark_local, tmp_path, aggregation
+):
+    """Several downstream tasks per container reach end-of-stream together; the run loop commits them as a group,
+    with their snapshots on the commit threads (``runtime/run_loop.py``). Through the Spark runner as in-process."""
+    config, data = grouped_job(tmp_path, app__control__aggregation=aggregation)
+    result = SparkJobRunner(config, spark=spark_local).run()
+    assert result.outcome == "finished", result.error
+    assert_exact_windows(config, data)
+    assert_every_task_checkpointed_the_end_of_its_partitions(config, result)
 
 
 @pytest.mark.timeout(300)
