@@ -1,6 +1,7 @@
 """How millstream's costs grow with the size of a job, as ratios, in one run (issue 36).
 
     python -m benchmarks.scale [--fanout 4,32,128] [--messages 200000] [--watermark-interval-ms 200]
+                               [--fanout-runner in-process|spark]
                                [--partitions 4,64,256]
                                [--passthrough-messages 100000] [--idle] [--tasks 1,10,100,1000]
                                [--task-rounds 3] [--task-repeats 1] [--task-systems log,kafka]
@@ -25,6 +26,8 @@ Four curves, each relative to its smallest point, on the embedded log and the in
                     fired and their output sent: the moment its end was handled, before its final commit), and
                     from the last user record a downstream task read until then (the control path alone), and
                     the job's end (the run returned: every final commit made) after the last source message.
+                    ``--fanout-runner spark`` runs these jobs through Spark's local mode instead (the seconds
+                    then include each run's Spark job, not the session's start).
   partitions        a low-level pass-through (a no-op task) of ``--passthrough-messages`` spread over P
                     partitions: wall time of the run and CPU per message (the process's CPU time over the
                     run, start-up included, divided by the messages), against the smallest P; start-up (from
@@ -77,14 +80,15 @@ from typing import Any
 
 from benchmarks import commit_scale, scale_apps, scale_plot
 from benchmarks.state_common import StateJob, bench_config, fill_store
-from millstream import InitableTask, StreamTask, WindowableTask
+from millstream import InitableTask, Job, StreamTask, WindowableTask
 from millstream.checkpoint.checkpoint import CheckpointV2
 from millstream.config.settings import Settings
+from millstream.control.framing import MessageType
 from millstream.coordinator.prepare import prepare
 from millstream.model import SystemStream
 from millstream.systems.base import StreamSpec
 from millstream.systems.registry import system_factory
-from millstream.testing import InProcessRunner, write_stream
+from millstream.testing import InProcessRunner, iter_stream, write_stream
 
 SOURCE = SystemStream("log", "scale-in")
 FANOUT_MODES = scale_plot.FANOUT_MODES
@@ -148,38 +152,49 @@ class FanOut:
         return self.control / max(self.event_seconds * 1000 / interval_ms, 1.0)
 
 
-def fan_out_run(root: Path, partitions: int, messages: int, mode: str, interval_ms: int = 200) -> FanOut:
+def fan_out_run(
+    root: Path, partitions: int, messages: int, mode: str, interval_ms: int = 200, runner: str = "in-process"
+) -> FanOut:
+    """One run of the fan-out job in ``mode``, in process or through Spark (``runner="spark"``: local mode, a
+    task slot per container and one spare; the figures then come from the Python workers' notes and the
+    intermediate stream's records, which this run keeps instead of deleting them once committed)."""
     run = f"fanout-{partitions}-{mode}"
-    cfg = prepare(
-        Settings(
-            {
-                "job.name": run,
-                "job.data.dir": str(root / run),
-                "job.container.count": 2,
-                "app.class": "benchmarks.scale_apps:WindowedCount",
-                "app.intermediate.partitions": partitions,
-                "app.control.aggregation": str(mode.startswith("aggregated")).lower(),
-                "app.control.watermark.interval.ms": 3_600_000 if mode == "baseline" else interval_ms,
-                "app.watermark.window.boundaries": str(mode not in ("baseline", "timer", "aggregated-timer")).lower(),
-                "systems.log.samza.offset.default": "oldest",
-                "task.commit.ms": 10_000,
-                "bench.run": run,
-            }
-        )
-    )
+    spark = runner == "spark"
+    notes_dir = root / run / "notes"
+    values: dict[str, Any] = {
+        "job.name": run,
+        "job.data.dir": str(root / run),
+        "job.container.count": 2,
+        "app.class": "benchmarks.scale_apps:WindowedCount",
+        "app.intermediate.partitions": partitions,
+        "app.control.aggregation": str(mode.startswith("aggregated")).lower(),
+        "app.control.watermark.interval.ms": 3_600_000 if mode == "baseline" else interval_ms,
+        "app.watermark.window.boundaries": str(mode not in ("baseline", "timer", "aggregated-timer")).lower(),
+        "systems.log.samza.offset.default": "oldest",
+        "task.commit.ms": 10_000,
+        "bench.run": run,
+    }
+    if spark:
+        values["bench.notes.dir"] = str(notes_dir)
+        values[f"systems.log.streams.{intermediate_stream(run).stream}.samza.delete.committed.messages"] = "false"
+    cfg = prepare(Settings(values))
     create_input(cfg, partitions, messages, event_time=True)
     with ControlCounts() as counts:
         started = time.perf_counter()
-        result = InProcessRunner(cfg).run(timeout=900)
+        result = Job(cfg).run(runner="spark", master="local[3]") if spark else InProcessRunner(cfg).run(timeout=900)
         seconds = time.perf_counter() - started
         returned = time.time()
     assert result.outcome == "finished", f"{run}: {result.outcome} {result.error}"
+    user, control = counts.user, counts.control
+    if spark:
+        scale_apps.read_notes(run, notes_dir)
+        user, control = intermediate_records(cfg, run)
     ended = max(scale_apps.SINK_ENDS.get(run, [float("nan")]))
     nan = float("nan")
     return FanOut(
         seconds,
-        counts.user,
-        counts.control,
+        user,
+        control,
         ended - scale_apps.LAST_SOURCE.get(run, nan),
         ended - scale_apps.LAST_READ.get(run, nan),
         returned - scale_apps.LAST_SOURCE.get(run, nan),
@@ -187,19 +202,42 @@ def fan_out_run(root: Path, partitions: int, messages: int, mode: str, interval_
     )
 
 
-def fan_out(root: Path, sizes: list[int], messages: int, interval_ms: int = 200) -> list[dict[str, Any]]:
+def intermediate_stream(run: str) -> SystemStream:
+    """The fan-out job's intermediate stream (``<app.name>-<app.id>-by-user``)."""
+    return SystemStream("log", f"{run}-1-by-user")
+
+
+def intermediate_records(cfg: Settings, run: str) -> tuple[int, int]:
+    """User and control records in the run's intermediate stream, by their frames' type byte (kept: see
+    ``fan_out_run``)."""
+    user = control = 0
+    for _, envelopes in iter_stream(cfg, intermediate_stream(run), idle_timeout=5.0):
+        for envelope in envelopes:
+            if envelope.message[0] == MessageType.USER_MESSAGE:
+                user += 1
+            else:
+                control += 1
+    return user, control
+
+
+def fan_out(
+    root: Path, sizes: list[int], messages: int, interval_ms: int = 200, runner: str = "in-process"
+) -> list[dict[str, Any]]:
     print(
-        f"\ncontrol fan-out: P x P partitions, {messages:,} messages, 2 containers, watermark interval {interval_ms} ms"
+        f"\ncontrol fan-out: P x P partitions, {messages:,} messages, 2 containers, "
+        f"watermark interval {interval_ms} ms, runner {runner}"
     )
     print(
         f"{'P x Q':>10}{'mode':>17}{'seconds':>9}{'x baseline':>11}{'ctl records':>13}{'ctl/user':>10}"
         f"{'per interval':>13}{'EOS lag s':>10}{'after read':>11}{'job end s':>10}"
     )
     rows: list[dict[str, Any]] = []
+    if runner == "spark":  # the Spark session starts here, not in the first row's time
+        fan_out_run(root, 2, 100, "baseline", interval_ms, runner)
     for size in sizes:
         baseline = None
         for mode in FANOUT_MODES:
-            row = fan_out_run(root, size, messages, mode, interval_ms)
+            row = fan_out_run(root, size, messages, mode, interval_ms, runner)
             rows.append({"size": size, "mode": mode, **asdict(row), "per_interval": row.per_interval(interval_ms)})
             baseline = baseline or row.seconds
             print(
@@ -473,7 +511,7 @@ def run_curves(args: argparse.Namespace, root: Path, save: Callable[[dict[str, A
     still leaves what it measured), with the 1-minute load average noted before and after each."""
     document: dict[str, Any] = {"title": TITLE, "load": [["start", load_average()]]}
     curves: list[tuple[str, Callable[[], Any]]] = [
-        ("fanout", lambda: fan_out(root, args.fanout, args.messages, args.watermark_interval_ms)),
+        ("fanout", lambda: fan_out(root, args.fanout, args.messages, args.watermark_interval_ms, args.fanout_runner)),
         ("partitions", lambda: partitions_curve(root, args.partitions, args.passthrough_messages, args.idle)),
         ("tasks", lambda: tasks_curve(root, args.tasks, args.task_rounds, args.task_repeats)),
         ("tasks_kafka", lambda: tasks_curve(root, args.tasks, args.task_rounds, args.task_repeats, "kafka")),
@@ -513,6 +551,12 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument(
         "--watermark-interval-ms", type=int, default=200, help="the fan-out's app.control.watermark.interval.ms"
+    )
+    parser.add_argument(
+        "--fanout-runner",
+        choices=("in-process", "spark"),
+        default="in-process",
+        help="run the fan-out jobs in this process or through Spark (local mode, a slot per container and one spare)",
     )
     parser.add_argument("--partitions", type=sizes, default=[4, 64, 256])
     parser.add_argument("--passthrough-messages", type=int, default=100_000)

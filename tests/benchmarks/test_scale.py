@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from benchmarks.scale import evict, fan_out_run, idle_rss, passthrough_run, restore_curve, sequential_read
 
 
@@ -15,6 +17,17 @@ def test_a_fan_out_run_counts_every_user_record_and_the_end_of_stream_of_each_pr
     assert math.isfinite(row.end_latency) and row.end_latency >= row.control_latency >= 0
     assert row.job_end >= row.end_latency, "the job ends after its last task handled end-of-stream"
     assert row.event_seconds >= 0 and row.per_interval(200) <= row.control, "at least one interval"
+
+
+@pytest.mark.spark
+def test_a_fan_out_run_through_spark_counts_the_intermediate_records_and_times_end_of_stream_from_the_workers(tmp_path):
+    """Through Spark the tasks run in Python workers: the counts come from the kept intermediate stream and the
+    times from the notes each worker wrote, and must agree with what the job did."""
+    row = fan_out_run(tmp_path, partitions=2, messages=400, mode="broadcast", runner="spark")
+    assert row.user == 400, "every message crosses the intermediate stream once"
+    assert row.control >= 2, "each container's end-of-stream to each of the 2 partitions at least"
+    assert math.isfinite(row.end_latency) and row.end_latency >= row.control_latency >= 0
+    assert row.job_end >= row.end_latency and row.event_seconds >= 0
 
 
 def test_sequential_read_reads_every_byte_of_every_file_after_eviction(tmp_path):
