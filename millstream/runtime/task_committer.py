@@ -287,8 +287,6 @@ class TaskCommitter:
         before the cut is flushed before the snapshot and the checkpoint (the flush may cover later output too,
         which is harmless)."""
         storage = self.storage
-        executor = self.executor
-        assert executor is not None
         if self.listener is not None:
             self.producers.flush(self.task_name)  # its contract: called once the task's output so far is durable
             self.listener.before_checkpoint()
@@ -300,10 +298,7 @@ class TaskCommitter:
         offsets = dict(self.offsets)
         if storage is not None:
             storage.hold()
-        self._snapshotted = offsets
-        self._commit_started = started
-        self._in_flight_id = checkpoint_id
-        self._in_flight = executor.submit(self._snapshot_and_complete, checkpoint_id, offsets, set(self.updated))
+        self._submit_snapshot(started, checkpoint_id, offsets, set(self.updated))
 
     def _final_beside(
         self, started: float, checkpoint_id: CheckpointId, offsets: Offsets, updated: set[SystemStreamPartition]
@@ -313,11 +308,19 @@ class TaskCommitter:
         the snapshot (nothing is held: ``write_held`` and ``release`` do nothing), so the checkpoint still follows
         the task's own durable output and changelog."""
         self._timed("flush", started)
+        self._submit_snapshot(started, checkpoint_id, offsets, updated)
+
+    def _submit_snapshot(
+        self, started: float, checkpoint_id: CheckpointId, offsets: Offsets, updated: set[SystemStreamPartition]
+    ) -> None:
+        """The cut at ``offsets`` is taken: its snapshot, upload and checkpoint go to the commit thread
+        (``_snapshot_and_complete``), as the commit in flight."""
+        executor = self.executor
+        assert executor is not None
         self._snapshotted = offsets
         self._commit_started = started
         self._in_flight_id = checkpoint_id
-        assert self.executor is not None
-        self._in_flight = self.executor.submit(self._snapshot_and_complete, checkpoint_id, offsets, updated)
+        self._in_flight = executor.submit(self._snapshot_and_complete, checkpoint_id, offsets, updated)
 
     def _snapshot_and_complete(
         self, checkpoint_id: CheckpointId, offsets: Offsets, updated: set[SystemStreamPartition]
