@@ -94,7 +94,9 @@ class Storage:
         self.threads.append(threading.current_thread().name)
         self.advance()
         if self.fail:
-            import time; time.sleep(0.3)
+            import time
+
+            time.sleep(0.3)
             raise OSError(f"disk full under {self.name}")
         self.dirty = False
         return {}
