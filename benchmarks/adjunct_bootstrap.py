@@ -49,11 +49,11 @@ from benchmarks import adjunct_tasks
 from benchmarks.log_raw_read import raw_read_rate
 from millstream.config import Config
 from millstream.config.settings import Settings
+from millstream.contracts.systems import StreamSpec
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.prepare import prepare
+from millstream.embedded.log.factory import LogSystemFactory
 from millstream.model import OutgoingMessageEnvelope, SystemStream
-from millstream.systems.base import StreamSpec
-from millstream.systems.log.factory import LogSystemFactory
 from millstream.testing import InProcessRunner
 
 ADJUNCT = SystemStream("log", "adj")

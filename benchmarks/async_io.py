@@ -53,7 +53,7 @@ from millstream import (
 )
 from millstream.config import Config
 from millstream.config.settings import Settings
-from millstream.systems.log.factory import LogSystemFactory
+from millstream.embedded.log.factory import LogSystemFactory
 from millstream.testing import InProcessRunner
 
 OUT = SystemStream("log", "bench-out")

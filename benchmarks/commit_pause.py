@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from benchmarks.state_common import INPUT, TASK, StateJob, bench_config
-from millstream.blobstore.base import BlobStore, BlobStoreFactory
-from millstream.blobstore.local import LocalBlobStore, LocalBlobStoreFactory
 from millstream.config import Config
+from millstream.contracts.blobstore import BlobStore, BlobStoreFactory
+from millstream.embedded.local_blobstore import LocalBlobStore, LocalBlobStoreFactory
 from millstream.model import IncomingMessageEnvelope
 from millstream.runtime.task_committer import CommitSettings
 from millstream.runtime.task_instance import ContainerContext, TaskInstance

@@ -49,16 +49,16 @@ from typing import Any
 
 from benchmarks.call_count import CallCounter
 from millstream.api.task import InitableTask, StreamTask
+from millstream.composition.metadata import metadata_store
+from millstream.composition.systems import system_factory
 from millstream.config.settings import Settings
+from millstream.contracts.systems import StreamSpec
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.prepare import prepare
-from millstream.metadata.opening import metadata_store
 from millstream.model import IncomingMessageEnvelope
 from millstream.runtime.container import Container
 from millstream.runtime.run_loop import RunLoop
 from millstream.runtime.task_instance import TaskInstance
-from millstream.systems.base import StreamSpec
-from millstream.systems.registry import system_factory
 
 BASELINE = 100
 """The row every ratio is taken against."""

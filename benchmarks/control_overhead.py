@@ -28,13 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.control_apps import ARRIVALS
+from millstream.composition.systems import system_factory
 from millstream.config import Config
 from millstream.config.settings import Settings
+from millstream.contracts.systems import StreamSpec
 from millstream.control.framing import MessageType
 from millstream.coordinator.prepare import prepare
 from millstream.model import SystemStream
-from millstream.systems.base import StreamSpec
-from millstream.systems.registry import system_factory
 from millstream.testing import InProcessRunner, write_stream
 
 SOURCE = SystemStream("log", "bench-in")

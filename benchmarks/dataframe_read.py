@@ -32,13 +32,13 @@ import orjson
 import yaml
 from pyspark.sql import DataFrame, SparkSession, functions
 
+from millstream.composition.systems import system_factory
 from millstream.config import Config
 from millstream.config.settings import Settings
+from millstream.contracts.systems import StreamSpec
 from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.spark.datasource import register
 from millstream.spark.run.session import build_session
-from millstream.systems.base import StreamSpec
-from millstream.systems.registry import system_factory
 
 STREAM = "bench"
 SYSTEMS = ("log", "kafka", "kinesis")

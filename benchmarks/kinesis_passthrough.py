@@ -31,11 +31,11 @@ from typing import Any
 from millstream import StreamTask
 from millstream.config import Config
 from millstream.config.settings import Settings
+from millstream.connectors.kinesis.factory import KinesisSystemFactory
+from millstream.contracts.systems import StreamSpec
 from millstream.coordinator.prepare import prepare
+from millstream.embedded.log.factory import LogSystemFactory
 from millstream.model import SystemStreamPartition
-from millstream.systems.base import StreamSpec
-from millstream.systems.kinesis.factory import KinesisSystemFactory
-from millstream.systems.log.factory import LogSystemFactory
 from millstream.testing import InProcessRunner
 from tests.integration.kinesis.emulator import ACCESS_KEY, REGION, SECRET_KEY, Kinesalite
 

@@ -36,9 +36,9 @@ from typing import Any
 from benchmarks.latency import PERCENTILES, percentile
 from millstream.config import Config
 from millstream.config.settings import Settings
+from millstream.contracts.systems import StreamSpec
+from millstream.embedded.log.factory import LogSystemFactory
 from millstream.model import OutgoingMessageEnvelope, SystemStream
-from millstream.systems.base import StreamSpec
-from millstream.systems.log.factory import LogSystemFactory
 
 REPO = Path(__file__).resolve().parents[1]
 CONTENDERS = ("raw-log", "millstream", "millstream-tuned", "millstream-spark")

@@ -125,8 +125,8 @@ def raw_loop(args: argparse.Namespace) -> None:
 def raw_log_loop(args: argparse.Namespace) -> None:
     """The embedded log alone (``benchmarks.latency_log``): its consumer → its producer, each batch flushed at once
     (what it polled is appended before the next poll); W2 counts per key in a dict. Runs until SIGTERM."""
+    from millstream.embedded.log.factory import LogSystemFactory
     from millstream.model import SystemStreamPartition
-    from millstream.systems.log.factory import LogSystemFactory
 
     stop = False
 

@@ -55,10 +55,10 @@ from millstream import (
     WindowPane,
 )
 from millstream.api.windows import Count
+from millstream.composition.systems import system_factory
 from millstream.config import Config
 from millstream.config.settings import Settings
-from millstream.systems.base import StreamSpec
-from millstream.systems.registry import system_factory
+from millstream.contracts.systems import StreamSpec
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCE = SystemStream("log", "win-in")

@@ -8,9 +8,9 @@ from typing import Any
 
 from millstream.config import Config
 from millstream.config.settings import Settings
+from millstream.contracts.systems import StreamSpec
 from millstream.coordinator.prepare import prepare
-from millstream.systems.base import StreamSpec
-from millstream.systems.log.factory import LogSystemFactory
+from millstream.embedded.log.factory import LogSystemFactory
 
 
 def log_job_config(

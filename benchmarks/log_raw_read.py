@@ -22,9 +22,9 @@ from pathlib import Path
 
 from millstream.config import Config
 from millstream.config.settings import Settings
+from millstream.contracts.systems import StreamSpec
+from millstream.embedded.log.factory import LogSystemFactory
 from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
-from millstream.systems.base import StreamSpec
-from millstream.systems.log.factory import LogSystemFactory
 
 SYSTEM = "log"
 

@@ -31,14 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from millstream import InitableTask, StreamTask, WindowableTask
+from millstream.composition.systems import system_factory
 from millstream.config import Config
 from millstream.config.settings import Settings
+from millstream.contracts.systems import StreamSpec
 from millstream.coordinator.prepare import prepare
+from millstream.embedded.log.layout import LogLayout
+from millstream.embedded.log.storage import LogPartition
 from millstream.model import OutgoingMessageEnvelope, SystemStream
-from millstream.systems.base import StreamSpec
-from millstream.systems.log.layout import LogLayout
-from millstream.systems.log.storage import LogPartition
-from millstream.systems.registry import system_factory
 from millstream.testing import InProcessRunner
 
 INPUT = SystemStream("log", "wide-in")

@@ -18,7 +18,7 @@ from pathlib import Path
 from benchmarks.log_jobs import log_job_config, reset_output
 from benchmarks.log_raw_read import write_messages
 from millstream.config.settings import Settings
-from millstream.systems.log.factory import LogSystemFactory
+from millstream.embedded.log.factory import LogSystemFactory
 from millstream.testing import InProcessRunner
 
 

@@ -37,7 +37,7 @@ from benchmarks.log_jobs import log_job_config, reset_output
 from benchmarks.log_raw_read import raw_read_rate, write_messages
 from millstream.config.settings import Settings
 from millstream.coordinator.job_result import JobResult
-from millstream.systems.log.factory import LogSystemFactory
+from millstream.embedded.log.factory import LogSystemFactory
 from millstream.testing import InProcessRunner
 
 EXACTLY_ONCE = {"task.processing.guarantee": "exactly-once", "task.checkpoint.factory": "log", "task.commit.ms": 100}

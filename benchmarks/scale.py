@@ -82,12 +82,12 @@ from benchmarks import commit_scale, scale_apps, scale_plot
 from benchmarks.state_common import StateJob, bench_config, fill_store
 from millstream import InitableTask, Job, StreamTask, WindowableTask
 from millstream.checkpoint.checkpoint import CheckpointV2
+from millstream.composition.systems import system_factory
 from millstream.config.settings import Settings
+from millstream.contracts.systems import StreamSpec
 from millstream.control.framing import MessageType
 from millstream.coordinator.prepare import prepare
 from millstream.model import SystemStream
-from millstream.systems.base import StreamSpec
-from millstream.systems.registry import system_factory
 from millstream.testing import InProcessRunner, iter_stream, write_stream
 
 SOURCE = SystemStream("log", "scale-in")

@@ -59,17 +59,17 @@ from pathlib import Path
 from typing import Protocol
 
 from millstream.checkpoint.factory import checkpoint_manager
+from millstream.composition.metadata import metadata_store
+from millstream.composition.systems import system_factory
 from millstream.config import Config
 from millstream.config.settings import Settings as JobSettings
+from millstream.contracts import coordination
+from millstream.contracts.systems import StreamSpec
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.prepare import prepare
-from millstream.metadata import coordination
-from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
 from millstream.spark.run.runner import SparkJobRunner
 from millstream.spark.run.session import build_session
-from millstream.systems.base import StreamSpec
-from millstream.systems.registry import system_factory
 from millstream.testing import read_stream, write_stream
 
 KEYS = 7

@@ -11,18 +11,18 @@ from pathlib import Path
 from typing import Any
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV2
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
+from millstream.contracts.metadata import MetadataStore
+from millstream.contracts.systems import StreamSpec
 from millstream.coordinator.prepare import prepare
 from millstream.coordinator.services import DriverServices
+from millstream.embedded.log.factory import LogSystemFactory
 from millstream.job_model import ContainerModel, JobModel, TaskModel
-from millstream.metadata.base import MetadataStore
-from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.runtime.services import ContainerServices
 from millstream.storage.managers.resources import prepare_state_resources
 from millstream.storage.managers.stores import ContainerStorageManager, TaskStorageManager
-from millstream.systems.base import StreamSpec
-from millstream.systems.log.factory import LogSystemFactory
 from millstream.systems.producers import ProducerPool
 
 TASK = TaskName("Partition 0")

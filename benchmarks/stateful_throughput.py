@@ -22,10 +22,10 @@ from pathlib import Path
 
 from benchmarks.log_jobs import log_job_config, reset_output
 from millstream.config.settings import Settings
+from millstream.contracts.systems import StreamSpec
 from millstream.coordinator.job_result import JobResult
+from millstream.embedded.log.factory import LogSystemFactory
 from millstream.model import OutgoingMessageEnvelope, SystemStream
-from millstream.systems.base import StreamSpec
-from millstream.systems.log.factory import LogSystemFactory
 from millstream.testing import InProcessRunner
 
 

@@ -38,15 +38,15 @@ from typing import Any
 from millstream.api.application import InputDescriptor, OutputDescriptor, StreamApplication, StreamApplicationDescriptor
 from millstream.api.windows import Aggregator, TumblingWindow
 from millstream.checkpoint.factory import checkpoint_manager
+from millstream.composition.metadata import metadata_store
+from millstream.composition.systems import system_factory
 from millstream.config import Config
 from millstream.config.settings import Settings
+from millstream.contracts.systems import StreamSpec
 from millstream.coordinator.prepare import prepare
-from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
 from millstream.operators.graph_task import OperatorGraphTask
 from millstream.runtime.task_instance import TaskInstance
-from millstream.systems.base import StreamSpec
-from millstream.systems.registry import system_factory
 from millstream.testing import InProcessRunner, write_stream
 
 WINDOW_MS = 60_000

@@ -21,13 +21,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from millstream.contracts.systems import StreamSpec, WriterToken
+from millstream.embedded.log.admin import LogSystemAdmin
+from millstream.embedded.log.layout import LogLayout
+from millstream.embedded.log.producer import LogSystemProducer
+from millstream.embedded.log.storage import LogPartition
 from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.storage.ownership import claim, owned
-from millstream.systems.base import StreamSpec, WriterToken
-from millstream.systems.log.admin import LogSystemAdmin
-from millstream.systems.log.layout import LogLayout
-from millstream.systems.log.producer import LogSystemProducer
-from millstream.systems.log.storage import LogPartition
 
 WRITER = WriterToken("bench-1", "0", 1, 1)
 

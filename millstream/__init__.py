@@ -48,6 +48,9 @@ from millstream.table.errors import RemoteTableError, RetriableError
 from millstream.adjunct.extractor import KeyValueExtractor, KeyValueExtractorFactory
 from millstream.api.windows import Count, Sum
 from millstream.config import Config
+from millstream.old_paths import install as _install_old_paths
+
+_install_old_paths()  # the old paths of modules moved when each top-level folder became one layer
 
 if TYPE_CHECKING:
     from millstream.coordinator.job_result import JobResult
@@ -63,9 +66,10 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "millstream.api.table",
     "millstream.api.task",
     "millstream.api.windows",
+    "millstream.connectors.kinesis",
+    "millstream.contracts.metrics",
     "millstream.errors",
     "millstream.log_context",
-    "millstream.metrics.registry",
     "millstream.model",
     "millstream.serde",
     "millstream.serde.avro",
@@ -74,7 +78,6 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "millstream.spark.datasource",
     "millstream.startpoint",
     "millstream.storage.kv",
-    "millstream.systems.kinesis",
     "millstream.table.errors",
     "millstream.testing",
 )

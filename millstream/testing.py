@@ -23,9 +23,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from millstream.composition.systems import system_factory
 from millstream.config import Config
 from millstream.config.settings import Settings
 from millstream.config.views import parse_stream
+from millstream.contracts.systems import StreamSpec
 from millstream.coordinator.driver_loop import DriverLoop
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.prepare import prepare
@@ -37,8 +39,6 @@ from millstream.errors import MillstreamError, StreamNotFoundError
 from millstream.metrics.server import metrics_endpoint
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.serde.registry import SerdeRegistry
-from millstream.systems.base import StreamSpec
-from millstream.systems.registry import system_factory
 
 __all__ = ["EndOfStreamNotReachedError", "InProcessRunner", "TestResult", "TestRunner", "read_stream", "write_stream"]
 

@@ -7,13 +7,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from millstream.composition.systems import system_factory
 from millstream.config.core import Config
 from millstream.config.settings import Settings
 from millstream.config.views import resolve_paths
+from millstream.contracts.systems import StreamSpec
 from millstream.model import SystemStream
 from millstream.operators.planner import expand_application
-from millstream.systems.base import StreamSpec
-from millstream.systems.registry import system_factory
 from millstream.testing import read_stream, write_stream
 
 T = TypeVar("T")
@@ -88,7 +88,7 @@ def checkpointed_offsets(config: Settings, stream: str, partitions: int) -> dict
     """Per partition of the log stream ``stream``, the input offset the last checkpoint of the task
     ``Partition <n>`` names (None: no checkpoint, or none of that partition)."""
     from millstream.checkpoint.factory import checkpoint_manager
-    from millstream.metadata.opening import metadata_store
+    from millstream.composition.metadata import metadata_store
     from millstream.model import SystemStreamPartition, TaskName
 
     store = metadata_store(config)

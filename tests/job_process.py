@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from millstream.checkpoint.factory import checkpoint_manager
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
-from millstream.metadata.opening import metadata_store
 from millstream.testing import InProcessRunner
 from tests.helpers import wait_until
 

@@ -14,7 +14,7 @@ from millstream import (
     SystemStream,
     TaskCoordinator,
 )
-from millstream.systems.kinesis import SHARD_ID_HEADER
+from millstream.connectors.kinesis import SHARD_ID_HEADER
 
 OUTPUT = SystemStream("log", "orders-seen")
 

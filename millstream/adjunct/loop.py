@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from millstream.adjunct.manager import AdjunctDataStoreManager
-from millstream.metrics.registry import Measurement
+from millstream.contracts.metrics import Measurement
+from millstream.contracts.systems import SystemAdmin, SystemStreamPartitionMetadata
 from millstream.model import SystemStreamPartition
-from millstream.systems.base import SystemAdmin, SystemStreamPartitionMetadata
 from millstream.systems.consumers import SystemConsumers
 
 log = logging.getLogger(__name__)

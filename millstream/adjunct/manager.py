@@ -35,9 +35,10 @@ from millstream.adjunct.recovery import (
 from millstream.checkpoint.offset_manager import OffsetManager, count_before, keep_earliest
 from millstream.config.settings import Settings
 from millstream.config.views import StoreConfig, StreamSamzaConfig, adjunct_store_names
+from millstream.contracts.metadata import MetadataStore
+from millstream.contracts.systems import SystemAdmin, SystemStreamPartitionMetadata
 from millstream.errors import ConfigError, MillstreamError
 from millstream.job_model import JobModel
-from millstream.metadata.base import MetadataStore
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition, TaskName
 from millstream.plugins import load_object
 from millstream.serde.base import Serde, SerdeError
@@ -45,7 +46,6 @@ from millstream.serde.registry import SerdeRegistry
 from millstream.storage.factory import storage_engine_factory
 from millstream.storage.kv import KeyValueStore
 from millstream.storage.layout import StoreLayout, delete_path
-from millstream.systems.base import SystemAdmin, SystemStreamPartitionMetadata
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Protocol
 
 from millstream.config.settings import Settings
+from millstream.contracts.systems import SystemAdmin, SystemFactory
 from millstream.errors import StreamNotFoundError
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream
-from millstream.systems.base import SystemAdmin, SystemFactory
 
 END_OF_VERSION_HEADER = "millstream.adstore.end-of-version"
 

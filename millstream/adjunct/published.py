@@ -33,11 +33,11 @@ from typing import Any, Literal
 
 import orjson
 
-from millstream.blobstore.base import BlobNotFoundError, BlobStore, BlobStoreError, RetryPolicy, blob_store
-from millstream.blobstore.settings import BlobStoreConfig
 from millstream.config.settings import Settings
+from millstream.contracts.blobstore import BlobNotFoundError, BlobStore, BlobStoreError, RetryPolicy, blob_store
+from millstream.contracts.blobstore_settings import BlobStoreConfig
+from millstream.contracts.metadata import MetadataStore
 from millstream.errors import MillstreamError
-from millstream.metadata.base import MetadataStore
 
 log = logging.getLogger(__name__)
 

@@ -28,10 +28,10 @@ from typing import Literal
 import orjson
 
 from millstream.checkpoint.offset_manager import offsets_after
+from millstream.contracts.systems import SystemAdmin, SystemStreamPartitionMetadata
 from millstream.errors import MillstreamError
 from millstream.model import SystemStreamPartition
 from millstream.storage.layout import write_file_atomically
-from millstream.systems.base import SystemAdmin, SystemStreamPartitionMetadata
 
 OFFSETS_FILE = "ADSTORE-OFFSETS"
 

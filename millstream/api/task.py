@@ -25,7 +25,7 @@ from millstream.model import (
 if TYPE_CHECKING:
     from millstream.api.remote_table import AsyncTable, RemoteTable
     from millstream.config.settings import Settings
-    from millstream.metrics.registry import MetricsRegistry
+    from millstream.contracts.metrics import MetricsRegistry
 
 
 class MessageCollector(Protocol):

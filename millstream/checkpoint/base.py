@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from typing import Self
 
 from millstream.checkpoint.checkpoint import Checkpoint
+from millstream.contracts.metadata import FencedError, MetadataStore
+from millstream.contracts.systems import SystemProducer
 from millstream.errors import ConfigError, MillstreamError
-from millstream.metadata.base import FencedError, MetadataStore
 from millstream.model import TaskName
-from millstream.systems.base import SystemProducer
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class WriterFence:
 
     def is_current(self, store: MetadataStore) -> bool:
         """Whether the metadata store still names this generation and this attempt of the container."""
-        from millstream.metadata.coordination import writer_expectation
+        from millstream.contracts.coordination import writer_expectation
 
         expected = writer_expectation(self.generation, self.container_id, self.epoch)
         return all(store.get(namespace, key) == value for (namespace, key), value in expected.items())

@@ -6,16 +6,16 @@ from abc import ABC, abstractmethod
 
 from millstream.checkpoint.base import CheckpointManager, WriterFence
 from millstream.config.settings import Settings
+from millstream.contracts.metadata import MetadataStore
 from millstream.errors import ConfigError
-from millstream.metadata.base import MetadataStore
 from millstream.plugins import load_object
 
 CHECKPOINT_MANAGER_FACTORIES = {
     "metadata": "millstream.checkpoint.metadata_store:MetadataStoreCheckpointManagerFactory",
-    "kafka": "millstream.systems.kafka.checkpoint:KafkaCheckpointManagerFactory",
-    "log": "millstream.systems.log.checkpoint:LogCheckpointManagerFactory",
+    "kafka": "millstream.connectors.kafka.checkpoint:KafkaCheckpointManagerFactory",
+    "log": "millstream.embedded.log.checkpoint:LogCheckpointManagerFactory",
     "org.apache.samza.checkpoint.kafka.KafkaCheckpointManagerFactory": (
-        "millstream.systems.kafka.checkpoint:KafkaCheckpointManagerFactory"
+        "millstream.connectors.kafka.checkpoint:KafkaCheckpointManagerFactory"
     ),
 }
 FACTORY_KEY = "task.checkpoint.factory"

@@ -33,9 +33,9 @@ from millstream.checkpoint.checkpoint import (
 )
 from millstream.checkpoint.factory import CheckpointManagerFactory
 from millstream.config.settings import Settings
+from millstream.contracts.coordination import writer_expectation
+from millstream.contracts.metadata import FencedError, MetadataStore
 from millstream.errors import MillstreamError
-from millstream.metadata.base import FencedError, MetadataStore
-from millstream.metadata.coordination import writer_expectation
 from millstream.model import TaskName
 
 log = logging.getLogger(__name__)

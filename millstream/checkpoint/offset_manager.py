@@ -22,10 +22,10 @@ from typing import Any, Protocol
 from millstream.checkpoint.checkpoint import Checkpoint
 from millstream.config.settings import Settings
 from millstream.config.views import StreamSamzaConfig
+from millstream.contracts.startpoints import Startpoint
+from millstream.contracts.systems import SystemStreamPartitionMetadata
 from millstream.errors import MillstreamError
 from millstream.model import SystemStreamPartition, TaskName
-from millstream.systems.base import SystemStreamPartitionMetadata
-from millstream.systems.startpoints import Startpoint
 
 log = logging.getLogger(__name__)
 

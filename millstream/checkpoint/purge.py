@@ -15,8 +15,8 @@ from collections.abc import Mapping, Set
 from millstream.checkpoint.offset_manager import offsets_after
 from millstream.config.settings import Settings
 from millstream.config.views import StreamSamzaConfig
+from millstream.contracts.systems import SystemAdmin
 from millstream.model import SystemStreamPartition
-from millstream.systems.base import SystemAdmin
 
 log = logging.getLogger(__name__)
 

@@ -33,14 +33,14 @@ from rich.progress import (
 
 from millstream.cli.progress_readings import ProcessedCount, Rate, RestartWatch, moved_positions
 from millstream.config.settings import Settings
+from millstream.contracts import coordination
+from millstream.contracts.metrics_settings import MetricsConfig
+from millstream.contracts.metrics_snapshot import ContainerSnapshot, current_snapshots
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.services import DriverServices
 from millstream.coordinator.status import PartitionLag, partition_lags
 from millstream.errors import MillstreamError
 from millstream.job_model import JobModel
-from millstream.metadata import coordination
-from millstream.metrics.settings import MetricsConfig
-from millstream.metrics.snapshot import ContainerSnapshot, current_snapshots
 from millstream.model import SystemStreamPartition
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from millstream.metrics.registry import Sample
+from millstream.contracts.metrics import Sample
 from millstream.model import SystemStreamPartition
 
 SeriesKey = tuple[str, tuple[tuple[str, str], ...]]

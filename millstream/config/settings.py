@@ -8,8 +8,9 @@ namespaces that their factories read.
 
 A namespace's schema is a ``ConfigView``. The schemas of ``job.``, ``task.``, ``app.``, ``stores.`` and
 ``systems.`` live in ``millstream.config.views``: layers at every height read them. A namespace only one feature
-reads has its schema beside that feature (``metrics.`` in ``millstream.metrics.settings``, ``metadata.`` in
-``millstream.metadata.settings``, ...); ``view`` reads either kind, so this module needs to know none of them.
+reads has its schema beside that feature (``startpoint.`` in ``millstream.startpoint.settings``, ``metrics.`` beside
+the metrics contract in ``millstream.contracts.metrics_settings``, ...); ``view`` reads either kind, so this module
+needs to know none of them.
 
 Each view is parsed the first time it is asked for and kept for the life of the ``Settings``: the object is
 immutable, so a view can never go stale. Two threads asking at once may both parse; they get equal views.

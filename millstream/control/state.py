@@ -16,8 +16,8 @@ from typing import Any
 
 import msgpack
 
+from millstream.contracts.metadata import FencedError, MetadataStore
 from millstream.control.errors import ControlStateError
-from millstream.metadata.base import FencedError, MetadataStore
 
 CONTROL_STATE_NAMESPACE = "control-state"
 STATE_FORMAT_VERSION = 1

@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass
 
 from millstream.config.settings import Settings
+from millstream.contracts import coordination
 from millstream.coordinator.services import DriverServices, driver_services
 from millstream.coordinator.status import current_driver
 from millstream.errors import MillstreamError
-from millstream.metadata import coordination
 
 ACTIVE_STATES = frozenset({"starting", "restoring", "bootstrapping", "running"})
 """Container states of a job that is running (``Container._report``)."""

@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from millstream.config.settings import Settings
+from millstream.contracts import coordination
+from millstream.contracts.metadata import MetadataStore
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.job_result import JobResult, generation_result
 from millstream.coordinator.services import DriverServices
 from millstream.job_model import JobModel
-from millstream.metadata import coordination
-from millstream.metadata.base import MetadataStore
 from millstream.runtime.container import ContainerResult
 from millstream.runtime.heartbeat import driver_heartbeat
 

@@ -16,10 +16,10 @@ from collections.abc import Callable
 from millstream.checkpoint.factory import checkpoint_factory
 from millstream.config.settings import Settings
 from millstream.config.views import StoreConfig, StreamSamzaConfig, parse_stream, store_names
+from millstream.contracts.systems import SystemFactory
 from millstream.errors import ConfigError
 from millstream.model import SystemStream
 from millstream.storage.backends.registry import backup_factories
-from millstream.systems.base import SystemFactory
 
 GUARANTEE = "task.processing.guarantee=exactly-once"
 

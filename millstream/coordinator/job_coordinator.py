@@ -16,18 +16,18 @@ from dataclasses import dataclass
 from millstream.checkpoint.factory import checkpoint_factory
 from millstream.config.settings import Settings
 from millstream.config.views import system_names
+from millstream.contracts import coordination
+from millstream.contracts.metadata import MetadataStore
+from millstream.contracts.systems import StreamSpec
 from millstream.coordinator.groupers import group_containers, group_tasks, grouper_for
 from millstream.coordinator.services import DriverServices
 from millstream.errors import ConfigError, StreamNotFoundError
 from millstream.job_model import JOB_MODEL_NAMESPACE, JobModel
-from millstream.metadata import coordination
-from millstream.metadata.base import MetadataStore
 from millstream.model import SystemStreamPartition
 from millstream.runtime.container import load_task_class
 from millstream.startpoint.manager import StartpointManager
 from millstream.startpoint.settings import StartpointConfig
 from millstream.storage.managers.resources import prepare_state_resources
-from millstream.systems.base import StreamSpec
 
 log = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from millstream.metadata import coordination
-from millstream.metadata.base import MetadataStore
+from millstream.contracts import coordination
+from millstream.contracts.metadata import MetadataStore
 from millstream.runtime.container import ContainerResult
 
 

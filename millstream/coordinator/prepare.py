@@ -25,11 +25,11 @@ from millstream.config.views import (
     resolve_paths,
     system_names,
 )
+from millstream.contracts.metadata_settings import MetadataConfig
+from millstream.contracts.metrics_settings import MetricsConfig
 from millstream.coordinator.guarantee import validate_processing_guarantee
 from millstream.coordinator.services import DriverServices
 from millstream.errors import ConfigError
-from millstream.metadata.settings import MetadataConfig
-from millstream.metrics.settings import MetricsConfig
 from millstream.model import SystemStream
 from millstream.operators.planner import expand_application
 from millstream.serde.registry import SerdeRegistry

@@ -24,16 +24,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from millstream.blobstore.base import blob_store
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config.settings import Settings
 from millstream.config.views import StoreConfig, StreamSamzaConfig, parse_stream, task_store_names
+from millstream.contracts import coordination
+from millstream.contracts.blobstore import blob_store
+from millstream.contracts.metadata import MetadataStore
+from millstream.contracts.systems import StreamSpec
 from millstream.control.state import CONTROL_STATE_NAMESPACE
 from millstream.coordinator.drain import ACTIVE_STATES
 from millstream.coordinator.services import DriverServices, driver_services
 from millstream.errors import MillstreamError
-from millstream.metadata import coordination
-from millstream.metadata.base import MetadataStore
 from millstream.model import SystemStream
 from millstream.startpoint.manager import FAN_OUT_NAMESPACE, READ_WRITE_NAMESPACE, STARTPOINT_STATUS_NAMESPACE
 from millstream.storage.backends.blobstore.factory import BlobStoreStateBackendFactory
@@ -41,7 +42,6 @@ from millstream.storage.backends.blobstore.transfer import store_blob_prefix
 from millstream.storage.backends.registry import backup_factories, restore_factories
 from millstream.storage.changelog_partitions import CHANGELOG_PARTITION_NAMESPACE
 from millstream.storage.layout import StoreLayout, task_dir_name
-from millstream.systems.base import StreamSpec
 
 RESET_NAMESPACES = {
     READ_WRITE_NAMESPACE: "startpoints",

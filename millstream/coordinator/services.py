@@ -34,13 +34,13 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Self
 
+from millstream.composition.metadata import metadata_store
+from millstream.composition.systems import system_factory
 from millstream.config import Config
 from millstream.config.settings import Settings
+from millstream.contracts.metadata import MetadataStore
+from millstream.contracts.systems import SystemAdmin, SystemFactory
 from millstream.errors import MillstreamError
-from millstream.metadata.base import MetadataStore
-from millstream.metadata.opening import metadata_store
-from millstream.systems.base import SystemAdmin, SystemFactory
-from millstream.systems.registry import system_factory
 
 
 class DriverServices:

@@ -13,11 +13,11 @@ from millstream.adjunct.manager import ADSTORE_OFFSETS_NAMESPACE
 from millstream.adjunct.recovery import RecordedOffsets
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config.settings import Settings
+from millstream.contracts import coordination
+from millstream.contracts.coordination import latest_job_model
+from millstream.contracts.metadata import MetadataStore
 from millstream.coordinator.services import DriverServices, driver_services
 from millstream.job_model import JobModel
-from millstream.metadata import coordination
-from millstream.metadata.base import MetadataStore
-from millstream.metadata.coordination import latest_job_model
 from millstream.model import SystemStreamPartition
 from millstream.startpoint.manager import STARTPOINT_STATUS_NAMESPACE
 

@@ -13,9 +13,9 @@ import orjson
 
 from millstream.config.secrets import mask_secrets
 from millstream.config.settings import Settings
+from millstream.contracts.metrics_snapshot import ContainerSnapshot, current_snapshots
 from millstream.coordinator.services import DriverServices, driver_services
 from millstream.coordinator.status import JobStatus, job_status
-from millstream.metrics.snapshot import ContainerSnapshot, current_snapshots
 from millstream.startpoint.manager import StartpointManager
 
 _CONTAINER_FIELDS = (

@@ -12,11 +12,11 @@ import logging
 import threading
 
 from millstream.config.settings import Settings
+from millstream.contracts import coordination
+from millstream.contracts.metadata import MetadataStore
 from millstream.coordinator.driver_loop import Launch, LaunchOutcome
 from millstream.job_model import JobModel
 from millstream.log_context import container_log_context
-from millstream.metadata import coordination
-from millstream.metadata.base import MetadataStore
 from millstream.runtime.container import Container, ContainerResult
 
 log = logging.getLogger(__name__)

@@ -12,11 +12,11 @@ from millstream.checkpoint.checkpoint import Checkpoint
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.config.settings import Settings
 from millstream.config.views import StoreConfig, store_names
+from millstream.contracts.startpoints import Startpoint
 from millstream.coordinator.services import ServiceScope
 from millstream.errors import ConfigError
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.startpoint.tools import StartpointListing, remove_startpoints, startpoint_listing, write_startpoints
-from millstream.systems.startpoints import Startpoint
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

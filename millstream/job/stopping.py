@@ -11,10 +11,10 @@ import time
 from dataclasses import dataclass
 
 from millstream.config.settings import Settings
+from millstream.contracts import coordination
+from millstream.contracts.metadata import MetadataStore
 from millstream.coordinator.drain import ACTIVE_STATES
 from millstream.errors import MillstreamError
-from millstream.metadata import coordination
-from millstream.metadata.base import MetadataStore
 
 POLL_S = 0.5
 """How often ``wait_until_stopped`` reads the containers' states."""

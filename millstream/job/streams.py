@@ -14,11 +14,11 @@ from typing import Any, TypeVar
 
 from millstream.config.settings import Settings
 from millstream.config.views import parse_stream
+from millstream.contracts.systems import StreamSpec, SystemAdmin, SystemStreamMetadata
 from millstream.coordinator.services import ServiceScope
 from millstream.model import IncomingMessageEnvelope, SystemStream
 from millstream.serde.base import Serde
 from millstream.serde.registry import SerdeRegistry
-from millstream.systems.base import StreamSpec, SystemAdmin, SystemStreamMetadata
 from millstream.testing import iter_stream, read_stream, write_stream
 
 T = TypeVar("T")

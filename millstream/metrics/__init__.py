@@ -1,2 +1,3 @@
-"""What a running job measures: a registry per container, snapshots shipped to the driver, and the
-driver's Prometheus and status endpoint. ``registry`` is the contract the runtime and users write to."""
+"""What a running job reports: a container's snapshot thread and reporters, snapshots as messages to a stream,
+the Prometheus exposition and the driver's HTTP server and status page. The registry users and the runtime write
+to is a contract: :mod:`millstream.contracts.metrics`."""

@@ -14,8 +14,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import Collector
 
-from millstream.metrics.registry import Sample
-from millstream.metrics.snapshot import ContainerSnapshot
+from millstream.contracts.metrics import Sample
+from millstream.contracts.metrics_snapshot import ContainerSnapshot
 
 PREFIX = "millstream_"
 CONTENT_TYPE = CONTENT_TYPE_LATEST

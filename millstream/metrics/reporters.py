@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from millstream.metadata.base import MetadataStore
-from millstream.metrics.registry import Registry, Sample
-from millstream.metrics.snapshot import ContainerSnapshot, write_snapshot
+from millstream.contracts.metadata import MetadataStore
+from millstream.contracts.metrics import Registry, Sample
+from millstream.contracts.metrics_snapshot import ContainerSnapshot, write_snapshot
 
 log = logging.getLogger(__name__)
 

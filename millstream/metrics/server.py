@@ -20,13 +20,13 @@ import orjson
 
 from millstream.config.secrets import mask_secrets
 from millstream.config.settings import Settings
+from millstream.contracts import coordination
+from millstream.contracts.metadata import MetadataStore
+from millstream.contracts.metrics_settings import MetricsConfig
+from millstream.contracts.metrics_snapshot import ContainerSnapshot, current_snapshots
 from millstream.errors import ConfigError
-from millstream.metadata import coordination
-from millstream.metadata.base import MetadataStore
 from millstream.metrics.page import STATUS_PAGE
 from millstream.metrics.prometheus import CONTENT_TYPE, exposition
-from millstream.metrics.settings import MetricsConfig
-from millstream.metrics.snapshot import ContainerSnapshot, current_snapshots
 
 log = logging.getLogger(__name__)
 

@@ -24,10 +24,10 @@ from typing import Any
 
 import orjson
 
-from millstream.metrics.registry import Sample
-from millstream.metrics.snapshot import ContainerSnapshot
+from millstream.contracts.metrics import Sample
+from millstream.contracts.metrics_snapshot import ContainerSnapshot
+from millstream.contracts.systems import SystemProducer
 from millstream.model import OutgoingMessageEnvelope, SystemStream
-from millstream.systems.base import SystemProducer
 
 FORMAT_VERSION = 1
 SOURCE = "metrics-snapshot-reporter"

@@ -61,6 +61,7 @@ from millstream.api.task import (
     TaskCoordinator,
     WindowableTask,
 )
+from millstream.contracts.metrics import Measurement
 from millstream.control.combining import WatermarkCombiner
 from millstream.control.errors import UnknownMessageTypeError
 from millstream.control.framing import MessageType, frame_user_message, unframe
@@ -77,7 +78,6 @@ from millstream.control.protocol import (
 )
 from millstream.control.replay import Comparator, ReplayFilter
 from millstream.errors import MillstreamError
-from millstream.metrics.registry import Measurement
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.operators.async_chain import DirectRecorded, Recorded
 from millstream.operators.graph import AsyncMapImpl, GraphContext, InputImpl, OperatorError, OperatorGraph, OperatorImpl

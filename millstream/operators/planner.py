@@ -56,12 +56,12 @@ from millstream.api.windows import SlidingWindow, TumblingWindow
 from millstream.config import Config
 from millstream.config.settings import Settings
 from millstream.config.views import config_flag
+from millstream.contracts.systems import StreamOwner, SystemAdmin
 from millstream.control.boundary import boundary_period
 from millstream.errors import ConfigError, StreamNotFoundError
 from millstream.model import SystemStream
 from millstream.operators.stores import operator_store_config
 from millstream.plugins import load_object
-from millstream.systems.base import StreamOwner, SystemAdmin
 
 log = logging.getLogger(__name__)
 
@@ -506,7 +506,7 @@ def execution_plan(config: Settings, admins: AdminSource) -> ExecutionPlan:
 def ensure_intermediate_streams(config: Settings, admins: AdminSource) -> dict[SystemStream, int]:
     """Create the application's intermediate streams that do not exist yet (on the driver, before the job
     model is computed); returns every intermediate stream's partition count."""
-    from millstream.systems.base import StreamSpec
+    from millstream.contracts.systems import StreamSpec
 
     plan = execution_plan(config, admins)
     missing_inputs = [

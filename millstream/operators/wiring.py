@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from millstream.api.task import TaskContext
 from millstream.config.views import AppConfig, TaskConfig
+from millstream.contracts import coordination
+from millstream.contracts.coordination import latest_job_model
+from millstream.contracts.systems import SystemAdmin
 from millstream.control.budget import BudgetSettings
 from millstream.control.combining import WatermarkCombiner
 from millstream.control.state import ControlStateStore
 from millstream.errors import MillstreamError, StreamNotFoundError
-from millstream.metadata import coordination
-from millstream.metadata.coordination import latest_job_model
 from millstream.operators.graph_task import ControlState, GraphSettings, IntermediateStreamInfo, TaskGraph
 from millstream.operators.planner import (
     IntermediateStream,
@@ -29,7 +30,6 @@ from millstream.operators.planner import (
 from millstream.operators.state import StoreBackedState, StoreControlState
 from millstream.operators.stores import OPERATOR_STORE, has_operator_store
 from millstream.serde.registry import SerdeRegistry
-from millstream.systems.base import SystemAdmin
 
 if TYPE_CHECKING:
     from millstream.runtime.services import ContainerServices

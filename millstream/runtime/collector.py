@@ -7,11 +7,11 @@ from collections.abc import Callable, Sequence
 from itertools import repeat
 from typing import Any
 
+from millstream.contracts.systems import all_bytes_or_none, all_none
 from millstream.errors import MillstreamError
 from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.serde.base import SerdeError
 from millstream.serde.registry import SerdeRegistry
-from millstream.systems.base import all_bytes_or_none, all_none
 from millstream.systems.producers import ProducerPool
 
 log = logging.getLogger(__name__)

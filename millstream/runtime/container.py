@@ -41,11 +41,12 @@ from millstream.checkpoint.purge import CommittedMessagePurger
 from millstream.config.secrets import mask_secrets, masked_error, masked_traceback
 from millstream.config.settings import Settings
 from millstream.config.views import StreamSamzaConfig, adjunct_store_names
+from millstream.contracts import coordination
+from millstream.contracts.metadata import FencedError, MetadataStore
+from millstream.contracts.metrics import NOOP_METRICS
+from millstream.contracts.systems import SystemAdmin, WriterToken
 from millstream.errors import ConfigError, MillstreamError, StreamNotFoundError
 from millstream.job_model import JobModel
-from millstream.metadata import coordination
-from millstream.metadata.base import FencedError, MetadataStore
-from millstream.metrics.registry import NOOP_METRICS
 from millstream.model import SystemStream, SystemStreamPartition, TaskName
 from millstream.plugins import load_object
 from millstream.runtime.async_tasks import run_hook
@@ -64,7 +65,6 @@ from millstream.serde.registry import SerdeRegistry
 from millstream.startpoint.manager import STARTPOINT_STATUS_NAMESPACE, StartpointManager
 from millstream.startpoint.settings import StartpointConfig
 from millstream.storage.managers.stores import ContainerStorageManager, TaskStorageManager
-from millstream.systems.base import SystemAdmin, WriterToken
 from millstream.systems.consumers import SystemConsumers
 from millstream.systems.producers import ProducerPool
 from millstream.table.provider import TableProvider

@@ -21,8 +21,8 @@ from typing import Any
 
 from millstream.config.settings import Settings
 from millstream.config.views import StreamSamzaConfig
-from millstream.metadata import coordination
-from millstream.metadata.base import MetadataStore
+from millstream.contracts import coordination
+from millstream.contracts.metadata import MetadataStore
 from millstream.model import SystemStreamPartition
 from millstream.runtime.task_instance import TaskInstance
 

@@ -24,8 +24,8 @@ import threading
 import weakref
 from collections import deque
 
+from millstream.contracts.systems import FileBudget
 from millstream.errors import ConfigError
-from millstream.systems.base import FileBudget
 
 log = logging.getLogger(__name__)
 

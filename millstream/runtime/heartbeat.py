@@ -24,8 +24,8 @@ from contextlib import contextmanager
 from typing import Self
 
 from millstream.config.settings import Settings
-from millstream.metadata import coordination
-from millstream.metadata.base import MetadataStore
+from millstream.contracts import coordination
+from millstream.contracts.metadata import MetadataStore
 
 log = logging.getLogger(__name__)
 

@@ -15,13 +15,13 @@ from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-from millstream.metadata.base import MetadataStore
-from millstream.metrics.registry import NOOP_METRICS, Measured, MetricsRegistry, Registry, ScopedRegistry
+from millstream.contracts.metadata import MetadataStore
+from millstream.contracts.metrics import NOOP_METRICS, Measured, MetricsRegistry, Registry, ScopedRegistry
+from millstream.contracts.metrics_settings import MetricsConfig
+from millstream.contracts.systems import SystemAdmin
 from millstream.metrics.reporters import LogReporter, MetricsReporter, SnapshotHeader, SnapshotLoop, StoreReporter
-from millstream.metrics.settings import MetricsConfig
 from millstream.metrics.stream_reporter import SnapshotStreamReporter
 from millstream.model import SystemStreamPartition, TaskName
-from millstream.systems.base import SystemAdmin
 
 if TYPE_CHECKING:
     from millstream.runtime.services import ContainerServices

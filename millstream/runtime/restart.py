@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass, field
 import orjson
 
 from millstream.config.settings import Settings
-from millstream.metadata import coordination
-from millstream.metadata.base import FencedError, MetadataStore
+from millstream.contracts import coordination
+from millstream.contracts.metadata import FencedError, MetadataStore
 
 RESTARTS_NAMESPACE = "restarts"
 

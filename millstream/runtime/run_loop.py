@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from millstream.contracts.systems import FencedError
 from millstream.errors import MillstreamError
 from millstream.model import SystemStream, SystemStreamPartition
 from millstream.runtime.dead_letters import send_to_dead_letters
@@ -36,7 +37,6 @@ from millstream.runtime.seams import Clock, ConsumerMultiplexer, LingeringOutput
 from millstream.runtime.task_instance import TaskInstance
 from millstream.runtime.transaction import ContainerTransaction
 from millstream.serde.base import SerdeError
-from millstream.systems.base import FencedError
 
 log = logging.getLogger(__name__)
 

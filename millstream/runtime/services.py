@@ -10,7 +10,7 @@ that a container opens each of them once, shares them, and closes them at its en
   ``container`` (the container's thread: fencing, status reports, checkpoints, startpoints, drains, the stop
   probe, the operator graph's control state; the heartbeat thread beats through it too, as it always did),
   ``metrics`` (the snapshot thread) and ``adjunct`` (the adjunct loop). A system factory gets more through its
-  :class:`~millstream.systems.base.SystemContext` only where a client runs threads of its own (a Kinesis
+  :class:`~millstream.contracts.systems.SystemContext` only where a client runs threads of its own (a Kinesis
   consumer's leases) or asks once (Kafka's fence check);
 * **the producer pool**: every producer of the container writes under its writer token (the attempt), the
   metrics stream's included;
@@ -29,18 +29,14 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Self
 
+from millstream.composition.metadata import metadata_store
+from millstream.composition.systems import system_factory
 from millstream.config import Config
 from millstream.config.settings import Settings
-from millstream.control.budget import BudgetSettings
-from millstream.control.combining import WatermarkCombiner
-from millstream.errors import MillstreamError
-from millstream.metadata.base import MetadataStore
-from millstream.metadata.opening import metadata_store
-from millstream.metrics.registry import Registry
-from millstream.metrics.settings import MetricsConfig
-from millstream.runtime import file_limit
-from millstream.serde.registry import SerdeRegistry
-from millstream.systems.base import (
+from millstream.contracts.metadata import MetadataStore
+from millstream.contracts.metrics import Registry
+from millstream.contracts.metrics_settings import MetricsConfig
+from millstream.contracts.systems import (
     SystemAdmin,
     SystemConsumer,
     SystemContext,
@@ -48,8 +44,12 @@ from millstream.systems.base import (
     SystemProducer,
     WriterToken,
 )
+from millstream.control.budget import BudgetSettings
+from millstream.control.combining import WatermarkCombiner
+from millstream.errors import MillstreamError
+from millstream.runtime import file_limit
+from millstream.serde.registry import SerdeRegistry
 from millstream.systems.producers import ProducerPool
-from millstream.systems.registry import system_factory
 
 log = logging.getLogger(__name__)
 

@@ -60,11 +60,11 @@ from millstream.api.task import CheckpointListener
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
 from millstream.checkpoint.purge import CommittedMessagePurger
 from millstream.config.settings import Settings
+from millstream.contracts.systems import FencedError
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.runtime.seams import CheckpointWriter, OutputFlusher, PendingStartpoints, TaskMeter, TaskStorage
 from millstream.runtime.transaction import ContainerTransaction
 from millstream.storage.errors import CommitFailedError, CommitTimeoutError
-from millstream.systems.base import FencedError
 
 log = logging.getLogger(__name__)
 

@@ -35,9 +35,9 @@ from millstream.api.task import (
 from millstream.checkpoint.offset_manager import count_before
 from millstream.checkpoint.purge import CommittedMessagePurger
 from millstream.config.settings import Settings
+from millstream.contracts.metrics import NOOP_METRICS, MetricsRegistry
 from millstream.errors import MillstreamError
 from millstream.log_context import in_task_log_context
-from millstream.metrics.registry import NOOP_METRICS, MetricsRegistry
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition, TaskName
 from millstream.runtime.async_tasks import AsyncProcessor, run_hook
 from millstream.runtime.process_errors import ProcessErrorPolicy, TaskCallbackError

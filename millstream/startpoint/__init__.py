@@ -4,9 +4,7 @@ from millstream.startpoint import StartpointTimestamp, set_startpoints
 set_startpoints(config, "kafka.clicks", StartpointTimestamp(1_700_000_000_000), partitions=[0, 3])
 """
 
-from millstream.startpoint.manager import StartpointManager
-from millstream.startpoint.tools import delete_startpoints, list_startpoints, parse_timestamp, set_startpoints
-from millstream.systems.startpoints import (
+from millstream.contracts.startpoints import (
     Startpoint,
     StartpointCustom,
     StartpointOldest,
@@ -16,6 +14,8 @@ from millstream.systems.startpoints import (
     StartpointVisitor,
     register_startpoint_type,
 )
+from millstream.startpoint.manager import StartpointManager
+from millstream.startpoint.tools import delete_startpoints, list_startpoints, parse_timestamp, set_startpoints
 
 __all__ = [
     "Startpoint",

@@ -15,7 +15,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from millstream.metadata.base import MetadataStore
+from millstream.contracts.metadata import MetadataStore
+from millstream.contracts.startpoints import Startpoint, now_ms
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.startpoint.errors import StartpointError, StartpointFormatError, StartpointManagerStoppedError
 from millstream.startpoint.serde import (
@@ -24,7 +25,6 @@ from millstream.startpoint.serde import (
     startpoint_from_bytes,
     startpoint_to_bytes,
 )
-from millstream.systems.startpoints import Startpoint, now_ms
 
 log = logging.getLogger(__name__)
 

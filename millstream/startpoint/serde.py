@@ -9,15 +9,15 @@ from typing import Any
 
 import orjson
 
-from millstream.model import SystemStreamPartition
-from millstream.startpoint.errors import StartpointFormatError
-from millstream.systems.startpoints import (
+from millstream.contracts.startpoints import (
     Startpoint,
     StartpointSpecific,
     StartpointTimestamp,
     startpoint_type,
     type_name,
 )
+from millstream.model import SystemStreamPartition
+from millstream.startpoint.errors import StartpointFormatError
 
 _FIELD_NAMES = {"specific_offset": "specificOffset", "timestamp_offset": "timestampOffset"}
 

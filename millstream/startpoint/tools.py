@@ -20,22 +20,22 @@ from typing import Protocol
 
 import orjson
 
+from millstream.composition.metadata import metadata_store
+from millstream.composition.systems import system_factory
 from millstream.config import Config
 from millstream.config.settings import Settings
 from millstream.config.views import parse_stream
+from millstream.contracts import coordination
+from millstream.contracts.coordination import latest_job_model
+from millstream.contracts.metadata import MetadataStore
+from millstream.contracts.startpoints import Startpoint
+from millstream.contracts.systems import SystemAdmin
 from millstream.errors import StreamNotFoundError
 from millstream.instants import parse_epoch_ms
-from millstream.metadata import coordination
-from millstream.metadata.base import MetadataStore
-from millstream.metadata.coordination import latest_job_model
-from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.startpoint.errors import StartpointError
 from millstream.startpoint.manager import STARTPOINT_STATUS_NAMESPACE, StartpointManager, StoredStartpoint
 from millstream.startpoint.settings import StartpointConfig
-from millstream.systems.base import SystemAdmin
-from millstream.systems.registry import system_factory
-from millstream.systems.startpoints import Startpoint
 
 
 def parse_timestamp(text: str) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from millstream.metadata.base import MetadataStore
+from millstream.contracts.metadata import MetadataStore
 from millstream.model import TaskName
 from millstream.storage.errors import StoreError
 

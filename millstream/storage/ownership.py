@@ -30,10 +30,10 @@ from pathlib import Path
 
 import orjson
 
+from millstream.contracts.metadata import FencedError
+from millstream.contracts.systems import WriterToken
 from millstream.files import sync_dir
-from millstream.metadata.base import FencedError
 from millstream.storage.layout import LIVE, OWNER_SUFFIX, StoreDirListing, base_dir, delete_path, stale_attempt_dirs
-from millstream.systems.base import WriterToken
 
 
 class StoreDirectoryFencedError(FencedError):

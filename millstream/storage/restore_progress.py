@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from millstream.metrics.registry import MetricsRegistry
+from millstream.contracts.metrics import MetricsRegistry
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from millstream.contracts.systems import SystemConsumer
 from millstream.model import SystemStreamPartition
-from millstream.systems.base import SystemConsumer
 
 
 class SystemConsumers:

@@ -26,9 +26,9 @@ from dataclasses import replace
 from typing import Self
 
 from millstream.config.settings import Settings
+from millstream.contracts.systems import SystemFactory, SystemProducer, WriterToken
 from millstream.errors import ConfigError, MillstreamError
 from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
-from millstream.systems.base import SystemFactory, SystemProducer, WriterToken
 
 
 class ProducerPool:

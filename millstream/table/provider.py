@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 from millstream.api.remote_table import RemoteTable
 from millstream.config.settings import Settings
+from millstream.contracts.metrics import NOOP_METRICS, MetricsRegistry
 from millstream.errors import ConfigError
-from millstream.metrics.registry import NOOP_METRICS, MetricsRegistry
 from millstream.plugins import load_object
 from millstream.table.remote import RemoteTableInstance
 from millstream.table.settings import TableConfig

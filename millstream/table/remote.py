@@ -25,8 +25,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, Generic, TypeVar
 
 from millstream.api.remote_table import RemoteTable
+from millstream.contracts.metrics import NOOP_METRICS, MetricsRegistry
 from millstream.errors import MillstreamError
-from millstream.metrics.registry import NOOP_METRICS, MetricsRegistry
 from millstream.table.cache import MISSING, TtlCache
 from millstream.table.errors import RemoteTableError, RetriableError
 from millstream.table.limiter import RateLimiter

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from millstream.adjunct.loop import AdjunctLoop
-from millstream.metadata.opening import metadata_store
-from millstream.metrics.snapshot import read_snapshots
+from millstream.composition.metadata import metadata_store
+from millstream.contracts.metrics_snapshot import read_snapshots
 from millstream.systems.consumers import SystemConsumers
 from millstream.testing import write_stream
 from tests.adjunct.test_manager import RATES, adjunct_config, run, streams

@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 
 from millstream.adjunct.recovery import OFFSETS_FILE
+from millstream.composition.systems import system_factory
 from millstream.config.settings import Settings
 from millstream.coordinator.job_result import JobResult
+from millstream.embedded.log.admin import LogSystemAdmin
 from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.storage.layout import StoreLayout
-from millstream.systems.log.admin import LogSystemAdmin
-from millstream.systems.registry import system_factory
 from millstream.testing import InProcessRunner, read_stream, write_stream
 from tests.helpers import create_stream, end_version, job_config, seal
 
@@ -375,8 +375,8 @@ def test_a_table_descriptor_conflicting_with_the_config_is_refused_naming_the_ke
 
 
 def test_startpoints_on_an_adjunct_input_are_refused_with_the_way_to_rebuild_instead(tmp_path):
+    from millstream.contracts.startpoints import StartpointOldest
     from millstream.startpoint.tools import StartpointError, set_startpoints
-    from millstream.systems.startpoints import StartpointOldest
 
     config = adjunct_config(tmp_path)
     streams(config)

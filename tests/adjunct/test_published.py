@@ -21,10 +21,10 @@ from millstream.adjunct.published import (
     store_blob_prefix,
     version_blob_name,
 )
-from millstream.blobstore.base import blob_store
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
-from millstream.metadata.base import MetadataStore
-from millstream.metadata.opening import metadata_store
+from millstream.contracts.blobstore import blob_store
+from millstream.contracts.metadata import MetadataStore
 from tests.helpers import job_config
 
 

@@ -15,9 +15,9 @@ from millstream.adjunct.recovery import (
     write_recorded_offsets,
 )
 from millstream.config.settings import Settings
+from millstream.contracts.systems import SystemStreamPartitionMetadata
+from millstream.embedded.log.admin import LogSystemAdmin
 from millstream.model import SystemStreamPartition
-from millstream.systems.base import SystemStreamPartitionMetadata
-from millstream.systems.log.admin import LogSystemAdmin
 
 P0 = SystemStreamPartition("log", "rates", 0)
 P1 = SystemStreamPartition("log", "rates", 1)
@@ -46,7 +46,7 @@ def metadata(oldest: str | None, newest: str | None, upcoming: str) -> SystemStr
 
 @pytest.fixture
 def admins(tmp_path):
-    from millstream.systems.log.layout import LogLayout
+    from millstream.embedded.log.layout import LogLayout
 
     return {"log": LogSystemAdmin("log", LogLayout(tmp_path))}
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import msgpack
 
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
 from millstream.config.views import StoreConfig, parse_stream
 from millstream.control.state import CONTROL_STATE_NAMESPACE
 from millstream.errors import StreamNotFoundError
-from millstream.metadata.opening import metadata_store
 from millstream.operators.state import CONTROL_STATE_KEY
 from millstream.operators.stores import OPERATOR_STORE, has_operator_store
 from millstream.storage.changelog_partitions import changelog_partitions

@@ -9,16 +9,16 @@ from collections import Counter
 from pathlib import Path
 
 from millstream.checkpoint.factory import checkpoint_manager
+from millstream.composition.metadata import metadata_store
+from millstream.composition.systems import system_factory
 from millstream.config.settings import Settings
 from millstream.control.framing import frame_control_message
 from millstream.control.messages import DrainMessage
 from millstream.coordinator.drain import request_drain
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.services import DriverServices
-from millstream.metadata.opening import metadata_store
 from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.operators.planner import prepare_application as prepare_with
-from millstream.systems.registry import system_factory
 from millstream.testing import InProcessRunner, write_stream
 from tests.api.apps import app_config, messages, reference_counts
 from tests.api.test_in_process import output, setup
@@ -150,8 +150,8 @@ def test_an_intermediate_record_of_an_unknown_type_is_skipped_not_a_container_fa
 def test_a_drain_requested_of_a_job_that_is_not_running_is_refused_writing_nothing(tmp_path: Path):
     import pytest
 
+    from millstream.contracts.coordination import DRAIN_NAMESPACE
     from millstream.coordinator.drain import DrainRefusedError
-    from millstream.metadata.coordination import DRAIN_NAMESPACE
 
     config = app_config(tmp_path, "tests.api.apps:WindowedCount")
     data = {p: messages(p, 5) for p in range(2)}

@@ -11,13 +11,13 @@ from typing import Any
 import msgpack
 import pytest
 
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
 from millstream.control.framing import MessageType, unframe
 from millstream.control.messages import CombinedWatermarkMessage
 from millstream.control.sender import aggregate_partition
 from millstream.control.state import CONTROL_STATE_NAMESPACE
 from millstream.coordinator.job_result import JobResult
-from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream, SystemStreamPartition
 from millstream.testing import InProcessRunner, TestRunner, iter_stream, read_stream, write_stream
 from tests.api.apps import (
@@ -234,8 +234,8 @@ def recorded_offsets(config: Settings, stream: str) -> dict[int, str]:
 def test_a_startpoint_rewinds_a_high_level_job_instead_of_being_skipped_as_a_replay(tmp_path):
     """The control state remembers how far each partition was processed; a partition a startpoint moves
     back must be processed again, not skipped as if a restart replayed it."""
+    from millstream.contracts.startpoints import StartpointOldest
     from millstream.startpoint.tools import set_startpoints
-    from millstream.systems.startpoints import StartpointOldest
 
     config = app_config(tmp_path, "tests.api.apps:RepartitionPassThrough", task__commit__ms=100)
     data = {p: messages(p, 10) for p in range(2)}

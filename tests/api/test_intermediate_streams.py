@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from millstream.composition.systems import system_factory
 from millstream.config.settings import Settings
+from millstream.contracts.systems import SystemStreamPartitionMetadata
 from millstream.control.framing import MessageType
 from millstream.control.sender import aggregate_partition
 from millstream.model import SystemStream, SystemStreamPartition
-from millstream.systems.base import SystemStreamPartitionMetadata
-from millstream.systems.registry import system_factory
 from millstream.testing import InProcessRunner, iter_stream
 from tests.api.apps import app_config, messages, reference_counts
 from tests.api.test_in_process import output, setup

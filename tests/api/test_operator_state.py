@@ -15,11 +15,11 @@ import pytest
 import yaml
 
 from millstream.checkpoint.factory import checkpoint_manager
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
 from millstream.control.state import CONTROL_STATE_NAMESPACE
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.prepare import load_job_config
-from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
 from millstream.operators.stores import OPERATOR_STORE
 from millstream.testing import InProcessRunner, read_stream, write_stream

@@ -13,9 +13,9 @@ from millstream.checkpoint.base import CheckpointManager, WriterFence
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
 from millstream.checkpoint.group_commit import CheckpointBatches, CheckpointGroupCommit
 from millstream.checkpoint.metadata_store import MetadataStoreCheckpointManager
-from millstream.metadata import coordination
-from millstream.metadata.base import FencedError
-from millstream.metadata.sqlite import SqliteMetadataStore
+from millstream.contracts import coordination
+from millstream.contracts.metadata import FencedError
+from millstream.embedded.sqlite import SqliteMetadataStore
 from millstream.model import SystemStreamPartition, TaskName
 from tests.helpers import wait_until
 

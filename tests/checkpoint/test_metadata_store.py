@@ -18,10 +18,10 @@ from millstream.checkpoint.metadata_store import (
     MetadataStoreCheckpointManager,
 )
 from millstream.config.settings import Settings
+from millstream.contracts.coordination import publish_generation, start_container_attempt
+from millstream.contracts.metadata import FencedError, MetadataStore
+from millstream.embedded.sqlite import SqliteMetadataStore
 from millstream.errors import ConfigError
-from millstream.metadata.base import FencedError, MetadataStore
-from millstream.metadata.coordination import publish_generation, start_container_attempt
-from millstream.metadata.sqlite import SqliteMetadataStore
 from millstream.model import SystemStreamPartition, TaskName
 
 TASK = TaskName("Partition 0")

@@ -3,10 +3,10 @@ import pytest
 from millstream.checkpoint.checkpoint import CheckpointV1
 from millstream.checkpoint.offset_manager import OffsetManager, TrimmedOffsetError
 from millstream.config.settings import Settings
+from millstream.contracts.startpoints import Startpoint
+from millstream.contracts.systems import SystemStreamPartitionMetadata as Meta
 from millstream.model import SystemStreamPartition as SSP
 from millstream.model import TaskName
-from millstream.systems.base import SystemStreamPartitionMetadata as Meta
-from millstream.systems.startpoints import Startpoint
 
 
 class IntAdmin:
@@ -129,7 +129,7 @@ def test_empty_partition_with_oldest_default_starts_at_upcoming():
 
 class ResolvingAdmin(IntAdmin):
     def resolve_startpoint(self, ssp, startpoint):
-        from millstream.systems.startpoints import StartpointSpecific
+        from millstream.contracts.startpoints import StartpointSpecific
 
         if isinstance(startpoint, StartpointSpecific):
             if startpoint.specific_offset == "boom":
@@ -139,7 +139,7 @@ class ResolvingAdmin(IntAdmin):
 
 
 def test_startpoint_beats_reset_and_checkpoint_and_is_used_inclusive():
-    from millstream.systems.startpoints import StartpointSpecific
+    from millstream.contracts.startpoints import StartpointSpecific
 
     values = {"systems.log.streams.a.samza.reset.offset": "true"}  # upcoming is the default
     om = OffsetManager(Settings(values), {"log": ResolvingAdmin()})
@@ -150,7 +150,7 @@ def test_startpoint_beats_reset_and_checkpoint_and_is_used_inclusive():
 
 
 def test_unresolvable_startpoint_falls_back_to_the_checkpoint_and_is_reported():
-    from millstream.systems.startpoints import StartpointOldest, StartpointSpecific
+    from millstream.contracts.startpoints import StartpointOldest, StartpointSpecific
 
     om = OffsetManager(Settings({}), {"log": ResolvingAdmin()})
     offsets = om.starting_offsets(TASK, {A0, A1}, CheckpointV1({A0: "15", A1: "2"}), META)
@@ -161,7 +161,7 @@ def test_unresolvable_startpoint_falls_back_to_the_checkpoint_and_is_reported():
 
 
 def test_startpoints_of_partitions_the_task_does_not_read_are_ignored():
-    from millstream.systems.startpoints import StartpointSpecific
+    from millstream.contracts.startpoints import StartpointSpecific
 
     om = OffsetManager(Settings({}), {"log": ResolvingAdmin()})
     resolution = om.apply_startpoints(TASK, {A0: "20"}, {A1: StartpointSpecific("1")})

@@ -10,10 +10,10 @@ import pytest
 
 from millstream.checkpoint.purge import CommittedMessagePurger
 from millstream.config.settings import Settings
+from millstream.contracts.systems import StreamSpec, SystemAdmin
+from millstream.embedded.log.admin import LogSystemAdmin
+from millstream.embedded.log.factory import LogSystemFactory
 from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
-from millstream.systems.base import StreamSpec, SystemAdmin
-from millstream.systems.log.admin import LogSystemAdmin
-from millstream.systems.log.factory import LogSystemFactory
 
 PURGED, KEPT = SystemStreamPartition("log", "by-user", 0), SystemStreamPartition("log", "input", 0)
 

@@ -8,8 +8,8 @@ from collections import Counter
 from pathlib import Path
 
 from millstream.checkpoint.metadata_store import CHECKPOINT_V1_NAMESPACE
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
-from millstream.metadata.opening import metadata_store
 from millstream.testing import InProcessRunner
 from tests.helpers import create_stream, fill, job_config, output_origins, seal
 

@@ -9,10 +9,10 @@ import orjson
 import pytest
 
 from millstream.adjunct.markers import end_of_version_label
+from millstream.composition.systems import system_factory
 from millstream.config.settings import Settings
 from millstream.coordinator.prepare import load_job_config
 from millstream.model import SystemStream
-from millstream.systems.registry import system_factory
 from tests.cli.test_main import SPARK, millstream, table_rows, write_config
 from tests.helpers import create_stream
 

@@ -22,12 +22,12 @@ import orjson
 import pytest
 import yaml
 
+from millstream.composition.systems import system_factory
 from millstream.config.settings import Settings
 from millstream.coordinator.prepare import load_job_config
 from millstream.coordinator.status import job_status
 from millstream.coordinator.status_document import status_document
 from millstream.model import OutgoingMessageEnvelope, SystemStream
-from millstream.systems.registry import system_factory
 from millstream.testing import read_stream, write_stream
 from tests.helpers import create_stream, fill, output_origins, seal
 from tests.integration.processes import free_port

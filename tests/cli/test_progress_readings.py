@@ -4,7 +4,7 @@ and one line per container restart naming its cause."""
 from __future__ import annotations
 
 from millstream.cli.progress_readings import ProcessedCount, Rate, RestartWatch, moved_positions
-from millstream.metrics.registry import Sample
+from millstream.contracts.metrics import Sample
 from millstream.model import SystemStreamPartition
 
 P0 = SystemStreamPartition("log", "in", 0)

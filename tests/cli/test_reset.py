@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from millstream.checkpoint.factory import checkpoint_manager
+from millstream.composition.metadata import metadata_store
 from millstream.config import Config
 from millstream.config.settings import Settings
 from millstream.coordinator.prepare import load_job_config
-from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
 from millstream.testing import InProcessRunner, read_stream, write_stream
 from tests.api.apps import reference_stateful, stateful_records, user_messages

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
+from millstream.contracts import coordination
 from millstream.coordinator.prepare import load_job_config
 from millstream.coordinator.status import job_status
-from millstream.metadata import coordination
-from millstream.metadata.opening import metadata_store
 from tests.cli.test_main import (
     _running_with_a_checkpoint,
     by_input_partition,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from millstream.composition.metadata import metadata_store
+from millstream.contracts import coordination
 from millstream.coordinator.prepare import load_job_config
-from millstream.metadata import coordination
-from millstream.metadata.opening import metadata_store
 from tests.cli.test_main import millstream, write_config
 from tests.helpers import create_stream
 

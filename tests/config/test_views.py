@@ -19,11 +19,11 @@ from millstream.config.views import (
     parse_stream,
     system_names,
 )
+from millstream.contracts.metadata_settings import MetadataConfig
+from millstream.contracts.systems import SystemFactory
 from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError
-from millstream.metadata.settings import MetadataConfig
 from millstream.model import SystemStream, SystemStreamPartition
-from millstream.systems.base import SystemFactory
 
 SECRET = "hunter2-do-not-print"
 
@@ -316,7 +316,7 @@ def test_sensitive_values_never_appear_in_validation_errors() -> None:
     assert SECRET not in repr(config)
 
 
-# -- the real log system (needs millstream.systems.log) ------------------------------------------------
+# -- the real log system (needs millstream.embedded.log) ------------------------------------------------
 
 
 def test_validate_accepts_a_config_that_names_no_system() -> None:

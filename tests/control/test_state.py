@@ -2,12 +2,12 @@
 
 import pytest
 
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
+from millstream.contracts import coordination
+from millstream.contracts.metadata import FencedError
 from millstream.control.errors import ControlStateError
 from millstream.control.state import CONTROL_STATE_NAMESPACE, ControlStateStore
-from millstream.metadata import coordination
-from millstream.metadata.base import FencedError
-from millstream.metadata.opening import metadata_store
 
 
 @pytest.fixture

@@ -8,11 +8,11 @@ import threading
 import time
 from pathlib import Path
 
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
+from millstream.contracts import coordination
 from millstream.coordinator.driver_loop import DriverLoop, LaunchOutcome
 from millstream.job_model import JobModel
-from millstream.metadata import coordination
-from millstream.metadata.opening import metadata_store
 from millstream.runtime.container import ContainerResult
 from tests.helpers import create_stream, job_config
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from millstream.composition.metadata import metadata_store
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.prepare import prepare
-from millstream.metadata.opening import metadata_store
-from millstream.systems.log.admin import LogSystemAdmin
+from millstream.embedded.log.admin import LogSystemAdmin
 from tests.helpers import create_stream, job_config
 
 

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from millstream.blobstore.base import blob_store
 from millstream.checkpoint.factory import checkpoint_manager
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
+from millstream.contracts import coordination
+from millstream.contracts.blobstore import blob_store
 from millstream.control.state import CONTROL_STATE_NAMESPACE
 from millstream.coordinator.prepare import prepare
 from millstream.coordinator.reset import ResetRefusedError, reset_job
-from millstream.metadata import coordination
-from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
 from millstream.storage.backends.blobstore.transfer import store_blob_prefix
 from millstream.testing import InProcessRunner, read_stream

@@ -15,14 +15,14 @@ import pytest
 
 from millstream import Job, JobResult
 from millstream.config.settings import Settings
+from millstream.contracts.metadata import MetadataStore
 from millstream.coordinator.services import DriverServices
+from millstream.embedded.log.admin import LogSystemAdmin
+from millstream.embedded.log.factory import LogSystemFactory
+from millstream.embedded.sqlite import SqliteMetadataStoreFactory
 from millstream.errors import MillstreamError
-from millstream.metadata.base import MetadataStore
-from millstream.metadata.sqlite import SqliteMetadataStoreFactory
 from millstream.model import SystemStream
 from millstream.startpoint import StartpointOldest
-from millstream.systems.log.admin import LogSystemAdmin
-from millstream.systems.log.factory import LogSystemFactory
 from millstream.testing import InProcessRunner
 from tests.helpers import wait_until
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
+from millstream.contracts.metrics import Sample
+from millstream.contracts.metrics_snapshot import read_snapshots, write_snapshot
 from millstream.coordinator.status_document import status_document
-from millstream.metadata.opening import metadata_store
-from millstream.metrics.registry import Sample
-from millstream.metrics.snapshot import read_snapshots, write_snapshot
 from millstream.testing import InProcessRunner
 from tests.helpers import create_stream, fill, job_config, seal
 

@@ -30,11 +30,11 @@ from typing import TypeGuard
 import pytest
 import yaml
 
+from millstream.composition.systems import system_factory
 from millstream.config import load_config
 from millstream.config.settings import Settings
+from millstream.contracts.systems import StreamSpec
 from millstream.model import SystemStream
-from millstream.systems.base import StreamSpec
-from millstream.systems.registry import system_factory
 from millstream.testing import write_stream
 from tests.helpers import create_stream
 from tests.spark.sources.test_store_datasource import run_counting_job

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from millstream.config.settings import Settings
+from millstream.contracts.metrics_settings import MetricsConfig
 from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError
-from millstream.metrics.settings import MetricsConfig
 
 
 def test_metrics_are_off_unless_a_port_or_a_reporter_is_configured() -> None:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import threading
 
+from millstream.composition.metadata import metadata_store
+from millstream.composition.systems import system_factory
 from millstream.config.settings import Settings
+from millstream.contracts.metrics_snapshot import METRICS_NAMESPACE, read_snapshots
 from millstream.coordinator.job_result import JobResult
-from millstream.metadata.opening import metadata_store
 from millstream.metrics.reporters import total
-from millstream.metrics.snapshot import METRICS_NAMESPACE, read_snapshots
 from millstream.model import OutgoingMessageEnvelope, SystemStream
-from millstream.systems.registry import system_factory
 from millstream.testing import InProcessRunner, write_stream
 from tests.api.apps import app_config, messages
 from tests.helpers import create_stream, fill, job_config, seal

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from millstream.contracts.metrics import Registry
+from millstream.contracts.metrics_snapshot import ContainerSnapshot
 from millstream.metrics.prometheus import exposition
-from millstream.metrics.registry import Registry
-from millstream.metrics.snapshot import ContainerSnapshot
 from tests.metrics.scrape import parse
 
 

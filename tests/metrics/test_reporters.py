@@ -6,9 +6,9 @@ import logging
 
 import pytest
 
-from millstream.metrics.registry import Registry
+from millstream.contracts.metrics import Registry
+from millstream.contracts.metrics_snapshot import ContainerSnapshot
 from millstream.metrics.reporters import LogReporter, SnapshotHeader, SnapshotLoop
-from millstream.metrics.snapshot import ContainerSnapshot
 from tests.helpers import wait_until
 
 

@@ -6,14 +6,14 @@ from collections.abc import Iterator
 
 import pytest
 
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
+from millstream.contracts import coordination
+from millstream.contracts.metrics import Registry
+from millstream.contracts.metrics_snapshot import ContainerSnapshot, write_snapshot
 from millstream.coordinator.services import DriverServices
 from millstream.errors import ConfigError
-from millstream.metadata import coordination
-from millstream.metadata.opening import metadata_store
-from millstream.metrics.registry import Registry
 from millstream.metrics.server import MetricsServer
-from millstream.metrics.snapshot import ContainerSnapshot, write_snapshot
 from tests.helpers import job_config
 from tests.integration.processes import free_port
 from tests.metrics.scrape import fetch, scrape, status_json, total

@@ -9,10 +9,10 @@ import orjson
 import pytest
 
 from millstream.config.settings import Settings
+from millstream.contracts.metrics import Sample
+from millstream.contracts.metrics_snapshot import ContainerSnapshot
 from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError
-from millstream.metrics.registry import Sample
-from millstream.metrics.snapshot import ContainerSnapshot
 from millstream.metrics.stream_reporter import SnapshotStreamReporter
 from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.testing import InProcessRunner, read_stream

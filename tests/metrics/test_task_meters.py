@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId
 from millstream.config.settings import Settings
-from millstream.metrics.registry import Measurement, Registry, Sample
+from millstream.contracts.metrics import Measurement, Registry, Sample
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition, TaskName
 from millstream.runtime.metering import Measurements, TaskMeters
 from millstream.runtime.task_instance import ContainerContext, TaskInstance

@@ -15,9 +15,9 @@ from millstream.api.application import (
     StreamApplication,
     StreamApplicationDescriptor,
 )
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
-from millstream.metadata import coordination
-from millstream.metadata.opening import metadata_store
+from millstream.contracts import coordination
 from millstream.model import SystemStream
 from millstream.testing import InProcessRunner, iter_stream, read_stream, write_stream
 from tests.api.apps import app_config

@@ -10,6 +10,7 @@ from millstream.api.application import StreamApplicationDescriptor
 from millstream.api.errors import ApplicationError
 from millstream.api.windows import Count, SessionWindow, SlidingWindow, TumblingWindow
 from millstream.config.settings import Settings
+from millstream.contracts.systems import StreamOwnedError
 from millstream.coordinator.prepare import prepare
 from millstream.coordinator.services import DriverServices
 from millstream.errors import ConfigError, StreamNotFoundError
@@ -26,7 +27,6 @@ from millstream.operators.planner import (
 from millstream.operators.planner import (
     ensure_intermediate_streams as ensure_streams,
 )
-from millstream.systems.base import StreamOwnedError
 from tests.helpers import create_stream
 
 
@@ -221,7 +221,7 @@ def test_the_refusal_of_an_unexpanded_config_names_the_public_way_to_load_a_job_
 
 
 def partitions(config: Settings, stream: str) -> int:
-    from millstream.systems.registry import system_factory
+    from millstream.composition.systems import system_factory
 
     admin = system_factory(config, "log").get_admin("log", config)
     return admin.get_system_stream_metadata([stream])[stream].partition_count

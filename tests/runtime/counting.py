@@ -10,12 +10,12 @@ from collections import Counter
 from typing import ClassVar
 
 from millstream.config.settings import Settings
-from millstream.metadata.base import MetadataStore
-from millstream.metadata.sqlite import SqliteMetadataStoreFactory
-from millstream.systems.base import SystemProducer
-from millstream.systems.log.admin import LogSystemAdmin
-from millstream.systems.log.factory import LogSystemFactory
-from millstream.systems.log.producer import LogSystemProducer
+from millstream.contracts.metadata import MetadataStore
+from millstream.contracts.systems import SystemProducer
+from millstream.embedded.log.admin import LogSystemAdmin
+from millstream.embedded.log.factory import LogSystemFactory
+from millstream.embedded.log.producer import LogSystemProducer
+from millstream.embedded.sqlite import SqliteMetadataStoreFactory
 
 COUNT_FILE_KEY = "test.count.file"
 

@@ -16,9 +16,9 @@ import pytest
 
 from millstream import AsyncStreamTask, EndOfStreamListenerTask, WindowableTask
 from millstream.checkpoint.factory import checkpoint_manager
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
-from millstream.metadata.opening import metadata_store
 from millstream.model import IncomingMessageEnvelope, SystemStream, SystemStreamPartition, TaskName
 from millstream.runtime.task_instance import ContainerContext, TaskInstance
 from millstream.testing import InProcessRunner, read_stream, write_stream

@@ -11,9 +11,9 @@ from typing import Any
 
 from millstream import BatchStreamTask
 from millstream.checkpoint.factory import checkpoint_manager
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
-from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
 from millstream.runtime.task_instance import TaskInstance
 from millstream.testing import InProcessRunner, read_stream

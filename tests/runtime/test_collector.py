@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from millstream.config.settings import Settings
+from millstream.contracts.systems import SystemProducer
 from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.runtime.collector import SerializationError, TaskCollector
 from millstream.serde.registry import SerdeRegistry
-from millstream.systems.base import SystemProducer
 
 JSON_OUT = SystemStream("log", "json-out")
 BYTES_OUT = SystemStream("raw", "bytes-out")

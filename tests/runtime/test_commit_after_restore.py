@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from millstream.checkpoint.factory import checkpoint_manager
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
-from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
 from millstream.testing import InProcessRunner, write_stream
 from tests.helpers import seal

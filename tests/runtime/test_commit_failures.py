@@ -12,13 +12,13 @@ from typing import Any, ClassVar
 
 import pytest
 
-from millstream.blobstore.base import BlobStore, BlobStoreFactory
-from millstream.blobstore.local import LocalBlobStore
 from millstream.config.settings import Settings
-from millstream.systems.base import SystemProducer
-from millstream.systems.log.admin import LogSystemAdmin
-from millstream.systems.log.errors import LogSystemError
-from millstream.systems.log.producer import LogSystemProducer
+from millstream.contracts.blobstore import BlobStore, BlobStoreFactory
+from millstream.contracts.systems import SystemProducer
+from millstream.embedded.local_blobstore import LocalBlobStore
+from millstream.embedded.log.admin import LogSystemAdmin
+from millstream.embedded.log.errors import LogSystemError
+from millstream.embedded.log.producer import LogSystemProducer
 from millstream.testing import InProcessRunner
 from tests.helpers import seal
 from tests.storage.test_stateful_jobs import config_for, final_stores, prepare, reference

@@ -3,10 +3,10 @@
 import pytest
 
 from millstream.checkpoint.factory import checkpoint_manager
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.errors import MillstreamError
-from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream, TaskName
 from millstream.testing import InProcessRunner, TestRunner, read_stream, write_stream
 from tests.jobs import CountingTask, FailsOnPoison, PassThrough, ShutdownAfterThree
@@ -114,8 +114,8 @@ def _bytes_job(tmp_path, extra=None) -> Settings:
 
 
 def _create(config: Settings, stream: str, values: list[bytes], seal: bool) -> None:
-    from millstream.systems.base import StreamSpec
-    from millstream.systems.registry import system_factory
+    from millstream.composition.systems import system_factory
+    from millstream.contracts.systems import StreamSpec
 
     admin = system_factory(config, "log").get_admin("log", config)
     admin.start()
@@ -135,7 +135,7 @@ def _create(config: Settings, stream: str, values: list[bytes], seal: bool) -> N
 
 
 def _seal(config: Settings, stream: str) -> None:
-    from millstream.systems.registry import system_factory
+    from millstream.composition.systems import system_factory
 
     admin = system_factory(config, "log").get_admin("log", config)
     admin.start()

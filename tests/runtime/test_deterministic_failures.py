@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
+from millstream.contracts import coordination
+from millstream.contracts.metadata import MetadataStore
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.prepare import prepare
 from millstream.job_model import JobModel
-from millstream.metadata import coordination
-from millstream.metadata.base import MetadataStore
-from millstream.metadata.opening import metadata_store
 from millstream.runtime.container import Container
 from millstream.runtime.process_errors import TaskCallbackError, TaskProcessError
 from millstream.testing import InProcessRunner

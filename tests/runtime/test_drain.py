@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from millstream.metadata import coordination
-from millstream.metadata.opening import metadata_store
+from millstream.composition.metadata import metadata_store
+from millstream.contracts import coordination
 from millstream.model import SystemStream
 from millstream.testing import InProcessRunner, read_stream
 from tests.api.test_drain import checkpointed, run_in_background

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from millstream.config.settings import Settings
+from millstream.contracts.systems import FileBudget
+from millstream.embedded.log.factory import LogSystemFactory
+from millstream.embedded.log.open_files import DESCRIPTORS_PER_PARTITION
 from millstream.errors import ConfigError
 from millstream.runtime import file_limit
 from millstream.runtime.services import ContainerServices
-from millstream.systems.base import FileBudget
-from millstream.systems.log.factory import LogSystemFactory
-from millstream.systems.log.open_files import DESCRIPTORS_PER_PARTITION
 
 
 @pytest.fixture

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from millstream.checkpoint.factory import checkpoint_manager
+from millstream.composition.metadata import metadata_store
+from millstream.composition.systems import system_factory
 from millstream.config.settings import Settings
 from millstream.control.framing import MessageType, unframe
 from millstream.coordinator.job_result import JobResult
-from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream, SystemStreamPartition, TaskName
-from millstream.systems.registry import system_factory
 from millstream.testing import InProcessRunner, iter_stream, read_stream, write_stream
 from tests.api.apps import app_config, messages, reference_counts
 from tests.helpers import create_stream, seal

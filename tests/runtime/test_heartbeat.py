@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from millstream.metadata.coordination import (
+from millstream.contracts.coordination import (
     container_heartbeats,
     driver_heartbeat,
     publish_generation,
@@ -16,7 +16,7 @@ from millstream.metadata.coordination import (
     record_heartbeat,
     start_container_attempt,
 )
-from millstream.metadata.sqlite import SqliteMetadataStore
+from millstream.embedded.sqlite import SqliteMetadataStore
 from millstream.runtime.heartbeat import ContainerHeartbeat, DriverHeartbeat, DriverWatch
 from tests.helpers import wait_until
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from millstream.config.settings import Settings
+from millstream.contracts import coordination
+from millstream.contracts.metadata import FencedError
+from millstream.embedded.sqlite import SqliteMetadataStore
 from millstream.errors import ConfigError
-from millstream.metadata import coordination
-from millstream.metadata.base import FencedError
-from millstream.metadata.sqlite import SqliteMetadataStore
 from millstream.runtime.restart import (
     RestartRecord,
     RestartSettings,

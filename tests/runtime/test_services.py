@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from millstream.config.settings import Settings
+from millstream.contracts.systems import WriterToken
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.prepare import prepare
-from millstream.metadata.sqlite import SqliteMetadataStoreFactory
+from millstream.embedded.sqlite import SqliteMetadataStoreFactory
 from millstream.model import SystemStream
 from millstream.runtime.container import Container
 from millstream.runtime.services import STORE_PURPOSES, ContainerServices
-from millstream.systems.base import WriterToken
 from millstream.testing import write_stream
 from tests.helpers import create_stream, seal
 from tests.runtime import counting

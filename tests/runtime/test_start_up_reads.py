@@ -7,11 +7,11 @@ from collections import Counter
 from typing import ClassVar
 
 from millstream.config.settings import Settings
-from millstream.metadata.base import MetadataStore
-from millstream.metadata.sqlite import SqliteMetadataStore, SqliteMetadataStoreFactory
+from millstream.contracts.metadata import MetadataStore
+from millstream.contracts.startpoints import StartpointSpecific
+from millstream.embedded.sqlite import SqliteMetadataStore, SqliteMetadataStoreFactory
 from millstream.startpoint.manager import FAN_OUT_NAMESPACE, STARTPOINT_STATUS_NAMESPACE
 from millstream.startpoint.tools import set_startpoints
-from millstream.systems.startpoints import StartpointSpecific
 from millstream.testing import InProcessRunner
 from tests.helpers import create_stream, fill, job_config, output_origins, seal
 

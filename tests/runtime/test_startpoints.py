@@ -3,11 +3,11 @@
 import threading
 import time
 
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
-from millstream.metadata.opening import metadata_store
+from millstream.contracts.startpoints import StartpointSpecific, StartpointUpcoming
 from millstream.startpoint.manager import StartpointManager
 from millstream.startpoint.tools import set_startpoints
-from millstream.systems.startpoints import StartpointSpecific, StartpointUpcoming
 from millstream.testing import InProcessRunner
 from tests.helpers import create_stream, fill, job_config, output_origins, seal
 

@@ -15,11 +15,11 @@ import pytest
 from millstream.api.task import CheckpointListener
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
 from millstream.config.settings import Settings
+from millstream.contracts.systems import WriterFencedError, WriterToken
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.runtime.task_committer import CommitSettings, TaskCommitter
 from millstream.runtime.transaction import ContainerTransaction
 from millstream.storage.errors import CommitFailedError, CommitTimeoutError
-from millstream.systems.base import WriterFencedError, WriterToken
 from tests.helpers import wait_until
 from tests.runtime.fakes import Clock
 

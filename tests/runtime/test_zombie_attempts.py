@@ -10,16 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from millstream.checkpoint.factory import checkpoint_manager
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
+from millstream.contracts import coordination
+from millstream.contracts.metadata import FencedError
+from millstream.contracts.systems import WriterFencedError
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.prepare import prepare
 from millstream.job_model import JobModel
-from millstream.metadata import coordination
-from millstream.metadata.base import FencedError
-from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream, SystemStreamPartition, TaskName
 from millstream.runtime.container import Container, ContainerResult
-from millstream.systems.base import WriterFencedError
 from millstream.testing import read_stream, write_stream
 from tests.helpers import create_stream, seal, wait_until
 from tests.storage.harness import state_config

@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 
 from millstream.checkpoint.factory import checkpoint_manager
+from millstream.composition.metadata import metadata_store
+from millstream.composition.systems import system_factory
 from millstream.config.settings import Settings
+from millstream.contracts import coordination
 from millstream.control.sender import aggregate_partition
 from millstream.coordinator.job_result import JobResult
-from millstream.metadata import coordination
-from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream, SystemStreamPartition, TaskName
 from millstream.spark.run.runner import SparkJobRunner
-from millstream.systems.registry import system_factory
 from millstream.testing import read_stream, write_stream
 from tests.api.apps import app_config, messages, reference_counts, reference_stateful, stateful_records, user_messages
 from tests.api.state_probe import persisted_control_states

@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
-from millstream.blobstore.base import blob_store
 from millstream.checkpoint.factory import checkpoint_manager
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
+from millstream.contracts.blobstore import blob_store
+from millstream.contracts.metrics_snapshot import read_snapshots
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.prepare import prepare
-from millstream.metadata.opening import metadata_store
-from millstream.metrics.snapshot import read_snapshots
 from millstream.model import TaskName
 from millstream.spark.run.runner import SparkJobRunner
 from tests.helpers import create_stream, fill, seal, wait_until

@@ -9,10 +9,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from millstream.cli.common import exit_code_of
-from millstream.metadata import coordination
-from millstream.metadata.opening import metadata_store
+from millstream.composition.metadata import metadata_store
+from millstream.contracts import coordination
+from millstream.contracts.systems import StreamOwnedError
 from millstream.spark.run.runner import SparkJobRunner
-from millstream.systems.base import StreamOwnedError
 from tests.storage.backends.changelog.test_ownership import job, prepare_input, run_to_end
 
 pytestmark = pytest.mark.spark

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.metadata.opening import metadata_store
+from millstream.composition.metadata import metadata_store
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.spark.run.runner import SparkJobRunner
 from tests.helpers import create_stream, fill, job_config, output_origins, seal

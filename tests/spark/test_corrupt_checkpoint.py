@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from millstream.checkpoint.metadata_store import CHECKPOINT_V1_NAMESPACE
-from millstream.metadata.opening import metadata_store
+from millstream.composition.metadata import metadata_store
 from millstream.spark.run.runner import SparkJobRunner
 from tests.helpers import create_stream, fill, job_config, output_origins, seal
 

@@ -12,8 +12,8 @@ import pytest
 
 from millstream.api.task import InitableTask, TaskContext
 from millstream.config.settings import Settings
+from millstream.contracts import coordination
 from millstream.coordinator.prepare import prepare
-from millstream.metadata import coordination
 from millstream.spark.run.runner import SparkJobRunner
 from tests.helpers import create_stream, fill, job_config, output_origins, seal
 from tests.jobs import PassThrough

@@ -18,14 +18,14 @@ from millstream.model import SystemStream
 from millstream.spark.run.runner import SparkJobRunner
 from millstream.testing import read_stream
 from tests.api.apps import app_config, messages, reference_counts
+from tests.embedded.log.test_exactly_once import PER_PARTITION as EOS_PER_PARTITION
+from tests.embedded.log.test_exactly_once import eos_job, exact_once
 from tests.helpers import wait_until
 from tests.job_process import input_checkpointed
 from tests.spark.run.test_liveness import _alive as alive
 from tests.spark.run.test_liveness import _running as running
 from tests.spark.test_application import output, setup
 from tests.spark.test_state import PARTITIONS, PER_PARTITION, final_store_dumps, job, paused_at, reference, run_and_kill
-from tests.systems.log.test_exactly_once import PER_PARTITION as EOS_PER_PARTITION
-from tests.systems.log.test_exactly_once import eos_job, exact_once
 
 pytestmark = pytest.mark.spark
 
@@ -88,7 +88,7 @@ def test_a_paused_container_replaced_after_the_liveness_timeout_commits_nothing_
     its next attempt fences the paused one and ends what it left open. Spark ends the paused Python worker when
     it kills the task (in local mode and on a cluster alike), so it is resumed only if it is still there; either
     way it commits nothing more and the output is exact. A paused attempt that does run again after its
-    replacement started is refused at its next append or commit (``tests/systems/log/test_exactly_once.py``)."""
+    replacement started is refused at its next append or commit (``tests/embedded/log/test_exactly_once.py``)."""
     config = eos_job(
         tmp_path,
         test__delay__seconds="0.01",

@@ -8,9 +8,9 @@ import threading
 
 import pytest
 
+from millstream.composition.metadata import metadata_store
+from millstream.contracts import coordination
 from millstream.coordinator.job_result import JobResult
-from millstream.metadata import coordination
-from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
 from millstream.spark.run.runner import SparkJobRunner
 from millstream.testing import write_stream

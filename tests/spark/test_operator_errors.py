@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from millstream.metadata import coordination
+from millstream.contracts import coordination
 from millstream.spark.run.runner import SparkJobRunner
 from tests.operators.test_operator_errors import FAILING, failing_app, outputs
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from millstream.composition.metadata import metadata_store
 from millstream.control.state import CONTROL_STATE_NAMESPACE
-from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
 from millstream.testing import read_stream
 from tests.api.apps import app_config, messages, reference_counts_per_partition

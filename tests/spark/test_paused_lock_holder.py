@@ -15,7 +15,7 @@ import pytest
 
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.prepare import prepare
-from millstream.metadata.sqlite_lock import process_state
+from millstream.embedded.sqlite_lock import process_state
 from millstream.spark.run.runner import SparkJobRunner
 from millstream.testing import InProcessRunner
 from tests.helpers import create_stream, fill, job_config, output_origins, seal, wait_until
@@ -28,7 +28,7 @@ STOP_AT = "checkpoint-v1"
 def test_a_run_superseding_a_spark_run_ends_its_stopped_lock_holder_after_the_lease_and_finishes(
     spark_local: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="millstream.metadata.sqlite")
+    caplog.set_level(logging.WARNING, logger="millstream.embedded.sqlite")
     markers = tmp_path / "markers"
 
     def config(lease_ms: int) -> Any:

@@ -13,10 +13,10 @@ import pytest
 
 from millstream.api.task import InitableTask, TaskContext
 from millstream.config.settings import Settings
+from millstream.contracts import coordination
+from millstream.contracts.metrics_snapshot import current_snapshots
 from millstream.coordinator.prepare import prepare
 from millstream.coordinator.status_document import status_document
-from millstream.metadata import coordination
-from millstream.metrics.snapshot import current_snapshots
 from millstream.runtime.restart import read_restarts
 from millstream.spark.run.runner import SparkJobRunner
 from tests.helpers import create_stream, fill, job_config, output_origins, seal

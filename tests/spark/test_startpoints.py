@@ -11,21 +11,21 @@ import time
 import pytest
 
 from millstream.checkpoint.factory import checkpoint_manager
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
-from millstream.coordinator.job_result import JobResult
-from millstream.metadata import coordination
-from millstream.metadata.opening import metadata_store
-from millstream.model import SystemStream
-from millstream.spark.run.runner import SparkJobRunner
-from millstream.startpoint.manager import StartpointManager
-from millstream.startpoint.tools import set_startpoints
-from millstream.systems.startpoints import (
+from millstream.contracts import coordination
+from millstream.contracts.startpoints import (
     StartpointOldest,
     StartpointSpecific,
     StartpointTimestamp,
     StartpointUpcoming,
     now_ms,
 )
+from millstream.coordinator.job_result import JobResult
+from millstream.model import SystemStream
+from millstream.spark.run.runner import SparkJobRunner
+from millstream.startpoint.manager import StartpointManager
+from millstream.startpoint.tools import set_startpoints
 from millstream.testing import write_stream
 from tests.helpers import create_stream, fill, job_config, output_origins, seal
 from tests.spark.run.test_runner import wait_for

@@ -20,10 +20,10 @@ import pytest
 
 from millstream.checkpoint.checkpoint import CheckpointV2
 from millstream.checkpoint.factory import checkpoint_manager
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
+from millstream.contracts import coordination
 from millstream.coordinator.job_result import JobResult
-from millstream.metadata import coordination
-from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream, TaskName
 from millstream.spark.run.runner import SparkJobRunner
 from millstream.storage.backends.blobstore.index import SnapshotIndex

@@ -1,11 +1,11 @@
 import pytest
 
-from millstream.metadata.sqlite import SqliteMetadataStore
+from millstream.contracts.startpoints import StartpointOldest, StartpointSpecific, StartpointUpcoming, now_ms
+from millstream.embedded.sqlite import SqliteMetadataStore
 from millstream.model import SystemStreamPartition as SSP
 from millstream.model import TaskName
 from millstream.startpoint.errors import StartpointManagerStoppedError
 from millstream.startpoint.manager import READ_WRITE_NAMESPACE, StartpointManager, parse_read_write_key
-from millstream.systems.startpoints import StartpointOldest, StartpointSpecific, StartpointUpcoming, now_ms
 
 P0, P1 = SSP("log", "in", 0), SSP("log", "in", 1)
 T0, T1 = TaskName("Partition 0"), TaskName("Partition 1")

@@ -5,6 +5,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from millstream.contracts.startpoints import (
+    StartpointCustom,
+    StartpointOldest,
+    StartpointSpecific,
+    StartpointTimestamp,
+    StartpointUpcoming,
+    register_startpoint_type,
+)
 from millstream.model import SystemStreamPartition as SSP
 from millstream.startpoint.errors import StartpointFormatError
 from millstream.startpoint.serde import (
@@ -12,14 +20,6 @@ from millstream.startpoint.serde import (
     fan_out_to_bytes,
     startpoint_from_bytes,
     startpoint_to_bytes,
-)
-from millstream.systems.startpoints import (
-    StartpointCustom,
-    StartpointOldest,
-    StartpointSpecific,
-    StartpointTimestamp,
-    StartpointUpcoming,
-    register_startpoint_type,
 )
 
 

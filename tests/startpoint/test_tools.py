@@ -1,10 +1,10 @@
 import pytest
 
 from millstream.config import Config
+from millstream.contracts.startpoints import StartpointOldest, StartpointTimestamp
 from millstream.errors import StreamNotFoundError
 from millstream.startpoint.errors import StartpointError
 from millstream.startpoint.tools import delete_startpoints, list_startpoints, parse_timestamp, set_startpoints
-from millstream.systems.startpoints import StartpointOldest, StartpointTimestamp
 from tests.helpers import create_stream, job_config
 
 

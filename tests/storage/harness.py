@@ -8,17 +8,17 @@ from pathlib import Path
 from typing import Any
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
+from millstream.contracts.metrics import NOOP_METRICS, MetricsRegistry
+from millstream.contracts.systems import WriterToken
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.services import DriverServices
 from millstream.job_model import JobModel
-from millstream.metadata.opening import metadata_store
-from millstream.metrics.registry import NOOP_METRICS, MetricsRegistry
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.runtime.services import ContainerServices
 from millstream.storage.managers.resources import prepare_state_resources
 from millstream.storage.managers.stores import ContainerStorageManager, TaskStorageManager
-from millstream.systems.base import WriterToken
 from millstream.systems.producers import ProducerPool
 from tests.helpers import create_stream, job_config
 
@@ -125,7 +125,7 @@ def restored_contents(
     """Restore ``task``'s store from the job's last checkpoint into ``fresh_dir`` (as a new host would),
     reporting its progress to ``metrics``, and return what it holds."""
     from millstream.checkpoint.factory import checkpoint_manager
-    from millstream.metadata.coordination import latest_job_model
+    from millstream.contracts.coordination import latest_job_model
 
     config = config.with_overrides(
         {"job.logged.store.base.dir": str(fresh_dir / "logged"), "job.non-logged.store.base.dir": str(fresh_dir / "n")}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from millstream.metadata.sqlite import SqliteMetadataStore
+from millstream.embedded.sqlite import SqliteMetadataStore
 from millstream.model import TaskName
 from millstream.storage.changelog_partitions import assign_changelog_partitions, changelog_partition
 from millstream.storage.errors import StoreError

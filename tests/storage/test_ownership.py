@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from millstream.checkpoint.checkpoint import CheckpointId
+from millstream.contracts.systems import WriterFencedError, WriterToken
 from millstream.storage.layout import checkpoint_dirs
 from millstream.storage.ownership import StoreDirectoryFencedError, claim, owned
-from millstream.systems.base import WriterFencedError, WriterToken
 from tests.storage.harness import Opened, StateHarness, state_config
 
 

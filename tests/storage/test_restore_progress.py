@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from millstream.metrics.registry import NOOP_METRICS, Registry
+from millstream.contracts.metrics import NOOP_METRICS, Registry
 from millstream.storage.restore_progress import RestoreProgress, human_bytes
 from millstream.testing import InProcessRunner
 from tests.helpers import create_stream, fill, seal

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from millstream.blobstore.base import BlobStore, BlobStoreFactory
-from millstream.blobstore.local import LocalBlobStore
 from millstream.checkpoint.checkpoint import CheckpointV1, CheckpointV2
 from millstream.checkpoint.factory import checkpoint_manager
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
+from millstream.contracts.blobstore import BlobStore, BlobStoreFactory
+from millstream.embedded.local_blobstore import LocalBlobStore
 from millstream.errors import MillstreamError
-from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream, TaskName
 from millstream.runtime.task_instance import ContainerContext
 from millstream.testing import InProcessRunner, read_stream
@@ -167,7 +167,7 @@ def test_a_blob_store_task_never_resumes_from_a_v1_written_without_its_v2(tmp_pa
     resume from the V2 (here: none, so from the start with empty stores), not from V1's offsets."""
     from millstream.checkpoint.base import WriterFence
     from millstream.checkpoint.metadata_store import MetadataStoreCheckpointManager
-    from millstream.metadata import coordination
+    from millstream.contracts import coordination
     from millstream.model import SystemStreamPartition
 
     config = config_for(tmp_path, "blobstore")

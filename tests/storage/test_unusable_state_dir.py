@@ -14,9 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from millstream.checkpoint.factory import checkpoint_manager
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
 from millstream.coordinator.job_result import JobResult
-from millstream.metadata.opening import metadata_store
 from millstream.storage.layout import StoreLayout
 from millstream.testing import InProcessRunner
 from tests.helpers import create_stream, fill, seal, wait_until

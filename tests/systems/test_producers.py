@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import threading
 
+from millstream.contracts.systems import SystemProducer
 from millstream.model import OutgoingMessageEnvelope, SystemStream
-from millstream.systems.base import SystemProducer
 from millstream.systems.producers import SerializedProducer
 from tests.helpers import wait_until
 

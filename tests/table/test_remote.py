@@ -12,7 +12,7 @@ import pytest
 
 from millstream import RemoteTable, RemoteTableError
 from millstream.config.settings import Settings
-from millstream.metrics.registry import Registry
+from millstream.contracts.metrics import Registry
 from millstream.table.provider import TableProvider
 from millstream.table.remote import RemoteTableInstance
 from millstream.table.settings import TableConfig

@@ -9,10 +9,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
-from millstream.metadata.opening import metadata_store
+from millstream.contracts.metrics_snapshot import read_snapshots
 from millstream.metrics.reporters import total
-from millstream.metrics.snapshot import read_snapshots
 from millstream.testing import InProcessRunner
 from tests.http_service import ServiceSettings, enrich_service
 from tests.runtime.test_async_tasks import async_job, outputs, per_partition

@@ -21,7 +21,6 @@ from annotated_types import Ge, Gt, Le, Lt, MaxLen, MinLen
 from pydantic.fields import FieldInfo
 
 import millstream
-from millstream.blobstore.settings import BlobStoreConfig
 from millstream.config.views import (
     AppConfig,
     ConfigView,
@@ -32,13 +31,14 @@ from millstream.config.views import (
     SystemSamzaConfig,
     TaskConfig,
 )
-from millstream.metadata.settings import MetadataConfig
-from millstream.metrics.settings import MetricsConfig
+from millstream.connectors.kafka.config import KafkaSystemConfig
+from millstream.connectors.kinesis.config import KinesisSystemConfig
+from millstream.contracts.blobstore_settings import BlobStoreConfig
+from millstream.contracts.metadata_settings import MetadataConfig
+from millstream.contracts.metrics_settings import MetricsConfig
+from millstream.embedded.log.config import LogSystemConfig
 from millstream.serde.settings import SerdeConfig
 from millstream.startpoint.settings import StartpointConfig
-from millstream.systems.kafka.config import KafkaSystemConfig
-from millstream.systems.kinesis.config import KinesisSystemConfig
-from millstream.systems.log.config import LogSystemConfig
 from millstream.table.settings import TableConfig
 
 MARKER = "<!-- config-reference -->"

@@ -40,12 +40,13 @@ from millstream.adjunct.published import (
     version_blob_name,
 )
 from millstream.adjunct.sst import write_sst
-from millstream.blobstore.base import RetryPolicy, blob_store
+from millstream.composition.metadata import metadata_store
+from millstream.composition.systems import system_factory
 from millstream.config.core import Config
 from millstream.config.settings import Settings
 from millstream.config.views import StoreConfig, store_names
+from millstream.contracts.blobstore import RetryPolicy, blob_store
 from millstream.errors import ConfigError, MillstreamError
-from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
 from millstream.serde.base import Serde
 from millstream.serde.registry import SerdeRegistry
@@ -53,7 +54,6 @@ from millstream.spark.run.connect import is_connect
 from millstream.spark.run.multi_host import refuse_host_local_blobs
 from millstream.storage.factory import storage_engine_factory
 from millstream.storage.rocksdb import RocksDbStorageEngineFactory
-from millstream.systems.registry import system_factory
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -24,8 +24,8 @@ from typing import Any
 from pyspark import RDD, SparkContext
 from pyspark.serializers import CPickleSerializer
 
-from millstream.metadata import coordination
-from millstream.metadata.base import MetadataStore
+from millstream.contracts import coordination
+from millstream.contracts.metadata import MetadataStore
 from millstream.spark.run.running_tasks import running_tasks
 from millstream.spark.run.session import local_slots
 

@@ -20,9 +20,9 @@ from pyspark.sql import SparkSession
 
 from millstream.config import Config
 from millstream.config.settings import Settings
+from millstream.contracts.metadata import MetadataStore
 from millstream.coordinator.driver_loop import Launch, LaunchOutcome
 from millstream.job_model import JobModel
-from millstream.metadata.base import MetadataStore
 from millstream.runtime.container import ContainerResult
 from millstream.spark.run.affinity import PlacementRecorder, container_rdd, launch_locations
 from millstream.spark.run.container_task import container_partition

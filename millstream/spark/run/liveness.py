@@ -27,8 +27,8 @@ from typing import Any
 from pyspark import SparkContext
 
 from millstream.config.settings import Settings
-from millstream.metadata import coordination
-from millstream.metadata.base import MetadataStore
+from millstream.contracts import coordination
+from millstream.contracts.metadata import MetadataStore
 from millstream.spark.run.running_tasks import RunningTask, running_tasks
 from millstream.spark.run.session import local_slots
 

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from millstream.blobstore.base import BLOB_STORE_FACTORIES
-from millstream.blobstore.base import FACTORY_KEY as BLOB_FACTORY_KEY
-from millstream.blobstore.settings import BlobStoreConfig
+from millstream.composition.systems import SYSTEM_FACTORIES
 from millstream.config import Config
 from millstream.config.settings import Settings
 from millstream.config.views import (
@@ -30,13 +28,15 @@ from millstream.config.views import (
     store_names,
     system_names,
 )
+from millstream.contracts.blobstore import BLOB_STORE_FACTORIES
+from millstream.contracts.blobstore import FACTORY_KEY as BLOB_FACTORY_KEY
+from millstream.contracts.blobstore_settings import BlobStoreConfig
+from millstream.contracts.metadata_factory import FACTORY_KEY as METADATA_FACTORY_KEY
+from millstream.contracts.metadata_factory import METADATA_STORE_FACTORIES
+from millstream.contracts.metadata_settings import MetadataConfig
 from millstream.errors import ConfigError
-from millstream.metadata.factory import FACTORY_KEY as METADATA_FACTORY_KEY
-from millstream.metadata.factory import METADATA_STORE_FACTORIES
-from millstream.metadata.settings import MetadataConfig
 from millstream.spark.run.session import local_slots
 from millstream.storage.backends.registry import BLOBSTORE, backup_factory_names, restore_factory_names
-from millstream.systems.registry import SYSTEM_FACTORIES
 
 SHARED_KEY = "job.shared.filesystem"
 

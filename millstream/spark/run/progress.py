@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from millstream.config.settings import Settings
+from millstream.contracts.metadata import MetadataStore
+from millstream.contracts.metrics_settings import MetricsConfig
+from millstream.contracts.metrics_snapshot import ContainerSnapshot, current_snapshots
 from millstream.errors import MillstreamError
-from millstream.metadata.base import MetadataStore
-from millstream.metrics.settings import MetricsConfig
-from millstream.metrics.snapshot import ContainerSnapshot, current_snapshots
 
 if TYPE_CHECKING:
     from pyspark import SparkContext

@@ -25,16 +25,16 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from millstream.composition.metadata import metadata_store
 from millstream.config import Config
+from millstream.contracts.metrics_settings import MetricsConfig
 from millstream.coordinator.driver_loop import DriverLoop
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.prepare import prepare
 from millstream.coordinator.services import DriverServices
 from millstream.coordinator.signals import graceful_stop_on_signals
 from millstream.coordinator.status_document import status_document
-from millstream.metadata.opening import metadata_store
 from millstream.metrics.server import metrics_endpoint
-from millstream.metrics.settings import MetricsConfig
 from millstream.spark.run.launcher import SparkLauncher
 from millstream.spark.run.multi_host import refuse_host_local_state
 from millstream.spark.run.progress import SparkProgress, status_url

@@ -3,4 +3,4 @@
 
 Independent of the runner: a source plans and reads through the systems' admins and consumers only, and
 treats every system alike (a system whose partitions split and merge is asked through
-:class:`millstream.systems.base.ShardedSystemAdmin`)."""
+:class:`millstream.contracts.systems.ShardedSystemAdmin`)."""

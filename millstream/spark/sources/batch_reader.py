@@ -33,6 +33,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from millstream.composition.systems import system_factory
 from millstream.config.core import load_config, parse_bool
 from millstream.config.settings import Settings
 from millstream.errors import MillstreamError
@@ -42,7 +43,6 @@ from millstream.serde.registry import SerdeRegistry
 from millstream.spark.sources.read_bounds import ReadBounds, StreamReadError, parse_bounds
 from millstream.spark.sources.shard_read import ShardRange, plan_shard_ranges, read_shard_range
 from millstream.spark.sources.stream_read import OffsetRange, plan_ranges, read_range
-from millstream.systems.registry import system_factory
 
 if TYPE_CHECKING:
     import pyarrow

@@ -19,9 +19,9 @@ from pyspark.sql.types import IntegerType, StringType, StructField, StructType, 
 
 from millstream.checkpoint.checkpoint import CheckpointV2
 from millstream.checkpoint.factory import checkpoint_manager
+from millstream.composition.metadata import metadata_store
 from millstream.config.core import load_config
 from millstream.config.settings import Settings
-from millstream.metadata.opening import metadata_store
 from millstream.model import TaskName
 from millstream.spark.sources.stream_read import StreamReadError
 

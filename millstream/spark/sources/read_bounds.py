@@ -22,17 +22,17 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from millstream.errors import MillstreamError
-from millstream.model import SystemStream
-from millstream.startpoint.errors import StartpointError
-from millstream.startpoint.tools import parse_timestamp
-from millstream.systems.startpoints import (
+from millstream.contracts.startpoints import (
     Startpoint,
     StartpointOldest,
     StartpointSpecific,
     StartpointTimestamp,
     StartpointUpcoming,
 )
+from millstream.errors import MillstreamError
+from millstream.model import SystemStream
+from millstream.startpoint.errors import StartpointError
+from millstream.startpoint.tools import parse_timestamp
 
 EARLIEST_WORDS = frozenset({"earliest", "oldest"})
 LATEST_WORDS = frozenset({"latest", "upcoming", "newest"})

@@ -1,6 +1,6 @@
 """Bounded reads of a stream whose partitions split and merge (Kinesis shards), for DataFrame reads: one
 Spark partition per shard, planned and read through the admin's
-:class:`~millstream.systems.base.ShardedSystemAdmin` capability, never by naming the system.
+:class:`~millstream.contracts.systems.ShardedSystemAdmin` capability, never by naming the system.
 
 A job reads Kinesis through slots and leases, because shards come and go while it runs. A batch read
 needs neither: it lists the shards once, at planning, and reads each from its start to the records that
@@ -23,13 +23,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from millstream.composition.systems import system_factory
 from millstream.config.settings import Settings
-from millstream.errors import StreamNotFoundError
-from millstream.model import IncomingMessageEnvelope, SystemStream, SystemStreamPartition
-from millstream.spark.sources.read_bounds import ReadBounds, StreamReadError
-from millstream.systems.base import ShardDescription, ShardedSystemAdmin, SystemOperationError
-from millstream.systems.registry import system_factory
-from millstream.systems.startpoints import (
+from millstream.contracts.startpoints import (
     Startpoint,
     StartpointOldest,
     StartpointSpecific,
@@ -37,6 +33,10 @@ from millstream.systems.startpoints import (
     StartpointUpcoming,
     now_ms,
 )
+from millstream.contracts.systems import ShardDescription, ShardedSystemAdmin, SystemOperationError
+from millstream.errors import StreamNotFoundError
+from millstream.model import IncomingMessageEnvelope, SystemStream, SystemStreamPartition
+from millstream.spark.sources.read_bounds import ReadBounds, StreamReadError
 
 _SHARD_NUMBER = re.compile(r"(\d+)$")
 

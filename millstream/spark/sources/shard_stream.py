@@ -1,5 +1,5 @@
 """``spark.readStream.format("millstream")`` over a stream of shards that come and go (Kinesis), read parents
-first, through the admin's :class:`~millstream.systems.base.ShardedSystemAdmin` capability.
+first, through the admin's :class:`~millstream.contracts.systems.ShardedSystemAdmin` capability.
 
 Spark's offset for a Kinesis stream names shards, not partitions::
 
@@ -45,17 +45,10 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
+from millstream.composition.metadata import metadata_store
+from millstream.composition.systems import system_factory
 from millstream.config.settings import Settings
-from millstream.metadata.opening import metadata_store
-from millstream.model import SystemStream, SystemStreamPartition
-from millstream.spark.sources.batch_reader import ReadOptions, StreamDataFrameReader, StreamInputPartition
-from millstream.spark.sources.read_bounds import StreamReadError
-from millstream.spark.sources.shard_read import ShardRange, parents_first, shard_number, sharded_admin
-from millstream.startpoint.manager import StartpointManager
-from millstream.startpoint.settings import StartpointConfig
-from millstream.systems.base import ShardDescription, ShardedSystemAdmin, SystemAdmin
-from millstream.systems.registry import system_factory
-from millstream.systems.startpoints import (
+from millstream.contracts.startpoints import (
     Startpoint,
     StartpointOldest,
     StartpointSpecific,
@@ -63,6 +56,13 @@ from millstream.systems.startpoints import (
     StartpointUpcoming,
     now_ms,
 )
+from millstream.contracts.systems import ShardDescription, ShardedSystemAdmin, SystemAdmin
+from millstream.model import SystemStream, SystemStreamPartition
+from millstream.spark.sources.batch_reader import ReadOptions, StreamDataFrameReader, StreamInputPartition
+from millstream.spark.sources.read_bounds import StreamReadError
+from millstream.spark.sources.shard_read import ShardRange, parents_first, shard_number, sharded_admin
+from millstream.startpoint.manager import StartpointManager
+from millstream.startpoint.settings import StartpointConfig
 
 if TYPE_CHECKING:
     import pyarrow

@@ -22,11 +22,11 @@ from pathlib import Path
 
 from millstream.checkpoint.checkpoint import CheckpointV2
 from millstream.checkpoint.factory import checkpoint_manager
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
 from millstream.config.views import StoreConfig, parse_stream, store_names
-from millstream.metadata.base import MetadataStore
-from millstream.metadata.coordination import latest_job_model
-from millstream.metadata.opening import metadata_store
+from millstream.contracts.coordination import latest_job_model
+from millstream.contracts.metadata import MetadataStore
 from millstream.model import TaskName
 from millstream.spark.sources.stream_read import OffsetRange, StreamReadError, plan_ranges, read_range
 from millstream.storage.backends.blobstore.factory import BlobStoreStateBackendFactory

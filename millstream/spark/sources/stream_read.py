@@ -13,13 +13,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from millstream.composition.systems import system_factory
 from millstream.config.settings import Settings
+from millstream.contracts.startpoints import Startpoint, StartpointUpcoming
+from millstream.contracts.systems import SystemAdmin, SystemStreamPartitionMetadata
 from millstream.errors import MillstreamError, StreamNotFoundError
 from millstream.model import IncomingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.spark.sources.read_bounds import ReadBounds, StreamReadError
-from millstream.systems.base import SystemAdmin, SystemStreamPartitionMetadata
-from millstream.systems.registry import system_factory
-from millstream.systems.startpoints import Startpoint, StartpointUpcoming
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ import orjson
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
+from millstream.composition.systems import system_factory
 from millstream.config.core import load_config, parse_bool
 from millstream.config.settings import Settings
 from millstream.errors import MillstreamError
@@ -33,7 +34,6 @@ from millstream.model import OutgoingMessageEnvelope, SystemStream
 from millstream.serde.base import Serde
 from millstream.serde.registry import SerdeRegistry
 from millstream.spark.sources.read_bounds import StreamReadError
-from millstream.systems.registry import system_factory
 
 if TYPE_CHECKING:
     import pyarrow

@@ -39,16 +39,16 @@ import orjson
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
+from millstream.composition.metadata import metadata_store
+from millstream.composition.systems import system_factory
 from millstream.config.settings import Settings
-from millstream.metadata.opening import metadata_store
+from millstream.contracts.startpoints import Startpoint, StartpointOldest, StartpointSpecific, StartpointUpcoming
+from millstream.contracts.systems import SystemAdmin
 from millstream.model import SystemStreamPartition
 from millstream.spark.sources.batch_reader import ReadOptions, StreamDataFrameReader, StreamInputPartition
 from millstream.spark.sources.stream_read import OffsetRange, StreamReadError
 from millstream.startpoint.manager import StartpointManager
 from millstream.startpoint.settings import StartpointConfig
-from millstream.systems.base import SystemAdmin
-from millstream.systems.registry import system_factory
-from millstream.systems.startpoints import Startpoint, StartpointOldest, StartpointSpecific, StartpointUpcoming
 
 if TYPE_CHECKING:
     import pyarrow

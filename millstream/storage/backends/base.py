@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
-from millstream.metrics.registry import NOOP_METRICS, MetricsRegistry
+from millstream.contracts.metrics import NOOP_METRICS, MetricsRegistry
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.storage.layout import LIVE, StoreDirListing
 
@@ -31,10 +31,10 @@ if TYPE_CHECKING:
     from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId
     from millstream.config.settings import Settings
     from millstream.config.views import StoreConfig
+    from millstream.contracts.metadata import MetadataStore
+    from millstream.contracts.systems import SystemAdmin, SystemConsumer, SystemProducer, WriterToken
     from millstream.job_model import JobModel, TaskModel
-    from millstream.metadata.base import MetadataStore
     from millstream.storage.kv import ChangelogWriter, KeyValueStorageEngine
-    from millstream.systems.base import SystemAdmin, SystemConsumer, SystemProducer, WriterToken
 
 
 @dataclass(frozen=True)

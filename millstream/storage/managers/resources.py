@@ -7,8 +7,8 @@ from collections.abc import Mapping
 
 from millstream.config.settings import Settings
 from millstream.config.views import StoreConfig, task_store_names
+from millstream.contracts.metadata import MetadataStore
 from millstream.job_model import JobModel
-from millstream.metadata.base import MetadataStore
 from millstream.storage.backends.base import AdminSource, StateBackendFactory
 from millstream.storage.backends.registry import backup_factories
 from millstream.storage.changelog_partitions import assign_changelog_partitions

@@ -34,9 +34,9 @@ from typing import Self
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
 from millstream.config.settings import Settings
 from millstream.config.views import StoreConfig, parse_stream, task_store_names
+from millstream.contracts.metadata import MetadataStore
+from millstream.contracts.metrics import NOOP_METRICS, MetricsRegistry
 from millstream.job_model import JobModel, TaskModel
-from millstream.metadata.base import MetadataStore
-from millstream.metrics.registry import NOOP_METRICS, MetricsRegistry
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.serde.registry import SerdeRegistry
 from millstream.storage.backends.base import (

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from millstream.blobstore.settings import BlobStoreConfig
 from millstream.config.settings import Settings
 from millstream.config.views import StoreConfig, adjunct_store_names, parse_stream, store_names
+from millstream.contracts.blobstore_settings import BlobStoreConfig
 from millstream.errors import ConfigError
 from millstream.storage.backends.registry import backup_factories, restore_factories, state_backend_factory_class
 from millstream.storage.factory import storage_engine_factory

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from millstream import TaskContext
-from millstream.systems.kafka.admin import KafkaSystemAdmin
+from millstream.connectors.kafka.admin import KafkaSystemAdmin
 from tests.integration.kafka.jobs import KafkaCountPerKey
 
 LISTING_OFFSETS = "listing-offsets"

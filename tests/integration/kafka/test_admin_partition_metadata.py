@@ -8,10 +8,10 @@ from collections.abc import Iterable
 
 import pytest
 
+from millstream.connectors.kafka.admin import KafkaSystemAdmin
+from millstream.connectors.kafka.factory import KafkaSystemFactory
+from millstream.contracts.systems import StreamSpec
 from millstream.model import SystemStreamPartition
-from millstream.systems.base import StreamSpec
-from millstream.systems.kafka.admin import KafkaSystemAdmin
-from millstream.systems.kafka.factory import KafkaSystemFactory
 from tests.integration.kafka.helpers import SYSTEM, create_topic, kafka_config, produce
 
 pytestmark = pytest.mark.integration

@@ -14,11 +14,11 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from millstream.checkpoint.base import WriterFence
 from millstream.checkpoint.checkpoint import CheckpointV1
 from millstream.checkpoint.factory import checkpoint_manager
-from millstream.metadata import coordination
-from millstream.metadata.sqlite import SqliteMetadataStore
+from millstream.connectors.kafka import checkpoint as kafka_checkpoint
+from millstream.connectors.kafka.metadata import KafkaMetadataStore
+from millstream.contracts import coordination
+from millstream.embedded.sqlite import SqliteMetadataStore
 from millstream.model import SystemStreamPartition, TaskName
-from millstream.systems.kafka import checkpoint as kafka_checkpoint
-from millstream.systems.kafka.metadata import KafkaMetadataStore
 from tests.integration.kafka.helpers import kafka_config
 
 pytestmark = pytest.mark.integration
@@ -149,7 +149,7 @@ def test_a_checkpoint_transaction_the_restarted_broker_timed_out_is_written_agai
     checkpoints.write_checkpoint(task, CheckpointV1({ssp: "1"}))
     assert isinstance(checkpoints, kafka_checkpoint.KafkaCheckpointManager)
     store.armed_for_topic = checkpoints.topic
-    with caplog.at_level(logging.WARNING, logger="millstream.systems.kafka.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="millstream.connectors.kafka.checkpoint"):
         checkpoints.write_checkpoint(task, CheckpointV1({ssp: "2"}))
     checkpoints.stop()
     assert store.up_at is not None, "the broker restarted while the transaction was open"

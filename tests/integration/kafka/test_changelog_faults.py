@@ -18,18 +18,18 @@ import pytest
 from millstream.checkpoint.base import CheckpointManager, WriterFence
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1
 from millstream.checkpoint.factory import checkpoint_manager
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
-from millstream.metadata import coordination
-from millstream.metadata.base import MetadataStore
-from millstream.metadata.opening import metadata_store
+from millstream.connectors.kafka import checkpoint as kafka_checkpoint
+from millstream.connectors.kafka.admin import KafkaSystemAdmin
+from millstream.connectors.kafka.errors import KafkaSystemError
+from millstream.connectors.kafka.replicated_log import ReplicatedLogTimeoutError
+from millstream.contracts import coordination
+from millstream.contracts.metadata import MetadataStore
 from millstream.model import SystemStreamPartition
 from millstream.runtime.services import ContainerServices
 from millstream.storage.errors import StateBackupError
 from millstream.storage.managers.stores import ContainerStorageManager
-from millstream.systems.kafka import checkpoint as kafka_checkpoint
-from millstream.systems.kafka.admin import KafkaSystemAdmin
-from millstream.systems.kafka.errors import KafkaSystemError
-from millstream.systems.kafka.replicated_log import ReplicatedLogTimeoutError
 from tests.integration.conftest import ProxiedKafka
 from tests.integration.kafka.helpers import kafka_config
 from tests.integration.network import BlackHoleProxy

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
+from millstream.connectors.kafka.factory import KafkaSystemFactory
+from millstream.contracts import coordination
+from millstream.contracts.systems import StreamOwnedError, StreamOwner, StreamSpec
 from millstream.coordinator.job_coordinator import JobCoordinator
-from millstream.metadata import coordination
-from millstream.metadata.opening import metadata_store
-from millstream.systems.base import StreamOwnedError, StreamOwner, StreamSpec
-from millstream.systems.kafka.factory import KafkaSystemFactory
 from millstream.testing import InProcessRunner
 from tests.integration.kafka.helpers import create_topic
 from tests.integration.kafka.helpers import job_config as kafka_job_config

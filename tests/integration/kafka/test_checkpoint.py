@@ -20,12 +20,12 @@ from millstream.checkpoint.checkpoint import (
     CheckpointV2,
 )
 from millstream.checkpoint.factory import checkpoint_manager
+from millstream.composition.metadata import metadata_store
 from millstream.config import Config
-from millstream.metadata import coordination
-from millstream.metadata.base import FencedError
-from millstream.metadata.opening import metadata_store
+from millstream.connectors.kafka.checkpoint import KafkaCheckpointManager, checkpoint_key
+from millstream.contracts import coordination
+from millstream.contracts.metadata import FencedError
 from millstream.model import SystemStreamPartition, TaskName
-from millstream.systems.kafka.checkpoint import KafkaCheckpointManager, checkpoint_key
 from tests.integration.kafka.helpers import kafka_config, read_all
 
 pytestmark = pytest.mark.integration
@@ -95,7 +95,7 @@ def test_checkpoints_are_written_as_samza_keys_and_v1_values_in_a_compacted_topi
     assert orjson.loads(records[-1].value()) == {
         "SystemStreamPartition [kafka, in, 1]": {"system": "kafka", "stream": "in", "partition": "1", "offset": "7"}
     }
-    from millstream.systems.kafka.factory import KafkaSystemFactory
+    from millstream.connectors.kafka.factory import KafkaSystemFactory
 
     admin = KafkaSystemFactory().get_admin("kafka", config)
     assert admin.get_system_stream_metadata([topic])[topic].partition_count == 1
@@ -248,7 +248,7 @@ def test_a_reader_waits_for_an_open_checkpoint_transaction_and_never_sees_it_whe
 
 
 def test_a_reader_of_a_job_that_never_checkpointed_reads_nothing_and_creates_nothing(config, store):
-    from millstream.systems.kafka.factory import KafkaSystemFactory
+    from millstream.connectors.kafka.factory import KafkaSystemFactory
 
     reader = manager(config, store)
     assert reader.read_all() == {}

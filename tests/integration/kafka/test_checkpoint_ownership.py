@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
-from millstream.metadata import coordination
-from millstream.metadata.opening import metadata_store
-from millstream.systems.base import StreamOwnedError
+from millstream.contracts import coordination
+from millstream.contracts.systems import StreamOwnedError
 from millstream.testing import InProcessRunner
 from tests.storage.backends.changelog.test_ownership import TASK_CLASS, prepare_input, run_to_end
 from tests.storage.harness import state_config

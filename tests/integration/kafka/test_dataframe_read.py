@@ -14,9 +14,9 @@ from pyspark.sql import SparkSession
 from millstream.checkpoint.base import WriterFence
 from millstream.checkpoint.checkpoint import CheckpointV1
 from millstream.checkpoint.factory import checkpoint_manager
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
-from millstream.metadata import coordination
-from millstream.metadata.opening import metadata_store
+from millstream.contracts import coordination
 from millstream.model import SystemStream, SystemStreamPartition, TaskName
 from millstream.spark.run.session import build_session
 from millstream.testing import write_stream

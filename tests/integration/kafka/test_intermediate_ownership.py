@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from millstream.config.settings import Settings
+from millstream.contracts.systems import StreamOwnedError
 from millstream.coordinator.services import DriverServices
 from millstream.model import SystemStream
 from millstream.operators.planner import ensure_intermediate_streams as ensure_streams
-from millstream.systems.base import StreamOwnedError
 from tests.api.apps import app_config
 from tests.helpers import create_stream
 

@@ -10,8 +10,8 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
 from millstream.checkpoint.factory import checkpoint_manager
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
-from millstream.metadata.opening import metadata_store
 from millstream.spark.run.runner import SparkJobRunner
 from tests.api.apps import app_config, messages, reference_counts
 from tests.spark.test_application import output, setup

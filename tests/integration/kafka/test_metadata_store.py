@@ -11,14 +11,14 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
+from millstream.connectors.kafka.errors import KafkaBrokersUnreachableError
+from millstream.connectors.kafka.metadata import KafkaMetadataStore
+from millstream.connectors.kafka.replicated_log import ReplicatedLogTopicError
+from millstream.contracts import coordination
+from millstream.contracts.metadata import FencedError
 from millstream.errors import ConfigError
-from millstream.metadata import coordination
-from millstream.metadata.base import FencedError
-from millstream.metadata.opening import metadata_store
-from millstream.systems.kafka.errors import KafkaBrokersUnreachableError
-from millstream.systems.kafka.metadata import KafkaMetadataStore
-from millstream.systems.kafka.replicated_log import ReplicatedLogTopicError
 from tests.integration.kafka.helpers import create_topic, kafka_config
 from tests.integration.processes import free_port
 

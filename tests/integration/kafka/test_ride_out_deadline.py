@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from millstream.metadata import coordination
-from millstream.metadata.opening import metadata_store
+from millstream.composition.metadata import metadata_store
+from millstream.connectors.kafka.admin import KafkaSystemAdmin
+from millstream.connectors.kafka.config import KafkaClientSettings
+from millstream.connectors.kafka.errors import KafkaProduceError, KafkaSystemError
+from millstream.contracts import coordination
+from millstream.contracts.systems import WriterToken
 from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from millstream.runtime.services import ContainerServices
-from millstream.systems.base import WriterToken
-from millstream.systems.kafka.admin import KafkaSystemAdmin
-from millstream.systems.kafka.config import KafkaClientSettings
-from millstream.systems.kafka.errors import KafkaProduceError, KafkaSystemError
 from tests.integration.conftest import ProxiedKafka
 from tests.integration.kafka.helpers import create_topic, kafka_config
 

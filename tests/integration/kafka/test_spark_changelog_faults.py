@@ -18,9 +18,9 @@ from confluent_kafka import KafkaError, KafkaException
 from pyspark.sql import SparkSession
 
 from millstream.checkpoint.factory import checkpoint_manager
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
-from millstream.metadata import coordination
-from millstream.metadata.opening import metadata_store
+from millstream.contracts import coordination
 from millstream.model import TaskName
 from tests.helpers import wait_until
 from tests.integration.conftest import ProxiedKafka

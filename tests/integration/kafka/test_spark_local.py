@@ -15,10 +15,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from millstream.checkpoint.factory import checkpoint_manager
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
+from millstream.contracts import coordination
 from millstream.coordinator.job_result import JobResult
-from millstream.metadata import coordination
-from millstream.metadata.opening import metadata_store
 from millstream.spark.run.runner import SparkJobRunner
 from tests.integration.kafka.helpers import TopicTail, create_topic, job_config, produce_numbers
 

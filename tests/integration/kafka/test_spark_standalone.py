@@ -16,8 +16,8 @@ import orjson
 import pytest
 from pyspark.sql import SparkSession
 
-from millstream.metadata import coordination
-from millstream.metadata.opening import metadata_store
+from millstream.composition.metadata import metadata_store
+from millstream.contracts import coordination
 from millstream.spark.run.session import build_session
 from tests.helpers import wait_until
 from tests.integration.kafka.helpers import (

@@ -9,11 +9,11 @@ import uuid
 import pytest
 
 from millstream.checkpoint.factory import checkpoint_manager
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
-from millstream.metadata.opening import metadata_store
+from millstream.connectors.kafka.factory import KafkaSystemFactory
 from millstream.spark.run.runner import SparkJobRunner
 from millstream.spark.run.session import build_session
-from millstream.systems.kafka.factory import KafkaSystemFactory
 from tests.helpers import create_stream, fill, seal
 from tests.storage.harness import state_config
 from tests.storage.test_stateful_jobs import TASK_CLASS, final_stores, prepare, reference, run_to_end, run_until_read

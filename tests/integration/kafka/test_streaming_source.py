@@ -12,10 +12,10 @@ import yaml
 from pyspark.sql import SparkSession
 
 from millstream.config.settings import Settings
+from millstream.contracts.startpoints import StartpointSpecific
 from millstream.model import SystemStream
 from millstream.spark.run.session import build_session
 from millstream.startpoint.tools import list_startpoints, set_startpoints
-from millstream.systems.startpoints import StartpointSpecific
 from millstream.testing import write_stream
 from tests.integration.kafka.helpers import create_topic, kafka_config
 from tests.spark.streaming import run_available_now

@@ -8,11 +8,8 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from millstream.coordinator.prepare import prepare
-from millstream.errors import ConfigError, StreamNotFoundError
-from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
-from millstream.systems.base import StreamSpec, WriterToken
-from millstream.systems.kafka.errors import (
+from millstream.composition.systems import system_factory
+from millstream.connectors.kafka.errors import (
     KafkaBrokersUnreachableError,
     KafkaClientConfigError,
     KafkaOffsetOutOfRangeError,
@@ -20,9 +17,12 @@ from millstream.systems.kafka.errors import (
     KafkaRecordTooLargeError,
     KafkaSystemError,
 )
-from millstream.systems.kafka.factory import KafkaSystemFactory
-from millstream.systems.kafka.partitioner import murmur2, partition_for_key
-from millstream.systems.registry import system_factory
+from millstream.connectors.kafka.factory import KafkaSystemFactory
+from millstream.connectors.kafka.partitioner import murmur2, partition_for_key
+from millstream.contracts.systems import StreamSpec, WriterToken
+from millstream.coordinator.prepare import prepare
+from millstream.errors import ConfigError, StreamNotFoundError
+from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from tests.helpers import wait_until
 from tests.integration.kafka.helpers import SYSTEM, create_topic, kafka_config, produce, read_all
 from tests.integration.processes import free_port

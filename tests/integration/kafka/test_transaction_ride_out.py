@@ -19,17 +19,17 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
-from millstream.metadata import coordination
-from millstream.metadata.base import MetadataStore
-from millstream.metadata.opening import metadata_store
+from millstream.connectors.kafka import factory as kafka_factory
+from millstream.connectors.kafka.config import KafkaClientSettings
+from millstream.connectors.kafka.errors import KafkaTransactionAbortedError
+from millstream.connectors.kafka.transactions import fence_transactional_id
+from millstream.contracts import coordination
+from millstream.contracts.metadata import MetadataStore
+from millstream.contracts.systems import WriterFencedError, WriterToken
 from millstream.model import OutgoingMessageEnvelope, SystemStream, TaskName
 from millstream.runtime.services import ContainerServices
-from millstream.systems.base import WriterFencedError, WriterToken
-from millstream.systems.kafka import factory as kafka_factory
-from millstream.systems.kafka.config import KafkaClientSettings
-from millstream.systems.kafka.errors import KafkaTransactionAbortedError
-from millstream.systems.kafka.transactions import fence_transactional_id
 from millstream.systems.producers import ProducerPool
 from millstream.testing import InProcessRunner
 from tests.helpers import wait_until
@@ -139,7 +139,7 @@ def test_a_transaction_the_restarted_broker_aborted_is_sent_again_and_committed_
     write(container, 100, 250)
     abort_by_broker_restart(kafka_broker, bootstrap, container, 250)
 
-    with caplog.at_level(logging.WARNING, logger="millstream.systems.kafka.producer"):
+    with caplog.at_level(logging.WARNING, logger="millstream.connectors.kafka.producer"):
         started = time.monotonic()
         container.pool.flush(SOURCE)  # the commit: ridden out, not a WriterFencedError
     assert "no newer attempt exists, so its 150 record(s) are sent again" in caplog.text, caplog.text
@@ -226,7 +226,7 @@ def test_a_stateful_job_rides_out_a_broker_restart_mid_transaction_without_a_con
     runner = InProcessRunner(config)
     outcome: dict[str, Any] = {}
     thread = threading.Thread(target=lambda: outcome.setdefault("result", runner.run(timeout=300)), daemon=True)
-    with caplog.at_level(logging.WARNING, logger="millstream.systems.kafka.producer"):
+    with caplog.at_level(logging.WARNING, logger="millstream.connectors.kafka.producer"):
         thread.start()
         try:
             wait_until(lambda: checkpointed_messages(config, source) > 0, 120, "a first checkpoint")

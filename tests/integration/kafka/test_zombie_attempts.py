@@ -14,10 +14,14 @@ from typing import Any
 
 import pytest
 
+from millstream.composition.metadata import metadata_store
+from millstream.composition.systems import system_factory
 from millstream.config.settings import Settings
+from millstream.connectors.kafka.factory import MAX_TRANSACTION_TIMEOUT_MS, transaction_timeout_ms
+from millstream.connectors.kafka.producer import SERVE_EVERY, KafkaSystemProducer
+from millstream.contracts.systems import WriterFencedError, WriterToken
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.prepare import prepare
-from millstream.metadata.opening import metadata_store
 from millstream.model import (
     IncomingMessageEnvelope,
     OutgoingMessageEnvelope,
@@ -26,10 +30,6 @@ from millstream.model import (
     TaskName,
 )
 from millstream.runtime.process_errors import ProcessErrorPolicy
-from millstream.systems.base import WriterFencedError, WriterToken
-from millstream.systems.kafka.factory import MAX_TRANSACTION_TIMEOUT_MS, transaction_timeout_ms
-from millstream.systems.kafka.producer import SERVE_EVERY, KafkaSystemProducer
-from millstream.systems.registry import system_factory
 from millstream.testing import InProcessRunner, read_stream, write_stream
 from tests.api.test_in_process import run_in_background
 from tests.helpers import create_stream, seal, wait_until

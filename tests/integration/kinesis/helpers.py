@@ -10,13 +10,13 @@ from typing import Any
 import boto3
 from botocore.config import Config as BotoConfig
 
+from millstream.composition.systems import system_factory
 from millstream.config.settings import Settings
+from millstream.connectors.kinesis.admin import KinesisSystemAdmin
+from millstream.connectors.kinesis.consumer import SEQUENCE_NUMBER_HEADER, SHARD_ID_HEADER, KinesisSystemConsumer
+from millstream.connectors.kinesis.factory import KinesisSystemFactory
 from millstream.coordinator.prepare import prepare
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition
-from millstream.systems.kinesis.admin import KinesisSystemAdmin
-from millstream.systems.kinesis.consumer import SEQUENCE_NUMBER_HEADER, SHARD_ID_HEADER, KinesisSystemConsumer
-from millstream.systems.kinesis.factory import KinesisSystemFactory
-from millstream.systems.registry import system_factory
 from tests.helpers import wait_until
 from tests.integration.kinesis.emulator import ACCESS_KEY, REGION, SECRET_KEY
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from millstream import InitableTask, OutgoingMessageEnvelope, StreamTask, SystemStream, TaskContext
-from millstream.systems.kinesis.consumer import SEQUENCE_NUMBER_HEADER, SHARD_ID_HEADER
+from millstream.connectors.kinesis.consumer import SEQUENCE_NUMBER_HEADER, SHARD_ID_HEADER
 
 OUTPUT = SystemStream("log", "out")
 

@@ -6,18 +6,18 @@ import time
 
 import pytest
 
-from millstream.errors import StreamNotFoundError
-from millstream.model import SystemStreamPartition
-from millstream.systems.base import StreamSpec
-from millstream.systems.kinesis.admin import SLOT_METADATA
-from millstream.systems.kinesis.errors import KinesisOffsetError, KinesisSystemError
-from millstream.systems.kinesis.offsets import StartpointMarker
-from millstream.systems.startpoints import (
+from millstream.connectors.kinesis.admin import SLOT_METADATA
+from millstream.connectors.kinesis.errors import KinesisOffsetError, KinesisSystemError
+from millstream.connectors.kinesis.offsets import StartpointMarker
+from millstream.contracts.startpoints import (
     StartpointOldest,
     StartpointSpecific,
     StartpointTimestamp,
     StartpointUpcoming,
 )
+from millstream.contracts.systems import StreamSpec
+from millstream.errors import StreamNotFoundError
+from millstream.model import SystemStreamPartition
 from tests.integration.kinesis.helpers import SYSTEM, create_stream, kinesis_config, put, started_admin
 
 pytestmark = pytest.mark.integration

@@ -12,11 +12,16 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from millstream.connectors.kinesis.errors import KinesisOffsetError, KinesisReadError, KinesisSystemError
+from millstream.connectors.kinesis.offsets import parse_offset
+from millstream.contracts.startpoints import (
+    StartpointOldest,
+    StartpointSpecific,
+    StartpointTimestamp,
+    StartpointUpcoming,
+)
+from millstream.contracts.systems import StreamSpec
 from millstream.model import SystemStreamPartition
-from millstream.systems.base import StreamSpec
-from millstream.systems.kinesis.errors import KinesisOffsetError, KinesisReadError, KinesisSystemError
-from millstream.systems.kinesis.offsets import parse_offset
-from millstream.systems.startpoints import StartpointOldest, StartpointSpecific, StartpointTimestamp, StartpointUpcoming
 from tests.integration.kinesis.helpers import (
     SYSTEM,
     CheckpointingDriver,

@@ -12,11 +12,11 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 from millstream.config import Config
+from millstream.connectors.kinesis.shards import Shard
+from millstream.contracts.startpoints import now_ms
 from millstream.model import SystemStream
 from millstream.spark.sources.read_bounds import ReadBounds
 from millstream.spark.sources.shard_read import parents_first, plan_shard_ranges, read_shard_range
-from millstream.systems.kinesis.shards import Shard
-from millstream.systems.startpoints import now_ms
 from tests.helpers import wait_until
 from tests.integration.kinesis.helpers import (
     create_stream,

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from pyspark.sql.types import StringType, StructField, StructType
 
-from millstream.systems.kinesis.shards import ShardLineage
+from millstream.connectors.kinesis.shards import ShardLineage
 from tests.integration.kinesis.helpers import create_stream, kinesis_config, started_admin
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

@@ -7,10 +7,10 @@ import time
 import orjson
 import pytest
 
-from millstream.metadata.opening import metadata_store
+from millstream.composition.metadata import metadata_store
+from millstream.connectors.kinesis.dynamodb import DynamoDBLeaseStore
+from millstream.connectors.kinesis.leases import LEASE_NAMESPACE
 from millstream.model import SystemStreamPartition
-from millstream.systems.kinesis.dynamodb import DynamoDBLeaseStore
-from millstream.systems.kinesis.leases import LEASE_NAMESPACE
 from tests.integration.kinesis.emulator import ACCESS_KEY, REGION, SECRET_KEY
 from tests.integration.kinesis.helpers import (
     SYSTEM,

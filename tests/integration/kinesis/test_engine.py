@@ -7,12 +7,12 @@ import time
 
 import pytest
 
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
+from millstream.contracts.startpoints import StartpointOldest, StartpointTimestamp
 from millstream.coordinator.job_result import JobResult
-from millstream.metadata.opening import metadata_store
 from millstream.startpoint.manager import StartpointManager
 from millstream.startpoint.tools import set_startpoints
-from millstream.systems.startpoints import StartpointOldest, StartpointTimestamp
 from millstream.testing import InProcessRunner
 from tests.integration.kinesis.helpers import SYSTEM, create_stream
 from tests.integration.kinesis.jobs_support import Loader, job_config, output, wait_until

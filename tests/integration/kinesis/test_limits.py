@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
+from millstream.connectors.kinesis.config import KinesisClients
 from millstream.coordinator.job_coordinator import JobCoordinator
 from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError
-from millstream.metadata.opening import metadata_store
-from millstream.systems.kinesis.config import KinesisClients
 from tests.integration.kinesis.helpers import SYSTEM, create_stream
 from tests.integration.kinesis.jobs_support import job_config
 

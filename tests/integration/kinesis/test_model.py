@@ -6,10 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from millstream.model import SystemStreamPartition
-from millstream.systems.kinesis.allocation import SlotAllocationError, SlotAllocator
-from millstream.systems.kinesis.leases import CounterObserver, Lease, balance, readable_shards
-from millstream.systems.kinesis.offsets import (
+from millstream.connectors.kinesis.allocation import SlotAllocationError, SlotAllocator
+from millstream.connectors.kinesis.leases import CounterObserver, Lease, balance, readable_shards
+from millstream.connectors.kinesis.offsets import (
     ShardOffset,
     ShardPosition,
     StartpointMarker,
@@ -17,8 +16,9 @@ from millstream.systems.kinesis.offsets import (
     format_offset,
     parse_offset,
 )
-from millstream.systems.kinesis.shards import Shard, ShardLineage, hash_key_of
-from millstream.systems.kinesis.throttling import Backoff, ShardReadLimiter
+from millstream.connectors.kinesis.shards import Shard, ShardLineage, hash_key_of
+from millstream.connectors.kinesis.throttling import Backoff, ShardReadLimiter
+from millstream.model import SystemStreamPartition
 
 pytestmark = pytest.mark.integration
 

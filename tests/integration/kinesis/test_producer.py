@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from millstream.connectors.kinesis.errors import KinesisProduceError, KinesisSystemError
+from millstream.connectors.kinesis.factory import KinesisSystemFactory
+from millstream.connectors.kinesis.producer import headers_with_explicit_hash_key
+from millstream.connectors.kinesis.shards import ShardLineage
+from millstream.contracts.systems import StreamSpec
 from millstream.model import OutgoingMessageEnvelope, SystemStream
-from millstream.systems.base import StreamSpec
-from millstream.systems.kinesis.errors import KinesisProduceError, KinesisSystemError
-from millstream.systems.kinesis.factory import KinesisSystemFactory
-from millstream.systems.kinesis.producer import headers_with_explicit_hash_key
-from millstream.systems.kinesis.shards import ShardLineage
 from tests.integration.kinesis.helpers import SYSTEM, kinesis_config, raw_client, started_admin
 
 pytestmark = pytest.mark.integration

@@ -11,12 +11,12 @@ import pytest
 from pyspark.sql import SparkSession
 
 from millstream.checkpoint.factory import checkpoint_manager
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
+from millstream.connectors.kinesis.leases import LEASE_NAMESPACE, Lease
+from millstream.contracts import coordination
 from millstream.coordinator.job_result import JobResult
-from millstream.metadata import coordination
-from millstream.metadata.opening import metadata_store
 from millstream.spark.run.runner import SparkJobRunner
-from millstream.systems.kinesis.leases import LEASE_NAMESPACE, Lease
 from tests.integration.kinesis.helpers import create_stream, started_admin
 from tests.integration.kinesis.jobs_support import (
     Loader,

@@ -13,11 +13,11 @@ import yaml
 from pyspark.sql import DataFrame, SparkSession
 
 from millstream.config import Config
+from millstream.contracts.startpoints import StartpointOldest, StartpointSpecific
 from millstream.spark.sources.shard_stream import ShardedStreamReader
 from millstream.spark.sources.stream_read import StreamReadError
 from millstream.spark.sources.streaming_source import stream_reader
 from millstream.startpoint.tools import list_startpoints, set_startpoints
-from millstream.systems.startpoints import StartpointOldest, StartpointSpecific
 from tests.integration.kinesis.helpers import (
     create_stream,
     kinesis_config,

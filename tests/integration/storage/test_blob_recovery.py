@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from millstream.blobstore.base import BlobStore
 from millstream.config.settings import Settings
+from millstream.contracts.blobstore import BlobStore
 from millstream.storage.backends.blobstore.index import SnapshotIndex
 from tests.helpers import fill, seal
 from tests.integration.storage.conftest import BlobTarget

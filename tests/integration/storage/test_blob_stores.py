@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from millstream.blobstore.base import BlobNotFoundError, BlobStore, blob_store
 from millstream.config.settings import Settings
+from millstream.contracts.blobstore import BlobNotFoundError, BlobStore, blob_store
 from millstream.coordinator.prepare import prepare
 from millstream.model import SystemStream
 from millstream.storage.backends.blobstore.index import SnapshotIndex

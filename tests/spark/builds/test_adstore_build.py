@@ -23,10 +23,10 @@ from millstream.adjunct.published import (
     list_versions,
     store_blob_prefix,
 )
-from millstream.blobstore.base import blob_store
+from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
+from millstream.contracts.blobstore import blob_store
 from millstream.errors import ConfigError
-from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
 from millstream.serde.builtin import JsonSerde
 from millstream.spark.builds.adstore_build import DatasetError, DatasetSchemaError, build_version

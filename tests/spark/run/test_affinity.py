@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from millstream.metadata import coordination
-from millstream.metadata.sqlite import SqliteMetadataStore
+from millstream.contracts import coordination
+from millstream.embedded.sqlite import SqliteMetadataStore
 from millstream.spark.run.affinity import container_rdd, preferred_locations, rdd_preferred_locations
 
 pytestmark = pytest.mark.spark

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from millstream.composition.metadata import metadata_store
+from millstream.contracts import coordination
 from millstream.errors import ConfigError
-from millstream.metadata import coordination
-from millstream.metadata.opening import metadata_store
 from millstream.spark.run.runner import SparkJobRunner
 from millstream.spark.run.session import build_session, cluster_slots
 from tests.helpers import create_stream, fill, job_config, output_origins, seal, wait_until

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from millstream.composition.metadata import metadata_store
+from millstream.contracts import coordination
 from millstream.coordinator.job_result import JobResult
-from millstream.metadata import coordination
-from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
 from millstream.spark.run.runner import SparkJobRunner
 from millstream.spark.run.session import build_session

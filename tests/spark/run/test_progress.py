@@ -3,8 +3,8 @@ themselves, read back from the Spark UI, are tested in ``test_observability.py``
 
 from __future__ import annotations
 
-from millstream.metrics.registry import Sample
-from millstream.metrics.snapshot import ContainerSnapshot
+from millstream.contracts.metrics import Sample
+from millstream.contracts.metrics_snapshot import ContainerSnapshot
 from millstream.spark.run.progress import Progress, progress_of
 
 

@@ -10,9 +10,9 @@ import time
 import pytest
 
 from millstream.checkpoint.factory import checkpoint_manager
+from millstream.composition.metadata import metadata_store
+from millstream.contracts import coordination
 from millstream.coordinator.job_result import JobResult
-from millstream.metadata import coordination
-from millstream.metadata.opening import metadata_store
 from millstream.spark.run.runner import SparkJobRunner
 from tests.helpers import create_stream, fill, job_config, output_origins, seal
 

@@ -16,10 +16,10 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 from millstream.config import Config
+from millstream.contracts.startpoints import now_ms
 from millstream.errors import MillstreamError
 from millstream.model import SystemStream
 from millstream.spark.sources import datasource, store_datasource
-from millstream.systems.startpoints import now_ms
 from millstream.testing import iter_stream, write_stream
 from tests.helpers import create_stream, job_config, wait_until
 

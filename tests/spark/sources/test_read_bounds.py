@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from millstream.spark.sources.read_bounds import ReadBounds, StreamReadError, parse_bounds, parse_offsets
-from millstream.systems.startpoints import (
+from millstream.contracts.startpoints import (
     StartpointSpecific,
     StartpointTimestamp,
 )
+from millstream.spark.sources.read_bounds import ReadBounds, StreamReadError, parse_bounds, parse_offsets
 
 
 def kinds(bounds: ReadBounds) -> tuple[object, ...]:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 
+from millstream.connectors.kafka.admin import KafkaSystemAdmin
+from millstream.connectors.kinesis.admin import KinesisSystemAdmin
+from millstream.contracts.systems import ShardedSystemAdmin
+from millstream.embedded.log.admin import LogSystemAdmin
 from millstream.model import SystemStream
 from millstream.spark.sources.read_bounds import StreamReadError
 from millstream.spark.sources.shard_read import sharded_admin
-from millstream.systems.base import ShardedSystemAdmin
-from millstream.systems.kafka.admin import KafkaSystemAdmin
-from millstream.systems.kinesis.admin import KinesisSystemAdmin
-from millstream.systems.log.admin import LogSystemAdmin
 
 
 def test_the_admin_whose_partitions_come_and_go_has_the_sharded_capability_and_the_fixed_ones_do_not():

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from millstream.connectors.kinesis.admin import KinesisSystemAdmin
+from millstream.connectors.kinesis.shards import Shard
+from millstream.contracts.startpoints import StartpointOldest, StartpointSpecific, StartpointUpcoming
 from millstream.spark.sources.read_bounds import StreamReadError
 from millstream.spark.sources.shard_stream import TRIM_HORIZON, ShardOffset, _apply, _plan
-from millstream.systems.kinesis.admin import KinesisSystemAdmin
-from millstream.systems.kinesis.shards import Shard
-from millstream.systems.startpoints import StartpointOldest, StartpointSpecific, StartpointUpcoming
 
 
 def shard(shard_id: str, *parents: str, closed: bool = False) -> Shard:

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from pyspark.errors import PySparkException
 
-from millstream.blobstore.base import blob_store
+from millstream.contracts.blobstore import blob_store
 from millstream.coordinator.prepare import prepare
 from millstream.model import SystemStream
 from millstream.testing import InProcessRunner, write_stream

@@ -15,13 +15,13 @@ from pyspark.sql import DataFrame
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from millstream.config import Config
+from millstream.contracts.startpoints import StartpointSpecific
 from millstream.model import SystemStream
 from millstream.spark.sources.batch_reader import StreamInputPartition
 from millstream.spark.sources.datasource import MillstreamDataSource
 from millstream.spark.sources.stream_read import OffsetRange, StreamReadError
 from millstream.spark.sources.streaming_source import MillstreamStreamReader
 from millstream.startpoint.tools import list_startpoints, set_startpoints
-from millstream.systems.startpoints import StartpointSpecific
 from millstream.testing import write_stream
 from tests.helpers import create_stream, job_config, wait_until
 from tests.spark.streaming import run_available_now

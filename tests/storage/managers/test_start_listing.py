@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from millstream.checkpoint.checkpoint import CheckpointId
+from millstream.contracts.systems import WriterToken
 from millstream.runtime.services import ContainerServices
 from millstream.storage.layout import attempt_dir, checkpoint_dir
 from millstream.storage.managers.stores import ContainerStorageManager
-from millstream.systems.base import WriterToken
 from tests.storage.harness import StateHarness, state_config
 
 TASKS = 4

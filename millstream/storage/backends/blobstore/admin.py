@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from millstream.blobstore.base import blob_store
 from millstream.config.settings import Settings
+from millstream.contracts.blobstore import blob_store
 from millstream.storage.backends.base import StateBackendAdmin
 from millstream.storage.backends.blobstore.transfer import store_blob_prefix
 

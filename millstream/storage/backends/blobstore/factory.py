@@ -13,13 +13,13 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import ClassVar
 
-from millstream.blobstore.base import RetryPolicy, blob_store
-from millstream.blobstore.settings import BlobStoreConfig
 from millstream.config.settings import Settings
 from millstream.config.views import StoreConfig
+from millstream.contracts.blobstore import RetryPolicy, blob_store
+from millstream.contracts.blobstore_settings import BlobStoreConfig
+from millstream.contracts.metadata import MetadataStore
 from millstream.errors import ConfigError
 from millstream.job_model import JobModel
-from millstream.metadata.base import MetadataStore
 from millstream.model import TaskName
 from millstream.storage.backends.base import (
     AdminSource,

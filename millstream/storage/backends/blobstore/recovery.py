@@ -18,9 +18,9 @@ import logging
 from collections.abc import Iterable
 from pathlib import Path
 
-from millstream.blobstore.settings import BlobStoreConfig
 from millstream.checkpoint.checkpoint import CheckpointV2
 from millstream.config.settings import Settings
+from millstream.contracts.blobstore_settings import BlobStoreConfig
 from millstream.storage.errors import StateRestoreError
 from millstream.storage.layout import checkpoint_dir, read_checkpoint_file
 

@@ -17,8 +17,8 @@ import os
 import time
 from pathlib import Path
 
-from millstream.blobstore.settings import BlobStoreConfig
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV2
+from millstream.contracts.blobstore_settings import BlobStoreConfig
 from millstream.storage.backends.base import StoreSpec, TaskBackendContext, TaskRestoreManager
 from millstream.storage.backends.blobstore.diff import are_same_dir, same_file
 from millstream.storage.backends.blobstore.index import SnapshotIndex

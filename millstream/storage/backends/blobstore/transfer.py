@@ -18,10 +18,10 @@ from concurrent.futures import Executor, Future, as_completed
 from pathlib import Path
 from typing import BinaryIO
 
-from millstream.blobstore.base import BlobNotFoundError, BlobStore, BlobStoreError, RetryPolicy
-from millstream.blobstore.settings import BlobStoreConfig
 from millstream.checkpoint.checkpoint import CheckpointId
 from millstream.config.settings import Settings
+from millstream.contracts.blobstore import BlobNotFoundError, BlobStore, BlobStoreError, RetryPolicy
+from millstream.contracts.blobstore_settings import BlobStoreConfig
 from millstream.storage.backends.blobstore.diff import DirDiff, file_metadata
 from millstream.storage.backends.blobstore.index import DirIndex, FileBlob, FileIndex
 from millstream.storage.errors import StateBackupError, StateRestoreError

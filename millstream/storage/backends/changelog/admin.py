@@ -9,13 +9,13 @@ from collections.abc import Mapping
 
 from millstream.config.settings import Settings
 from millstream.config.views import StoreConfig, parse_stream
+from millstream.contracts.metadata import MetadataStore
+from millstream.contracts.systems import StreamOwner, StreamSpec, SystemAdmin
 from millstream.errors import MillstreamError
 from millstream.job_model import JobModel
-from millstream.metadata.base import MetadataStore
 from millstream.model import SystemStream
 from millstream.storage.backends.base import AdminSource, StateBackendAdmin
 from millstream.storage.changelog_partitions import assign_changelog_partitions
-from millstream.systems.base import StreamOwner, StreamSpec, SystemAdmin
 
 log = logging.getLogger(__name__)
 

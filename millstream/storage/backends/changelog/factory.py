@@ -9,9 +9,9 @@ from typing import ClassVar
 from millstream.config.core import Config
 from millstream.config.settings import Settings
 from millstream.config.views import StoreConfig, parse_stream
+from millstream.contracts.metadata import MetadataStore
 from millstream.errors import ConfigError
 from millstream.job_model import JobModel
-from millstream.metadata.base import MetadataStore
 from millstream.storage.backends.base import (
     AdminSource,
     StateBackendAdmin,

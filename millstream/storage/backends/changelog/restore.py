@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointV1, CheckpointV2
+from millstream.contracts.systems import BulkReadingSystemConsumer, RecordBatch, SystemAdmin, SystemConsumer
 from millstream.errors import MillstreamError
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStreamPartition
 from millstream.storage.backends.base import StoreSpec, TaskBackendContext, TaskRestoreManager
@@ -66,7 +67,6 @@ from millstream.storage.layout import (
 )
 from millstream.storage.restore_progress import RestoreProgress
 from millstream.storage.rocksdb import RocksDbKeyValueStorageEngine
-from millstream.systems.base import BulkReadingSystemConsumer, RecordBatch, SystemAdmin, SystemConsumer
 
 log = logging.getLogger(__name__)
 

@@ -12,10 +12,10 @@ from typing import BinaryIO, ClassVar
 
 import pytest
 
-from millstream.blobstore.base import BlobStore, BlobStoreFactory
-from millstream.blobstore.local import LocalBlobStore, LocalBlobStoreFactory
 from millstream.checkpoint.checkpoint import CheckpointV2
 from millstream.config.settings import Settings
+from millstream.contracts.blobstore import BlobStore, BlobStoreFactory
+from millstream.embedded.local_blobstore import LocalBlobStore, LocalBlobStoreFactory
 from millstream.storage.backends.blobstore.index import SnapshotIndex
 from millstream.storage.backends.registry import state_backend_factory_class
 from millstream.storage.errors import StateRestoreError

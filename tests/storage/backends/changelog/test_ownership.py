@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
+from millstream.composition.metadata import metadata_store
+from millstream.composition.systems import system_factory
 from millstream.config.settings import Settings
+from millstream.contracts import coordination
+from millstream.contracts.systems import StreamOwnedError, StreamSpec
 from millstream.coordinator.driver_loop import DriverLoop
 from millstream.coordinator.prepare import prepare
 from millstream.coordinator.thread_launcher import ThreadLauncher
 from millstream.errors import ConfigError
-from millstream.metadata import coordination
-from millstream.metadata.opening import metadata_store
 from millstream.model import SystemStream
-from millstream.systems.base import StreamOwnedError, StreamSpec
-from millstream.systems.registry import system_factory
 from millstream.testing import InProcessRunner, read_stream
 from tests.helpers import create_stream, fill, seal
 from tests.storage.harness import state_config

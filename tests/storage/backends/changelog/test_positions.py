@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 
 from millstream.checkpoint.checkpoint import CheckpointId, CheckpointV2
+from millstream.contracts.systems import SystemProducer, SystemStreamPartitionMetadata
+from millstream.embedded.log.admin import LogSystemAdmin
+from millstream.embedded.log.factory import LogSystemFactory
+from millstream.embedded.log.producer import LogSystemProducer
 from millstream.model import SystemStreamPartition
 from millstream.storage.backends.changelog.marker import ChangelogStateCheckpointMarker
 from millstream.storage.errors import StateBackupError, StateRestoreError
-from millstream.systems.base import SystemProducer, SystemStreamPartitionMetadata
-from millstream.systems.log.admin import LogSystemAdmin
-from millstream.systems.log.factory import LogSystemFactory
-from millstream.systems.log.producer import LogSystemProducer
 from tests.storage.backends.changelog.test_restore import CHANGELOG, MARKER_KEY, contents, crash, harness
 from tests.storage.harness import INPUT, TASK, Opened, StateHarness
 

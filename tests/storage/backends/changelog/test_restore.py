@@ -13,7 +13,10 @@ import pytest
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
 from millstream.config.settings import Settings
-from millstream.metrics.registry import Registry
+from millstream.contracts.metrics import Registry
+from millstream.contracts.systems import RecordBatch
+from millstream.embedded.log.consumer import LogSystemConsumer
+from millstream.embedded.log.factory import LogSystemFactory
 from millstream.model import SystemStream, SystemStreamPartition
 from millstream.runtime.services import ContainerServices
 from millstream.storage.backends.changelog.marker import ChangelogStateCheckpointMarker, parse_v1_entry, v1_entry
@@ -23,9 +26,6 @@ from millstream.storage.errors import StateRestoreError
 from millstream.storage.layout import checkpoint_dirs, delete_path, read_offset_file, write_offset_file
 from millstream.storage.managers.stores import ContainerStorageManager
 from millstream.storage.rocksdb import RocksDbKeyValueStorageEngine
-from millstream.systems.base import RecordBatch
-from millstream.systems.log.consumer import LogSystemConsumer
-from millstream.systems.log.factory import LogSystemFactory
 from millstream.testing import read_stream
 from tests.storage.harness import INPUT, TASK, Opened, StateHarness, state_config
 
