@@ -23,17 +23,21 @@ def run_until_read(config: Settings, total: int) -> None:
     runner = InProcessRunner(config)
     store = metadata_store(config)
 
+    covered = threading.Event()
+
     def stop_when_done() -> None:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             checkpoints = checkpoint_manager(config, store).read_all()
             if sum(int(o) + 1 for c in checkpoints.values() for o in c.offsets.values() if o is not None) >= total:
+                covered.set()
                 break
             time.sleep(0.05)
         runner.request_stop()
 
     threading.Thread(target=stop_when_done, daemon=True).start()
     assert runner.run(timeout=60).outcome == "stopped"
+    assert covered.is_set(), f"the checkpoints never covered {total} messages within 30 s"
 
 
 def test_processed_partitions_drop_their_startpoint_after_commit_idle_ones_keep_it(tmp_path):
@@ -79,7 +83,7 @@ def test_a_crash_before_the_first_commit_applies_the_startpoint_again(tmp_path):
     from millstream.testing import write_stream
 
     write_stream(config, SystemStream("log", "in"), [("k", 0), ("k", 1), ("k", 2)])
-    run_until_read(config, 3)
+    run_until_read(job_config(tmp_path, task="tests.jobs:FailsOnPoison"), 3)  # committing on its timer meanwhile
     set_startpoints(config, "log.in", StartpointSpecific("0"))
     write_stream(config, SystemStream("log", "in"), [("k", "poison")])
     failed = InProcessRunner(config).run(timeout=30)
