@@ -32,6 +32,7 @@ from millstream.connectors.kafka.client import (
 )
 from millstream.connectors.kafka.config import KafkaClientSettings
 from millstream.connectors.kafka.errors import KafkaSystemError
+from millstream.connectors.kafka.grouped_lookups import GroupedLookups
 from millstream.connectors.kafka.transactions import fence_transactional_id
 from millstream.contracts.systems import (
     StreamOwnedError,
@@ -92,6 +93,15 @@ class KafkaSystemAdmin(SystemAdmin):
             if kafka.isolation_level() == "read_uncommitted"
             else IsolationLevel.READ_COMMITTED
         )
+        self._offset_lookups = {level: self._grouped(level) for level in IsolationLevel}
+        """Per isolation level, the offsets of partitions that threads ask for at once (a container's commit and
+        restore threads, a partition each), read in one pair of ListOffsets requests (``GroupedLookups``)."""
+
+    def _grouped(self, level: IsolationLevel) -> GroupedLookups[SystemStreamPartition, SystemStreamPartitionMetadata]:
+        def fetch(ssps: list[SystemStreamPartition]) -> dict[SystemStreamPartition, SystemStreamPartitionMetadata]:
+            return self._partition_metadata(ssps, level)
+
+        return GroupedLookups(fetch)
 
     def start(self) -> None:
         """Connect and check that a broker answers within ``systems.<s>.startup.timeout.ms``."""
@@ -169,7 +179,8 @@ class KafkaSystemAdmin(SystemAdmin):
         self, ssps: Iterable[SystemStreamPartition]
     ) -> dict[SystemStreamPartition, SystemStreamPartitionMetadata]:
         """Only the given partitions' offsets: a task's commit asks about its own changelog partition, so
-        its cost does not grow with the number of partitions (and tasks) of the stream."""
+        its cost does not grow with the number of partitions (and tasks) of the stream; the partitions that
+        threads ask about at once are read in one request (``GroupedLookups``)."""
         return self._existing_partition_metadata(ssps, None)
 
     def get_written_ssp_metadata(
@@ -187,7 +198,10 @@ class KafkaSystemAdmin(SystemAdmin):
         seen = self._seen_partitions
         unknown = {ssp.stream for ssp in ssps if ssp.partition >= seen.get(ssp.stream, 0)}
         counts = {**seen, **self.partition_counts(unknown)} if unknown else seen
-        return self._partition_metadata([ssp for ssp in ssps if ssp.partition < counts.get(ssp.stream, 0)], isolation)
+        existing = [ssp for ssp in ssps if ssp.partition < counts.get(ssp.stream, 0)]
+        if not existing:
+            return {}
+        return self._offset_lookups[self._isolation if isolation is None else isolation].lookup(existing)
 
     def _partition_metadata(
         self, ssps: list[SystemStreamPartition], isolation: IsolationLevel | None
