@@ -9,8 +9,10 @@ that arrive meanwhile wait for the next, which the first of them makes as soon a
 on a timer (the shape of ``checkpoint/group_commit.py``): a caller alone is answered at once, and a request holds
 exactly the callers that were waiting while the previous one ran, so requests grow with the load.
 
-A request that fails (its own retries spent) fails every caller it was made for, each raising that error: the
-same error each would have met alone, since they asked the same brokers at the same time.
+A request that fails (its own retries spent) fails every caller it was made for, each raising that error, which
+names what failed: the brokers that did not answer, or a partition they could not answer for, which may be another
+caller's. Either way each caller's own lookup ends in an error, never in a missing or made-up offset, and a
+container fails its commit (or start) as it would have on its own request's error.
 """
 
 from __future__ import annotations
