@@ -11,8 +11,8 @@ exactly the callers that were waiting while the previous one ran, so requests gr
 
 A request that fails (its own retries spent) fails every caller it was made for, each raising that error, which
 names what failed: the brokers that did not answer, or a partition they could not answer for, which may be another
-caller's. Either way each caller's own lookup ends in an error, never in a missing or made-up offset, and a
-container fails its commit (or start) as it would have on its own request's error.
+caller's: a partition the brokers cannot answer for fails the lookups that were asked together with its own (each
+then fails that task's commit or start, as an unreadable offset does), never by a missing or made-up offset.
 """
 
 from __future__ import annotations
