@@ -10,9 +10,9 @@ on a timer (the shape of ``checkpoint/group_commit.py``): a caller alone is answ
 exactly the callers that were waiting while the previous one ran, so requests grow with the load.
 
 A request that fails (its own retries spent) fails every caller it was made for, each raising that error, which
-names what failed: the brokers that did not answer, or a partition they could not answer for, which may be another
-caller's: a partition the brokers cannot answer for fails the lookups that were asked together with its own (each
-then fails that task's commit or start, as an unreadable offset does), never by a missing or made-up offset.
+names what failed: the brokers that did not answer, or a partition they could not answer for. That partition may be
+another caller's: it fails the lookups asked together with it, each of which then fails its task's commit or start
+as an unreadable offset does. No caller ever gets a missing or made-up offset.
 """
 
 from __future__ import annotations
