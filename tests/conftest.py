@@ -10,6 +10,7 @@ without ``--in-process``) still apply; this only adds the ones its location and 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,12 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 TESTS = Path(__file__).parent
+
+# Once a Spark Connect test ran, gRPC's client threads live in this process, and gRPC restarts them in every child
+# forked with a ``preexec_fn`` (the servers' ``child_setup``) unless told not to. Such a child closes the inherited
+# descriptors before its exec, gRPC's epoll descriptor among them, under those threads: gRPC then aborts the child
+# (a moto server exited with -6 that way). Set before gRPC starts; its own Python fork support is off either way.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 # The fixtures that hand a test a SparkSession: the shared local-mode one and the per-module ones.
 SPARK_FIXTURES = frozenset({"spark", "spark_local"})
