@@ -23,11 +23,11 @@ from millstream.connectors.kafka.client import (
     check_brokers,
     create_client,
     create_topic,
+    describe_partitions,
     kafka_error,
     listed_offset,
     parse_offset,
     retry,
-    topic_partitions,
     wait_for_topic,
 )
 from millstream.connectors.kafka.config import KafkaClientSettings
@@ -120,17 +120,20 @@ class KafkaSystemAdmin(SystemAdmin):
     def partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
         """Partition count of each existing topic among ``topics``."""
         admin = self._client()
+        wanted = list(dict.fromkeys(topics))
+        if not wanted:
+            return {}
+        described = retry(
+            lambda: describe_partitions(admin, wanted, self._timeout),
+            f"Kafka system '{self.system}': reading metadata of topic{'s' * (len(wanted) > 1)} "
+            + ", ".join(f"'{topic}'" for topic in wanted),
+            self._deadline,
+            kafka=self.kafka,
+        )
         counts = {}
-        for topic in topics:
-            metadata = retry(
-                lambda topic=topic: admin.list_topics(topic=topic, timeout=self._timeout),  # type: ignore[misc]
-                f"Kafka system '{self.system}': reading metadata of topic '{topic}'",
-                self._deadline,
-                kafka=self.kafka,
-            )
-            count = topic_partitions(metadata, topic)
-            if count is not None:
-                counts[topic] = self._seen_partitions[topic] = count
+        for topic, partitions in described.items():
+            if partitions is not None:
+                counts[topic] = self._seen_partitions[topic] = len(partitions)
             else:
                 self._seen_partitions.pop(topic, None)
         return counts

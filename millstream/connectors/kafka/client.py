@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, TypeVar
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPartition, TopicPartitionInfo
 from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
 
 from millstream.connectors.kafka.config import KafkaClientSettings
@@ -214,6 +214,32 @@ def topic_partitions(metadata: ClusterMetadata, topic: str) -> int | None:
     return len(info.partitions)
 
 
+def describe_partitions(
+    admin: AdminClient, topics: Collection[str], timeout_s: float
+) -> dict[str, list[TopicPartitionInfo] | None]:
+    """Each of ``topics``' partitions (None: the cluster has no such topic), from the Admin API's DescribeTopics.
+
+    Not from ``list_topics(topic=...)``: that makes librdkafka keep the topic's partitions in the client, and
+    to librdkafka an admin client is a producer, whose broker thread walks every partition it keeps each time
+    it serves a request. A container's admin answers each commit's offset questions (ListOffsets), so a
+    1,000-partition changelog made every answer walk 1,000 partitions: work of tasks x requests."""
+    futures = admin.describe_topics(TopicCollection(list(topics)), request_timeout=timeout_s)
+    return {topic: _described(topic, future, timeout_s) for topic, future in futures.items()}
+
+
+def _described(topic: str, future: Any, timeout_s: float) -> list[TopicPartitionInfo] | None:
+    """One topic's DescribeTopics answer; no answer in time is as transient as librdkafka's request timeout."""
+    try:
+        return list(future_result(future, timeout_s).partitions)
+    except TimeoutError:
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no answer describing topic '{topic}'")) from None
+    except KafkaException as error:
+        inner = kafka_error(error)
+        if inner is None or inner.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise
+        return None
+
+
 def create_topic(
     admin: AdminClient,
     kafka: KafkaClientSettings,
@@ -244,10 +270,9 @@ def wait_for_topic(admin: AdminClient, kafka: KafkaClientSettings, topic: str, *
     """Wait until metadata shows ``topic`` with a leader for every partition (or shows it gone)."""
     deadline = time.monotonic() + kafka.settings.operation_timeout_ms / 1000
     while True:
-        metadata = admin.list_topics(topic=topic, timeout=max(0.5, deadline - time.monotonic()))
-        info = metadata.topics.get(topic)
-        exists = topic_partitions(metadata, topic) is not None
-        if present and exists and info is not None and all(p.leader >= 0 for p in info.partitions.values()):
+        partitions = describe_partitions(admin, [topic], max(0.5, deadline - time.monotonic()))[topic]
+        exists = partitions is not None
+        if present and partitions is not None and all(p.leader is not None and p.leader.id >= 0 for p in partitions):
             return
         if not present and not exists:
             return
