@@ -11,7 +11,7 @@ import pytest
 
 from millstream.checkpoint.base import CheckpointManager, WriterFence
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
-from millstream.checkpoint.group_commit import CheckpointBatches, CheckpointGroupCommit
+from millstream.checkpoint.group_commit import CheckpointGroupCommit
 from millstream.checkpoint.metadata_store import MetadataStoreCheckpointManager
 from millstream.contracts import coordination
 from millstream.contracts.metadata import FencedError
@@ -85,33 +85,6 @@ def commit_concurrently(
     for thread in [first, *others]:
         thread.join(30)
     return outcome
-
-
-def test_the_batches_take_every_waiting_task_in_arrival_order_and_none_while_one_is_written() -> None:
-    batches = CheckpointBatches()
-    a = batches.add(TaskName("a"), [v2(1), v1(1)])
-    first = batches.next_batch()
-    assert first == [a] and batches.writing
-    b, c = batches.add(TaskName("b"), [v1(2)]), batches.add(TaskName("c"), [v1(3)])
-    assert batches.next_batch() is None, "a second batch while the first is written"
-    batches.written(first, {})
-    assert a.done and a.error is None
-    assert batches.next_batch() == [b, c]
-    assert batches.next_batch() is None and batches.batches == 2
-
-
-def test_a_failure_of_one_task_in_a_batch_reaches_only_that_task_and_a_batch_error_every_task() -> None:
-    batches = CheckpointBatches()
-    a, b = batches.add(TaskName("a"), [v1(1)]), batches.add(TaskName("b"), [v1(2)])
-    batch = batches.next_batch()
-    assert batch is not None
-    batches.written(batch, {TaskName("b"): OSError("disk full")})
-    assert a.error is None and isinstance(b.error, OSError)
-    c = batches.add(TaskName("c"), [v1(3)])
-    batch = batches.next_batch()
-    assert batch is not None
-    batches.written(batch, {}, FencedError("superseded"))
-    assert isinstance(c.error, FencedError)
 
 
 def test_tasks_committing_together_are_written_in_one_batch_each_with_its_checkpoints_in_order() -> None:

@@ -5,9 +5,8 @@ A container's commit threads each ask for the offsets of their task's changelog 
 of 1,000 tasks is 2,000 ListOffsets requests (the oldest and the end offset), each a round trip through the
 brokers and through librdkafka's threads. Here a caller hands its keys over and waits: the first caller to find
 no request under way takes the keys of every caller waiting and makes one request for all of them; the callers
-that arrive meanwhile wait for the next, which the first of them makes as soon as this one ended. Nothing waits
-on a timer (the shape of ``checkpoint/group_commit.py``): a caller alone is answered at once, and a request holds
-exactly the callers that were waiting while the previous one ran, so requests grow with the load.
+that arrive meanwhile wait for the next, which the first of them makes as soon as this one ended
+(``millstream/grouped_calls.py``: no timer, a caller alone is answered at once, the requests grow with the load).
 
 A request that fails (its own retries spent) fails every caller it was made for, each raising that error, which
 names what failed: the brokers that did not answer, or a partition they could not answer for. That partition may be
@@ -17,23 +16,13 @@ as an unreadable offset does. No caller ever gets a missing or made-up offset.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Generic, TypeVar
+
+from millstream.grouped_calls import GroupedCalls
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
-
-
-@dataclass(eq=False)
-class _Caller(Generic[K, V]):
-    """One caller's keys, and how the request made for them ended."""
-
-    keys: tuple[K, ...]
-    done: bool = False
-    answer: Mapping[K, V] = field(default_factory=dict, repr=False)
-    error: BaseException | None = field(default=None, repr=False)
 
 
 class GroupedLookups(Generic[K, V]):
@@ -41,49 +30,24 @@ class GroupedLookups(Generic[K, V]):
 
     def __init__(self, fetch: Callable[[list[K]], Mapping[K, V]]) -> None:
         self._fetch = fetch
-        self._changed = threading.Condition(threading.Lock())
-        self._waiting: list[_Caller[K, V]] = []
-        self._fetching = False
-        self.requests = 0
+        self._calls: GroupedCalls[tuple[K, ...], dict[K, V]] = GroupedCalls(self._request)
+
+    @property
+    def requests(self) -> int:
         """Requests made so far (each caller alone would have made one per lookup)."""
+        return self._calls.batches
 
     @property
     def waiting(self) -> int:
         """Callers waiting for the next request."""
-        with self._changed:
-            return len(self._waiting)
+        return self._calls.waiting
 
     def lookup(self, keys: Iterable[K]) -> dict[K, V]:
         """``fetch``'s answer for ``keys`` (the keys it answered for), from a request made for them alone or
         together with other callers'; the request's error when it failed."""
-        mine: _Caller[K, V] = _Caller(tuple(keys))
-        with self._changed:
-            self._waiting.append(mine)
-            while not mine.done:
-                if self._fetching or not self._waiting:
-                    self._changed.wait()
-                    continue
-                self._request()
-        if mine.error is not None:
-            raise mine.error
-        return {key: mine.answer[key] for key in mine.keys if key in mine.answer}
+        return self._calls.call(tuple(keys))
 
-    def _request(self) -> None:
-        """Make one request for every caller waiting; called and returning with the lock held, which it releases
-        while the request runs."""
-        callers, self._waiting = self._waiting, []
-        self._fetching = True
-        self.requests += 1
-        answer: Mapping[K, V] = {}
-        error: BaseException | None = None
-        self._changed.release()
-        try:
-            answer = self._fetch(list(dict.fromkeys(key for caller in callers for key in caller.keys)))
-        except BaseException as failure:  # every caller raises it, this one included
-            error = failure
-        finally:
-            self._changed.acquire()
-        for caller in callers:
-            caller.answer, caller.error, caller.done = answer, error, True
-        self._fetching = False
-        self._changed.notify_all()
+    def _request(self, callers: list[tuple[K, ...]]) -> list[dict[K, V]]:
+        """One ``fetch`` of every caller's keys, each key once; each caller's answer is its own keys'."""
+        answer = self._fetch(list(dict.fromkeys(key for keys in callers for key in keys)))
+        return [{key: answer[key] for key in keys if key in answer} for keys in callers]
