@@ -68,11 +68,12 @@ class CallBatches(Generic[Item]):
     ) -> None:
         """The batch's call ended: ``error`` failed all of it, else each item has its answer in ``answers`` (in
         the batch's order), an exception being that item's failure."""
-        for position, pending in enumerate(batch):
-            answer = None if error is not None else answers[position]
+        for pending, answer in zip(batch, answers if error is None else [error] * len(batch), strict=True):
             pending.done = True
-            pending.error = error if error is not None else answer if isinstance(answer, BaseException) else None
-            pending.result = None if pending.error is not None else answer
+            if isinstance(answer, BaseException):
+                pending.error = answer
+            else:
+                pending.result = answer
         self.running = False
 
 

@@ -24,6 +24,7 @@ from millstream.connectors.kafka.client import (
     create_client,
     create_topic,
     describe_partitions,
+    future_result,
     kafka_error,
     listed_offset,
     parse_offset,
@@ -326,7 +327,8 @@ class KafkaSystemAdmin(SystemAdmin):
         topic = spec.physical_name
         self._seen_partitions.pop(topic, None)
         try:
-            admin.delete_topics([topic], request_timeout=self._timeout)[topic].result(timeout=self._timeout)
+            deleted = admin.delete_topics([topic], request_timeout=self._timeout)[topic]
+            future_result(deleted, self._timeout, f"deleting topic '{topic}'")
         except KafkaException as error:
             inner = kafka_error(error)
             if inner is not None and inner.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:

@@ -168,9 +168,14 @@ def retry(
             backoff = min(backoff * 2, 1.0)
 
 
-def future_result(future: Any, timeout_s: float) -> Any:
-    """``future.result`` with librdkafka's error unwrapped for :func:`retry`."""
-    return future.result(timeout=timeout_s)
+def future_result(future: Any, timeout_s: float, what: str) -> Any:
+    """``future.result`` of an admin request; no answer within ``timeout_s`` is a retriable ``_TIMED_OUT``
+    ``KafkaException`` naming ``what`` (as librdkafka's own request timeout is), never a bare ``TimeoutError``
+    that :func:`retry` would not ride out and that names nothing."""
+    try:
+        return future.result(timeout=timeout_s)
+    except TimeoutError:
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no answer {what} in {timeout_s:g} s")) from None
 
 
 NO_OFFSET_FOR_TIMESTAMP = -1
@@ -228,11 +233,9 @@ def describe_partitions(
 
 
 def _described(topic: str, future: Any, timeout_s: float) -> list[TopicPartitionInfo] | None:
-    """One topic's DescribeTopics answer; no answer in time is as transient as librdkafka's request timeout."""
+    """One topic's DescribeTopics answer."""
     try:
-        return list(future_result(future, timeout_s).partitions)
-    except TimeoutError:
-        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no answer describing topic '{topic}'")) from None
+        return list(future_result(future, timeout_s, f"describing topic '{topic}'").partitions)
     except KafkaException as error:
         inner = kafka_error(error)
         if inner is None or inner.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
@@ -252,7 +255,7 @@ def create_topic(
     timeout = kafka.settings.operation_timeout_ms / 1000
     new = NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor, config=dict(config))
     try:
-        future_result(admin.create_topics([new], request_timeout=timeout)[topic], timeout)
+        future_result(admin.create_topics([new], request_timeout=timeout)[topic], timeout, f"creating topic '{topic}'")
     except KafkaException as error:
         inner = kafka_error(error)
         if inner is not None and inner.code() == KafkaError.TOPIC_ALREADY_EXISTS:
@@ -271,10 +274,10 @@ def wait_for_topic(admin: AdminClient, kafka: KafkaClientSettings, topic: str, *
     deadline = time.monotonic() + kafka.settings.operation_timeout_ms / 1000
     while True:
         partitions = describe_partitions(admin, [topic], max(0.5, deadline - time.monotonic()))[topic]
-        exists = partitions is not None
-        if present and partitions is not None and all(p.leader is not None and p.leader.id >= 0 for p in partitions):
-            return
-        if not present and not exists:
+        if partitions is None:
+            if not present:
+                return
+        elif present and all(p.leader is not None and p.leader.id >= 0 for p in partitions):
             return
         if time.monotonic() >= deadline:
             state = "appear" if present else "disappear"
