@@ -75,8 +75,9 @@ def main() -> None:
     args = parser.parse_args()
     counts = [int(count) for count in args.held.split(",")]
     print(f"CPU µs per partition file, {args.partitions} files, median of {args.runs}")
-    columns = ("fresh open", "x", "shared open", "x", "last close", "shared close")
-    print(f"{'held':>6} " + " ".join(f"{name:>{max(len(name), 6)}}" for name in columns))
+    columns = ("held", "fresh open", "x", "shared open", "x", "last close", "shared close")
+    widths = [max(len(name), 6) for name in columns]
+    print(" ".join(f"{name:>{width}}" for name, width in zip(columns, widths, strict=True)))
     base: tuple[float, float] | None = None
     for held in counts:
         runs = []
@@ -88,10 +89,9 @@ def main() -> None:
                 shutil.rmtree(root, ignore_errors=True)
         fresh, shared, last, beside = (statistics.median(column) for column in zip(*runs, strict=True))
         base = base or (fresh, shared)
-        print(
-            f"{held:>6} {fresh:>10.0f} {fresh / base[0]:>6.2f} {shared:>11.0f} {shared / base[1]:>6.2f} "
-            f"{last:>10.0f} {beside:>12.0f}"
-        )
+        ratios = (f"{fresh / base[0]:.2f}", f"{shared / base[1]:.2f}")
+        cells = (f"{held}", f"{fresh:.0f}", ratios[0], f"{shared:.0f}", ratios[1], f"{last:.0f}", f"{beside:.0f}")
+        print(" ".join(f"{cell:>{width}}" for cell, width in zip(cells, widths, strict=True)))
 
 
 if __name__ == "__main__":
