@@ -303,16 +303,12 @@ class LogPartition:
         """The segment this connection's last append wrote to and where that segment then ended."""
         self._segments = Segments(path, fsync=fsync)
         try:
-            connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            if not page_cache:
-                connection.execute("PRAGMA cache_size = 0")
             self._identity = _identity(path)
             if create:
                 connection.execute(f"PRAGMA page_size = {PAGE_SIZE}")
                 connection.execute("PRAGMA journal_mode = WAL")
                 connection.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} COMMIT;")
-            connection.execute(f"PRAGMA synchronous = {'FULL' if fsync else 'NORMAL'}")
-            connection.execute(f"PRAGMA mmap_size = {MMAP_SIZE}")
+            connection.executescript(_settings(fsync=fsync, page_cache=page_cache))
             version = connection.execute("PRAGMA user_version").fetchone()[0]
             if version == FORMAT_VERSION - 1:  # the same but for the table of open transactions' batches
                 migration = f"BEGIN IMMEDIATE; {_PENDING}; PRAGMA user_version = {FORMAT_VERSION}; COMMIT;"
@@ -853,6 +849,15 @@ def _timestamps(payload: bytes) -> list[int]:
     unpacker.read_array_header()
     timestamps: list[int] = unpacker.unpack()
     return timestamps
+
+
+def _settings(*, fsync: bool, page_cache: bool) -> str:
+    """The connection's settings as one script: ``executescript`` runs it without caching a statement per pragma
+    (Python's ``sqlite3`` keeps every statement ``execute`` ran, and the cursor's weak reference, for the
+    connection's life: about a dozen objects per open partition for the collector to walk, at thousands of
+    partitions). ``busy_timeout`` is the connection's ``timeout``."""
+    cache = "" if page_cache else "PRAGMA cache_size = 0; "
+    return f"{cache}PRAGMA synchronous = {'FULL' if fsync else 'NORMAL'}; PRAGMA mmap_size = {MMAP_SIZE};"
 
 
 def _identity(path: Path) -> tuple[int, int]:

@@ -228,6 +228,20 @@ def test_fsync_makes_commits_synchronous_full(tmp_path: Path) -> None:
     log.close()
 
 
+@pytest.mark.parametrize("page_cache", [True, False])
+def test_a_reopened_file_gets_every_setting_of_its_connection(tmp_path: Path, page_cache: bool) -> None:
+    path = tmp_path / "p0.db"
+    LogPartition(path, "events", 0, create=True).close()
+    log = LogPartition(path, "events", 0, fsync=True, page_cache=page_cache)
+    connection = log._connection
+    assert connection.execute("PRAGMA busy_timeout").fetchone()[0] == BUSY_TIMEOUT_MS
+    assert connection.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert connection.execute("PRAGMA mmap_size").fetchone()[0] == storage.MMAP_SIZE
+    assert (connection.execute("PRAGMA cache_size").fetchone()[0] == 0) is not page_cache
+    assert not connection.in_transaction
+    log.close()
+
+
 def test_one_append_is_one_batch_row_keyed_by_its_exclusive_end_offset(partition: LogPartition) -> None:
     partition.append([(300, None, b"a", None), (100, None, b"b", None), (200, None, b"c", None)])
     partition.append(records(b"d", timestamp=50))
