@@ -453,6 +453,22 @@ class BulkReadingSystemConsumer(Protocol):
         error naming it. A generator, so that closing it early releases the partition it reads."""
 
 
+@runtime_checkable
+class DescribingSystemConsumer(Protocol):
+    """The capability of a consumer that reads the offsets of the partitions it is about to be registered for and
+    keeps what that opened for ``register``: a container asks it for its input partitions' metadata instead of the
+    system's admin, so each partition is opened once at start-up rather than once by the admin and again by the
+    consumer (the embedded log, where an open is a file and its SQLite connection). Systems without it are asked
+    through their admin, as Samza does."""
+
+    def describe(
+        self, ssps: Iterable[SystemStreamPartition]
+    ) -> dict[SystemStreamPartition, SystemStreamPartitionMetadata]:
+        """What ``SystemAdmin.get_ssp_metadata`` answers for ``ssps``, on a consumer not yet started: a partition
+        that does not exist is left out, one that cannot be read raises naming it. What it kept open and no
+        ``register`` took is released by ``start`` or ``stop``."""
+
+
 _BYTES_OR_NONE = frozenset({bytes, type(None)})
 
 
@@ -635,6 +651,11 @@ class SystemFactory(ABC):
 
     def transactional(self, system_name: str, config: Settings) -> bool:
         """Whether the system's container producers can write in transactions a commit ends (exactly-once)."""
+        return False
+
+    def describing_consumers(self, system_name: str, config: Settings) -> bool:
+        """Whether the system's consumers are ``DescribingSystemConsumer``: a container then creates its consumer
+        before it reads its tasks' partitions' offsets, and asks the consumer instead of the admin."""
         return False
 
     @abstractmethod

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar, cast
 
 import orjson
 
@@ -44,7 +44,7 @@ from millstream.config.views import StreamSamzaConfig, adjunct_store_names
 from millstream.contracts import coordination
 from millstream.contracts.metadata import FencedError, MetadataStore
 from millstream.contracts.metrics import NOOP_METRICS
-from millstream.contracts.systems import SystemAdmin, WriterToken
+from millstream.contracts.systems import DescribingSystemConsumer, SystemAdmin, SystemConsumer, WriterToken
 from millstream.errors import ConfigError, MillstreamError, StreamNotFoundError
 from millstream.job_model import JobModel
 from millstream.model import SystemStream, SystemStreamPartition, TaskName
@@ -161,6 +161,9 @@ class Prepared:
     adjunct: AdjunctDataStoreManager | None
     metadata: dict[Any, Any]
     """The input partitions' metadata, read once."""
+    described: dict[str, SystemConsumer]
+    """Per system whose consumers describe partitions (``DescribingSystemConsumer``), the consumer that read its
+    tasks' partitions' metadata and keeps their files open for ``_start_tasks`` to register them on it."""
     process_errors: ProcessErrorPolicy
     task_class: type
     checkpoint_writer: CheckpointGroupCommit
@@ -432,7 +435,10 @@ class Container:
             adjunct = adjunct_data_store_manager(context)
             if adjunct is not None:
                 self._resources.callback(_quietly, adjunct.close)
-        metadata = _partition_metadata(admins, self.ssps)
+        task_ssps = self.ssps - (adjunct.ssps if adjunct is not None else frozenset())
+        described = _describing_consumers(services, {ssp.system for ssp in task_ssps})
+        self._resources.callback(_quietly, partial(_stop_consumers, described))  # those no registration took
+        metadata = _partition_metadata(admins, self.ssps, {system: (c, task_ssps) for system, c in described.items()})
         task_class = load_task_class(config)
         return Prepared(
             admins,
@@ -441,6 +447,7 @@ class Container:
             storage,
             adjunct,
             metadata,
+            described,
             process_errors,
             task_class,
             CheckpointGroupCommit(checkpoints),
@@ -542,7 +549,7 @@ class Container:
             self._task_instance(attempt, services, prepared, name, plan, planned.registered, tables, commit_settings)
             for name, plan in planned.tasks.items()
         ]
-        consumers = SystemConsumers(_register_consumers(services, planned.registered))
+        consumers = SystemConsumers(_register_consumers(services, planned.registered, prepared.described))
         for index, (instance, plan) in enumerate(zip(tasks, planned.tasks.values(), strict=True)):
             instance.init()
             if prepared.transaction is not None:
@@ -789,10 +796,43 @@ def record_startpoint_failures(
         store.delete(STARTPOINT_STATUS_NAMESPACE, str(task_name))
 
 
-def _partition_metadata(admins: dict[str, SystemAdmin], ssps: set[SystemStreamPartition]) -> dict[Any, Any]:
+def _describing_consumers(services: ContainerServices, systems: set[str]) -> dict[str, SystemConsumer]:
+    """The consumers the tasks will read ``systems`` through, for those whose consumers describe partitions."""
+    consumers: dict[str, SystemConsumer] = {}
+    for system in sorted(systems):
+        if services.factory(system).describing_consumers(system, services.config):
+            consumer = services.new_consumer(system)
+            if not isinstance(consumer, DescribingSystemConsumer):
+                consumer.stop()
+                raise MillstreamError(
+                    f"system '{system}': its factory says its consumers describe partitions, but "
+                    f"{type(consumer).__qualname__} has no 'describe'"
+                )
+            consumers[system] = consumer
+    return consumers
+
+
+def _stop_consumers(consumers: dict[str, SystemConsumer]) -> None:
+    for consumer in consumers.values():
+        _quietly(consumer.stop)
+    consumers.clear()
+
+
+def _partition_metadata(
+    admins: dict[str, SystemAdmin],
+    ssps: set[SystemStreamPartition],
+    describing: Mapping[str, tuple[SystemConsumer, set[SystemStreamPartition]]],
+) -> dict[Any, Any]:
+    """Every partition's metadata, from the system's admin, or for the partitions a describing consumer will read,
+    from that consumer (``describing``: per system, the consumer and the partitions it reads)."""
     metadata: dict[Any, Any] = {}
     for system, admin in admins.items():
-        metadata.update(admin.get_ssp_metadata(ssp for ssp in ssps if ssp.system == system))
+        wanted = {ssp for ssp in ssps if ssp.system == system}
+        if system in describing:
+            consumer, reads = describing[system]
+            metadata.update(cast(DescribingSystemConsumer, consumer).describe(sorted(wanted & reads)))
+            wanted -= reads
+        metadata.update(admin.get_ssp_metadata(sorted(wanted)))
     missing = sorted(ssps - metadata.keys())
     if missing:
         ssp = missing[0]
@@ -800,10 +840,16 @@ def _partition_metadata(admins: dict[str, SystemAdmin], ssps: set[SystemStreamPa
     return metadata
 
 
-def _register_consumers(services: ContainerServices, registered: Mapping[SystemStreamPartition, str]) -> dict[str, Any]:
+def _register_consumers(
+    services: ContainerServices,
+    registered: Mapping[SystemStreamPartition, str],
+    described: dict[str, SystemConsumer] | None = None,
+) -> dict[str, Any]:
+    """Each system's consumer with its partitions registered: the one in ``described`` (taken out of it), else a
+    new one."""
     consumers = {}
     for system in sorted({ssp.system for ssp in registered}):
-        consumer = services.new_consumer(system)
+        consumer = (described or {}).pop(system, None) or services.new_consumer(system)
         for ssp, offset in sorted(registered.items()):
             if ssp.system == system:
                 consumer.register(ssp, offset)

@@ -1,15 +1,22 @@
 """What a container reads at start-up does not grow in round trips with its tasks: startpoint fan-outs and the
-startpoint failures shown are read in one query each for all tasks, however many partitions the job reads."""
+startpoint failures shown are read in one query each for all tasks, however many partitions the job reads; the
+embedded log's input partitions are opened once, by the consumer that reads their offsets and then reads them."""
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import ClassVar
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+import pytest
 
 from millstream.config.settings import Settings
 from millstream.contracts.metadata import MetadataStore
 from millstream.contracts.startpoints import StartpointSpecific
+from millstream.embedded.log.admin import LogSystemAdmin
+from millstream.embedded.log.consumer import LogSystemConsumer
 from millstream.embedded.sqlite import SqliteMetadataStore, SqliteMetadataStoreFactory
+from millstream.model import SystemStreamPartition
 from millstream.startpoint.manager import FAN_OUT_NAMESPACE, STARTPOINT_STATUS_NAMESPACE
 from millstream.startpoint.tools import set_startpoints
 from millstream.testing import InProcessRunner
@@ -63,3 +70,36 @@ def test_a_container_reads_every_tasks_startpoints_in_one_query_and_applies_each
     assert reads["get", STARTPOINT_STATUS_NAMESPACE] == 0
     assert reads["all", FAN_OUT_NAMESPACE] <= 2 + 1  # one per container, and the driver's own fan-out
     assert reads["all", STARTPOINT_STATUS_NAMESPACE] == 2
+
+
+def test_a_container_asks_its_log_consumer_not_the_admin_for_its_input_offsets_so_each_file_opens_once(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+):
+    config = job_config(tmp_path, job__container__count=2)
+    create_stream(config, "in", 8)
+    create_stream(config, "out", 4)
+    written = fill(config, "in", 8, 5)
+    seal(config, "in")
+    asked: Counter[str] = Counter()
+    described: Counter[SystemStreamPartition] = Counter()
+    admin_metadata, describe = LogSystemAdmin.get_ssp_metadata, LogSystemConsumer.describe
+
+    def counted_admin(self: LogSystemAdmin, ssps: Iterable[SystemStreamPartition]) -> Any:
+        ssps = list(ssps)
+        asked.update(ssp.stream for ssp in ssps)
+        return admin_metadata(self, ssps)
+
+    def counted_describe(self: LogSystemConsumer, ssps: Iterable[SystemStreamPartition]) -> Any:
+        ssps = list(ssps)
+        described.update(ssps)
+        return describe(self, ssps)
+
+    monkeypatch.setattr(LogSystemAdmin, "get_ssp_metadata", counted_admin)
+    monkeypatch.setattr(LogSystemConsumer, "describe", counted_describe)
+
+    result = InProcessRunner(config).run(timeout=120)
+
+    assert result.outcome == "finished", result.error
+    assert set(output_origins(config)) == written
+    assert described == Counter({SystemStreamPartition("log", "in", partition): 1 for partition in range(8)})
+    assert asked["in"] == 0, "a container asked the admin about its input partitions as well"

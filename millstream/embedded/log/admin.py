@@ -25,24 +25,14 @@ from millstream.embedded.log.consumer import parse_offset
 from millstream.embedded.log.errors import LogSystemError
 from millstream.embedded.log.expiry import Reaper
 from millstream.embedded.log.layout import LogLayout
+from millstream.embedded.log.metadata import settled_metadata, written_metadata
 from millstream.embedded.log.open_partitions import Opener, OpenPartitions
-from millstream.embedded.log.storage import LogPartition, PartitionState
+from millstream.embedded.log.storage import LogPartition
 from millstream.embedded.log.transactions import wall_clock_ms
 from millstream.model import SystemStreamPartition
 
 RETENTION_KEY = "retention.ms"
 """A stream's own retention in its spec config; overrides ``systems.<s>.retention.ms``."""
-
-
-def partition_metadata(state: PartitionState) -> SystemStreamPartitionMetadata:
-    if state.oldest >= state.upcoming:
-        return SystemStreamPartitionMetadata(None, None, str(state.upcoming), state.sealed)
-    return SystemStreamPartitionMetadata(str(state.oldest), str(state.upcoming - 1), str(state.upcoming), state.sealed)
-
-
-def written_metadata(state: PartitionState) -> SystemStreamPartitionMetadata:
-    """``partition_metadata`` as the partition's writers see it: open transactions' records included."""
-    return partition_metadata(PartitionState(state.oldest, max(state.written, state.upcoming), state.sealed))
 
 
 class LogSystemAdmin(SystemAdmin):
@@ -84,14 +74,6 @@ class LogSystemAdmin(SystemAdmin):
         self._open.close()
         self._reaper.close()
 
-    def _settled(self, log: LogPartition) -> PartitionState:
-        """The partition's state once a transaction past its deadline that held its stable end was ended
-        (``expiry``): offsets the admin reports never stay behind a writer that is gone."""
-        state = log.state()
-        if not state.settled and self._reaper.settle(log):
-            state = log.state()
-        return state
-
     @contextmanager
     def _partition(self, stream: str, partition: int) -> Iterator[LogPartition]:
         info = self.layout.require_info(stream)
@@ -111,7 +93,7 @@ class LogSystemAdmin(SystemAdmin):
             partitions = {}
             for partition in range(info.partition_count):
                 with self._partition(stream, partition) as log:
-                    partitions[partition] = partition_metadata(self._settled(log))
+                    partitions[partition] = settled_metadata(log, self._reaper)
             result[stream] = SystemStreamMetadata(stream, partitions)
         return result
 
@@ -130,7 +112,7 @@ class LogSystemAdmin(SystemAdmin):
             if not 0 <= ssp.partition < counts[ssp.stream]:
                 continue
             with self._partition(ssp.stream, ssp.partition) as log:
-                result[ssp] = partition_metadata(self._settled(log))
+                result[ssp] = settled_metadata(log, self._reaper)
         return result
 
     def get_written_ssp_metadata(

@@ -3,7 +3,8 @@
 An open partition holds one read connection, without a page cache of its own (reads come through the
 memory map), about 70 KB and three or four file descriptors. At most ``open_max``
 (``systems.<s>.consumer.open.partitions.max``) are open at once, the least recently read closed first
-(partitions are opened lazily: registering one opens it only to check its offset). A closed partition holds
+(partitions are opened lazily: registering one opens it only to check its offset, or takes the file
+``describe`` opened to read its offsets for the container's start). A closed partition holds
 no descriptor and a few hundred bytes. A poll issues one SELECT per partition, which
 returns the stored batches covering the next ``systems.<s>.poll.batch.size`` records (see ``storage``); their
 columns are unpacked by msgpack and the envelopes built column-wise with ``map``, so the per-record
@@ -47,7 +48,7 @@ from collections.abc import Callable, Generator, Iterable, Set
 from itertools import repeat
 from typing import cast
 
-from millstream.contracts.systems import RecordBatch, SystemConsumer
+from millstream.contracts.systems import RecordBatch, SystemConsumer, SystemStreamPartitionMetadata
 from millstream.embedded.log import bulk_read, stat_watch
 from millstream.embedded.log.errors import (
     InvalidOffsetError,
@@ -57,6 +58,7 @@ from millstream.embedded.log.errors import (
 )
 from millstream.embedded.log.expiry import Reaper
 from millstream.embedded.log.layout import LogLayout, StreamInfo
+from millstream.embedded.log.metadata import settled_metadata
 from millstream.embedded.log.open_files import pool_bounds
 from millstream.embedded.log.stat_watch import Signature
 from millstream.embedded.log.storage import LogPartition, Records
@@ -145,11 +147,50 @@ class LogSystemConsumer(SystemConsumer):
         self._started = False
         self._reaper = Reaper(system, layout, fsync=fsync, clock=clock)
         """Ends a transaction past its deadline that holds a partition at its stable end (``expiry``)."""
+        self._described: OrderedDict[SystemStreamPartition, LogPartition] = OrderedDict()
+        """What ``describe`` opened and no ``register`` took yet, least recently described first."""
 
     @property
     def open_partitions(self) -> int:
         """How many partition files the consumer holds open now (at most ``open_max`` between polls)."""
         return len(self._open)
+
+    def describe(
+        self, ssps: Iterable[SystemStreamPartition]
+    ) -> dict[SystemStreamPartition, SystemStreamPartitionMetadata]:
+        """``LogSystemAdmin.get_ssp_metadata`` for partitions about to be registered (``DescribingSystemConsumer``),
+        keeping each file open for its ``register``: a container's start-up opens each input partition once, not
+        once in the admin and again here. At most ``open_max`` stay open, the least recently described closed
+        first (``register`` opens those again); ``start`` and ``stop`` close what no ``register`` took. A partition
+        that does not exist is left out; one that cannot be read raises, naming it."""
+        if self._started:
+            raise LogSystemError(f"cannot describe partitions after the consumer of system '{self.system}' started")
+        result = {}
+        for ssp in ssps:
+            if ssp.system != self.system:
+                raise LogSystemError(f"consumer of system '{self.system}' cannot describe {ssp}")
+            info = self._infos.get(ssp.stream) or self.layout.read_info(ssp.stream)
+            if info is None or not 0 <= ssp.partition < info.partition_count:
+                continue
+            self._infos[ssp.stream] = info
+            self._described[ssp] = partition = self._described_file(ssp) or self._open_file(ssp)
+            result[ssp] = settled_metadata(partition, self._reaper)
+            while len(self._described) > self.open_max:
+                self._described.popitem(last=False)[1].close()
+        return result
+
+    def _described_file(self, ssp: SystemStreamPartition) -> LogPartition | None:
+        """The file ``describe`` kept open for ``ssp``, taken; None when there is none or it was deleted or
+        replaced since (then closed: the caller opens the current one)."""
+        partition = self._described.pop(ssp, None)
+        if partition is not None and not partition.is_current():
+            partition.close()
+            return None
+        return partition
+
+    def _close_described(self) -> None:
+        while self._described:
+            self._described.popitem()[1].close()
 
     def register(self, ssp: SystemStreamPartition, offset: str) -> None:
         """Read ``ssp`` from ``offset`` (inclusive); registering it again keeps the earlier offset.
@@ -164,7 +205,7 @@ class LogSystemConsumer(SystemConsumer):
         position = parse_offset(ssp, offset)
         cursor = self._cursors.get(ssp)
         if cursor is None:
-            cursor = _Cursor(self._open_file(ssp), position)
+            cursor = _Cursor(self._described_file(ssp) or self._open_file(ssp), position)
         else:
             position = min(position, cursor.position)
         partition = self._opened(ssp, cursor) if ssp in self._cursors else cast(LogPartition, cursor.partition)
@@ -235,9 +276,11 @@ class LogSystemConsumer(SystemConsumer):
         return LogPartition(path, ssp.stream, ssp.partition, fsync=self._fsync, page_cache=False)
 
     def start(self) -> None:
+        self._close_described()
         self._started = True
 
     def stop(self) -> None:
+        self._close_described()
         for cursor in self._cursors.values():
             if cursor.partition is not None:
                 cursor.partition.close()

@@ -82,6 +82,10 @@ class LogSystemFactory(SystemFactory):
         keys = ("admin.open.partitions.max", "consumer.open.partitions.max", "producer.open.partitions.max")
         return FileBudget(bounds(settings).descriptors, tuple(f"systems.{system_name}.{key}" for key in keys))
 
+    def describing_consumers(self, system_name: str, config: Settings) -> bool:
+        """A consumer reads its partitions' offsets at start-up and keeps their files open for ``register``."""
+        return True
+
     def transactional(self, system_name: str, config: Settings) -> bool:
         """A container's pooled producer writes in transactions of the log (``transactions``)."""
         return True
