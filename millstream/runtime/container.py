@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, NoReturn, TypeVar, cast
+from typing import Any, NoReturn, TypeVar
 
 import orjson
 
@@ -801,14 +801,7 @@ def _describing_consumers(services: ContainerServices, systems: set[str]) -> dic
     consumers: dict[str, SystemConsumer] = {}
     for system in sorted(systems):
         if services.factory(system).describing_consumers(system, services.config):
-            consumer = services.new_consumer(system)
-            if not isinstance(consumer, DescribingSystemConsumer):
-                consumer.stop()
-                raise MillstreamError(
-                    f"system '{system}': its factory says its consumers describe partitions, but "
-                    f"{type(consumer).__qualname__} has no 'describe'"
-                )
-            consumers[system] = consumer
+            consumers[system] = services.new_consumer(system)
     return consumers
 
 
@@ -828,9 +821,9 @@ def _partition_metadata(
     metadata: dict[Any, Any] = {}
     for system, admin in admins.items():
         wanted = {ssp for ssp in ssps if ssp.system == system}
-        if system in describing:
-            consumer, reads = describing[system]
-            metadata.update(cast(DescribingSystemConsumer, consumer).describe(sorted(wanted & reads)))
+        consumer, reads = describing.get(system, (None, set()))
+        if isinstance(consumer, DescribingSystemConsumer):
+            metadata.update(consumer.describe(sorted(wanted & reads)))
             wanted -= reads
         metadata.update(admin.get_ssp_metadata(sorted(wanted)))
     missing = sorted(ssps - metadata.keys())
