@@ -838,15 +838,16 @@ def _register_consumers(
     registered: Mapping[SystemStreamPartition, str],
     described: dict[str, SystemConsumer] | None = None,
 ) -> dict[str, Any]:
-    """Each system's consumer with its partitions registered: the one in ``described`` (taken out of it), else a
-    new one."""
+    """Each system's consumer with its partitions registered: the one in ``described`` (taken out of it once its
+    partitions are registered, so that a registration that fails leaves it to be stopped there), else a new one."""
+    described = {} if described is None else described
     consumers = {}
     for system in sorted({ssp.system for ssp in registered}):
-        consumer = (described or {}).pop(system, None) or services.new_consumer(system)
+        consumer = described.get(system) or services.new_consumer(system)
         for ssp, offset in sorted(registered.items()):
             if ssp.system == system:
                 consumer.register(ssp, offset)
-        consumers[system] = consumer
+        consumers[system] = described.pop(system, consumer)
     return consumers
 
 

@@ -1,5 +1,7 @@
 """The container end to end on the embedded log system, in-process (the Spark runner has its own tests)."""
 
+from typing import Any, cast
+
 import pytest
 
 from millstream.checkpoint.factory import checkpoint_manager
@@ -7,7 +9,8 @@ from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
 from millstream.coordinator.prepare import prepare
 from millstream.errors import MillstreamError
-from millstream.model import SystemStream, TaskName
+from millstream.model import SystemStream, SystemStreamPartition, TaskName
+from millstream.runtime.container import _register_consumers
 from millstream.testing import InProcessRunner, TestRunner, read_stream, write_stream
 from tests.jobs import CountingTask, FailsOnPoison, PassThrough, ShutdownAfterThree
 
@@ -195,3 +198,17 @@ def test_checkpoints_are_written_only_after_the_output_is_durable(tmp_path):
             checked += 1
     job.join()
     assert checked > 0
+
+
+class RefusingConsumer:
+    """A described consumer whose registration fails, as one does for an offset trimmed since it was planned."""
+
+    def register(self, ssp: SystemStreamPartition, offset: str) -> None:
+        raise MillstreamError(f"offset {offset} of {ssp} is gone")
+
+
+def test_a_described_consumer_whose_registration_fails_is_left_where_the_container_stops_it() -> None:
+    described: dict[str, Any] = {"log": RefusingConsumer()}
+    with pytest.raises(MillstreamError, match="is gone"):
+        _register_consumers(cast(Any, None), {SystemStreamPartition("log", "in", 0): "5"}, described)
+    assert list(described) == ["log"]  # the container's cleanup stops what is still there
