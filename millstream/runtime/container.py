@@ -437,8 +437,8 @@ class Container:
                 self._resources.callback(_quietly, adjunct.close)
         task_ssps = self.ssps - (adjunct.ssps if adjunct is not None else frozenset())
         described = _describing_consumers(services, {ssp.system for ssp in task_ssps})
-        self._resources.callback(_quietly, partial(_stop_consumers, described))  # those no registration took
-        metadata = _partition_metadata(admins, self.ssps, {system: (c, task_ssps) for system, c in described.items()})
+        self._resources.callback(_stop_consumers, described)  # those no registration took
+        metadata = _partition_metadata(admins, self.ssps, described, task_ssps)
         task_class = load_task_class(config)
         return Prepared(
             admins,
@@ -814,17 +814,18 @@ def _stop_consumers(consumers: dict[str, SystemConsumer]) -> None:
 def _partition_metadata(
     admins: dict[str, SystemAdmin],
     ssps: set[SystemStreamPartition],
-    describing: Mapping[str, tuple[SystemConsumer, set[SystemStreamPartition]]],
+    described: Mapping[str, SystemConsumer],
+    task_ssps: set[SystemStreamPartition],
 ) -> dict[Any, Any]:
-    """Every partition's metadata, from the system's admin, or for the partitions a describing consumer will read,
-    from that consumer (``describing``: per system, the consumer and the partitions it reads)."""
+    """Every partition's metadata: the tasks' partitions of a system in ``described`` from its consumer when it
+    describes partitions, the rest from the system's admin."""
     metadata: dict[Any, Any] = {}
     for system, admin in admins.items():
         wanted = {ssp for ssp in ssps if ssp.system == system}
-        consumer, reads = describing.get(system, (None, set()))
+        consumer = described.get(system)
         if isinstance(consumer, DescribingSystemConsumer):
-            metadata.update(consumer.describe(sorted(wanted & reads)))
-            wanted -= reads
+            metadata.update(consumer.describe(sorted(wanted & task_ssps)))
+            wanted -= task_ssps
         metadata.update(admin.get_ssp_metadata(sorted(wanted)))
     missing = sorted(ssps - metadata.keys())
     if missing:

@@ -854,8 +854,8 @@ def _timestamps(payload: bytes) -> list[int]:
 def _settings(*, fsync: bool, page_cache: bool) -> str:
     """The connection's settings as one script: ``executescript`` runs it without caching a statement per pragma
     (Python's ``sqlite3`` keeps every statement ``execute`` ran, and the cursor's weak reference, for the
-    connection's life: about a dozen objects per open partition for the collector to walk, at thousands of
-    partitions). ``busy_timeout`` is the connection's ``timeout``."""
+    connection's life: seven objects and 7 KB more per open partition, measured, at thousands of partitions).
+    ``busy_timeout`` is the connection's ``timeout``."""
     cache = "" if page_cache else "PRAGMA cache_size = 0; "
     return f"{cache}PRAGMA synchronous = {'FULL' if fsync else 'NORMAL'}; PRAGMA mmap_size = {MMAP_SIZE};"
 

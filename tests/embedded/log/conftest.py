@@ -11,11 +11,13 @@ import pytest
 
 from millstream.config.settings import Settings
 from millstream.contracts.systems import StreamSpec
+from millstream.embedded.log import consumer as consumer_module
 from millstream.embedded.log.admin import LogSystemAdmin
 from millstream.embedded.log.consumer import LogSystemConsumer
 from millstream.embedded.log.factory import LogSystemFactory
 from millstream.embedded.log.producer import LogSystemProducer
 from millstream.embedded.log.segments import Segments
+from millstream.embedded.log.storage import LogPartition
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 
 SYSTEM = "log"
@@ -101,3 +103,32 @@ def read_all(consumer: LogSystemConsumer, ssps: set[SystemStreamPartition]) -> l
         for batch in batches.values():
             out.extend(batch)
     return out
+
+
+class Opened:
+    """The partition files consumers opened (every attempt, in order), and those of them still open."""
+
+    def __init__(self) -> None:
+        self.order: list[tuple[str, int]] = []
+        self.live: set[tuple[str, int]] = set()
+
+
+@pytest.fixture
+def opens(monkeypatch: pytest.MonkeyPatch) -> Opened:
+    """Every partition file a consumer opens and closes, through the consumer module's ``LogPartition``."""
+    opened = Opened()
+
+    class Counted(LogPartition):
+        __slots__ = ()
+
+        def __init__(self, path: Path, stream: str, partition: int, **kwargs: object) -> None:
+            opened.order.append((stream, partition))
+            super().__init__(path, stream, partition, **kwargs)  # type: ignore[arg-type]
+            opened.live.add((stream, partition))
+
+        def close(self) -> None:
+            opened.live.discard((self.stream, self.partition))
+            super().close()
+
+    monkeypatch.setattr(consumer_module, "LogPartition", Counted)
+    return opened

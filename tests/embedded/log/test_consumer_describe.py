@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from millstream.contracts.systems import DescribingSystemConsumer, StreamSpec
-from millstream.embedded.log import consumer as consumer_module
 from millstream.embedded.log.admin import LogSystemAdmin
 from millstream.embedded.log.consumer import LogSystemConsumer
 from millstream.embedded.log.errors import LogSystemError
@@ -18,35 +17,7 @@ from millstream.embedded.log.layout import LogLayout
 from millstream.embedded.log.producer import LogSystemProducer
 from millstream.embedded.log.storage import LogPartition
 from millstream.model import SystemStreamPartition
-from tests.embedded.log.conftest import SYSTEM, create, read_all, ssp, write
-
-
-class Opened:
-    """The partition files the consumer opened, in order, and those of them it holds open now."""
-
-    def __init__(self) -> None:
-        self.order: list[tuple[str, int]] = []
-        self.live: set[tuple[str, int]] = set()
-
-
-@pytest.fixture
-def opens(monkeypatch: pytest.MonkeyPatch) -> Opened:
-    opened = Opened()
-
-    class Counted(LogPartition):
-        __slots__ = ()
-
-        def __init__(self, path: Path, stream: str, partition: int, **kwargs: object) -> None:
-            super().__init__(path, stream, partition, **kwargs)  # type: ignore[arg-type]
-            opened.order.append((stream, partition))
-            opened.live.add((stream, partition))
-
-        def close(self) -> None:
-            opened.live.discard((self.stream, self.partition))
-            super().close()
-
-    monkeypatch.setattr(consumer_module, "LogPartition", Counted)
-    return opened
+from tests.embedded.log.conftest import SYSTEM, Opened, create, read_all, ssp, write
 
 
 @pytest.fixture

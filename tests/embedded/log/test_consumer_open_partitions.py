@@ -20,7 +20,7 @@ from millstream.embedded.log.layout import LogLayout
 from millstream.embedded.log.open_files import pool_bounds
 from millstream.embedded.log.storage import LogPartition
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition
-from tests.embedded.log.conftest import SYSTEM, create, log_config, ssp
+from tests.embedded.log.conftest import SYSTEM, Opened, create, log_config, ssp
 from tests.helpers import wait_until
 
 PARTITIONS = 200
@@ -47,22 +47,6 @@ def small_pool(root: Path, clock: Clock) -> Iterator[LogSystemConsumer]:
     consumer = LogSystemConsumer(SYSTEM, LogLayout(root, SYSTEM), batch_size=7, open_max=POOL, clock=clock)
     yield consumer
     consumer.stop()
-
-
-@pytest.fixture
-def opens(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
-    """Every partition file the consumer opens, in order."""
-    opened: list[tuple[str, int]] = []
-
-    class Counted(LogPartition):
-        __slots__ = ()
-
-        def __init__(self, path: Path, stream: str, partition: int, **kwargs: object) -> None:
-            opened.append((stream, partition))
-            super().__init__(path, stream, partition, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(consumer_module, "LogPartition", Counted)
-    return opened
 
 
 def append(root: Path, stream: str, partition: int, values: list[bytes]) -> None:
@@ -130,13 +114,13 @@ def watched_idle(admin: LogSystemAdmin, consumer: LogSystemConsumer, partitions:
 
 
 def test_a_closed_quiet_partition_is_watched_by_stat_and_sees_every_later_append_without_being_reopened(
-    admin: LogSystemAdmin, root: Path, small_pool: LogSystemConsumer, opens: list[tuple[str, int]]
+    admin: LogSystemAdmin, root: Path, small_pool: LogSystemConsumer, opens: Opened
 ) -> None:
     ssps = watched_idle(admin, small_pool, 50)
-    opens.clear()
+    opens.order.clear()
     for _ in range(5):
         assert small_pool.poll(ssps, 0) == {}
-    assert opens == [], "quiet closed partitions were reopened"
+    assert opens.order == [], "quiet closed partitions were reopened"
 
     for round_ in range(3):  # appends right after a poll, in the same clock tick as its signatures are compared
         for partition in (3, 17, 41):
@@ -147,18 +131,18 @@ def test_a_closed_quiet_partition_is_watched_by_stat_and_sees_every_later_append
 
 
 def test_closed_quiet_partitions_are_read_in_full_once_their_backstop_is_due(
-    admin: LogSystemAdmin, small_pool: LogSystemConsumer, clock: Clock, opens: list[tuple[str, int]]
+    admin: LogSystemAdmin, small_pool: LogSystemConsumer, clock: Clock, opens: Opened
 ) -> None:
     ssps = watched_idle(admin, small_pool, 20)
     closed = {each.partition for each in ssps if small_pool._cursors[each].partition is None}
     assert len(closed) == 20 - POOL
-    opens.clear()
+    opens.order.clear()
     clock.now += consumer_module.CLOSED_RECHECK_MS - 1
     assert small_pool.poll(ssps, 0) == {}
-    assert opens == []
+    assert opens.order == []
     clock.now += 1
     assert small_pool.poll(ssps, 0) == {}
-    reopened = [partition for _, partition in opens]
+    reopened = [partition for _, partition in opens.order]
     assert closed <= set(reopened), "a closed partition went past its backstop unread"
     assert len(reopened) == len(set(reopened)) and small_pool.open_partitions <= POOL
 
