@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.integration.kinesis.conftest import kinesis_endpoint  # noqa: F401  (kinesalite, started on demand)
+from tests.integration.kinesis.conftest import kinesalite, kinesis_endpoint  # noqa: F401  (started on demand)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

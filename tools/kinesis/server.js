@@ -78,4 +78,10 @@ server.listen(options.port, options.host, function() {
   const address = server.address()
   console.log('kinesalite listening on ' + address.address + ':' + address.port)
 })
-for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, function() { process.exit(0) })
+// The signal is printed so that a harness reporting an emulator that died can tell a stop from a crash.
+for (const signal of ['SIGINT', 'SIGTERM']) {
+  process.on(signal, function() {
+    console.log('kinesalite: ' + signal + ' received, exiting')
+    process.exit(0)
+  })
+}

@@ -15,13 +15,26 @@ from tests.integration.kinesis.emulator import Kinesalite
 
 
 @pytest.fixture(scope="session")
-def kinesis_endpoint() -> Iterator[str]:
-    external = os.environ.get("MILLSTREAM_TEST_KINESIS")
-    if external:
-        yield external
+def kinesalite() -> Iterator[Kinesalite | None]:
+    """The session's emulator, or ``None`` when ``MILLSTREAM_TEST_KINESIS`` names one of your own."""
+    if os.environ.get("MILLSTREAM_TEST_KINESIS"):
+        yield None
         return
     with Kinesalite() as emulator:
-        yield emulator.endpoint
+        yield emulator
+
+
+@pytest.fixture
+def kinesis_endpoint(kinesalite: Kinesalite | None) -> Iterator[str]:
+    """The emulator's endpoint for one test. A test during which the emulator died fails at teardown with the
+    emulator's exit status and last output; the next test gets a new emulator, so one death fails one test."""
+    if kinesalite is None:
+        yield os.environ["MILLSTREAM_TEST_KINESIS"]
+        return
+    if kinesalite.process is None or kinesalite.process.poll() is not None:
+        kinesalite.restart()
+    yield kinesalite.endpoint
+    kinesalite.check()
 
 
 @pytest.fixture

@@ -80,6 +80,22 @@ class Kinesalite(ServerProcess):
                 raise EmulatorError("kinesalite did not start: " + "".join(self._output)[-2000:])
         return self
 
+    def check(self) -> None:
+        """Raise if the emulator process has exited: its exit status and the tail of its output say why.
+
+        Without this a dead emulator shows only as "connection refused" in every test that follows."""
+        if self.process is not None and self.process.poll() is not None:
+            raise EmulatorError(
+                f"kinesalite (pid {self.process.pid}) exited with status {self.process.returncode}; "
+                "its last output:\n" + "".join(self._output)[-4000:]
+            )
+
+    def restart(self) -> Kinesalite:
+        """A new emulator process (new port, no streams) in place of one that died."""
+        self.stop()
+        self._output = []
+        return self.start()
+
     def _pump(self, ready: threading.Event) -> None:
         assert self.process is not None and self.process.stdout is not None
         for line in self.process.stdout:
