@@ -22,7 +22,7 @@ from pathlib import Path
 
 from millstream.contracts.systems import StreamOwnedError, StreamOwner
 from millstream.embedded.log.errors import CorruptStreamError, InvalidStreamNameError, LogSystemError
-from millstream.embedded.log.storage import LogPartition
+from millstream.embedded.log.storage import create_partition_files
 from millstream.errors import StreamNotFoundError
 from millstream.files import sync_dir
 
@@ -118,8 +118,8 @@ class LogLayout:
         staging = self.root / f"{_STAGING_PREFIX}{stream}-{uuid.uuid4().hex}"
         staging.mkdir()
         try:
-            for partition in range(partition_count):
-                LogPartition(staging / f"p{partition}.db", stream, partition, fsync=fsync, create=True).close()
+            paths = [staging / f"p{partition}.db" for partition in range(partition_count)]
+            create_partition_files(paths, stream, fsync=fsync)
             info = StreamInfo(stream, partition_count, int(time.time() * 1000), dict(config))
             _write_synced(staging / STREAM_FILE, info.to_json())
             try:

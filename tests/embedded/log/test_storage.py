@@ -354,6 +354,40 @@ def test_creating_over_an_existing_file_is_refused(partition: LogPartition) -> N
         LogPartition(partition.path, "events", 0, create=True)
 
 
+def test_a_new_partition_file_holds_nothing_of_its_stream_or_number_so_a_copy_is_what_sqlite_makes(
+    tmp_path: Path,
+) -> None:
+    LogPartition(tmp_path / "a.db", "events", 0, create=True).close()
+    LogPartition(tmp_path / "b.db", "other-stream", 7, create=True, fsync=True).close()
+    assert (tmp_path / "a.db").read_bytes() == (tmp_path / "b.db").read_bytes()
+
+
+@pytest.mark.parametrize("fsync", [False, True])
+def test_created_partition_files_are_independent_empty_partitions(tmp_path: Path, fsync: bool) -> None:
+    paths = [tmp_path / f"p{partition}.db" for partition in range(4)]
+    storage.create_partition_files(paths, "events", fsync=fsync)
+    assert sorted(tmp_path.iterdir()) == paths
+    logs = [LogPartition(path, "events", partition) for partition, path in enumerate(paths)]
+    try:
+        for partition, log in enumerate(logs):
+            for _ in range(partition):
+                log.append(records(f"p{partition}".encode()))
+        for partition, log in enumerate(logs):
+            assert log.state().upcoming == partition
+            assert values_of(log.read(0, 10)) == [f"p{partition}".encode()] * partition
+    finally:
+        for log in logs:
+            log.close()
+
+
+def test_creating_partition_files_over_an_existing_one_is_refused_naming_it(tmp_path: Path) -> None:
+    paths = [tmp_path / f"p{partition}.db" for partition in range(3)]
+    paths[2].write_bytes(b"someone else's")
+    with pytest.raises(LogStorageError, match=r"partition 2 .*p2\.db.*cannot create the partition file"):
+        storage.create_partition_files(paths, "events")
+    assert paths[2].read_bytes() == b"someone else's"
+
+
 append_op = st.tuples(st.just("append"), st.lists(st.binary(max_size=8), min_size=1, max_size=6))
 trim_op = st.tuples(st.just("trim"), st.integers(min_value=0, max_value=40))
 
