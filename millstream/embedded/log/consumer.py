@@ -260,7 +260,7 @@ class LogSystemConsumer(SystemConsumer):
         partition.close()  # closing may checkpoint the file: the signature is taken after it
         if still_quiet:  # nothing committed up to ``checked``; the signature must see every commit from then on
             signature = stat_watch.trusted(cursor.path, checked)
-            if signature is not None and signature[:2] == cursor.identity:  # not a file replaced meanwhile
+            if signature is not None and signature[:2] == cursor.identity[:2]:  # not a file replaced meanwhile
                 cursor.signature = signature
 
     def _open_file(self, ssp: SystemStreamPartition) -> LogPartition:

@@ -97,7 +97,7 @@ class _StreamWriter:
     """Per partition, the source that last recorded its buffer as touched, None once the buffer was appended:
     while a source is the owner, the buffer is in its touched set, so ``send`` skips the set (an identity test
     instead of a set insertion per record)."""
-    identities: dict[int, tuple[int, int]] = field(default_factory=dict)
+    identities: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     """Per partition opened, the file first opened (``LogPartition.identity``): a reopened one must be it."""
 
 

@@ -38,7 +38,8 @@ distinct pages into the file each time and keeps the WAL at about 4 MiB.
 A ``LogPartition`` holds one connection and is meant for one thread at a time; open one per
 process (connections must not cross ``fork``).
 
-The file format (``PRAGMA user_version`` = ``FORMAT_VERSION``)::
+The file format (``PRAGMA user_version`` = ``FORMAT_VERSION``; ``PRAGMA application_id`` is the file's incarnation,
+random at its creation, which tells a re-created file from a deleted one at the same inode number)::
 
     batches(end_offset INTEGER PRIMARY KEY,  -- exclusive: base_offset + count
             base_offset, count, min_ts, max_ts,
@@ -66,6 +67,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -99,6 +101,12 @@ _PENDING = (
     "CREATE TABLE IF NOT EXISTS pending (end_offset INTEGER PRIMARY KEY, base_offset INTEGER NOT NULL, "
     "txn INTEGER NOT NULL)"
 )
+
+_HEADER = "SELECT user_version, application_id FROM pragma_user_version, pragma_application_id"
+"""The file's format version and its incarnation (``LogPartition.identity``), both from the database header."""
+_INCARNATION_BYTES = slice(68, 72)
+"""Where the header keeps ``PRAGMA application_id``: a big-endian 32-bit integer, covered by no checksum."""
+_MAX_INCARNATION = (1 << 31) - 1
 
 _SCHEMA = f"""
 PRAGMA user_version = {FORMAT_VERSION};
@@ -255,6 +263,7 @@ class LogPartition:
     __slots__ = (
         "_connection",
         "_identity",
+        "_incarnation",
         "_placed",
         "_recorded",
         "_segments",
@@ -308,9 +317,11 @@ class LogPartition:
             if create:
                 connection.execute(f"PRAGMA page_size = {PAGE_SIZE}")
                 connection.execute("PRAGMA journal_mode = WAL")
-                connection.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} COMMIT;")
+                connection.executescript(
+                    f"BEGIN IMMEDIATE; {_SCHEMA} PRAGMA application_id = {_new_incarnation()}; COMMIT;"
+                )
             connection.executescript(_settings(fsync=fsync, page_cache=page_cache))
-            version = connection.execute("PRAGMA user_version").fetchone()[0]
+            version, self._incarnation = connection.execute(_HEADER).fetchone()
             if version == FORMAT_VERSION - 1:  # the same but for the table of open transactions' batches
                 migration = f"BEGIN IMMEDIATE; {_PENDING}; PRAGMA user_version = {FORMAT_VERSION}; COMMIT;"
                 connection.executescript(migration)
@@ -348,10 +359,13 @@ class LogPartition:
             return False
 
     @property
-    def identity(self) -> tuple[int, int]:
-        """The device and inode of the file this partition opened: a pool that closes and reopens partitions
-        compares it to refuse a file deleted or replaced meanwhile, as ``_check_file`` does for an open one."""
-        return self._identity
+    def identity(self) -> tuple[int, int, int]:
+        """The device, inode and incarnation of the file this partition opened: a pool that closes and reopens
+        partitions compares it to refuse a file deleted or replaced meanwhile, as ``_check_file`` does for an open
+        one. The incarnation (a random number in the file's header, 0 in files made before it) is what tells a
+        re-created file from the one first opened once both are closed: a filesystem gives a new file the inode
+        number of one just deleted, and on a tmpfs or ext4 it often does."""
+        return (*self._identity, self._incarnation)
 
     def replaced_error(self) -> LogStorageError:
         """The error of an operation on a file deleted or replaced since it was first opened."""
@@ -855,16 +869,18 @@ def _timestamps(payload: bytes) -> list[int]:
 def create_partition_files(paths: Sequence[Path], stream: str, *, fsync: bool = False) -> None:
     """Create an empty partition file at each of ``paths`` (none may exist yet; partition numbers in order).
 
-    SQLite makes the first; the others are byte copies of it, each written to a new file (never over one that
-    exists) and, with ``fsync``, synced with its directory. An empty partition file records nothing of its stream
-    or its number (the same bytes whatever they are), so a copy is exactly what SQLite would have made, for one
-    write instead of a connection, its journal files, the schema's transaction and a close. A process holding
-    thousands of partition files open also spares SQLite its search of them at each creation."""
+    SQLite makes the first; the others are byte copies of it with an incarnation of their own (the header's
+    application id), each written to a new file (never over one that exists) and, with ``fsync``, synced with
+    its directory. An empty partition file records nothing of its stream or its number (the same bytes whatever
+    they are, but for the incarnation), so a copy is exactly what SQLite would have made, for one write instead
+    of a connection, its journal files, the schema's transaction and a close. A process holding thousands of
+    partition files open also spares SQLite its search of them at each creation."""
     if not paths:
         return
     LogPartition(paths[0], stream, 0, fsync=fsync, create=True).close()
-    image = paths[0].read_bytes()
+    image = bytearray(paths[0].read_bytes())
     for partition, path in enumerate(paths[1:], start=1):
+        image[_INCARNATION_BYTES] = _new_incarnation().to_bytes(4, "big")
         try:
             with open(path, "xb") as file:
                 file.write(image)
@@ -875,6 +891,11 @@ def create_partition_files(paths: Sequence[Path], stream: str, *, fsync: bool = 
             raise LogStorageError(stream, partition, path, f"cannot create the partition file: {error}") from None
     if fsync:
         sync_dir(paths[0].parent)
+
+
+def _new_incarnation() -> int:
+    """A new file's incarnation: random, positive, never 0 (which files made before incarnations read as)."""
+    return secrets.randbelow(_MAX_INCARNATION) + 1
 
 
 def _settings(*, fsync: bool, page_cache: bool) -> str:

@@ -357,9 +357,31 @@ def test_creating_over_an_existing_file_is_refused(partition: LogPartition) -> N
 def test_a_new_partition_file_holds_nothing_of_its_stream_or_number_so_a_copy_is_what_sqlite_makes(
     tmp_path: Path,
 ) -> None:
-    LogPartition(tmp_path / "a.db", "events", 0, create=True).close()
-    LogPartition(tmp_path / "b.db", "other-stream", 7, create=True, fsync=True).close()
-    assert (tmp_path / "a.db").read_bytes() == (tmp_path / "b.db").read_bytes()
+    """Byte for byte but for the incarnation, the header's application id (bytes 68 to 71)."""
+    first = LogPartition(tmp_path / "a.db", "events", 0, create=True)
+    first.close()
+    second = LogPartition(tmp_path / "b.db", "other-stream", 7, create=True, fsync=True)
+    second.close()
+    a, b = bytearray((tmp_path / "a.db").read_bytes()), bytearray((tmp_path / "b.db").read_bytes())
+    assert a[68:72] != b[68:72]
+    assert first.identity[2] == int.from_bytes(a[68:72], "big")
+    assert second.identity[2] == int.from_bytes(b[68:72], "big")
+    a[68:72] = b[68:72] = bytes(4)
+    assert a == b
+
+
+def test_a_file_re_created_at_the_inode_number_of_the_one_deleted_has_another_identity(tmp_path: Path) -> None:
+    """Filesystems reuse a deleted file's inode number, so only the incarnation tells the two files apart."""
+    path = tmp_path / "p0.db"
+    storage.create_partition_files([tmp_path / "first.db", path], "events")
+    old = LogPartition(path, "events", 0)
+    old.close()
+    path.unlink()
+    storage.create_partition_files([tmp_path / "again.db", path], "events")
+    new = LogPartition(path, "events", 0)
+    new.close()
+    assert old.identity[2] != new.identity[2]
+    assert old.identity != new.identity
 
 
 @pytest.mark.parametrize("fsync", [False, True])
