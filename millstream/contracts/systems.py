@@ -511,6 +511,18 @@ class SystemProducer(ABC):
         """Fence off older writers of ``ssp`` now, before the caller reads its end (a store's restore):
         nothing a zombie appends afterwards can land behind the offsets the caller's checkpoints name."""
 
+    def describe(
+        self, ssps: Iterable[SystemStreamPartition]
+    ) -> dict[SystemStreamPartition, SystemStreamPartitionMetadata]:
+        """What ``SystemAdmin.get_ssp_metadata`` answers for those of ``ssps`` this producer can read through
+        what it already holds, such as a partition it just claimed (the embedded log: the partition file the
+        claim opened, one query on its connection); the others are left out, for the admin to answer. This
+        default holds none.
+
+        A store's restore asks here first, right after the claim: on the embedded log the admin would otherwise
+        open each changelog partition a second time, once per task at every start."""
+        return {}
+
     def written_offsets(self, ssps: Iterable[SystemStreamPartition]) -> dict[SystemStreamPartition, str]:
         """The offset of the newest record this producer appended to each of ``ssps`` since it started (the
         records of an open transaction included); a partition it appended nothing to is left out. This

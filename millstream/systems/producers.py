@@ -26,7 +26,7 @@ from dataclasses import replace
 from typing import Self
 
 from millstream.config.settings import Settings
-from millstream.contracts.systems import SystemFactory, SystemProducer, WriterToken
+from millstream.contracts.systems import SystemFactory, SystemProducer, SystemStreamPartitionMetadata, WriterToken
 from millstream.errors import ConfigError, MillstreamError
 from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 
@@ -156,6 +156,12 @@ class SerializedProducer(SystemProducer):
     def claim(self, ssp: SystemStreamPartition) -> None:
         with self._lock:
             self.producer.claim(ssp)
+
+    def describe(
+        self, ssps: Iterable[SystemStreamPartition]
+    ) -> dict[SystemStreamPartition, SystemStreamPartitionMetadata]:
+        with self._lock:
+            return self.producer.describe(ssps)
 
     def written_offsets(self, ssps: Iterable[SystemStreamPartition]) -> dict[SystemStreamPartition, str]:
         with self._lock:

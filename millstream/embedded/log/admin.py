@@ -24,7 +24,7 @@ from millstream.contracts.systems import (
 from millstream.embedded.log.consumer import parse_offset
 from millstream.embedded.log.errors import LogSystemError
 from millstream.embedded.log.expiry import Reaper
-from millstream.embedded.log.layout import LogLayout
+from millstream.embedded.log.layout import LogLayout, StreamInfo
 from millstream.embedded.log.metadata import settled_metadata, written_metadata
 from millstream.embedded.log.open_partitions import Opener, OpenPartitions
 from millstream.embedded.log.storage import LogPartition
@@ -75,8 +75,11 @@ class LogSystemAdmin(SystemAdmin):
         self._reaper.close()
 
     @contextmanager
-    def _partition(self, stream: str, partition: int) -> Iterator[LogPartition]:
-        info = self.layout.require_info(stream)
+    def _partition(self, stream: str, partition: int, info: StreamInfo | None = None) -> Iterator[LogPartition]:
+        """The partition's file from the pool, after checking the partition exists (in ``info``, the stream's
+        ``stream.json`` a caller already read for the same call, else read here)."""
+        if info is None:
+            info = self.layout.require_info(stream)
         if not 0 <= partition < info.partition_count:
             raise LogSystemError(
                 f"log stream '{stream}' has partitions 0..{info.partition_count - 1}, not partition {partition}"
@@ -92,7 +95,7 @@ class LogSystemAdmin(SystemAdmin):
                 continue
             partitions = {}
             for partition in range(info.partition_count):
-                with self._partition(stream, partition) as log:
+                with self._partition(stream, partition, info) as log:
                     partitions[partition] = settled_metadata(log, self._reaper)
             result[stream] = SystemStreamMetadata(stream, partitions)
         return result
@@ -104,14 +107,14 @@ class LogSystemAdmin(SystemAdmin):
         cost does not grow with the stream's partitions (and tasks). A partition whose index cannot be read
         raises, naming it; it is never reported empty."""
         result = {}
-        counts: dict[str, int] = {}
+        infos: dict[str, StreamInfo | None] = {}
         for ssp in ssps:
-            if ssp.stream not in counts:
-                info = self.layout.read_info(ssp.stream)
-                counts[ssp.stream] = 0 if info is None else info.partition_count
-            if not 0 <= ssp.partition < counts[ssp.stream]:
+            if ssp.stream not in infos:
+                infos[ssp.stream] = self.layout.read_info(ssp.stream)
+            info = infos[ssp.stream]
+            if info is None or not 0 <= ssp.partition < info.partition_count:
                 continue
-            with self._partition(ssp.stream, ssp.partition) as log:
+            with self._partition(ssp.stream, ssp.partition, info) as log:
                 result[ssp] = settled_metadata(log, self._reaper)
         return result
 
@@ -125,7 +128,7 @@ class LogSystemAdmin(SystemAdmin):
             info = self.layout.read_info(ssp.stream)
             if info is None or not 0 <= ssp.partition < info.partition_count:
                 continue
-            with self._partition(ssp.stream, ssp.partition) as log:
+            with self._partition(ssp.stream, ssp.partition, info) as log:
                 result[ssp] = written_metadata(log.state())
         return result
 
@@ -199,7 +202,7 @@ class LogSystemAdmin(SystemAdmin):
         """
         info = self.layout.require_info(stream)
         for partition in range(info.partition_count):
-            with self._partition(stream, partition) as log:
+            with self._partition(stream, partition, info) as log:
                 log.seal()
 
     def trim_expired(self, now_ms: int | None = None) -> dict[SystemStreamPartition, str]:
@@ -220,7 +223,7 @@ class LogSystemAdmin(SystemAdmin):
             if retention < 0:
                 continue
             for partition in range(info.partition_count):
-                with self._partition(stream, partition) as log:
+                with self._partition(stream, partition, info) as log:
                     before = log.state().oldest
                     oldest = log.trim(log.offset_for_timestamp(now - retention))
                 if oldest > before:

@@ -62,10 +62,18 @@ from dataclasses import dataclass, field
 from itertools import islice, repeat
 from typing import Any, cast
 
-from millstream.contracts.systems import SystemProducer, WriterFencedError, WriterToken, all_bytes_or_none, all_none
+from millstream.contracts.systems import (
+    SystemProducer,
+    SystemStreamPartitionMetadata,
+    WriterFencedError,
+    WriterToken,
+    all_bytes_or_none,
+    all_none,
+)
 from millstream.embedded.log.errors import LogSystemError, TransactionTimedOutError
 from millstream.embedded.log.expiry import end_transaction
 from millstream.embedded.log.layout import LogLayout
+from millstream.embedded.log.metadata import partition_metadata
 from millstream.embedded.log.open_files import pool_bounds
 from millstream.embedded.log.partitioner import Partitioner, round_robin
 from millstream.embedded.log.storage import LogPartition
@@ -310,6 +318,24 @@ class LogSystemProducer(SystemProducer):
                 for ssp in ssps
                 if ssp.system == self.system and (key := (ssp.stream, ssp.partition)) in appended
             }
+
+    def describe(
+        self, ssps: Iterable[SystemStreamPartition]
+    ) -> dict[SystemStreamPartition, SystemStreamPartitionMetadata]:
+        """The offsets of the partitions among ``ssps`` whose files this producer holds open (a claimed changelog
+        partition), read through its own connection as the admin reads them. A partition it does not hold, whose
+        file was replaced, or with a transaction still open (which the admin ends first when it is past its
+        deadline) is left out for the admin."""
+        result = {}
+        with self._lock:
+            for ssp in ssps:
+                log = self._open.get((ssp.stream, ssp.partition)) if ssp.system == self.system else None
+                if log is None or not log.is_current():
+                    continue
+                state = log.state()
+                if state.settled:
+                    result[ssp] = partition_metadata(state)
+        return result
 
     def set_writer(self, writer: WriterToken) -> None:
         self._writer = writer

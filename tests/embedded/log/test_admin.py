@@ -14,6 +14,7 @@ from millstream.contracts.systems import StreamSpec, SystemStreamPartitionMetada
 from millstream.embedded.log.admin import LogSystemAdmin
 from millstream.embedded.log.errors import InvalidOffsetError, InvalidStreamNameError, LogSystemError
 from millstream.embedded.log.factory import LogSystemFactory
+from millstream.embedded.log.layout import LogLayout, StreamInfo
 from millstream.embedded.log.producer import LogSystemProducer
 from millstream.errors import MillstreamError, StreamNotFoundError
 from millstream.startpoint import StartpointOldest, StartpointSpecific, StartpointTimestamp, StartpointUpcoming
@@ -35,6 +36,27 @@ def test_metadata_gives_oldest_newest_and_upcoming_as_integer_strings(
     write(producer, "events", [b"a", b"b", b"c"])
     admin.trim(ssp("events"), "1")
     assert admin.get_ssp_metadata([ssp("events")])[ssp("events")] == SystemStreamPartitionMetadata("1", "2", "3")
+
+
+def test_a_metadata_query_reads_each_streams_description_once(
+    admin: LogSystemAdmin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    create(admin, "events", 3)
+    create(admin, "other", 2)
+    reads: list[str] = []
+    read_info = LogLayout.read_info
+
+    def counted(layout: LogLayout, stream: str) -> StreamInfo | None:
+        reads.append(stream)
+        return read_info(layout, stream)
+
+    monkeypatch.setattr(LogLayout, "read_info", counted)
+    asked = [ssp("events", 0), ssp("events", 2), ssp("other", 1)]
+    assert set(admin.get_ssp_metadata(asked)) == set(asked)
+    assert sorted(reads) == ["events", "other"]
+    reads.clear()
+    assert set(admin.get_system_stream_metadata(["events"])["events"].partitions) == {0, 1, 2}
+    assert reads == ["events"]
 
 
 def test_metadata_leaves_out_streams_that_do_not_exist(admin: LogSystemAdmin) -> None:

@@ -47,7 +47,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointV1, CheckpointV2
-from millstream.contracts.systems import BulkReadingSystemConsumer, RecordBatch, SystemAdmin, SystemConsumer
+from millstream.contracts.systems import (
+    BulkReadingSystemConsumer,
+    RecordBatch,
+    SystemAdmin,
+    SystemConsumer,
+    SystemStreamPartitionMetadata,
+)
 from millstream.errors import MillstreamError
 from millstream.model import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStreamPartition
 from millstream.storage.backends.base import StoreSpec, TaskBackendContext, TaskRestoreManager
@@ -134,13 +140,20 @@ class ChangelogTaskRestoreManager(TaskRestoreManager):
             return True, offset, None if checkpoint_id is None else checkpoint_id.millis
         return False, None, None
 
+    def _metadata(self, ssp: SystemStreamPartition) -> SystemStreamPartitionMetadata | None:
+        """The changelog partition's offsets from the producer that claimed it where it can tell (the embedded
+        log's holds the file open), else from the admin: the same answer either way, without a second open."""
+        systems = self.context.systems
+        described = systems.producer(ssp.system).describe([ssp]).get(ssp)
+        return described if described is not None else systems.admin(ssp.system).get_ssp_metadata([ssp]).get(ssp)
+
     def _plan(self, spec: StoreSpec, checkpoint: Checkpoint | None) -> StoreRestorePlan:
         where = self._where(spec.name)
         ssp = spec.changelog
         if ssp is None:
             raise StateRestoreError(f"{where}: the changelog backend needs 'stores.{spec.name}.changelog'")
         admin = self.context.systems.admin(ssp.system)
-        metadata = admin.get_ssp_metadata([ssp]).get(ssp)
+        metadata = self._metadata(ssp)
         if metadata is None:
             raise StateRestoreError(f"{where}: changelog partition {ssp} does not exist")
         oldest, newest = metadata.oldest_offset, metadata.newest_offset

@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Generator
+from collections.abc import Generator, Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from millstream.checkpoint.checkpoint import Checkpoint, CheckpointId, CheckpointV1, CheckpointV2
 from millstream.config.settings import Settings
 from millstream.contracts.metrics import Registry
-from millstream.contracts.systems import RecordBatch
+from millstream.contracts.systems import RecordBatch, WriterToken
+from millstream.embedded.log.admin import LogSystemAdmin
 from millstream.embedded.log.consumer import LogSystemConsumer
 from millstream.embedded.log.factory import LogSystemFactory
 from millstream.model import SystemStream, SystemStreamPartition
@@ -75,6 +77,31 @@ def test_every_write_goes_to_the_task_changelog_partition_without_an_object_cach
     opened.store.delete("a")
     opened.close()
     assert changelog_records(h) == [("a", 1), ("b", 2), ("a", None)]
+
+
+@pytest.mark.parametrize("writer", [WriterToken("test-1", "0", 1, 2), None], ids=["claimed", "unclaimed"])
+def test_a_restore_takes_its_changelog_offsets_from_the_producer_that_claimed_it_else_from_the_admin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writer: WriterToken | None
+) -> None:
+    h = harness(tmp_path)
+    opened = h.open(writer=writer)
+    opened.store.put_all({"a": 1, "b": 1})
+    h.commit(opened)
+    opened.store.put("a", 2)
+    crash(opened)
+    asked: list[SystemStreamPartition] = []
+    admin_metadata = LogSystemAdmin.get_ssp_metadata
+
+    def counted(admin: LogSystemAdmin, ssps: Iterable[SystemStreamPartition]) -> Any:
+        ssps = list(ssps)
+        asked.extend(ssps)
+        return admin_metadata(admin, ssps)
+
+    monkeypatch.setattr(LogSystemAdmin, "get_ssp_metadata", counted)
+    restored = h.open(writer=None if writer is None else WriterToken("test-1", "0", 1, 3))
+    assert contents(restored) == {"a": 1, "b": 1}
+    restored.close()
+    assert asked.count(CHANGELOG) == (0 if writer else 1), "the claim's file answers; without a claim the admin"
 
 
 def test_restore_replays_to_the_checkpoint_and_reverts_later_records(tmp_path: Path) -> None:
