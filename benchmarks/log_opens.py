@@ -12,8 +12,9 @@ microseconds per file (``time.process_time``), the median of ``--runs``, with it
 Why it is worth knowing: SQLite's unix VFS looks each file it opens up in a list of every database file the
 process holds open, so a fresh open costs more the more files are open; a file another connection of the same
 process holds is found near the list's head and shares that connection's locks and shared-memory index. A
-container holds about two partition files per task (its input and its changelog) while it opens three per task
-at start-up, which is the part of its start-up that grows faster than its tasks (issue 40).
+container holds about two partition files per task (its input and its changelog) while it opens them at
+start-up, one open of a file it does not yet hold each, which is the part of its start-up that grows faster than
+its tasks (issue 40).
 """
 
 from __future__ import annotations
