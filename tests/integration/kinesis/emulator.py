@@ -59,6 +59,7 @@ class Kinesalite(ServerProcess):
         self.endpoint = ""
         self.process: subprocess.Popen[str] | None = None
         self._output: list[str] = []
+        self._reader: threading.Thread | None = None
 
     def start(self, timeout: float = 60.0) -> Kinesalite:
         modules = fetch() / "node_modules"
@@ -72,7 +73,8 @@ class Kinesalite(ServerProcess):
             preexec_fn=child_setup(),
         )
         ready = threading.Event()
-        threading.Thread(target=self._pump, args=(ready,), daemon=True).start()
+        self._reader = threading.Thread(target=self._pump, args=(ready,), daemon=True)
+        self._reader.start()
         deadline = time.monotonic() + timeout
         while not ready.wait(0.05):
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -85,6 +87,8 @@ class Kinesalite(ServerProcess):
 
         Without this a dead emulator shows only as "connection refused" in every test that follows."""
         if self.process is not None and self.process.poll() is not None:
+            if self._reader is not None:
+                self._reader.join(10)  # its last lines, up to the end of its output
             raise EmulatorError(
                 f"kinesalite (pid {self.process.pid}) exited with status {self.process.returncode}; "
                 "its last output:\n" + "".join(self._output)[-4000:]
