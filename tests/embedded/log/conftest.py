@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -88,6 +89,19 @@ def consumer(config: Settings) -> Iterator[LogSystemConsumer]:
 
 def create(admin: LogSystemAdmin, stream: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
     assert admin.create_stream(StreamSpec(SYSTEM, stream, partitions, config or {}))
+
+
+def recreate(admin: LogSystemAdmin, root: Path, stream: str, partitions: int = 1) -> None:
+    """Delete ``stream`` and create it again, as another process would: ``admin`` is stopped first (it may hold
+    the old files open) and a fresh admin creates the new files, which may get the old ones' inode numbers."""
+    admin.stop()
+    shutil.rmtree(root / stream)
+    fresh = LogSystemFactory().get_admin(SYSTEM, log_config(root))
+    fresh.start()
+    try:
+        create(fresh, stream, partitions)
+    finally:
+        fresh.stop()
 
 
 def write(producer: LogSystemProducer, stream: str, values: list[bytes], partition: int = 0, **kwargs: Any) -> None:

@@ -4,7 +4,6 @@ through their files' signatures, which see every append, a seal and a replaced f
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from millstream.embedded.log.layout import LogLayout
 from millstream.embedded.log.open_files import pool_bounds
 from millstream.embedded.log.storage import LogPartition
 from millstream.model import IncomingMessageEnvelope, SystemStreamPartition
-from tests.embedded.log.conftest import SYSTEM, Opened, create, log_config, ssp
+from tests.embedded.log.conftest import SYSTEM, Opened, create, log_config, recreate, ssp
 from tests.helpers import wait_until
 
 PARTITIONS = 200
@@ -173,14 +172,7 @@ def test_a_partition_file_replaced_while_the_pool_had_it_closed_fails_the_poll_n
     ssps = register_all(small_pool, "gone", 20)
     wait_until(lambda: all_watched(small_pool, ssps), 10, "every closed partition watched by its signature")
     closed = next(each for each in ssps if small_pool._cursors[each].partition is None)
-    admin.stop()
-    shutil.rmtree(root / "gone")
-    fresh = LogSystemFactory().get_admin(SYSTEM, log_config(root))
-    fresh.start()
-    try:
-        create(fresh, "gone", 20)
-    finally:
-        fresh.stop()
+    recreate(admin, root, "gone", 20)
     with pytest.raises(LogStorageError, match=rf"partition {closed.partition}\b.*deleted or replaced"):
         small_pool.poll({closed}, 0)
 

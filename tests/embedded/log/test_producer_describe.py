@@ -3,18 +3,15 @@ as the admin answers them; whatever it cannot vouch for is left to the admin."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-from millstream.config.settings import Settings
 from millstream.contracts.systems import WriterToken
 from millstream.embedded.log.admin import LogSystemAdmin
-from millstream.embedded.log.factory import LogSystemFactory
 from millstream.embedded.log.layout import LogLayout
 from millstream.embedded.log.producer import LogSystemProducer
 from millstream.model import SystemStreamPartition
 
-from .conftest import SYSTEM, create, envelope, ssp
+from .conftest import SYSTEM, create, envelope, recreate, ssp
 
 WRITER = WriterToken("job-1", "0", 1, 1)
 
@@ -72,20 +69,11 @@ def test_partitions_it_does_not_hold_or_of_another_system_are_left_to_the_admin(
         producer.stop()
 
 
-def test_a_partition_whose_file_was_replaced_is_left_to_the_admin(
-    admin: LogSystemAdmin, root: Path, config: Settings
-) -> None:
+def test_a_partition_whose_file_was_replaced_is_left_to_the_admin(admin: LogSystemAdmin, root: Path) -> None:
     create(admin, "changelog", 1)
     producer = claimed(root, "changelog", range(1))
     try:
-        admin.stop()
-        shutil.rmtree(root / "changelog")
-        fresh = LogSystemFactory().get_admin(SYSTEM, config)
-        fresh.start()
-        try:
-            create(fresh, "changelog", 1)
-        finally:
-            fresh.stop()
+        recreate(admin, root, "changelog")
         assert producer.describe([ssp("changelog", 0)]) == {}
     finally:
         producer.stop()

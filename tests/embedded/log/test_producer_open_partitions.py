@@ -4,7 +4,6 @@ replaced while the pool had it closed fails the append instead of writing to the
 
 from __future__ import annotations
 
-import shutil
 from contextlib import suppress
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from millstream.embedded.log.layout import LogLayout
 from millstream.embedded.log.open_files import pool_bounds
 from millstream.embedded.log.producer import LogSystemProducer
 from millstream.embedded.log.storage import LogPartition
-from tests.embedded.log.conftest import SYSTEM, create, envelope, log_config
+from tests.embedded.log.conftest import SYSTEM, create, envelope, log_config, recreate
 
 PARTITIONS = 200
 POOL = 8
@@ -81,7 +80,7 @@ def test_an_exactly_once_transaction_over_more_partitions_than_the_pool_commits_
 
 
 def test_a_file_replaced_while_the_pool_had_it_closed_fails_the_append_naming_it(
-    admin: LogSystemAdmin, root: Path, config: Settings
+    admin: LogSystemAdmin, root: Path
 ) -> None:
     create(admin, "gone", 4)
     producer = LogSystemProducer(SYSTEM, LogLayout(root, SYSTEM), batch_size=1, open_max=1)
@@ -89,14 +88,7 @@ def test_a_file_replaced_while_the_pool_had_it_closed_fails_the_append_naming_it
     try:
         producer.send("task", envelope("gone", b"a", partition=0))
         producer.send("task", envelope("gone", b"b", partition=1))  # the pool closes partition 0
-        admin.stop()
-        shutil.rmtree(root / "gone")
-        fresh = LogSystemFactory().get_admin(SYSTEM, config)
-        fresh.start()
-        try:
-            create(fresh, "gone", 4)
-        finally:
-            fresh.stop()
+        recreate(admin, root, "gone", 4)
         producer.send("task", envelope("gone", b"c", partition=0))
         with pytest.raises(LogStorageError, match=r"partition 0\b.*deleted or replaced"):
             producer.flush("task")

@@ -140,12 +140,11 @@ class ChangelogTaskRestoreManager(TaskRestoreManager):
             return True, offset, None if checkpoint_id is None else checkpoint_id.millis
         return False, None, None
 
-    def _metadata(self, ssp: SystemStreamPartition) -> SystemStreamPartitionMetadata | None:
+    def _metadata(self, ssp: SystemStreamPartition, admin: SystemAdmin) -> SystemStreamPartitionMetadata | None:
         """The changelog partition's offsets from the producer that claimed it where it can tell (the embedded
-        log's holds the file open), else from the admin: the same answer either way, without a second open."""
-        systems = self.context.systems
-        described = systems.producer(ssp.system).describe([ssp]).get(ssp)
-        return described if described is not None else systems.admin(ssp.system).get_ssp_metadata([ssp]).get(ssp)
+        log's holds the file open), else from ``admin``: the same answer either way, without a second open."""
+        described = self.context.systems.producer(ssp.system).describe([ssp]).get(ssp)
+        return described if described is not None else admin.get_ssp_metadata([ssp]).get(ssp)
 
     def _plan(self, spec: StoreSpec, checkpoint: Checkpoint | None) -> StoreRestorePlan:
         where = self._where(spec.name)
@@ -153,7 +152,7 @@ class ChangelogTaskRestoreManager(TaskRestoreManager):
         if ssp is None:
             raise StateRestoreError(f"{where}: the changelog backend needs 'stores.{spec.name}.changelog'")
         admin = self.context.systems.admin(ssp.system)
-        metadata = self._metadata(ssp)
+        metadata = self._metadata(ssp, admin)
         if metadata is None:
             raise StateRestoreError(f"{where}: changelog partition {ssp} does not exist")
         oldest, newest = metadata.oldest_offset, metadata.newest_offset
