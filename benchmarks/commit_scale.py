@@ -1,7 +1,7 @@
 """Commit CPU and start-up time against the number of tasks, each with a RocksDB store and its changelog.
 
     python -m benchmarks.commit_scale [--tasks 1,10,100,1000] [--rounds 3] [--system log|kafka] [--stateless]
-                                      [--repeats 1] [--calls] [--root DIR]
+                                      [--repeats 1] [--calls] [--root DIR] [--local-checkpoint-ms MS]
 
 One container runs ``N`` tasks (one input partition each) of a job whose store ``counts`` is backed up to a
 changelog (``--stateless``: tasks without stores, whose commits only flush and checkpoint); the container is the
@@ -20,17 +20,19 @@ real one (``Container``) in this process, with its run loop replaced by the meas
   (issue 36 asks 1,000 tasks for under 100 ms: nothing to flush, snapshot or checkpoint); the median of
   ``--rounds`` rounds;
 
-each with the ratio of its CPU seconds to the 100-task row's (issue 40 asks 1,000 tasks for under 10x the cost of
-100; CPU, as wall time on a shared machine moves with its load). ``--calls`` also counts the Python calls of
-start-up, of a full commit round (the median) and of the first one, which also deletes what earlier attempts
-left (``benchmarks.call_count``: every thread, at about twice the CPU): a measure of work that a busy machine
-does not move, as CPU seconds do by a third and more between runs of the same code; it does not see work inside
-RocksDB and SQLite. ``--repeats R`` measures every task count R times, the counts in turn, and shows each
-figure's median. Input
-and changelog live in the embedded log (``--system log``) or in a Kafka broker the benchmark starts
-(``--system kafka``: ``tests.integration.kafka_broker``, ``make kafka-jars``), where checkpoints go to Kafka as
-well. The figures are process-local, so they move with the machine; the ratios are what to compare.
-"""
+The store makes its local checkpoint (memtable flush, RocksDB checkpoint directory) at the first round, then every
+``stores.counts.local.checkpoint.interval.ms`` (10 s by default, so the later rounds of a run do not);
+``--local-checkpoint-ms 0`` makes one at every round, as every commit did before that setting.
+
+Each figure comes with the ratio of its CPU seconds to the 100-task row's (issue 40 asks 1,000 tasks for under 10x
+the cost of 100; CPU, as wall time on a shared machine moves with its load). ``--calls`` also counts the Python
+calls of start-up, of a full commit round (the median) and of the first one, which also deletes what earlier
+attempts left (``benchmarks.call_count``: every thread, at about twice the CPU): a measure of work that a busy
+machine does not move, as CPU seconds do by a third and more between runs of the same code; it does not see work
+inside RocksDB and SQLite. ``--repeats R`` measures every task count R times, the counts in turn, and shows each
+figure's median. Input and changelog live in the embedded log (``--system log``) or in a Kafka broker the benchmark
+starts (``--system kafka``: ``tests.integration.kafka_broker``, ``make kafka-jars``), where checkpoints go to Kafka
+as well. The figures are process-local, so they move with the machine; the ratios are what to compare."""
 
 from __future__ import annotations
 
@@ -166,7 +168,14 @@ def _commit_round(tasks: list[TaskInstance]) -> tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
-def job_config(root: Path, tasks: int, system: str, bootstrap: str | None, stateless: bool = False) -> Settings:
+def job_config(
+    root: Path,
+    tasks: int,
+    system: str,
+    bootstrap: str | None,
+    stateless: bool = False,
+    local_checkpoint_ms: int | None = None,
+) -> Settings:
     """Names are unique per call: on a broker, streams outlive a measurement."""
     run = f"{tasks}-{int(time.time() * 1000)}"
     values: dict[str, Any] = {
@@ -183,6 +192,8 @@ def job_config(root: Path, tasks: int, system: str, bootstrap: str | None, state
         "serializers.registry.bytes.class": "bytes",
         f"systems.{system}.samza.offset.default": "oldest",
     }
+    if local_checkpoint_ms is not None:
+        values["stores.counts.local.checkpoint.interval.ms"] = local_checkpoint_ms
     if stateless:
         values["task.class"] = f"{__name__}:Ignore"
         values = {key: value for key, value in values.items() if not key.startswith("stores.")}
@@ -207,8 +218,9 @@ def measure(
     bootstrap: str | None,
     stateless: bool = False,
     calls: bool = False,
+    local_checkpoint_ms: int | None = None,
 ) -> Measured:
-    config = job_config(root, tasks, system, bootstrap, stateless)
+    config = job_config(root, tasks, system, bootstrap, stateless, local_checkpoint_ms)
     admin = system_factory(config, system).get_admin(system, config)
     admin.start()
     try:
@@ -333,6 +345,9 @@ def main() -> None:
     )
     parser.add_argument("--calls", action="store_true", help="also count Python calls (about twice the CPU)")
     parser.add_argument(
+        "--local-checkpoint-ms", type=int, help="stores.counts.local.checkpoint.interval.ms (0: at every commit)"
+    )
+    parser.add_argument(
         "--root", type=Path, help="where the runs' files go (default: the temporary directory; /dev/shm: a tmpfs)"
     )
     args = parser.parse_args()
@@ -345,12 +360,23 @@ def main() -> None:
                 for tasks in counts:
                     where = root / f"{tasks}-{repeat}"
                     runs[tasks].append(
-                        measure(where, tasks, args.rounds, args.system, bootstrap, args.stateless, args.calls)
+                        measure(
+                            where,
+                            tasks,
+                            args.rounds,
+                            args.system,
+                            bootstrap,
+                            args.stateless,
+                            args.calls,
+                            args.local_checkpoint_ms,
+                        )
                     )
                     print(f"{tasks} tasks done", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     stores = "no stores" if args.stateless else "RocksDB store + changelog per task"
+    if args.local_checkpoint_ms is not None and not args.stateless:
+        stores += f", a local checkpoint every {args.local_checkpoint_ms} ms"
     print(
         f"\nsystem: {args.system}, {stores}, {args.rounds} commit rounds (median), "
         f"{args.repeats} interleaved repeat(s) per task count (medians)\n"

@@ -7,7 +7,8 @@ import threading
 from pathlib import Path
 
 from benchmarks.call_count import CallCounter
-from benchmarks.commit_scale import Measured, measure, median_of, table
+from benchmarks.commit_scale import Measured, job_config, measure, median_of, table
+from millstream.config.views import StoreConfig
 
 
 def test_a_measurement_commits_every_task_in_every_round_and_times_start_up(tmp_path):
@@ -94,3 +95,9 @@ def test_the_call_counter_never_reads_fewer_calls_than_an_earlier_reading_while_
         gc.set_threshold(*thresholds)
     assert readings == sorted(readings)
     assert readings[-1] > readings[0]
+
+
+def test_a_local_checkpoint_interval_reaches_the_measured_stores_config(tmp_path: Path):
+    config = job_config(tmp_path, 2, "log", None, local_checkpoint_ms=0)
+    assert config.view(StoreConfig, "counts").local_checkpoint_interval_ms == 0
+    assert "stores.counts.local.checkpoint.interval.ms" not in job_config(tmp_path, 2, "log", None)

@@ -255,3 +255,39 @@ def test_a_container_processes_on_while_a_commit_snapshots_and_a_kill_there_rest
     )
     result = run_and_kill(config, spark_local, output_grows_while_paused_at(config, markers, "before-snapshot"))
     check_outcome(config, result, tmp_path, backend)
+
+
+def past_a_commit_without_a_local_checkpoint(config: Settings) -> Any:
+    """The pid of container 0 once task ``Partition 0``'s last checkpoint names no local checkpoint directory
+    of its store: a restore must start from an older directory and replay the changelog records after it."""
+    store = metadata_store(config)
+    data_dir = Path(config["job.data.dir"])
+
+    def probe() -> int | None:
+        checkpoint = checkpoint_manager(config, store).read_all().get(TaskName("Partition 0"))
+        status = coordination.container_statuses(store).get("0", {})
+        if status.get("state") != "running" or not isinstance(checkpoint, CheckpointV2) or not checkpoint.offsets:
+            return None
+        local = {path.name for path in data_dir.rglob("Partition_0-*") if path.is_dir()}
+        if local and not any(name.endswith(f"-{checkpoint.checkpoint_id}") for name in local):
+            return int(status["pid"])
+        return None
+
+    return probe
+
+
+def test_sigkill_after_commits_that_made_no_local_checkpoint_replays_the_changelog_onto_an_older_one(
+    spark_local, tmp_path: Path
+) -> None:
+    """A commit every 50 ms, a local checkpoint every hour: after its first commit a task's commits record the
+    changelog's offset only. Killed then, the retry copies the older directory in, replays the changelog records
+    after it and reverts those after the checkpoint; the end equals a run without faults."""
+    config = job(
+        tmp_path,
+        "changelog",
+        task__commit__ms=50,
+        task__checkpoint__read__versions="2,1",  # the probe reads the checkpoint's id
+        stores__counts__local__checkpoint__interval__ms=3_600_000,
+    )
+    result = run_and_kill(config, spark_local, past_a_commit_without_a_local_checkpoint(config))
+    check_outcome(config, result, tmp_path, "changelog")

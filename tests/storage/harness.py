@@ -26,6 +26,11 @@ TASK = TaskName("Partition 0")
 INPUT = SystemStreamPartition("log", "in", 0)
 
 
+EVERY_COMMIT: dict[str, Any] = {"stores__counts__local__checkpoint__interval__ms": 0}
+"""``state_config`` extras for tests of what each commit's local checkpoint directory does: the changelog's stores
+otherwise make one every ``stores.<s>.local.checkpoint.interval.ms`` (10 s), and a test commits faster."""
+
+
 def state_config(tmp_path: Path, backend: str, task: str = "tests.storage.jobs:CountPerKey", **extra: Any) -> Settings:
     values: dict[str, Any] = {
         "stores__counts__factory": "rocksdb",
@@ -93,12 +98,18 @@ class StateHarness:
         return Opened(container, storage, services)
 
     def commit(
-        self, opened: Opened, *, stop_after: str | None = None, write_versions: tuple[int, ...] = (1, 2)
+        self,
+        opened: Opened,
+        *,
+        stop_after: str | None = None,
+        write_versions: tuple[int, ...] = (1, 2),
+        now_ms: int | None = None,
     ) -> CheckpointV2 | None:
         """Snapshot → upload → checkpoint (kept as ``self.checkpoint``) → cleanup; ``stop_after`` ends
-        the commit after ``snapshot``, ``upload`` or ``checkpoint`` as a crash there would."""
+        the commit after ``snapshot``, ``upload`` or ``checkpoint`` as a crash there would; ``now_ms``: the
+        commit's time (its checkpoint id's), default the clock's."""
         self.offset += 1
-        checkpoint_id = CheckpointId.create()
+        checkpoint_id = CheckpointId.create() if now_ms is None else CheckpointId(now_ms, self.offset)
         opened.storage.write_back()
         opened.producers.flush(TASK)
         markers = opened.storage.snapshot(checkpoint_id)

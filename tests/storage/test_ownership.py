@@ -12,7 +12,7 @@ from millstream.checkpoint.checkpoint import CheckpointId
 from millstream.contracts.systems import WriterFencedError, WriterToken
 from millstream.storage.layout import checkpoint_dirs
 from millstream.storage.ownership import StoreDirectoryFencedError, claim, owned
-from tests.storage.harness import Opened, StateHarness, state_config
+from tests.storage.harness import EVERY_COMMIT, Opened, StateHarness, state_config
 
 
 def attempt(epoch: int, generation: int = 1, container: str = "0") -> WriterToken:
@@ -28,7 +28,7 @@ def tree(directory: Path) -> set[str]:
 
 
 def test_a_zombie_cannot_snapshot_or_clean_up_once_a_newer_attempt_owns_the_directories(tmp_path: Path) -> None:
-    harness = StateHarness(state_config(tmp_path, "changelog"))
+    harness = StateHarness(state_config(tmp_path, "changelog", **EVERY_COMMIT))
     zombie = harness.open(writer=attempt(1))
     zombie.store.put("a", 1)
     harness.commit(zombie)

@@ -200,6 +200,10 @@ class StateBackendFactory(ABC):
     empty means the ``module:Class`` path of the factory."""
     requires_checkpoint_v2: ClassVar[bool] = False
     """True when restoring needs the markers only V2 checkpoints carry."""
+    reads_local_checkpoint: ClassVar[bool] = True
+    """Its snapshot or upload reads the store's local checkpoint directory, so every commit must make one.
+    False for the changelog, whose records are the backup: its stores make one every
+    ``stores.<s>.local.checkpoint.interval.ms`` only (``TaskStorageManager.snapshot``)."""
     commits_in_transaction: ClassVar[bool] = True
     """Its snapshot is durable when the container's transaction commits (exactly-once): what it backs up is
     written through the container's producer. False for a backend that uploads beside it (the blob store)."""

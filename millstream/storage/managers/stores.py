@@ -81,6 +81,17 @@ class _Store:
     logged: bool
     """Has a backup or restore backend: its current directory is never trusted at start."""
 
+    @property
+    def snapshotted(self) -> bool:
+        """Whether its commits make local checkpoint directories: a persistent store with a backup."""
+        return self.spec.persistent and bool(self.backups)
+
+    @property
+    def checkpoints_on_interval(self) -> bool:
+        """Whether its local checkpoints may be spaced out (``stores.<s>.local.checkpoint.interval.ms``): no
+        backup of it reads the directory, the changelog's records are the backup."""
+        return self.snapshotted and not any(backup.reads_local_checkpoint for backup in self.backups)
+
 
 class TaskStorageManager:
     def __enter__(self) -> Self:
@@ -132,6 +143,9 @@ class TaskStorageManager:
         """Per store, the checkpoint directories this attempt may have left since its last cleanup (the one it
         kept and the snapshots made since). Only the owning task's thread and its one commit in flight touch it,
         one after the other."""
+        self._kept: dict[str, CheckpointId] = {}
+        """Per store, the newest local checkpoint directory of this attempt whose commit was durable: the one its
+        cleanups keep, and the time the next one is due from (``_local_checkpoint_due``)."""
         self._cleaned: set[str] = set()
         """Stores whose first cleanup ran: that one also deletes what earlier attempts and restores left, as the
         container's listing after every claim names it (``claimed_listing``); later ones only what this
@@ -327,8 +341,14 @@ class TaskStorageManager:
     def snapshot(self, checkpoint_id: CheckpointId) -> dict[str, dict[str, str]]:
         """The stores' state as of the commit's cut; backend → store → marker. Their object caches were written
         back (``write_back`` on the task's thread, or ``write_held`` after ``hold``) and the producers flushed
-        before. Held, it runs on the commit thread and reads only the engines and backends, never the caches."""
+        before. Held, it runs on the commit thread and reads only the engines and backends, never the caches.
+
+        The persistent stores with a backup get a local checkpoint directory, their memtables flushed first,
+        except those whose changelog is their only backup while their last one is younger than
+        ``stores.<s>.local.checkpoint.interval.ms`` (``_local_checkpoint_due``): their changelog's offset, which
+        the markers name, is then the whole snapshot, and their memtables stay as they are."""
         held = self._held is not None
+        local = [name for name, entry in self._stores.items() if self._local_checkpoint_due(entry, checkpoint_id)]
         for name, store in self.stores.items():
             if not held and isinstance(store, CachedStore) and store.pending_writes:
                 # written back now, they could miss the changelog offsets this snapshot names
@@ -336,6 +356,8 @@ class TaskStorageManager:
                     f"task '{self.task_name}': store '{name}' holds {store.pending_writes} writes not written back "
                     "before the producers' flush: the commit must call write_back first"
                 )
+            if name not in local and self._stores[name].checkpoints_on_interval:
+                continue  # the changelog holds its writes; its next local checkpoint flushes its memtable
             try:
                 store.store.flush() if held and isinstance(store, CachedStore) else store.flush()
             except Exception as error:
@@ -343,22 +365,35 @@ class TaskStorageManager:
                     f"task '{self.task_name}': cannot flush store '{name}' in '{self._stores[name].spec.store_dir}' "
                     f"for a snapshot: {error}"
                 ) from error
-        for name, entry in self._stores.items():
-            if entry.spec.persistent and entry.backups:
-                try:
-                    with owned(entry.spec.store_dir, self.container.writer):
-                        self._local_checkpoints.setdefault(name, set()).add(checkpoint_id)
-                        self._checkpoint_store(name, checkpoint_dir(entry.spec.store_dir, checkpoint_id))
-                except OSError as error:  # the owner lock beside the directory (the store flushed nothing to fail)
-                    raise StateBackupError(
-                        f"task '{self.task_name}': cannot snapshot store '{name}' in '{entry.spec.store_dir}': {error}"
-                    ) from error
+        for name in local:
+            store_dir = self._stores[name].spec.store_dir
+            try:
+                with owned(store_dir, self.container.writer):
+                    self._local_checkpoints.setdefault(name, set()).add(checkpoint_id)
+                    self._checkpoint_store(name, checkpoint_dir(store_dir, checkpoint_id))
+            except OSError as error:  # the owner lock beside the directory (the store flushed nothing to fail)
+                raise StateBackupError(
+                    f"task '{self.task_name}': cannot snapshot store '{name}' in '{store_dir}': {error}"
+                ) from error
         markers = {key: manager.snapshot(checkpoint_id) for key, manager in self.backup_managers.items()}
         if not held:  # only now: a snapshot that failed leaves them for the next commit (held: cleared at the cut)
             for store in self.stores.values():
                 store.dirty = False
         self.revert_unsealed = False
         return markers
+
+    def _local_checkpoint_due(self, entry: _Store, checkpoint_id: CheckpointId) -> bool:
+        """Whether this commit makes ``entry``'s local checkpoint directory: it is a persistent store with a
+        backup, and a backup reads the directory, or the interval is 0, or this attempt has no durable one yet
+        (the first commit after a restore makes one, so its cleanup never leaves the store without), or the
+        newest is at least ``stores.<s>.local.checkpoint.interval.ms`` older than this commit."""
+        if not entry.snapshotted:
+            return False
+        kept = self._kept.get(entry.spec.name)
+        interval = entry.spec.config.local_checkpoint_interval_ms
+        if not entry.checkpoints_on_interval or interval == 0 or kept is None:
+            return True
+        return checkpoint_id.millis - kept.millis >= interval
 
     def _checkpoint_store(self, name: str, directory: Path) -> None:
         """Make one store's checkpoint directory, or fail the commit naming the store and the directory.
@@ -422,21 +457,25 @@ class TaskStorageManager:
                     write_offset_file(directory, {ssp: offset})
 
     def cleanup(self, checkpoint_id: CheckpointId, markers: Mapping[str, Mapping[str, str]]) -> None:
-        """After ``checkpoint_id`` is durable: backends delete what it no longer needs, then the older
-        checkpoint directories go: the snapshots this attempt made since (``_local_checkpoints``) and, at a
-        store's first cleanup, what the container's one listing after every claim found, so a commit's cost
-        does not grow with the container's tasks, whose directories share that directory."""
+        """After ``checkpoint_id`` is durable: backends delete what it no longer needs, then the checkpoint
+        directories older than the newest durable one (this commit's, unless the store's local checkpoint was not
+        due: ``_kept``) go: the snapshots this attempt made since (``_local_checkpoints``) and, at a store's first
+        cleanup, what the container's one listing after every claim found, so a commit's cost does not grow with
+        the container's tasks, whose directories share that directory."""
         for key, manager in self.backup_managers.items():
             manager.cleanup(checkpoint_id, markers.get(key, {}))
         for name, entry in self._stores.items():
+            if checkpoint_id in self._local_checkpoints.get(name, ()):
+                self._kept[name] = checkpoint_id
+            keep = self._kept.get(name, checkpoint_id)
             if entry.spec.persistent and entry.logged:
                 try:
                     with owned(entry.spec.store_dir, self.container.writer):
-                        self._delete_older_checkpoints(name, entry.spec.store_dir, checkpoint_id)
+                        self._delete_older_checkpoints(name, entry.spec.store_dir, keep)
                 except OSError as error:
                     raise StateBackupError(
                         f"task '{self.task_name}': cannot delete the checkpoint directories of store '{name}' "
-                        f"older than {checkpoint_id}: {error}"
+                        f"older than {keep}: {error}"
                     ) from error
         self._dropped.after_checkpoint(checkpoint_id)
 

@@ -12,13 +12,13 @@ import pytest
 from millstream.checkpoint.checkpoint import CheckpointId
 from millstream.storage.errors import StateBackupError
 from millstream.storage.layout import checkpoint_dir, checkpoint_dirs
-from tests.storage.harness import StateHarness, state_config
+from tests.storage.harness import EVERY_COMMIT, StateHarness, state_config
 
 
 def test_only_a_stores_first_cleanup_lists_the_shared_directory_and_every_older_snapshot_still_goes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    harness = StateHarness(state_config(tmp_path, "changelog"))
+    harness = StateHarness(state_config(tmp_path, "changelog", **EVERY_COMMIT))
     opened = harness.open()
     store_dir = opened.storage._stores["counts"].spec.store_dir
     other_task = checkpoint_dir(store_dir.with_name("Partition_1"), CheckpointId.create())
@@ -52,7 +52,7 @@ def test_only_a_stores_first_cleanup_lists_the_shared_directory_and_every_older_
 def test_a_snapshot_that_failed_half_way_is_deleted_by_the_next_cleanup_without_a_listing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    harness = StateHarness(state_config(tmp_path, "changelog"))
+    harness = StateHarness(state_config(tmp_path, "changelog", **EVERY_COMMIT))
     opened = harness.open()
     store_dir = opened.storage._stores["counts"].spec.store_dir
     opened.store.put("k", 1)

@@ -11,13 +11,13 @@ import pytest
 
 from millstream.storage.errors import StateBackupError
 from millstream.storage.layout import checkpoint_dirs
-from tests.storage.harness import StateHarness, state_config
+from tests.storage.harness import EVERY_COMMIT, StateHarness, state_config
 
 
 def test_a_full_disk_during_a_snapshot_fails_naming_store_and_directory_and_the_last_checkpoint_restores(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    harness = StateHarness(state_config(tmp_path, "changelog"))
+    harness = StateHarness(state_config(tmp_path, "changelog", **EVERY_COMMIT))
     opened = harness.open()
     opened.store.put("k", 1)
     good = harness.commit(opened)

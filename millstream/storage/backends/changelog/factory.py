@@ -27,6 +27,7 @@ from millstream.storage.backends.changelog.restore import ChangelogTaskRestoreMa
 
 class ChangelogStateBackendFactory(StateBackendFactory):
     checkpoint_name: ClassVar[str] = "org.apache.samza.storage.KafkaChangelogStateBackendFactory"
+    reads_local_checkpoint: ClassVar[bool] = False
 
     def validate_store(self, config: Config, store: str, store_config: StoreConfig, persistent: bool) -> None:
         if not store_config.changelog:

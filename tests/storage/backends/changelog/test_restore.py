@@ -29,13 +29,13 @@ from millstream.storage.layout import checkpoint_dirs, delete_path, read_offset_
 from millstream.storage.managers.stores import ContainerStorageManager
 from millstream.storage.rocksdb import RocksDbKeyValueStorageEngine
 from millstream.testing import read_stream
-from tests.storage.harness import INPUT, TASK, Opened, StateHarness, state_config
+from tests.storage.harness import EVERY_COMMIT, INPUT, TASK, Opened, StateHarness, state_config
 
 CHANGELOG = SystemStreamPartition("log", "counts-changelog", 0)
 MARKER_KEY = state_backend_factory_class("changelog", "test").marker_key()
 
 
-def harness(tmp_path: Path, **extra: str) -> StateHarness:
+def harness(tmp_path: Path, **extra: Any) -> StateHarness:
     return StateHarness(state_config(tmp_path, "changelog", **extra))
 
 
@@ -261,7 +261,7 @@ def test_an_in_memory_store_is_rebuilt_from_its_changelog(tmp_path: Path) -> Non
 
 
 def test_older_checkpoint_dirs_are_deleted_after_a_commit(tmp_path: Path) -> None:
-    h = harness(tmp_path)
+    h = harness(tmp_path, **EVERY_COMMIT)
     opened = h.open()
     store_dir = opened.storage.backend_context(["counts"]).stores["counts"].store_dir
     for value in range(3):

@@ -1,0 +1,116 @@
+"""A store whose only backup is its changelog makes a local checkpoint directory every
+``stores.<s>.local.checkpoint.interval.ms``: the commits in between flush nothing into RocksDB's files and record
+only the changelog's offset, and a restart restores their state exactly, from the newest directory and the
+changelog records after it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from millstream.checkpoint.checkpoint import CheckpointId
+from millstream.contracts.metrics import Registry
+from millstream.storage.layout import checkpoint_dirs
+from tests.storage.harness import Opened, StateHarness, state_config
+
+START_MS = 1_000_000
+INTERVAL_MS = 10_000
+HOUR_MS = 3_600_000
+
+
+def local_checkpoints(opened: Opened) -> list[CheckpointId]:
+    store_dir = opened.storage.backend_context(["counts"]).stores["counts"].store_dir
+    return sorted(checkpoint_dirs(store_dir))
+
+
+def sst_files(opened: Opened) -> int:
+    store_dir = opened.storage.backend_context(["counts"]).stores["counts"].store_dir
+    return len(list(store_dir.glob("*.sst")))
+
+
+def crash(opened: Opened) -> None:
+    """The process dies after its last commit: nothing more is written back or flushed."""
+    opened.storage.close()
+    opened.container.close()
+    opened.services.close()
+
+
+def test_commits_within_the_interval_make_no_local_checkpoint_and_flush_no_memtable(tmp_path: Path) -> None:
+    h = StateHarness(state_config(tmp_path, "changelog"))
+    opened = h.open()
+    opened.store.put("a", 1)
+    first = h.commit(opened, now_ms=START_MS)
+    assert first is not None
+    assert local_checkpoints(opened) == [first.checkpoint_id]
+    flushed = sst_files(opened)
+    for step in range(1, 4):
+        opened.store.put("a", 1 + step)
+        h.commit(opened, now_ms=START_MS + step * (INTERVAL_MS // 4))
+    assert local_checkpoints(opened) == [first.checkpoint_id]
+    assert sst_files(opened) == flushed
+    opened.store.put("a", 9)
+    due = h.commit(opened, now_ms=START_MS + INTERVAL_MS)
+    assert due is not None
+    assert local_checkpoints(opened) == [due.checkpoint_id], "the older directory goes once a newer one is durable"
+    assert sst_files(opened) > flushed
+    opened.close()
+
+
+def test_a_restart_after_commits_without_a_local_checkpoint_replays_them_onto_the_newest_one(tmp_path: Path) -> None:
+    # the commits' times are the clock's: the restore compares the checkpoint's with it (compaction lag)
+    h = StateHarness(state_config(tmp_path, "changelog", stores__counts__local__checkpoint__interval__ms=HOUR_MS))
+    opened = h.open()
+    opened.store.put_all({f"k{i}": i for i in range(50)})
+    first = h.commit(opened)
+    assert first is not None
+    opened.store.put_all({f"k{i}": -i for i in range(25, 75)})
+    opened.store.delete("k0")
+    h.commit(opened)
+    assert local_checkpoints(opened) == [first.checkpoint_id]
+    opened.store.put("uncommitted", 1)  # written back and in the changelog, but no checkpoint covers it
+    opened.storage.write_back()
+    opened.producers.flush("Partition 0")
+    crash(opened)
+
+    registry = Registry()
+    restarted = h.open(h.checkpoint, metrics=registry)
+    expected = {**{f"k{i}": i for i in range(1, 25)}, **{f"k{i}": -i for i in range(25, 75)}}
+    assert dict(restarted.store.all()) == expected
+    replayed = {sample.name: sample.value for sample in registry.snapshot()}["store_restored_records"]
+    assert replayed == 51, "only the second commit's 51 records follow the local checkpoint (101 in all)"
+    restarted.close()
+
+
+def test_the_first_commit_of_an_attempt_makes_a_local_checkpoint_whatever_the_interval(tmp_path: Path) -> None:
+    h = StateHarness(state_config(tmp_path, "changelog"))
+    opened = h.open()
+    opened.store.put("a", 1)
+    h.commit(opened, now_ms=START_MS)
+    opened.close()
+    restarted = h.open(h.checkpoint)
+    restarted.store.put("a", 2)
+    again = h.commit(restarted, now_ms=START_MS + 1)
+    assert again is not None
+    assert local_checkpoints(restarted) == [again.checkpoint_id]
+    restarted.close()
+
+
+def test_an_interval_of_zero_makes_a_local_checkpoint_at_every_commit(tmp_path: Path) -> None:
+    h = StateHarness(state_config(tmp_path, "changelog", stores__counts__local__checkpoint__interval__ms=0))
+    opened = h.open()
+    for step in range(3):
+        opened.store.put("a", step)
+        made = h.commit(opened, now_ms=START_MS + step)
+        assert made is not None
+        assert local_checkpoints(opened) == [made.checkpoint_id]
+    opened.close()
+
+
+def test_a_store_a_blob_store_backs_up_makes_a_local_checkpoint_at_every_commit(tmp_path: Path) -> None:
+    h = StateHarness(state_config(tmp_path, "both"))
+    opened = h.open()
+    for step in range(3):
+        opened.store.put("a", step)
+        made = h.commit(opened, now_ms=START_MS + step)
+        assert made is not None
+        assert local_checkpoints(opened) == [made.checkpoint_id]
+    opened.close()
