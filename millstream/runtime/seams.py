@@ -121,6 +121,11 @@ class TaskStorage(Protocol):
 
     def cleanup(self, checkpoint_id: CheckpointId, markers: Mapping[str, Mapping[str, str]]) -> None: ...
 
+    def seal(self) -> None:
+        """At a clean stop, after the task's last commit: the local checkpoints that were not due at it, made for
+        it, when the stores hold exactly its state."""
+        ...
+
 
 class PendingStartpoints(Protocol):
     """The startpoints a task started from, removed by the commits that cover them (``AppliedStartpoints``)."""

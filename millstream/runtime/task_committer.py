@@ -500,7 +500,8 @@ class TaskCommitter:
     def finish_commits(self) -> None:
         """Before the container returns: wait for the commit in flight, and commit what a skipped
         commit left uncommitted. Raises the failure of any of them; a failure of the last commit that the
-        policy tolerates (``task.commit.skip.commit.*``) makes another, until one succeeds or the limit is reached."""
+        policy tolerates (``task.commit.skip.commit.*``) makes another, until one succeeds or the limit is reached.
+        Then the stores' local checkpoints that were not due at the last commit are made for it (``seal``)."""
         self._wait_for_commit()
         self._raise_commit_failure()
         self.commit()
@@ -509,6 +510,8 @@ class TaskCommitter:
             self._raise_commit_failure()  # raises past the limit (or when nothing is tolerated)
             self.commit()
             self._wait_for_commit()
+        if self.storage is not None:
+            self.storage.seal()  # a restart on this host then replays nothing (stores.<s>.local.checkpoint.interval.ms)
 
 
 def _limit_reached(settings: CommitSettings, kind: str, tolerated: int) -> str:

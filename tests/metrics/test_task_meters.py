@@ -119,6 +119,9 @@ class TimedStorage:
     def cleanup(self, checkpoint_id: CheckpointId, markers: Mapping[str, Mapping[str, str]]) -> None:
         self._spend("cleanup")
 
+    def seal(self) -> None:
+        pass
+
 
 class TimedCheckpoints:
     def __init__(self, clock: ManualClock, cost: float) -> None:

@@ -110,6 +110,9 @@ class Storage:
     def cleanup(self, checkpoint_id: CheckpointId, markers: Any) -> None:
         pass
 
+    def seal(self) -> None:
+        pass
+
 
 class ManualClock:
     """The loop's and the tasks' clock, moved only by the commits' snapshots."""

@@ -105,6 +105,9 @@ class FakeStorage:
     def cleanup(self, checkpoint_id: CheckpointId, markers: Any) -> None:
         self.events.append("cleanup")
 
+    def seal(self) -> None:
+        self.events.append("seal")
+
 
 class FakeStartpoints:
     def __init__(self, events: Events) -> None:
@@ -186,6 +189,7 @@ def test_commit_writes_back_caches_then_flushes_then_snapshots_then_uploads_then
         "cleanup",
         "write-back",
         "flush",
+        "seal",  # the container's stop: the last commit's local checkpoints that were not due
     ]
     v1, v2 = checkpoints.written
     assert isinstance(v1, CheckpointV1) and isinstance(v2, CheckpointV2)

@@ -104,6 +104,9 @@ class Seams:
     def cleanup(self, checkpoint_id: CheckpointId, markers: Any) -> None:
         self.step("cleanup")
 
+    def seal(self) -> None:
+        self.step("seal")
+
     # the startpoints the task started from (PendingStartpoints)
     @property
     def pending(self) -> set[SystemStreamPartition]:

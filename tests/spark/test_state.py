@@ -291,3 +291,27 @@ def test_sigkill_after_commits_that_made_no_local_checkpoint_replays_the_changel
     )
     result = run_and_kill(config, spark_local, past_a_commit_without_a_local_checkpoint(config))
     check_outcome(config, result, tmp_path, "changelog")
+
+
+def test_a_job_that_ends_leaves_each_store_a_local_checkpoint_of_its_last_checkpoint(
+    spark_local, tmp_path: Path
+) -> None:
+    """Local checkpoints every hour, commits every 50 ms: at its clean stop each container makes, for every store
+    whose last commit made none, the local checkpoint of that commit, so a restart on this host replays nothing."""
+    config = job(
+        tmp_path,
+        "changelog",
+        task__commit__ms=50,
+        task__checkpoint__read__versions="2,1",  # the checkpoints' ids name the directories
+        stores__counts__local__checkpoint__interval__ms=3_600_000,
+    )
+    result = SparkJobRunner(config, spark=spark_local).run()
+    assert result.outcome == "finished", result.error
+    assert final_store_dumps(config) == reference()
+    checkpoints = checkpoint_manager(config, metadata_store(config)).read_all()
+    data_dir = Path(config["job.data.dir"])
+    for partition in range(PARTITIONS):
+        checkpoint = checkpoints[TaskName(f"Partition {partition}")]
+        assert isinstance(checkpoint, CheckpointV2)
+        local = [path.name for path in data_dir.rglob(f"Partition_{partition}-*") if path.is_dir()]
+        assert local == [f"Partition_{partition}-{checkpoint.checkpoint_id}"]

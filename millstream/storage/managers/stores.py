@@ -143,6 +143,13 @@ class TaskStorageManager:
         """Per store, the checkpoint directories this attempt may have left since its last cleanup (the one it
         kept and the snapshots made since). Only the owning task's thread and its one commit in flight touch it,
         one after the other."""
+        self._described: tuple[CheckpointId, list[Checkpoint]] | None = None
+        """The last snapshot's checkpoints, as ``write_local_checkpoint`` got them (``seal`` describes with them)."""
+        self._durable: CheckpointId | None = None
+        """The last checkpoint known durable: the last ``cleanup``'s."""
+        self._snapshotted: CheckpointId | None = None
+        """The checkpoint whose state the engines hold: the last snapshot's, None from a cut or a snapshot's start
+        until that snapshot succeeded (its writes may be in the engines while it names none)."""
         self._kept: dict[str, CheckpointId] = {}
         """Per store, the newest local checkpoint directory of this attempt whose commit was durable: the one its
         cleanups keep, and the time the next one is due from (``_local_checkpoint_due``)."""
@@ -317,6 +324,7 @@ class TaskStorageManager:
             held[name] = store.hold()
             store.dirty = False
         self._held = held
+        self._snapshotted = None
 
     def write_held(self) -> None:
         """On the commit thread: the cut's entries to the engines and the changelogs (then the commit flushes
@@ -347,6 +355,7 @@ class TaskStorageManager:
         except those whose changelog is their only backup while their last one is younger than
         ``stores.<s>.local.checkpoint.interval.ms`` (``_local_checkpoint_due``): their changelog's offset, which
         the markers name, is then the whole snapshot, and their memtables stay as they are."""
+        self._snapshotted = None
         held = self._held is not None
         local = [name for name, entry in self._stores.items() if self._local_checkpoint_due(entry, checkpoint_id)]
         for name, store in self.stores.items():
@@ -380,6 +389,7 @@ class TaskStorageManager:
             for store in self.stores.values():
                 store.dirty = False
         self.revert_unsealed = False
+        self._snapshotted = checkpoint_id
         return markers
 
     def _local_checkpoint_due(self, entry: _Store, checkpoint_id: CheckpointId) -> bool:
@@ -431,6 +441,7 @@ class TaskStorageManager:
 
     def write_local_checkpoint(self, checkpoint_id: CheckpointId, checkpoints: list[Checkpoint]) -> None:
         """Record in each checkpoint directory what it holds (``OFFSET-v2``, ``CHECKPOINT-V2``)."""
+        self._described = (checkpoint_id, checkpoints)
         for entry in self._stores.values():
             directory = checkpoint_dir(entry.spec.store_dir, checkpoint_id)
             if not directory.is_dir():
@@ -462,6 +473,7 @@ class TaskStorageManager:
         due: ``_kept``) go: the snapshots this attempt made since (``_local_checkpoints``) and, at a store's first
         cleanup, what the container's one listing after every claim found, so a commit's cost does not grow with
         the container's tasks, whose directories share that directory."""
+        self._durable = checkpoint_id
         for key, manager in self.backup_managers.items():
             manager.cleanup(checkpoint_id, markers.get(key, {}))
         for name, entry in self._stores.items():
@@ -478,6 +490,41 @@ class TaskStorageManager:
                         f"older than {keep}: {error}"
                     ) from error
         self._dropped.after_checkpoint(checkpoint_id)
+
+    def seal(self) -> None:
+        """At a clean stop, the task's last commit ended: each store whose newest local checkpoint is older than
+        the last durable checkpoint (its local checkpoint was not due: ``_local_checkpoint_due``) gets one for that
+        checkpoint, so a restart on this host copies it in and replays nothing. Only when the stores hold exactly
+        that checkpoint's state: its snapshot is the last one, nothing changed since, and it is durable (under
+        exactly-once, once its transaction committed); otherwise nothing is made and a restart replays the
+        changelog records after the newest directory, as after a crash. A failure (a full disk) is logged, not
+        raised: the checkpoint is durable, only the restart's head start is lost. A crash half-way leaves a directory
+        without its description files, which no restore reuses and the next attempt's first cleanup deletes."""
+        described = self._described
+        if described is None or self._held is not None or self.dirty:
+            return
+        checkpoint_id, checkpoints = described
+        if not checkpoint_id == self._snapshotted == self._durable:
+            return
+        for name, entry in self._stores.items():
+            kept = self._kept.get(name)
+            if not entry.checkpoints_on_interval or kept is None or kept == checkpoint_id:
+                continue
+            store_dir = entry.spec.store_dir
+            directory = checkpoint_dir(store_dir, checkpoint_id)
+            try:
+                with owned(store_dir, self.container.writer):
+                    self._local_checkpoints.setdefault(name, set()).add(checkpoint_id)
+                    self._checkpoint_store(name, directory)
+                    self._write_local_checkpoint(entry, directory, checkpoints)
+                    self._kept[name] = checkpoint_id
+                    self._delete_older_checkpoints(name, store_dir, checkpoint_id)
+            except (StateBackupError, OSError) as error:  # the checkpoint is durable: only the head start is lost
+                log.warning(
+                    "task '%s': cannot make the local checkpoint of store '%s' for checkpoint %s in '%s' at stop "
+                    "(a restart replays the changelog records after the newest one instead): %s",
+                    self.task_name, name, checkpoint_id, directory, error,
+                )  # fmt: skip
 
     def _delete_older_checkpoints(self, name: str, store_dir: Path, keep: CheckpointId) -> None:
         if name not in self._cleaned:  # a zombie may have snapshotted after the start's listing, before the claim

@@ -114,3 +114,51 @@ def test_a_store_a_blob_store_backs_up_makes_a_local_checkpoint_at_every_commit(
         assert made is not None
         assert local_checkpoints(opened) == [made.checkpoint_id]
     opened.close()
+
+
+def test_a_clean_stop_makes_the_local_checkpoint_that_was_not_due_and_a_restart_replays_nothing(
+    tmp_path: Path,
+) -> None:
+    h = StateHarness(state_config(tmp_path, "changelog", stores__counts__local__checkpoint__interval__ms=HOUR_MS))
+    opened = h.open()
+    opened.store.put_all({f"k{i}": i for i in range(20)})
+    h.commit(opened)
+    opened.store.put_all({f"k{i}": -i for i in range(10, 30)})
+    last = h.commit(opened)
+    assert last is not None and local_checkpoints(opened) != [last.checkpoint_id]
+    opened.storage.seal()
+    assert local_checkpoints(opened) == [last.checkpoint_id], "the older directory goes"
+    opened.close()
+    registry = Registry()
+    restarted = h.open(h.checkpoint, metrics=registry)
+    assert dict(restarted.store.all()) == {**{f"k{i}": i for i in range(10)}, **{f"k{i}": -i for i in range(10, 30)}}
+    assert {sample.name: sample.value for sample in registry.snapshot()}["store_restored_records"] == 0
+    restarted.close()
+
+
+def test_a_stop_seals_nothing_when_the_stores_changed_after_the_last_checkpoint(tmp_path: Path) -> None:
+    h = StateHarness(state_config(tmp_path, "changelog", stores__counts__local__checkpoint__interval__ms=HOUR_MS))
+    opened = h.open()
+    opened.store.put("a", 1)
+    first = h.commit(opened)
+    opened.store.put("a", 2)
+    h.commit(opened)
+    opened.store.put("a", 3)  # not committed: no directory may claim the last checkpoint's state holds it
+    opened.storage.write_back()
+    opened.storage.seal()
+    assert first is not None and local_checkpoints(opened) == [first.checkpoint_id]
+    opened.close()
+
+
+def test_a_stop_seals_nothing_before_the_last_checkpoint_is_known_durable(tmp_path: Path) -> None:
+    """Under exactly-once a checkpoint is durable once the container's transaction commits, and only then cleaned
+    up: a snapshot whose cleanup did not run may name state no durable checkpoint holds."""
+    h = StateHarness(state_config(tmp_path, "changelog", stores__counts__local__checkpoint__interval__ms=HOUR_MS))
+    opened = h.open()
+    opened.store.put("a", 1)
+    first = h.commit(opened)
+    opened.store.put("a", 2)
+    h.commit(opened, stop_after="checkpoint")
+    opened.storage.seal()
+    assert first is not None and local_checkpoints(opened) == [first.checkpoint_id]
+    opened.close()
