@@ -627,8 +627,9 @@ class StoreConfig(ConfigView):
     checkpoint directory) when every backup of the store is one that does not read that directory (the
     changelog), and at a clean stop; 0: at every commit. Commits in between record the changelog's offset only,
     so a restart after a crash copies the newest local checkpoint in and replays at most this long's changelog
-    records on top of it. A store that a blob store backs up makes one at every commit, which the upload reads. Under exactly-once
-    (a commit every 100 ms) this spares each store ten memtable flushes and checkpoint directories a second."""
+    records on top of it. A store that a blob store backs up makes one at every commit, which the upload reads.
+    Under exactly-once (a commit every 100 ms) this spares each store ten memtable flushes and checkpoint
+    directories a second."""
     changelog_checkpoint_mismatch: ChangelogMismatchPolicy = Field("fail", alias="changelog.checkpoint.mismatch")
     """What a restore does when the checkpoint's changelog marker contradicts the changelog: it says "empty"
     while the changelog holds records written before the checkpoint, or names an offset while the changelog
