@@ -82,7 +82,7 @@ class _Store:
     """Has a backup or restore backend: its current directory is never trusted at start."""
 
     @property
-    def snapshotted(self) -> bool:
+    def makes_local_checkpoints(self) -> bool:
         """Whether its commits make local checkpoint directories: a persistent store with a backup."""
         return self.spec.persistent and bool(self.backups)
 
@@ -90,7 +90,7 @@ class _Store:
     def checkpoints_on_interval(self) -> bool:
         """Whether its local checkpoints may be spaced out (``stores.<s>.local.checkpoint.interval.ms``): no
         backup of it reads the directory, the changelog's records are the backup."""
-        return self.snapshotted and not any(backup.reads_local_checkpoint for backup in self.backups)
+        return self.makes_local_checkpoints and not any(backup.reads_local_checkpoint for backup in self.backups)
 
 
 class TaskStorageManager:
@@ -397,7 +397,7 @@ class TaskStorageManager:
         backup, and a backup reads the directory, or the interval is 0, or this attempt has no durable one yet
         (the first commit after a restore makes one, so its cleanup never leaves the store without), or the
         newest is at least ``stores.<s>.local.checkpoint.interval.ms`` older than this commit."""
-        if not entry.snapshotted:
+        if not entry.makes_local_checkpoints:
             return False
         kept = self._kept.get(entry.spec.name)
         interval = entry.spec.config.local_checkpoint_interval_ms
