@@ -6,6 +6,9 @@ changelog records after it."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from millstream.checkpoint.checkpoint import CheckpointId
 from millstream.contracts.metrics import Registry
@@ -94,19 +97,17 @@ def test_the_first_commit_of_an_attempt_makes_a_local_checkpoint_whatever_the_in
     restarted.close()
 
 
-def test_an_interval_of_zero_makes_a_local_checkpoint_at_every_commit(tmp_path: Path) -> None:
-    h = StateHarness(state_config(tmp_path, "changelog", stores__counts__local__checkpoint__interval__ms=0))
-    opened = h.open()
-    for step in range(3):
-        opened.store.put("a", step)
-        made = h.commit(opened, now_ms=START_MS + step)
-        assert made is not None
-        assert local_checkpoints(opened) == [made.checkpoint_id]
-    opened.close()
-
-
-def test_a_store_a_blob_store_backs_up_makes_a_local_checkpoint_at_every_commit(tmp_path: Path) -> None:
-    h = StateHarness(state_config(tmp_path, "both"))
+@pytest.mark.parametrize(
+    ("backend", "extra"),
+    [
+        pytest.param("changelog", {"stores__counts__local__checkpoint__interval__ms": 0}, id="an-interval-of-zero"),
+        pytest.param("both", {}, id="a-store-a-blob-store-backs-up"),
+    ],
+)
+def test_an_interval_of_zero_or_a_blob_store_backup_makes_a_local_checkpoint_at_every_commit(
+    tmp_path: Path, backend: str, extra: dict[str, Any]
+) -> None:
+    h = StateHarness(state_config(tmp_path, backend, **extra))
     opened = h.open()
     for step in range(3):
         opened.store.put("a", step)
