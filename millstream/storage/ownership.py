@@ -13,8 +13,9 @@ away from the new attempt's files:
   directories outlive attempts (a restart reuses the newest local checkpoint), so creating, completing
   and cleaning them up happen under an exclusive lock of ``<task>@owner``, which names the owning
   attempt: the new attempt claims it before its restore touches anything, and a zombie's next snapshot or
-  cleanup finds a newer owner and raises ``StoreDirectoryFencedError`` instead of deleting the new
-  attempt's checkpoints.
+  cleanup that would create or delete a directory finds a newer owner and raises
+  ``StoreDirectoryFencedError`` instead of deleting the new attempt's checkpoints. A commit that does neither
+  takes no lock: nothing to fence, and its checkpoint write is fenced anyway.
 
 The lock is ``flock`` on the owner file: two attempts on one host (or two containers in one process)
 exclude each other; a store base on a shared network file system is not supported by Samza either.

@@ -33,6 +33,8 @@ def test_a_zombie_cannot_snapshot_or_clean_up_once_a_newer_attempt_owns_the_dire
     zombie.store.put("a", 1)
     harness.commit(zombie)
     zombie_dir = working_dir(zombie)
+    unfinished = CheckpointId.create()
+    zombie.storage.snapshot(unfinished)  # a commit under way while the newer attempt takes over
     owner = harness.open(writer=attempt(2))
     owner_dir = working_dir(owner)
     assert (zombie_dir.name, owner_dir.name) == ("Partition_0@1.1", "Partition_0@1.2")
@@ -47,8 +49,8 @@ def test_a_zombie_cannot_snapshot_or_clean_up_once_a_newer_attempt_owns_the_dire
         StoreDirectoryFencedError, match=r"attempt 1 of generation 1 .*attempt 2 of generation 1 owns it"
     ):
         zombie.storage.snapshot(CheckpointId.create())
-    with pytest.raises(StoreDirectoryFencedError):
-        zombie.storage.cleanup(CheckpointId.create(), {})
+    with pytest.raises(StoreDirectoryFencedError):  # it would delete its first commit's directory
+        zombie.storage.cleanup(unfinished, {})
     zombie.store.put("a", 99)
     zombie.storage.write_back()  # as its next commit would
     with pytest.raises(WriterFencedError, match=r"log\.counts-changelog partition 0: container 0 attempt 1"):

@@ -440,9 +440,12 @@ class TaskStorageManager:
         return offsets
 
     def write_local_checkpoint(self, checkpoint_id: CheckpointId, checkpoints: list[Checkpoint]) -> None:
-        """Record in each checkpoint directory what it holds (``OFFSET-v2``, ``CHECKPOINT-V2``)."""
+        """Record in each checkpoint directory this commit's snapshot made what it holds (``OFFSET-v2``,
+        ``CHECKPOINT-V2``); a commit that made none touches no file."""
         self._described = (checkpoint_id, checkpoints)
-        for entry in self._stores.values():
+        for name, entry in self._stores.items():
+            if checkpoint_id not in self._local_checkpoints.get(name, ()):
+                continue
             directory = checkpoint_dir(entry.spec.store_dir, checkpoint_id)
             if not directory.is_dir():
                 continue
@@ -472,7 +475,9 @@ class TaskStorageManager:
         directories older than the newest durable one (this commit's, unless the store's local checkpoint was not
         due: ``_kept``) go: the snapshots this attempt made since (``_local_checkpoints``) and, at a store's first
         cleanup, what the container's one listing after every claim found, so a commit's cost does not grow with
-        the container's tasks, whose directories share that directory."""
+        the container's tasks, whose directories share that directory. A store with none of them to delete takes
+        no owner lock (nothing to fence: a zombie's commit already failed at its fenced checkpoint write), so a
+        commit that made no local checkpoint touches no file here."""
         self._durable = checkpoint_id
         for key, manager in self.backup_managers.items():
             manager.cleanup(checkpoint_id, markers.get(key, {}))
@@ -480,7 +485,7 @@ class TaskStorageManager:
             if checkpoint_id in self._local_checkpoints.get(name, ()):
                 self._kept[name] = checkpoint_id
             keep = self._kept.get(name, checkpoint_id)
-            if entry.spec.persistent and entry.logged:
+            if entry.spec.persistent and entry.logged and self._has_older_checkpoints(name, keep):
                 try:
                     with owned(entry.spec.store_dir, self.container.writer):
                         self._delete_older_checkpoints(name, entry.spec.store_dir, keep)
@@ -525,6 +530,11 @@ class TaskStorageManager:
                     "(a restart replays the changelog records after the newest one instead): %s",
                     self.task_name, name, checkpoint_id, directory, error,
                 )  # fmt: skip
+
+    def _has_older_checkpoints(self, name: str, keep: CheckpointId) -> bool:
+        """Whether a cleanup keeping ``keep`` may delete a directory of store ``name``: at its first cleanup (the
+        container's listing), or when this attempt made another than ``keep`` since."""
+        return name not in self._cleaned or not self._local_checkpoints.get(name, set()) <= {keep}
 
     def _delete_older_checkpoints(self, name: str, store_dir: Path, keep: CheckpointId) -> None:
         if name not in self._cleaned:  # a zombie may have snapshotted after the start's listing, before the claim
