@@ -1,6 +1,6 @@
-"""The unusable state directory through the Spark runner: the commit fails naming the store and the
-directory, Spark's retries fail restoring it (naming the task, the store and the path), the job fails with
-that, and a rerun after the repair restores the exact state."""
+"""The unusable state directory through the Spark runner: the next commit that makes the store's local
+checkpoint fails naming the store and the directory, Spark's retries fail restoring it (naming the task, the
+store and the path), the job fails with that, and a rerun after the repair restores the exact state."""
 
 from __future__ import annotations
 

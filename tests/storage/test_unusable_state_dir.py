@@ -1,6 +1,7 @@
 """A job whose state directory becomes unusable while it runs (a disk that fails or fills up, a directory
-removed by a cleanup script): the commit fails naming the store and the directory, the job fails instead
-of running on without checkpoints, and once the directory is back a restart restores the exact state.
+removed by a cleanup script): the next commit that makes the store's local checkpoint fails naming the store and
+the directory (the commits between local checkpoints touch no file there), the job fails instead of running on
+without them, and once the directory is back a restart restores the exact state.
 
 The directory is swapped for a file, which makes every write under it fail for any user (a read-only
 directory does not stop root); the disk-full case at the same boundary is ``managers/test_snapshot_failures``.
@@ -28,7 +29,10 @@ Run = Callable[[Settings], JobResult]
 def break_the_state_dir_then_repair_it(tmp_path: Path, run: Run) -> None:
     """Run the job, swap its stores' directory for a file once it has checkpointed, check the failure,
     put the directory back and run the job to its end."""
-    config = config_for(tmp_path, "changelog", test__delay__seconds=0.002)
+    # a local checkpoint every 200 ms: one comes due while the tasks still process (2 s each)
+    config = config_for(
+        tmp_path, "changelog", test__delay__seconds=0.002, stores__counts__local__checkpoint__interval__ms=200
+    )
     create_stream(config, "in", 2)
     create_stream(config, "out", 1)
     written = fill(config, "in", 2, 1000)  # unsealed: the job runs until the directory goes

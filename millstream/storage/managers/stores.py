@@ -378,8 +378,7 @@ class TaskStorageManager:
             store_dir = self._stores[name].spec.store_dir
             try:
                 with owned(store_dir, self.container.writer):
-                    self._local_checkpoints.setdefault(name, set()).add(checkpoint_id)
-                    self._checkpoint_store(name, checkpoint_dir(store_dir, checkpoint_id))
+                    self._make_local_checkpoint(name, checkpoint_id)
             except OSError as error:  # the owner lock beside the directory (the store flushed nothing to fail)
                 raise StateBackupError(
                     f"task '{self.task_name}': cannot snapshot store '{name}' in '{store_dir}': {error}"
@@ -404,6 +403,14 @@ class TaskStorageManager:
         if not entry.checkpoints_on_interval or interval == 0 or kept is None:
             return True
         return checkpoint_id.millis - kept.millis >= interval
+
+    def _make_local_checkpoint(self, name: str, checkpoint_id: CheckpointId) -> Path:
+        """Store ``name``'s checkpoint directory for ``checkpoint_id``, made under the owner lock the caller holds;
+        recorded first, so that the cleanup deletes what a failure half-way left."""
+        self._local_checkpoints.setdefault(name, set()).add(checkpoint_id)
+        directory = checkpoint_dir(self._stores[name].spec.store_dir, checkpoint_id)
+        self._checkpoint_store(name, directory)
+        return directory
 
     def _checkpoint_store(self, name: str, directory: Path) -> None:
         """Make one store's checkpoint directory, or fail the commit naming the store and the directory.
@@ -519,9 +526,7 @@ class TaskStorageManager:
             directory = checkpoint_dir(store_dir, checkpoint_id)
             try:
                 with owned(store_dir, self.container.writer):
-                    self._local_checkpoints.setdefault(name, set()).add(checkpoint_id)
-                    self._checkpoint_store(name, directory)
-                    self._write_local_checkpoint(entry, directory, checkpoints)
+                    self._write_local_checkpoint(entry, self._make_local_checkpoint(name, checkpoint_id), checkpoints)
                     self._kept[name] = checkpoint_id
                     self._delete_older_checkpoints(name, store_dir, checkpoint_id)
             except (StateBackupError, OSError) as error:  # the checkpoint is durable: only the head start is lost
