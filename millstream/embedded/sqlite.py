@@ -43,11 +43,11 @@ from millstream.embedded.sqlite_lock import (
     LockHolder,
     LockLease,
     local_write_lock_pid,
-    process_state,
     read_holder_record,
     this_holder,
 )
 from millstream.errors import MillstreamError
+from millstream.file_locks import process_state
 from millstream.files import claim_marker
 
 if TYPE_CHECKING:

@@ -133,18 +133,6 @@ def local_write_lock_pid(database: Path, locks_table: Path = Path("/proc/locks")
     return None
 
 
-def process_state(pid: int) -> str:
-    """``stopped``, ``running``... from ``/proc/<pid>/stat`` when this host has it; empty when unknown."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    code = stat.rsplit(")", 1)[-1].split()[0]
-    return {"T": "stopped", "t": "stopped", "R": "running", "S": "sleeping", "D": "in I/O", "Z": "exiting"}.get(
-        code, code
-    )
-
-
 class Decision(enum.Enum):
     WAIT = "wait"
     """The lease runs: keep waiting, naming the holder."""

@@ -18,23 +18,43 @@ away from the new attempt's files:
   takes no lock: nothing to fence, and its checkpoint write is fenced anyway.
 
 The lock is ``flock`` on the owner file: two attempts on one host (or two containers in one process)
-exclude each other; a store base on a shared network file system is not supported by Samza either.
+exclude each other; a store base on a shared network file system is not supported by Samza either. It is held
+for moments (a checkpoint directory made or deleted), so a waiter polls for it and says whom it waits for every
+``WARN_EVERY_S``. A holder that is *stopped* (``SIGSTOP``, a frozen process) would keep it for as long as it is
+stopped, and the next attempt on the host would hang at its claim: so a waiter ends a stopped holder's process
+(``SIGKILL``) unless the owner file names that process as an attempt at least as new as the waiter. A stopped
+holder is an earlier attempt that the waiter supersedes (fencing it is what the claim is for) or a process of
+no attempt; the kernel's lock table names it (Linux ``/proc/locks``), and the claim records each owner's pid and
+host.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import logging
 import os
+import signal
+import socket
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
 
 from millstream.contracts.metadata import FencedError
 from millstream.contracts.systems import WriterToken
+from millstream.file_locks import flock_holder_pid, process_state
 from millstream.files import sync_dir
 from millstream.storage.layout import LIVE, OWNER_SUFFIX, StoreDirListing, base_dir, delete_path, stale_attempt_dirs
+
+log = logging.getLogger(__name__)
+
+WARN_EVERY_S = 10.0
+"""How often a waiter for the owner lock says whom it waits for."""
+
+POLL_S = (0.002, 0.1)
+"""The first and the longest pause between two tries of the owner lock (doubling in between)."""
 
 
 class StoreDirectoryFencedError(FencedError):
@@ -54,7 +74,7 @@ def owner_file(store_dir: Path) -> Path:
     return base_dir(store_dir).with_name(base_dir(store_dir).name + OWNER_SUFFIX)
 
 
-@contextmanager
+@contextlib.contextmanager
 def owned(store_dir: Path, writer: WriterToken | None, *, claim: bool = False) -> Iterator[None]:
     """Run the block while ``writer`` owns ``store_dir``'s directories, holding the owner lock.
 
@@ -67,7 +87,7 @@ def owned(store_dir: Path, writer: WriterToken | None, *, claim: bool = False) -
     path = owner_file(store_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+b") as file:
-        fcntl.flock(file.fileno(), fcntl.LOCK_EX)
+        _lock(file.fileno(), path, writer)
         file.seek(0)
         owner = _owner(file.read())
         if owner is not None and owner > writer.order:
@@ -75,7 +95,13 @@ def owned(store_dir: Path, writer: WriterToken | None, *, claim: bool = False) -
         if claim and owner != writer.order:
             file.seek(0)
             file.truncate()
-            record = {"generation": writer.generation, "epoch": writer.epoch, "container": writer.container_id}
+            record = {
+                "generation": writer.generation,
+                "epoch": writer.epoch,
+                "container": writer.container_id,
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+            }
             file.write(orjson.dumps(record))
             file.flush()
             os.fsync(file.fileno())
@@ -90,6 +116,58 @@ def claim(store_dir: Path, writer: WriterToken | None, listing: StoreDirListing 
         if writer is not None:
             for stale in stale_attempt_dirs(store_dir, listing):
                 delete_path(stale)
+
+
+def _lock(descriptor: int, path: Path, writer: WriterToken) -> None:
+    """Take the exclusive ``flock`` of the owner file ``path`` (open as ``descriptor``): at once when it is free,
+    else polling, naming the holder every ``WARN_EVERY_S``, and ending a stopped holder that may be ended
+    (``may_end_holder``) rather than waiting for it forever."""
+    pause, waited_since, warned_at = POLL_S[0], time.monotonic(), time.monotonic()
+    while True:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        holder = flock_holder_pid(path)
+        state = process_state(holder) if holder is not None else ""
+        if holder is not None and state == "stopped" and may_end_holder(path, holder, writer):
+            log.error(
+                "store owner lock '%s': held by pid %d, which is stopped and not a newer attempt than %s; ending it",
+                path, holder, writer.describe(),
+            )  # fmt: skip
+            _end(holder)
+            continue
+        now = time.monotonic()
+        if now - warned_at >= WARN_EVERY_S:
+            warned_at = now
+            named = f"pid {holder} ({state or 'state unknown'})" if holder is not None else "a process not named here"
+            log.warning(
+                "store owner lock '%s': %s has waited %.0f s for it, held by %s",
+                path, writer.describe(), now - waited_since, named,
+            )  # fmt: skip
+        time.sleep(pause)
+        pause = min(pause * 2, POLL_S[1])
+
+
+def may_end_holder(path: Path, holder: int, writer: WriterToken) -> bool:
+    """Whether ``writer`` may end the stopped ``holder`` of ``path``'s lock: not this process, and not the owner
+    the file names when that owner is at least as new as ``writer`` (read without the lock: a record being
+    written reads as no owner)."""
+    if holder == os.getpid():
+        return False
+    try:
+        document = orjson.loads(path.read_bytes())
+        named = (int(document["pid"]), str(document["host"]))
+        order = (int(document["generation"]), int(document["epoch"]))
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return True
+    return named != (holder, socket.gethostname()) or order < writer.order
+
+
+def _end(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # it ended meanwhile: the lock is free
+        os.kill(pid, signal.SIGKILL)
 
 
 def _owner(raw: bytes) -> tuple[int, int] | None:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from millstream.config.settings import Settings
-from millstream.embedded.sqlite_lock import process_state
+from millstream.file_locks import process_state
 from tests.helpers import create_stream, fill, job_config, output_origins, seal, wait_until
 
 REPO = Path(__file__).resolve().parents[2]

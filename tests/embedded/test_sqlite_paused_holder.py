@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from millstream.embedded.sqlite import MetadataStoreError, SqliteLockSettings, SqliteMetadataStore
-from millstream.embedded.sqlite_lock import process_state
+from millstream.file_locks import process_state
 from tests.embedded.lock_holder import NAMESPACE
 from tests.helpers import wait_until
 

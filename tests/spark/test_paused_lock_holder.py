@@ -15,7 +15,7 @@ import pytest
 
 from millstream.coordinator.job_result import JobResult
 from millstream.coordinator.prepare import prepare
-from millstream.embedded.sqlite_lock import process_state
+from millstream.file_locks import process_state
 from millstream.spark.run.runner import SparkJobRunner
 from millstream.testing import InProcessRunner
 from tests.helpers import create_stream, fill, job_config, output_origins, seal, wait_until

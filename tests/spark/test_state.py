@@ -257,6 +257,18 @@ def test_a_container_processes_on_while_a_commit_snapshots_and_a_kill_there_rest
     check_outcome(config, result, tmp_path, backend)
 
 
+def job_with_hourly_local_checkpoints(tmp_path: Path) -> Settings:
+    """The changelog job committing every 50 ms with a local checkpoint every hour: after a task's first commit its
+    commits make none; the checkpoints' ids (version 2) name the directories."""
+    return job(
+        tmp_path,
+        "changelog",
+        task__commit__ms=50,
+        task__checkpoint__read__versions="2,1",
+        stores__counts__local__checkpoint__interval__ms=3_600_000,
+    )
+
+
 def past_a_commit_without_a_local_checkpoint(config: Settings) -> Any:
     """The pid of container 0 once task ``Partition 0``'s last checkpoint names no local checkpoint directory
     of its store: a restore must start from an older directory and replay the changelog records after it."""
@@ -282,13 +294,7 @@ def test_sigkill_after_commits_that_made_no_local_checkpoint_replays_the_changel
     """A commit every 50 ms, a local checkpoint every hour: after its first commit a task's commits record the
     changelog's offset only. Killed then, the retry copies the older directory in, replays the changelog records
     after it and reverts those after the checkpoint; the end equals a run without faults."""
-    config = job(
-        tmp_path,
-        "changelog",
-        task__commit__ms=50,
-        task__checkpoint__read__versions="2,1",  # the probe reads the checkpoint's id
-        stores__counts__local__checkpoint__interval__ms=3_600_000,
-    )
+    config = job_with_hourly_local_checkpoints(tmp_path)
     result = run_and_kill(config, spark_local, past_a_commit_without_a_local_checkpoint(config))
     check_outcome(config, result, tmp_path, "changelog")
 
@@ -298,13 +304,7 @@ def test_a_job_that_ends_leaves_each_store_a_local_checkpoint_of_its_last_checkp
 ) -> None:
     """Local checkpoints every hour, commits every 50 ms: at its clean stop each container makes, for every store
     whose last commit made none, the local checkpoint of that commit, so a restart on this host replays nothing."""
-    config = job(
-        tmp_path,
-        "changelog",
-        task__commit__ms=50,
-        task__checkpoint__read__versions="2,1",  # the checkpoints' ids name the directories
-        stores__counts__local__checkpoint__interval__ms=3_600_000,
-    )
+    config = job_with_hourly_local_checkpoints(tmp_path)
     result = SparkJobRunner(config, spark=spark_local).run()
     assert result.outcome == "finished", result.error
     assert final_store_dumps(config) == reference()
