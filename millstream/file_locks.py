@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 LOCKS_TABLE = Path("/proc/locks")
@@ -21,19 +22,44 @@ def process_state(pid: int) -> str:
     )
 
 
-def flock_holder_pid(path: Path, locks_table: Path = LOCKS_TABLE) -> int | None:
-    """The pid of the process on this host holding an exclusive ``flock`` of ``path``, from the kernel's lock
-    table; None where there is none, or no such table (not Linux), or the file is not here. The kernel names the
-    process that took the lock (a child that inherited the descriptor holds it too)."""
+@dataclass(frozen=True)
+class HeldLock:
+    """A lock the kernel's lock table lists as held (not waited for) on a file."""
+
+    kind: str
+    """``FLOCK``, ``POSIX`` (a record lock, ``fcntl``) or ``OFDLCK``."""
+    access: str
+    """``READ`` or ``WRITE``."""
+    pid: int
+    """The process that took it (a child that inherited the descriptor holds it too)."""
+    start: int
+    end: int | None
+    """The last byte locked; None: to the end of the file."""
+
+
+def held_locks(path: Path, locks_table: Path = LOCKS_TABLE) -> list[HeldLock]:
+    """The locks held on ``path`` on this host, from the kernel's lock table; none where there is no such table
+    (not Linux), or the file is not here."""
     try:
         stat = os.stat(path)
         table = locks_table.read_text()
     except OSError:
-        return None
+        return []
     device = f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}:{stat.st_ino}"
+    held = []
     for line in table.splitlines():
         fields = line.split()
-        # "2: FLOCK  ADVISORY  WRITE 21962 fe:00:9997433 0 EOF" (a waiter's line starts "2: -> FLOCK ...")
-        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[3] == "WRITE" and fields[5] == device:
-            return int(fields[4])
+        # "1: POSIX  ADVISORY  WRITE 21962 fe:00:9997433 120 120" (a waiter's line reads "1: -> POSIX ...")
+        if len(fields) >= 8 and fields[1] != "->" and fields[5] == device:
+            end = None if fields[7] == "EOF" else int(fields[7])
+            held.append(HeldLock(fields[1], fields[3], int(fields[4]), int(fields[6]), end))
+    return held
+
+
+def flock_holder_pid(path: Path, locks_table: Path = LOCKS_TABLE) -> int | None:
+    """The pid of the process on this host holding an exclusive ``flock`` of ``path``; None where there is none
+    (or ``held_locks`` cannot tell)."""
+    for lock in held_locks(path, locks_table):
+        if lock.kind == "FLOCK" and lock.access == "WRITE":
+            return lock.pid
     return None

@@ -27,6 +27,7 @@ def test_only_an_exclusive_flock_of_that_very_file_counts(tmp_path: Path) -> Non
     device = f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}"
     table = tmp_path / "locks"
     table.write_text(
+        f"1: -> FLOCK  ADVISORY  WRITE 10 {device}:{stat.st_ino} 0 EOF\n"  # waiting for it
         f"1: POSIX  ADVISORY  WRITE 11 {device}:{stat.st_ino} 0 EOF\n"  # a record lock, not a flock
         f"2: FLOCK  ADVISORY  READ  12 {device}:{stat.st_ino} 0 EOF\n"  # shared
         f"3: FLOCK  ADVISORY  WRITE 13 {device}:{stat.st_ino + 1} 0 EOF\n"  # another file

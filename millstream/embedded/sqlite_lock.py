@@ -25,6 +25,8 @@ from pathlib import Path
 
 import orjson
 
+from millstream.file_locks import LOCKS_TABLE, held_locks
+
 WAL_WRITE_LOCK_BYTE = 120
 """The byte of the ``-shm`` file SQLite's unix VFS locks for WAL's single writer (``(22 + 8) * 4``)."""
 
@@ -114,22 +116,13 @@ def read_holder_record(database: Path) -> LockHolder | None:
         return None
 
 
-def local_write_lock_pid(database: Path, locks_table: Path = Path("/proc/locks")) -> int | None:
+def local_write_lock_pid(database: Path, locks_table: Path = LOCKS_TABLE) -> int | None:
     """The pid of the process on this host that holds SQLite's WAL write lock on ``database``, from the
     kernel's lock table; None where there is none, or no such table (not Linux), or the file is not here."""
-    try:
-        shm = os.stat(database.with_name(f"{database.name}-shm"))
-        table = locks_table.read_text()
-    except OSError:
-        return None
-    device = f"{os.major(shm.st_dev):02x}:{os.minor(shm.st_dev):02x}:{shm.st_ino}"
-    for line in table.splitlines():
-        fields = line.split()
-        # "1: POSIX  ADVISORY  WRITE 21962 fe:00:9997433 120 120"
-        if len(fields) >= 8 and fields[1] == "POSIX" and fields[3] == "WRITE" and fields[5] == device:
-            start, end = int(fields[6]), fields[7]
-            if start <= WAL_WRITE_LOCK_BYTE and (end == "EOF" or int(end) >= WAL_WRITE_LOCK_BYTE):
-                return int(fields[4])
+    for lock in held_locks(database.with_name(f"{database.name}-shm"), locks_table):
+        covers = lock.start <= WAL_WRITE_LOCK_BYTE and (lock.end is None or lock.end >= WAL_WRITE_LOCK_BYTE)
+        if lock.kind == "POSIX" and lock.access == "WRITE" and covers:
+            return lock.pid
     return None
 
 
