@@ -37,8 +37,9 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import orjson
 
@@ -49,6 +50,8 @@ from millstream.files import sync_dir
 from millstream.storage.layout import LIVE, OWNER_SUFFIX, StoreDirListing, base_dir, delete_path, stale_attempt_dirs
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 WARN_EVERY_S = 10.0
 """How often a waiter for the owner lock says whom it waits for."""
@@ -157,12 +160,11 @@ def may_end_holder(path: Path, holder: int, writer: WriterToken) -> bool:
     if holder == os.getpid():
         return False
     try:
-        document = orjson.loads(path.read_bytes())
-        named = (int(document["pid"]), str(document["host"]))
-        order = (int(document["generation"]), int(document["epoch"]))
-    except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        raw = path.read_bytes()
+    except OSError:
         return True
-    return named != (holder, socket.gethostname()) or order < writer.order
+    owner, process = _owner(raw), _owner_process(raw)
+    return owner is None or process != (holder, socket.gethostname()) or owner < writer.order
 
 
 def _end(pid: int) -> None:
@@ -173,8 +175,16 @@ def _end(pid: int) -> None:
 def _owner(raw: bytes) -> tuple[int, int] | None:
     """The recorded owner's ``(generation, epoch)``; None when unclaimed or unreadable (a crash while
     claiming), which the next claim overwrites."""
+    return _recorded(raw, lambda document: (int(document["generation"]), int(document["epoch"])))
+
+
+def _owner_process(raw: bytes) -> tuple[int, str] | None:
+    """The recorded owner's ``(pid, host)``; None when unreadable or recorded before owners named theirs."""
+    return _recorded(raw, lambda document: (int(document["pid"]), str(document["host"])))
+
+
+def _recorded(raw: bytes, read: Callable[[Any], T]) -> T | None:
     try:
-        document = orjson.loads(raw)
-        return (int(document["generation"]), int(document["epoch"]))
+        return read(orjson.loads(raw))
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         return None
