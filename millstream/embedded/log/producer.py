@@ -178,6 +178,11 @@ class LogSystemProducer(SystemProducer):
         """Per ``(stream, partition)``, the offset of the newest record this producer appended (``written_offsets``)."""
         self._touched: dict[str, set[int]] = {}
         """Per source, the slots of the buffers it sent to since its last ``flush``: what that flush appends."""
+        self._buffered: set[int] = set()
+        """The slots whose buffers hold records: each one a send touched since its buffer was last appended or
+        dropped. What ``_flush_all`` appends, and whether anything is left to linger after a flush, then cost what
+        is buffered instead of a look at every partition the producer writes to: with a changelog partition per
+        task, that look made each task's flush cost in proportion to the container's tasks."""
         self._last: tuple[str | None, SystemStream | None, _StreamWriter, set[int]] = (
             None, None, cast(_StreamWriter, None), set(),
         )  # fmt: skip
@@ -273,9 +278,7 @@ class LogSystemProducer(SystemProducer):
         txn_log = cast(TransactionLog, self._txn_log)
         self._txn, self._members, self._checkpoints = None, set(), {}
         self._appended.clear()
-        for writer in self._writers.values():
-            for buffer in writer.buffers:
-                buffer.clear()
+        self._drop_buffered()
         record, retire = txn_log.expire(error.txn)
         if record is not None:  # else whoever aborted it ended it everywhere already
             ending = Ending(error.txn, False, txn_log.members(error.txn), retire)
@@ -295,9 +298,7 @@ class LogSystemProducer(SystemProducer):
         partition once this attempt is fenced or its transaction timed out: whoever did that ends it there."""
         txn_log = cast(TransactionLog, self._txn_log)
         self._appended.clear()
-        for writer in self._writers.values():
-            for buffer in writer.buffers:
-                buffer.clear()
+        self._drop_buffered()
         if self._txn is not None and self._fenced is None:
             txn, members = self._txn, sorted(self._members)
             self._txn, self._members, self._checkpoints = None, set(), {}
@@ -415,9 +416,11 @@ class LogSystemProducer(SystemProducer):
             buffer = writer.buffers[partition]
             buffer += (timestamp, key, message, headers)
             owners = writer.owners
-            if owners[partition] is not source:
+            if owners[partition] is not source:  # always so for an empty buffer: ``_append`` reset its owner
                 owners[partition] = source
-                touched.add(writer.base + partition)
+                slot = writer.base + partition
+                touched.add(slot)
+                self._buffered.add(slot)
             if self._held_since is None:
                 self._held_since = _monotonic()
             if len(buffer) >= self._fill:
@@ -454,13 +457,15 @@ class LogSystemProducer(SystemProducer):
                 return
             partitions = _partitions_of(writer, keys)
             base = writer.base
-            touched.update(base + partition for partition in set(partitions))
+            slots = {base + partition for partition in set(partitions)}
+            touched |= slots
             buffers, fill = writer.buffers, self._fill
             for partition, key, message in zip(partitions, keys, messages, strict=False):
                 buffer = buffers[partition]
                 buffer += (timestamp, key, message, None)
                 if len(buffer) >= fill:
                     self._hand_over(writer, partition)
+            self._buffered.update(slot for slot in slots if buffers[slot - base])  # after the hand-overs emptied some
         finally:
             lock.release()
 
@@ -486,6 +491,7 @@ class LogSystemProducer(SystemProducer):
             buffer = writer.buffers[partition]
             buffer += records
             touched.add(writer.base + partition)
+            self._buffered.add(writer.base + partition)
             if len(buffer) >= self._fill:
                 self._hand_over(writer, partition)
 
@@ -542,7 +548,7 @@ class LogSystemProducer(SystemProducer):
             self._failure = error
             raise
         touched.clear()
-        if not any(any(writer.buffers) for writer in self._writers.values()):
+        if not self._buffered:
             self._held_since = None  # nothing left to linger: ``send_lingering`` has no deadline
 
     def send_lingering(self, drained: bool = False) -> float | None:
@@ -584,11 +590,12 @@ class LogSystemProducer(SystemProducer):
     def _flush_all(self) -> None:
         if self._failure is not None:
             log.warning("log system '%s': an append failed, appending again: %s", self.system, self._failure)
+        slots = self._slots
         try:
-            for writer in self._writers.values():
-                for partition, buffer in enumerate(writer.buffers):
-                    if buffer:
-                        self._append(writer, partition)
+            for slot in sorted(self._buffered):  # in each stream's order of partitions, as ``_flush_slots``
+                writer, partition = slots[slot]
+                if writer.buffers[partition]:
+                    self._append(writer, partition)
         except WriterFencedError:
             raise
         except Exception as error:
@@ -630,12 +637,20 @@ class LogSystemProducer(SystemProducer):
                 first = log.append_columns(*columns, self._writer, self._transaction_for(writer.stream, partition))
         except WriterFencedError as fenced:
             self._fenced = self._explained(fenced)
-            for stale in writer.buffers:  # a zombie's records are never appended, by this flush or a later one
-                stale.clear()
+            self._drop_buffered()  # a zombie's records are never appended, by this flush or a later one
             raise self._fenced from None
         writer.buffers[partition] = []
         writer.owners[partition] = None
+        self._buffered.discard(writer.base + partition)
         self._appended[(writer.stream, partition)] = first + len(columns[2]) - 1
+
+    def _drop_buffered(self) -> None:
+        """Empty every buffer, with no owner, so that the next send to each records its slot again. Under the lock."""
+        for writer in self._writers.values():
+            for buffer in writer.buffers:
+                buffer.clear()
+            writer.owners[:] = [None] * writer.partition_count
+        self._buffered.clear()
 
     def _transaction_for(self, stream: str, partition: int) -> int:
         """The open transaction (begun now if none is), with ``partition`` of ``stream`` recorded as one it

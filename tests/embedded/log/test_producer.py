@@ -378,6 +378,42 @@ def test_flush_of_one_source_leaves_other_sources_partitions_buffered_until_thei
     producer.stop()
 
 
+class _CountedBuffers(list[Any]):
+    """A stream writer's partition buffers that count the walks over all of them."""
+
+    walks = 0
+
+    def __iter__(self) -> Any:
+        self.walks += 1
+        return super().__iter__()
+
+
+def test_flushes_and_lingering_look_only_at_the_buffered_partitions_not_at_every_partition_of_the_stream(
+    admin: LogSystemAdmin, root: Path
+) -> None:
+    """A container writes a changelog partition per task and each task flushes its own at its commit: a walk over
+    every partition per flush made a round of commits cost the square of the tasks."""
+    create(admin, "changelog", 1000)
+    producer = LogSystemFactory().get_producer(SYSTEM, log_config(root, producer__linger__ms=600_000))
+    producer.send("task-0", envelope("changelog", b"opened", partition=0))
+    producer.flush("task-0")
+    writer = producer._writers["changelog"]
+    buffers = writer.buffers = _CountedBuffers(writer.buffers)
+    stream = SystemStream(SYSTEM, "changelog")
+    for task in range(3):
+        producer.send(f"task-{task}", envelope("changelog", b"v", partition=task))
+    producer.send_batch("task-3", stream, [b"k"], [b"k"])
+    producer.send_batch("task-4", stream, [b"1", b"2"], None)
+    for task in range(4):
+        producer.flush(f"task-{task}")
+        assert producer.send_lingering() is not None, f"task-4's records still linger after task-{task}'s flush"
+    assert producer.send_lingering(drained=True) is None, "task-4's records were appended: nothing lingers"
+    walks = buffers.walks
+    assert walks == 0, "a flush or the linger check walked over every partition's buffer"
+    assert sum(upcoming(admin, "changelog", p) for p in range(1000)) == 1 + 3 + 1 + 2
+    producer.stop()
+
+
 def test_flush_of_a_source_covers_the_partitions_its_batches_went_to(
     admin: LogSystemAdmin, producer: LogSystemProducer
 ) -> None:
