@@ -15,7 +15,9 @@ source keeps the set of buffer slots it touched), so a task's commit costs appen
 not for what every task of the container buffered: with ``n`` tasks committing in turn, flushing everything
 made each append hold about one task's records and cost ``n`` times the appends. A buffer holds every
 source's records for its partition, so a flush also appends other sources' records that share a touched
-buffer; that is correct, and keeps each partition's records in send order.
+buffer; that is correct, and keeps each partition's records in send order. The producer also keeps the set of
+slots whose buffers hold records, so whether anything is left to linger after a flush, and what a flush of
+everything appends, cost what is buffered, not a look at each partition's buffer.
 
 A container's producer writes on behalf of a ``WriterToken`` (``set_writer``): every append checks it
 in the append's transaction (see ``storage``), and once one is refused the producer is fenced for good —
