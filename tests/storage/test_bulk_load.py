@@ -11,11 +11,15 @@ from millstream.storage.bulk_load import VectorMemtableLoader
 from millstream.storage.rocksdb import RocksDbKeyValueStorageEngine
 
 
-def memtable_factory(store: Path) -> str:
-    """The memtable the store was last opened with, as RocksDB recorded it in its newest OPTIONS file."""
+def recorded_option(store: Path, name: str) -> str:
+    """An option the store was last opened with, as RocksDB recorded it in its newest OPTIONS file."""
     newest = max(store.glob("OPTIONS-*"), key=lambda path: int(path.name.split("-")[1]))
-    (line,) = [line.strip() for line in newest.read_text().splitlines() if line.strip().startswith("memtable_factory=")]
-    return line.removeprefix("memtable_factory=")
+    (line,) = [line.strip() for line in newest.read_text().splitlines() if line.strip().startswith(f"{name}=")]
+    return line.removeprefix(f"{name}=")
+
+
+def memtable_factory(store: Path) -> str:
+    return recorded_option(store, "memtable_factory")
 
 
 def key(i: int) -> bytes:
@@ -58,9 +62,11 @@ def test_keys_out_of_order_go_through_a_vector_memtable_from_the_first_batch_tha
             else:
                 expected[k] = v
     assert memtable_factory(store).startswith("{id=VectorRepFactory")
+    assert recorded_option(store, "max_background_jobs") == "8", "two flush threads sort the full memtables"
     assert loader.finish() == 20_000
     assert not engine.vector_memtable
     assert memtable_factory(store) == "SkipListFactory"
+    assert recorded_option(store, "max_background_jobs") == "2"
     assert dict(engine.all()) == expected
     engine.put(b"after", b"1")  # the store reads and writes normally
     engine.delete(key(1))
