@@ -595,9 +595,7 @@ class LogSystemProducer(SystemProducer):
         slots = self._slots
         try:
             for slot in sorted(self._buffered):  # in each stream's order of partitions, as ``_flush_slots``
-                writer, partition = slots[slot]
-                if writer.buffers[partition]:
-                    self._append(writer, partition)
+                self._append(*slots[slot])  # every slot in ``_buffered`` holds records
         except WriterFencedError:
             raise
         except Exception as error:
