@@ -221,7 +221,7 @@ class Killer(threading.Thread):
 class CheckpointWatch(threading.Thread):
     """Samples every task's checkpointed offsets while the job runs; any offset that moves back is a problem.
 
-    It notes when the checkpoints last moved forward (the broker restart's stall is measured from it), and a
+    It notes when the checkpoints moved forward (the broker restart's stall is measured from it), and a
     container reporting a fenced or superseded attempt, which nothing in a soak should cause: a killed
     container reports nothing, its retry fences a dead process."""
 
@@ -231,6 +231,7 @@ class CheckpointWatch(threading.Thread):
         self.manager = checkpoint_manager(config, self.store)
         self.highest: dict[tuple[str, str], int] = {}
         self.advanced: list[float] = []
+        """When each sample that saw the checkpoints move forward began its read (``time.monotonic()``)."""
         self.problems: list[str] = []
         self.done = threading.Event()
 
@@ -245,7 +246,14 @@ class CheckpointWatch(threading.Thread):
         """Input messages the checkpoints cover."""
         return sum(offset + 1 for offset in self.highest.values())
 
+    def first_advance_after(self, moment: float) -> float | None:
+        """When the first sample that began after ``moment`` saw the checkpoints move forward; None if none did.
+
+        A sample is dated by the start of its read, so one that read before ``moment`` never counts."""
+        return next((advance for advance in self.advanced if advance >= moment), None)
+
     def _sample(self) -> None:
+        began = time.monotonic()
         if not self.highest:  # a Kafka checkpoint topic appears with the first checkpoint
             self.manager.start()
         moved = False
@@ -259,7 +267,7 @@ class CheckpointWatch(threading.Thread):
                 moved = moved or value > self.highest.get(key, -1)
                 self.highest[key] = max(value, self.highest.get(key, -1))
         if moved:
-            self.advanced.append(time.monotonic())
+            self.advanced.append(began)
         for container, status in coordination.container_statuses(self.store).items():
             error = str(status.get("error", ""))
             if status.get("state") == "failed" and ("Fenced" in error or "superseded" in error):
@@ -269,6 +277,9 @@ class CheckpointWatch(threading.Thread):
 
 
 class RestartableBroker(Protocol):
+    stopped_at: float | None
+    """When the broker's process last ended; clients may use a restarted broker before ``restart`` returns."""
+
     def restart(self, down_seconds: float = 0.0, timeout: float = 120.0) -> None: ...
 
 
@@ -294,9 +305,14 @@ class BrokerRestart(threading.Thread):
                 return
 
     def stall(self) -> float | None:
-        """Seconds from the broker being up to the next checkpoint; None if there was none."""
-        after = [moment for moment in self.watch.advanced if self.up_at is not None and moment >= self.up_at]
-        return after[0] - self.up_at if after and self.up_at is not None else None
+        """Seconds from the broker being up to the first checkpoint written after it stopped; None if none was.
+
+        Clients reach a restarted broker before its readiness check passes, so a checkpoint may come before
+        ``up_at``: that is a stall of 0, not a missing one."""
+        if self.up_at is None or self.broker.stopped_at is None:
+            return None
+        resumed = self.watch.first_advance_after(self.broker.stopped_at)
+        return None if resumed is None else max(0.0, resumed - self.up_at)
 
 
 def check_output(config: JobSettings, settings: Settings) -> tuple[list[str], float]:

@@ -22,6 +22,8 @@ from tests.integration.schema_registry import SchemaRegistryServer
 class ExternalBroker:
     """A broker the test session did not start: usable, but not restartable."""
 
+    stopped_at: float | None = None
+
     def __init__(self, bootstrap_servers: str) -> None:
         self.bootstrap_servers = bootstrap_servers
 

@@ -117,6 +117,9 @@ class KafkaBroker:
         self.cluster_id = cluster_id()
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.stopped_at: float | None = None
+        """When the broker's process last ended (``time.monotonic()``): no client reads from it after that until
+        it starts again, unlike the moment :meth:`start` returns, which comes after clients may already use it."""
 
     @property
     def bootstrap_servers(self) -> str:
@@ -250,6 +253,7 @@ class KafkaBroker:
                 process.kill()
                 process.wait()
         self.process = None
+        self.stopped_at = time.monotonic()
 
     def restart(self, down_seconds: float = 0.0, timeout: float = 120.0) -> None:
         """Stop the broker, stay down ``down_seconds``, start it again on the same ports and data."""

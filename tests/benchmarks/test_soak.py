@@ -1,0 +1,37 @@
+"""``benchmarks.soak`` measures a broker restart's stall from checkpoints read after the broker stopped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks.soak import BrokerRestart, CheckpointWatch, Settings, soak_config
+
+
+class StoppedBroker:
+    def __init__(self, stopped_at: float | None) -> None:
+        self.stopped_at = stopped_at
+
+    def restart(self, down_seconds: float = 0.0, timeout: float = 120.0) -> None:
+        raise AssertionError("the stall is computed from what the watch saw, without restarting anything")
+
+
+def restart_seen(tmp_path: Path, stopped_at: float | None, up_at: float, advanced: list[float]) -> BrokerRestart:
+    watch = CheckpointWatch(soak_config(tmp_path, "changelog", Settings(kills=0), None))
+    watch.advanced = advanced
+    restart = BrokerRestart(StoppedBroker(stopped_at), watch, total=100)
+    restart.up_at = up_at
+    return restart
+
+
+def test_a_checkpoint_written_before_the_restarted_broker_passed_its_readiness_check_is_a_stall_of_zero(tmp_path):
+    """Clients reach the broker before ``restart`` returns; the CI once saw every checkpoint land in that gap."""
+    assert restart_seen(tmp_path, stopped_at=10.0, up_at=20.0, advanced=[5.0, 18.0, 25.0]).stall() == 0.0
+
+
+def test_the_stall_runs_from_the_broker_being_up_to_the_first_checkpoint_read_after_it_stopped(tmp_path):
+    assert restart_seen(tmp_path, stopped_at=10.0, up_at=20.0, advanced=[5.0, 9.9, 23.5, 30.0]).stall() == 3.5
+
+
+def test_no_checkpoint_read_after_the_broker_stopped_is_no_stall_figure_rather_than_one_from_before(tmp_path):
+    assert restart_seen(tmp_path, stopped_at=10.0, up_at=20.0, advanced=[5.0, 9.9]).stall() is None
+    assert restart_seen(tmp_path, stopped_at=None, up_at=20.0, advanced=[5.0, 25.0]).stall() is None
