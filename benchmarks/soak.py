@@ -31,7 +31,8 @@ be 0 as well.
 ``--kafka`` keeps the checkpoints in Kafka (``task.checkpoint.factory: kafka``) and restarts the broker once
 in the middle of each run, when the checkpoints cover half the input, while the killer goes on; the run
 must then also find no ``FencedError`` in the containers' logs, and its ``restart`` column is the time from
-the broker being up again to the next checkpoint. Without ``--bootstrap`` the broker is started from the
+the broker being up again to the first checkpoint read after it stopped (0 when that came before the broker's
+readiness check passed: clients reach it sooner). Without ``--bootstrap`` the broker is started from the
 test harness's JARs (``make kafka-jars``), which is also what makes it restartable.
 
 It prints one row per run: backend, seed, commit point, kills, container retries, duplicate ratio
@@ -305,14 +306,19 @@ class BrokerRestart(threading.Thread):
                 return
 
     def stall(self) -> float | None:
-        """Seconds from the broker being up to the first checkpoint written after it stopped; None if none was.
-
-        Clients reach a restarted broker before its readiness check passes, so a checkpoint may come before
-        ``up_at``: that is a stall of 0, not a missing one."""
+        """:func:`restart_stall` of this restart; None before it."""
         if self.up_at is None or self.broker.stopped_at is None:
             return None
-        resumed = self.watch.first_advance_after(self.broker.stopped_at)
-        return None if resumed is None else max(0.0, resumed - self.up_at)
+        return restart_stall(self.watch, self.broker.stopped_at, self.up_at)
+
+
+def restart_stall(watch: CheckpointWatch, stopped_at: float, up_at: float) -> float | None:
+    """Seconds from the broker being up (``up_at``) to the first checkpoint read after it stopped; None if none was.
+
+    Clients reach a restarted broker before its readiness check passes, so a checkpoint may come before ``up_at``:
+    that is a stall of 0, not a missing one."""
+    resumed = watch.first_advance_after(stopped_at)
+    return None if resumed is None else max(0.0, resumed - up_at)
 
 
 def check_output(config: JobSettings, settings: Settings) -> tuple[list[str], float]:
