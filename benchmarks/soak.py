@@ -316,7 +316,9 @@ def restart_stall(watch: CheckpointWatch, stopped_at: float, up_at: float) -> fl
     """Seconds from the broker being up (``up_at``) to the first checkpoint read after it stopped; None if none was.
 
     Clients reach a restarted broker before its readiness check passes, so a checkpoint may come before ``up_at``:
-    that is a stall of 0, not a missing one."""
+    that is a stall of 0, not a missing one. The watch samples every 0.25 s, so a checkpoint written in the last
+    quarter second before the stop, first read after it, also counts: the figure can then be lower than the real
+    stall, never higher."""
     resumed = watch.first_advance_after(stopped_at)
     return None if resumed is None else max(0.0, resumed - up_at)
 
