@@ -67,6 +67,17 @@ def test_the_call_counter_counts_calls_of_threads_started_while_it_is_active():
     assert counted >= 1_000
 
 
+def test_a_reading_of_the_call_counter_adds_a_few_calls_per_profile_to_the_next_not_one_per_profiled_function():
+    """A generator summing the entries was resumed once per entry, counted as calls of the phase after it."""
+    callees = [eval(f"lambda: {number}") for number in range(2_000)]  # distinct entries in the profile's tree
+    with CallCounter() as counter:
+        for callee in callees:
+            callee()
+        first = counter.calls()
+        second = counter.calls()
+    assert 0 <= second - first < 20
+
+
 class _CollectedWithCalls:
     """Garbage only the cycle collector frees, whose finalizer makes Python calls when it does."""
 
