@@ -58,7 +58,7 @@ class CallCounter:
         A reading adds a few calls per profile to the next, not one per entry: the entries are summed in native
         code (``map``, ``sum``). A generator over them would be resumed once per entry, and this thread's profile
         counts each resumption as a call made after its own entries were read. That was a fixed cost of every
-        reading, tens of thousands of calls with 60 profiled threads, which made a phase at 100 tasks look
+        reading, tens of thousands of calls with 64 commit threads profiled, which made a phase at 100 tasks look
         dearer per task than at 1,000.
 
         The garbage collector is off while the profiles are read: ``getstats`` allocates, a collection it set
