@@ -14,6 +14,11 @@
 // AT_TIMESTAMP never answers when no record of the shard arrived at or after the timestamp (the request
 // hangs until the client times out). Real Kinesis returns an iterator at the shard's tip, which is what
 // LATEST returns, so that is what the patch answers in that case.
+//
+// A second one: kinesalite throws from a request's 'error' event, and Node raises one when a client
+// goes away before its request's body ended (ECONNRESET, "aborted"). A test that kills a container
+// mid-request then killed the emulator every other container was reading from. Real Kinesis drops
+// such a request and serves on, so the patch drops it too; any other request error still throws.
 'use strict'
 
 const path = require('path')
@@ -70,10 +75,26 @@ function patchAtTimestamp() {
   require.cache[actionPath].exports = getShardIterator
 }
 
+function dropAbortedRequests(server) {
+  const handlers = server.listeners('request')
+  server.removeAllListeners('request')
+  server.on('request', function(req, res) {
+    for (const handler of handlers) handler.call(server, req, res)
+    // kinesalite's handler added its throwing listener synchronously, and the event comes later.
+    const rethrow = req.listeners('error')
+    req.removeAllListeners('error')
+    req.on('error', function(err) {
+      if (err.code === 'ECONNRESET') return
+      for (const listener of rethrow) listener.call(req, err)
+    })
+  })
+}
+
 const options = parseArgs(process.argv.slice(2))
 patchAtTimestamp()
 const kinesalite = require('kinesalite')
 const server = kinesalite({createStreamMs: 0, deleteStreamMs: 0, updateStreamMs: 0, shardLimit: 1000})
+dropAbortedRequests(server)
 server.listen(options.port, options.host, function() {
   const address = server.address()
   console.log('kinesalite listening on ' + address.address + ':' + address.port)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import signal
+import socket
+import struct
 
 import pytest
 
@@ -22,3 +24,18 @@ def test_a_dead_emulator_is_reported_with_its_exit_status_and_output_and_a_resta
         emulator.restart()
         emulator.check()
         assert raw_client(emulator.endpoint).list_streams()["StreamNames"] == []
+
+
+def test_a_client_killed_in_the_middle_of_a_request_leaves_the_emulator_serving_the_others() -> None:
+    """A container killed while sending a request must not take the emulator down with it.
+
+    kinesalite throws on a request aborted before its body ended, which killed the process the other
+    containers of a test were reading from; real Kinesis drops such a request and serves on.
+    """
+    with Kinesalite() as emulator:
+        host, port = emulator.endpoint.removeprefix("http://").rsplit(":", 1)
+        with socket.create_connection((host, int(port))) as client:
+            client.sendall(b'POST / HTTP/1.1\r\nHost: kinesis\r\nContent-Length: 1000\r\n\r\n{"Stream')
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        assert raw_client(emulator.endpoint).list_streams()["StreamNames"] == []
+        emulator.check()
