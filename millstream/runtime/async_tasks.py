@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -31,6 +32,7 @@ from millstream.runtime.async_window import InFlightWindow
 from millstream.runtime.process_errors import ProcessErrorPolicy
 
 _local = threading.local()
+log = logging.getLogger(__name__)
 
 
 class CallbackTimeoutError(TimeoutError):
@@ -99,6 +101,43 @@ class ContainerLoop:
     def run(self, awaitable: Awaitable[Any]) -> Any:
         """Await a hook (``async def init`` …) to its end on this loop."""
         return self.loop.run_until_complete(_awaited(awaitable))
+
+    def close(self) -> None:
+        """Cancel what is still running on the loop, give it ``CANCEL_GRACE_S`` to end, and close the loop.
+
+        A container that stops normally has nothing in flight here (its tasks settled); one that failed or was
+        superseded may have hundreds of messages in flight. Cancelled, their coroutines leave through their
+        ``except``/``finally`` (an aiohttp request closes its connection) while the loop still runs, instead of
+        being destroyed with it, or running on in the next container this thread runs."""
+        loop = self.loop
+        if loop.is_closed():
+            return
+        try:
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                _, stuck = loop.run_until_complete(asyncio.wait(pending, timeout=CANCEL_GRACE_S))
+                if stuck:
+                    log.warning(
+                        "%d coroutine(s) still running %.0f s after their container cancelled them; their loop closes"
+                        " with them", len(stuck), CANCEL_GRACE_S,
+                    )  # fmt: skip
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
+
+
+CANCEL_GRACE_S = 5.0
+"""How long a container's ending waits for its cancelled coroutines to end (``ContainerLoop.close``)."""
+
+
+def close_container_loop() -> None:
+    """Close this thread's container loop, if it made one (``ContainerLoop.close``); the next use makes a new one."""
+    loop: ContainerLoop | None = getattr(_local, "loop", None)
+    if loop is not None:
+        _local.loop = None
+        loop.close()
 
 
 async def _awaited(awaitable: Awaitable[Any]) -> Any:

@@ -49,7 +49,7 @@ from millstream.errors import ConfigError, MillstreamError, StreamNotFoundError
 from millstream.job_model import JobModel
 from millstream.model import SystemStream, SystemStreamPartition, TaskName
 from millstream.plugins import load_object
-from millstream.runtime.async_tasks import run_hook
+from millstream.runtime.async_tasks import close_container_loop, run_hook
 from millstream.runtime.collector import TaskCollector
 from millstream.runtime.drain import DrainMonitor
 from millstream.runtime.heartbeat import ContainerHeartbeat, DriverWatch, driver_watch
@@ -250,6 +250,7 @@ class Container:
 
     def run(self) -> ContainerResult:
         with self._resources:
+            self._resources.callback(_quietly, close_container_loop)  # last: the tables' close still runs on it
             services = self._hold(ContainerServices(self.config, self.container_id, store=self._given_store))
             try:
                 attempt = self._fence(services)

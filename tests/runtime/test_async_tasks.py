@@ -10,11 +10,11 @@ import re
 import socket
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
-from millstream import AsyncStreamTask, EndOfStreamListenerTask, WindowableTask
+from millstream import AsyncStreamTask, EndOfStreamListenerTask, InitableTask, WindowableTask
 from millstream.checkpoint.factory import checkpoint_manager
 from millstream.composition.metadata import metadata_store
 from millstream.config.settings import Settings
@@ -336,3 +336,55 @@ def test_under_skip_a_service_that_is_down_counts_every_message_it_went_past(tmp
     assert result.outcome == "finished", result.error
     assert outputs(config) == []
     assert sum(container.skipped_process_errors for container in result.containers) == 50, "none dropped silently"
+
+
+class FailsWithOthersInFlight(AsyncStreamTask, InitableTask):
+    """Offset 3 fails at once; every other message waits forever and, if it is cancelled, records its offset
+    (in ``cancelled``, and as a file ``cancelled-<offset>`` in ``test.marker.dir`` when set: a Spark worker's)."""
+
+    cancelled: ClassVar[list[str]] = []
+
+    def init(self, context: Any) -> None:
+        self.marker_dir = context.config.get("test.marker.dir")
+
+    async def process_async(self, envelope, collector, coordinator):
+        if envelope.offset == "3":
+            raise RuntimeError("offset 3 fails")
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            FailsWithOthersInFlight.cancelled.append(envelope.offset)
+            if self.marker_dir:
+                (Path(self.marker_dir) / f"cancelled-{envelope.offset}").touch()
+            raise
+
+
+def failing_with_ten_in_flight(tmp_path: Path, **extra: Any) -> Settings:
+    """A ``FailsWithOthersInFlight`` job over one partition of 10 messages, all in flight together (each its own
+    key, so offset 3's failure is released as it happens)."""
+    config = prepare(
+        job_config(
+            tmp_path,
+            task=f"{__name__}:FailsWithOthersInFlight",
+            task__max__concurrency="10",
+            task__async__ordering="key",
+            **extra,
+        )
+    )
+    create_stream(config, "in", 1)
+    write_stream(config, SystemStream("log", "in"), [(f"k{i}", i) for i in range(10)], partition=0)
+    seal(config, "in")
+    return config
+
+
+IN_FLIGHT_AT_THE_FAILURE = [str(i) for i in range(10) if i != 3]
+
+
+def test_a_container_that_fails_with_messages_in_flight_cancels_them_before_it_ends(tmp_path):
+    """A failed attempt's coroutines must not outlive it: left on its thread's loop, they would run on in the
+    next attempt that thread starts (a Spark Python worker runs its next task on the same thread)."""
+    config = failing_with_ten_in_flight(tmp_path)
+    FailsWithOthersInFlight.cancelled.clear()
+    result = InProcessRunner(config).run(timeout=120)
+    assert result.outcome == "failed" and "offset 3 fails" in (result.error or ""), result.error
+    assert sorted(FailsWithOthersInFlight.cancelled, key=int) == IN_FLIGHT_AT_THE_FAILURE

@@ -10,7 +10,14 @@ import pytest
 
 from millstream.spark.run.runner import SparkJobRunner
 from tests.http_service import ServiceSettings, enrich_service
-from tests.runtime.test_async_tasks import async_job, checkpointed, outputs, per_partition
+from tests.runtime.test_async_tasks import (
+    IN_FLIGHT_AT_THE_FAILURE,
+    async_job,
+    checkpointed,
+    failing_with_ten_in_flight,
+    outputs,
+    per_partition,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -42,3 +49,13 @@ def test_through_spark_an_async_task_enriches_every_message_once_in_order_and_a_
         r"task 'Partition 1' failed processing offset 3 of stream 'log\.in' partition 1: CallbackTimeoutError",
         failed.error or "",
     ), failed.error
+
+
+def test_through_spark_a_container_that_fails_with_messages_in_flight_cancels_them_in_its_worker(tmp_path, spark_local):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    config = failing_with_ten_in_flight(tmp_path / "job", job__container__retry__count=0, test__marker__dir=markers)
+    failed = SparkJobRunner(config, spark=spark_local).run()
+    assert failed.outcome == "failed" and "offset 3 fails" in (failed.error or ""), failed.error
+    cancelled = sorted((path.name.removeprefix("cancelled-") for path in markers.iterdir()), key=int)
+    assert cancelled == IN_FLIGHT_AT_THE_FAILURE
