@@ -10,12 +10,12 @@
 // delays are 0 here instead of 500 ms): the delay only slows tests down, and the code under test waits
 // for ACTIVE anyway.
 //
-// One emulator bug is fixed here, not worked around in millstream: kinesalite's GetShardIterator with
-// AT_TIMESTAMP never answers when no record of the shard arrived at or after the timestamp (the request
-// hangs until the client times out). Real Kinesis returns an iterator at the shard's tip, which is what
+// Two emulator bugs are fixed here, not worked around in millstream. The first: kinesalite's
+// GetShardIterator with AT_TIMESTAMP never answers when no record of the shard arrived at or after the
+// timestamp (the request hangs until the client times out). Real Kinesis returns an iterator at the shard's tip, which is what
 // LATEST returns, so that is what the patch answers in that case.
 //
-// A second one: kinesalite throws from a request's 'error' event, and Node raises one when a client
+// The second: kinesalite throws from a request's 'error' event, and Node raises one when a client
 // goes away before its request's body ended (ECONNRESET, "aborted"). A test that kills a container
 // mid-request then killed the emulator every other container was reading from. Real Kinesis drops
 // such a request and serves on, so the patch drops it too; any other request error still throws.

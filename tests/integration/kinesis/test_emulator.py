@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import socket
 import struct
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -33,8 +34,8 @@ def test_a_client_killed_in_the_middle_of_a_request_leaves_the_emulator_serving_
     containers of a test were reading from; real Kinesis drops such a request and serves on.
     """
     with Kinesalite() as emulator:
-        host, port = emulator.endpoint.removeprefix("http://").rsplit(":", 1)
-        with socket.create_connection((host, int(port))) as client:
+        address = urlsplit(emulator.endpoint)
+        with socket.create_connection((address.hostname, address.port)) as client:
             client.sendall(b'POST / HTTP/1.1\r\nHost: kinesis\r\nContent-Length: 1000\r\n\r\n{"Stream')
             client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         assert raw_client(emulator.endpoint).list_streams()["StreamNames"] == []
