@@ -12,6 +12,10 @@ The driver beats too (:class:`DriverHeartbeat`): a container whose driver went s
 
 Heartbeats are fenced like every write of the attempt: once a newer attempt started, this one's are refused and
 the thread stops, so a replaced container never looks alive again.
+
+Each side counts the other's silence only while its own checks of the store succeed without a gap
+(:class:`UnbrokenChecks`): a metadata store that stops answering (a Kafka broker holding the coordinator stream
+restarting, a network cut) silences every heartbeat at once, and that is no container's or driver's fault.
 """
 
 from __future__ import annotations
@@ -105,11 +109,41 @@ class DriverHeartbeat(Heartbeat):
             log.warning("%s: the end of the run not recorded: %s", self._name, error)
 
 
+class UnbrokenChecks:
+    """Since when an observer's checks of the metadata store have succeeded with no gap longer than ``gap_s``
+    between the ends of two of them.
+
+    A watcher counts another party's silence from no earlier than that. A Kafka broker restart makes every read of
+    the coordinator stream wait (or fail) and stops every heartbeat at once; when the broker is back each writer
+    needs a moment to reconnect. Counted as the writers' silence, a restart longer than the liveness timeout
+    replaced every healthy container. A read that waits out the store, or fails, leaves a gap whichever of the
+    observer's reads it was. Watchers use half their timeout as ``gap_s``: an outage shorter than that leaves the
+    writers the other half to beat again, a longer one gives them a whole timeout from its end, and a check
+    delayed as long for another reason (a container's loop inside one long ``process`` call) only delays a
+    judgement. The observer's own writes are not the witness: a paused process holding the SQLite store's write
+    lock blocks every writer while reads go on, and that process is the one to replace. Sans-IO: the caller says
+    when a check succeeded."""
+
+    def __init__(self, gap_s: float) -> None:
+        self._gap_s = gap_s
+        self._last: float | None = None
+        self._since = 0.0
+
+    def succeeded(self, now: float) -> float:
+        """A check that read the store ended ``now``: return since when the checks have been unbroken."""
+        if self._last is None or now - self._last > self._gap_s:
+            self._since = now
+        self._last = now
+        return self._since
+
+
 class DriverWatch:
     """A container's view of its driver: lost once the driver's heartbeat for this generation has not changed
     for ``timeout_s`` on the container's own clock (so hosts' clocks never matter), or recorded that its run
-    ended while the container still runs. A generation whose driver never beat (a container started by a test
-    or a tool, not a runner) is never judged. Checked at most once per ``check_s``."""
+    ended while the container still runs. The silence counts only while the container's checks succeed without a
+    gap (:class:`UnbrokenChecks`), so a store outage never makes the driver look lost. A generation
+    whose driver never beat (a container started by a test or a tool, not a runner) is never judged. Checked at
+    most once per ``check_s``."""
 
     def __init__(
         self,
@@ -124,27 +158,29 @@ class DriverWatch:
         self._timeout_s = timeout_s
         self._check_s = check_s
         self._clock = clock
+        self._checks = UnbrokenChecks(timeout_s / 2)
         self._last_beat: object = None
         self._changed_at = clock()
         self._checked_at = float("-inf")
         self.lost_reason: str | None = None
 
     def lost(self) -> bool:
-        now = self._clock()
-        if self.lost_reason is not None or self._timeout_s <= 0 or now - self._checked_at < self._check_s:
+        if self.lost_reason is not None or self._timeout_s <= 0 or self._clock() - self._checked_at < self._check_s:
             return self.lost_reason is not None
-        self._checked_at = now
         record = coordination.driver_heartbeat(self._store)
+        now = self._checked_at = self._clock()  # after the read: one that waited out an outage took time
+        checking_since = self._checks.succeeded(now)
         if record is None or record.get("generation") != self._generation:
             return False
         where = f"pid {record.get('pid')} on host {record.get('host')}"
+        silent = now - max(self._changed_at, checking_since)
         if record.get("ended"):
             self.lost_reason = f"its driver ({where}) ended the run"
         elif record.get("beat") != self._last_beat:
             self._last_beat, self._changed_at = record.get("beat"), now
-        elif now - self._changed_at >= self._timeout_s:
+        elif silent >= self._timeout_s:
             self.lost_reason = (
-                f"its driver ({where}) has not recorded a heartbeat for {now - self._changed_at:.0f}s "
+                f"its driver ({where}) has not recorded a heartbeat for {silent:.0f}s "
                 f"(job.driver.liveness.timeout.ms={self._timeout_s * 1000:.0f})"
             )
         return self.lost_reason is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -16,8 +17,9 @@ from millstream.contracts.coordination import (
     record_heartbeat,
     start_container_attempt,
 )
+from millstream.contracts.metadata import MetadataStore
 from millstream.embedded.sqlite import SqliteMetadataStore
-from millstream.runtime.heartbeat import ContainerHeartbeat, DriverHeartbeat, DriverWatch
+from millstream.runtime.heartbeat import ContainerHeartbeat, DriverHeartbeat, DriverWatch, UnbrokenChecks
 from tests.helpers import wait_until
 
 
@@ -85,14 +87,75 @@ def test_a_container_finds_its_driver_lost_once_the_heartbeat_stood_still_for_th
     assert record_driver_heartbeat(store, 1, 1)
     assert not watch.lost()
     for beat in (2, 3):  # beating: never lost, however long the run
-        clock.now += 8
+        assert not checked_for(watch, clock, 7.5)
         record_driver_heartbeat(store, 1, beat)
-        assert not watch.lost()
-    clock.now += 9.5
-    assert not watch.lost(), "not before the timeout"
+        assert not checked_for(watch, clock, 0.5)
+    assert not checked_for(watch, clock, 9.5), "not before the timeout"
     clock.now += 1
     assert watch.lost()
     assert watch.lost_reason is not None and "job.driver.liveness.timeout.ms=10000" in watch.lost_reason
+
+
+def checked_for(watch: DriverWatch, clock: FakeClock, seconds: float) -> bool:
+    """Let ``seconds`` pass, the container checking its driver every second as its loop does; lost at the end?"""
+    end, lost = clock.now + seconds, False
+    while clock.now < end:
+        clock.now = min(clock.now + 1, end)
+        lost = watch.lost()
+    return lost
+
+
+class WaitingStore:
+    """The store, whose reads wait ``wait_s`` on the fake clock first: a Kafka coordinator stream, its broker out."""
+
+    def __init__(self, store: SqliteMetadataStore, clock: FakeClock) -> None:
+        self.store, self.clock, self.wait_s = store, clock, 0.0
+
+    def get(self, namespace: str, key: str) -> bytes | None:
+        self.clock.now += self.wait_s
+        return self.store.get(namespace, key)
+
+
+def test_a_container_counts_its_drivers_silence_only_from_when_the_store_answers_its_reads_again(
+    store: SqliteMetadataStore,
+) -> None:
+    """A read that waited out a 30 s outage of the store (a broker restart) finds the driver's heartbeat 30 s old:
+    the driver is not lost for it, and its silence counts from the end of that read."""
+    clock = FakeClock()
+    waiting = WaitingStore(store, clock)
+    watch = DriverWatch(cast(MetadataStore, waiting), 1, timeout_s=10, check_s=0, clock=clock)
+    assert record_driver_heartbeat(store, 1, 1)
+    assert not watch.lost()
+    waiting.wait_s = 30
+    assert not watch.lost(), "the driver's heartbeat stood still while the store did not answer"
+    waiting.wait_s = 0
+    assert not checked_for(watch, clock, 9.5), "9.5 s after the store answered again"
+    clock.now += 1
+    assert watch.lost()
+
+
+def test_a_store_that_waited_less_than_half_the_timeout_still_counts_in_the_drivers_silence(
+    store: SqliteMetadataStore,
+) -> None:
+    clock = FakeClock()
+    waiting = WaitingStore(store, clock)
+    watch = DriverWatch(cast(MetadataStore, waiting), 1, timeout_s=10, check_s=0, clock=clock)
+    assert record_driver_heartbeat(store, 1, 1)
+    assert not watch.lost()
+    waiting.wait_s = 4
+    assert not watch.lost()
+    waiting.wait_s = 0
+    assert not checked_for(watch, clock, 5.5), "9.5 s of silence, 4 of them waiting for the store"
+    clock.now += 1
+    assert watch.lost(), "a driver that stops while the store blips is still found within the timeout"
+
+
+def test_checks_are_unbroken_from_the_end_of_the_first_one_after_a_gap() -> None:
+    checks = UnbrokenChecks(gap_s=5)
+    assert checks.succeeded(0.1) == 0.1, "from the first check"
+    assert checks.succeeded(4.9) == 0.1, "a gap within gap_s: a check that waited a little, or a late one"
+    assert checks.succeeded(20) == 20, "a check that waited out the store, or checks that failed: from its end"
+    assert checks.succeeded(21) == 20
 
 
 def test_a_container_whose_driver_ended_the_run_stops_at_once(store: SqliteMetadataStore) -> None:

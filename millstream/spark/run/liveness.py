@@ -15,12 +15,18 @@ clocks never matter), replaces it:
    the executor is declared lost, as Spark's own heartbeat timeout would do much later: its tasks are
    started elsewhere at once and Spark asks the cluster manager to replace it. Local mode has no executor to
    lose; there the kill always arrives.
+
+A container's silence counts only while the driver's checks of the store succeed without a gap
+(:class:`~millstream.runtime.heartbeat.UnbrokenChecks`): a Kafka broker holding the coordinator stream that
+restarts silences every heartbeat at once, and replacing every container for it would turn a stall into a
+restart of the whole job.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +35,7 @@ from pyspark import SparkContext
 from millstream.config.settings import Settings
 from millstream.contracts import coordination
 from millstream.contracts.metadata import MetadataStore
+from millstream.runtime.heartbeat import UnbrokenChecks
 from millstream.spark.run.running_tasks import RunningTask, running_tasks
 from millstream.spark.run.session import local_slots
 
@@ -52,11 +59,20 @@ class LivenessMonitor:
     """Polled by the driver's loop; replaces silent containers of one job group. Never fails the job: a check
     that cannot read Spark's status store or the metadata store tries again at the next poll."""
 
-    def __init__(self, sc: SparkContext, store: MetadataStore, group: str, config: Settings) -> None:
+    def __init__(
+        self,
+        sc: SparkContext,
+        store: MetadataStore,
+        group: str,
+        config: Settings,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._sc = sc
         self._store = store
         self._group = group
         self._timeout_s = config.job.container_liveness_timeout_ms / 1000
+        self._checks = UnbrokenChecks(self._timeout_s / 2)
+        self._clock = clock
         self._local = local_slots(str(sc.master)) is not None
         self._seen: dict[str, _Seen] = {}
         self.replaced: list[str] = []
@@ -66,13 +82,15 @@ class LivenessMonitor:
         if self._timeout_s <= 0:
             return
         try:
-            self._check(generation, time.monotonic())
+            self._check(generation)
         except Exception as error:  # advisory: the next poll tries again
             log.debug("liveness check failed: %s", error)
 
-    def _check(self, generation: int, now: float) -> None:
+    def _check(self, generation: int) -> None:
         beats = coordination.container_heartbeats(self._store)
         statuses = coordination.container_statuses(self._store)
+        now = self._clock()  # after the reads: one that waited out an outage took time
+        checking_since = self._checks.succeeded(now)
         running: dict[int, RunningTask] | None = None
         for container_id, beat in beats.items():
             if beat.get("generation") != generation or statuses.get(container_id, {}).get("state") in _ENDED:
@@ -82,7 +100,7 @@ class LivenessMonitor:
             if seen is None or seen.beat != key:
                 self._seen[container_id] = _Seen(key, now)
                 continue
-            silent = now - seen.since
+            silent = now - max(seen.since, checking_since)
             if silent < self._timeout_s or (seen.killed_at is not None and now - seen.killed_at < self._timeout_s):
                 continue
             running = running_tasks(self._sc, self._group) if running is None else running

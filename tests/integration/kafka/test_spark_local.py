@@ -141,26 +141,55 @@ def test_a_sigkilled_container_is_retried_and_resumes_from_its_kafka_checkpoint(
     tail.close()
 
 
-def test_the_job_survives_a_broker_restart_and_loses_nothing(spark, kafka_broker, bootstrap, topic_name, tmp_path):
+LIVENESS_TIMEOUT_MS = 10_000
+"""The containers' liveness timeout (the default) and the driver's in the broker-restart test: shorter than the
+broker's outage (its shutdown, ``BROKER_DOWN_S`` and its start), so counting the outage as silence would show."""
+BROKER_DOWN_S = LIVENESS_TIMEOUT_MS / 1000
+
+
+def test_the_job_survives_a_broker_restart_longer_than_the_liveness_timeouts_without_a_new_attempt_or_a_loss(
+    spark, kafka_broker, bootstrap, topic_name, tmp_path
+):
+    """With the metadata store in Kafka, the restart stops every heartbeat, the driver's too: neither the driver
+    replaces a container for it nor a container takes its driver for lost."""
     source, sink = setup_topics(bootstrap, topic_name)
     config = job_config(
-        bootstrap, tmp_path, source, sink, job__container__count=2, test__delay__seconds=0.002, task__commit__ms=200
+        bootstrap,
+        tmp_path,
+        source,
+        sink,
+        job__container__count=2,
+        test__delay__seconds=0.002,
+        task__commit__ms=200,
+        job__container__liveness__timeout__ms=LIVENESS_TIMEOUT_MS,
+        job__driver__liveness__timeout__ms=LIVENESS_TIMEOUT_MS,
     )
     written = produce_numbers(bootstrap, source, 4, 300)
     tail = TopicTail(bootstrap, sink, 4)
     job = RunningJob(config, spark)
     try:
         wait_for(lambda: len(tail.poll()) >= 200, timeout=120)
-        kafka_broker.restart(down_seconds=2)
+        attempts = _attempts(config)
+        kafka_broker.restart(down_seconds=BROKER_DOWN_S)
         written |= produce_numbers(bootstrap, source, 4, 100, start=300)
         tail.wait_for(written, timeout=240)
     finally:
         result = job.stop(timeout=240)
     assert result.outcome == "stopped", result.error
+    assert {c.container_id: c.epoch for c in result.containers} == attempts, "no container was started again"
     assert set(tail.origins()) == written, "every acknowledged input reached the output"
     assert checkpointed_offsets(config) == {(p, p): 399 for p in range(4)}
     no_sqlite_files(tmp_path)
     tail.close()
+
+
+def _attempts(config: Settings) -> dict[str, int]:
+    """Each container's attempt, from the statuses in the metadata store."""
+    store = metadata_store(config)
+    try:
+        return {cid: int(status["attempt"]) for cid, status in coordination.container_statuses(store).items()}
+    finally:
+        store.close()
 
 
 def _running_with_checkpoints(store, config: Settings, container_id: str) -> int | None:
