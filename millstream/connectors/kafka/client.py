@@ -55,6 +55,10 @@ RETRIABLE_CODES = frozenset(
     }
 )
 
+PURGED_CODES = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
+"""Delivery failures of the records an aborted transaction held (aborted by the producer, or by librdkafka when the
+transaction failed, as after a broker restart): the abort's doing, not the records'."""
+
 
 def kafka_error(error: BaseException) -> KafkaError | None:
     """The ``KafkaError`` inside a ``KafkaException`` (or None for anything else)."""

@@ -49,6 +49,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
 
 from millstream.connectors.kafka.client import (
+    PURGED_CODES,
     check_brokers,
     create_client,
     create_topic,
@@ -76,8 +77,6 @@ log = logging.getLogger(__name__)
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 _TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
-_PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
-"""Delivery failures of the records an aborted transaction held: what the abort means, not a failure."""
 SERVE_EVERY = 1000
 """Sends between two ``poll(0)`` calls, which serve librdkafka's callbacks (failures, logs)."""
 SOURCE_WAIT_S = 0.02
@@ -218,7 +217,7 @@ class KafkaSystemProducer(SystemProducer):
         partition = message.partition()
         offset = message.offset()
         transactions = self._transactions
-        if transactions is not None and (transactions.fenced_by(error) is not None or error.code() in _PURGED):
+        if transactions is not None and (transactions.fenced_by(error) is not None or error.code() in PURGED_CODES):
             return None
         kind = KafkaRecordTooLargeError if error.code() in _TOO_LARGE else KafkaProduceError
         size = len(message.value() or b"")

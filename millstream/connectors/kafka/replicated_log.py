@@ -35,6 +35,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from millstream.connectors.kafka.admin import KafkaSystemAdmin
 from millstream.connectors.kafka.client import (
+    PURGED_CODES,
     RETRIABLE_CODES,
     check_brokers,
     create_client,
@@ -326,9 +327,9 @@ class TransactionalWriter:
                 raise ReplicatedLogTimeoutError(
                     f"topic '{self.topic}' at {self.kafka.bootstrap_servers}: a write was not acknowledged in time"
                 )
-        if failures:
-            error = failures[0]
-            if error.retriable() or error.code() in (KafkaError._MSG_TIMED_OUT, *RETRIABLE_CODES):
+        if failures:  # a record's own failure says more than the purge of the others it caused
+            error = next((failure for failure in failures if failure.code() not in PURGED_CODES), failures[0])
+            if error.retriable() or error.code() in (KafkaError._MSG_TIMED_OUT, *RETRIABLE_CODES, *PURGED_CODES):
                 raise TransactionAbortedError(f"topic '{self.topic}': a write was not delivered: {error.str()}")
             raise KafkaException(error)
         return max(offsets)
