@@ -168,8 +168,8 @@ def test_the_job_survives_a_broker_restart_longer_than_the_liveness_timeouts_wit
     tail = TopicTail(bootstrap, sink, 4)
     job = RunningJob(config, spark)
     try:
-        wait_for(lambda: len(tail.poll()) >= 200, timeout=120)
-        attempts = _attempts(config)
+        wait_for(lambda: len(tail.poll()) >= 200 and {p for p, _ in tail.origins()} == {0, 1, 2, 3}, timeout=120)
+        attempts = _attempts(config)  # both containers run: their output comes from every partition
         kafka_broker.restart(down_seconds=BROKER_DOWN_S)
         written |= produce_numbers(bootstrap, source, 4, 100, start=300)
         tail.wait_for(written, timeout=240)
