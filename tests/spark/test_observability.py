@@ -28,7 +28,8 @@ def _caught_up(port: int, produced: int) -> dict[str, Any] | None:
 
 
 def _spark_gauges(spark: SparkSession, runner: SparkJobRunner, processed: int) -> dict[str, int] | None:
-    """The job's figures in Spark's metrics system, as the Spark UI's ``/metrics/json`` serves them."""
+    """The job's figures in Spark's metrics system, as the Spark UI's ``/metrics/json`` serves them, once they
+    show ``processed`` (the driver sets that figure last in each reading)."""
     with urllib.request.urlopen(f"{spark.sparkContext.uiWebUrl}/metrics/json/", timeout=10) as reply:
         gauges = orjson.loads(reply.read())["gauges"]
     prefix = f".driver.AccumulatorSource.millstream.{runner.config.job.job_key}."

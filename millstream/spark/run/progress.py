@@ -32,7 +32,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FIGURES = ("processed", "lag", "records_per_second", "containers_reporting")
+FIGURES = ("lag", "records_per_second", "containers_reporting", "processed")
+"""In the order :meth:`SparkProgress.update` sets them: ``processed`` last, so a scrape (which reads each gauge
+on its own) that sees a reading's count sees that reading's other figures, or newer ones, beside it."""
 _WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 
 
