@@ -408,8 +408,8 @@ class StreamAdjunctDataStoreManager(AdjunctDataStoreManager):
             return
         partitions = None if record.layout == "broadcast" else sorted(ssp.partition for ssp in store.ssps)
         if record.layout == "partitioned":
-            count = self.context.admins[store.stream.system].get_system_stream_metadata([store.stream.stream])
-            current = count[store.stream.stream].partition_count if store.stream.stream in count else 0
+            counts = self.context.admins[store.stream.system].partition_counts([store.stream.stream])
+            current = counts.get(store.stream.stream, 0)
             if record.partition_count and record.partition_count != current:
                 if record.version not in self._refused:
                     self._refused.add(record.version)

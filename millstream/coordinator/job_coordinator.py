@@ -9,7 +9,7 @@ system fences their producers (``SystemAdmin.fence_writers``), and they stop at 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -18,7 +18,7 @@ from millstream.config.settings import Settings
 from millstream.config.views import system_names
 from millstream.contracts import coordination
 from millstream.contracts.metadata import MetadataStore
-from millstream.contracts.systems import StreamSpec
+from millstream.contracts.systems import StreamSpec, SystemAdmin
 from millstream.coordinator.groupers import group_containers, group_tasks, grouper_for
 from millstream.coordinator.services import DriverServices
 from millstream.errors import ConfigError, StreamNotFoundError
@@ -86,14 +86,14 @@ class JobCoordinator:
         for system in sorted({stream.system for stream in streams}):
             services.factory(system).validate_job(system, self.config)
             names = [stream.stream for stream in streams if stream.system == system]
-            metadata = services.admin(system).get_system_stream_metadata(names)
+            found = _partitions_of(services.admin(system), names)
             for name in names:
-                if name not in metadata:
+                if name not in found:
                     raise StreamNotFoundError(
                         system, name, "create it first (millstream streams create) or fix task.inputs"
                     )
-                partitions[f"{system}.{name}"] = metadata[name].partition_count
-                ssps.update(SystemStreamPartition(system, name, p) for p in metadata[name].partitions)
+                partitions[f"{system}.{name}"] = len(found[name])
+                ssps.update(SystemStreamPartition(system, name, p) for p in found[name])
         self._ensure_dead_letter_stream(services)
         unknown_broadcast = sorted(broadcast - ssps)
         if unknown_broadcast:
@@ -172,3 +172,12 @@ class JobCoordinator:
             return
         if services.admin(dead_letter.system).create_stream(StreamSpec(dead_letter.system, dead_letter.stream, 1)):
             log.info("created dead-letter stream %s", dead_letter)
+
+
+def _partitions_of(admin: SystemAdmin, streams: list[str]) -> dict[str, Collection[int]]:
+    """The partitions of each existing stream among ``streams``: numbered from 0 by its count where the system's
+    partitions are fixed (one read per stream), else as its metadata lists them (Kinesis shards)."""
+    if admin.partitions_are_fixed:
+        return {stream: range(count) for stream, count in admin.partition_counts(streams).items()}
+    metadata = admin.get_system_stream_metadata(streams)
+    return {stream: described.partitions.keys() for stream, described in metadata.items()}

@@ -217,6 +217,6 @@ def _existing_streams(config: Settings, services: DriverServices) -> dict[System
     existing: dict[SystemStream, str] = {}
     for system in sorted({stream.system for stream in wanted}):
         names = [stream.stream for stream in wanted if stream.system == system]
-        metadata = services.admin(system).get_system_stream_metadata(names)
-        existing.update({s: what for s, what in wanted.items() if s.system == system and metadata.get(s.stream)})
+        counts = services.admin(system).partition_counts(names)
+        existing.update({s: what for s, what in wanted.items() if s.system == system and s.stream in counts})
     return existing

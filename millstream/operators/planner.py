@@ -487,8 +487,8 @@ def execution_plan(config: Settings, admins: AdminSource) -> ExecutionPlan:
     found: dict[SystemStream, int] = {}
     for system in sorted({stream.system for stream in wanted}):
         names = [stream.stream for stream in wanted if stream.system == system]
-        for name, metadata in admins(system).get_system_stream_metadata(names).items():
-            found[SystemStream(system, name)] = metadata.partition_count
+        for name, count in admins(system).partition_counts(names).items():
+            found[SystemStream(system, name)] = count
     sources = [found.get(spec.descriptor.system_stream) for spec in graph.source_inputs]
     configured = app.intermediate_partitions
     count = configured if configured > 0 else max((n for n in sources if n is not None), default=1)
@@ -545,8 +545,7 @@ def ensure_intermediate_streams(config: Settings, admins: AdminSource) -> dict[S
         if not planned.exists and admin.create_stream(spec):
             log.info("created intermediate stream %s (%d partitions)", target, partitions)
         _claim_intermediate(config, admin, target)
-        metadata = admin.get_system_stream_metadata([target.stream]).get(target.stream)
-        counts[target] = metadata.partition_count if metadata else partitions
+        counts[target] = admin.partition_counts([target.stream]).get(target.stream, partitions)
         admin.validate_stream(replace(spec, partition_count=counts[target]))
     return counts
 

@@ -138,14 +138,14 @@ def _services(context: TaskContext) -> ContainerServices:
 
 def _stream_info(stream: IntermediateStream, admin: SystemAdmin, serdes: SerdeRegistry) -> IntermediateStreamInfo:
     target = stream.system_stream
-    metadata = admin.get_system_stream_metadata([target.stream]).get(target.stream)
-    if metadata is None:
+    count = admin.partition_counts([target.stream]).get(target.stream)
+    if count is None:
         raise StreamNotFoundError(target.system, target.stream, "the intermediate stream of a partition_by")
     spec = stream.partition_by
     return IntermediateStreamInfo(
         spec,
         target,
-        metadata.partition_count,
+        count,
         serdes.for_stream(spec.key_serde, target, "key", f"key_serde of partition_by '{spec.name}'"),
         serdes.for_stream(spec.msg_serde, target, "msg", f"msg_serde of partition_by '{spec.name}'"),
     )

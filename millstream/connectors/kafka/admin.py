@@ -118,10 +118,10 @@ class KafkaSystemAdmin(SystemAdmin):
             self._admin = admin
         return self._admin
 
-    def partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
-        """Partition count of each existing topic among ``topics``."""
+    def partition_counts(self, streams: Iterable[str]) -> dict[str, int]:
+        """Partition count of each existing topic among ``streams``, from the topics' metadata (no offsets)."""
         admin = self._client()
-        wanted = list(dict.fromkeys(topics))
+        wanted = list(dict.fromkeys(streams))
         if not wanted:
             return {}
         described = retry(

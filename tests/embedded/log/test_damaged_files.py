@@ -20,7 +20,7 @@ from millstream.embedded.log.errors import LogStorageError
 from millstream.embedded.log.layout import LogLayout
 from millstream.embedded.log.storage import PAGE_SIZE, LogPartition
 from millstream.testing import InProcessRunner
-from tests.helpers import create_stream, fill, job_config, seal
+from tests.helpers import create_stream, fill, job_config, output_origins, seal
 
 
 def full_partition(path: Path) -> Path:
@@ -103,6 +103,7 @@ def test_a_job_over_a_truncated_input_partition_fails_before_it_starts_naming_st
     seal(config, "in")
     damaged = LogLayout(config.view(LogSystemConfig, "log").root(config), "log").partition_path("in", 1)
     os.truncate(damaged, damaged.stat().st_size // 2)
-    with pytest.raises(LogStorageError) as failed:  # when planning reads the partitions' offsets
-        InProcessRunner(config).run(timeout=60)
-    assert f"log stream 'in' partition 1 (file '{damaged}'): not a usable log partition file" in str(failed.value)
+    result = InProcessRunner(config).run(timeout=60)  # the container reads its partitions' offsets at start
+    assert result.outcome == "failed"
+    assert f"log stream 'in' partition 1 (file '{damaged}'): not a usable log partition file" in str(result.error)
+    assert output_origins(config) == []  # nothing of the healthy partition 0 was processed either

@@ -15,6 +15,7 @@ from millstream.embedded.log.factory import LogSystemFactory
 from millstream.embedded.log.layout import LogLayout
 from millstream.embedded.log.producer import LogSystemProducer
 from millstream.embedded.log.storage import LogPartition
+from millstream.errors import MillstreamError
 
 from .conftest import SYSTEM, create, log_config, ssp, write
 
@@ -135,3 +136,13 @@ def test_the_bound_comes_from_the_admin_open_partitions_max_key(root: Path) -> N
     admin = LogSystemFactory().get_admin(SYSTEM, log_config(root, admin__open__partitions__max=7))
     assert admin.max_open_partitions == 7
     assert LogSystemFactory().get_admin(SYSTEM, log_config(root)).max_open_partitions == 256
+
+
+def test_partition_counts_and_validating_a_stream_open_no_partition_file(pooled: LogSystemAdmin, files: Files) -> None:
+    create(pooled, "wide", 40)
+    opened_to_create = dict(files.opens)
+    assert pooled.partition_counts(["wide", "absent"]) == {"wide": 40}
+    pooled.validate_stream(StreamSpec(SYSTEM, "wide", 40))
+    with pytest.raises(MillstreamError, match=r"'log\.wide' has 40 partitions, expected 41"):
+        pooled.validate_stream(StreamSpec(SYSTEM, "wide", 41))
+    assert files.opens == opened_to_create

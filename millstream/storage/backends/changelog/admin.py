@@ -86,12 +86,12 @@ class ChangelogStateBackendAdmin(StateBackendAdmin):
             )
 
     @staticmethod
-    def _check(admin: object, store: str, stream: SystemStream, needed: int) -> None:
-        metadata = admin.get_system_stream_metadata([stream.stream]).get(stream.stream)  # type: ignore[attr-defined]
-        if metadata is None:
+    def _check(admin: SystemAdmin, store: str, stream: SystemStream, needed: int) -> None:
+        count = admin.partition_counts([stream.stream]).get(stream.stream)
+        if count is None:
             raise MillstreamError(f"changelog '{stream}' of store '{store}' does not exist")
-        if metadata.partition_count < needed:
+        if count < needed:
             raise MillstreamError(
-                f"changelog '{stream}' of store '{store}' has {metadata.partition_count} partition(s); the job "
+                f"changelog '{stream}' of store '{store}' has {count} partition(s); the job "
                 f"needs {needed} (one per task)"
             )
