@@ -243,6 +243,22 @@ class CheckpointWatch(threading.Thread):
             except Exception as error:  # the broker is restarting, say: sample again
                 print(f"checkpoint watch: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
 
+    def final_sample(self, timeout: float = 120.0) -> None:
+        """Once the job ended and the watch stopped: sample until a read succeeds, so checkpoints written after the
+        last periodic sample count (a read failing while a restarted broker recovers left them unseen, and the
+        restart's stall unmeasured). Raises when no read succeeds within ``timeout`` seconds."""
+        self.done.set()
+        self.join()
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._sample()
+                return
+            except Exception as error:
+                if time.monotonic() >= deadline:
+                    raise RuntimeError(f"checkpoint watch: no read succeeded in {timeout:.0f} s: {error}") from error
+                time.sleep(0.25)  # a pause between retries of a failing read, not a synchronisation
+
     def checkpointed(self) -> int:
         """Input messages the checkpoints cover."""
         return sum(offset + 1 for offset in self.highest.values())
@@ -318,7 +334,8 @@ def restart_stall(watch: CheckpointWatch, stopped_at: float, up_at: float) -> fl
     Clients reach a restarted broker before its readiness check passes, so a checkpoint may come before ``up_at``:
     that is a stall of 0, not a missing one. The watch samples every 0.25 s, so a checkpoint written in the last
     quarter second before the stop, first read after it, also counts: the figure can then be lower than the real
-    stall, never higher."""
+    stall; one first seen by the :meth:`CheckpointWatch.final_sample` after the job ended is dated by that sample,
+    higher than the real stall."""
     resumed = watch.first_advance_after(stopped_at)
     return None if resumed is None else max(0.0, resumed - up_at)
 
@@ -386,9 +403,8 @@ def _checked(
 ) -> SoakResult:
     """The run's figures and problems, once the killer and the checkpoint watch stopped."""
     killer.done.set()
-    watch.done.set()
     killer.join()
-    watch.join()
+    watch.final_sample()
     result.seconds = time.monotonic() - started
     result.kills = len(killer.killed)
     result.retries = sum(container.epoch - 1 for container in job.containers)

@@ -43,6 +43,7 @@ def test_a_broker_restart_while_a_stateful_job_commits_checkpoints_to_kafka_is_t
     finally:
         watch.done.set()
         watch.join()
+    watch.final_sample()
     result = outcome["result"]
     assert result.outcome == "finished", result.error
     assert [container.epoch for container in result.containers] == [1, 1], "no attempt was fenced or retried"
