@@ -48,7 +48,6 @@ def cluster(tmp_path_factory):
     active = SparkSession.getActiveSession()
     if active is not None:
         active.stop()  # one SparkContext per process: the local-mode session goes first
-    # One core per worker: each executor holds one container, so two containers use two executors.
     root = tmp_path_factory.mktemp("spark-standalone-kafka")
     cluster = StandaloneCluster(root, workers=2, cores=CORES, worker_env=lambda i: {DISK: str(host_disk(root, i))})
     cluster.start()
@@ -68,7 +67,11 @@ def test_kafka_job_on_a_standalone_cluster_with_containers_in_different_executor
         source,
         sink,
         job__container__count=2,
-        job__coordinator__slots__headroom=2,  # the job starts once both executors registered: one container on each
+        # One core per executor, so an executor holds one container: the slot check counts an executor once it
+        # registered, but Spark offers its cores only once it launched, so two-core executors could both take
+        # the first to launch. Each worker runs two executors of 512m; the job starts once all four registered.
+        job__coordinator__slots__headroom=2,
+        spark__executor__cores="1",
         spark__driver__host="127.0.0.1",
         spark__driver__bindAddress="127.0.0.1",
         spark__executor__memory="512m",
