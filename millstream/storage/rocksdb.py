@@ -22,6 +22,7 @@ from millstream.storage.bulk_load import VectorMemtableLoader
 from millstream.storage.errors import StoreError
 from millstream.storage.kv import BulkLoader, Entry, KeyValueStorageEngine
 from millstream.storage.memory import SharedRocksDbMemory, container_rocksdb_memory
+from millstream.storage.small_tables import SMALL_TABLES_MAX, ranges_to_merge
 
 BULK_LOAD_BACKGROUND_JOBS = 8
 """RocksDB's background jobs while a store is open for a bulk load (a vector memtable), against its default 2. RocksDB
@@ -151,10 +152,26 @@ class RocksDbKeyValueStorageEngine(KeyValueStorageEngine):
         return _Snapshot(self._db.iter(), start, end, self.path)
 
     def flush(self) -> None:
+        """Write the memtable to a table file, then merge the store's small table files once there are too many
+        (``millstream.storage.small_tables``): a store flushed at every commit keeps a bounded number of files
+        whatever the order of its keys."""
         try:
             self._db.flush()
+            self._merge_small_tables()
         except Exception as error:  # rocksdict raises plain exceptions with RocksDB's status text
             raise StoreError(f"cannot flush RocksDB store at '{self.path}': {error}") from None
+
+    def _merge_small_tables(self) -> None:
+        """Compact the small table files together once there are too many (RocksDB's compaction moves a file whose
+        keys overlap nothing below it down as it is). Counted first from RocksDB's per-level properties, a few µs:
+        the files are listed only when the store holds more than could need it."""
+        tables = sum(self._db.property_int_value(f"rocksdb.num-files-at-level{level}") or 0 for level in range(7))
+        if tables <= SMALL_TABLES_MAX:
+            return
+        options = rocksdict.CompactOptions()
+        options.set_bottommost_level_compaction(rocksdict.BottommostLevelCompaction.force())
+        for start, end in ranges_to_merge(self._db.live_files()):
+            self._db.compact_range(start, end, options)
 
     def checkpoint(self, path: Path) -> None:
         self.flush()

@@ -12,6 +12,7 @@ from millstream.storage.errors import StoreError
 from millstream.storage.inmemory import InMemoryKeyValueStorageEngine
 from millstream.storage.kv import KeyValueStorageEngine, TaskKeyValueStore
 from millstream.storage.rocksdb import RocksDbKeyValueStorageEngine, _file_opening_threads
+from millstream.storage.small_tables import SMALL_TABLES_MAX
 
 
 @pytest.fixture
@@ -143,6 +144,21 @@ def test_rocksdb_checkpoint_is_a_consistent_copy_by_hard_links(tmp_path: Path) -
     copy = RocksDbKeyValueStorageEngine(tmp_path / "store-1-1")
     assert copy.get(b"k999") == b"v" and copy.get(b"after") is None
     copy.close()
+
+
+def test_a_rocksdb_store_flushed_at_every_commit_with_ascending_keys_keeps_a_bounded_number_of_table_files(
+    tmp_path: Path,
+) -> None:
+    """Each flush of keys beyond every earlier one makes a table file that RocksDB's compaction moves down without
+    merging: 200 flushes left 200 files, all held open. The flushes now merge the small ones (every key kept)."""
+    engine = RocksDbKeyValueStorageEngine(tmp_path / "store")
+    for commit in range(200):
+        engine.put_all([(b"%08d-%d" % (commit, i), b"v" * 16) for i in range(3)])
+        engine.flush()
+    tables = sorted(path for path in (tmp_path / "store").iterdir() if path.suffix == ".sst")
+    assert 0 < len(tables) <= SMALL_TABLES_MAX + 1
+    assert [key for key, _ in engine.all()] == [b"%08d-%d" % (commit, i) for commit in range(200) for i in range(3)]
+    engine.close()
 
 
 def test_rocksdb_opens_an_existing_store_with_the_options_it_is_given_not_those_its_files_recorded(

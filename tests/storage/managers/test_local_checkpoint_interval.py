@@ -12,9 +12,10 @@ import pytest
 
 from millstream.checkpoint.checkpoint import CheckpointId
 from millstream.contracts.metrics import Registry
-from millstream.storage.layout import checkpoint_dirs
+from millstream.storage.layout import checkpoint_dir, checkpoint_dirs
 from millstream.storage.managers import stores
-from tests.storage.harness import Opened, StateHarness, state_config
+from millstream.storage.small_tables import SMALL_TABLES_MAX
+from tests.storage.harness import EVERY_COMMIT, Opened, StateHarness, state_config
 
 START_MS = 1_000_000
 INTERVAL_MS = 10_000
@@ -194,3 +195,25 @@ def test_a_stop_seals_nothing_before_the_last_checkpoint_is_known_durable(tmp_pa
     opened.storage.seal()
     assert first is not None and local_checkpoints(opened) == [first.checkpoint_id]
     opened.close()
+
+
+def test_a_store_checkpointed_at_every_commit_with_ascending_keys_keeps_a_bounded_number_of_table_files(
+    tmp_path: Path,
+) -> None:
+    """Each commit's local checkpoint flushes the memtable; keys beyond every earlier one made a table file per
+    commit that RocksDB never merged, each held open and hard-linked into every later checkpoint directory. After
+    60 commits its newest checkpoint directory holds a few files, and a restart restores every key from it."""
+    harness = StateHarness(state_config(tmp_path, "changelog", **EVERY_COMMIT))
+    opened = harness.open()
+    store_dir = opened.storage._stores["counts"].spec.store_dir
+    for commit in range(60):
+        opened.store.put(f"{commit:04d}", commit)
+        latest = harness.commit(opened)
+    assert latest is not None
+    (checkpoint,) = checkpoint_dirs(store_dir)
+    held = [path for path in checkpoint_dir(store_dir, checkpoint).iterdir() if path.suffix == ".sst"]
+    assert 0 < len(held) <= SMALL_TABLES_MAX + 1
+    opened.close()
+    reopened = harness.open()
+    assert dict(reopened.store.all()) == {f"{commit:04d}": commit for commit in range(60)}
+    reopened.close()
