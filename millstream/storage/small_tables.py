@@ -5,17 +5,17 @@ overlap the files below it (keys that ascend, such as times or sequence numbers,
 flushes land in a key range of their own), RocksDB's compaction moves it down the levels as it is, without
 rewriting it: it is never merged with its neighbours. A store that flushes a few keys at every commit or local
 checkpoint then gains one tiny file per flush, for good, and RocksDB holds every table file open: a container of
-1,000 such stores, each flushed every round, ran out of its 20,000 descriptors within 20 rounds (``Too many open
+1,000 such stores, each flushed every round, ran out of its 20,000 descriptors within seven rounds (``Too many open
 files`` at the next snapshot), and each local checkpoint hard-links every file, so it grew slower the longer the
 job ran. Merging the small ones once there are more than ``SMALL_TABLES_MAX`` bounds the number of files by the
 data the store holds, not by the flushes it made.
 
 A store whose files are all small (most stores of a container of many tasks) is compacted whole, level 0
 included, into one file: at most a few tens of MB rewritten. In a larger store only runs of adjacent small files on
-one level below level 0 are merged (a level's files do not overlap, so the key range of a run holds those files and
-nothing else of that level; level 0's overlapping files are RocksDB's own to compact), each run's range on its own,
-so a merge rewrites about the run's bytes plus any files of the levels above that overlap it, never the store's
-large files. Sans-IO: it reads the files' descriptions (``Rdict.live_files``) and returns key ranges.
+its bottom level are merged, where RocksDB's moves leave them (a level's files do not overlap, so the key range of a
+run holds those files and nothing else of that level), each run's range on its own: a merge rewrites the run's
+bytes and whatever of the levels above overlaps its range, never the bottom level's large files. Sans-IO: it reads
+the files' descriptions (``Rdict.live_files``) and returns key ranges.
 """
 
 from __future__ import annotations
@@ -41,23 +41,22 @@ KeyRange = tuple[bytes, bytes]
 
 def ranges_to_merge(files: Sequence[TableFile]) -> list[KeyRange]:
     """None while the store holds at most ``SMALL_TABLES_MAX`` small files. Past that, the key range of all of it
-    when every file is small, else of every run of two or more adjacent small files on one level below level 0."""
+    when every file is small, else of every run of two or more adjacent small files on its bottom level."""
     small = [file for file in files if file["size"] < SMALL_TABLE_BYTES]
     if len(small) <= SMALL_TABLES_MAX:
         return []
     if len(small) == len(files):
         return [(min(file["start_key"] for file in files), max(file["end_key"] for file in files))]
+    bottom = max(file["level"] for file in files)
     ranges: list[KeyRange] = []
-    for level in sorted({file["level"] for file in small if file["level"] > 0}):
-        run: list[TableFile] = []
-        for file in sorted((file for file in files if file["level"] == level), key=lambda file: file["start_key"]):
-            if file["size"] < SMALL_TABLE_BYTES:
-                run.append(file)
-                continue
-            ranges.extend(_range_of(run))
-            run = []
+    run: list[TableFile] = []
+    for file in sorted((file for file in files if file["level"] == bottom), key=lambda file: file["start_key"]):
+        if file["size"] < SMALL_TABLE_BYTES:
+            run.append(file)
+            continue
         ranges.extend(_range_of(run))
-    return ranges
+        run = []
+    return ranges + _range_of(run)
 
 
 def _range_of(run: Sequence[TableFile]) -> list[KeyRange]:

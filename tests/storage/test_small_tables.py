@@ -1,6 +1,6 @@
 """Which small table files a RocksDB store merges once it holds more than ``SMALL_TABLES_MAX`` small files: all of a
-store whose files are all small; in a store with large files, runs of adjacent small files on one level below
-level 0, never its large files nor level 0."""
+store whose files are all small; in a store with large files, runs of adjacent small files on its bottom level,
+never the large files there, and nothing of the levels above on their own."""
 
 from __future__ import annotations
 
@@ -30,14 +30,10 @@ def test_a_large_file_splits_the_runs_and_is_outside_both() -> None:
     assert ranges_to_merge(files) == [(b"0000", b"0009"), (b"0020", b"0029")]
 
 
-def test_level_0_files_and_single_small_files_between_large_ones_are_not_merged_beside_large_files() -> None:
+def test_single_small_files_between_large_ones_and_small_files_above_the_bottom_level_are_not_merged() -> None:
     files = [table(0, 0, 99) for _ in range(SMALL_TABLES_MAX + 1)] + [table(6, 0, 99, LARGE)]
     assert ranges_to_merge(files) == []
-    scattered = [file for key in range(0, 40, 2) for file in (table(5, key, key), table(5, key + 1, key + 1, LARGE))]
+    scattered = [file for key in range(0, 40, 2) for file in (table(6, key, key), table(6, key + 1, key + 1, LARGE))]
     assert ranges_to_merge(scattered) == []
-
-
-def test_each_level_s_runs_are_merged_apart() -> None:
-    files = [table(5, key, key) for key in range(9)] + [table(6, key, key) for key in range(9)]
-    files.append(table(6, 9, 99, LARGE))
-    assert ranges_to_merge(files) == [(b"0000", b"0008"), (b"0000", b"0008")]
+    above = [table(5, key, key) for key in range(9)] + [table(6, 9, 99, LARGE)]
+    assert ranges_to_merge(above) == []
