@@ -69,8 +69,10 @@ def test_kafka_job_on_a_standalone_cluster_with_containers_in_different_executor
         job__container__count=2,
         # One core per executor, so an executor holds one container: the slot check counts an executor once it
         # registered, but Spark offers its cores only once it launched, so two-core executors could both take
-        # the first to launch. Each worker runs two executors of 512m; the job starts once all four registered.
+        # the first to launch. Each worker runs two executors of 512m; the job starts once all four registered,
+        # which took 43 s in one CI run (four executor JVMs starting at once beside the other tests): up to 180 s.
         job__coordinator__slots__headroom=2,
+        job__coordinator__slots__wait__ms=180_000,
         spark__executor__cores="1",
         spark__driver__host="127.0.0.1",
         spark__driver__bindAddress="127.0.0.1",
