@@ -2,6 +2,7 @@
 
     python -m benchmarks.commit_scale [--tasks 1,10,100,1000] [--rounds 3] [--system log|kafka] [--stateless]
                                       [--repeats 1] [--calls] [--root DIR] [--local-checkpoint-ms MS]
+    valgrind --tool=callgrind --instr-atstart=no python -m benchmarks.commit_scale --instructions [...]
 
 One container runs ``N`` tasks (one input partition each) of a job whose store ``counts`` is backed up to a
 changelog (``--stateless``: tasks without stores, whose commits only flush and checkpoint); the container is the
@@ -24,15 +25,19 @@ The store makes its local checkpoint (memtable flush, RocksDB checkpoint directo
 ``stores.counts.local.checkpoint.interval.ms`` (10 s by default, so the later rounds of a run do not);
 ``--local-checkpoint-ms 0`` makes one at every round, as every commit did before that setting.
 
-Each figure comes with the ratio of its CPU seconds to the 100-task row's (issue 40 asks 1,000 tasks for under 10x
-the cost of 100; CPU, as wall time on a shared machine moves with its load). ``--calls`` also counts the Python
-calls of start-up, of a full commit round (the median) and of the first one, which also deletes what earlier
-attempts left (``benchmarks.call_count``: every thread, at about twice the CPU): a measure of work that a busy
-machine does not move, as CPU seconds do by a third and more between runs of the same code; it does not see work
-inside RocksDB and SQLite. ``--repeats R`` measures every task count R times, the counts in turn, and shows each
+Each figure comes with the ratio of its CPU seconds to the 100-task row's (issue 40 asks 1,000 tasks for under 10x the
+cost of 100; CPU, as wall time on a shared machine moves with its load). ``--calls`` also counts the Python calls of
+start-up, of a full commit round (the median) and of the first one, which also deletes what earlier attempts left
+(``benchmarks.call_count``: every thread, at about twice the CPU): a measure of work that a busy machine does not
+move, as CPU seconds do by a third and more between runs of the same code; it does not see work inside RocksDB and
+SQLite. ``--instructions``, with the benchmark run under valgrind's callgrind, also counts the instructions of
+start-up and of a full commit round after the first (the median), every thread's and native code's included
+(``benchmarks.instructions``): work that neither the machine's load nor its caches move, where CPU seconds count each
+instruction at what its memory accesses cost (callgrind runs the process about 50 times slower, so its CPU and wall
+figures mean nothing then). ``--repeats R`` measures every task count R times, the counts in turn, and shows each
 figure's median. Input and changelog live in the embedded log (``--system log``) or in a Kafka broker the benchmark
-starts (``--system kafka``: ``tests.integration.kafka_broker``, ``make kafka-jars``), where checkpoints go to Kafka
-as well. The figures are process-local, so they move with the machine; the ratios are what to compare."""
+starts (``--system kafka``: ``tests.integration.kafka_broker``, ``make kafka-jars``), where checkpoints go to Kafka as
+well. The figures are process-local, so they move with the machine; the ratios are what to compare."""
 
 from __future__ import annotations
 
@@ -50,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.call_count import CallCounter
+from benchmarks.instructions import RUN_UNDER, InstructionCounter
 from millstream.api.task import InitableTask, StreamTask
 from millstream.composition.metadata import metadata_store
 from millstream.composition.systems import system_factory
@@ -64,6 +70,11 @@ from millstream.runtime.task_instance import TaskInstance
 
 BASELINE = 100
 """The row every ratio is taken against."""
+
+SLOWED_LOCAL_CHECKPOINT_MS = 3_600_000
+"""The stores' local checkpoint interval when counting instructions: callgrind runs the process about 50 times
+slower, so the default 10 s would pass within a round and every round would make a local checkpoint, work a
+native run of a few rounds does only in its first."""
 
 
 class Ignore(StreamTask):
@@ -104,17 +115,35 @@ class Measured:
     """Median Python calls of one full commit round (``--calls``; None: not counted)."""
     first_commit_calls: float | None = None
     """Python calls of the first full commit round, which also deletes what earlier attempts left (``--calls``)."""
+    startup_instructions: float | None = None
+    """Instructions of start-up, every thread's (``--instructions``; None: not counted)."""
+    commit_instructions: float | None = None
+    """Median instructions of one full commit round after the first (``--instructions``)."""
 
 
 class MeasuringContainer(Container):
     """The real container, whose run loop is replaced by the measurement; it then stops (and commits)."""
 
-    def __init__(self, *args: Any, rounds: int, counter: CallCounter | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        rounds: int,
+        counter: CallCounter | None = None,
+        instructions: InstructionCounter | None = None,
+        **kwargs: Any,
+    ) -> None:
         self._stop_now = threading.Event()
         self.counter = counter
+        self.instructions = instructions
         self.began_calls = counter.calls() if counter is not None else 0
         super().__init__(*args, stop_event=self._stop_now, **kwargs)
         self.rounds = rounds
+        self.startup_window = contextlib.ExitStack()
+        """Counts start-up's instructions (``--instructions``) until the run loop begins."""
+        self.startup_counted = (
+            self.startup_window.enter_context(instructions.window("start-up")) if instructions is not None else None
+        )
+        self.commit_instructions: list[int] = []
         self.began = (time.perf_counter(), time.process_time())
         self.startup = (0.0, 0.0)
         self.startup_calls: int | None = None
@@ -128,6 +157,7 @@ class MeasuringContainer(Container):
     def _run_loop(self, loop: RunLoop, tasks: list[TaskInstance]) -> None:
         wall, cpu = self.began
         self.startup = (time.perf_counter() - wall, time.process_time() - cpu)
+        self.startup_window.close()
         counter = self.counter
         if counter is not None:
             self.startup_calls = counter.calls() - self.began_calls
@@ -138,7 +168,12 @@ class MeasuringContainer(Container):
                 task.process(ssp, [IncomingMessageEnvelope(ssp, str(offset), key, b"v" * 16)])
             batches = _checkpoint_batches(tasks)
             calls = counter.calls() if counter is not None else 0
-            wall, cpu = _commit_round(tasks)
+            if self.instructions is not None and offset > 0:  # the first round also makes a local checkpoint
+                with self.instructions.window(f"round-{offset}") as window:
+                    wall, cpu = _commit_round(tasks)
+                self.commit_instructions.append(window.instructions)
+            else:
+                wall, cpu = _commit_round(tasks)
             if counter is not None:
                 self.commit_calls.append(counter.calls() - calls)
             self.commit_wall.append(wall)
@@ -219,6 +254,7 @@ def measure(
     stateless: bool = False,
     calls: bool = False,
     local_checkpoint_ms: int | None = None,
+    instructions: InstructionCounter | None = None,
 ) -> Measured:
     config = job_config(root, tasks, system, bootstrap, stateless, local_checkpoint_ms)
     admin = system_factory(config, system).get_admin(system, config)
@@ -232,7 +268,9 @@ def measure(
     try:
         model = JobCoordinator(config, store).start()
         with CallCounter() if calls else contextlib.nullcontext() as counter:
-            container = MeasuringContainer(config, model, "0", rounds=rounds, store=store, counter=counter)
+            container = MeasuringContainer(
+                config, model, "0", rounds=rounds, store=store, counter=counter, instructions=instructions
+            )
             result = container.run()
     finally:
         store.close()
@@ -254,6 +292,8 @@ def measure(
         container.startup_calls,
         median(container.commit_calls) if container.commit_calls else None,
         container.commit_calls[0] if container.commit_calls else None,
+        container.startup_counted.instructions if container.startup_counted is not None else None,
+        median(container.commit_instructions) if container.commit_instructions else None,
     )
 
 
@@ -265,7 +305,14 @@ def median_of(runs: list[Measured]) -> Measured:
         return runs[0]
     figures = ("startup_seconds", "startup_cpu", "commit_cpu", "commit_seconds", "idle_cpu", "idle_seconds")
     medians: dict[str, Any] = {figure: statistics.median(getattr(run, figure) for run in runs) for figure in figures}
-    for optional in ("batches", "startup_calls", "commit_calls", "first_commit_calls"):
+    for optional in (
+        "batches",
+        "startup_calls",
+        "commit_calls",
+        "first_commit_calls",
+        "startup_instructions",
+        "commit_instructions",
+    ):
         known = [getattr(run, optional) for run in runs if getattr(run, optional) is not None]
         medians[optional] = statistics.median(known) if known else None
     return Measured(runs[0].tasks, **medians)
@@ -293,17 +340,21 @@ def table(rows: list[Measured]) -> str:
         )
     if any(row.startup_calls is not None for row in rows):
         lines += ["", calls_table(rows, base)]
+    if any(row.startup_instructions is not None for row in rows):
+        lines += ["", instructions_table(rows, base)]
     return "\n".join(lines)
+
+
+def _ratio(value: float | None, of: float | None) -> str:
+    return f"{value / of:.2f}x" if value is not None and of else "-"
+
+
+def _per_task(value: float | None, tasks: int) -> str:
+    return "-" if value is None else f"{value / tasks:,.0f}"
 
 
 def calls_table(rows: list[Measured], base: Measured | None) -> str:
     """Python calls of start-up and of a full commit round, per task and against the 100-task row (``--calls``)."""
-
-    def ratio(value: float | None, of: float | None) -> str:
-        return f"{value / of:.2f}x" if value is not None and of else "-"
-
-    def per_task(value: float | None, tasks: int) -> str:
-        return "-" if value is None else f"{value / tasks:,.0f}"
 
     lines = [
         "| tasks | start-up calls per task | start-up calls vs 100 | commit round calls per task "
@@ -312,12 +363,31 @@ def calls_table(rows: list[Measured], base: Measured | None) -> str:
     ]
     for row in rows:
         lines.append(
-            f"| {row.tasks:,} | {per_task(row.startup_calls, row.tasks)} | "
-            f"{ratio(row.startup_calls, base.startup_calls if base else None)} | "
-            f"{per_task(row.commit_calls, row.tasks)} | "
-            f"{ratio(row.commit_calls, base.commit_calls if base else None)} | "
-            f"{per_task(row.first_commit_calls, row.tasks)} | "
-            f"{ratio(row.first_commit_calls, base.first_commit_calls if base else None)} |"
+            f"| {row.tasks:,} | {_per_task(row.startup_calls, row.tasks)} | "
+            f"{_ratio(row.startup_calls, base.startup_calls if base else None)} | "
+            f"{_per_task(row.commit_calls, row.tasks)} | "
+            f"{_ratio(row.commit_calls, base.commit_calls if base else None)} | "
+            f"{_per_task(row.first_commit_calls, row.tasks)} | "
+            f"{_ratio(row.first_commit_calls, base.first_commit_calls if base else None)} |"
+        )
+    return "\n".join(lines)
+
+
+def instructions_table(rows: list[Measured], base: Measured | None) -> str:
+    """Instructions of start-up and of a full commit round, per task and against the 100-task row
+    (``--instructions``)."""
+
+    lines = [
+        "| tasks | start-up instructions per task | start-up instructions vs 100 "
+        "| commit round instructions per task | commit instructions vs 100 |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row.tasks:,} | {_per_task(row.startup_instructions, row.tasks)} | "
+            f"{_ratio(row.startup_instructions, base.startup_instructions if base else None)} | "
+            f"{_per_task(row.commit_instructions, row.tasks)} | "
+            f"{_ratio(row.commit_instructions, base.commit_instructions if base else None)} |"
         )
     return "\n".join(lines)
 
@@ -345,6 +415,11 @@ def main() -> None:
     )
     parser.add_argument("--calls", action="store_true", help="also count Python calls (about twice the CPU)")
     parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help=f"also count instructions, native code's too (run under callgrind: {RUN_UNDER})",
+    )
+    parser.add_argument(
         "--local-checkpoint-ms", type=int, help="stores.counts.local.checkpoint.interval.ms (0: at every commit)"
     )
     parser.add_argument(
@@ -354,6 +429,10 @@ def main() -> None:
     counts = [int(count) for count in args.tasks.split(",")]
     root = Path(tempfile.mkdtemp(prefix="millstream-bench-commit-scale-", dir=args.root))
     runs: dict[int, list[Measured]] = {tasks: [] for tasks in counts}
+    instructions = InstructionCounter() if args.instructions else None
+    local_checkpoint_ms = args.local_checkpoint_ms
+    if instructions is not None and local_checkpoint_ms is None:
+        local_checkpoint_ms = SLOWED_LOCAL_CHECKPOINT_MS
     try:
         with system_for(args.system, root) as bootstrap:
             for repeat in range(args.repeats):
@@ -368,15 +447,18 @@ def main() -> None:
                             bootstrap,
                             args.stateless,
                             args.calls,
-                            args.local_checkpoint_ms,
+                            local_checkpoint_ms,
+                            instructions,
                         )
                     )
                     print(f"{tasks} tasks done", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        if instructions is not None:
+            instructions.close()
     stores = "no stores" if args.stateless else "RocksDB store + changelog per task"
-    if args.local_checkpoint_ms is not None and not args.stateless:
-        stores += f", a local checkpoint every {args.local_checkpoint_ms} ms"
+    if local_checkpoint_ms is not None and not args.stateless:
+        stores += f", a local checkpoint every {local_checkpoint_ms} ms"
     print(
         f"\nsystem: {args.system}, {stores}, {args.rounds} commit rounds (median), "
         f"{args.repeats} interleaved repeat(s) per task count (medians)\n"
