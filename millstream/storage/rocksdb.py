@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import rocksdict
@@ -34,6 +35,17 @@ six compaction threads for the process's later stores too, each of which still r
 at a time."""
 
 
+@dataclass(frozen=True)
+class InfoLogBound:
+    """How much of RocksDB's info log (``LOG``: options at open, every flush and compaction, statistics every ten
+    minutes) a store keeps: rolled at ``max_file_size`` bytes (0: only at open), ``files`` files at most, the
+    current one included. RocksDB's own defaults (never rolled while open, 1,000 files kept) let the log of a store
+    that flushes at every local checkpoint grow by about 2 MB an hour without bound; these are Samza's."""
+
+    max_file_size: int = 64 * 1024 * 1024
+    files: int = 2
+
+
 class RocksDbKeyValueStorageEngine(KeyValueStorageEngine):
     persistent = True
 
@@ -45,10 +57,14 @@ class RocksDbKeyValueStorageEngine(KeyValueStorageEngine):
         *,
         cache_size: int | None = None,
         shared_memory: SharedRocksDbMemory | None = None,
+        info_log: InfoLogBound | None = None,
     ) -> None:
         """``cache_size``: the store's own block cache (0: none; None: RocksDB's default); ``shared_memory``: the
-        container's one cache, which then also carries the memtables (and replaces ``cache_size``)."""
+        container's one cache, which then also carries the memtables (and replaces ``cache_size``); ``info_log``:
+        how large RocksDB's info log grows before it is rolled, and how many of its files are kept (default:
+        Samza's)."""
         self.path = Path(path)
+        self.info_log = info_log or InfoLogBound()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.write_buffer_size = write_buffer_size
         self._write_buffers = write_buffers
@@ -71,6 +87,8 @@ class RocksDbKeyValueStorageEngine(KeyValueStorageEngine):
             options.set_memtable_factory(rocksdict.MemtableFactory.vector())
             options.set_max_background_jobs(BULK_LOAD_BACKGROUND_JOBS)
         _bound_memory(options, self._cache_size, self._shared_memory)
+        options.set_max_log_file_size(self.info_log.max_file_size)
+        options.set_keep_log_file_num(self.info_log.files)
         return options
 
     def _open(self, vector_memtable: bool) -> None:
@@ -341,4 +359,5 @@ class RocksDbStorageEngineFactory:
             config.rocksdb_num_write_buffers,
             cache_size=config.container_cache_size_bytes // tasks,
             shared_memory=self.shared_memory,
+            info_log=InfoLogBound(config.rocksdb_max_log_file_size_bytes, config.rocksdb_keep_log_file_num),
         )

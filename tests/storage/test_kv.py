@@ -11,7 +11,7 @@ from millstream.serde.builtin import JsonSerde, StringSerde
 from millstream.storage.errors import StoreError
 from millstream.storage.inmemory import InMemoryKeyValueStorageEngine
 from millstream.storage.kv import KeyValueStorageEngine, TaskKeyValueStore
-from millstream.storage.rocksdb import RocksDbKeyValueStorageEngine, _file_opening_threads
+from millstream.storage.rocksdb import InfoLogBound, RocksDbKeyValueStorageEngine, _file_opening_threads
 from millstream.storage.small_tables import SMALL_TABLES_MAX
 
 
@@ -219,6 +219,43 @@ def test_rocksdb_memtables_split_the_container_write_buffer_between_tasks(tmp_pa
     config = StoreConfig.parse({"container.write.buffer.size.bytes": str(8 << 20)}, "stores.s.")
     rocksdb.RocksDbStorageEngineFactory().get_storage_engine("s", tmp_path, config, tasks_in_container=4)
     assert captured == {"size": 2 << 20, "buffers": 3}
+
+
+def test_a_stores_info_log_bound_comes_from_samzas_keys_with_samzas_defaults(tmp_path: Path, monkeypatch) -> None:
+    from millstream.config.views import StoreConfig
+    from millstream.errors import ConfigError
+    from millstream.storage import rocksdb
+
+    captured: list[object] = []
+
+    def engine(path: Path, size: int, buffers: int, **options: object) -> None:
+        captured.append(options["info_log"])
+
+    monkeypatch.setattr(rocksdb, "RocksDbKeyValueStorageEngine", engine)
+    factory = rocksdb.RocksDbStorageEngineFactory()
+    keys = {"rocksdb.max.log.file.size.bytes": str(1 << 20), "rocksdb.keep.log.file.num": "3"}
+    factory.get_storage_engine("s", tmp_path, StoreConfig.parse(keys, "stores.s."))
+    factory.get_storage_engine("s", tmp_path, StoreConfig.parse({}, "stores.s."))
+    assert captured == [InfoLogBound(1 << 20, 3), InfoLogBound(64 << 20, 2)]
+    with pytest.raises(ConfigError, match=r"stores\.s\.rocksdb\.keep\.log\.file\.num"):
+        StoreConfig.parse({"rocksdb.keep.log.file.num": "0"}, "stores.s.")
+
+
+def test_a_rocksdb_stores_info_log_is_rolled_at_its_size_and_keeps_its_file_count_across_flushes_and_reopens(
+    tmp_path: Path,
+) -> None:
+    """RocksDB's own defaults never roll the log while the store is open and keep 1,000 files: here each flush
+    logged about 6 KB, so 60 flushes made a 370 KB log, and each reopen one more file."""
+    bound = InfoLogBound(max_file_size=32 * 1024, files=2)
+    for session in range(3):
+        engine = RocksDbKeyValueStorageEngine(tmp_path / "store", write_buffer_size=64 * 1024, info_log=bound)
+        for key in range(60):
+            engine.put_all([(b"k%06d" % (session * 1_000 + key), b"v" * 16)])
+            engine.flush()
+        engine.close()
+    logs = [path for path in (tmp_path / "store").iterdir() if path.name.startswith("LOG")]
+    assert 1 <= len(logs) <= bound.files
+    assert all(path.stat().st_size < 2 * bound.max_file_size for path in logs)
 
 
 def test_a_small_write_buffer_still_keeps_every_write(tmp_path: Path) -> None:
