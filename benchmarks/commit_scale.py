@@ -168,12 +168,11 @@ class MeasuringContainer(Container):
                 task.process(ssp, [IncomingMessageEnvelope(ssp, str(offset), key, b"v" * 16)])
             batches = _checkpoint_batches(tasks)
             calls = counter.calls() if counter is not None else 0
-            if self.instructions is not None and offset > 0:  # the first round also makes a local checkpoint
-                with self.instructions.window(f"round-{offset}") as window:
-                    wall, cpu = _commit_round(tasks)
-                self.commit_instructions.append(window.instructions)
-            else:
+            counting = self.instructions if offset > 0 else None  # the first round also makes a local checkpoint
+            with counting.window(f"round-{offset}") if counting else contextlib.nullcontext() as window:
                 wall, cpu = _commit_round(tasks)
+            if window is not None:
+                self.commit_instructions.append(window.instructions)
             if counter is not None:
                 self.commit_calls.append(counter.calls() - calls)
             self.commit_wall.append(wall)

@@ -553,6 +553,11 @@ class AppConfig(ConfigView):
     when they share it: give every stage of one deployment the same value, and the next deployment a new one."""
 
 
+ROCKSDB_MAX_LOG_FILE_SIZE_BYTES = 64 * 1024 * 1024
+"""Size at which a RocksDB store's info log is rolled by default (Samza's default)."""
+ROCKSDB_KEEP_LOG_FILE_NUM = 2
+"""Info log files a RocksDB store keeps by default, the current one included (Samza's default)."""
+
 JOB_LEVEL_STORE_KEYS = ("backup.factories", "restore.factories", "adstore.manager.factory")
 """Keys directly under ``stores.`` that are job-level defaults, not settings of a store."""
 
@@ -607,11 +612,13 @@ class StoreConfig(ConfigView):
     flushes what the memtable holds, so this also bounds the time a snapshot takes."""
     rocksdb_num_write_buffers: int = Field(3, alias="rocksdb.num.write.buffers", ge=1)
     """RocksDB memtables per store (``max_write_buffer_number``)."""
-    rocksdb_max_log_file_size_bytes: int = Field(64 * 1024 * 1024, alias="rocksdb.max.log.file.size.bytes", ge=0)
+    rocksdb_max_log_file_size_bytes: int = Field(
+        ROCKSDB_MAX_LOG_FILE_SIZE_BYTES, alias="rocksdb.max.log.file.size.bytes", ge=0
+    )
     """Size at which a store's RocksDB info log (``LOG`` in its directory) is rolled over to a new file (Samza's key
     and default). 0: only when the store is opened, RocksDB's own default, under which the log of a store that
     flushes at every local checkpoint grows by about 2 MB an hour for as long as the store stays open."""
-    rocksdb_keep_log_file_num: int = Field(2, alias="rocksdb.keep.log.file.num", ge=1)
+    rocksdb_keep_log_file_num: int = Field(ROCKSDB_KEEP_LOG_FILE_NUM, alias="rocksdb.keep.log.file.num", ge=1)
     """Info log files a store keeps, the current one included (Samza's key and default; RocksDB's own keeps 1,000):
     with ``rocksdb.max.log.file.size.bytes`` it bounds a store's info logs on disk to about this times that size."""
     container_cache_size_bytes: int = Field(100 * 1024 * 1024, alias="container.cache.size.bytes", ge=0)

@@ -18,7 +18,7 @@ from pathlib import Path
 import rocksdict
 
 from millstream.config.settings import Settings
-from millstream.config.views import StoreConfig
+from millstream.config.views import ROCKSDB_KEEP_LOG_FILE_NUM, ROCKSDB_MAX_LOG_FILE_SIZE_BYTES, StoreConfig
 from millstream.storage.bulk_load import VectorMemtableLoader
 from millstream.storage.errors import StoreError
 from millstream.storage.kv import BulkLoader, Entry, KeyValueStorageEngine
@@ -42,8 +42,8 @@ class InfoLogBound:
     current one included. RocksDB's own defaults (never rolled while open, 1,000 files kept) let the log of a store
     that flushes at every local checkpoint grow by about 2 MB an hour without bound; these are Samza's."""
 
-    max_file_size: int = 64 * 1024 * 1024
-    files: int = 2
+    max_file_size: int = ROCKSDB_MAX_LOG_FILE_SIZE_BYTES
+    files: int = ROCKSDB_KEEP_LOG_FILE_NUM
 
 
 class RocksDbKeyValueStorageEngine(KeyValueStorageEngine):
