@@ -9,7 +9,7 @@ EXTRAS ?= test
 # workers take 58 % of one's time (1,196 s against 2,073 s). TEST_WORKERS=0 runs everything in one process.
 TEST_WORKERS ?= 2
 
-.PHONY: install example wheel test test-fast kafka-jars yarn-jars blob-emulators kinesalite oldest-pyspark lint docs bench bench-peers clean bench-latency
+.PHONY: install example wheel test test-fast kafka-jars db-bench yarn-jars blob-emulators kinesalite oldest-pyspark lint docs bench bench-peers clean bench-latency
 
 # One stamp per set of extras, so `make example` installs only the package and `make test` afterwards adds the
 # test extra on top of the same venv. "base" is the package alone. A stamp older than pyproject.toml reinstalls.
@@ -39,7 +39,7 @@ wheel: $(BIN)/.installed-base
 
 ## Run the whole test suite (unit, in-process, Spark local mode, standalone and mini YARN clusters, a real Kafka
 ## broker, kinesalite, S3 and Azure blob emulators). Installs what the servers need first (cached after the first run).
-test: $(BIN)/.installed-test kafka-jars yarn-jars blob-emulators kinesalite oldest-pyspark
+test: $(BIN)/.installed-test kafka-jars yarn-jars blob-emulators kinesalite oldest-pyspark db-bench
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 ## Run only the tests that start no JVM and no server (tests/conftest.py marks the others spark / integration).
@@ -62,6 +62,11 @@ blob-emulators: $(BIN)/.installed-test
 ## see tests/packaging/oldest_pyspark.py).
 oldest-pyspark: $(BIN)/.installed-test
 	$(BIN)/python -m tests.packaging.oldest_pyspark fetch
+
+## Unpack RocksDB's own db_bench (Debian's rocksdb-tools, apt-get download: no root; cached), the native reference
+## benchmarks/scale.py runs beside each restore (benchmarks/engine_fill.py).
+db-bench: $(BIN)/.installed-test
+	$(BIN)/python -m benchmarks.engine_fill fetch
 
 ## Install kinesalite, the Kinesis API emulator the Kinesis tests and benchmark start (npm ci into a cache; see tools/kinesis).
 kinesalite: $(BIN)/.installed-test

@@ -49,6 +49,9 @@ Four curves, each relative to its smallest point, on the embedded log and the in
                     ``--restore-runs`` runs: on a shared machine one read of the disk varies several-fold.
                     The keys are written in key order, or shuffled with ``--random-order`` (as a real
                     changelog holds them: RocksDB's own cost of taking them is then several times higher).
+                    Beside them, RocksDB's own fill of the same keys, natively, with the options the replay
+                    opens the store with (``benchmarks.engine_fill``: ``db_bench``, ``make db-bench``), and
+                    the replay's time against it: the engine's ceiling for any replay on this machine.
 
 ``--plot PATH`` writes the run's figures to ``PATH`` with the suffix ``.json`` after each curve (an interrupted
 run keeps what it measured) and, at the end, draws every curve as ratios into the PNG ``PATH``
@@ -79,11 +82,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import commit_scale, scale_apps, scale_plot
-from benchmarks.state_common import StateJob, bench_config, fill_store
+from benchmarks.engine_fill import EngineFillError, Fill, engine_fill
+from benchmarks.state_common import KEY_SIZE, StateJob, bench_config, fill_store
 from millstream import InitableTask, Job, StreamTask, WindowableTask
 from millstream.checkpoint.checkpoint import CheckpointV2
 from millstream.composition.systems import system_factory
 from millstream.config.settings import Settings
+from millstream.config.views import StoreConfig
 from millstream.contracts.systems import StreamSpec
 from millstream.control.framing import MessageType
 from millstream.coordinator.prepare import prepare
@@ -455,7 +460,46 @@ def restore_curve(root: Path, keys: int, value_size: int, runs: int = 3, random_
             f"{'restore from the ' + source:<32}{took:>9.2f}{rate / 1e6:>9.0f}{rate / disk:>8.2f}"
             f"{cpu:>8.2f}{cpu_rate / 1e6:>10.0f}{cpu_rate / disk:>8.2f}"
         )
+    if (engine := engine_row(root, config, keys, value_size, runs, random_order)) is not None:
+        row["engine"] = engine
+        took, cpu = engine["seconds"], engine["cpu"]
+        print(
+            f"{ENGINE_LABEL:<32}{took:>9.2f}{size / took / 1e6:>9.0f}{size / took / disk:>8.2f}"
+            f"{cpu:>8.2f}{size / cpu / 1e6:>10.0f}{size / cpu / disk:>8.2f}"
+        )
+        print(
+            f"the changelog restore against the engine's own fill: {took / row['changelog']['seconds']:.2f} by wall "
+            f"time, {cpu / row['changelog']['cpu']:.2f} by CPU time"
+        )
     return row
+
+
+ENGINE_LABEL = "RocksDB's own fill (db_bench)"
+
+
+def engine_row(
+    root: Path, config: Settings, keys: int, value_size: int, runs: int, random_order: bool
+) -> dict[str, float] | None:
+    """RocksDB's own fill of the same keys, natively (``benchmarks.engine_fill``), with the options the store's replay
+    takes: the medians of ``runs`` fills' wall and CPU seconds; None, said, when this machine has no ``db_bench``."""
+    store = config.view(StoreConfig, "counts")
+    fill = Fill(
+        keys=keys,
+        key_size=KEY_SIZE,
+        value_size=value_size,
+        random_order=random_order,
+        write_buffer_size=store.container_write_buffer_size_bytes,
+        write_buffers=store.rocksdb_num_write_buffers,
+        batch=int(config["systems.log.producer.batch.size"]),
+    )
+    try:
+        timings = [engine_fill(fill, root / "engine-fill") for _ in range(runs)]
+    except EngineFillError as missing:
+        if "no db_bench" not in str(missing):
+            raise
+        print(f"{ENGINE_LABEL}: not measured ({missing})")
+        return None
+    return {"seconds": statistics.median(t[0] for t in timings), "cpu": statistics.median(t[1] for t in timings)}
 
 
 def restore_once(

@@ -15,7 +15,8 @@ Document layout (every section optional; a run may leave curves out)::
                 "idle_seconds", "batches"}, ...],
      "fanout": [{"size": P, "mode", "seconds", "user", "control", "end_latency", "control_latency"}, ...],
      "restore": [{"keys", "value_size", "bytes", "disk_seconds",
-                  "changelog": {"seconds", "cpu"}, "blobstore": {"seconds", "cpu"}}, ...]}
+                  "changelog": {"seconds", "cpu"}, "blobstore": {"seconds", "cpu"},
+                  "engine" (optional: RocksDB's own fill, db_bench): {"seconds", "cpu"}}, ...]}
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from typing import Any
 
 FANOUT_MODES = ("baseline", "timer", "broadcast", "aggregated-timer", "aggregated")
 SOURCES = ("changelog", "blobstore")
+ENGINE = "engine"
+"""A restore row's optional reference: RocksDB's own native fill of the same keys (``benchmarks.engine_fill``)."""
 
 
 def ratios(values: Sequence[float]) -> list[float]:
@@ -70,11 +73,11 @@ def fanout_series(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, list[fl
 
 def restore_series(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
     """Per source, over the key counts: restore MB/s as a fraction of the disk's sequential read, by wall time and
-    by CPU time (what an idle core would give)."""
+    by CPU time (what an idle core would give); the engine's own fill of the same bytes too, where a row has it."""
     series: dict[str, dict[str, list[float]]] = {}
     for row in rows:
         disk = row["bytes"] / row["disk_seconds"]
-        for source in SOURCES:
+        for source in (source for source in (*SOURCES, ENGINE) if source in row):
             took = row[source]
             line = series.setdefault(source, {"keys": [], "x_disk": [], "x_disk_cpu": []})
             line["keys"].append(row["keys"])
@@ -141,7 +144,7 @@ def _per_mode(axes: Any, series: dict[str, dict[str, list[float]]], figure: str,
 
 
 def _restore(axes: Any, series: dict[str, dict[str, list[float]]]) -> None:
-    for (source, line), colour in zip(series.items(), ("#3f51b5", "#ff9800"), strict=False):
+    for (source, line), colour in zip(series.items(), ("#3f51b5", "#ff9800", "#4caf50"), strict=False):
         axes.plot(line["keys"], line["x_disk"], marker="o", color=colour, label=f"{source}, wall")
         axes.plot(
             line["keys"], line["x_disk_cpu"], marker="s", linestyle=":", color=colour, label=f"{source}, per CPU s"

@@ -100,6 +100,13 @@ class StateJob:
         return checkpoint
 
 
+KEY_FORMAT = b"key%010d"
+"""The keys ``fill_store`` writes: ``key`` and ten digits."""
+
+KEY_SIZE = len(KEY_FORMAT % 0)
+"""Bytes of each key ``fill_store`` writes."""
+
+
 def fill_store(
     state: TaskState, keys: int, value_size: int = 16, batch: int = 20_000, *, random_order: bool = False
 ) -> None:
@@ -111,4 +118,4 @@ def fill_store(
     if random_order:
         random.Random(36).shuffle(order)
     for start in range(0, keys, batch):
-        store.put_all([(b"key%010d" % i, value) for i in order[start : start + batch]])
+        store.put_all([(KEY_FORMAT % i, value) for i in order[start : start + batch]])

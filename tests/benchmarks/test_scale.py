@@ -39,11 +39,14 @@ def test_sequential_read_reads_every_byte_of_every_file_after_eviction(tmp_path)
     assert size == 3_000_010 and seconds > 0
 
 
-def test_the_restore_curve_restores_every_key_written_in_random_order_from_both_backends(tmp_path, capsys):
+def test_the_restore_curve_restores_every_key_written_in_random_order_from_both_backends_beside_rocksdbs_own_fill(
+    tmp_path, capsys
+):
     restore_curve(tmp_path, keys=3_000, value_size=10, runs=2, random_order=True)  # raises when a key is missing
     out = capsys.readouterr().out
     assert "written in random order" in out and "medians of 2 runs" in out
     assert "restore from the changelog" in out and "restore from the blobstore" in out
+    assert "RocksDB's own fill (db_bench)" in out and "against the engine's own fill" in out
 
 
 def test_a_pass_through_run_times_its_start_up_and_its_steady_cpu_from_the_first_to_the_last_message(tmp_path):

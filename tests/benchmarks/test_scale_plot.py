@@ -161,6 +161,16 @@ def test_a_restore_is_given_as_a_fraction_of_the_disks_read_by_wall_and_by_cpu_t
     assert series["changelog"]["x_disk_cpu"] == pytest.approx([0.5])
     assert series["blobstore"]["x_disk"] == pytest.approx([1.25])
     assert math.isnan(series["blobstore"]["x_disk_cpu"][0]), "no CPU time measured: no ratio, not a division error"
+    assert "engine" not in series, "a row without the engine's fill draws no engine line"
+
+
+def test_the_engines_own_fill_is_given_against_the_disk_as_the_restores_are():
+    row = {**document()["restore"][0], "engine": {"seconds": 1.0, "cpu": 2.0}}
+    series = scale_plot.restore_series([row])
+    assert series["engine"]["x_disk"] == pytest.approx([0.5]) and series["engine"]["x_disk_cpu"] == pytest.approx(
+        [0.25]
+    )
+    assert series["changelog"]["x_disk"] == pytest.approx([0.25]), "the restores' lines are unchanged beside it"
 
 
 def test_a_ratio_to_a_zero_first_point_is_not_a_number():
