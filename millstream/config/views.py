@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from millstream.config.core import Config
 from millstream.config.secrets import REDACTED, is_secret_key
@@ -558,6 +558,16 @@ ROCKSDB_MAX_LOG_FILE_SIZE_BYTES = 64 * 1024 * 1024
 ROCKSDB_KEEP_LOG_FILE_NUM = 2
 """Info log files a RocksDB store keeps by default, the current one included (Samza's default)."""
 
+ROCKSDB_MIN_OPEN_FILES = 20
+"""The smallest bound of a RocksDB store's open files RocksDB keeps (it raises any lower one to this)."""
+
+
+def _unbounded_or_rocksdb_minimum(value: int) -> int:
+    if value != -1 and value < ROCKSDB_MIN_OPEN_FILES:
+        raise ValueError(f"must be -1 (no bound) or at least {ROCKSDB_MIN_OPEN_FILES}, RocksDB's minimum")
+    return value
+
+
 JOB_LEVEL_STORE_KEYS = ("backup.factories", "restore.factories", "adstore.manager.factory")
 """Keys directly under ``stores.`` that are job-level defaults, not settings of a store."""
 
@@ -621,6 +631,14 @@ class StoreConfig(ConfigView):
     rocksdb_keep_log_file_num: int = Field(ROCKSDB_KEEP_LOG_FILE_NUM, alias="rocksdb.keep.log.file.num", ge=1)
     """Info log files a store keeps, the current one included (Samza's key and default; RocksDB's own keeps 1,000):
     with ``rocksdb.max.log.file.size.bytes`` it bounds a store's info logs on disk to about this times that size."""
+    rocksdb_max_open_files: Annotated[int, AfterValidator(_unbounded_or_rocksdb_minimum)] = Field(
+        -1, alias="rocksdb.max.open.files"
+    )
+    """Files one store keeps open at most, its table files and its own few included (Samza's key and default): -1,
+    no bound (every table file stays open, which reads fastest), or at least 20 (RocksDB's minimum). A container
+    raises its soft open-file limit (``ulimit -n``) to what its stores' bounds add up to, and fails at start naming
+    this key when the hard limit is lower; with a store left unbounded it raises the soft limit to the hard one, as
+    a JVM does at start for Samza's containers, since how many table files the store will open is not known."""
     container_cache_size_bytes: int = Field(100 * 1024 * 1024, alias="container.cache.size.bytes", ge=0)
     """RocksDB block cache per container for this store, split between its tasks (Samza's key); 0: no block
     cache. With ``container.write.buffer.size.bytes`` x ``rocksdb.num.write.buffers`` it is the store's share of

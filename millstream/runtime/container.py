@@ -40,7 +40,7 @@ from millstream.checkpoint.offset_manager import OffsetManager, TrimmedOffsetErr
 from millstream.checkpoint.purge import CommittedMessagePurger
 from millstream.config.secrets import mask_secrets, masked_error, masked_traceback
 from millstream.config.settings import Settings
-from millstream.config.views import StreamSamzaConfig, adjunct_store_names
+from millstream.config.views import StreamSamzaConfig, adjunct_store_names, store_names
 from millstream.contracts import coordination
 from millstream.contracts.metadata import FencedError, MetadataStore
 from millstream.contracts.metrics import NOOP_METRICS
@@ -49,6 +49,7 @@ from millstream.errors import ConfigError, MillstreamError, StreamNotFoundError
 from millstream.job_model import JobModel
 from millstream.model import SystemStream, SystemStreamPartition, TaskName
 from millstream.plugins import load_object
+from millstream.runtime import file_limit
 from millstream.runtime.async_tasks import close_container_loop, run_hook
 from millstream.runtime.collector import TaskCollector
 from millstream.runtime.drain import DrainMonitor
@@ -65,6 +66,7 @@ from millstream.serde.registry import SerdeRegistry
 from millstream.startpoint.manager import STARTPOINT_STATUS_NAMESPACE, StartpointManager
 from millstream.startpoint.settings import StartpointConfig
 from millstream.storage.managers.stores import ContainerStorageManager, TaskStorageManager
+from millstream.storage.open_files import store_files
 from millstream.systems.consumers import SystemConsumers
 from millstream.systems.producers import ProducerPool
 from millstream.table.provider import TableProvider
@@ -428,6 +430,7 @@ class Container:
             config, self.job_model, self.container_id, attempt.store, services, services.serdes, metrics
         )
         self._hold(storage)
+        _reserve_store_files(config, services, storage.tasks_in_container)
         adjunct: AdjunctDataStoreManager | None = None
         if adjunct_store_names(config):
             # The adjunct loop's own connection: it runs on its own thread.
@@ -804,6 +807,23 @@ def _describing_consumers(services: ContainerServices, systems: set[str]) -> dic
         if services.factory(system).describing_consumers(system, services.config):
             consumers[system] = services.new_consumer(system)
     return consumers
+
+
+STORES_BUDGET = "<stores>"
+"""The name the container's stores reserve their descriptors under, beside its systems' (no system's name)."""
+
+
+def _reserve_store_files(config: Settings, services: ContainerServices, tasks: int) -> None:
+    """Reserve the descriptors the container's stores may hold beside its systems' (``ulimit -n`` raised, or a
+    ``ConfigError`` naming the keys at start), and raise the soft limit to the hard one when a store keeps every
+    table file open, as a JVM does at start (``storage/open_files.py`` says why)."""
+    files = store_files(config, store_names(config), tasks)
+    file_limit.reserve(services, STORES_BUDGET, files.budget)
+    if files.unbounded:
+        file_limit.raise_to_hard(
+            f"store(s) {', '.join(files.unbounded)}, whose table files stay open without bound "
+            "(stores.<store>.rocksdb.max.open.files -1)"
+        )
 
 
 def _stop_consumers(consumers: dict[str, SystemConsumer]) -> None:

@@ -13,6 +13,9 @@ a process running several wide containers needs the room of all of them, which t
   hard limit), and a line is logged;
 * over the hard limit: the container fails at start with a ``ConfigError`` naming the limit, the sum and the keys
   that bound it, instead of failing later, part-way through a run, on "unable to open database file".
+
+A container's stores reserve theirs the same way (``storage/open_files.py``), and where a store's table files have
+no bound, ``raise_to_hard`` gives the process the hard limit, as a JVM gives itself at start.
 """
 
 from __future__ import annotations
@@ -65,6 +68,25 @@ def reserve(owner: object, system: str, budget: FileBudget | None) -> None:
             raise
 
 
+def raise_to_hard(reason: str) -> None:
+    """Raise the soft limit to the hard one, for descriptors no budget bounds (``reason`` says whose), logged when
+    it moves: what a JVM does at start (HotSpot's ``MaxFDLimit``), so Samza's containers and a Spark executor's
+    Python workers already run at the hard limit. Left as it is when the hard limit is unlimited (no soft limit can
+    be set to that) or the system refuses (logged): the budgets reserved still hold."""
+    with _lock:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or soft == resource.RLIM_INFINITY or soft >= hard:
+            return
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as error:
+            log.warning(
+                "could not raise the open-file limit (ulimit -n) from %d to %d for %s: %s", soft, hard, reason, error
+            )
+            return
+    log.info("raised the open-file limit (ulimit -n) from %d to its hard limit %d for %s", soft, hard, reason)
+
+
 def release(owner: object) -> None:
     """Release every budget ``owner`` reserved (the soft limit stays where it was raised to)."""
     with _lock:
@@ -91,7 +113,8 @@ def _ensure(needed: int, keys: list[str]) -> None:
         raise ConfigError(
             f"the open-file limit (ulimit -n) is {soft}, at most {hard}, but a container may hold "
             f"{needed} files open ({HEADROOM} of them for other uses): raise the limit (ulimit -n {needed}) or lower "
-            f"{', '.join(keys)} (each open partition holds a few descriptors)"
+            f"{', '.join(keys)} (each open partition or store holds a few descriptors; a container of fewer tasks, "
+            "with a higher job.container.count, holds fewer)"
         )
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))

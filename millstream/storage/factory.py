@@ -25,6 +25,10 @@ STORE_FACTORIES = {
 
 
 class StorageEngineFactory(Protocol):
+    """Builds one task's engine of a store. A factory whose engines hold files may also say how many descriptors one
+    engine holds, ``open_files(config) -> (descriptors, bounded)``, which the container's check of ``ulimit -n``
+    counts (``storage/open_files.py``); one without it is not counted."""
+
     persistent: bool
     """True when the engine keeps its data in ``store_dir`` (and can be checkpointed there)."""
 

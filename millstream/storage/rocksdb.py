@@ -10,6 +10,7 @@ whatever the store's size.
 from __future__ import annotations
 
 import os
+import resource
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -35,6 +36,22 @@ six compaction threads for the process's later stores too, each of which still r
 at a time."""
 
 
+ROCKSDB_FIXED_DESCRIPTORS = 6
+"""Descriptors an open RocksDB store holds besides its table files: its directory (twice), ``LOCK``, the
+write-ahead log, ``MANIFEST`` and the info log (counted on an open store)."""
+
+
+def _open_files_hint(error: Exception) -> str:
+    """What to change when RocksDB ran out of descriptors opening a store: the limit and the key that bounds them."""
+    if "Too many open files" not in str(error):
+        return ""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return (
+        f" (the open-file limit, ulimit -n, is {soft}, at most {hard}: raise it, or bound each store's files with "
+        "stores.<store>.rocksdb.max.open.files)"
+    )
+
+
 @dataclass(frozen=True)
 class InfoLogBound:
     """How much of RocksDB's info log (``LOG``: options at open, every flush and compaction, statistics every ten
@@ -58,13 +75,16 @@ class RocksDbKeyValueStorageEngine(KeyValueStorageEngine):
         cache_size: int | None = None,
         shared_memory: SharedRocksDbMemory | None = None,
         info_log: InfoLogBound | None = None,
+        max_open_files: int = -1,
     ) -> None:
         """``cache_size``: the store's own block cache (0: none; None: RocksDB's default); ``shared_memory``: the
         container's one cache, which then also carries the memtables (and replaces ``cache_size``); ``info_log``:
         how large RocksDB's info log grows before it is rolled, and how many of its files are kept (default:
-        Samza's)."""
+        Samza's); ``max_open_files``: the most files the store keeps open, its table files included (-1: no
+        bound, RocksDB's and Samza's default)."""
         self.path = Path(path)
         self.info_log = info_log or InfoLogBound()
+        self.max_open_files = max_open_files
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.write_buffer_size = write_buffer_size
         self._write_buffers = write_buffers
@@ -89,6 +109,7 @@ class RocksDbKeyValueStorageEngine(KeyValueStorageEngine):
         _bound_memory(options, self._cache_size, self._shared_memory)
         options.set_max_log_file_size(self.info_log.max_file_size)
         options.set_keep_log_file_num(self.info_log.files)
+        options.set_max_open_files(self.max_open_files)
         return options
 
     def _open(self, vector_memtable: bool) -> None:
@@ -98,7 +119,7 @@ class RocksDbKeyValueStorageEngine(KeyValueStorageEngine):
             # existing store's column family with the options its OPTIONS file recorded, not these.
             self._db = rocksdict.Rdict(str(self.path), options, column_families={"default": options})
         except Exception as error:  # rocksdict raises plain exceptions with RocksDB's status text
-            raise StoreError(f"cannot open RocksDB store at '{self.path}': {error}") from None
+            raise StoreError(f"cannot open RocksDB store at '{self.path}': {error}{_open_files_hint(error)}") from None
         self.vector_memtable = vector_memtable
         """Whether the store is open for a bulk load (``VectorMemtableLoader``), not with its normal options."""
         self._closed = False
@@ -360,4 +381,13 @@ class RocksDbStorageEngineFactory:
             cache_size=config.container_cache_size_bytes // tasks,
             shared_memory=self.shared_memory,
             info_log=InfoLogBound(config.rocksdb_max_log_file_size_bytes, config.rocksdb_keep_log_file_num),
+            max_open_files=config.rocksdb_max_open_files,
         )
+
+    def open_files(self, config: StoreConfig) -> tuple[int, bool]:
+        """The most descriptors one store holds, and whether that is a bound: ``rocksdb.max.open.files`` when set
+        (RocksDB counts its own files in it); else ``ROCKSDB_FIXED_DESCRIPTORS`` and one table file, which the
+        store exceeds by one descriptor per table file as it grows."""
+        if config.rocksdb_max_open_files == -1:
+            return ROCKSDB_FIXED_DESCRIPTORS + 1, False
+        return config.rocksdb_max_open_files, True

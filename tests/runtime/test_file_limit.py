@@ -4,10 +4,14 @@ limit raised when the hard one allows, a ``ConfigError`` naming the keys and the
 from __future__ import annotations
 
 import gc
+import json
 import resource
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +22,8 @@ from millstream.embedded.log.open_files import DESCRIPTORS_PER_PARTITION
 from millstream.errors import ConfigError
 from millstream.runtime import file_limit
 from millstream.runtime.services import ContainerServices
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -121,3 +127,80 @@ def test_an_owner_collected_while_another_reserves_neither_deadlocks_nor_keeps_i
     monkeypatch.undo()
     file_limit.release(live)
     assert [key for key in file_limit._reserved if key[0] in (dead_id, id(live))] == []
+
+
+def test_raising_to_the_hard_limit_gives_the_soft_limit_the_hard_ones_value_and_says_why(
+    limit: tuple[int, int], caplog: pytest.LogCaptureFixture
+) -> None:
+    """What a JVM does at start, for a store whose table files have no bound."""
+    _, hard = limit
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+    with caplog.at_level("INFO", logger=file_limit.__name__):
+        file_limit.raise_to_hard("store(s) counts")
+        file_limit.raise_to_hard("store(s) counts")
+    assert resource.getrlimit(resource.RLIMIT_NOFILE) == (hard, hard)
+    raised = [record.getMessage() for record in caplog.records]
+    assert raised == [f"raised the open-file limit (ulimit -n) from 256 to its hard limit {hard} for store(s) counts"]
+
+
+SCRIPT = """
+import json, resource, sys
+from millstream.testing import TestRunner
+tasks, soft, config = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+runner = TestRunner("tests.jobs:CountingTask", config)
+runner.add_input("log.in", {p: [(p, i) for i in range(3)] for p in range(tasks)}, partitions=tasks)
+result = runner.run(timeout=240)
+print(json.dumps({"counts": [value["count"] for _, value in result.output("log.out")],
+                  "limit": resource.getrlimit(resource.RLIMIT_NOFILE)}))
+"""
+
+SMALL_LOG_POOLS = {
+    "systems.log.admin.open.partitions.max": "8",
+    "systems.log.consumer.open.partitions.max": "16",
+    "systems.log.producer.open.partitions.max": "16",
+}
+"""The embedded log's pools held small, so its budget does not raise the soft limit past what the stores need."""
+
+
+def run_with_soft_limit(tmp_path: Path, tasks: int, soft: int, **store: str) -> dict[str, Any]:
+    """``tasks`` tasks with a RocksDB store and its changelog each, run to the end in a process whose soft
+    open-file limit starts at ``soft``: every task's count, and the limit at the end."""
+    config = {
+        **SMALL_LOG_POOLS,
+        "stores.counts.factory": "rocksdb",
+        "stores.counts.changelog": "log.counts-changelog",
+        **{f"stores.counts.{key.replace('_', '.')}": value for key, value in store.items()},
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(tasks), str(soft), json.dumps(config)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    outcome: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    return outcome
+
+
+@pytest.mark.parametrize("tasks", [80])
+def test_a_container_whose_stores_outnumber_the_soft_limit_raises_it_to_the_hard_one_and_runs(
+    limit: tuple[int, int], tmp_path: Path, tasks: int
+) -> None:
+    """80 RocksDB stores hold about 560 descriptors: a soft limit of 400 (above the log's small pools) failed the
+    container's restore with 'Too many open files' where a JVM's container would have run at its hard limit."""
+    _, hard = limit
+    outcome = run_with_soft_limit(tmp_path, tasks, 400)
+    assert outcome["counts"] == [3] * tasks, "every task counted its 3 messages"
+    assert outcome["limit"] == [hard, hard]
+
+
+def test_stores_with_a_bound_on_their_open_files_raise_the_soft_limit_to_what_the_bounds_add_up_to(
+    limit: tuple[int, int], tmp_path: Path
+) -> None:
+    _, hard = limit
+    outcome = run_with_soft_limit(tmp_path, 40, 400, rocksdb_max_open_files="30")
+    assert outcome["counts"] == [3] * 40
+    soft = outcome["limit"][0]
+    assert 40 * 30 + file_limit.HEADROOM <= soft < hard, "raised for the bounded stores, not to the hard limit"
