@@ -44,7 +44,11 @@ ENVIRONMENT = "MILLSTREAM_DB_BENCH"
 
 
 class EngineFillError(RuntimeError):
-    """``db_bench`` is missing, failed, or did not report the fill it was asked for."""
+    """``db_bench`` failed, or did not report the fill it was asked for."""
+
+
+class DbBenchMissingError(EngineFillError):
+    """This machine has no ``db_bench``: not fetched, not installed, not named."""
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,7 @@ def db_bench() -> tuple[str, dict[str, str]]:
         return str(fetched), environment
     if found := shutil.which("db_bench"):
         return found, environment
-    raise EngineFillError(
+    raise DbBenchMissingError(
         f"no db_bench: run `python -m benchmarks.engine_fill fetch` (Debian's {PACKAGES[0]}), install it, "
         f"or set {ENVIRONMENT}"
     )

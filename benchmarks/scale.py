@@ -82,7 +82,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import commit_scale, scale_apps, scale_plot
-from benchmarks.engine_fill import EngineFillError, Fill, engine_fill
+from benchmarks.engine_fill import DbBenchMissingError, Fill, engine_fill
 from benchmarks.state_common import KEY_SIZE, StateJob, bench_config, fill_store
 from millstream import InitableTask, Job, StreamTask, WindowableTask
 from millstream.checkpoint.checkpoint import CheckpointV2
@@ -494,9 +494,7 @@ def engine_row(
     )
     try:
         timings = [engine_fill(fill, root / "engine-fill") for _ in range(runs)]
-    except EngineFillError as missing:
-        if "no db_bench" not in str(missing):
-            raise
+    except DbBenchMissingError as missing:
         print(f"{ENGINE_LABEL}: not measured ({missing})")
         return None
     return {"seconds": statistics.median(t[0] for t in timings), "cpu": statistics.median(t[1] for t in timings)}

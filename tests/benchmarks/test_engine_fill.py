@@ -60,5 +60,5 @@ def test_no_db_bench_anywhere_is_said_with_how_to_get_one(tmp_path, monkeypatch)
     monkeypatch.delenv(engine_fill.ENVIRONMENT, raising=False)
     monkeypatch.setattr(engine_fill, "CACHE", tmp_path / "empty-cache")
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(EngineFillError, match=r"benchmarks\.engine_fill fetch"):
+    with pytest.raises(engine_fill.DbBenchMissingError, match=r"benchmarks\.engine_fill fetch"):
         engine_fill.db_bench()
