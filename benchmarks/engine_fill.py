@@ -32,12 +32,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from millstream.storage.rocksdb import BULK_LOAD_BACKGROUND_JOBS
+from tests.integration.processes import cache_dir
 
-CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "millstream" / "db-bench"
-"""Where ``fetch`` unpacks Debian's packages: ``usr/bin/db_bench`` and the libraries it loads."""
+CACHE = cache_dir("MILLSTREAM_DB_BENCH_CACHE", "db-bench")
+"""Where ``fetch`` unpacks Debian's packages, ``usr/bin/db_bench`` and the libraries it loads: the test servers' cache
+(``$XDG_CACHE_HOME/millstream``, default ``~/.cache``), or ``$MILLSTREAM_DB_BENCH_CACHE``."""
 
-PACKAGES = ("rocksdb-tools", "librocksdb7.8", "libgflags2.2", "libsnappy1v5")
-"""``db_bench`` and the libraries it needs beyond a Debian 12 base system."""
+TOOLS = "rocksdb-tools"
+"""Debian's package of RocksDB's tools, ``db_bench`` among them."""
 
 ENVIRONMENT = "MILLSTREAM_DB_BENCH"
 """A ``db_bench`` to run instead of the fetched one or one on ``PATH``."""
@@ -67,18 +69,15 @@ class Fill:
 def db_bench() -> tuple[str, dict[str, str]]:
     """The ``db_bench`` to run and its environment: ``$MILLSTREAM_DB_BENCH``, else the fetched one (its libraries
     on ``LD_LIBRARY_PATH``), else one on ``PATH``."""
-    environment = dict(os.environ)
     if chosen := os.environ.get(ENVIRONMENT):
-        return chosen, environment
+        return chosen, dict(os.environ)
     fetched = CACHE / "usr" / "bin" / "db_bench"
     if fetched.exists():
-        libraries = str(CACHE / "usr" / "lib" / "x86_64-linux-gnu")
-        environment["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [libraries, environment.get("LD_LIBRARY_PATH")]))
-        return str(fetched), environment
+        return str(fetched), unpacked_libraries(CACHE)
     if found := shutil.which("db_bench"):
-        return found, environment
+        return found, dict(os.environ)
     raise DbBenchMissingError(
-        f"no db_bench: run `python -m benchmarks.engine_fill fetch` (Debian's {PACKAGES[0]}), install it, "
+        f"no db_bench: run `python -m benchmarks.engine_fill fetch` (Debian's {TOOLS}), install it, "
         f"or set {ENVIRONMENT}"
     )
 
@@ -86,6 +85,14 @@ def db_bench() -> tuple[str, dict[str, str]]:
 def benchmark_of(fill: Fill) -> str:
     """The ``db_bench`` benchmark that writes ``fill``'s keys: each once, shuffled or in key order."""
     return "filluniquerandom" if fill.random_order else "fillseq"
+
+
+def unpacked_libraries(cache: Path) -> dict[str, str]:
+    """This process's environment with the libraries unpacked into ``cache`` first on ``LD_LIBRARY_PATH``."""
+    environment = dict(os.environ)
+    libraries = str(cache / "usr" / "lib" / "x86_64-linux-gnu")
+    environment["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [libraries, environment.get("LD_LIBRARY_PATH")]))
+    return environment
 
 
 def command(program: str, fill: Fill, directory: Path) -> list[str]:
@@ -145,19 +152,58 @@ def engine_fill(fill: Fill, directory: Path) -> tuple[float, float]:
 
 
 def fetch(cache: Path = CACHE) -> Path:
-    """Download Debian's ``rocksdb-tools`` and the libraries ``db_bench`` loads (``apt-get download``: no root) and
-    unpack them into ``cache``; the path of ``db_bench``. Done once: a cache holding it is kept."""
+    """Download Debian's ``rocksdb-tools`` and each package it needs that this system lacks (``apt-get download``, its
+    dependencies followed: no root, Debian and Ubuntu alike) and unpack them into ``cache``; the path of
+    ``db_bench``, checked to load. Done once: a cache holding it is kept; nothing with ``$MILLSTREAM_DB_BENCH`` set.
+    """
+    if chosen := os.environ.get(ENVIRONMENT):
+        return Path(chosen)
     program = cache / "usr" / "bin" / "db_bench"
     if program.exists():
         return program
+    if shutil.which("apt-get") is None:
+        raise DbBenchMissingError(
+            f"fetching db_bench needs apt-get (Debian, Ubuntu): install RocksDB's tools and set {ENVIRONMENT} to "
+            "their db_bench"
+        )
     downloads = cache / "debs"
     downloads.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["apt-get", "download", *PACKAGES], cwd=downloads, check=True)
+    wanted, seen = [TOOLS], {TOOLS}
+    while wanted:
+        subprocess.run(["apt-get", "download", *wanted], cwd=downloads, check=True)
+        depends = (depends_of(package) for package in downloads.glob("*.deb"))
+        wanted = sorted({name for names in depends for name in names} - seen)
+        seen.update(wanted)
+        wanted = [name for name in wanted if not installed(name)]
     for package in sorted(downloads.glob("*.deb")):
         subprocess.run(["dpkg-deb", "-x", str(package), str(cache)], check=True)
-    if not program.exists():
-        raise EngineFillError(f"the packages {PACKAGES} held no usr/bin/db_bench")
+    _check_loads(program, cache)
     return program
+
+
+def depends_of(package: Path) -> list[str]:
+    """The packages a ``.deb`` depends on (the first of each set of alternatives, without versions)."""
+    field = subprocess.run(["dpkg-deb", "-f", str(package), "Depends"], capture_output=True, text=True, check=True)
+    return parse_depends(field.stdout)
+
+
+def parse_depends(field: str) -> list[str]:
+    """``libc6 (>= 2.34), libfoo1 | libbar1, libbaz:any`` → ``["libc6", "libfoo1", "libbaz"]``."""
+    names = (part.split("|")[0].split("(")[0].strip().split(":")[0] for part in field.split(","))
+    return [name for name in names if name]
+
+
+def installed(package: str) -> bool:
+    status = subprocess.run(["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True)
+    return status.returncode == 0 and status.stdout.strip() == "install ok installed"
+
+
+def _check_loads(program: Path, cache: Path) -> None:
+    """Raise ``DbBenchMissingError`` naming the libraries ``program`` cannot load from the system or ``cache``."""
+    linked = subprocess.run(["ldd", str(program)], capture_output=True, text=True, env=unpacked_libraries(cache))
+    missing = [line.split()[0] for line in linked.stdout.splitlines() if "not found" in line]
+    if linked.returncode != 0 or missing:
+        raise DbBenchMissingError(f"the fetched {program} cannot load {', '.join(missing) or linked.stderr}")
 
 
 if __name__ == "__main__":

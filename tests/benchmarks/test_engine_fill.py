@@ -3,6 +3,8 @@ see happen."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from benchmarks import engine_fill
@@ -62,3 +64,26 @@ def test_no_db_bench_anywhere_is_said_with_how_to_get_one(tmp_path, monkeypatch)
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(engine_fill.DbBenchMissingError, match=r"benchmarks\.engine_fill fetch"):
         engine_fill.db_bench()
+
+
+def test_a_debs_depends_field_gives_the_first_of_each_alternative_without_versions_or_architectures():
+    field = "libc6 (>= 2.34), libfoo1 | libbar1, libbaz:any (>= 1), zlib1g (>= 1:1.2.0)\n"
+    assert engine_fill.parse_depends(field) == ["libc6", "libfoo1", "libbaz", "zlib1g"]
+
+
+def test_a_fetched_program_loads_its_libraries_from_the_cache_and_is_refused_naming_those_missing(tmp_path):
+    """A program linked to a library only the cache holds (built here with cc, as a fetched package's is)."""
+    libraries = tmp_path / "usr" / "lib" / "x86_64-linux-gnu"
+    libraries.mkdir(parents=True)
+    (tmp_path / "only.c").write_text("int only_in_the_cache(void) { return 36; }\n")
+    (tmp_path / "main.c").write_text("int only_in_the_cache(void);\nint main(void) { return only_in_the_cache(); }\n")
+    library = libraries / "libonlyinthecache.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(tmp_path / "only.c")], check=True)
+    program = tmp_path / "usr" / "bin" / "program"
+    program.parent.mkdir(parents=True)
+    linking = ["cc", "-o", str(program), str(tmp_path / "main.c"), f"-L{libraries}", "-lonlyinthecache"]
+    subprocess.run(linking, check=True)
+    engine_fill._check_loads(program, tmp_path)  # loads: the library is unpacked beside it
+    library.unlink()
+    with pytest.raises(engine_fill.DbBenchMissingError, match=r"cannot load libonlyinthecache\.so"):
+        engine_fill._check_loads(program, tmp_path)
