@@ -558,6 +558,14 @@ ROCKSDB_MAX_LOG_FILE_SIZE_BYTES = 64 * 1024 * 1024
 ROCKSDB_KEEP_LOG_FILE_NUM = 2
 """Info log files a RocksDB store keeps by default, the current one included (Samza's default)."""
 
+ROCKSDB_MAX_OPEN_FILES = -1
+"""Files a RocksDB store keeps open by default: no bound (Samza's and RocksDB's default)."""
+RocksDbCompression = Literal["none", "snappy", "bzip2", "zlib", "lz4", "lz4hc", "zstd"]
+"""``stores.<s>.rocksdb.compression``'s values (Samza's names)."""
+ROCKSDB_COMPRESSION: RocksDbCompression = "snappy"
+"""A RocksDB store's table files' compression by default (Samza's and RocksDB's default)."""
+ROCKSDB_BLOCK_SIZE_BYTES = 4096
+"""A RocksDB store's table files' block size by default (Samza's and RocksDB's default)."""
 ROCKSDB_MIN_OPEN_FILES = 20
 """The smallest bound of a RocksDB store's open files RocksDB keeps (it raises any lower one to this)."""
 
@@ -632,13 +640,19 @@ class StoreConfig(ConfigView):
     """Info log files a store keeps, the current one included (Samza's key and default; RocksDB's own keeps 1,000):
     with ``rocksdb.max.log.file.size.bytes`` it bounds a store's info logs on disk to about this times that size."""
     rocksdb_max_open_files: Annotated[int, AfterValidator(_unbounded_or_rocksdb_minimum)] = Field(
-        -1, alias="rocksdb.max.open.files"
+        ROCKSDB_MAX_OPEN_FILES, alias="rocksdb.max.open.files"
     )
     """Files one store keeps open at most, its table files and its own few included (Samza's key and default): -1,
     no bound (every table file stays open, which reads fastest), or at least 20 (RocksDB's minimum). A container
     raises its soft open-file limit (``ulimit -n``) to what its stores' bounds add up to, and fails at start naming
     this key when the hard limit is lower; with a store left unbounded it raises the soft limit to the hard one, as
     a JVM does at start for Samza's containers, since how many table files the store will open is not known."""
+    rocksdb_compression: RocksDbCompression = Field(ROCKSDB_COMPRESSION, alias="rocksdb.compression")
+    """Compression of the store's table files (Samza's key and default): ``none``, ``snappy``, ``bzip2``, ``zlib``,
+    ``lz4``, ``lz4hc`` or ``zstd``. Files written before a change keep theirs until compacted; every one is read."""
+    rocksdb_block_size_bytes: int = Field(ROCKSDB_BLOCK_SIZE_BYTES, alias="rocksdb.block.size.bytes", ge=512)
+    """Size of the table files' blocks, what a read loads and the block cache holds (Samza's key and default):
+    larger blocks compress better and index smaller, smaller ones read fewer bytes per key."""
     container_cache_size_bytes: int = Field(100 * 1024 * 1024, alias="container.cache.size.bytes", ge=0)
     """RocksDB block cache per container for this store, split between its tasks (Samza's key); 0: no block
     cache. With ``container.write.buffer.size.bytes`` x ``rocksdb.num.write.buffers`` it is the store's share of

@@ -12,14 +12,22 @@ from __future__ import annotations
 import os
 import resource
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import rocksdict
 
 from millstream.config.settings import Settings
-from millstream.config.views import ROCKSDB_KEEP_LOG_FILE_NUM, ROCKSDB_MAX_LOG_FILE_SIZE_BYTES, StoreConfig
+from millstream.config.views import (
+    ROCKSDB_BLOCK_SIZE_BYTES,
+    ROCKSDB_COMPRESSION,
+    ROCKSDB_KEEP_LOG_FILE_NUM,
+    ROCKSDB_MAX_LOG_FILE_SIZE_BYTES,
+    ROCKSDB_MAX_OPEN_FILES,
+    RocksDbCompression,
+    StoreConfig,
+)
 from millstream.storage.bulk_load import VectorMemtableLoader
 from millstream.storage.errors import StoreError
 from millstream.storage.kv import BulkLoader, Entry, KeyValueStorageEngine
@@ -63,6 +71,39 @@ class InfoLogBound:
     files: int = ROCKSDB_KEEP_LOG_FILE_NUM
 
 
+COMPRESSIONS: dict[RocksDbCompression, Callable[[], rocksdict.DBCompressionType]] = {
+    "none": rocksdict.DBCompressionType.none,
+    "snappy": rocksdict.DBCompressionType.snappy,
+    "bzip2": rocksdict.DBCompressionType.bz2,
+    "zlib": rocksdict.DBCompressionType.zlib,
+    "lz4": rocksdict.DBCompressionType.lz4,
+    "lz4hc": rocksdict.DBCompressionType.lz4hc,
+    "zstd": rocksdict.DBCompressionType.zstd,
+}
+"""``stores.<s>.rocksdb.compression``'s values (Samza's names) and RocksDB's types."""
+
+
+@dataclass(frozen=True)
+class StoreTuning:
+    """A store's RocksDB options beyond its memory, from its ``stores.<s>.rocksdb.*`` keys (Samza's keys and
+    defaults): its info log's bound; the most files it keeps open, its table files included (-1: no bound); the
+    compression of its table files; the size of their blocks, the unit a read loads and the block cache holds."""
+
+    info_log: InfoLogBound = InfoLogBound()
+    max_open_files: int = ROCKSDB_MAX_OPEN_FILES
+    compression: RocksDbCompression = ROCKSDB_COMPRESSION
+    block_size: int = ROCKSDB_BLOCK_SIZE_BYTES
+
+    @classmethod
+    def of(cls, config: StoreConfig) -> StoreTuning:
+        return cls(
+            InfoLogBound(config.rocksdb_max_log_file_size_bytes, config.rocksdb_keep_log_file_num),
+            config.rocksdb_max_open_files,
+            config.rocksdb_compression,
+            config.rocksdb_block_size_bytes,
+        )
+
+
 class RocksDbKeyValueStorageEngine(KeyValueStorageEngine):
     persistent = True
 
@@ -74,17 +115,13 @@ class RocksDbKeyValueStorageEngine(KeyValueStorageEngine):
         *,
         cache_size: int | None = None,
         shared_memory: SharedRocksDbMemory | None = None,
-        info_log: InfoLogBound | None = None,
-        max_open_files: int = -1,
+        tuning: StoreTuning | None = None,
     ) -> None:
         """``cache_size``: the store's own block cache (0: none; None: RocksDB's default); ``shared_memory``: the
-        container's one cache, which then also carries the memtables (and replaces ``cache_size``); ``info_log``:
-        how large RocksDB's info log grows before it is rolled, and how many of its files are kept (default:
-        Samza's); ``max_open_files``: the most files the store keeps open, its table files included (-1: no
-        bound, RocksDB's and Samza's default)."""
+        container's one cache, which then also carries the memtables (and replaces ``cache_size``); ``tuning``:
+        the store's other options (default: Samza's)."""
         self.path = Path(path)
-        self.info_log = info_log or InfoLogBound()
-        self.max_open_files = max_open_files
+        self.tuning = tuning or StoreTuning()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.write_buffer_size = write_buffer_size
         self._write_buffers = write_buffers
@@ -106,10 +143,11 @@ class RocksDbKeyValueStorageEngine(KeyValueStorageEngine):
             options.set_allow_concurrent_memtable_write(False)  # a vector memtable takes one writer at a time
             options.set_memtable_factory(rocksdict.MemtableFactory.vector())
             options.set_max_background_jobs(BULK_LOAD_BACKGROUND_JOBS)
-        _bound_memory(options, self._cache_size, self._shared_memory)
-        options.set_max_log_file_size(self.info_log.max_file_size)
-        options.set_keep_log_file_num(self.info_log.files)
-        options.set_max_open_files(self.max_open_files)
+        _table_options(options, self.tuning.block_size, self._cache_size, self._shared_memory)
+        options.set_max_log_file_size(self.tuning.info_log.max_file_size)
+        options.set_keep_log_file_num(self.tuning.info_log.files)
+        options.set_max_open_files(self.tuning.max_open_files)
+        options.set_compression_type(COMPRESSIONS[self.tuning.compression]())
         return options
 
     def _open(self, vector_memtable: bool) -> None:
@@ -341,16 +379,19 @@ def _file_opening_threads(path: Path) -> int:
     return max(1, min(OPENING_THREADS_MAX, tables // TABLES_PER_OPENING_THREAD))
 
 
-def _bound_memory(options: rocksdict.Options, cache_size: int | None, shared: SharedRocksDbMemory | None) -> None:
-    if shared is None and cache_size is None:
-        return
+def _table_options(
+    options: rocksdict.Options, block_size: int, cache_size: int | None, shared: SharedRocksDbMemory | None
+) -> None:
+    """The table files' block size, and the block cache: the container's shared one, the store's own of
+    ``cache_size`` (0: none), or RocksDB's default (both None)."""
     table = rocksdict.BlockBasedOptions()
+    table.set_block_size(block_size)
     if shared is not None:
         table.set_block_cache(shared.cache)
         options.set_write_buffer_manager(shared.write_buffer_manager)
     elif cache_size:
         table.set_block_cache(rocksdict.Cache(cache_size))
-    else:
+    elif cache_size == 0:
         table.disable_cache()
     options.set_block_based_table_factory(table)
 
@@ -380,8 +421,7 @@ class RocksDbStorageEngineFactory:
             config.rocksdb_num_write_buffers,
             cache_size=config.container_cache_size_bytes // tasks,
             shared_memory=self.shared_memory,
-            info_log=InfoLogBound(config.rocksdb_max_log_file_size_bytes, config.rocksdb_keep_log_file_num),
-            max_open_files=config.rocksdb_max_open_files,
+            tuning=StoreTuning.of(config),
         )
 
     def open_files(self, config: StoreConfig) -> tuple[int, bool]:

@@ -11,7 +11,7 @@ from millstream.serde.builtin import JsonSerde, StringSerde
 from millstream.storage.errors import StoreError
 from millstream.storage.inmemory import InMemoryKeyValueStorageEngine
 from millstream.storage.kv import KeyValueStorageEngine, TaskKeyValueStore
-from millstream.storage.rocksdb import InfoLogBound, RocksDbKeyValueStorageEngine, _file_opening_threads
+from millstream.storage.rocksdb import InfoLogBound, RocksDbKeyValueStorageEngine, StoreTuning, _file_opening_threads
 from millstream.storage.small_tables import SMALL_TABLES_MAX
 
 
@@ -228,8 +228,8 @@ def test_a_stores_info_log_bound_comes_from_samzas_keys_with_samzas_defaults(tmp
 
     captured: list[object] = []
 
-    def engine(path: Path, size: int, buffers: int, **options: object) -> None:
-        captured.append(options["info_log"])
+    def engine(path: Path, size: int, buffers: int, *, tuning: StoreTuning, **options: object) -> None:
+        captured.append(tuning.info_log)
 
     monkeypatch.setattr(rocksdb, "RocksDbKeyValueStorageEngine", engine)
     factory = rocksdb.RocksDbStorageEngineFactory()
@@ -248,7 +248,9 @@ def test_a_rocksdb_stores_info_log_is_rolled_at_its_size_and_keeps_its_file_coun
     logged about 6 KB, so 60 flushes made a 370 KB log, and each reopen one more file."""
     bound = InfoLogBound(max_file_size=32 * 1024, files=2)
     for session in range(3):
-        engine = RocksDbKeyValueStorageEngine(tmp_path / "store", write_buffer_size=64 * 1024, info_log=bound)
+        engine = RocksDbKeyValueStorageEngine(
+            tmp_path / "store", write_buffer_size=64 * 1024, tuning=StoreTuning(info_log=bound)
+        )
         for key in range(60):
             engine.put_all([(b"k%06d" % (session * 1_000 + key), b"v" * 16)])
             engine.flush()
@@ -266,3 +268,37 @@ def test_a_small_write_buffer_still_keeps_every_write(tmp_path: Path) -> None:
     copy = RocksDbKeyValueStorageEngine(tmp_path / "store-1-1")
     assert sum(1 for _ in copy.all()) == 20_000
     copy.close()
+
+
+@pytest.mark.parametrize("compression", ["zstd", "none"])
+def test_a_stores_compression_and_block_size_reach_rocksdb_and_its_data_reads_back_after_a_reopen(
+    tmp_path: Path, compression: str
+) -> None:
+    """Samza's keys: the table files are written with the configured compression and block size."""
+    from millstream.config.views import StoreConfig
+    from millstream.storage.rocksdb import RocksDbStorageEngineFactory
+
+    keys = {"rocksdb.compression": compression, "rocksdb.block.size.bytes": "16384"}
+    config = StoreConfig.parse(keys, "stores.s.")
+    engine = RocksDbStorageEngineFactory().get_storage_engine("s", tmp_path / "store", config)
+    engine.put_all([(b"k%05d" % key, b"v" * 100) for key in range(2_000)])
+    engine.flush()
+    engine.close()
+    options = max((tmp_path / "store").glob("OPTIONS-*")).read_text()
+    expected = {"zstd": "kZSTD", "none": "kNoCompression"}[compression]
+    assert f"  compression={expected}\n" in options and "  block_size=16384\n" in options
+    engine = RocksDbStorageEngineFactory().get_storage_engine("s", tmp_path / "store", config)
+    try:
+        assert engine.get(b"k01999") == b"v" * 100
+    finally:
+        engine.close()
+
+
+def test_an_unknown_compression_or_a_tiny_block_size_is_refused_naming_the_key() -> None:
+    from millstream.config.views import StoreConfig
+    from millstream.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"stores\.s\.rocksdb\.compression"):
+        StoreConfig.parse({"rocksdb.compression": "brotli"}, "stores.s.")
+    with pytest.raises(ConfigError, match=r"stores\.s\.rocksdb\.block\.size\.bytes"):
+        StoreConfig.parse({"rocksdb.block.size.bytes": "100"}, "stores.s.")
