@@ -612,6 +612,11 @@ class StoreConfig(ConfigView):
     """``system.stream`` the changelog backend writes every change to (a bare name: the log system). Unset on a
     store whose backup factories list ``changelog``: ``<job.name>-<job.id>-<store>-changelog`` on the system of
     the job's inputs (``storage.backends.changelog.names``)."""
+    changelog_replication_factor: int | None = Field(None, alias="changelog.replication.factor", ge=1)
+    """Replicas of the store's changelog stream when the job creates it (Samza's key): Kafka keeps each partition
+    on this many brokers, so a store's backup outlives that many minus one of them. Unset: the changelog system's
+    ``default.replication.factor`` (Kafka's -1: the broker's own default; Samza's default is 2). A changelog that
+    exists already keeps its replicas; the embedded log keeps one copy whatever it says."""
     changelog_owner_takeover: Bool = Field(False, alias="changelog.owner.takeover")
     """Hand the changelog over to this store on purpose: a changelog is owned by the one job and store that
     first used it (recorded with the stream), and another claimant is refused at start. Set it for one start

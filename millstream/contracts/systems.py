@@ -143,6 +143,11 @@ class StreamOwnedError(ConfigError):
         )
 
 
+REPLICATION_FACTOR_KEY = "replication.factor"
+"""In a ``StreamSpec.config``: the stream's replicas, for a system that keeps copies (Kafka); every other entry is a
+setting of the stream."""
+
+
 @dataclass(frozen=True)
 class StreamSpec:
     """What a stream should look like when a job (or an operator) creates it."""

@@ -36,6 +36,7 @@ from millstream.connectors.kafka.errors import KafkaSystemError
 from millstream.connectors.kafka.grouped_lookups import GroupedLookups
 from millstream.connectors.kafka.transactions import fence_transactional_id
 from millstream.contracts.systems import (
+    REPLICATION_FACTOR_KEY,
     StreamOwnedError,
     StreamOwner,
     StreamSpec,
@@ -53,8 +54,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-REPLICATION_FACTOR_KEY = "replication.factor"
-"""In a ``StreamSpec.config``: the topic's replication factor; every other entry is a topic config."""
 
 UNLIMITED_RETENTION = {"retention.ms": "-1", "retention.bytes": "-1"}
 """An intermediate topic's retention (as Kafka Streams' repartition topics and Samza's intermediate

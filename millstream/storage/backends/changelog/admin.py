@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from millstream.config.settings import Settings
 from millstream.config.views import StoreConfig, parse_stream
 from millstream.contracts.metadata import MetadataStore
-from millstream.contracts.systems import StreamOwner, StreamSpec, SystemAdmin
+from millstream.contracts.systems import REPLICATION_FACTOR_KEY, StreamOwner, StreamSpec, SystemAdmin
 from millstream.errors import MillstreamError
 from millstream.job_model import JobModel
 from millstream.model import SystemStream
@@ -20,6 +20,26 @@ from millstream.storage.changelog_partitions import assign_changelog_partitions
 log = logging.getLogger(__name__)
 
 CHANGELOG_STREAM_CONFIG = {"cleanup.policy": "compact"}
+
+
+def _stream_config(store: StoreConfig) -> dict[str, str]:
+    if store.changelog_replication_factor is None:
+        return CHANGELOG_STREAM_CONFIG
+    return {**CHANGELOG_STREAM_CONFIG, REPLICATION_FACTOR_KEY: str(store.changelog_replication_factor)}
+
+
+def _create(admin: SystemAdmin, spec: StreamSpec, store: str) -> bool:
+    """``admin.create_stream(spec)``; a failure names the store and, when it set one, the key of its replicas (a
+    cluster of fewer brokers refuses the topic)."""
+    try:
+        return admin.create_stream(spec)
+    except MillstreamError as error:
+        if REPLICATION_FACTOR_KEY not in spec.config:
+            raise
+        key = f"stores.{store}.changelog.replication.factor"
+        raise MillstreamError(
+            f"cannot create the changelog of store '{store}' with {key}={spec.config[REPLICATION_FACTOR_KEY]}: {error}"
+        ) from error
 
 
 class ChangelogStateBackendAdmin(StateBackendAdmin):
@@ -41,6 +61,8 @@ class ChangelogStateBackendAdmin(StateBackendAdmin):
             if store_config.changelog
         }
         self.takeover = {store: store_config.changelog_owner_takeover for store, store_config in stores.items()}
+        self.specs = {store: _stream_config(store_config) for store, store_config in stores.items()}
+        """Each changelog's stream config when the job creates it: compacted, with its replicas if set."""
 
     def _partitions_needed(self) -> int:
         mapping = assign_changelog_partitions(self.metadata_store, self.job_model.tasks)
@@ -50,8 +72,8 @@ class ChangelogStateBackendAdmin(StateBackendAdmin):
         needed = self._partitions_needed()
         for store, stream in sorted(self.changelogs.items()):
             admin = self.admins(stream.system)
-            spec = StreamSpec(stream.system, stream.stream, needed, CHANGELOG_STREAM_CONFIG)
-            if admin.create_stream(spec):
+            spec = StreamSpec(stream.system, stream.stream, needed, self.specs[store])
+            if _create(admin, spec, store):
                 log.info("created changelog %s of store '%s' with %d partition(s)", stream, store, needed)
             self._check(admin, store, stream, needed)
             self._claim(admin, store, stream)

@@ -1,0 +1,23 @@
+"""The changelog stream the job creates for a store: compacted, with the store's replicas when it sets them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from millstream.config.views import StoreConfig
+from millstream.storage.backends.changelog.admin import CHANGELOG_STREAM_CONFIG, _stream_config
+from tests.storage.backends.changelog.test_ownership import changelog_records, job, prepare_input, run_to_end
+
+
+def test_a_changelog_is_created_compacted_and_with_the_stores_replicas_only_when_it_sets_them() -> None:
+    assert _stream_config(StoreConfig.parse({}, "stores.s.")) == CHANGELOG_STREAM_CONFIG
+    replicated = _stream_config(StoreConfig.parse({"changelog.replication.factor": "3"}, "stores.s."))
+    assert replicated == {"cleanup.policy": "compact", "replication.factor": "3"}
+
+
+def test_the_embedded_log_takes_a_stores_changelog_replicas_and_keeps_its_one_copy(tmp_path: Path) -> None:
+    """The log has no replicas: the key, carried over from a Samza config, changes nothing there."""
+    config = job(tmp_path, "counts", stores__counts__changelog__replication__factor=3)
+    prepare_input(config)
+    run_to_end(config)
+    assert changelog_records(config) > 0
