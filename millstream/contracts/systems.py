@@ -147,6 +147,12 @@ REPLICATION_FACTOR_KEY = "replication.factor"
 """In a ``StreamSpec.config``: the stream's replicas, for a system that keeps copies (Kafka); every other entry is a
 setting of the stream."""
 
+MIN_COMPACTION_LAG_KEY = "min.compaction.lag.ms"
+"""In a changelog's ``StreamSpec.config``: no record younger than this many milliseconds is compacted away. A restore
+that reverts what followed a checkpoint replays the records up to it, so it needs them all while the checkpoint is
+younger than this (older, it restores to the newest record instead); a system that compacts (Kafka) creates the
+stream with it and refuses one that compacts sooner."""
+
 
 @dataclass(frozen=True)
 class StreamSpec:

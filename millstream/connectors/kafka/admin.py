@@ -36,6 +36,7 @@ from millstream.connectors.kafka.errors import KafkaSystemError
 from millstream.connectors.kafka.grouped_lookups import GroupedLookups
 from millstream.connectors.kafka.transactions import fence_transactional_id
 from millstream.contracts.systems import (
+    MIN_COMPACTION_LAG_KEY,
     REPLICATION_FACTOR_KEY,
     StreamOwnedError,
     StreamOwner,
@@ -259,16 +260,29 @@ class KafkaSystemAdmin(SystemAdmin):
         return created
 
     def validate_stream(self, spec: StreamSpec) -> None:
-        """Exists, has the expected partition count, and is compacted when the spec asks for it."""
+        """Exists, has the expected partition count, and is compacted when the spec asks for it, never sooner than
+        its ``min.compaction.lag.ms`` when it gives one."""
         super().validate_stream(spec)
         if spec.is_changelog:
-            policy = self.topic_config(spec.physical_name).get("cleanup.policy", "")
-            if "compact" not in policy.split(","):
-                raise KafkaSystemError(
-                    f"Kafka topic '{spec.physical_name}' has cleanup.policy={policy!r}; a changelog needs 'compact'"
-                )
+            self._require_compaction(spec)
         if spec.intermediate:
             self._require_unlimited_retention(spec.physical_name)
+
+    def _require_compaction(self, spec: StreamSpec) -> None:
+        topic = spec.physical_name
+        config = self.topic_config(topic)
+        policy = config.get("cleanup.policy", "")
+        if "compact" not in policy.split(","):
+            raise KafkaSystemError(f"Kafka topic '{topic}' has cleanup.policy={policy!r}; a changelog needs 'compact'")
+        needed = spec.config.get(MIN_COMPACTION_LAG_KEY)
+        lag = config.get(MIN_COMPACTION_LAG_KEY, "0")
+        if needed is not None and int(lag) < int(needed):
+            raise KafkaSystemError(
+                f"Kafka topic '{topic}' compacts records after {MIN_COMPACTION_LAG_KEY}={lag}, sooner than the "
+                f"{needed} a restore that reverts what followed a checkpoint relies on (it would replay a compacted "
+                f"changelog and lose keys); raise it (kafka-configs.sh --alter --entity-type topics --entity-name "
+                f"{topic} --add-config {MIN_COMPACTION_LAG_KEY}={needed}) or lower the store's key to {lag}"
+            )
 
     def _require_unlimited_retention(self, topic: str) -> None:
         config = self.topic_config(topic)

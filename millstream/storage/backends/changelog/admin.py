@@ -6,11 +6,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 
 from millstream.config.settings import Settings
 from millstream.config.views import StoreConfig, parse_stream
 from millstream.contracts.metadata import MetadataStore
-from millstream.contracts.systems import REPLICATION_FACTOR_KEY, StreamOwner, StreamSpec, SystemAdmin
+from millstream.contracts.systems import (
+    MIN_COMPACTION_LAG_KEY,
+    REPLICATION_FACTOR_KEY,
+    StreamOwner,
+    StreamSpec,
+    SystemAdmin,
+)
 from millstream.errors import MillstreamError
 from millstream.job_model import JobModel
 from millstream.model import SystemStream
@@ -23,9 +30,12 @@ CHANGELOG_STREAM_CONFIG = {"cleanup.policy": "compact"}
 
 
 def _stream_config(store: StoreConfig) -> dict[str, str]:
-    if store.changelog_replication_factor is None:
-        return CHANGELOG_STREAM_CONFIG
-    return {**CHANGELOG_STREAM_CONFIG, REPLICATION_FACTOR_KEY: str(store.changelog_replication_factor)}
+    """Compacted, never sooner than ``stores.<s>.changelog.min.compaction.lag.ms`` (what the restore's revert relies
+    on), with the store's replicas when it sets them."""
+    config = {**CHANGELOG_STREAM_CONFIG, MIN_COMPACTION_LAG_KEY: str(store.changelog_min_compaction_lag_ms)}
+    if store.changelog_replication_factor is not None:
+        config[REPLICATION_FACTOR_KEY] = str(store.changelog_replication_factor)
+    return config
 
 
 def _create(admin: SystemAdmin, spec: StreamSpec, store: str) -> bool:
@@ -75,13 +85,14 @@ class ChangelogStateBackendAdmin(StateBackendAdmin):
             spec = StreamSpec(stream.system, stream.stream, needed, self.specs[store])
             if _create(admin, spec, store):
                 log.info("created changelog %s of store '%s' with %d partition(s)", stream, store, needed)
-            self._check(admin, store, stream, needed)
+            self._check(admin, store, spec)
             self._claim(admin, store, stream)
 
     def validate_resources(self) -> None:
         needed = self._partitions_needed()
         for store, stream in sorted(self.changelogs.items()):
-            self._check(self.admins(stream.system), store, stream, needed)
+            spec = StreamSpec(stream.system, stream.stream, needed, self.specs[store])
+            self._check(self.admins(stream.system), store, spec)
 
     def _claim(self, admin: SystemAdmin, store: str, stream: SystemStream) -> None:
         """Own the changelog before any container writes it: a second job (a copied config naming the same
@@ -108,12 +119,20 @@ class ChangelogStateBackendAdmin(StateBackendAdmin):
             )
 
     @staticmethod
-    def _check(admin: SystemAdmin, store: str, stream: SystemStream, needed: int) -> None:
-        count = admin.partition_counts([stream.stream]).get(stream.stream)
+    def _check(admin: SystemAdmin, store: str, spec: StreamSpec) -> None:
+        """The changelog exists with a partition per task at least, and its system finds it fit for ``spec``
+        (Kafka: compacted, never sooner than the store's min compaction lag)."""
+        stream = f"{spec.system}.{spec.physical_name}"
+        count = admin.partition_counts([spec.physical_name]).get(spec.physical_name)
         if count is None:
             raise MillstreamError(f"changelog '{stream}' of store '{store}' does not exist")
-        if count < needed:
+        if count < spec.partition_count:
             raise MillstreamError(
                 f"changelog '{stream}' of store '{store}' has {count} partition(s); the job "
-                f"needs {needed} (one per task)"
+                f"needs {spec.partition_count} (one per task)"
             )
+        try:
+            admin.validate_stream(replace(spec, partition_count=count))
+        except MillstreamError as error:
+            lag = f"stores.{store}.changelog.min.compaction.lag.ms={spec.config.get(MIN_COMPACTION_LAG_KEY)}"
+            raise MillstreamError(f"changelog '{stream}' of store '{store}' ({lag}): {error}") from error

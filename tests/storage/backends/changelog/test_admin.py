@@ -9,10 +9,18 @@ from millstream.storage.backends.changelog.admin import CHANGELOG_STREAM_CONFIG,
 from tests.storage.backends.changelog.test_ownership import changelog_records, job, prepare_input, run_to_end
 
 
-def test_a_changelog_is_created_compacted_and_with_the_stores_replicas_only_when_it_sets_them() -> None:
-    assert _stream_config(StoreConfig.parse({}, "stores.s.")) == CHANGELOG_STREAM_CONFIG
-    replicated = _stream_config(StoreConfig.parse({"changelog.replication.factor": "3"}, "stores.s."))
-    assert replicated == {"cleanup.policy": "compact", "replication.factor": "3"}
+def test_a_changelog_is_created_compacted_no_sooner_than_the_stores_lag_and_with_its_replicas_only_when_set() -> None:
+    four_hours = str(4 * 60 * 60 * 1000)
+    assert _stream_config(StoreConfig.parse({}, "stores.s.")) == {
+        **CHANGELOG_STREAM_CONFIG,
+        "min.compaction.lag.ms": four_hours,
+    }
+    replicated = _stream_config(
+        StoreConfig.parse(
+            {"changelog.replication.factor": "3", "changelog.min.compaction.lag.ms": "60000"}, "stores.s."
+        )
+    )
+    assert replicated == {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000", "replication.factor": "3"}
 
 
 def test_the_embedded_log_takes_a_stores_changelog_replicas_and_keeps_its_one_copy(tmp_path: Path) -> None:

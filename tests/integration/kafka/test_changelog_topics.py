@@ -1,0 +1,152 @@
+"""A store's changelog topic on a real Kafka broker, in process and through the Spark runner: the topic the job creates
+gets the store's replicas (``stores.<s>.changelog.replication.factor``, Samza's key) over the system's default, and
+replicas the cluster cannot hold fail the job at start naming the key and the broker's reason; the topic never
+compacts sooner than ``stores.<s>.changelog.min.compaction.lag.ms``, and an existing one that would fails the job at
+start saying how to fix it."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource
+from pyspark.sql import SparkSession
+
+from millstream.config.settings import Settings
+from millstream.errors import MillstreamError
+from millstream.spark.run.runner import SparkJobRunner
+from millstream.testing import InProcessRunner
+from tests.integration.kafka.helpers import create_topic
+from tests.integration.kafka.test_changelog_ownership import job
+from tests.storage.backends.changelog.test_ownership import prepare_input, run_to_end
+
+pytestmark = pytest.mark.integration
+
+
+def brokers(bootstrap: str) -> int:
+    return len(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).brokers)
+
+
+def replicas(bootstrap: str, topic: str) -> set[int]:
+    """How many replicas each partition of ``topic`` has."""
+    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30).topics[topic]
+    return {len(partition.replicas) for partition in metadata.partitions.values()}
+
+
+def replicated_job(tmp_path: Path, bootstrap: str, changelog: str, store_replicas: int, **extra: Any) -> Settings:
+    """A counting job whose changelog is ``kafka.<changelog>``, the system's default replicas more than the cluster's
+    brokers (so a topic created with them fails), the store's own ``store_replicas``."""
+    return job(
+        tmp_path,
+        bootstrap,
+        changelog,
+        f"replicas-{uuid.uuid4().hex[:8]}",
+        systems__kafka__default__replication__factor=brokers(bootstrap) + 1,
+        stores__counts__changelog__replication__factor=store_replicas,
+        **extra,
+    )
+
+
+def test_a_stores_changelog_replicas_override_the_systems_default_when_the_job_creates_the_topic(
+    tmp_path: Path, bootstrap: str, topic_name: Any
+) -> None:
+    changelog = topic_name("changelog")
+    config = replicated_job(tmp_path, bootstrap, changelog, 1)
+    prepare_input(config)
+    run_to_end(config)
+    assert replicas(bootstrap, changelog) == {1}
+
+
+def test_more_changelog_replicas_than_brokers_fail_the_job_at_start_naming_the_key(
+    tmp_path: Path, bootstrap: str, topic_name: Any
+) -> None:
+    changelog = topic_name("changelog")
+    config = replicated_job(tmp_path, bootstrap, changelog, brokers(bootstrap) + 1)
+    prepare_input(config)
+    with pytest.raises(MillstreamError) as refused:
+        InProcessRunner(config).run(timeout=90)
+    message = str(refused.value)
+    assert f"stores.counts.changelog.replication.factor={brokers(bootstrap) + 1}" in message
+    assert "store 'counts'" in message and changelog in message
+
+
+@pytest.mark.spark
+def test_on_spark_a_stores_changelog_replicas_override_the_systems_default(
+    spark_local: SparkSession, tmp_path: Path, bootstrap: str, topic_name: Any
+) -> None:
+    changelog = topic_name("changelog")
+    config = replicated_job(tmp_path, bootstrap, changelog, 1)
+    prepare_input(config)
+    result = SparkJobRunner(config, spark=spark_local).run()
+    assert result.outcome == "finished", result.error
+    assert replicas(bootstrap, changelog) == {1}
+
+
+def topic_config(bootstrap: str, topic: str) -> dict[str, str]:
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # held until the answer came: a dropped client drops it
+    entries = admin.describe_configs([resource])[resource].result(timeout=30)
+    return {name: entry.value for name, entry in entries.items()}
+
+
+def test_a_changelog_topic_is_created_never_compacting_sooner_than_the_stores_min_compaction_lag(
+    tmp_path: Path, bootstrap: str, topic_name: Any
+) -> None:
+    """The restore reverts what followed a checkpoint by replaying the records up to it: the broker's default (0)
+    would let it compact them away while the planner takes a checkpoint younger than 0.9 x the lag as safe."""
+    changelog = topic_name("changelog")
+    config = job(
+        tmp_path,
+        bootstrap,
+        changelog,
+        f"lag-{uuid.uuid4().hex[:8]}",
+        stores__counts__changelog__min__compaction__lag__ms=3_600_000,
+    )
+    prepare_input(config)
+    run_to_end(config)
+    assert topic_config(bootstrap, changelog)["min.compaction.lag.ms"] == "3600000"
+    assert topic_config(bootstrap, changelog)["cleanup.policy"] == "compact"
+
+
+def test_an_existing_changelog_that_compacts_sooner_than_the_stores_lag_fails_the_job_at_start_saying_how_to_fix_it(
+    tmp_path: Path, bootstrap: str, topic_name: Any
+) -> None:
+    changelog = topic_name("changelog")
+    create_topic(bootstrap, changelog, 2, **{"cleanup.policy": "compact"})  # the broker's min.compaction.lag.ms: 0
+    config = job(tmp_path, bootstrap, changelog, f"lag-{uuid.uuid4().hex[:8]}")
+    prepare_input(config)
+    with pytest.raises(MillstreamError) as refused:
+        InProcessRunner(config).run(timeout=90)
+    message = str(refused.value)
+    assert f"changelog 'kafka.{changelog}' of store 'counts'" in message
+    assert "stores.counts.changelog.min.compaction.lag.ms=14400000" in message
+    assert f"--entity-name {changelog} --add-config min.compaction.lag.ms=14400000" in message
+    lowered = config.with_overrides({"stores.counts.changelog.min.compaction.lag.ms": "0"})
+    run_to_end(lowered)  # a store that asks no more than the topic gives starts
+
+
+@pytest.mark.spark
+def test_on_spark_an_existing_changelog_that_compacts_sooner_than_the_stores_lag_fails_the_job_at_start(
+    spark_local: SparkSession, tmp_path: Path, bootstrap: str, topic_name: Any
+) -> None:
+    changelog = topic_name("changelog")
+    create_topic(bootstrap, changelog, 2, **{"cleanup.policy": "compact"})
+    config = job(tmp_path, bootstrap, changelog, f"lag-{uuid.uuid4().hex[:8]}")
+    prepare_input(config)
+    with pytest.raises(MillstreamError, match=r"stores\.counts\.changelog\.min\.compaction\.lag\.ms=14400000"):
+        result = SparkJobRunner(config, spark=spark_local).run()
+        pytest.fail(f"the job ran: {result.outcome}")
+
+
+def test_an_existing_changelog_that_is_not_compacted_fails_the_job_at_start(
+    tmp_path: Path, bootstrap: str, topic_name: Any
+) -> None:
+    """A topic the broker trims by time would lose the keys written longest ago, and a restore would miss them."""
+    changelog = topic_name("changelog")
+    create_topic(bootstrap, changelog, 2, **{"cleanup.policy": "delete", "min.compaction.lag.ms": "14400000"})
+    config = job(tmp_path, bootstrap, changelog, f"policy-{uuid.uuid4().hex[:8]}")
+    prepare_input(config)
+    with pytest.raises(MillstreamError, match=r"cleanup\.policy='delete'; a changelog needs 'compact'"):
+        InProcessRunner(config).run(timeout=90)
