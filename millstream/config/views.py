@@ -673,6 +673,10 @@ class StoreConfig(ConfigView):
     changelog_min_compaction_lag_ms: int = Field(4 * 60 * 60 * 1000, alias="changelog.min.compaction.lag.ms", ge=0)
     """A checkpoint older than 0.9 x this is restored to the changelog's end, not reverted: compaction may
     already have removed the committed values of later-overwritten keys."""
+    changelog_delete_retention_ms: int = Field(24 * 60 * 60 * 1000, alias="changelog.delete.retention.ms", ge=0)
+    """How long the changelog keeps a tombstone once compacted (Samza's key and default, Kafka's
+    ``delete.retention.ms``): a restore does not start from a local checkpoint directory older than this, since a key
+    deleted after it could have lost its tombstone and would come back; it replays the changelog instead."""
     local_checkpoint_interval_ms: int = Field(10_000, alias="local.checkpoint.interval.ms", ge=0)
     """How often a commit also makes the store's local checkpoint (its memtable flushed, then a RocksDB
     checkpoint directory) when every backup of the store is one that does not read that directory (the

@@ -256,9 +256,19 @@ class ChangelogTaskRestoreManager(TaskRestoreManager):
         oldest: str,
         target: str,
     ) -> tuple[Path, str] | None:
-        """The local checkpoint directory with the highest changelog offset in ``[oldest, target]``."""
+        """The local checkpoint directory with the highest changelog offset in ``[oldest, target]``, of those younger
+        than ``stores.<s>.changelog.delete.retention.ms``: a key deleted after an older one could have lost its
+        tombstone to compaction, and replaying the changelog's tail onto the directory would bring it back."""
         best: tuple[Path, str] | None = None
-        for directory in checkpoint_dirs(spec.store_dir, self.context.listing).values():
+        retention_ms = spec.config.changelog_delete_retention_ms
+        now_ms = time.time_ns() // 1_000_000
+        for checkpoint_id, directory in checkpoint_dirs(spec.store_dir, self.context.listing).items():
+            if now_ms - checkpoint_id.millis > retention_ms:
+                log.info(
+                    "%s: local checkpoint %s is older than stores.%s.changelog.delete.retention.ms=%d: not reused",
+                    self._where(spec.name), directory, spec.name, retention_ms,
+                )  # fmt: skip
+                continue
             local = self._local_offset(spec, ssp, directory)
             if local is None or not (_le(compare, oldest, local) and _le(compare, local, target)):
                 continue

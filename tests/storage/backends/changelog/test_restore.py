@@ -142,6 +142,21 @@ def test_a_restart_with_the_local_checkpoint_dir_replays_nothing_before_it(tmp_p
     probe.close()
 
 
+def test_a_local_checkpoint_dir_older_than_the_changelogs_delete_retention_is_not_reused(tmp_path: Path) -> None:
+    """A key deleted after the directory was made could have lost its tombstone to compaction by then: replaying
+    the tail onto the directory would bring it back, so the whole changelog is replayed instead."""
+    h = harness(tmp_path, stores__counts__changelog__delete__retention__ms="0")
+    opened = h.open()
+    opened.store.put_all({"a": 1, "b": 1})
+    checkpoint = h.commit(opened)
+    crash(opened)
+    restored = h.open()
+    (plan,) = plans(restored, checkpoint)
+    assert plan.retained_dir is None and plan.start == "0"
+    assert contents(restored) == {"a": 1, "b": 1}
+    restored.close()
+
+
 def test_clean_on_container_start_ignores_local_checkpoint_dirs(tmp_path: Path) -> None:
     h = harness(tmp_path, stores__counts__clean__on__container__start="true")
     opened = h.open()
