@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
 from millstream.config.settings import Settings
+from millstream.connectors.kafka.factory import KafkaSystemFactory
 from millstream.errors import MillstreamError
 from millstream.spark.run.runner import SparkJobRunner
 from millstream.testing import InProcessRunner
@@ -84,13 +85,6 @@ def test_on_spark_a_stores_changelog_replicas_override_the_systems_default(
     assert replicas(bootstrap, changelog) == {1}
 
 
-def topic_config(bootstrap: str, topic: str) -> dict[str, str]:
-    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # held until the answer came: a dropped client drops it
-    entries = admin.describe_configs([resource])[resource].result(timeout=30)
-    return {name: entry.value for name, entry in entries.items()}
-
-
 def test_a_changelog_topic_is_created_never_compacting_sooner_than_the_stores_min_compaction_lag(
     tmp_path: Path, bootstrap: str, topic_name: Any
 ) -> None:
@@ -106,8 +100,9 @@ def test_a_changelog_topic_is_created_never_compacting_sooner_than_the_stores_mi
     )
     prepare_input(config)
     run_to_end(config)
-    assert topic_config(bootstrap, changelog)["min.compaction.lag.ms"] == "3600000"
-    assert topic_config(bootstrap, changelog)["cleanup.policy"] == "compact"
+    topic = KafkaSystemFactory().get_admin("kafka", config).topic_config(changelog)
+    assert topic["min.compaction.lag.ms"] == "3600000"
+    assert topic["cleanup.policy"] == "compact"
 
 
 def test_an_existing_changelog_that_compacts_sooner_than_the_stores_lag_fails_the_job_at_start_saying_how_to_fix_it(
