@@ -60,14 +60,33 @@ BUSY_TIMEOUT_MS = 30_000
 
 T = TypeVar("T")
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS metadata (
+_TABLE = """
+CREATE TABLE IF NOT EXISTS {name} (
     namespace TEXT NOT NULL,
     key TEXT NOT NULL,
     value BLOB NOT NULL,
     PRIMARY KEY (namespace, key)
-) WITHOUT ROWID
+)
 """
+_SCHEMA = _TABLE.format(name="metadata")
+"""A rowid table, its ``(namespace, key)`` in an index of their own: every lookup and write searches that index,
+whose cells hold the keys only. Files made by earlier releases hold a ``WITHOUT ROWID`` table, whose B-tree cells are
+whole rows: a search compared its key with any row on its path, and a row whose value spills to overflow pages
+(the job model, about 65 bytes per task) was read whole for each such comparison, so every checkpoint written cost
+more the more tasks the job had. ``_upgrade_without_rowid`` rewrites such a table at the first open."""
+_TABLE_SQL = "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'metadata'"
+_UPGRADE = f"""
+{_TABLE.format(name="metadata_upgrade")};
+INSERT INTO metadata_upgrade (namespace, key, value) SELECT namespace, key, value FROM metadata;
+DROP TABLE metadata;
+ALTER TABLE metadata_upgrade RENAME TO metadata;
+"""
+_PUT = (
+    "INSERT INTO metadata (namespace, key, value) VALUES (?, ?, ?) "
+    "ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value"
+)
+"""Updates a present row in place (``INSERT OR REPLACE`` deletes it and inserts it again, in the table and the
+index)."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +179,7 @@ class SqliteMetadataStore(MetadataStore):
             _retry_while_locked(lambda: connection.execute("PRAGMA journal_mode = WAL"))
             connection.execute("PRAGMA synchronous = FULL")
             _retry_while_locked(lambda: connection.execute(_SCHEMA))
+            _upgrade_without_rowid(connection, self.path)
         except sqlite3.Error as error:
             connection.close()
             raise MetadataStoreError(f"cannot open metadata store '{self.path}': {error}") from None
@@ -294,9 +314,7 @@ class SqliteMetadataStore(MetadataStore):
         rows = [(namespace, key, bytes(value)) for key, value in items.items()]
         self._write(
             namespace,
-            lambda c: _none(
-                c.executemany("INSERT OR REPLACE INTO metadata (namespace, key, value) VALUES (?, ?, ?)", rows)
-            ),
+            lambda c: _none(c.executemany(_PUT, rows)),
         )
 
     def delete(self, namespace: str, key: str) -> None:
@@ -347,7 +365,7 @@ class SqliteMetadataStore(MetadataStore):
                 wanted = None if expected_value is None else bytes(expected_value)
                 if current != wanted:
                     return False
-            connection.executemany("INSERT OR REPLACE INTO metadata (namespace, key, value) VALUES (?, ?, ?)", rows)
+            connection.executemany(_PUT, rows)
             return True
 
         return self._write(rows[0][0], body)
@@ -378,6 +396,30 @@ def _describe(holder: LockHolder | None) -> str:
         return "a process that left no holder record"
     state = process_state(holder.pid) if holder.host == socket.gethostname() else ""
     return holder.describe() + (f" ({state})" if state else "")
+
+
+def _upgrade_without_rowid(connection: sqlite3.Connection, path: Path) -> None:
+    """Rewrite a file's ``WITHOUT ROWID`` metadata table as the rowid table ``_SCHEMA`` makes, in one transaction
+    (every row kept; a process of an older release that has the file open goes on working: its statements name
+    the same table and columns). Done by whichever process opens the file first; the others find it done."""
+
+    def without_rowid() -> bool:
+        row = connection.execute(_TABLE_SQL).fetchone()
+        return row is not None and "WITHOUT ROWID" in row[0].upper()
+
+    if not without_rowid():
+        return
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        if without_rowid():
+            for statement in filter(str.strip, _UPGRADE.split(";")):
+                connection.execute(statement)
+        connection.execute("COMMIT")
+    except BaseException:
+        if connection.in_transaction:
+            connection.execute("ROLLBACK")
+        raise
+    log.info("metadata store '%s': rewrote its table as a rowid table (searches no longer read whole rows)", path)
 
 
 def _retry_while_locked(operation: Any, attempts: int = 300) -> None:

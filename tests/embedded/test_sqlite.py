@@ -125,6 +125,55 @@ def test_database_uses_wal_and_the_documented_table(store: SqliteMetadataStore) 
         connection.close()
 
 
+def _table_sql(path: Path) -> str:
+    connection = sqlite3.connect(path)
+    try:
+        return str(connection.execute("SELECT sql FROM sqlite_master WHERE name = 'metadata'").fetchone()[0])
+    finally:
+        connection.close()
+
+
+def test_lookups_search_an_index_of_keys_not_the_rows_with_their_values(store: SqliteMetadataStore) -> None:
+    """A WITHOUT ROWID table keeps whole rows in its search tree, so a key search compared keys against rows
+    holding the job model (about 65 bytes per task) and read them whole: a checkpoint cost more the more tasks."""
+    store.put("ns", "k", b"v")
+    assert "WITHOUT ROWID" not in _table_sql(store.path).upper()
+    connection = sqlite3.connect(store.path)
+    try:
+        plan = connection.execute(
+            "EXPLAIN QUERY PLAN SELECT value FROM metadata WHERE namespace = ? AND key = ?", ("ns", "k")
+        ).fetchall()
+    finally:
+        connection.close()
+    assert any("USING INDEX sqlite_autoindex_metadata_1" in row[-1] for row in plan), plan
+
+
+def test_a_file_of_an_earlier_release_is_rewritten_as_a_rowid_table_keeping_every_row(tmp_path: Path) -> None:
+    path = tmp_path / "metadata.db"
+    earlier = sqlite3.connect(path)
+    earlier.executescript(
+        "PRAGMA journal_mode = WAL; CREATE TABLE metadata (namespace TEXT NOT NULL, key TEXT NOT NULL, "
+        "value BLOB NOT NULL, PRIMARY KEY (namespace, key)) WITHOUT ROWID;"
+    )
+    rows = [("job-model", "latest", b"m" * 70_000), ("checkpoint-v2", "Partition 0", b"c")]
+    earlier.executemany("INSERT INTO metadata VALUES (?, ?, ?)", rows)
+    earlier.commit()
+    store = SqliteMetadataStore(path)
+    try:
+        assert store.get("job-model", "latest") == b"m" * 70_000
+        assert "WITHOUT ROWID" not in _table_sql(path).upper()
+        assert store.all("checkpoint-v2") == {"Partition 0": b"c"}
+        # a process of the earlier release, its connection open across the rewrite, reads and writes on
+        earlier.execute("INSERT OR REPLACE INTO metadata VALUES ('checkpoint-v2', 'Partition 0', x'02')")
+        earlier.commit()
+        assert store.get("checkpoint-v2", "Partition 0") == b"\x02"
+        store.put("checkpoint-v2", "Partition 0", b"\x03")
+        assert earlier.execute("SELECT value FROM metadata WHERE key = 'Partition 0'").fetchone()[0] == b"\x03"
+    finally:
+        store.close()
+        earlier.close()
+
+
 def test_store_reopens_after_close(store: SqliteMetadataStore) -> None:
     store.put("ns", "k", b"v")
     store.close()
