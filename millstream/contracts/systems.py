@@ -153,6 +153,12 @@ that reverts what followed a checkpoint replays the records up to it, so it need
 younger than this (older, it restores to the newest record instead); a system that compacts (Kafka) creates the
 stream with it and refuses one that compacts sooner."""
 
+DELETE_RETENTION_KEY = "delete.retention.ms"
+"""In a changelog's ``StreamSpec.config``: a tombstone outlives the compaction that reaches it by this many
+milliseconds at least. A restore starts from a local checkpoint directory only while it is younger than this (a key
+deleted after the directory was made must still have its tombstone in the changelog's tail); a system that compacts
+(Kafka) creates the stream with it and refuses one that drops tombstones sooner."""
+
 
 @dataclass(frozen=True)
 class StreamSpec:

@@ -36,6 +36,7 @@ from millstream.connectors.kafka.errors import KafkaSystemError
 from millstream.connectors.kafka.grouped_lookups import GroupedLookups
 from millstream.connectors.kafka.transactions import fence_transactional_id
 from millstream.contracts.systems import (
+    DELETE_RETENTION_KEY,
     MIN_COMPACTION_LAG_KEY,
     REPLICATION_FACTOR_KEY,
     StreamOwnedError,
@@ -72,6 +73,24 @@ race ends at the next attempt (the stream is then owned) unless another takeover
 
 FENCING_THREADS = 8
 """Producers ``fence_writers`` runs at once, each taking over one container's ``transactional.id``."""
+
+
+BROKER_DELETE_RETENTION_MS = "86400000"
+"""Kafka's ``log.cleaner.delete.retention.ms`` default: a topic's ``delete.retention.ms`` when it reports none."""
+
+
+def _require_at_least(
+    topic: str, spec: StreamSpec, config: Mapping[str, str], key: str, default: str, does: str, reason: str
+) -> None:
+    """Refuse ``topic`` when its ``key`` is below what ``spec`` asks, saying how to raise it or lower the store's."""
+    needed = spec.config.get(key)
+    given = config.get(key, default)
+    if needed is not None and int(given) < int(needed):
+        raise KafkaSystemError(
+            f"Kafka topic '{topic}' {does} {key}={given}, sooner than the {needed} {reason}; raise it "
+            f"(kafka-configs.sh --alter --entity-type topics --entity-name {topic} --add-config {key}={needed}) "
+            f"or lower the store's key to {given}"
+        )
 
 
 class KafkaSystemAdmin(SystemAdmin):
@@ -261,7 +280,8 @@ class KafkaSystemAdmin(SystemAdmin):
 
     def validate_stream(self, spec: StreamSpec) -> None:
         """Exists, has the expected partition count, and is compacted when the spec asks for it, never sooner than
-        its ``min.compaction.lag.ms`` when it gives one."""
+        its ``min.compaction.lag.ms`` and keeping tombstones at least its ``delete.retention.ms`` when it gives
+        them."""
         super().validate_stream(spec)
         if spec.is_changelog:
             self._require_compaction(spec)
@@ -274,15 +294,16 @@ class KafkaSystemAdmin(SystemAdmin):
         policy = config.get("cleanup.policy", "")
         if "compact" not in policy.split(","):
             raise KafkaSystemError(f"Kafka topic '{topic}' has cleanup.policy={policy!r}; a changelog needs 'compact'")
-        needed = spec.config.get(MIN_COMPACTION_LAG_KEY)
-        lag = config.get(MIN_COMPACTION_LAG_KEY, "0")
-        if needed is not None and int(lag) < int(needed):
-            raise KafkaSystemError(
-                f"Kafka topic '{topic}' compacts records after {MIN_COMPACTION_LAG_KEY}={lag}, sooner than the "
-                f"{needed} a restore that reverts what followed a checkpoint relies on (it would replay a compacted "
-                f"changelog and lose keys); raise it (kafka-configs.sh --alter --entity-type topics --entity-name "
-                f"{topic} --add-config {MIN_COMPACTION_LAG_KEY}={needed}) or lower the store's key to {lag}"
-            )
+        _require_at_least(
+            topic, spec, config, MIN_COMPACTION_LAG_KEY, "0", "compacts records after",
+            "a restore that reverts what followed a checkpoint relies on (it would replay a compacted changelog and "
+            "lose keys)",
+        )  # fmt: skip
+        _require_at_least(
+            topic, spec, config, DELETE_RETENTION_KEY, BROKER_DELETE_RETENTION_MS, "drops tombstones after",
+            "a restore from a local checkpoint directory relies on (a key deleted after the directory was made "
+            "would come back)",
+        )  # fmt: skip
 
     def _require_unlimited_retention(self, topic: str) -> None:
         config = self.topic_config(topic)

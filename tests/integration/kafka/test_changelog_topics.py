@@ -1,8 +1,9 @@
 """A store's changelog topic on a real Kafka broker, in process and through the Spark runner: the topic the job creates
 gets the store's replicas (``stores.<s>.changelog.replication.factor``, Samza's key) over the system's default, and
 replicas the cluster cannot hold fail the job at start naming the key and the broker's reason; the topic never
-compacts sooner than ``stores.<s>.changelog.min.compaction.lag.ms``, and an existing one that would fails the job at
-start saying how to fix it."""
+compacts sooner than ``stores.<s>.changelog.min.compaction.lag.ms`` nor drops tombstones sooner than
+``stores.<s>.changelog.delete.retention.ms``, and an existing one that would fails the job at start saying how to fix
+it."""
 
 from __future__ import annotations
 
@@ -85,7 +86,7 @@ def test_on_spark_a_stores_changelog_replicas_override_the_systems_default(
     assert replicas(bootstrap, changelog) == {1}
 
 
-def test_a_changelog_topic_is_created_never_compacting_sooner_than_the_stores_min_compaction_lag(
+def test_a_changelog_topic_is_created_with_the_stores_min_compaction_lag_and_tombstone_retention(
     tmp_path: Path, bootstrap: str, topic_name: Any
 ) -> None:
     """The restore reverts what followed a checkpoint by replaying the records up to it: the broker's default (0)
@@ -97,11 +98,13 @@ def test_a_changelog_topic_is_created_never_compacting_sooner_than_the_stores_mi
         changelog,
         f"lag-{uuid.uuid4().hex[:8]}",
         stores__counts__changelog__min__compaction__lag__ms=3_600_000,
+        stores__counts__changelog__delete__retention__ms=172_800_000,
     )
     prepare_input(config)
     run_to_end(config)
     topic = KafkaSystemFactory().get_admin("kafka", config).topic_config(changelog)
     assert topic["min.compaction.lag.ms"] == "3600000"
+    assert topic["delete.retention.ms"] == "172800000"
     assert topic["cleanup.policy"] == "compact"
 
 
@@ -145,3 +148,45 @@ def test_an_existing_changelog_that_is_not_compacted_fails_the_job_at_start(
     prepare_input(config)
     with pytest.raises(MillstreamError, match=r"cleanup\.policy='delete'; a changelog needs 'compact'"):
         InProcessRunner(config).run(timeout=90)
+
+
+def test_an_existing_changelog_that_drops_tombstones_sooner_than_the_stores_delete_retention_fails_the_job_at_start(
+    tmp_path: Path, bootstrap: str, topic_name: Any
+) -> None:
+    """A restore starts from a local checkpoint directory younger than the store's delete retention: a key deleted
+    after the directory was made needs its tombstone in the changelog's tail, or it comes back."""
+    changelog = topic_name("changelog")
+    create_topic(
+        bootstrap,
+        changelog,
+        2,
+        **{"cleanup.policy": "compact", "min.compaction.lag.ms": "14400000", "delete.retention.ms": "3600000"},
+    )
+    config = job(tmp_path, bootstrap, changelog, f"tombstones-{uuid.uuid4().hex[:8]}")
+    prepare_input(config)
+    with pytest.raises(MillstreamError) as refused:
+        InProcessRunner(config).run(timeout=90)
+    message = str(refused.value)
+    assert "stores.counts.changelog.delete.retention.ms=86400000" in message
+    assert "drops tombstones after delete.retention.ms=3600000" in message
+    assert f"--entity-name {changelog} --add-config delete.retention.ms=86400000" in message
+    lowered = config.with_overrides({"stores.counts.changelog.delete.retention.ms": "3600000"})
+    run_to_end(lowered)
+
+
+@pytest.mark.spark
+def test_on_spark_an_existing_changelog_that_drops_tombstones_sooner_than_the_stores_delete_retention_fails_the_job(
+    spark_local: SparkSession, tmp_path: Path, bootstrap: str, topic_name: Any
+) -> None:
+    changelog = topic_name("changelog")
+    create_topic(
+        bootstrap,
+        changelog,
+        2,
+        **{"cleanup.policy": "compact", "min.compaction.lag.ms": "14400000", "delete.retention.ms": "3600000"},
+    )
+    config = job(tmp_path, bootstrap, changelog, f"tombstones-{uuid.uuid4().hex[:8]}")
+    prepare_input(config)
+    with pytest.raises(MillstreamError, match=r"stores\.counts\.changelog\.delete\.retention\.ms=86400000"):
+        result = SparkJobRunner(config, spark=spark_local).run()
+        pytest.fail(f"the job ran: {result.outcome}")

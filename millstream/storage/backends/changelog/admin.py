@@ -12,6 +12,7 @@ from millstream.config.settings import Settings
 from millstream.config.views import StoreConfig, parse_stream
 from millstream.contracts.metadata import MetadataStore
 from millstream.contracts.systems import (
+    DELETE_RETENTION_KEY,
     MIN_COMPACTION_LAG_KEY,
     REPLICATION_FACTOR_KEY,
     StreamOwner,
@@ -31,8 +32,13 @@ CHANGELOG_STREAM_CONFIG = {"cleanup.policy": "compact"}
 
 def _stream_config(store: StoreConfig) -> dict[str, str]:
     """Compacted, never sooner than ``stores.<s>.changelog.min.compaction.lag.ms`` (what the restore's revert relies
-    on), with the store's replicas when it sets them."""
-    config = {**CHANGELOG_STREAM_CONFIG, MIN_COMPACTION_LAG_KEY: str(store.changelog_min_compaction_lag_ms)}
+    on), its tombstones kept ``stores.<s>.changelog.delete.retention.ms`` (what a restore from a local checkpoint
+    directory relies on), with the store's replicas when it sets them."""
+    config = {
+        **CHANGELOG_STREAM_CONFIG,
+        MIN_COMPACTION_LAG_KEY: str(store.changelog_min_compaction_lag_ms),
+        DELETE_RETENTION_KEY: str(store.changelog_delete_retention_ms),
+    }
     if store.changelog_replication_factor is not None:
         config[REPLICATION_FACTOR_KEY] = str(store.changelog_replication_factor)
     return config
@@ -121,7 +127,8 @@ class ChangelogStateBackendAdmin(StateBackendAdmin):
     @staticmethod
     def _check(admin: SystemAdmin, store: str, spec: StreamSpec) -> None:
         """The changelog exists with a partition per task at least, and its system finds it fit for ``spec``
-        (Kafka: compacted, never sooner than the store's min compaction lag)."""
+        (Kafka: compacted, never sooner than the store's min compaction lag, its tombstones kept as long as the
+        store's delete retention)."""
         stream = f"{spec.system}.{spec.physical_name}"
         count = admin.partition_counts([spec.physical_name]).get(spec.physical_name)
         if count is None:
@@ -134,5 +141,8 @@ class ChangelogStateBackendAdmin(StateBackendAdmin):
         try:
             admin.validate_stream(replace(spec, partition_count=count))
         except MillstreamError as error:
-            lag = f"stores.{store}.changelog.min.compaction.lag.ms={spec.config.get(MIN_COMPACTION_LAG_KEY)}"
-            raise MillstreamError(f"changelog '{stream}' of store '{store}' ({lag}): {error}") from error
+            keys = ", ".join(
+                f"stores.{store}.changelog.{key}={spec.config.get(key)}"
+                for key in (MIN_COMPACTION_LAG_KEY, DELETE_RETENTION_KEY)
+            )
+            raise MillstreamError(f"changelog '{stream}' of store '{store}' ({keys}): {error}") from error

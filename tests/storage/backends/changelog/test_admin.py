@@ -9,18 +9,29 @@ from millstream.storage.backends.changelog.admin import CHANGELOG_STREAM_CONFIG,
 from tests.storage.backends.changelog.test_ownership import changelog_records, job, prepare_input, run_to_end
 
 
-def test_a_changelog_is_created_compacted_no_sooner_than_the_stores_lag_and_with_its_replicas_only_when_set() -> None:
-    four_hours = str(4 * 60 * 60 * 1000)
+def test_a_changelog_is_created_with_the_stores_compaction_lag_tombstone_retention_and_replicas_only_when_set() -> None:
+    four_hours, one_day = str(4 * 60 * 60 * 1000), str(24 * 60 * 60 * 1000)
     assert _stream_config(StoreConfig.parse({}, "stores.s.")) == {
         **CHANGELOG_STREAM_CONFIG,
         "min.compaction.lag.ms": four_hours,
+        "delete.retention.ms": one_day,
     }
     replicated = _stream_config(
         StoreConfig.parse(
-            {"changelog.replication.factor": "3", "changelog.min.compaction.lag.ms": "60000"}, "stores.s."
+            {
+                "changelog.replication.factor": "3",
+                "changelog.min.compaction.lag.ms": "60000",
+                "changelog.delete.retention.ms": "7200000",
+            },
+            "stores.s.",
         )
     )
-    assert replicated == {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000", "replication.factor": "3"}
+    assert replicated == {
+        "cleanup.policy": "compact",
+        "min.compaction.lag.ms": "60000",
+        "delete.retention.ms": "7200000",
+        "replication.factor": "3",
+    }
 
 
 def test_the_embedded_log_takes_a_stores_changelog_replicas_and_keeps_its_one_copy(tmp_path: Path) -> None:
