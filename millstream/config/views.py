@@ -597,6 +597,10 @@ class StoresConfig(ConfigView):
         return cls.parse(values, "stores.")
 
 
+CHANGELOG_KAFKA_PREFIX = "changelog.kafka."
+"""Samza's prefix of a store's changelog topic configs (``stores.<s>.changelog.kafka.<topic config>``)."""
+
+
 class StoreConfig(ConfigView):
     """``stores.<s>.*``: one key-value store of every task."""
 
@@ -617,6 +621,13 @@ class StoreConfig(ConfigView):
     on this many brokers, so a store's backup outlives that many minus one of them. Unset: the changelog system's
     ``default.replication.factor`` (Kafka's -1: the broker's own default; Samza's default is 2). A changelog that
     exists already keeps its replicas; the embedded log keeps one copy whatever it says."""
+    changelog_kafka: dict[str, str] = Field(default_factory=dict, alias="changelog.kafka.*")
+    """Topic configs of the store's changelog when the job creates it on Kafka (Samza's
+    ``stores.<s>.changelog.kafka.<topic config>``: ``segment.bytes``, ``max.message.bytes``, ...), over the ones the
+    job sets itself; ignored, with a warning, on a changelog of another system. A topic that already exists keeps its
+    own. Refused: a ``cleanup.policy`` without ``compact``, a ``min.compaction.lag.ms`` or ``delete.retention.ms``
+    below the store's keys of those names (a restore relies on them), and ``replication.factor`` (set
+    ``changelog.replication.factor``)."""
     changelog_owner_takeover: Bool = Field(False, alias="changelog.owner.takeover")
     """Hand the changelog over to this store on purpose: a changelog is owned by the one job and store that
     first used it (recorded with the stream), and another claimant is refused at start. Set it for one start
@@ -706,6 +717,52 @@ class StoreConfig(ConfigView):
     """How often a running job looks for a newly published bulk-built version of a versioned store."""
     adstore_version_retire_ms: int = Field(5_000, alias="adstore.version.retire.ms", ge=0)
     """How long a replaced version stays open for reads already under way before it is closed and deleted."""
+
+    @classmethod
+    def parse(cls, values: Mapping[str, str], prefix: str) -> StoreConfig:
+        """Samza's ``changelog.kafka.<topic config>`` keys gathered into ``changelog_kafka``, then checked against
+        what a restore relies on."""
+        topic, rest = {}, {}
+        for key, value in values.items():
+            if key.startswith(CHANGELOG_KAFKA_PREFIX):
+                topic[key.removeprefix(CHANGELOG_KAFKA_PREFIX)] = value
+            else:
+                rest[key] = value
+        view = super().parse(rest, prefix)
+        if topic:
+            view = view.model_copy(update={"changelog_kafka": topic})
+        view._check_changelog_kafka(prefix)
+        return view
+
+    def _check_changelog_kafka(self, prefix: str) -> None:
+        topic = self.changelog_kafka
+        key = f"{prefix}{CHANGELOG_KAFKA_PREFIX}"
+        if "replication.factor" in topic:
+            raise ConfigError(
+                f"config key '{key}replication.factor' is not a topic config: "
+                f"set '{prefix}changelog.replication.factor'"
+            )
+        policy = topic.get("cleanup.policy")
+        if policy is not None and "compact" not in [part.strip() for part in policy.split(",")]:
+            raise ConfigError(
+                f"config key '{key}cleanup.policy' is {policy!r}: a changelog must be compacted ('compact'), or a "
+                "restore would miss the keys written longest ago"
+            )
+        floors = {
+            "min.compaction.lag.ms": ("changelog.min.compaction.lag.ms", self.changelog_min_compaction_lag_ms),
+            "delete.retention.ms": ("changelog.delete.retention.ms", self.changelog_delete_retention_ms),
+        }
+        for name, (store_key, floor) in floors.items():
+            given = topic.get(name)
+            if given is None:
+                continue
+            if not given.strip().lstrip("-").isdigit():
+                raise ConfigError(f"config key '{key}{name}' is {given!r}, not a number of milliseconds")
+            if int(given) < floor:
+                raise ConfigError(
+                    f"config key '{key}{name}' is {given}, below '{prefix}{store_key}' ({floor}), which a restore "
+                    f"relies on: raise it, or lower '{prefix}{store_key}' to {given}"
+                )
 
     @property
     def is_adjunct(self) -> bool:

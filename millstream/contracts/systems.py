@@ -202,6 +202,10 @@ class SystemAdmin(ABC):
     partitions_are_fixed: ClassVar[bool] = True
     """False for systems whose partitions come and go at run time (Kinesis shards)."""
 
+    takes_kafka_topic_configs: ClassVar[bool] = False
+    """True for a system whose streams are Kafka topics: a changelog it creates gets the store's
+    ``stores.<s>.changelog.kafka.*`` topic configs in its ``StreamSpec.config`` (other systems are not given them)."""
+
     origin_offset: ClassVar[str | None] = None
     """The offset of the first record a partition ever holds, where the system numbers records from a
     fixed origin (the log and Kafka: ``"0"``): a reader starting from the oldest offset of an intermediate

@@ -12,6 +12,7 @@ from millstream.config.core import Config
 from millstream.config.settings import Settings
 from millstream.config.views import (
     JobConfig,
+    StoreConfig,
     StreamSamzaConfig,
     SystemSamzaConfig,
     TaskConfig,
@@ -306,6 +307,46 @@ def test_malformed_serializer_keys_are_rejected_naming_the_key(key: str) -> None
 def test_store_keys_are_rejected() -> None:
     with pytest.raises(ConfigError, match=r"stores\.s\.factory"):
         prepare(stubbed({"stores.s.factory": "x"}))
+
+
+def test_samzas_changelog_kafka_keys_become_the_stores_changelog_topic_configs() -> None:
+    store = StoreConfig.parse(
+        {"changelog.kafka.segment.bytes": "1048576", "changelog.kafka.cleanup.policy": "compact,delete"}, "stores.s."
+    )
+    assert store.changelog_kafka == {"segment.bytes": "1048576", "cleanup.policy": "compact,delete"}
+    assert StoreConfig.parse({}, "stores.s.").changelog_kafka == {}
+
+
+@pytest.mark.parametrize(
+    ("entries", "refused"),
+    [
+        ({"changelog.kafka.cleanup.policy": "delete"}, r"'stores\.s\.changelog\.kafka\.cleanup\.policy' is 'delete'"),
+        (
+            {"changelog.kafka.min.compaction.lag.ms": "0"},
+            r"'stores\.s\.changelog\.kafka\.min\.compaction\.lag\.ms' is 0, below "
+            r"'stores\.s\.changelog\.min\.compaction\.lag\.ms' \(14400000\)",
+        ),
+        (
+            {"changelog.kafka.delete.retention.ms": "60000"},
+            r"'stores\.s\.changelog\.kafka\.delete\.retention\.ms' is 60000, below "
+            r"'stores\.s\.changelog\.delete\.retention\.ms' \(86400000\)",
+        ),
+        ({"changelog.kafka.delete.retention.ms": "1d"}, r"is '1d', not a number of milliseconds"),
+        ({"changelog.kafka.replication.factor": "3"}, r"set 'stores\.s\.changelog\.replication\.factor'"),
+    ],
+)
+def test_changelog_kafka_keys_that_would_weaken_what_a_restore_relies_on_are_refused_naming_the_key(
+    entries: dict[str, str], refused: str
+) -> None:
+    with pytest.raises(ConfigError, match=refused):
+        StoreConfig.parse(entries, "stores.s.")
+
+
+def test_a_changelog_kafka_floor_lowered_with_the_stores_own_key_is_accepted() -> None:
+    store = StoreConfig.parse(
+        {"changelog.kafka.min.compaction.lag.ms": "0", "changelog.min.compaction.lag.ms": "0"}, "stores.s."
+    )
+    assert store.changelog_kafka == {"min.compaction.lag.ms": "0"}
 
 
 def test_sensitive_values_never_appear_in_validation_errors() -> None:

@@ -96,6 +96,8 @@ def _require_at_least(
 class KafkaSystemAdmin(SystemAdmin):
     """``SystemAdmin`` of a Kafka cluster. Thread-safe as librdkafka's admin client is."""
 
+    takes_kafka_topic_configs = True
+
     def __init__(self, system: str, kafka: KafkaClientSettings, *, config: Settings | None = None) -> None:
         self.system = system
         self.kafka = kafka

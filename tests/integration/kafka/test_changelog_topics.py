@@ -3,7 +3,8 @@ gets the store's replicas (``stores.<s>.changelog.replication.factor``, Samza's 
 replicas the cluster cannot hold fail the job at start naming the key and the broker's reason; the topic never
 compacts sooner than ``stores.<s>.changelog.min.compaction.lag.ms`` nor drops tombstones sooner than
 ``stores.<s>.changelog.delete.retention.ms``, and an existing one that would fails the job at start saying how to fix
-it."""
+it; Samza's ``stores.<s>.changelog.kafka.*`` keys add their topic configs, and one the broker refuses fails the job
+naming the key."""
 
 from __future__ import annotations
 
@@ -190,3 +191,46 @@ def test_on_spark_an_existing_changelog_that_drops_tombstones_sooner_than_the_st
     with pytest.raises(MillstreamError, match=r"stores\.counts\.changelog\.delete\.retention\.ms=86400000"):
         result = SparkJobRunner(config, spark=spark_local).run()
         pytest.fail(f"the job ran: {result.outcome}")
+
+
+def kafka_settings_job(tmp_path: Path, bootstrap: str, changelog: str, **settings: str) -> Settings:
+    """A counting job whose changelog ``kafka.<changelog>`` gets ``settings`` as ``stores.counts.changelog.kafka.*``."""
+    extra = {f"stores__counts__changelog__kafka__{name}": value for name, value in settings.items()}
+    return job(tmp_path, bootstrap, changelog, f"topic-configs-{uuid.uuid4().hex[:8]}", **extra)
+
+
+def test_samzas_changelog_kafka_keys_are_the_topic_configs_of_a_changelog_the_job_creates(
+    tmp_path: Path, bootstrap: str, topic_name: Any
+) -> None:
+    changelog = topic_name("changelog")
+    config = kafka_settings_job(tmp_path, bootstrap, changelog, segment__bytes="1048576", max__message__bytes="2097152")
+    prepare_input(config)
+    run_to_end(config)
+    topic = KafkaSystemFactory().get_admin("kafka", config).topic_config(changelog)
+    assert (topic["segment.bytes"], topic["max.message.bytes"]) == ("1048576", "2097152")
+    assert topic["cleanup.policy"] == "compact"  # the job's own configs stay under them
+
+
+def test_a_changelog_kafka_topic_config_the_broker_refuses_fails_the_job_at_start_naming_the_key(
+    tmp_path: Path, bootstrap: str, topic_name: Any
+) -> None:
+    changelog = topic_name("changelog")
+    config = kafka_settings_job(tmp_path, bootstrap, changelog, no__such__topic__config="1")
+    prepare_input(config)
+    with pytest.raises(MillstreamError) as refused:
+        InProcessRunner(config).run(timeout=90)
+    message = str(refused.value)
+    assert "stores.counts.changelog.kafka.no.such.topic.config=1" in message
+    assert "store 'counts'" in message
+
+
+@pytest.mark.spark
+def test_on_spark_samzas_changelog_kafka_keys_are_the_topic_configs_of_a_changelog_the_job_creates(
+    spark_local: SparkSession, tmp_path: Path, bootstrap: str, topic_name: Any
+) -> None:
+    changelog = topic_name("changelog")
+    config = kafka_settings_job(tmp_path, bootstrap, changelog, segment__bytes="1048576")
+    prepare_input(config)
+    result = SparkJobRunner(config, spark=spark_local).run()
+    assert result.outcome == "finished", result.error
+    assert KafkaSystemFactory().get_admin("kafka", config).topic_config(changelog)["segment.bytes"] == "1048576"

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from millstream.config.settings import Settings
-from millstream.config.views import StoreConfig, parse_stream
+from millstream.config.views import CHANGELOG_KAFKA_PREFIX, StoreConfig, parse_stream
 from millstream.contracts.metadata import MetadataStore
 from millstream.contracts.systems import (
     DELETE_RETENTION_KEY,
@@ -44,18 +44,29 @@ def _stream_config(store: StoreConfig) -> dict[str, str]:
     return config
 
 
-def _create(admin: SystemAdmin, spec: StreamSpec, store: str) -> bool:
-    """``admin.create_stream(spec)``; a failure names the store and, when it set one, the key of its replicas (a
-    cluster of fewer brokers refuses the topic)."""
+def _spec(admin: SystemAdmin, stream: SystemStream, partitions: int, store: StoreConfig) -> StreamSpec:
+    """The changelog's spec for its system: ``_stream_config``, and on Kafka the store's ``changelog.kafka.*`` topic
+    configs over it (Samza's order; ``StoreConfig`` refused any that would weaken what a restore relies on)."""
+    config = _stream_config(store)
+    if admin.takes_kafka_topic_configs:
+        config.update(store.changelog_kafka)
+    return StreamSpec(stream.system, stream.stream, partitions, config)
+
+
+def _create(admin: SystemAdmin, spec: StreamSpec, store: str, store_config: StoreConfig) -> bool:
+    """``admin.create_stream(spec)``; a failure names the store and the keys it set for the topic (a cluster of
+    fewer brokers refuses the replicas, a broker refuses a topic config it does not know)."""
     try:
         return admin.create_stream(spec)
     except MillstreamError as error:
-        if REPLICATION_FACTOR_KEY not in spec.config:
+        topic = store_config.changelog_kafka if admin.takes_kafka_topic_configs else {}
+        keys = [f"{CHANGELOG_KAFKA_PREFIX}{name}={value}" for name, value in topic.items()]
+        if REPLICATION_FACTOR_KEY in spec.config:
+            keys.insert(0, f"changelog.replication.factor={spec.config[REPLICATION_FACTOR_KEY]}")
+        if not keys:
             raise
-        key = f"stores.{store}.changelog.replication.factor"
-        raise MillstreamError(
-            f"cannot create the changelog of store '{store}' with {key}={spec.config[REPLICATION_FACTOR_KEY]}: {error}"
-        ) from error
+        given = ", ".join(f"stores.{store}.{key}" for key in keys)
+        raise MillstreamError(f"cannot create the changelog of store '{store}' with {given}: {error}") from error
 
 
 class ChangelogStateBackendAdmin(StateBackendAdmin):
@@ -77,8 +88,7 @@ class ChangelogStateBackendAdmin(StateBackendAdmin):
             if store_config.changelog
         }
         self.takeover = {store: store_config.changelog_owner_takeover for store, store_config in stores.items()}
-        self.specs = {store: _stream_config(store_config) for store, store_config in stores.items()}
-        """Each changelog's stream config when the job creates it: compacted, with its replicas if set."""
+        self.stores = dict(stores)
 
     def _partitions_needed(self) -> int:
         mapping = assign_changelog_partitions(self.metadata_store, self.job_model.tasks)
@@ -88,8 +98,13 @@ class ChangelogStateBackendAdmin(StateBackendAdmin):
         needed = self._partitions_needed()
         for store, stream in sorted(self.changelogs.items()):
             admin = self.admins(stream.system)
-            spec = StreamSpec(stream.system, stream.stream, needed, self.specs[store])
-            if _create(admin, spec, store):
+            spec = _spec(admin, stream, needed, self.stores[store])
+            if self.stores[store].changelog_kafka and not admin.takes_kafka_topic_configs:
+                log.warning(
+                    "store '%s': stores.%s.%s* ignored: changelog %s is not on Kafka", store, store,
+                    CHANGELOG_KAFKA_PREFIX, stream,
+                )  # fmt: skip
+            if _create(admin, spec, store, self.stores[store]):
                 log.info("created changelog %s of store '%s' with %d partition(s)", stream, store, needed)
             self._check(admin, store, spec)
             self._claim(admin, store, stream)
@@ -97,8 +112,8 @@ class ChangelogStateBackendAdmin(StateBackendAdmin):
     def validate_resources(self) -> None:
         needed = self._partitions_needed()
         for store, stream in sorted(self.changelogs.items()):
-            spec = StreamSpec(stream.system, stream.stream, needed, self.specs[store])
-            self._check(self.admins(stream.system), store, spec)
+            admin = self.admins(stream.system)
+            self._check(admin, store, _spec(admin, stream, needed, self.stores[store]))
 
     def _claim(self, admin: SystemAdmin, store: str, stream: SystemStream) -> None:
         """Own the changelog before any container writes it: a second job (a copied config naming the same
