@@ -151,20 +151,23 @@ def test_an_existing_changelog_that_is_not_compacted_fails_the_job_at_start(
         InProcessRunner(config).run(timeout=90)
 
 
+def job_on_a_changelog_keeping_tombstones_an_hour(tmp_path: Path, bootstrap: str, changelog: str) -> Settings:
+    """A counting job, its input prepared, whose changelog exists compacted at the store's lag but keeps tombstones
+    an hour (the store's ``changelog.delete.retention.ms`` is a day)."""
+    settings = {"cleanup.policy": "compact", "min.compaction.lag.ms": "14400000", "delete.retention.ms": "3600000"}
+    create_topic(bootstrap, changelog, 2, **settings)
+    config = job(tmp_path, bootstrap, changelog, f"tombstones-{uuid.uuid4().hex[:8]}")
+    prepare_input(config)
+    return config
+
+
 def test_an_existing_changelog_that_drops_tombstones_sooner_than_the_stores_delete_retention_fails_the_job_at_start(
     tmp_path: Path, bootstrap: str, topic_name: Any
 ) -> None:
     """A restore starts from a local checkpoint directory younger than the store's delete retention: a key deleted
     after the directory was made needs its tombstone in the changelog's tail, or it comes back."""
     changelog = topic_name("changelog")
-    create_topic(
-        bootstrap,
-        changelog,
-        2,
-        **{"cleanup.policy": "compact", "min.compaction.lag.ms": "14400000", "delete.retention.ms": "3600000"},
-    )
-    config = job(tmp_path, bootstrap, changelog, f"tombstones-{uuid.uuid4().hex[:8]}")
-    prepare_input(config)
+    config = job_on_a_changelog_keeping_tombstones_an_hour(tmp_path, bootstrap, changelog)
     with pytest.raises(MillstreamError) as refused:
         InProcessRunner(config).run(timeout=90)
     message = str(refused.value)
@@ -180,14 +183,7 @@ def test_on_spark_an_existing_changelog_that_drops_tombstones_sooner_than_the_st
     spark_local: SparkSession, tmp_path: Path, bootstrap: str, topic_name: Any
 ) -> None:
     changelog = topic_name("changelog")
-    create_topic(
-        bootstrap,
-        changelog,
-        2,
-        **{"cleanup.policy": "compact", "min.compaction.lag.ms": "14400000", "delete.retention.ms": "3600000"},
-    )
-    config = job(tmp_path, bootstrap, changelog, f"tombstones-{uuid.uuid4().hex[:8]}")
-    prepare_input(config)
+    config = job_on_a_changelog_keeping_tombstones_an_hour(tmp_path, bootstrap, changelog)
     with pytest.raises(MillstreamError, match=r"stores\.counts\.changelog\.delete\.retention\.ms=86400000"):
         result = SparkJobRunner(config, spark=spark_local).run()
         pytest.fail(f"the job ran: {result.outcome}")
