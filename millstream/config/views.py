@@ -742,11 +742,12 @@ class StoreConfig(ConfigView):
                 f"config key '{key}replication.factor' is not a topic config: "
                 f"set '{prefix}changelog.replication.factor'"
             )
-        policy = topic.get("cleanup.policy")
-        if policy is not None and "compact" not in [part.strip() for part in policy.split(",")]:
+        policy = [part.strip() for part in topic.get("cleanup.policy", "compact").split(",")]
+        if "compact" not in policy or ("delete" in policy and topic.get("retention.ms", "").strip() != "-1"):
             raise ConfigError(
-                f"config key '{key}cleanup.policy' is {policy!r}: a changelog must be compacted ('compact'), or a "
-                "restore would miss the keys written longest ago"
+                f"config key '{key}cleanup.policy' is {topic['cleanup.policy']!r}: a changelog must be compacted "
+                f"('compact') and keep every key's newest record, or a restore would miss the keys written longest "
+                f"ago ('delete' only with '{key}retention.ms' -1)"
             )
         floors = {
             "min.compaction.lag.ms": ("changelog.min.compaction.lag.ms", self.changelog_min_compaction_lag_ms),

@@ -311,9 +311,14 @@ def test_store_keys_are_rejected() -> None:
 
 def test_samzas_changelog_kafka_keys_become_the_stores_changelog_topic_configs() -> None:
     store = StoreConfig.parse(
-        {"changelog.kafka.segment.bytes": "1048576", "changelog.kafka.cleanup.policy": "compact,delete"}, "stores.s."
+        {"changelog.kafka.segment.bytes": "1048576", "changelog.kafka.max.message.bytes": "2097152"}, "stores.s."
     )
-    assert store.changelog_kafka == {"segment.bytes": "1048576", "cleanup.policy": "compact,delete"}
+    assert store.changelog_kafka == {"segment.bytes": "1048576", "max.message.bytes": "2097152"}
+    kept = {"changelog.kafka.cleanup.policy": "compact,delete", "changelog.kafka.retention.ms": "-1"}
+    assert StoreConfig.parse(kept, "stores.s.").changelog_kafka == {
+        "cleanup.policy": "compact,delete",
+        "retention.ms": "-1",
+    }
     assert StoreConfig.parse({}, "stores.s.").changelog_kafka == {}
 
 
@@ -321,6 +326,11 @@ def test_samzas_changelog_kafka_keys_become_the_stores_changelog_topic_configs()
     ("entries", "refused"),
     [
         ({"changelog.kafka.cleanup.policy": "delete"}, r"'stores\.s\.changelog\.kafka\.cleanup\.policy' is 'delete'"),
+        (
+            {"changelog.kafka.cleanup.policy": "compact,delete"},
+            r"'stores\.s\.changelog\.kafka\.cleanup\.policy' is 'compact,delete'.*"
+            r"'stores\.s\.changelog\.kafka\.retention\.ms' -1",
+        ),
         (
             {"changelog.kafka.min.compaction.lag.ms": "0"},
             r"'stores\.s\.changelog\.kafka\.min\.compaction\.lag\.ms' is 0, below "

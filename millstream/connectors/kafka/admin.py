@@ -296,6 +296,13 @@ class KafkaSystemAdmin(SystemAdmin):
         policy = config.get("cleanup.policy", "")
         if "compact" not in policy.split(","):
             raise KafkaSystemError(f"Kafka topic '{topic}' has cleanup.policy={policy!r}; a changelog needs 'compact'")
+        if "delete" in policy.split(",") and config.get("retention.ms") != "-1":
+            raise KafkaSystemError(
+                f"Kafka topic '{topic}' has cleanup.policy={policy!r} and retention.ms={config.get('retention.ms')}: "
+                f"it deletes records older than that, keys a restore needs; a changelog needs 'compact' alone "
+                f"(kafka-configs.sh --alter --entity-type topics --entity-name {topic} --add-config "
+                f"cleanup.policy=compact) or retention.ms=-1"
+            )
         _require_at_least(
             topic, spec, config, MIN_COMPACTION_LAG_KEY, "0", "compacts records after",
             "a restore that reverts what followed a checkpoint relies on (it would replay a compacted changelog and "

@@ -151,6 +151,19 @@ def test_an_existing_changelog_that_is_not_compacted_fails_the_job_at_start(
         InProcessRunner(config).run(timeout=90)
 
 
+def test_an_existing_changelog_that_also_deletes_by_time_fails_the_job_at_start(
+    tmp_path: Path, bootstrap: str, topic_name: Any
+) -> None:
+    """``compact,delete`` compacts and also deletes segments older than ``retention.ms`` (7 days by default): the keys
+    written longest ago, which a restore needs."""
+    changelog = topic_name("changelog")
+    create_topic(bootstrap, changelog, 2, **{"cleanup.policy": "compact,delete", "min.compaction.lag.ms": "14400000"})
+    config = job(tmp_path, bootstrap, changelog, f"policy-{uuid.uuid4().hex[:8]}")
+    prepare_input(config)
+    with pytest.raises(MillstreamError, match=r"cleanup\.policy='compact,delete' and retention\.ms=604800000"):
+        InProcessRunner(config).run(timeout=90)
+
+
 def job_on_a_changelog_keeping_tombstones_an_hour(tmp_path: Path, bootstrap: str, changelog: str) -> Settings:
     """A counting job, its input prepared, whose changelog exists compacted at the store's lag but keeps tombstones
     an hour (the store's ``changelog.delete.retention.ms`` is a day)."""
