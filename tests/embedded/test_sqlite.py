@@ -9,6 +9,7 @@ import pickle
 import sqlite3
 import threading
 from collections.abc import Iterator
+from multiprocessing.synchronize import Event as ProcessEvent
 from pathlib import Path
 
 import pytest
@@ -148,16 +149,23 @@ def test_lookups_search_an_index_of_keys_not_the_rows_with_their_values(store: S
     assert any("USING INDEX sqlite_autoindex_metadata_1" in row[-1] for row in plan), plan
 
 
-def test_a_file_of_an_earlier_release_is_rewritten_as_a_rowid_table_keeping_every_row(tmp_path: Path) -> None:
-    path = tmp_path / "metadata.db"
+def _file_of_an_earlier_release(path: Path, rows: list[tuple[str, str, bytes]]) -> sqlite3.Connection:
+    """A metadata file as releases before the rowid table made it, holding ``rows``; its connection stays open."""
     earlier = sqlite3.connect(path)
     earlier.executescript(
         "PRAGMA journal_mode = WAL; CREATE TABLE metadata (namespace TEXT NOT NULL, key TEXT NOT NULL, "
         "value BLOB NOT NULL, PRIMARY KEY (namespace, key)) WITHOUT ROWID;"
     )
-    rows = [("job-model", "latest", b"m" * 70_000), ("checkpoint-v2", "Partition 0", b"c")]
     earlier.executemany("INSERT INTO metadata VALUES (?, ?, ?)", rows)
     earlier.commit()
+    return earlier
+
+
+def test_a_file_of_an_earlier_release_is_rewritten_as_a_rowid_table_keeping_every_row(tmp_path: Path) -> None:
+    path = tmp_path / "metadata.db"
+    earlier = _file_of_an_earlier_release(
+        path, [("job-model", "latest", b"m" * 70_000), ("checkpoint-v2", "Partition 0", b"c")]
+    )
     store = SqliteMetadataStore(path)
     try:
         assert store.get("job-model", "latest") == b"m" * 70_000
@@ -172,6 +180,32 @@ def test_a_file_of_an_earlier_release_is_rewritten_as_a_rowid_table_keeping_ever
     finally:
         store.close()
         earlier.close()
+
+
+def _increment_after_opening(store: SqliteMetadataStore, start: ProcessEvent) -> None:
+    start.wait(timeout=60)
+    _cas_increment(store, "counter", "n")
+    store.close()
+
+
+def test_processes_opening_a_file_of_an_earlier_release_at_once_rewrite_it_once_and_lose_nothing(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "metadata.db"
+    _file_of_an_earlier_release(path, [("counter", "n", b"0"), ("job-model", "1", b"m" * 70_000)]).close()
+    context = multiprocessing.get_context("spawn")
+    start = context.Event()
+    store = SqliteMetadataStore(path)
+    processes = [context.Process(target=_increment_after_opening, args=(store, start)) for _ in range(4)]
+    for process in processes:
+        process.start()
+    start.set()
+    for process in processes:
+        process.join(timeout=60)
+        assert process.exitcode == 0
+    assert (store.get("counter", "n"), store.get("job-model", "1")) == (b"4", b"m" * 70_000)
+    assert "WITHOUT ROWID" not in _table_sql(path).upper()
+    store.close()
 
 
 def test_store_reopens_after_close(store: SqliteMetadataStore) -> None:
