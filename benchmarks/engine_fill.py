@@ -88,10 +88,12 @@ def benchmark_of(fill: Fill) -> str:
 
 
 def unpacked_libraries(cache: Path) -> dict[str, str]:
-    """This process's environment with the libraries unpacked into ``cache`` first on ``LD_LIBRARY_PATH``."""
+    """This process's environment with the libraries unpacked into ``cache`` first on ``LD_LIBRARY_PATH``: Debian's
+    multiarch directory of whatever architecture the packages were for (``usr/lib/<triplet>``), and ``usr/lib``."""
     environment = dict(os.environ)
-    libraries = str(cache / "usr" / "lib" / "x86_64-linux-gnu")
-    environment["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [libraries, environment.get("LD_LIBRARY_PATH")]))
+    lib = cache / "usr" / "lib"
+    libraries = [str(path) for path in sorted(lib.glob("*-linux-gnu*")) if path.is_dir()] + [str(lib)]
+    environment["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [*libraries, environment.get("LD_LIBRARY_PATH")]))
     return environment
 
 

@@ -71,9 +71,11 @@ def test_a_debs_depends_field_gives_the_first_of_each_alternative_without_versio
     assert engine_fill.parse_depends(field) == ["libc6", "libfoo1", "libbaz", "zlib1g"]
 
 
-def test_a_fetched_program_loads_its_libraries_from_the_cache_and_is_refused_naming_those_missing(tmp_path):
-    """A program linked to a library only the cache holds (built here with cc, as a fetched package's is)."""
-    libraries = tmp_path / "usr" / "lib" / "x86_64-linux-gnu"
+@pytest.mark.parametrize("triplet", ["x86_64-linux-gnu", "aarch64-linux-gnu"])
+def test_a_fetched_program_loads_its_libraries_from_the_cache_and_is_refused_naming_those_missing(tmp_path, triplet):
+    """A program linked to a library only the cache holds (built here with cc, as a fetched package's is), in the
+    multiarch directory of whichever architecture the packages were for."""
+    libraries = tmp_path / "usr" / "lib" / triplet
     libraries.mkdir(parents=True)
     (tmp_path / "only.c").write_text("int only_in_the_cache(void) { return 36; }\n")
     (tmp_path / "main.c").write_text("int only_in_the_cache(void);\nint main(void) { return only_in_the_cache(); }\n")
