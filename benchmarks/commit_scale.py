@@ -2,6 +2,7 @@
 
     python -m benchmarks.commit_scale [--tasks 1,10,100,1000] [--rounds 3] [--system log|kafka] [--stateless]
                                       [--repeats 1] [--calls] [--root DIR] [--local-checkpoint-ms MS]
+                                      [--committing K]
     valgrind --tool=callgrind --instr-atstart=no python -m benchmarks.commit_scale --instructions [...]
 
 One container runs ``N`` tasks (one input partition each) of a job whose store ``counts`` is backed up to a
@@ -23,6 +24,11 @@ real one (``Container``) in this process, with its run loop replaced by the meas
 * **idle round**: the same, straight after a full round, when no task processed anything since its last commit
   (issue 36 asks 1,000 tasks for under 100 ms: nothing to flush, snapshot or checkpoint); the median of
   ``--rounds`` rounds;
+
+``--committing K`` has only the first K tasks of each container process and commit in a round, the others idle in
+it: with ``--tasks 100,1000 --committing 100`` the two rows commit the same 100 tasks, one in a container ten times
+the size, which tells a commit that costs more in a bigger container from rounds that cost more for touching more
+tasks (the per-task column is per committing task).
 
 The store makes its local checkpoint (memtable flush, RocksDB checkpoint directory) at the first round, then every
 ``stores.counts.local.checkpoint.interval.ms`` (10 s by default, so the later rounds of a run do not);
@@ -126,6 +132,8 @@ class Measured:
     """CPU seconds of the first full round, whose stores also make their local checkpoint (a memtable flush and a
     RocksDB checkpoint directory each): what every commit does when commits are further apart than
     ``stores.<s>.local.checkpoint.interval.ms``, as at-least-once's 60 s are."""
+    committing: int | None = None
+    """Tasks that processed and committed in each round (``--committing``; None: all of them)."""
 
 
 class MeasuringContainer(Container):
@@ -137,9 +145,11 @@ class MeasuringContainer(Container):
         rounds: int,
         counter: CallCounter | None = None,
         instructions: InstructionCounter | None = None,
+        committing: int | None = None,
         **kwargs: Any,
     ) -> None:
         self._stop_now = threading.Event()
+        self.committing = committing
         self.counter = counter
         self.instructions = instructions
         self.began_calls = counter.calls() if counter is not None else 0
@@ -161,7 +171,8 @@ class MeasuringContainer(Container):
         self.idle_wall: list[float] = []
         self.batches: list[int] = []
 
-    def _run_loop(self, loop: RunLoop, tasks: list[TaskInstance]) -> None:
+    def _run_loop(self, loop: RunLoop, every_task: list[TaskInstance]) -> None:
+        tasks = every_task[: self.committing]
         wall, cpu = self.began
         self.startup = (time.perf_counter() - wall, time.process_time() - cpu)
         self.startup_window.close()
@@ -190,7 +201,7 @@ class MeasuringContainer(Container):
             self.idle_wall.append(wall)
             self.idle_cpu.append(cpu)
         self._stop_now.set()
-        super()._run_loop(loop, tasks)
+        super()._run_loop(loop, every_task)
 
 
 def _checkpoint_batches(tasks: list[TaskInstance]) -> int | None:
@@ -261,7 +272,9 @@ def measure(
     calls: bool = False,
     local_checkpoint_ms: int | None = None,
     instructions: InstructionCounter | None = None,
+    committing: int | None = None,
 ) -> Measured:
+    """One container of ``tasks`` tasks; ``committing``: only that many of them process and commit in a round."""
     config = job_config(root, tasks, system, bootstrap, stateless, local_checkpoint_ms)
     admin = system_factory(config, system).get_admin(system, config)
     admin.start()
@@ -275,15 +288,23 @@ def measure(
         model = JobCoordinator(config, store).start()
         with CallCounter() if calls else contextlib.nullcontext() as counter:
             container = MeasuringContainer(
-                config, model, "0", rounds=rounds, store=store, counter=counter, instructions=instructions
+                config,
+                model,
+                "0",
+                rounds=rounds,
+                store=store,
+                counter=counter,
+                instructions=instructions,
+                committing=committing,
             )
             result = container.run()
     finally:
         store.close()
     if result.outcome not in ("stopped", "finished"):
         raise RuntimeError(f"{tasks} tasks: the container ended {result.outcome}")
-    if result.commits < tasks * rounds:
-        raise RuntimeError(f"{tasks} tasks: {result.commits} commits wrote a checkpoint, not {tasks * rounds}")
+    active = min(committing or tasks, tasks)
+    if result.commits < active * rounds:
+        raise RuntimeError(f"{tasks} tasks: {result.commits} commits wrote a checkpoint, not {active * rounds}")
     wall, cpu = container.startup
     median = statistics.median
     later_cpu, later_wall = (
@@ -305,6 +326,7 @@ def measure(
         container.startup_counted.instructions if container.startup_counted is not None else None,
         median(container.commit_instructions) if container.commit_instructions else None,
         container.commit_cpu[0],
+        committing,
     )
 
 
@@ -324,6 +346,7 @@ def median_of(runs: list[Measured]) -> Measured:
         "startup_instructions",
         "commit_instructions",
         "first_commit_cpu",
+        "committing",
     ):
         known = [getattr(run, optional) for run in runs if getattr(run, optional) is not None]
         medians[optional] = statistics.median(known) if known else None
@@ -346,7 +369,7 @@ def table(rows: list[Measured]) -> str:
         lines.append(
             f"| {row.tasks:,} | {row.startup_seconds:.3f} | {row.startup_cpu:.3f} | "
             f"{ratio(row.startup_cpu, base.startup_cpu if base else None)} | {row.commit_seconds:.4f} | "
-            f"{row.commit_cpu:.4f} | {row.commit_cpu / row.tasks * 1000:.2f} | "
+            f"{row.commit_cpu:.4f} | {row.commit_cpu / min(row.committing or row.tasks, row.tasks) * 1000:.2f} | "
             f"{ratio(row.commit_cpu, base.commit_cpu if base else None)} | {row.idle_seconds:.4f} | "
             f"{row.idle_cpu:.4f} | {ratio(row.idle_cpu, base.idle_cpu if base else None)} | "
             f"{'-' if row.batches is None else f'{row.batches:g}'} | "
@@ -438,6 +461,12 @@ def main() -> None:
         "--local-checkpoint-ms", type=int, help="stores.counts.local.checkpoint.interval.ms (0: at every commit)"
     )
     parser.add_argument(
+        "--committing",
+        type=int,
+        help="only this many tasks of each container process and commit in a round, the others idle in it: whether "
+        "a task's commit costs more in a bigger container or only when more tasks commit",
+    )
+    parser.add_argument(
         "--root", type=Path, help="where the runs' files go (default: the temporary directory; /dev/shm: a tmpfs)"
     )
     args = parser.parse_args()
@@ -464,6 +493,7 @@ def main() -> None:
                             args.calls,
                             local_checkpoint_ms,
                             instructions,
+                            args.committing,
                         )
                     )
                     print(f"{tasks} tasks done", flush=True)

@@ -19,6 +19,13 @@ def test_a_measurement_commits_every_task_in_every_round_and_times_start_up(tmp_
     assert row.first_commit_cpu is not None and row.first_commit_cpu > 0
 
 
+def test_a_container_can_commit_some_of_its_tasks_each_round_and_the_rest_stay_idle(tmp_path):
+    row = measure(tmp_path, tasks=4, rounds=2, system="log", bootstrap=None, committing=1)
+    assert row.tasks == 4 and row.committing == 1 and row.commit_cpu > 0
+    per_task = table([row]).splitlines()[2].split("|")[7].strip()
+    assert float(per_task) == round(row.commit_cpu * 1000, 2), "per committing task, not per task of the container"
+
+
 def test_the_commit_round_is_the_median_of_the_rounds_after_the_first_which_is_shown_alone(tmp_path):
     """The first round also makes every store's local checkpoint; in a median of three rounds it pushed the figure
     to the dearer of the other two."""
