@@ -220,6 +220,21 @@ def test_samzas_changelog_kafka_keys_are_the_topic_configs_of_a_changelog_the_jo
     assert topic["cleanup.policy"] == "compact"  # the job's own configs stay under them
 
 
+def test_an_existing_changelog_is_checked_against_what_a_restore_needs_not_against_the_topic_configs_asked_for_it(
+    tmp_path: Path, bootstrap: str, topic_name: Any
+) -> None:
+    """``changelog.kafka.*`` applies when the job creates the topic (as in Samza); one that exists keeps its own, and
+    it starts as long as it gives a restore what the store's keys say."""
+    changelog = topic_name("changelog")
+    create_topic(bootstrap, changelog, 2, **{"cleanup.policy": "compact", "min.compaction.lag.ms": "14400000"})
+    config = kafka_settings_job(tmp_path, bootstrap, changelog, min__compaction__lag__ms="28800000")
+    prepare_input(config)
+    run_to_end(config)
+    assert (
+        KafkaSystemFactory().get_admin("kafka", config).topic_config(changelog)["min.compaction.lag.ms"] == "14400000"
+    )
+
+
 def test_a_changelog_kafka_topic_config_the_broker_refuses_fails_the_job_at_start_naming_the_key(
     tmp_path: Path, bootstrap: str, topic_name: Any
 ) -> None:

@@ -44,11 +44,12 @@ def _stream_config(store: StoreConfig) -> dict[str, str]:
     return config
 
 
-def _spec(admin: SystemAdmin, stream: SystemStream, partitions: int, store: StoreConfig) -> StreamSpec:
-    """The changelog's spec for its system: ``_stream_config``, and on Kafka the store's ``changelog.kafka.*`` topic
-    configs over it (Samza's order; ``StoreConfig`` refused any that would weaken what a restore relies on)."""
+def _spec(stream: SystemStream, partitions: int, store: StoreConfig, admin: SystemAdmin | None = None) -> StreamSpec:
+    """The changelog's spec: ``_stream_config``, what a restore needs of the stream and what an existing one is
+    checked against; to create it on Kafka (``admin`` given), the store's ``changelog.kafka.*`` topic configs over
+    that (Samza's order; ``StoreConfig`` refused any that would weaken what a restore needs)."""
     config = _stream_config(store)
-    if admin.takes_kafka_topic_configs:
+    if admin is not None and admin.takes_kafka_topic_configs:
         config.update(store.changelog_kafka)
     return StreamSpec(stream.system, stream.stream, partitions, config)
 
@@ -98,7 +99,7 @@ class ChangelogStateBackendAdmin(StateBackendAdmin):
         needed = self._partitions_needed()
         for store, stream in sorted(self.changelogs.items()):
             admin = self.admins(stream.system)
-            spec = _spec(admin, stream, needed, self.stores[store])
+            spec = _spec(stream, needed, self.stores[store], admin)
             if self.stores[store].changelog_kafka and not admin.takes_kafka_topic_configs:
                 log.warning(
                     "store '%s': stores.%s.%s* ignored: changelog %s is not on Kafka", store, store,
@@ -106,14 +107,13 @@ class ChangelogStateBackendAdmin(StateBackendAdmin):
                 )  # fmt: skip
             if _create(admin, spec, store, self.stores[store]):
                 log.info("created changelog %s of store '%s' with %d partition(s)", stream, store, needed)
-            self._check(admin, store, spec)
+            self._check(admin, store, _spec(stream, needed, self.stores[store]))
             self._claim(admin, store, stream)
 
     def validate_resources(self) -> None:
         needed = self._partitions_needed()
         for store, stream in sorted(self.changelogs.items()):
-            admin = self.admins(stream.system)
-            self._check(admin, store, _spec(admin, stream, needed, self.stores[store]))
+            self._check(self.admins(stream.system), store, _spec(stream, needed, self.stores[store]))
 
     def _claim(self, admin: SystemAdmin, store: str, stream: SystemStream) -> None:
         """Own the changelog before any container writes it: a second job (a copied config naming the same
