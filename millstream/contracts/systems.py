@@ -585,6 +585,14 @@ class SystemProducer(ABC):
         needs of every producer it writes through)."""
         return False
 
+    @property
+    def flush_covers_every_source(self) -> bool:
+        """Whether a started producer's ``flush(source)`` makes every source's sends durable, not only
+        ``source``'s (a client that can only flush as a whole, or whose flush commits a transaction). Callers
+        that share it between threads then let the sends already waiting go before a flush, so that one flush
+        covers them all (``systems.producers.SerializedProducer``)."""
+        return False
+
     def commit_transaction(self) -> None:  # noqa: B027 - optional hook
         """Make everything sent since the last call visible, atomically, and begin the next transaction. Only a
         ``transactional`` producer whose ``flush`` does not commit (exactly-once) needs it; a no-op otherwise."""

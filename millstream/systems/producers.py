@@ -15,13 +15,27 @@ and flushes there). A transactional producer takes one call at a time (librdkafk
 commit of the transaction is in progress with "Erroneous state", and a flush that found another thread's flush
 covering its sends would return before they are durable), so the pool hands it out behind a lock
 (``SerializedProducer``). A call waits at most for the one in progress, which is bounded by the system's own
-timeouts (``systems.<s>.outage.timeout.ms`` for a Kafka flush).
+timeouts (``systems.<s>.outage.timeout.ms`` for a Kafka flush); and where one flush covers every source's sends
+(``SystemProducer.flush_covers_every_source``: Kafka's), a flush also waits for the sends that were already waiting
+when it was asked.
+
+That last rule is a group commit. A flush of a transactional producer commits the transaction, and while it runs
+the other commit threads queue up behind the lock, each to send its task's changelog writes or to flush. Taken in
+whatever order the lock hands them out, the queue's next flush covers only the sends that happened to come before
+it, and each of the rest needs a commit of its own: measured on Kafka, 0.8 transactions per task. Letting the
+waiting sends go first makes the next flush cover them all, and their tasks' own flushes then find their sends
+covered and return at once: 6 transactions for a round of 100 tasks, 37 for 1,000. Each transaction costs
+requests to the brokers, and librdkafka walks every partition the producer writes to on each of them: the round's
+CPU fell by more than half (see the performance page). A flush waits only for sends already waiting when it was
+asked, never for later ones, so steady sending cannot hold it off. The embedded log's producer flushes only the
+source's own partitions, so there no flush waits for the others' sends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Self
 
@@ -148,6 +162,16 @@ class SerializedProducer(SystemProducer):
     def __init__(self, producer: SystemProducer) -> None:
         self.producer = producer
         self._lock = threading.RLock()
+        self._groups_flushes = producer.flush_covers_every_source
+        """Whether a flush waits for the sends already waiting (see the module docstring): only where one flush
+        covers every source's sends; a producer that flushes per source (the embedded log's) gains nothing."""
+        self._turns = threading.Condition(self._lock)
+        """Where a flush waits for the sends that were waiting when it was asked."""
+        self._queue = threading.Lock()
+        self._sends_asked = 0
+        """Sends that began to wait for the lock; changed under ``_queue``, not the lock they wait for."""
+        self._sends_done = 0
+        """Sends that had their turn, whether they succeeded or raised; changed under the lock."""
 
     def register(self, source: str) -> None:
         with self._lock:
@@ -171,18 +195,38 @@ class SerializedProducer(SystemProducer):
         with self._lock:
             self.producer.start()
 
+    def _sending(self) -> contextlib.AbstractContextManager[object]:
+        """A send's turn: counted, from when it began to wait until it is done, where flushes are grouped."""
+        return self._counted_send() if self._groups_flushes else self._lock
+
+    @contextlib.contextmanager
+    def _counted_send(self) -> Iterator[None]:
+        with self._queue:
+            self._sends_asked += 1
+        with self._turns:
+            try:
+                yield
+            finally:
+                self._sends_done += 1
+                self._turns.notify_all()
+
     def send(self, source: str, envelope: OutgoingMessageEnvelope) -> None:
-        with self._lock:
+        with self._sending():
             self.producer.send(source, envelope)
 
     def send_batch(
         self, source: str, stream: SystemStream, messages: Sequence[bytes | None], keys: Sequence[bytes | None] | None
     ) -> None:
-        with self._lock:
+        with self._sending():
             self.producer.send_batch(source, stream, messages, keys)
 
     def flush(self, source: str) -> None:
-        with self._lock:
+        """Flush once the sends already waiting for the lock are done, so that this flush covers them too."""
+        with self._turns:
+            if self._groups_flushes:
+                with self._queue:
+                    due = self._sends_asked
+                self._turns.wait_for(lambda: self._sends_done >= due)
             self.producer.flush(source)
 
     @property

@@ -579,6 +579,12 @@ class KafkaSystemProducer(SystemProducer):
     def transactional(self) -> bool:
         return self._transactions is not None and not self._commit_on_flush
 
+    @property
+    def flush_covers_every_source(self) -> bool:
+        """True unless the sends are counted per source (``flush.per.source`` without a transaction): librdkafka
+        flushes a whole producer, and a transaction's commit covers every source's sends."""
+        return self._deliveries is None
+
     def commit_transaction(self) -> None:
         """Commit what was sent since the last commit and begin the next transaction (exactly-once)."""
         producer = self._producer

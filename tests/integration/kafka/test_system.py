@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -23,6 +24,7 @@ from millstream.contracts.systems import StreamSpec, WriterToken
 from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError, StreamNotFoundError
 from millstream.model import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
+from millstream.systems.producers import SerializedProducer
 from tests.helpers import wait_until
 from tests.integration.kafka.helpers import SYSTEM, create_topic, kafka_config, produce, read_all
 from tests.integration.processes import free_port
@@ -455,6 +457,7 @@ def test_a_sources_flush_waits_only_when_that_source_sent_since_the_last_flush(b
     create_topic(bootstrap, topic, 1)
     producer = started_producer(kafka_config(bootstrap, systems__kafka__producer__linger__ms=60_000))
     stream = SystemStream(SYSTEM, topic)
+    assert producer.flush_covers_every_source
     try:
         producer.send("a", OutgoingMessageEnvelope(stream, b"a1"))
         producer.flush("b")
@@ -492,6 +495,7 @@ def test_a_sources_flush_does_not_wait_for_another_sources_sends_and_raises_only
             systems__kafka__producer__linger__ms=2_000,
         )
     )
+    assert not producer.flush_covers_every_source
     try:
         producer.send("b", OutgoingMessageEnvelope(SystemStream(SYSTEM, gone), b"b0"))
         producer.flush("b")  # the producer knows the topic and its leader
@@ -550,6 +554,47 @@ def test_a_transactional_producer_commits_once_for_the_sources_a_flush_covered(b
     wait_until(
         lambda: [m.value() for m in read_all(bootstrap, topic, 2)] == [b"a", b"b", b"b2"], 30, "b2 was not committed"
     )
+
+
+def test_commit_threads_queued_behind_a_flush_are_covered_by_one_transaction_commit(bootstrap, topic_name, monkeypatch):
+    """A container's changelog producer behind its lock: while one commit thread's flush holds it, twenty tasks'
+    commit threads queue up to send and then flush. The first of their flushes to get the lock lets the waiting
+    sends go first, so one commit of the transaction covers all twenty, and the other flushes return at once;
+    taken in the lock's order, each flush committed the few sends that happened to precede it."""
+    topic = topic_name()
+    create_topic(bootstrap, topic, 4)
+    inner = KafkaSystemFactory().get_producer(SYSTEM, kafka_config(bootstrap))
+    inner.set_writer(WriterToken(f"queued-{topic}", "0", 1, 1))
+    inner.start()
+    assert inner._transactions is not None
+    commits: list[object] = []
+    commit = inner._transactions.commit
+
+    def counted(client: Any) -> None:
+        commits.append(client)
+        commit(client)
+
+    monkeypatch.setattr(inner._transactions, "commit", counted)
+    producer = SerializedProducer(inner)
+    stream = SystemStream(SYSTEM, topic)
+
+    def task_commit(task: int) -> None:
+        producer.send(f"Partition {task}", OutgoingMessageEnvelope(stream, b"%d" % task, partition=task % 4))
+        producer.flush(f"Partition {task}")
+
+    threads = [threading.Thread(target=task_commit, args=(task,), name=f"commit-{task}") for task in range(20)]
+    try:
+        with producer._lock:  # another commit thread's flush under way
+            for thread in threads:
+                thread.start()
+            wait_until(lambda: producer._sends_asked == 20, 30, "twenty commit threads to queue up to send")
+        for thread in threads:
+            thread.join(60)
+            assert not thread.is_alive(), f"{thread.name} never finished its flush"
+        assert len(commits) == 1
+    finally:
+        producer.stop()
+    assert sorted(int(m.value()) for m in read_all(bootstrap, topic, 4)) == list(range(20))
 
 
 # --- bad configuration and unreachable brokers -------------------------------------------------------
