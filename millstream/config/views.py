@@ -568,11 +568,31 @@ ROCKSDB_BLOCK_SIZE_BYTES = 4096
 """A RocksDB store's table files' block size by default (Samza's and RocksDB's default)."""
 ROCKSDB_MIN_OPEN_FILES = 20
 """The smallest bound of a RocksDB store's open files RocksDB keeps (it raises any lower one to this)."""
+RocksDbCompactionStyle = Literal["level", "universal"]
+"""``stores.<s>.rocksdb.compaction.style``'s values (Samza's names), Samza's ``fifo`` excepted (see
+``_not_fifo``)."""
+ROCKSDB_COMPACTION_STYLE: RocksDbCompactionStyle = "level"
+"""A RocksDB store's compaction style by default: RocksDB's own default, not Samza's (``universal``). Level style
+rewrites less of a large store per compaction and keeps its reads to one file per level; universal writes each
+byte fewer times (less write amplification, for stores that are mostly written) and needs up to twice the store's
+size free on disk while it compacts."""
 
 
 def _unbounded_or_rocksdb_minimum(value: int) -> int:
     if value != -1 and value < ROCKSDB_MIN_OPEN_FILES:
         raise ValueError(f"must be -1 (no bound) or at least {ROCKSDB_MIN_OPEN_FILES}, RocksDB's minimum")
+    return value
+
+
+def _not_fifo(value: object) -> object:
+    """Samza's ``fifo`` is refused: RocksDB then deletes a store's oldest table files once the store outgrows a
+    size, keys and all, without a tombstone in its changelog, so the store silently loses keys that its changelog,
+    its checkpoints and a restore still hold."""
+    if isinstance(value, str) and value.strip().lower() == "fifo":
+        raise ValueError(
+            "'fifo' is not supported: RocksDB's FIFO compaction deletes the oldest table files, keys and all, "
+            "which the store's changelog still holds (a restore would bring them back); use 'level' or 'universal'"
+        )
     return value
 
 
@@ -669,6 +689,12 @@ class StoreConfig(ConfigView):
     rocksdb_block_size_bytes: int = Field(ROCKSDB_BLOCK_SIZE_BYTES, alias="rocksdb.block.size.bytes", ge=512)
     """Size of the table files' blocks, what a read loads and the block cache holds (Samza's key and default):
     larger blocks compress better and index smaller, smaller ones read fewer bytes per key."""
+    rocksdb_compaction_style: Annotated[RocksDbCompactionStyle, BeforeValidator(_not_fifo)] = Field(
+        ROCKSDB_COMPACTION_STYLE, alias="rocksdb.compaction.style"
+    )
+    """How RocksDB compacts the store's table files (Samza's key): ``level`` (the default, RocksDB's; Samza's is
+    ``universal``) or ``universal``. Samza's ``fifo`` is refused: it deletes keys the changelog still holds. A store
+    whose files were written in the other style is opened as it is and compacted in the new style from then on."""
     container_cache_size_bytes: int = Field(100 * 1024 * 1024, alias="container.cache.size.bytes", ge=0)
     """RocksDB block cache per container for this store, split between its tasks (Samza's key); 0: no block
     cache. With ``container.write.buffer.size.bytes`` x ``rocksdb.num.write.buffers`` it is the store's share of

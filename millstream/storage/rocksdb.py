@@ -21,10 +21,12 @@ import rocksdict
 from millstream.config.settings import Settings
 from millstream.config.views import (
     ROCKSDB_BLOCK_SIZE_BYTES,
+    ROCKSDB_COMPACTION_STYLE,
     ROCKSDB_COMPRESSION,
     ROCKSDB_KEEP_LOG_FILE_NUM,
     ROCKSDB_MAX_LOG_FILE_SIZE_BYTES,
     ROCKSDB_MAX_OPEN_FILES,
+    RocksDbCompactionStyle,
     RocksDbCompression,
     StoreConfig,
 )
@@ -82,17 +84,25 @@ COMPRESSIONS: dict[RocksDbCompression, Callable[[], rocksdict.DBCompressionType]
 }
 """``stores.<s>.rocksdb.compression``'s values (Samza's names) and RocksDB's types."""
 
+COMPACTION_STYLES: dict[RocksDbCompactionStyle, Callable[[], rocksdict.DBCompactionStyle]] = {
+    "level": rocksdict.DBCompactionStyle.level,
+    "universal": rocksdict.DBCompactionStyle.universal,
+}
+"""``stores.<s>.rocksdb.compaction.style``'s values (Samza's names) and RocksDB's styles."""
+
 
 @dataclass(frozen=True)
 class StoreTuning:
     """A store's RocksDB options beyond its memory, from its ``stores.<s>.rocksdb.*`` keys (Samza's keys and
     defaults): its info log's bound; the most files it keeps open, its table files included (-1: no bound); the
-    compression of its table files; the size of their blocks, the unit a read loads and the block cache holds."""
+    compression of its table files; the size of their blocks, the unit a read loads and the block cache holds; how
+    its table files are compacted."""
 
     info_log: InfoLogBound = InfoLogBound()
     max_open_files: int = ROCKSDB_MAX_OPEN_FILES
     compression: RocksDbCompression = ROCKSDB_COMPRESSION
     block_size: int = ROCKSDB_BLOCK_SIZE_BYTES
+    compaction_style: RocksDbCompactionStyle = ROCKSDB_COMPACTION_STYLE
 
     @classmethod
     def of(cls, config: StoreConfig) -> StoreTuning:
@@ -101,6 +111,7 @@ class StoreTuning:
             config.rocksdb_max_open_files,
             config.rocksdb_compression,
             config.rocksdb_block_size_bytes,
+            config.rocksdb_compaction_style,
         )
 
 
@@ -148,6 +159,7 @@ class RocksDbKeyValueStorageEngine(KeyValueStorageEngine):
         options.set_keep_log_file_num(self.tuning.info_log.files)
         options.set_max_open_files(self.tuning.max_open_files)
         options.set_compression_type(COMPRESSIONS[self.tuning.compression]())
+        options.set_compaction_style(COMPACTION_STYLES[self.tuning.compaction_style]())
         return options
 
     def _open(self, vector_memtable: bool) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from millstream.config.views import RocksDbCompactionStyle
 from millstream.serde.builtin import JsonSerde, StringSerde
 from millstream.storage.errors import StoreError
 from millstream.storage.inmemory import InMemoryKeyValueStorageEngine
@@ -146,12 +147,14 @@ def test_rocksdb_checkpoint_is_a_consistent_copy_by_hard_links(tmp_path: Path) -
     copy.close()
 
 
+@pytest.mark.parametrize("style", ["level", "universal"])
 def test_a_rocksdb_store_flushed_at_every_commit_with_ascending_keys_keeps_a_bounded_number_of_table_files(
-    tmp_path: Path,
+    tmp_path: Path, style: RocksDbCompactionStyle
 ) -> None:
     """Each flush of keys beyond every earlier one makes a table file that RocksDB's compaction moves down without
-    merging: 200 flushes left 200 files, all held open. The flushes now merge the small ones (every key kept)."""
-    engine = RocksDbKeyValueStorageEngine(tmp_path / "store")
+    merging: 200 flushes left 200 files, all held open. The flushes now merge the small ones (every key kept), in
+    either compaction style."""
+    engine = RocksDbKeyValueStorageEngine(tmp_path / "store", tuning=StoreTuning(compaction_style=style))
     for commit in range(200):
         engine.put_all([(b"%08d-%d" % (commit, i), b"v" * 16) for i in range(3)])
         engine.flush()
@@ -302,3 +305,36 @@ def test_an_unknown_compression_or_a_tiny_block_size_is_refused_naming_the_key()
         StoreConfig.parse({"rocksdb.compression": "brotli"}, "stores.s.")
     with pytest.raises(ConfigError, match=r"stores\.s\.rocksdb\.block\.size\.bytes"):
         StoreConfig.parse({"rocksdb.block.size.bytes": "100"}, "stores.s.")
+
+
+@pytest.mark.parametrize(("first", "then"), [("level", "universal"), ("universal", "level")])
+def test_a_stores_compaction_style_reaches_rocksdb_and_a_store_written_in_the_other_style_keeps_every_key(
+    tmp_path: Path, first: str, then: str
+) -> None:
+    """Samza's ``rocksdb.compaction.style``: the store compacts in the configured style, and a store whose files
+    were written in the other one (the key changed between two runs of the job) opens with every key."""
+    from millstream.config.views import StoreConfig
+    from millstream.storage.rocksdb import RocksDbStorageEngineFactory
+
+    recorded = {"level": "kCompactionStyleLevel", "universal": "kCompactionStyleUniversal"}
+    for run, style in enumerate([first, then]):
+        config = StoreConfig.parse({"rocksdb.compaction.style": style}, "stores.s.")
+        engine = RocksDbStorageEngineFactory().get_storage_engine("s", tmp_path / "store", config)
+        try:
+            for flush in range(12):
+                engine.put_all([(b"k%d-%02d-%03d" % (run, flush, key), b"v" * 100) for key in range(200)])
+                engine.flush()
+            assert _recorded_option(tmp_path / "store", "compaction_style") == recorded[style]
+            assert sum(1 for _ in engine.all()) == (run + 1) * 12 * 200
+        finally:
+            engine.close()
+
+
+def test_samzas_fifo_compaction_is_refused_naming_the_key_and_why() -> None:
+    from millstream.config.views import StoreConfig
+    from millstream.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"stores\.s\.rocksdb\.compaction\.style.*deletes the oldest table files"):
+        StoreConfig.parse({"rocksdb.compaction.style": "fifo"}, "stores.s.")
+    with pytest.raises(ConfigError, match=r"stores\.s\.rocksdb\.compaction\.style.*'level' or 'universal'"):
+        StoreConfig.parse({"rocksdb.compaction.style": "tiered"}, "stores.s.")

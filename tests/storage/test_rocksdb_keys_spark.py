@@ -1,5 +1,6 @@
 """A store's ``stores.<s>.rocksdb.*`` keys (Samza's) reach RocksDB through the Spark runner (local mode), in every
-task's store: the info log's bound, the bound on its open files, the compression and block size of its table files."""
+task's store: the info log's bound, the bound on its open files, the compression and block size of its table files, its
+compaction style."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def test_on_spark_a_stores_info_log_is_rolled_at_its_configured_size_and_keeps_i
     assert any(log.name.startswith("LOG.old") for log in logs), "rolled at 8 KB, not at RocksDB's default (never)"
 
 
-def test_on_spark_a_stores_open_files_compression_and_block_size_reach_rocksdb_and_the_job_is_exact(
+def test_on_spark_a_stores_open_files_compression_block_size_and_compaction_style_reach_rocksdb_and_the_job_is_exact(
     spark_local: SparkSession, tmp_path: Path
 ) -> None:
     config = config_for(
@@ -55,8 +56,10 @@ def test_on_spark_a_stores_open_files_compression_and_block_size_reach_rocksdb_a
         stores__counts__rocksdb__max__open__files=30,
         stores__counts__rocksdb__compression="zstd",
         stores__counts__rocksdb__block__size__bytes=16384,
+        stores__counts__rocksdb__compaction__style="universal",
     )
     options = [path.read_text() for path in run_exactly(spark_local, config).rglob("OPTIONS-*")]
     assert options, "every task's store wrote its options"
     for text in options:
         assert "max_open_files=30\n" in text and "  compression=kZSTD\n" in text and "  block_size=16384\n" in text
+        assert "  compaction_style=kCompactionStyleUniversal\n" in text
