@@ -76,7 +76,7 @@ def test_more_changelog_replicas_than_brokers_fail_the_job_at_start_naming_the_k
 
 
 @pytest.mark.spark
-def test_on_spark_a_stores_changelog_replicas_override_the_systems_default(
+def test_on_spark_a_stores_changelog_replicas_override_the_systems_default_and_the_topic_has_samzas_segment_size(
     spark_local: SparkSession, tmp_path: Path, bootstrap: str, topic_name: Any
 ) -> None:
     changelog = topic_name("changelog")
@@ -85,9 +85,10 @@ def test_on_spark_a_stores_changelog_replicas_override_the_systems_default(
     result = SparkJobRunner(config, spark=spark_local).run()
     assert result.outcome == "finished", result.error
     assert replicas(bootstrap, changelog) == {1}
+    assert KafkaSystemFactory().get_admin("kafka", config).topic_config(changelog)["segment.bytes"] == "536870912"
 
 
-def test_a_changelog_topic_is_created_with_the_stores_min_compaction_lag_and_tombstone_retention(
+def test_a_changelog_topic_is_created_with_the_stores_compaction_lag_tombstone_retention_and_samzas_segment_size(
     tmp_path: Path, bootstrap: str, topic_name: Any
 ) -> None:
     """The restore reverts what followed a checkpoint by replaying the records up to it: the broker's default (0)
@@ -107,6 +108,7 @@ def test_a_changelog_topic_is_created_with_the_stores_min_compaction_lag_and_tom
     assert topic["min.compaction.lag.ms"] == "3600000"
     assert topic["delete.retention.ms"] == "172800000"
     assert topic["cleanup.policy"] == "compact"
+    assert topic["segment.bytes"] == "536870912", "Samza's segment size, not the broker's 1 GiB"
 
 
 def test_an_existing_changelog_that_compacts_sooner_than_the_stores_lag_fails_the_job_at_start_saying_how_to_fix_it(

@@ -28,6 +28,10 @@ from millstream.storage.changelog_partitions import assign_changelog_partitions
 log = logging.getLogger(__name__)
 
 CHANGELOG_STREAM_CONFIG = {"cleanup.policy": "compact"}
+KAFKA_CHANGELOG_TOPIC_CONFIG = {"segment.bytes": str(512 * 1024 * 1024)}
+"""What a Kafka changelog the job creates gets beyond ``_stream_config`` unless the store's ``changelog.kafka.*``
+keys say otherwise: Samza's segment size, half the broker's default. The broker compacts only closed segments, so
+the open one is what a restore replays uncompacted: smaller segments bound it lower."""
 
 
 def _stream_config(store: StoreConfig) -> dict[str, str]:
@@ -46,10 +50,12 @@ def _stream_config(store: StoreConfig) -> dict[str, str]:
 
 def _spec(stream: SystemStream, partitions: int, store: StoreConfig, admin: SystemAdmin | None = None) -> StreamSpec:
     """The changelog's spec: ``_stream_config``, what a restore needs of the stream and what an existing one is
-    checked against; to create it on Kafka (``admin`` given), the store's ``changelog.kafka.*`` topic configs over
-    that (Samza's order; ``StoreConfig`` refused any that would weaken what a restore needs)."""
+    checked against; to create it on Kafka (``admin`` given), Samza's segment size and the store's
+    ``changelog.kafka.*`` topic configs over that (Samza's order; ``StoreConfig`` refused any that would weaken
+    what a restore needs)."""
     config = _stream_config(store)
     if admin is not None and admin.takes_kafka_topic_configs:
+        config.update(KAFKA_CHANGELOG_TOPIC_CONFIG)
         config.update(store.changelog_kafka)
     return StreamSpec(stream.system, stream.stream, partitions, config)
 
