@@ -20,6 +20,7 @@ from millstream.connectors.kafka.errors import (
 )
 from millstream.connectors.kafka.factory import KafkaSystemFactory
 from millstream.connectors.kafka.partitioner import murmur2, partition_for_key
+from millstream.connectors.kafka.producer import KafkaSystemProducer
 from millstream.contracts.systems import StreamSpec, WriterToken
 from millstream.coordinator.prepare import prepare
 from millstream.errors import ConfigError, StreamNotFoundError
@@ -518,13 +519,14 @@ def test_a_sources_flush_does_not_wait_for_another_sources_sends_and_raises_only
     assert [m.value() for m in read_all(bootstrap, good, 1)] == [b"a1", b"a2"]
 
 
-def test_a_transactional_producer_commits_once_for_the_sources_a_flush_covered(bootstrap, topic_name, monkeypatch):
-    """The changelog producer of a container commits its transaction at a flush: the first task to flush in a
-    commit round commits every task's records, and the others, which sent nothing since, commit nothing."""
-    topic = topic_name()
-    create_topic(bootstrap, topic, 2)
+def _counting_transactional_producer(
+    bootstrap: str, job: str, monkeypatch: pytest.MonkeyPatch
+) -> tuple[KafkaSystemProducer, list[object]]:
+    """A started container changelog producer (transactional, committing at each flush) and the list its
+    transaction commits are counted in."""
     producer = KafkaSystemFactory().get_producer(SYSTEM, kafka_config(bootstrap))
-    producer.set_writer(WriterToken(f"flush-{topic}", "0", 1, 1))
+    assert isinstance(producer, KafkaSystemProducer)
+    producer.set_writer(WriterToken(job, "0", 1, 1))
     producer.start()
     assert producer._transactions is not None
     commits: list[object] = []
@@ -535,6 +537,15 @@ def test_a_transactional_producer_commits_once_for_the_sources_a_flush_covered(b
         commit(client)
 
     monkeypatch.setattr(producer._transactions, "commit", counted)
+    return producer, commits
+
+
+def test_a_transactional_producer_commits_once_for_the_sources_a_flush_covered(bootstrap, topic_name, monkeypatch):
+    """The changelog producer of a container commits its transaction at a flush: the first task to flush in a
+    commit round commits every task's records, and the others, which sent nothing since, commit nothing."""
+    topic = topic_name()
+    create_topic(bootstrap, topic, 2)
+    producer, commits = _counting_transactional_producer(bootstrap, f"flush-{topic}", monkeypatch)
     try:
         producer.send("a", OutgoingMessageEnvelope(SystemStream(SYSTEM, topic), b"a", partition=0))
         producer.send("b", OutgoingMessageEnvelope(SystemStream(SYSTEM, topic), b"b", partition=1))
@@ -563,18 +574,7 @@ def test_commit_threads_queued_behind_a_flush_are_covered_by_one_transaction_com
     taken in the lock's order, each flush committed the few sends that happened to precede it."""
     topic = topic_name()
     create_topic(bootstrap, topic, 4)
-    inner = KafkaSystemFactory().get_producer(SYSTEM, kafka_config(bootstrap))
-    inner.set_writer(WriterToken(f"queued-{topic}", "0", 1, 1))
-    inner.start()
-    assert inner._transactions is not None
-    commits: list[object] = []
-    commit = inner._transactions.commit
-
-    def counted(client: Any) -> None:
-        commits.append(client)
-        commit(client)
-
-    monkeypatch.setattr(inner._transactions, "commit", counted)
+    inner, commits = _counting_transactional_producer(bootstrap, f"queued-{topic}", monkeypatch)
     producer = SerializedProducer(inner)
     stream = SystemStream(SYSTEM, topic)
 
