@@ -1,28 +1,18 @@
-"""The wheel the packaging tests install: built once per session from this checkout, offline."""
+"""The wheel the packaging tests install: built once per session from this checkout, offline (``built_wheel``)."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.packaging.built_wheel import session_wheel
 
 
 @pytest.fixture(scope="session")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("dist")
-    subprocess.run(
-        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)],
-        check=True,
-        capture_output=True,
-    )
-    assert len(list(out.glob("millstream-*.tar.gz"))) == 1
-    (built,) = out.glob("millstream-*.whl")
-    return built
+def wheel(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    return session_wheel(tmp_path_factory, worker_id)
 
 
 def clean_environment() -> dict[str, str]:

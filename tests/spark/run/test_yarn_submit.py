@@ -30,6 +30,7 @@ from millstream.model import SystemStream
 from millstream.testing import read_stream
 from tests.cli.test_main import wait_for
 from tests.helpers import create_stream, fill, job_config, output_origins, seal
+from tests.packaging.built_wheel import session_wheel
 from tests.spark.submit_signals import (
     SubmittedJob,
     assert_stopped_after_a_final_commit,
@@ -254,16 +255,19 @@ def test_a_job_refused_in_yarn_cluster_mode_fails_the_application_and_spark_subm
 
 
 @pytest.fixture(scope="module")
-def packed_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``env.tar.gz``: a fresh venv with millstream installed from this checkout (not editable: venv-pack
-    refuses those), packed with venv-pack. Its Python is this machine's, as venv-pack leaves the interpreter
-    out: every node needs the same Python at the same path. pyspark's JARs (over 400 MB of the 500) stay out:
-    on YARN the JVMs run the JARs of ``spark.yarn.jars``, and the Python driver joins its JVM instead of starting
-    one, so nothing reads them; with them, YARN spends a minute unpacking the archive for each application."""
+def packed_venv(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """``env.tar.gz``: a fresh venv with millstream installed from this checkout's wheel (not editable: venv-pack
+    refuses those; the session's one build, see ``tests/packaging/built_wheel.py``), packed with venv-pack. Its
+    Python is this machine's, as venv-pack leaves the interpreter out: every node needs the same Python at the same
+    path. pyspark's JARs (over 400 MB of the 500) stay out: on YARN the JVMs run the JARs of ``spark.yarn.jars``, and
+    the Python driver joins its JVM instead of starting one, so nothing reads them; with them, YARN spends a minute
+    unpacking the archive for each application."""
     root = tmp_path_factory.mktemp("packed-venv")
     venv.create(root / "env", with_pip=True)
     pip = [str(root / "env" / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, str(REPO)], check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [*pip, str(session_wheel(tmp_path_factory, worker_id))], check=True, capture_output=True, timeout=600
+    )
     pack = [
         str(Path(sys.executable).parent / "venv-pack"),
         "-q",
