@@ -462,6 +462,7 @@ def main() -> None:
     parser.add_argument(
         "--local-checkpoint-ms",
         type=int,
+        default=ONE_LOCAL_CHECKPOINT_MS,
         help="stores.counts.local.checkpoint.interval.ms (0: at every commit; default: once, in the first round)",
     )
     parser.add_argument(
@@ -479,8 +480,6 @@ def main() -> None:
     runs: dict[int, list[Measured]] = {tasks: [] for tasks in counts}
     instructions = InstructionCounter() if args.instructions else None
     local_checkpoint_ms = args.local_checkpoint_ms
-    if local_checkpoint_ms is None:
-        local_checkpoint_ms = ONE_LOCAL_CHECKPOINT_MS
     try:
         with system_for(args.system, root) as bootstrap:
             for repeat in range(args.repeats):
