@@ -151,6 +151,9 @@ def test_with_dynamic_allocation_containers_get_executors_of_their_own_profile_o
         2,
         job__container__cpus=1,
         job__container__memory__mb=300,
+        # the previous test's executors free the workers' cores only once they have exited: on a loaded machine
+        # that can take longer than the default wait
+        job__coordinator__slots__wait__ms=120_000,
         spark__dynamicAllocation__enabled="true",
         spark__dynamicAllocation__shuffleTracking__enabled="true",
         spark__dynamicAllocation__initialExecutors="0",
