@@ -21,6 +21,8 @@ real one (``Container``) in this process, with its run loop replaced by the meas
   at-least-once's 60 s commits are; the median of the later rounds mixed the two kinds before it was split out;
 * **checkpoint batches**: how many batches the container's group commit wrote the checkpoints of a full round
   in (``CheckpointGroupCommit.batches``; the median of the rounds);
+* **collections**: the garbage collector's CPU per round and its longest collection over the rounds after the
+  first (``benchmarks.gc_pauses``), which the medians leave out: a round with a full collection is rarely the median;
 * **idle round**: the same, straight after a full round, when no task processed anything since its last commit
   (issue 36 asks 1,000 tasks for under 100 ms: nothing to flush, snapshot or checkpoint); the median of
   ``--rounds`` rounds;
@@ -64,6 +66,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.call_count import CallCounter
+from benchmarks.gc_pauses import CollectionPauses
 from benchmarks.instructions import RUN_UNDER, InstructionCounter
 from millstream.api.task import InitableTask, StreamTask
 from millstream.composition.metadata import metadata_store
@@ -136,6 +139,11 @@ class Measured:
     ``stores.<s>.local.checkpoint.interval.ms``, as at-least-once's 60 s are."""
     committing: int | None = None
     """Tasks that processed and committed in each round (``--committing``; None: all of them)."""
+    collection_cpu: float | None = None
+    """CPU seconds of the garbage collector's collections per round after the first (processing, commit and idle
+    round), averaged over those rounds: where the medians above leave out the rare round with a full collection."""
+    longest_collection: float | None = None
+    """CPU seconds of the longest collection in the rounds after the first: a pause of every Python thread."""
 
 
 class MeasuringContainer(Container):
@@ -172,6 +180,7 @@ class MeasuringContainer(Container):
         self.idle_cpu: list[float] = []
         self.idle_wall: list[float] = []
         self.batches: list[int] = []
+        self.pauses = CollectionPauses()
 
     def _run_loop(self, loop: RunLoop, every_task: list[TaskInstance]) -> None:
         tasks = every_task[: self.committing]
@@ -182,6 +191,8 @@ class MeasuringContainer(Container):
         if counter is not None:
             self.startup_calls = counter.calls() - self.began_calls
         for offset in range(self.rounds):
+            if offset == 1:
+                self.pauses.start()
             for task in tasks:
                 (ssp,) = task.ssps
                 key = f"{task.task_name}/{offset}".encode()
@@ -202,6 +213,7 @@ class MeasuringContainer(Container):
             wall, cpu = _commit_round(tasks)  # nothing processed since: an idle round
             self.idle_wall.append(wall)
             self.idle_cpu.append(cpu)
+        self.pauses.stop()
         self._stop_now.set()
         super()._run_loop(loop, every_task)
 
@@ -329,6 +341,8 @@ def measure(
         median(container.commit_instructions) if container.commit_instructions else None,
         container.commit_cpu[0],
         committing,
+        container.pauses.cpu / (rounds - 1) if rounds > 1 else None,
+        container.pauses.longest if rounds > 1 else None,
     )
 
 
@@ -349,6 +363,8 @@ def median_of(runs: list[Measured]) -> Measured:
         "commit_instructions",
         "first_commit_cpu",
         "committing",
+        "collection_cpu",
+        "longest_collection",
     ):
         known = [getattr(run, optional) for run in runs if getattr(run, optional) is not None]
         medians[optional] = statistics.median(known) if known else None
@@ -378,6 +394,8 @@ def table(rows: list[Measured]) -> str:
             f"{'-' if row.first_commit_cpu is None else f'{row.first_commit_cpu:.4f}'} | "
             f"{_ratio(row.first_commit_cpu, base.first_commit_cpu if base else None)} |"
         )
+    if any(row.collection_cpu is not None for row in rows):
+        lines += ["", collections_table(rows)]
     if any(row.startup_calls is not None for row in rows):
         lines += ["", calls_table(rows, base)]
     if any(row.startup_instructions is not None for row in rows):
@@ -391,6 +409,22 @@ def _ratio(value: float | None, of: float | None) -> str:
 
 def _per_task(value: float | None, tasks: int) -> str:
     return "-" if value is None else f"{value / tasks:,.0f}"
+
+
+def collections_table(rows: list[Measured]) -> str:
+    """The garbage collector's CPU per round and its longest pause, in the rounds after the first."""
+    lines = [
+        "| tasks | collections CPU per round s | vs commit round CPU | longest collection ms |",
+        "|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        if row.collection_cpu is None or row.longest_collection is None:
+            continue
+        lines.append(
+            f"| {row.tasks:,} | {row.collection_cpu:.4f} | {row.collection_cpu / row.commit_cpu:.1%} | "
+            f"{row.longest_collection * 1000:.1f} |"
+        )
+    return "\n".join(lines)
 
 
 def calls_table(rows: list[Measured], base: Measured | None) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -37,6 +38,14 @@ class PassThrough(StreamTask):
 
     def process(self, envelope: IncomingMessageEnvelope, collector: MessageCollector, coordinator: TaskCoordinator):
         collector.send(OutgoingMessageEnvelope(OUTPUT, _origin(envelope), key=envelope.key))
+
+
+class ReportsFrozenHeap(StreamTask):
+    """``PassThrough`` whose output also carries how many objects the garbage collector held frozen meanwhile."""
+
+    def process(self, envelope: IncomingMessageEnvelope, collector: MessageCollector, coordinator: TaskCoordinator):
+        value = {**_origin(envelope), "frozen": gc.get_freeze_count()}
+        collector.send(OutgoingMessageEnvelope(OUTPUT, value, key=envelope.key))
 
 
 class BatchPassThrough(BatchStreamTask, InitableTask):

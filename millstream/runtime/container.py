@@ -53,6 +53,7 @@ from millstream.runtime import file_limit
 from millstream.runtime.async_tasks import close_container_loop, run_hook
 from millstream.runtime.collector import TaskCollector
 from millstream.runtime.drain import DrainMonitor
+from millstream.runtime.heap import start_up_heap_frozen
 from millstream.runtime.heartbeat import ContainerHeartbeat, DriverWatch, driver_watch
 from millstream.runtime.metering import ContainerMetering
 from millstream.runtime.process_errors import ProcessErrorPolicy, TaskCallbackError, TaskProcessError
@@ -661,7 +662,8 @@ class Container:
         self._report(attempt, "running")
         log.info("container %s running %d task(s) over %d partition(s)", self.container_id, len(tasks), len(self.ssps))
         self._running = running = Running(loop, tasks, dead_letters, process_errors, bootstrapped.adjunct_loop)
-        self._run_loop(loop, tasks)
+        with start_up_heap_frozen(self.config.job.gc_freeze):  # full collections skip what start-up made
+            self._run_loop(loop, tasks)
         return running
 
     def _run_loop(self, loop: RunLoop, tasks: list[TaskInstance]) -> None:
