@@ -235,8 +235,8 @@ class JobConfig(ConfigView):
     """Commit threads (async uploads) = min(max(2 x tasks, size), max size), as in Samza."""
     gc_freeze: bool = Field(True, alias="container.gc.freeze.enabled")
     """Freeze the container's start-up heap out of Python's cyclic garbage collector while its tasks run
-    (``gc.freeze``), so a full collection traverses only what was allocated since: at 1,000 tasks that cut each
-    one's pause from about 0.13 s to 0.03 s. False leaves the collector alone, for a process whose other objects
+    (``gc.freeze``), so a full collection traverses only what was allocated since: at 1,000 tasks that cut the
+    longest pause from 90 ms to 17 ms of CPU. False leaves the collector alone, for a process whose other objects
     (a notebook's) should not be frozen with the container's."""
     restore_thread_pool_size: int = Field(2, alias="container.restore.thread.pool.size", ge=1)
     """Minimum number of threads restoring stores at container start."""
