@@ -13,12 +13,11 @@ from typing import Any
 
 
 class CollectionPauses:
-    """Watches every collection from ``start`` until ``stop``: their CPU in all, their number and the longest."""
+    """Watches every collection from ``start`` until ``stop``: their CPU in all and the longest one's."""
 
     def __init__(self) -> None:
         self.cpu = 0.0
         self.longest = 0.0
-        self.collections = 0
         self._began = 0.0
 
     def start(self) -> None:
@@ -35,4 +34,3 @@ class CollectionPauses:
         took = time.thread_time() - self._began
         self.cpu += took
         self.longest = max(self.longest, took)
-        self.collections += 1

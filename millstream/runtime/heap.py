@@ -3,9 +3,10 @@
 Why: a full collection traverses every object the collector tracks, and a container's start-up leaves a heap that
 grows with its tasks (task instances, stores, serdes, consumers, their commit machinery: some 230 tracked objects
 per task with a changelog-backed store), alive until the container ends. At 1,000 such tasks each full collection
-traversed about 230,000 objects and held the process for 0.11 to 0.14 s of CPU, every few commit rounds: a pause
-that grew with the tasks. ``gc.freeze`` moves every tracked object to a permanent generation that no collection
-visits, so collections then traverse only what was allocated since (0.03 to 0.04 s there).
+traversed about 230,000 objects and held every Python thread for up to 90 ms of CPU, every few commit rounds: a
+pause that grew with the tasks. ``gc.freeze`` moves every tracked object to a permanent generation that no
+collection visits, so collections then traverse only what was allocated since (the longest pause there: 17 ms;
+``benchmarks/commit_scale.py``, the performance page).
 
 Guarantees and costs:
 
