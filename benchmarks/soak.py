@@ -231,8 +231,8 @@ class CheckpointWatch(threading.Thread):
         self.store = metadata_store(config)
         self.manager = checkpoint_manager(config, self.store)
         self.highest: dict[tuple[str, str], int] = {}
-        self.advanced: list[float] = []
-        """When each sample that saw the checkpoints move forward began its read (``time.monotonic()``)."""
+        self.advanced: list[tuple[float, float]] = []
+        """When each sample that saw the checkpoints move forward began and ended its read (``time.monotonic()``)."""
         self.problems: list[str] = []
         self.done = threading.Event()
 
@@ -264,10 +264,17 @@ class CheckpointWatch(threading.Thread):
         return sum(offset + 1 for offset in self.highest.values())
 
     def first_advance_after(self, moment: float) -> float | None:
-        """When the first sample that began after ``moment`` saw the checkpoints move forward; None if none did.
+        """When the first sample that read after ``moment`` saw the checkpoints move forward; None if none did.
 
-        A sample is dated by the start of its read, so one that read before ``moment`` never counts."""
-        return next((advance for advance in self.advanced if advance >= moment), None)
+        A sample is dated by the start of its read, so one that ended before ``moment`` never counts. One that
+        began before ``moment`` and ended after it (its read retried while the broker was down, and read every
+        checkpoint written since it came back) is dated by its end: what it saw may have been written then."""
+        for began, ended in self.advanced:
+            if began >= moment:
+                return began
+            if ended >= moment:
+                return ended
+        return None
 
     def _sample(self) -> None:
         began = time.monotonic()
@@ -284,7 +291,7 @@ class CheckpointWatch(threading.Thread):
                 moved = moved or value > self.highest.get(key, -1)
                 self.highest[key] = max(value, self.highest.get(key, -1))
         if moved:
-            self.advanced.append(began)
+            self.advanced.append((began, time.monotonic()))
         for container, status in coordination.container_statuses(self.store).items():
             error = str(status.get("error", ""))
             if status.get("state") == "failed" and ("Fenced" in error or "superseded" in error):
@@ -334,8 +341,8 @@ def restart_stall(watch: CheckpointWatch, stopped_at: float, up_at: float) -> fl
     Clients reach a restarted broker before its readiness check passes, so a checkpoint may come before ``up_at``:
     that is a stall of 0, not a missing one. The watch samples every 0.25 s, so a checkpoint written in the last
     quarter second before the stop, first read after it, also counts: the figure can then be lower than the real
-    stall; one first seen by the :meth:`CheckpointWatch.final_sample` after the job ended is dated by that sample,
-    higher than the real stall."""
+    stall; one first seen by a read that spanned the outage, or by the :meth:`CheckpointWatch.final_sample` after the
+    job ended, is dated by that read's end, higher than the real stall."""
     resumed = watch.first_advance_after(stopped_at)
     return None if resumed is None else max(0.0, resumed - up_at)
 

@@ -15,9 +15,12 @@ class StoppedBroker:
         raise AssertionError("the stall is computed from what the watch saw, without restarting anything")
 
 
-def restart_seen(tmp_path: Path, stopped_at: float | None, up_at: float, advanced: list[float]) -> BrokerRestart:
+def restart_seen(
+    tmp_path: Path, stopped_at: float | None, up_at: float, advanced: list[float | tuple[float, float]]
+) -> BrokerRestart:
+    """A restart whose watch saw the checkpoints move at ``advanced``: an instant read, or a read's start and end."""
     watch = CheckpointWatch(soak_config(tmp_path, "changelog", Settings(kills=0), None))
-    watch.advanced = advanced
+    watch.advanced = [moment if isinstance(moment, tuple) else (moment, moment) for moment in advanced]
     restart = BrokerRestart(StoppedBroker(stopped_at), watch, total=100)
     restart.up_at = up_at
     return restart
@@ -35,3 +38,10 @@ def test_the_stall_runs_from_the_broker_being_up_to_the_first_checkpoint_read_af
 def test_no_checkpoint_read_after_the_broker_stopped_is_no_stall_figure_rather_than_one_from_before(tmp_path):
     assert restart_seen(tmp_path, stopped_at=10.0, up_at=20.0, advanced=[5.0, 9.9]).stall() is None
     assert restart_seen(tmp_path, stopped_at=None, up_at=20.0, advanced=[5.0, 25.0]).stall() is None
+
+
+def test_a_read_that_spanned_the_outage_dates_the_checkpoints_it_saw_by_its_end(tmp_path):
+    """The CI once saw one read retry through the whole outage and find every later checkpoint: the job had ended
+    meanwhile, so no read that began after the stop saw anything new."""
+    assert restart_seen(tmp_path, stopped_at=10.0, up_at=20.0, advanced=[5.0, (9.5, 24.0)]).stall() == 4.0
+    assert restart_seen(tmp_path, stopped_at=10.0, up_at=20.0, advanced=[5.0, (9.5, 9.8)]).stall() is None
