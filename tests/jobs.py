@@ -79,9 +79,11 @@ class SlowPassThrough(PassThrough, InitableTask):
 
 
 class CountingTask(StreamTask, InitableTask, WindowableTask, EndOfStreamListenerTask):
-    """Counts messages per task; reports windows and end-of-stream to ``log.out``."""
+    """Counts messages per task; reports windows and end-of-stream to ``log.out``, with the milliseconds from its
+    init to its end of stream (``ran_ms``), which bound the windows it can have had."""
 
     def init(self, context: TaskContext) -> None:
+        self.started = time.monotonic()
         self.task_name = str(context.task_name)
         self.count = 0
         self.windows = 0
@@ -97,7 +99,15 @@ class CountingTask(StreamTask, InitableTask, WindowableTask, EndOfStreamListener
 
     def on_end_of_stream(self, collector, coordinator):
         collector.send(
-            OutgoingMessageEnvelope(OUTPUT, {"task": self.task_name, "count": self.count, "windows": self.windows})
+            OutgoingMessageEnvelope(
+                OUTPUT,
+                {
+                    "task": self.task_name,
+                    "count": self.count,
+                    "windows": self.windows,
+                    "ran_ms": (time.monotonic() - self.started) * 1000,
+                },
+            )
         )
 
 

@@ -44,7 +44,8 @@ def test_window_is_called_every_window_ms_between_messages():
     result = TestRunner(CountingTask, config).add_input("in", keyed(100)).run()
     ((_, report),) = result.output("out")
     assert report["count"] == 100
-    assert 5 <= report["windows"] <= 25  # ~200 ms of processing, a window every 10 ms
+    assert report["windows"] >= 5  # at least 200 ms of processing
+    assert report["windows"] <= report["ran_ms"] / 10 + 1  # never more than one window each 10 ms it ran
 
 
 def test_shutdown_request_commits_and_stops_the_container():
