@@ -118,6 +118,20 @@ def _new_restores(before: dict[Path, list[tuple[int, bool]]], cluster: Standalon
     return {path: entries for path, entries in new.items() if entries}
 
 
+def executor_on_another_worker(executor_dir: Path, live: set[str]) -> str:
+    """A live executor of the same application on a worker other than the one of ``executor_dir``
+    (``<work dir>/worker-<n>/<application>/<executor>``): an executor that died and was replaced leaves the
+    application more executors than workers, so "not this executor" may be on the same worker."""
+    worker, application = executor_dir.parent.parent, executor_dir.parent.name
+    found = sorted(
+        path.name
+        for path in worker.parent.glob(f"worker-*/{application}/*")
+        if path.parent.parent != worker and path.name in live
+    )
+    assert found, f"no live executor of {application} outside {worker.name}: {sorted(live)}"
+    return found[0]
+
+
 def test_a_stateful_container_launched_again_returns_to_its_executor_and_restores_from_its_local_checkpoint(
     cluster, bootstrap, topic_name, tmp_path
 ):
@@ -172,7 +186,7 @@ def test_a_stateful_container_launched_again_returns_to_its_executor_and_restore
         again, restores = run_once(1)
         placement = coordination.container_placements(store)["0"]
         ids = spark.sparkContext._jsc.sc().getExecutorIds()
-        other = next(i for i in (str(ids.apply(n)) for n in range(ids.size())) if i != placement["executor_id"])
+        other = executor_on_another_worker(Path(first), {str(ids.apply(n)) for n in range(ids.size())})
         coordination.record_container_placement(store, "0", {**placement, "executor_id": other})
         moved, control = run_once(2)
     finally:
