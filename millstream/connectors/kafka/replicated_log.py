@@ -73,6 +73,12 @@ class ReplicatedLogTimeoutError(KafkaSystemError):
     """The brokers did not let an operation on a replicated log finish in time; names the topic."""
 
 
+class StalledProducerError(ReplicatedLogTimeoutError):
+    """The producer got no answer to a write for twice its transaction timeout, by when the brokers have aborted
+    the transaction: the producer is stuck (once seen after a broker restart: its request to the transaction
+    coordinator never left its queue) and is replaced by a new one, which fences it."""
+
+
 class TransactionAbortedError(KafkaSystemError):
     """A record of the open transaction was not delivered (the brokers were away too long): the
     transaction must be aborted and the write done again."""
@@ -252,10 +258,15 @@ class TransactionalWriter:
         *,
         transaction_timeout_ms: int,
         client: str = "writer",
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kafka = kafka
         self.topic = topic
         self.transactional_id = transactional_id
+        self._clock = clock
+        self._stall_s = 2 * transaction_timeout_ms / 1000
+        """How long a write may go unacknowledged before the producer counts as stuck (see
+        :class:`StalledProducerError`): a transaction cannot outlive its timeout, so no healthy write takes longer."""
         self._settings = kafka.producer(
             **{
                 "transactional.id": transactional_id,
@@ -276,7 +287,7 @@ class TransactionalWriter:
         producer = create_client(Producer, self._settings, "producer", self.kafka)
         while True:
             try:
-                producer.init_transactions(max(1.0, min(deadline - time.monotonic(), 30.0)))
+                producer.init_transactions(max(1.0, min(deadline - self._clock(), 30.0)))
                 break
             except KafkaException as error:
                 self._raise_unless_retriable(error, "starting a transactional producer", deadline)
@@ -322,10 +333,17 @@ class TransactionalWriter:
 
         for key, value in records:
             producer.produce(self.topic, value, key, 0, on_delivery=delivered)
-        while producer.flush(max(0.1, min(deadline - time.monotonic(), 1.0))) > 0:
-            if time.monotonic() >= deadline:
+        stalled = self._clock() + self._stall_s
+        while producer.flush(max(0.1, min(deadline - self._clock(), 1.0))) > 0:
+            now = self._clock()
+            if now >= deadline:
                 raise ReplicatedLogTimeoutError(
                     f"topic '{self.topic}' at {self.kafka.bootstrap_servers}: a write was not acknowledged in time"
+                )
+            if now >= stalled:
+                raise StalledProducerError(
+                    f"topic '{self.topic}' at {self.kafka.bootstrap_servers}: a write went unacknowledged for "
+                    f"{self._stall_s:.0f}s, twice the transaction timeout: the producer is replaced"
                 )
         if failures:  # a record's own failure says more than the purge of the others it caused
             error = next((failure for failure in failures if failure.code() not in PURGED_CODES), failures[0])
@@ -338,7 +356,7 @@ class TransactionalWriter:
         producer = self._require()
         while True:
             try:
-                producer.commit_transaction(max(1.0, min(deadline - time.monotonic(), 30.0)))
+                producer.commit_transaction(max(1.0, min(deadline - self._clock(), 30.0)))
                 self._in_transaction = False
                 return
             except KafkaException as error:
@@ -351,7 +369,7 @@ class TransactionalWriter:
         producer = self._require()
         while True:
             try:
-                producer.abort_transaction(max(1.0, min(deadline - time.monotonic(), 30.0)))
+                producer.abort_transaction(max(1.0, min(deadline - self._clock(), 30.0)))
                 self._in_transaction = False
                 return
             except KafkaException as error:
@@ -367,7 +385,7 @@ class TransactionalWriter:
             raise
         if not is_retriable(error) and not (inner is not None and inner.retriable()):
             raise
-        if time.monotonic() >= deadline:
+        if self._clock() >= deadline:
             raise ReplicatedLogTimeoutError(
                 f"topic '{self.topic}' at {self.kafka.bootstrap_servers}: {what} did not finish in time: "
                 f"{_describe(error)}"
@@ -380,6 +398,8 @@ def classify(error: BaseException) -> str:
     or ``retry`` (transient; redo the whole write)."""
     if isinstance(error, FencedWriterError):
         return "fenced"
+    if isinstance(error, StalledProducerError):
+        return "fatal"
     if isinstance(error, TransactionAbortedError):
         return "abort"
     inner = kafka_error(error)

@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from millstream.connectors.kafka.replicated_log import TransactionAbortedError, TransactionalWriter, classify
+from millstream.connectors.kafka.replicated_log import (
+    ReplicatedLogTimeoutError,
+    StalledProducerError,
+    TransactionAbortedError,
+    TransactionalWriter,
+    classify,
+)
 
 
 class FailingDeliveries:
@@ -31,9 +37,27 @@ class FailingDeliveries:
         return 0
 
 
-def writer_with(producer: FailingDeliveries) -> TransactionalWriter:
+class NeverAcknowledges:
+    """A producer whose records stay queued: each flush lets its timeout pass on ``clock`` and reports them left."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.queued = 0
+
+    def clock(self) -> float:
+        return self.now
+
+    def produce(self, topic: str, value: bytes | None, key: bytes, partition: int, on_delivery: Any) -> None:
+        self.queued += 1
+
+    def flush(self, timeout: float) -> int:
+        self.now += timeout
+        return self.queued
+
+
+def writer_with(producer: FailingDeliveries | NeverAcknowledges, **options: Any) -> TransactionalWriter:
     kafka: Any = SimpleNamespace(system="kafka", bootstrap_servers="broker:9092", producer=lambda **settings: settings)
-    writer = TransactionalWriter(kafka, "__coordinator", "writer-1", transaction_timeout_ms=60_000)
+    writer = TransactionalWriter(kafka, "__coordinator", "writer-1", transaction_timeout_ms=60_000, **options)
     writer._producer = producer  # type: ignore[assignment]  # the fake stands in for the started producer
     return writer
 
@@ -57,3 +81,21 @@ def test_a_records_own_failure_is_reported_rather_than_the_purge_it_caused() -> 
         )
     assert not isinstance(raised.value, TransactionAbortedError)
     assert raised.value.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE
+
+
+def test_a_write_unacknowledged_for_twice_the_transaction_timeout_replaces_the_stuck_producer() -> None:
+    """Once seen after a broker restart: the producer's request to the transaction coordinator never left its
+    queue, and the write waited out the store's whole 120 s deadline. A transaction cannot outlive its timeout, so
+    a write unanswered for twice as long fails as a stuck producer, which the callers replace."""
+    producer = NeverAcknowledges()
+    with pytest.raises(StalledProducerError, match="unacknowledged for 120s, twice the transaction timeout"):
+        writer_with(producer, clock=producer.clock).append(RECORDS, deadline=float("inf"))
+    assert 120.0 <= producer.now <= 121.0
+    assert classify(StalledProducerError("stuck")) == "fatal"
+
+
+def test_a_write_unacknowledged_until_its_deadline_is_a_timeout_to_retry() -> None:
+    producer = NeverAcknowledges()
+    with pytest.raises(ReplicatedLogTimeoutError, match="not acknowledged in time") as raised:
+        writer_with(producer, clock=producer.clock).append(RECORDS, deadline=30.0)
+    assert not isinstance(raised.value, StalledProducerError) and classify(raised.value) == "retry"
