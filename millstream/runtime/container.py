@@ -662,7 +662,8 @@ class Container:
         self._report(attempt, "running")
         log.info("container %s running %d task(s) over %d partition(s)", self.container_id, len(tasks), len(self.ssps))
         self._running = running = Running(loop, tasks, dead_letters, process_errors, bootstrapped.adjunct_loop)
-        with start_up_heap_frozen(self.config.job.gc_freeze):  # full collections skip what start-up made
+        freeze = self.config.job.gc_freeze and len(tasks) >= self.config.job.gc_freeze_min_tasks
+        with start_up_heap_frozen(freeze):  # full collections skip what start-up made
             self._run_loop(loop, tasks)
         return running
 

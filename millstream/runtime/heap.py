@@ -18,7 +18,9 @@ Guarantees and costs:
   start and the heap is unfrozen when the last of them ends, so a process that runs containers one after another
   (a reused Spark Python worker, a test session) collects each one's leftovers after it;
 * ``job.container.gc.freeze.enabled=false`` leaves the collector alone, for a process whose other objects (a notebook's)
-  should not be frozen with the container's.
+  should not be frozen with the container's; so does a container of fewer tasks than
+  ``job.container.gc.freeze.min.tasks`` (256), whose start-up heap does not repay the freeze's own full collection of
+  the whole process (0.13 s each in this project's test session).
 """
 
 from __future__ import annotations

@@ -74,8 +74,10 @@ def test_disabled_it_leaves_the_collector_alone():
 
 
 def _frozen_counts(config: dict[str, object]) -> list[int]:
+    """What each of 40 messages saw frozen, processed by two containers of two tasks each, which freeze their heap
+    unless ``config`` says otherwise (the minimum of tasks is 1 here)."""
     inputs = [(f"k{i}", i) for i in range(40)]
-    runner = TestRunner(ReportsFrozenHeap, {"job.container.count": 2, **config})
+    runner = TestRunner(ReportsFrozenHeap, {"job.container.count": 2, "job.container.gc.freeze.min.tasks": 1, **config})
     result = runner.add_input("in", inputs, partitions=4).run()
     assert result.job.outcome == "finished"
     assert sorted(value["v"] for _, value in result.output("out")) == list(range(40))
@@ -89,3 +91,7 @@ def test_two_containers_process_every_message_with_their_start_up_heap_frozen_an
 
 def test_job_container_gc_freeze_enabled_false_runs_the_tasks_with_nothing_frozen():
     assert _frozen_counts({"job.container.gc.freeze.enabled": "false"}) == [0] * 40
+
+
+def test_a_container_of_fewer_tasks_than_job_container_gc_freeze_min_tasks_leaves_the_collector_alone():
+    assert _frozen_counts({"job.container.gc.freeze.min.tasks": 3}) == [0] * 40

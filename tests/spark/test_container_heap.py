@@ -14,7 +14,9 @@ from tests.helpers import create_stream, fill, job_config, output_origins, seal
 def test_containers_in_spark_workers_process_every_message_with_their_start_up_heap_frozen(
     spark_local, tmp_path: Path
 ) -> None:
-    config = job_config(tmp_path, "tests.jobs:ReportsFrozenHeap", job__container__count=2)
+    config = job_config(
+        tmp_path, "tests.jobs:ReportsFrozenHeap", job__container__count=2, job__container__gc__freeze__min__tasks=2
+    )
     create_stream(config, "in", 4)
     create_stream(config, "out", 4)
     written = fill(config, "in", 4, 25)
