@@ -200,33 +200,6 @@ def test_spark_submit_in_yarn_client_mode_runs_the_job_with_executors_in_yarn_co
     assert len(executor_containers(cluster, app)) == 2
 
 
-def test_spark_submit_in_yarn_cluster_mode_runs_the_driver_in_a_container_with_the_config_shipped_by_files(
-    cluster, job, tmp_path
-):
-    config, path, module, written = job
-    submitted = spark_submit(
-        cluster,
-        "millstream-yarn-cluster",
-        "cluster",
-        [millstream.spark.submit.__file__, "job.yaml"],  # the driver's working directory is its container's
-        cwd=tmp_path,
-        conf={"spark.pyspark.python": sys.executable},
-        files=str(path),
-        py_files=str(module),
-    )
-
-    assert submitted.returncode == 0, failure(submitted)
-    app = application(cluster, submitted)
-    assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED")
-    assert sorted(output_origins(config)) == sorted(written)
-    driver = cluster.container_output(app["id"])[am_container(app)]
-    assert "job test generation 1: finished on yarn" in driver, driver
-    assert len(executor_containers(cluster, app)) == 2
-    # the Python of spark.pyspark.python ran the driver and the tasks (the packed venv's test tells them apart)
-    assert f"imported by the Python of {sys.prefix}\n" in driver, driver
-    assert {value["python"] for pairs in read_stream(config, OUTPUT).values() for _, value in pairs} == {sys.prefix}
-
-
 def test_a_job_refused_in_yarn_cluster_mode_fails_the_application_and_spark_submit_with_the_reason_in_the_driver_log(
     cluster, job, tmp_path
 ):
@@ -285,9 +258,12 @@ def packed_venv(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Pat
     return root / "env.tar.gz"
 
 
-def test_spark_submit_in_yarn_cluster_mode_runs_the_driver_and_executors_in_the_packed_venv(
+def test_spark_submit_in_yarn_cluster_mode_runs_the_driver_and_executors_in_the_packed_venv_with_the_shipped_config(
     cluster, job, tmp_path, packed_venv
 ):
+    """Cluster mode: the driver runs in the application master's container, with the job's config shipped by
+    ``--files`` and read from that container's working directory, and it and the executors run the Python of
+    ``spark.pyspark.python``: the venv YARN unpacked into each container."""
     config, path, module, written = job
     submitted = spark_submit(
         cluster,
@@ -315,7 +291,9 @@ def test_spark_submit_in_yarn_cluster_mode_runs_the_driver_and_executors_in_the_
         assert re.search(r"/container_\d+_\d+_\d+_\d+/env$", prefix), prefix
         assert package == f"{prefix}/{SITE_PACKAGES}/millstream/__init__.py", package
     # the driver's Python: the venv unpacked into the application master's container
+    assert len(executor_containers(cluster, app)) == 2
     driver = cluster.container_output(app["id"])[am_container(app)]
+    assert "job test generation 1: finished on yarn" in driver, driver
     assert f"imported by the Python of {cluster.work_dir}/" in driver, driver
     assert re.search(rf"imported by the Python of \S+/{am_container(app)}/env\n", driver), driver
 
