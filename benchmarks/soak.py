@@ -44,9 +44,11 @@ run; ``tests/spark/test_soak.py`` runs a short one in CI.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import dataclasses
 import os
+import queue
 import random
 import signal
 import sys
@@ -301,10 +303,42 @@ class CheckpointWatch(threading.Thread):
 
 
 class RestartableBroker(Protocol):
-    stopped_at: float | None
-    """When the broker's process last ended; clients may use a restarted broker before ``restart`` returns."""
+    @property
+    def stopped_at(self) -> float | None:
+        """When the broker's process last ended; clients may use a restarted broker before ``restart`` returns."""
 
     def restart(self, down_seconds: float = 0.0, timeout: float = 120.0) -> None: ...
+
+
+class KeptBroker(threading.Thread):
+    """Restarts a broker on a thread of its own that lives as long as the harness: a broker's process dies with the
+    thread that started it (its parent-death signal is that thread's), so one restarted by a run's thread would be
+    gone before the next run (``--runs``)."""
+
+    def __init__(self, broker: RestartableBroker) -> None:
+        super().__init__(daemon=True)
+        self.broker = broker
+        self.requests: queue.Queue[tuple[float, float, concurrent.futures.Future[None]]] = queue.Queue()
+
+    @property
+    def stopped_at(self) -> float | None:
+        return self.broker.stopped_at
+
+    def restart(self, down_seconds: float = 0.0, timeout: float = 120.0) -> None:
+        """Restart the broker on this thread; returns once it is up (or raises what the restart raised)."""
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self.requests.put((down_seconds, timeout, done))
+        done.result()
+
+    def run(self) -> None:
+        while True:
+            down_seconds, timeout, done = self.requests.get()
+            try:
+                self.broker.restart(down_seconds, timeout)
+            except BaseException as error:  # handed to the thread that asked
+                done.set_exception(error)
+            else:
+                done.set_result(None)
 
 
 class BrokerRestart(threading.Thread):
@@ -318,14 +352,13 @@ class BrokerRestart(threading.Thread):
         self.up_at: float | None = None
         self.done = threading.Event()
         self.job_ended = threading.Event()
-        """Too late to restart; a restarted broker lives on until ``done`` (the output may be on it)."""
+        """Too late to restart."""
 
     def run(self) -> None:
         while not self.done.wait(0.2):
             if not self.job_ended.is_set() and self.watch.checkpointed() * 2 >= self.total:
-                self.broker.restart(down_seconds=3)
+                self.broker.restart(down_seconds=3)  # a KeptBroker: the broker outlives this thread
                 self.up_at = time.monotonic()
-                self.done.wait()  # the broker dies with the thread that started it (its parent-death signal)
                 return
 
     def stall(self) -> float | None:
@@ -389,7 +422,7 @@ def run_once(
     try:
         job: JobResult = SparkJobRunner(config, spark=spark).run()
         if restart is not None:
-            restart.job_ended.set()  # its broker lives on until the output was checked: the output may be on it
+            restart.job_ended.set()
         return _checked(result, job, config, settings, started, killer, watch, restart)
     finally:
         for thread in threads:
@@ -474,8 +507,11 @@ def main(argv: list[str] | None = None) -> int:
             from tests.integration.kafka_broker import KafkaBroker  # the harness's broker restarts on its ports
 
             root = Path(resources.enter_context(tempfile.TemporaryDirectory(prefix="millstream-soak-broker-")))
-            broker = resources.enter_context(KafkaBroker(root, log_level="WARN"))
-            settings = dataclasses.replace(settings, bootstrap=broker.bootstrap_servers)
+            started = resources.enter_context(KafkaBroker(root, log_level="WARN"))
+            settings = dataclasses.replace(settings, bootstrap=started.bootstrap_servers)
+            kept = KeptBroker(started)
+            kept.start()
+            broker = kept
         return run_all(args, settings, broker)
     raise AssertionError("unreachable")  # pragma: no cover
 

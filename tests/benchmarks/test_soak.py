@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
-from benchmarks.soak import BrokerRestart, CheckpointWatch, Settings, soak_config
+import pytest
+
+from benchmarks.soak import BrokerRestart, CheckpointWatch, KeptBroker, Settings, soak_config
 
 
 class StoppedBroker:
@@ -45,3 +48,31 @@ def test_a_read_that_spanned_the_outage_dates_the_checkpoints_it_saw_by_its_end(
     meanwhile, so no read that began after the stop saw anything new."""
     assert restart_seen(tmp_path, stopped_at=10.0, up_at=20.0, advanced=[5.0, (9.5, 24.0)]).stall() == 4.0
     assert restart_seen(tmp_path, stopped_at=10.0, up_at=20.0, advanced=[5.0, (9.5, 9.8)]).stall() is None
+
+
+class RecordingBroker:
+    """Notes which thread restarted it; fails its second restart."""
+
+    def __init__(self) -> None:
+        self.stopped_at: float | None = None
+        self.threads: list[threading.Thread] = []
+
+    def restart(self, down_seconds: float = 0.0, timeout: float = 120.0) -> None:
+        self.threads.append(threading.current_thread())
+        if len(self.threads) == 2:
+            raise RuntimeError("the broker did not start")
+        self.stopped_at = 1.0
+
+
+def test_a_kept_broker_restarts_on_its_own_thread_so_the_broker_outlives_the_run_that_asked():
+    """A broker's process dies with the thread that started it: restarted by a run's thread, the next run of
+    ``--runs`` found no broker."""
+    broker = RecordingBroker()
+    kept = KeptBroker(broker)
+    kept.start()
+    asker = threading.Thread(target=kept.restart)
+    asker.start()
+    asker.join()
+    assert broker.threads == [kept] and kept.stopped_at == 1.0
+    with pytest.raises(RuntimeError, match="did not start"):
+        kept.restart()
