@@ -152,7 +152,7 @@ def iter_stream(
     A partition is done at end-of-stream or once a record at or past the newest offset seen at the
     start arrived. Offsets may have gaps (Kafka's compaction and transaction markers), so the newest
     offset itself may never arrive: a partition that delivers nothing for ``idle_timeout`` seconds
-    is done too.
+    is done too, counted from when the caller took the last batch, so a slow caller misses nothing.
     """
     settings = Settings.of(config)
     factory = system_factory(settings, stream.system)
@@ -177,8 +177,6 @@ def iter_stream(
         last_data = time.monotonic()
         while pending and time.monotonic() - last_data < idle_timeout:
             for ssp, batch in consumer.poll(set(pending), 0.2).items():
-                if batch:
-                    last_data = time.monotonic()
                 records = []
                 for envelope in batch:
                     if envelope.is_end_of_stream:
@@ -190,6 +188,8 @@ def iter_stream(
                         pending.discard(ssp)
                         break
                 yield ssp.partition, records
+                if batch:  # idle from here: the caller's time with the batch (decoding it, say) is not the stream's
+                    last_data = time.monotonic()
     finally:
         consumer.stop()
 

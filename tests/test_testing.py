@@ -3,12 +3,21 @@ what it still waited for — never partial output as if it had finished."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import tests.api.apps  # noqa: F401 - TestRunner's caller imports the application it names
 from millstream.config import load_config
 from millstream.model import SystemStream
-from millstream.testing import EndOfStreamNotReachedError, InProcessRunner, TestRunner, read_stream, write_stream
+from millstream.testing import (
+    EndOfStreamNotReachedError,
+    InProcessRunner,
+    TestRunner,
+    iter_stream,
+    read_stream,
+    write_stream,
+)
 from tests.api.apps import messages, reference_stateful, stateful_records, user_messages
 from tests.helpers import create_stream, job_config, seal
 
@@ -72,3 +81,18 @@ def test_the_in_process_runner_prepares_a_loaded_config_so_a_high_level_applicat
     assert result.outcome == "finished", result.error
     (received,) = read_stream(config, SystemStream("log", "out")).values()
     assert sorted(value["n"] for _, value in received) == list(range(20))
+
+
+def test_iter_stream_hands_a_slow_caller_every_record_however_long_it_takes_over_each_batch(tmp_path):
+    """A CI run's YARN test read half a partition: decoding a batch of 10,000 on a loaded machine outlasted the
+    idle timeout, which counted the caller's time as the stream's silence, and the read ended early."""
+    config = job_config(tmp_path, systems__log__poll__batch__size=10)
+    stream = SystemStream("log", "in")
+    create_stream(config, "in", 1)
+    write_stream(config, stream, [("k", i) for i in range(30)], partition=0)
+    seen = 0
+    for _, batch in iter_stream(config, stream, idle_timeout=0.05):
+        seen += len(batch)
+        if batch:
+            time.sleep(0.1)  # the caller's work with a batch, twice the idle timeout
+    assert seen == 30
