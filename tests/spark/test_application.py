@@ -193,7 +193,7 @@ def test_a_sigkilled_downstream_only_container_resumes_where_its_control_state_w
         app__id=9,
         app__intermediate__partitions=3,
         task__commit__ms=100,
-        test__delay__seconds=0.03,
+        test__delay__seconds=0.15,  # task 1 takes 15 s: container 2 once started 3.5 s after it, on a loaded machine
         test__slow__task="Partition 1",
     )
     assert aggregate_partition("test-9-by-user", 3) == 2
@@ -203,7 +203,10 @@ def test_a_sigkilled_downstream_only_container_resumes_where_its_control_state_w
     outcome: dict[str, JobResult] = {}
     job = threading.Thread(target=lambda: outcome.setdefault("result", SparkJobRunner(config, spark=spark_local).run()))
     job.start()
-    victim = wait_for(lambda: _committed_past_end_of_stream(config, store, "Partition 2", "Partition 0"), 90)
+    victim = wait_for(
+        lambda: _committed_past_end_of_stream(config, store, "Partition 2", "Partition 0") or not job.is_alive(), 90
+    )
+    assert job.is_alive(), "the job ended before container 2 committed past task 0's end-of-stream: slow task 1 more"
     os.kill(victim, signal.SIGKILL)
     job.join()
 
