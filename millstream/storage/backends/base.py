@@ -32,7 +32,13 @@ if TYPE_CHECKING:
     from millstream.config.settings import Settings
     from millstream.config.views import StoreConfig
     from millstream.contracts.metadata import MetadataStore
-    from millstream.contracts.systems import SystemAdmin, SystemConsumer, SystemProducer, WriterToken
+    from millstream.contracts.systems import (
+        SystemAdmin,
+        SystemConsumer,
+        SystemProducer,
+        SystemStreamPartitionMetadata,
+        WriterToken,
+    )
     from millstream.job_model import JobModel, TaskModel
     from millstream.storage.kv import ChangelogWriter, KeyValueStorageEngine
 
@@ -97,6 +103,12 @@ class TaskBackendContext:
     """The container's metrics: restore managers report their progress to it (``RestoreProgress``)."""
     listing: StoreDirListing = field(default=LIVE, repr=False)
     """How restores find the checkpoint directories earlier attempts left: the container's one listing."""
+    changelog_metadata: Mapping[SystemStreamPartition, SystemStreamPartitionMetadata] = field(
+        default_factory=dict, repr=False
+    )
+    """The offsets of changelog partitions as the container read them once it had claimed every task's, one call
+    per system for all of them (``ContainerStorageManager.restore``); a restore asks its producer or admin about a
+    partition missing here."""
 
 
 class TaskBackupManager(ABC):

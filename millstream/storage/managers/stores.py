@@ -12,7 +12,9 @@ in the caches), ``write_held`` writes the cut's entries to the engines and chang
 changelog), and ``release`` lets the caches write back again. Otherwise the snapshot runs on the task's thread,
 exclusive with processing.
 
-Restore order per task, as in Samza: persistent stores without a backup lose their directory (they
+The container first claims every task's changelog partitions (fencing older attempts' writes before any restore
+reads a changelog's end), then restores the tasks in parallel. Restore order per task, as in Samza, after the claim
+of its store directories: persistent stores without a backup lose their directory (they
 are always empty at start); every other store is restored by the backend the checkpoint selects
 (``registry.restore_factory_for``); the remaining engines open on their directories; what backends
 keep for stores the config no longer backs up with them is found (and deleted after the first new
@@ -25,8 +27,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
@@ -36,6 +39,7 @@ from millstream.config.settings import Settings
 from millstream.config.views import StoreConfig, parse_stream, task_store_names
 from millstream.contracts.metadata import MetadataStore
 from millstream.contracts.metrics import NOOP_METRICS, MetricsRegistry
+from millstream.contracts.systems import SystemStreamPartitionMetadata
 from millstream.job_model import JobModel, TaskModel
 from millstream.model import SystemStreamPartition, TaskName
 from millstream.serde.registry import SerdeRegistry
@@ -199,7 +203,13 @@ class TaskStorageManager:
             container.pause,
             container.metrics,
             container.listing,
+            container.changelog_metadata,
         )
+
+    @property
+    def changelogs(self) -> list[SystemStreamPartition]:
+        """The task's changelog partitions, one per store that has a changelog."""
+        return [entry.spec.changelog for entry in self._stores.values() if entry.spec.changelog is not None]
 
     def open_engine(self, store: str) -> KeyValueStorageEngine:
         """The store's engine, opened on its directory on first use."""
@@ -213,32 +223,46 @@ class TaskStorageManager:
                 self.engines[store] = engine
             return engine
 
-    def claim(self) -> None:
-        """Fence off older attempts before anything is read or deleted: take the task's store directories
-        (deleting the other attempts' working directories) and its changelog partitions, so nothing a
-        zombie writes lands behind the offsets this attempt's checkpoints will name."""
+    def claim_changelogs(self) -> None:
+        """Fence off older attempts' writes to the task's changelog partitions before anything reads their end,
+        so nothing a zombie writes lands behind the offsets this attempt's checkpoints will name. The container
+        claims every task's before any restore starts (``ContainerStorageManager.restore``)."""
+        if self.container.writer is None:
+            return
+        with self._named_failure("claim the changelogs of"):
+            for ssp in self.changelogs:
+                self.container.systems.producer(ssp.system).claim(ssp)
+
+    def claim_directories(self) -> None:
+        """Take the task's store directories before anything in them is read or deleted, deleting the other
+        attempts' working directories (a zombie still working in one fails at its next write there)."""
         writer = self.container.writer
         if writer is None:
             return
         for entry in self._stores.values():
             if entry.spec.persistent:
                 claim(entry.spec.store_dir, writer, self.container.listing)
-            if entry.spec.changelog is not None:
-                self.container.systems.producer(entry.spec.changelog.system).claim(entry.spec.changelog)
 
     def restore(self, checkpoint: Checkpoint | None) -> None:
-        """Bring every store to the state ``checkpoint`` names (runs on a restore thread); a filesystem that
-        refuses (a full disk, a store directory replaced by a file) fails naming the task and its stores."""
-        try:
+        """Bring every store to the state ``checkpoint`` names (runs on a restore thread, once the container
+        claimed the task's changelogs: ``claim_changelogs``); a filesystem that refuses (a full disk, a store
+        directory replaced by a file) fails naming the task and its stores."""
+        with self._named_failure("restore"):
             self._restore(checkpoint)
+
+    @contextmanager
+    def _named_failure(self, doing: str) -> Iterator[None]:
+        """An ``OSError`` within becomes a ``StateRestoreError`` naming the task and its stores."""
+        try:
+            yield
         except OSError as error:
             names = sorted(self._stores)
             stores = f"store{'s' if len(names) > 1 else ''} {', '.join(repr(name) for name in names)}"
-            raise StateRestoreError(f"task '{self.task_name}': cannot restore {stores}: {error}") from error
+            raise StateRestoreError(f"task '{self.task_name}': cannot {doing} {stores}: {error}") from error
 
     def _restore(self, checkpoint: Checkpoint | None) -> None:
         started = time.monotonic()
-        self.claim()
+        self.claim_directories()
         groups: dict[str, tuple[type[StateBackendFactory], list[str]]] = {}
         for name, entry in self._stores.items():
             if entry.spec.persistent and not entry.logged:
@@ -605,6 +629,8 @@ class ContainerStorageManager:
         self.pause = CommitPauses.of(config)
         self.listing = ListedOnce()
         """The store directories as this container first found them, listed once for all its tasks' scans."""
+        self.changelog_metadata: dict[SystemStreamPartition, SystemStreamPartitionMetadata] = {}
+        """The offsets of every task's changelog partitions, read once the container claimed them (``restore``)."""
         self.claimed_listing: StoreDirListing = LIVE
         """The store directories as listed once after every task's claim (``restore`` sets it): what the tasks'
         first commit cleanups look in, for snapshots their zombies made before the claims fenced them; one
@@ -640,10 +666,22 @@ class ContainerStorageManager:
         return TaskStorageManager(self, task_name, task_model) if self.store_names else None
 
     def restore(self, tasks: Mapping[TaskName, tuple[TaskStorageManager, Checkpoint | None]]) -> None:
-        """Restore every task's stores in parallel, then start their backups (on this thread)."""
+        """Claim every task's changelog partitions and read their offsets, then restore every task's stores in
+        parallel, then start their backups (on this thread).
+
+        The claims run here, one after the other, before any restore, and their offsets are then read in one call
+        per system (``_describe``). Each claim opens a changelog partition the process then holds, and the embedded
+        log's SQLite searches a list of the process's open files twice at every open: back to back on one thread
+        those searches cost about half what they cost among the restore threads' other work, which evicted the list
+        from the processor's caches, and neither the claims nor the offset questions queue on the producer's lock
+        from 64 threads any more (the performance page: start-up took a tenth to a seventh less CPU at 100 and at
+        1,000 tasks). Fencing is unchanged: every changelog is claimed before anything reads its end."""
         if not tasks:
             return
         started = time.monotonic()
+        for storage, _ in tasks.values():  # every changelog fenced before any restore reads one (see the docstring)
+            storage.claim_changelogs()
+        self.changelog_metadata = self._describe([ssp for storage, _ in tasks.values() for ssp in storage.changelogs])
         with ThreadPoolExecutor(self.restore_threads, thread_name_prefix="restore") as pool:
             futures = [pool.submit(storage.restore, checkpoint) for storage, checkpoint in tasks.values()]
             failure: BaseException | None = None
@@ -661,6 +699,22 @@ class ContainerStorageManager:
             "container %s: stores of %d task(s) restored in %.2fs", self.container_id, len(tasks),
             time.monotonic() - started,
         )  # fmt: skip
+
+    def _describe(
+        self, ssps: list[SystemStreamPartition]
+    ) -> dict[SystemStreamPartition, SystemStreamPartitionMetadata]:
+        """The offsets of the claimed changelog partitions ``ssps``: per system, what its producer can tell through
+        what the claims opened (the embedded log's), the rest in one question to its admin (Kafka: one request
+        for all, where the tasks' restores asked a partition each)."""
+        by_system: dict[str, list[SystemStreamPartition]] = {}
+        for ssp in ssps:
+            by_system.setdefault(ssp.system, []).append(ssp)
+        described: dict[SystemStreamPartition, SystemStreamPartitionMetadata] = {}
+        for system, partitions in by_system.items():
+            described.update(self.systems.producer(system).describe(partitions))
+            if rest := [ssp for ssp in partitions if ssp not in described]:
+                described.update(self.systems.admin(system).get_ssp_metadata(rest))
+        return described
 
     def drain_commits(self) -> None:
         """Let an upload in flight finish before the stores it reads from are closed (closing them under

@@ -141,8 +141,13 @@ class ChangelogTaskRestoreManager(TaskRestoreManager):
         return False, None, None
 
     def _metadata(self, ssp: SystemStreamPartition, admin: SystemAdmin) -> SystemStreamPartitionMetadata | None:
-        """The changelog partition's offsets from the producer that claimed it where it can tell (the embedded
-        log's holds the file open), else from ``admin``: the same answer either way, without a second open."""
+        """The changelog partition's offsets as the container read them after its claims, else from the producer
+        that claimed it where it can tell (the embedded log's holds the file open), else from ``admin``: the same
+        answer every way, since nothing but this attempt writes to a claimed partition and it writes nothing
+        before its tasks start."""
+        known = self.context.changelog_metadata.get(ssp)
+        if known is not None:
+            return known
         described = self.context.systems.producer(ssp.system).describe([ssp]).get(ssp)
         return described if described is not None else admin.get_ssp_metadata([ssp]).get(ssp)
 
