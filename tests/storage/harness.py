@@ -3,6 +3,8 @@ step by step, and "crash" it (drop it without closing) anywhere between two step
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,8 @@ from tests.helpers import create_stream, job_config
 
 TASK = TaskName("Partition 0")
 INPUT = SystemStreamPartition("log", "in", 0)
+SECOND_ATTEMPT = WriterToken("test-1", "0", 1, 2)
+"""A container attempt after a first one, whose directories and partitions it claims."""
 
 
 EVERY_COMMIT: dict[str, Any] = {"stores__counts__local__checkpoint__interval__ms": 0}
@@ -68,6 +72,19 @@ class Opened:
         self.services.close()
 
 
+@dataclass
+class EveryTask:
+    """A container's storage over every task of a harness's job, unrestored (``open_every_task``)."""
+
+    container: ContainerStorageManager
+    storages: dict[TaskName, TaskStorageManager]
+    services: ContainerServices
+
+    def restore(self) -> None:
+        """Restore every task from no checkpoint, as a container's start does."""
+        self.container.restore({task: (storage, None) for task, storage in self.storages.items()})
+
+
 class StateHarness:
     def __init__(self, config: Settings, partitions: int = 1) -> None:
         self.config = config = Settings.of(config)
@@ -96,6 +113,21 @@ class StateHarness:
         assert storage is not None
         container.restore({task: (storage, checkpoint if checkpoint is not None else self.checkpoint)})
         return Opened(container, storage, services)
+
+    @contextmanager
+    def open_every_task(self, writer: WriterToken = SECOND_ATTEMPT) -> Iterator[EveryTask]:
+        """A container's storage over every task of the job, as attempt ``writer``; closed on leaving."""
+        services = ContainerServices(self.config, writer=writer)
+        container = ContainerStorageManager(self.config, self.model, "0", self.metadata, services)
+        storages = {task: container.task_storage(task, model) for task, model in self.model.tasks.items()}
+        every = EveryTask(container, {task: storage for task, storage in storages.items() if storage}, services)
+        try:
+            yield every
+        finally:
+            for storage in every.storages.values():
+                storage.close()
+            container.close()
+            services.close()
 
     def commit(
         self,

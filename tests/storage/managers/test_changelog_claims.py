@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from millstream.contracts.systems import SystemStreamPartitionMetadata, WriterToken
+from millstream.contracts.systems import SystemStreamPartitionMetadata
+from millstream.embedded.log.admin import LogSystemAdmin
 from millstream.model import SystemStreamPartition
-from millstream.runtime.services import ContainerServices
-from millstream.storage.managers.stores import ContainerStorageManager, TaskStorageManager
+from millstream.storage.managers.stores import TaskStorageManager
 from millstream.systems.producers import SerializedProducer
 from tests.storage.harness import StateHarness, state_config
 
@@ -25,9 +25,6 @@ def test_every_tasks_changelog_is_claimed_then_described_at_once_on_the_containe
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     harness = StateHarness(state_config(tmp_path, "changelog"), partitions=TASKS)
-    services = ContainerServices(harness.config, writer=WriterToken("test-1", "0", 1, 2))
-    container = ContainerStorageManager(harness.config, harness.model, "0", harness.metadata, services)
-    storages = {task: container.task_storage(task, model) for task, model in harness.model.tasks.items()}
     events: list[tuple[str, object, str]] = []
     claim, describe = SerializedProducer.claim, SerializedProducer.describe
     claim_directories = TaskStorageManager.claim_directories
@@ -50,7 +47,8 @@ def test_every_tasks_changelog_is_claimed_then_described_at_once_on_the_containe
     monkeypatch.setattr(SerializedProducer, "claim", recording_claim)
     monkeypatch.setattr(SerializedProducer, "describe", recording_describe)
     monkeypatch.setattr(TaskStorageManager, "claim_directories", recording_restore_start)
-    container.restore({task: (storage, None) for task, storage in storages.items() if storage})
+    with harness.open_every_task() as every:
+        every.restore()
 
     kinds = [kind for kind, _, _ in events]
     assert kinds == ["claim"] * TASKS + ["describe"] + ["restore"] * TASKS, events
@@ -60,11 +58,6 @@ def test_every_tasks_changelog_is_claimed_then_described_at_once_on_the_containe
     here = threading.current_thread().name
     assert {thread for kind, _, thread in events if kind != "restore"} == {here}
     assert all(thread.startswith("restore") for kind, _, thread in events if kind == "restore")
-    for storage in storages.values():
-        assert storage is not None
-        storage.close()
-    container.close()
-    services.close()
 
 
 def test_changelogs_the_producer_cannot_describe_are_asked_of_the_admin_in_one_call_for_every_task(
@@ -73,11 +66,7 @@ def test_changelogs_the_producer_cannot_describe_are_asked_of_the_admin_in_one_c
     """Kafka's producer holds nothing to answer from: its admin is asked about every task's changelog at once,
     one request where each task's restore asked about its own."""
     harness = StateHarness(state_config(tmp_path, "changelog"), partitions=TASKS)
-    services = ContainerServices(harness.config, writer=WriterToken("test-1", "0", 1, 2))
-    container = ContainerStorageManager(harness.config, harness.model, "0", harness.metadata, services)
-    storages = {task: container.task_storage(task, model) for task, model in harness.model.tasks.items()}
-    admin = services.admin("log")
-    get_ssp_metadata = type(admin).get_ssp_metadata
+    get_ssp_metadata = LogSystemAdmin.get_ssp_metadata
     asked: list[list[SystemStreamPartition]] = []
 
     def describes_nothing(
@@ -94,13 +83,11 @@ def test_changelogs_the_producer_cannot_describe_are_asked_of_the_admin_in_one_c
         return get_ssp_metadata(self, ssps)  # type: ignore[arg-type]
 
     monkeypatch.setattr(SerializedProducer, "describe", describes_nothing)
-    monkeypatch.setattr(type(admin), "get_ssp_metadata", recording_get_ssp_metadata)
-    container.restore({task: (storage, None) for task, storage in storages.items() if storage})
+    monkeypatch.setattr(LogSystemAdmin, "get_ssp_metadata", recording_get_ssp_metadata)
+    with harness.open_every_task() as every:
+        every.restore()
+        restored_by = [storage.restored_by["counts"] for storage in every.storages.values()]
 
     assert [sorted(ssp.partition for ssp in call) for call in asked] == [list(range(TASKS))]
-    for storage in storages.values():
-        assert storage is not None
-        assert storage.restored_by["counts"].endswith("ChangelogStateBackendFactory")
-        storage.close()
-    container.close()
-    services.close()
+    assert len(restored_by) == TASKS
+    assert all(backend.endswith("ChangelogStateBackendFactory") for backend in restored_by)
