@@ -106,9 +106,9 @@ class TaskBackendContext:
     changelog_metadata: Mapping[SystemStreamPartition, SystemStreamPartitionMetadata] = field(
         default_factory=dict, repr=False
     )
-    """The offsets of changelog partitions as the container read them once it had claimed every task's, one call
-    per system for all of them (``ContainerStorageManager.restore``); a restore asks its producer or admin about a
-    partition missing here."""
+    """The offsets of every task's changelog partitions as the container read them once it had claimed them all,
+    one call per system (``ContainerStorageManager.restore``): what a restore plans from; a partition missing here
+    does not exist."""
 
 
 class TaskBackupManager(ABC):

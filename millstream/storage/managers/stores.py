@@ -681,7 +681,9 @@ class ContainerStorageManager:
         started = time.monotonic()
         for storage, _ in tasks.values():  # every changelog fenced before any restore reads one (see the docstring)
             storage.claim_changelogs()
-        self.changelog_metadata = self._describe([ssp for storage, _ in tasks.values() for ssp in storage.changelogs])
+        self.changelog_metadata.update(
+            self._describe([ssp for storage, _ in tasks.values() for ssp in storage.changelogs])
+        )
         with ThreadPoolExecutor(self.restore_threads, thread_name_prefix="restore") as pool:
             futures = [pool.submit(storage.restore, checkpoint) for storage, checkpoint in tasks.values()]
             failure: BaseException | None = None

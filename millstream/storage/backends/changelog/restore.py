@@ -140,16 +140,11 @@ class ChangelogTaskRestoreManager(TaskRestoreManager):
             return True, offset, None if checkpoint_id is None else checkpoint_id.millis
         return False, None, None
 
-    def _metadata(self, ssp: SystemStreamPartition, admin: SystemAdmin) -> SystemStreamPartitionMetadata | None:
-        """The changelog partition's offsets as the container read them after its claims, else from the producer
-        that claimed it where it can tell (the embedded log's holds the file open), else from ``admin``: the same
-        answer every way, since nothing but this attempt writes to a claimed partition and it writes nothing
-        before its tasks start."""
-        known = self.context.changelog_metadata.get(ssp)
-        if known is not None:
-            return known
-        described = self.context.systems.producer(ssp.system).describe([ssp]).get(ssp)
-        return described if described is not None else admin.get_ssp_metadata([ssp]).get(ssp)
+    def _metadata(self, ssp: SystemStreamPartition) -> SystemStreamPartitionMetadata | None:
+        """The changelog partition's offsets as the container read them once it had claimed every task's (the
+        producer's answer where it holds the file, the admin's otherwise; None: the partition does not exist). Nothing
+        but this attempt writes to a claimed partition, and it writes nothing before its tasks start."""
+        return self.context.changelog_metadata.get(ssp)
 
     def _plan(self, spec: StoreSpec, checkpoint: Checkpoint | None) -> StoreRestorePlan:
         where = self._where(spec.name)
@@ -157,7 +152,7 @@ class ChangelogTaskRestoreManager(TaskRestoreManager):
         if ssp is None:
             raise StateRestoreError(f"{where}: the changelog backend needs 'stores.{spec.name}.changelog'")
         admin = self.context.systems.admin(ssp.system)
-        metadata = self._metadata(ssp, admin)
+        metadata = self._metadata(ssp)
         if metadata is None:
             raise StateRestoreError(f"{where}: changelog partition {ssp} does not exist")
         oldest, newest = metadata.oldest_offset, metadata.newest_offset
